@@ -1,0 +1,36 @@
+# decodebench: `make demo` runs the quickstart sweep, `make test` runs the suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU wheel of torch, installed before anything else so that no dependency pulls
+# a CUDA build (several GB). On a GPU machine: make install TORCH='torch==2.13.0 --index-url ...'
+TORCH  ?= torch==2.13.0
+
+.PHONY: install demo test bench models clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[worker,dev]'
+	touch $@
+
+demo: install
+	$(BIN)/decodebench run examples/quickstart.yaml --out runs/demo
+
+test: install
+	bash scripts/setup-test-deps.sh
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q
+
+bench: install
+	bash scripts/setup-test-deps.sh
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Rebuild the bundled models (not needed to run anything: they are committed).
+models: install
+	$(BIN)/python examples/train_models.py
+
+clean:
+	rm -rf $(VENV) .tools runs .pytest_cache

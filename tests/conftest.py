@@ -1,0 +1,73 @@
+"""Shared fixtures: real redis-server and S3 (moto) on loopback, the bundled models."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.services import PROMPTS, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
+
+
+@pytest.fixture(scope="session")
+def redis_service():
+    with redis_server() as (url, _proc):
+        yield url
+
+
+@pytest.fixture()
+def redis_url(redis_service):
+    """A flushed Redis database for one test."""
+    import redis
+
+    conn = redis.Redis.from_url(redis_service)
+    conn.flushall()
+    yield redis_service
+    conn.flushall()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture()
+def s3_bucket(s3_endpoint, monkeypatch):
+    """A fresh bucket on the loopback S3 endpoint; the env points boto3 at it. Yields its name."""
+    import uuid
+
+    import boto3
+
+    for k, v in s3_env(s3_endpoint).items():
+        monkeypatch.setenv(k, v)
+    name = f"decodebench-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> str:
+    assert TINY_MODEL.is_dir(), f"bundled model missing: {TINY_MODEL}"
+    return str(TINY_MODEL)
+
+
+@pytest.fixture(scope="session")
+def small_model() -> str:
+    assert SMALL_MODEL.is_dir(), f"bundled model missing: {SMALL_MODEL}"
+    return str(SMALL_MODEL)
+
+
+@pytest.fixture(scope="session")
+def prompts_file() -> str:
+    assert PROMPTS.is_file(), f"bundled prompt set missing: {PROMPTS}"
+    return str(PROMPTS)
+
+
+@pytest.fixture(autouse=True)
+def _no_user_env(monkeypatch, tmp_path):
+    """Tests never see the developer's DECODEBENCH_* settings; ./runs goes to a temp dir."""
+    for key in list(os.environ):
+        if key.startswith("DECODEBENCH_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("DECODEBENCH_STORE", str(tmp_path / "runs"))

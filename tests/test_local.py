@@ -1,0 +1,109 @@
+"""Local mode end to end: `decodebench run` in-process and as a subprocess, resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import main
+from worker.store import FileStore
+
+SPEC = """
+name: local-e2e
+models:
+  - path: {model}
+    name: tiny
+prompts:
+  path: {prompts}
+  limit: {limit}
+  shard_size: {shard}
+strategies:
+  - name: greedy
+  - name: top_p
+    params: {{p: 0.9}}
+generation:
+  max_new_tokens: 12
+  batch_size: 4
+  seeds: [0, 1]
+"""
+
+
+def write_spec(tmp_path, tiny_model, prompts_file, limit=8, shard=4) -> Path:
+    p = tmp_path / "sweep.yaml"
+    p.write_text(SPEC.format(model=tiny_model, prompts=prompts_file, limit=limit, shard=shard))
+    return p
+
+
+def sweep_dir(out: Path) -> Path:
+    (sweep,) = (out / "default" / "sweeps").iterdir()
+    return sweep
+
+
+def test_run_end_to_end_layout_table_and_logs(tmp_path, tiny_model, prompts_file):
+    spec = write_spec(tmp_path, tiny_model, prompts_file)
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["--log-format", "json", "run", str(spec), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "6 jobs run, 0 already complete, 0 failed" in result.output
+    assert "tiny" in result.output and "greedy" in result.output and "top_p" in result.output
+    sweep = sweep_dir(out)
+    assert json.loads((sweep / "spec.json").read_text())["spec"]["name"] == "local-e2e"
+    jobs = list((sweep / "jobs").iterdir())
+    assert len(jobs) == 6
+    for job in jobs:
+        assert {p.name for p in job.iterdir()} == {"result.json", "generations.jsonl", "log.jsonl"}
+        lines = [json.loads(x) for x in (job / "log.jsonl").read_text().splitlines()]
+        assert {"job.start", "job.done"} <= {x["event"] for x in lines}
+        for line in lines:
+            assert line["job_id"] == job.name and line["sweep_id"] == sweep.name
+            assert line["model"] == "tiny" and line["strategy"]
+    gens = [json.loads(x) for job in jobs for x in (job / "generations.jsonl").read_text().splitlines()]
+    assert len(gens) == 8 + 8 * 2  # greedy once, top_p per seed
+    report = sweep / "report"
+    assert (report / "summary.csv").exists() and (report / "summary.md").exists()
+
+
+def test_second_run_skips_complete_jobs(tmp_path, tiny_model, prompts_file):
+    spec = write_spec(tmp_path, tiny_model, prompts_file, limit=4, shard=4)
+    out = tmp_path / "runs"
+    assert CliRunner().invoke(main, ["run", str(spec), "--out", str(out)]).exit_code == 0
+    again = CliRunner().invoke(main, ["run", str(spec), "--out", str(out)])
+    assert again.exit_code == 0
+    assert "0 jobs run, 3 already complete" in again.output
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, tiny_model, prompts_file):
+    spec = write_spec(tmp_path, tiny_model, prompts_file, limit=16, shard=2)
+    out = tmp_path / "runs"
+    cmd = [str(Path(sys.executable).with_name("decodebench")), "run", str(spec), "--out", str(out), "--no-progress"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    done: list[Path] = []
+    while time.monotonic() < deadline and len(done) < 3:
+        time.sleep(0.2)
+        done = list(out.glob("default/sweeps/*/jobs/*/result.json"))
+    proc.send_signal(signal.SIGKILL)  # killed half way, as by the OOM killer
+    proc.wait()
+    store = FileStore(out)
+    sweep = sweep_dir(out).name
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("default/sweeps/*/jobs/*/result.json")}
+    assert 3 <= len(finished) < 24  # 8 shards x (greedy + 2 seeds of top_p)
+    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{24 - len(finished)} jobs run, {len(finished)} already complete, 0 failed" in resumed.stdout
+    for job_id, mtime in finished.items():  # finished jobs were not redone
+        assert (out / "default/sweeps" / sweep / "jobs" / job_id / "result.json").stat().st_mtime_ns == mtime
+    assert len(store.complete_job_ids("default", sweep)) == 24
+    prompt_ids = [(g.cell, g.job_seed, g.prompt_id) for j in store.complete_job_ids("default", sweep)
+                  for g in store.load_generations("default", sweep, j)]
+    assert len(prompt_ids) == len(set(prompt_ids)) == 16 + 16 * 2

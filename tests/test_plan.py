@@ -1,0 +1,70 @@
+"""Planning: deterministic content-hash ids, grid expansion, seeds and sharding."""
+
+from __future__ import annotations
+
+from controller.plan import expand_grid, plan, summarize_plan
+from controller.spec import parse_spec
+
+
+def spec(**over):
+    data = {
+        "name": "p",
+        "models": [{"path": "org/model-a"}, {"path": "org/model-b", "name": "b"}],
+        "prompts": {"inline": [f"prompt {i}" for i in range(10)], "shard_size": 4},
+        "strategies": [
+            {"name": "greedy"},
+            {"name": "top_p", "params": {"p": [0.8, 0.9], "temperature": [0.7, 1.0]}},
+            {"name": "beam", "params": {"num_beams": 2}},
+        ],
+        "generation": {"seeds": [1, 2, 3], "max_new_tokens": 16},
+    }
+    data.update(over)
+    return parse_spec(data)
+
+
+def test_same_spec_same_ids():
+    a, b = plan(spec()), plan(spec())
+    assert [j.job_id for j in a] == [j.job_id for j in b]
+    assert len({j.job_id for j in a}) == len(a)
+    assert a[0].sweep_id == b[0].sweep_id
+
+
+def test_ids_change_with_content_and_tenant():
+    base = plan(spec())[0].sweep_id
+    assert plan(spec(), tenant="team-a")[0].sweep_id != base
+    other = spec(prompts={"inline": [f"prompt {i}!" for i in range(10)], "shard_size": 4})
+    assert plan(other)[0].sweep_id != base
+    assert plan(spec(description="words only"))[0].sweep_id == base
+
+
+def test_grid_seeds_and_shards():
+    jobs = plan(spec())
+    s = summarize_plan(jobs)
+    # cells: 2 models x (greedy + 4 top_p variants + beam) = 12
+    assert s.cells == 12
+    # shards: ceil(10 / 4) = 3; seeds: 3 for the 4 stochastic variants, 1 for greedy and beam
+    assert s.jobs == 2 * (1 + 4 * 3 + 1) * 3
+    assert s.generations == 2 * (1 + 4 * 3 + 1) * 10
+    assert s.tokens_to_generate == s.generations * 16
+    greedy = [j for j in jobs if j.strategy.name == "greedy"]
+    assert {j.seed for j in greedy} == {1}
+    assert sorted(len(j.prompts) for j in greedy[:3]) == [2, 4, 4]
+
+
+def test_grouped_by_model_and_defaults_filled():
+    jobs = plan(spec())
+    models = [j.model.label for j in jobs]
+    assert models == sorted(models, key=lambda m: models.index(m))  # contiguous groups
+    assert models.index("b") == len(jobs) // 2
+    beam = next(j for j in jobs if j.strategy.name == "beam")
+    assert beam.strategy.params == {"num_beams": 2, "length_penalty": 1.0, "early_stopping": False}
+
+
+def test_expand_grid_is_sorted_product():
+    assert expand_grid({"b": [1, 2], "a": 0}) == [{"a": 0, "b": 1}, {"a": 0, "b": 2}]
+    assert expand_grid({}) == [{}]
+
+
+def test_duplicate_variants_are_planned_once():
+    jobs = plan(spec(strategies=[{"name": "top_k", "params": {"k": [5, 5]}}, {"name": "top_k", "params": {"k": 5}}]))
+    assert summarize_plan(jobs).cells == 2

@@ -1,0 +1,152 @@
+"""The job contract shared by the controller and the worker.
+
+A `JobSpec` is everything a worker needs to run one job: it travels as JSON (never
+pickle) through RQ and is recorded verbatim in the job's `result.json`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = 1
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+StopReason = Literal["eos", "length", "stop_string"]
+
+
+class Strict(BaseModel):
+    """Base for every contract model: unknown keys are an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobStatus(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ModelSpec(Strict):
+    """A causal language model to load with AutoModelForCausalLM."""
+
+    path: str = Field(description="Local directory (relative to the spec file) or a hub id.")
+    name: str | None = Field(default=None, description="Label in reports; defaults to the last part of `path`.")
+    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit); ignored for local paths.")
+    dtype: Dtype = Field(default="auto", description="Weights dtype: auto (the checkpoint's), float32, float16 or bfloat16.")
+    trust_remote_code: bool = Field(default=False, description="Allow the checkpoint's own Python code to run. Off by default.")
+    use_safetensors: bool = Field(default=True, description="Load safetensors weights only (no pickle). Turn off only for trusted checkpoints.")
+
+    @field_validator("path")
+    @classmethod
+    def _path_not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name or self.path.rstrip("/").split("/")[-1]
+
+
+class StrategySpec(Strict):
+    """One concrete strategy variant: a registered name and scalar parameters."""
+
+    name: str = Field(description="A registered strategy name (see `decodebench strategies`).")
+    params: dict[str, Any] = Field(default_factory=dict, description="The strategy's parameters, one value each.")
+
+
+class PromptItem(Strict):
+    id: str = Field(description="Stable prompt id, unique within the prompt set.")
+    prompt: str = Field(description="The text the model continues.")
+    reference: str | None = Field(default=None, description="A reference continuation, if the prompt set has one.")
+
+
+class GenerationSettings(Strict):
+    """Settings shared by every strategy of a sweep."""
+
+    max_new_tokens: int = Field(default=64, ge=1, description="Tokens to generate at most per prompt.")
+    min_new_tokens: int = Field(default=0, ge=0, description="Tokens to generate at least before EOS is allowed.")
+    batch_size: int = Field(default=8, ge=1, description="Prompts per generate() call (left-padded).")
+    stop: list[str] = Field(default_factory=list, description="Stop strings: generation ends after any of them; the text is cut before it.")
+    warmup: bool = Field(default=True, description="Run one untimed warm-up batch before measuring.")
+
+
+class JobSpec(Strict):
+    """One job: a (model, strategy variant, seed, prompt shard) coordinate of a sweep."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Contract version.")
+    tenant: str = Field(description="Team that owns the sweep.")
+    sweep_id: str = Field(description="Content hash of the normalised sweep spec and tenant.")
+    sweep_name: str = Field(description="The sweep's human name.")
+    job_id: str = Field(description="Content hash of the sweep id and the job's coordinates.")
+    cell: str = Field(description="Key of the (model, strategy variant) cell this job belongs to.")
+    model: ModelSpec
+    strategy: StrategySpec
+    seed: int = Field(description="Base seed of the job; each generation derives its own from it.")
+    shard: int = Field(ge=0, description="Index of the prompt shard.")
+    n_shards: int = Field(ge=1, description="Number of prompt shards of the sweep.")
+    prompts: list[PromptItem] = Field(description="The shard's prompts.")
+    generation: GenerationSettings
+    metrics: list[str] = Field(default_factory=list, description="Metrics requested by the sweep.")
+    scorer: ModelSpec | None = Field(default=None, description="Model that scores perplexity; None: the generating model.")
+    timeout_s: int = Field(default=3600, ge=1, description="Wall-clock limit of the job on a worker.")
+
+
+class GenerationRecord(Strict):
+    """One line of generations.jsonl."""
+
+    job_id: str
+    cell: str
+    model: str
+    strategy: str
+    params: dict[str, Any]
+    seed: int = Field(description="The generation's own seed (derived from the job seed and prompt id).")
+    job_seed: int
+    prompt_id: str
+    prompt: str
+    reference: str | None = None
+    text: str
+    token_ids: list[int]
+    n_new_tokens: int
+    stop_reason: StopReason
+    batch: int = Field(description="Index of the batch that produced it within its job.")
+    nll_sum: float | None = Field(default=None, description="Sum of token negative log-likelihoods under the scorer.")
+    nll_count: int | None = Field(default=None, description="Tokens scored.")
+
+
+class BatchTiming(Strict):
+    """Raw timings of one generate() call; percentiles are computed only at report time."""
+
+    n: int = Field(description="Prompts in the batch.")
+    batch_size: int = Field(description="Batch size used (after any OOM halving).")
+    input_tokens: int
+    new_tokens: int
+    prefill_s: float = Field(description="Start of generate() to the first logits (time to first token).")
+    total_s: float = Field(description="Whole generate() call.")
+    decode_s: float = Field(description="total_s - prefill_s.")
+
+
+class JobResult(Strict):
+    """result.json: written last, so its presence marks the job complete."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    job: JobSpec
+    status: JobStatus = JobStatus.DONE
+    started_at: str
+    finished_at: str
+    generation_config: dict[str, Any] = Field(description="Effective settings passed to transformers, defaults filled in.")
+    batches: list[BatchTiming]
+    load_s: float
+    n_generations: int
+    new_tokens: int
+    memory: dict[str, float | None] = Field(description="torch_peak_mb, rss_peak_mb, nvml_peak_mb, nvml_mean_mb, gpu_util_mean.")
+    provenance: dict[str, Any]
+    notes: list[str] = Field(default_factory=list, description="Things a reader should know (e.g. an OOM batch halving).")

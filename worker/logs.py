@@ -1,0 +1,76 @@
+"""structlog set-up: readable console locally, JSON in pods; every job's lines also
+go to the job's own `log.jsonl` in the store.
+
+Context (`tenant`, `sweep_id`, `job_id`, `model`, `strategy`) is bound once with
+`structlog.contextvars` and carried by every line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+
+import structlog
+
+_capture: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar("decodebench_log_capture", default=None)
+_SECRET_KEYS = ("password", "secret", "token", "access_key", "credentials", "authorization")
+
+
+def _redact(logger, method, event: dict) -> dict:
+    """Never log a secret: values of keys such as `password` or `hf_token` are masked."""
+    for key in list(event):
+        k = key.lower()
+        if k in _SECRET_KEYS or k.endswith(tuple("_" + s for s in _SECRET_KEYS)):
+            event[key] = "***"
+    return event
+
+
+def _tee_to_job(logger, method, event: dict) -> dict:
+    buf = _capture.get()
+    if buf is not None:
+        buf.append(json.loads(json.dumps(event, default=str)))
+    return event
+
+
+def configure(fmt: str | None = None, level: str | None = None) -> None:
+    """Configure structlog once per process. fmt: console|json (env DECODEBENCH_LOG_FORMAT)."""
+    fmt = fmt or os.environ.get("DECODEBENCH_LOG_FORMAT", "console")
+    level_name = (level or os.environ.get("DECODEBENCH_LOG_LEVEL", "info")).upper()
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    try:  # transformers' own progress bars would interleave with ours
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # the controller alone has no transformers
+        pass
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _redact,
+            _tee_to_job,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level_name, logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+@contextlib.contextmanager
+def job_context(**bound) -> Iterator[list[dict]]:
+    """Bind job context and capture every log line emitted inside, for log.jsonl."""
+    buf: list[dict] = []
+    token = _capture.set(buf)
+    with structlog.contextvars.bound_contextvars(**bound):
+        try:
+            yield buf
+        finally:
+            _capture.reset(token)

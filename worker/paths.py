@@ -1,0 +1,56 @@
+"""Every store path, built in one place (as rq's `key_for`). Same under file:// and s3://."""
+
+from __future__ import annotations
+
+import re
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+REPORT_FORMATS = ("csv", "parquet", "json", "md")
+
+
+def check_tenant(tenant: str) -> str:
+    """Tenants name a store prefix and a queue: keep them to safe characters."""
+    if not _SAFE.match(tenant):
+        raise ValueError(f"tenant {tenant!r} must be 1-63 letters, digits, '.', '_' or '-'")
+    return tenant
+
+
+def sweep_prefix(tenant: str, sweep_id: str) -> str:
+    return f"{check_tenant(tenant)}/sweeps/{sweep_id}"
+
+
+def sweeps_prefix(tenant: str) -> str:
+    return f"{check_tenant(tenant)}/sweeps/"
+
+
+def spec_key(tenant: str, sweep_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/spec.json"
+
+
+def plan_key(tenant: str, sweep_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/plan.json"
+
+
+def jobs_prefix(tenant: str, sweep_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/jobs/"
+
+
+def job_prefix(tenant: str, sweep_id: str, job_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/jobs/{job_id}"
+
+
+def result_key(tenant: str, sweep_id: str, job_id: str) -> str:
+    return f"{job_prefix(tenant, sweep_id, job_id)}/result.json"
+
+
+def generations_key(tenant: str, sweep_id: str, job_id: str) -> str:
+    return f"{job_prefix(tenant, sweep_id, job_id)}/generations.jsonl"
+
+
+def log_key(tenant: str, sweep_id: str, job_id: str) -> str:
+    return f"{job_prefix(tenant, sweep_id, job_id)}/log.jsonl"
+
+
+def report_key(tenant: str, sweep_id: str, filename: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/report/{filename}"
