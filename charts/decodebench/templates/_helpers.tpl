@@ -1,0 +1,191 @@
+{{/*
+Names. Kubernetes names and label values stop at 63 characters.
+*/}}
+{{- define "decodebench.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "decodebench.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A component's resource name: <fullname>-<suffix> in 63 characters; the prefix gives way, never the suffix. */}}
+{{- define "decodebench.componentName" -}}
+{{- $prefix := include "decodebench.fullname" .root | trunc (int (sub 62 (len .suffix))) | trimSuffix "-" }}
+{{- printf "%s-%s" $prefix .suffix }}
+{{- end }}
+
+{{- define "decodebench.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object carries. */}}
+{{- define "decodebench.labels" -}}
+helm.sh/chart: {{ include "decodebench.chart" . }}
+{{ include "decodebench.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: decodebench
+{{- end }}
+
+{{/* Labels that select this release's pods; the NetworkPolicy admits exactly these to Redis. */}}
+{{- define "decodebench.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "decodebench.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* image reference: repository:tag[@digest]; tag defaults to the chart's appVersion. Args: {root, image}. */}}
+{{- define "decodebench.image" -}}
+{{- $tag := default .root.Chart.AppVersion .image.tag }}
+{{- if .image.digest }}
+{{- printf "%s:%s@%s" .image.repository $tag .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+Redis connection, the same for the in-cluster StatefulSet and an external Redis:
+a dict {scheme, host, port, db, secretName, secretKey}; secretName is empty when there is no password.
+*/}}
+{{- define "decodebench.redis" -}}
+{{- $r := .Values.redis }}
+{{- $out := dict "secretKey" $r.auth.passwordKey }}
+{{- if $r.enabled }}
+{{- $_ := set $out "scheme" "redis" }}
+{{- $_ := set $out "host" (printf "%s.%s.svc" (include "decodebench.componentName" (dict "root" . "suffix" "redis")) .Release.Namespace) }}
+{{- $_ := set $out "port" "6379" }}
+{{- $_ := set $out "db" "0" }}
+{{- $_ := set $out "secretName" (default (include "decodebench.componentName" (dict "root" . "suffix" "redis")) $r.auth.existingSecret) }}
+{{- else }}
+{{- $u := urlParse $r.external.url }}
+{{- $hostport := splitList ":" $u.host }}
+{{- $_ := set $out "scheme" $u.scheme }}
+{{- $_ := set $out "host" (first $hostport) }}
+{{- $_ := set $out "port" (ternary (last $hostport) "6379" (eq (len $hostport) 2)) }}
+{{- $_ := set $out "db" (default "0" (trimPrefix "/" $u.path)) }}
+{{- $_ := set $out "secretName" $r.auth.existingSecret }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+Environment of every decodebench program (controller, workers, helm test). The Redis
+password comes from a Secret and is spliced into the URL by Kubernetes' $(VAR) expansion,
+so it never appears in the rendered manifest.
+*/}}
+{{- define "decodebench.env" -}}
+{{- $redis := include "decodebench.redis" . | fromJson }}
+{{- if $redis.secretName }}
+- name: DECODEBENCH_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $redis.secretName }}
+      key: {{ $redis.secretKey }}
+- name: DECODEBENCH_REDIS_URL
+  value: {{ printf "%s://:$(DECODEBENCH_REDIS_PASSWORD)@%s:%s/%s" $redis.scheme $redis.host $redis.port $redis.db | quote }}
+{{- else }}
+- name: DECODEBENCH_REDIS_URL
+  value: {{ printf "%s://%s:%s/%s" $redis.scheme $redis.host $redis.port $redis.db | quote }}
+{{- end }}
+- name: DECODEBENCH_STORE
+  value: {{ printf "s3://%s/%s" .Values.store.bucket .Values.store.prefix | trimSuffix "/" | quote }}
+{{- with .Values.store.endpointUrl }}
+- name: DECODEBENCH_S3_ENDPOINT_URL
+  value: {{ . | quote }}
+{{- end }}
+- name: AWS_REGION
+  value: {{ .Values.store.region | quote }}
+{{- with .Values.store.existingSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.store.accessKeyIdKey }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.store.secretAccessKeyKey }}
+{{- end }}
+- name: DECODEBENCH_TENANT
+  value: {{ .Values.tenant | quote }}
+- name: DECODEBENCH_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: DECODEBENCH_JOB_TIMEOUT
+  value: {{ .Values.worker.jobTimeoutSeconds | quote }}
+- name: HOME
+  value: /tmp
+- name: PYTHONDONTWRITEBYTECODE
+  value: "1"
+{{- end }}
+
+{{/*
+The pools, each merged over worker.poolDefaults: a key set in a pool replaces the default
+as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools": [...]}.
+*/}}
+{{- define "decodebench.pools" -}}
+{{- $pools := list }}
+{{- range $i, $pool := .Values.worker.pools }}
+{{- $merged := deepCopy $.Values.worker.poolDefaults }}
+{{- range $key, $value := $pool }}
+{{- if and (has $key (list "image" "autoscaling")) (kindIs "map" $value) }}
+{{- $sub := deepCopy (get $merged $key | default dict) }}
+{{- range $k, $v := $value }}{{ $_ := set $sub $k $v }}{{ end }}
+{{- $_ := set $merged $key $sub }}
+{{- else }}
+{{- $_ := set $merged $key $value }}
+{{- end }}
+{{- end }}
+{{- /* A pool's image keys left empty fall back to worker.image. */}}
+{{- $image := deepCopy $.Values.worker.image }}
+{{- range $k, $v := $merged.image }}{{ if $v }}{{ $_ := set $image $k $v }}{{ end }}{{ end }}
+{{- $_ := set $merged "image" $image }}
+{{- $_ := set $merged "index" $i }}
+{{- $_ := set $merged "deployment" (include "decodebench.componentName" (dict "root" $ "suffix" (printf "worker-%s" $pool.name))) }}
+{{- $pools = append $pools $merged }}
+{{- end }}
+{{- toJson (dict "pools" $pools) }}
+{{- end }}
+
+{{/* Combinations the schema cannot express, each failing with a message that names the values. */}}
+{{- define "decodebench.validate" -}}
+{{- $r := .Values.redis }}
+{{- if and $r.enabled $r.external.url }}
+{{- fail "redis: set either redis.enabled=true (Redis in the cluster) or redis.external.url (your own Redis), not both" }}
+{{- end }}
+{{- if and (not $r.enabled) (not $r.external.url) }}
+{{- fail "redis: set redis.enabled=true (Redis in the cluster) or redis.external.url=redis://host:6379/0 (your own Redis)" }}
+{{- end }}
+{{- $seen := dict }}
+{{- range (include "decodebench.pools" . | fromJson).pools }}
+{{- if hasKey $seen .name }}
+{{- fail (printf "worker.pools: the pool name %q appears twice; pool names must be unique" .name) }}
+{{- end }}
+{{- $_ := set $seen .name true }}
+{{- if .autoscaling.enabled }}
+{{- if has "*" .queues }}
+{{- fail (printf "worker.pools[%d] (%s): autoscaling watches named queues, so `queues` must list tenants, not \"*\"" (int .index) .name) }}
+{{- end }}
+{{- if gt (int .autoscaling.minReplicas) (int .autoscaling.maxReplicas) }}
+{{- fail (printf "worker.pools[%d] (%s): autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d)" (int .index) .name (int .autoscaling.minReplicas) (int .autoscaling.maxReplicas)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The writable /tmp every pod mounts on its read-only root. Args: {size}. */}}
+{{- define "decodebench.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .size }}
+{{- end }}

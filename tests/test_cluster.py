@@ -1,0 +1,313 @@
+"""`decodebench cluster status|scale` against a Kubernetes API stand-in: a real HTTP server on
+loopback serving the API paths the commands use, with the Deployments the chart renders (and
+pods made from their templates), and a real redis-server holding RQ queues and workers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from redis import Redis
+from rq import Queue, Worker
+from rq.serializers import JSONSerializer
+
+from controller.cli import main
+from tests.services import free_port
+from tests.test_chart import VALUES_BY_NAME, render, workers
+
+NS = "ml"
+
+
+class KubeStandIn:
+    """Serves pods, Deployments and deployments/scale of one namespace; records every request."""
+
+    def __init__(self):
+        self.deployments: dict[str, dict] = {}
+        self.pods: list[dict] = []
+        self.forbidden: set[tuple[str, str]] = set()  # (method, resource), e.g. ("PATCH", "deployments/scale")
+        self.requests: list[dict] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def add_release(self, values, release: str = "db", pods: dict[str, list[dict]] | None = None) -> None:
+        """The release's worker Deployments as the chart renders them; `pods` gives each pool's pod states."""
+        for pool, dep in workers(render(values, release=release, namespace=NS)).items():
+            dep["metadata"]["namespace"] = NS
+            states = (pods or {}).get(pool, [])
+            dep["status"] = {"replicas": len(states), "readyReplicas": sum(s.get("ready", True) for s in states)}
+            self.deployments[dep["metadata"]["name"]] = dep
+            for i, state in enumerate(states):
+                self.pods.append(make_pod(dep, f"{dep['metadata']['name']}-7d9c6b5f4-{i:05d}", **state))
+
+    def _handler(self):
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):
+                self._serve("GET")
+
+            def do_PATCH(self):
+                self._serve("PATCH")
+
+            def _serve(self, method):
+                url = urlparse(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                stand_in.requests.append({"method": method, "path": url.path, "query": parse_qs(url.query),
+                                          "content_type": self.headers.get("Content-Type"), "body": body,
+                                          "auth": self.headers.get("Authorization")})
+                code, doc = stand_in.answer(method, url.path, parse_qs(url.query), body)
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+    def answer(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
+        parts = path.strip("/").split("/")
+        # /api/v1/namespaces/ml/pods, /apis/apps/v1/namespaces/ml/deployments[/NAME/scale]
+        ns, rest = (parts[3], parts[4:]) if parts[0] == "api" else (parts[4], parts[5:])
+        resource = rest[0] + ("/" + rest[2] if len(rest) == 3 else "")
+        if (method, resource) in self.forbidden:
+            verb = {"GET": "list", "PATCH": "patch"}[method]
+            user = f"system:serviceaccount:{ns}:db-decodebench-controller"
+            return 403, status(403, "Forbidden", f'{resource} is forbidden: User "{user}" cannot {verb} '
+                               f'resource "{resource}" in the namespace "{ns}"')
+        selector = dict(kv.split("=", 1) for kv in query.get("labelSelector", [""])[0].split(",") if kv)
+
+        def selected(obj):
+            return obj["metadata"].get("namespace") == ns and selector.items() <= obj["metadata"]["labels"].items()
+
+        if method == "GET" and rest == ["pods"]:
+            return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                         "items": [p for p in self.pods if selected(p)]}
+        if method == "GET" and rest == ["deployments"]:
+            return 200, {"kind": "DeploymentList", "apiVersion": "apps/v1", "metadata": {},
+                         "items": [d for d in self.deployments.values() if selected(d)]}
+        if method == "PATCH" and len(rest) == 3 and rest[0] == "deployments" and rest[2] == "scale":
+            dep = self.deployments.get(rest[1])
+            if dep is None or dep["metadata"]["namespace"] != ns:
+                return 404, status(404, "NotFound", f'deployments.apps "{rest[1]}" not found')
+            dep["spec"]["replicas"] = body["spec"]["replicas"]
+            return 200, {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                         "metadata": {"name": rest[1], "namespace": ns}, "spec": {"replicas": dep["spec"]["replicas"]},
+                         "status": {"replicas": dep["status"]["replicas"]}}
+        return 404, status(404, "NotFound", f"the server could not find the requested resource ({path})")
+
+
+def status(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+def make_pod(dep: dict, name: str, ready: bool = True, waiting: str | None = None, restarts: int = 0,
+             node: str | None = "gpu-node-1") -> dict:
+    """A pod of the Deployment, from its template, in the state a kubelet would report."""
+    template = copy.deepcopy(dep["spec"]["template"])
+    phase = "Running" if node else "Pending"
+    container = {"name": "worker", "ready": ready, "restartCount": restarts, "image": "x", "imageID": "",
+                 "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": dep["metadata"]["namespace"], **template["metadata"]},
+            "spec": {**template["spec"], **({"nodeName": node} if node else {})},
+            "status": {"phase": phase, "conditions": [
+                {"type": "Ready", "status": str(ready)},
+                {"type": "PodScheduled", "status": str(bool(node)), **({} if node else {"reason": "Unschedulable"})}],
+                       "containerStatuses": [container] if node else []}}
+
+
+@pytest.fixture()
+def kube(tmp_path, monkeypatch):
+    """The stand-in, and a kubeconfig whose current context points at it (namespace ml)."""
+    stand_in = KubeStandIn()
+    thread = threading.Thread(target=stand_in.server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "lab",
+              "clusters": [{"name": "lab", "cluster": {"server": stand_in.url}}],
+              "users": [{"name": "tester", "user": {"token": "t0ken"}}],
+              "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "tester", "namespace": NS}},
+                           {"name": "other", "context": {"cluster": "lab", "user": "tester", "namespace": "other"}}]}
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    yield stand_in
+    stand_in.server.shutdown()
+    stand_in.server.server_close()
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, ["cluster", *args])
+
+
+TWO_POOLS = {"h100": [{}, {}], "a10g": [{}, {"ready": False, "waiting": "CrashLoopBackOff", "restarts": 4},
+                                        {"ready": False, "node": None}]}
+
+
+def fill_redis(url: str, kube: KubeStandIn) -> None:
+    """Queued jobs for three tenants, and RQ workers registered from the h100 pods (3 of 16 busy)."""
+    conn = Redis.from_url(url)
+    for queue, n in (("decodebench.nlp-research.high", 3), ("decodebench.safety.normal", 2),
+                     ("decodebench.other-team.low", 5)):
+        q = Queue(queue, connection=conn, serializer=JSONSerializer)
+        for i in range(n):
+            q.enqueue("worker.queueing.execute", {"job": i})
+    h100_pods = [p["metadata"]["name"] for p in kube.pods if p["metadata"]["labels"]["decodebench.io/pool"] == "h100"]
+    for i in range(16):
+        w = Worker([Queue("decodebench.nlp-research.high", connection=conn)], connection=conn, name=f"w{i}")
+        w.hostname = h100_pods[i // 8]
+        w.register_birth()
+        w.set_state("busy" if i in (0, 1, 9) else "idle")
+
+
+def test_cluster_group_is_registered():
+    assert "cluster" in main.commands and {"status", "scale"} <= main.commands["cluster"].commands.keys()
+
+
+def test_status_shows_pods_gpus_queue_depth_and_workers_per_pool(kube, redis_url):
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"], pods=TWO_POOLS)
+    fill_redis(redis_url, kube)
+    result = cli("status", "--redis-url", redis_url, "--output", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["namespace"] == NS and doc["queue_depth_unavailable"] is None
+    pools = {p["name"]: p for p in doc["pools"]}
+    h100, a10g = pools["h100"], pools["a10g"]
+    assert (h100["replicas"], h100["ready"], h100["gpus_per_pod"]) == (2, 2, 8)
+    assert [p["gpus"] for p in h100["pods"]] == [8, 8] and all(p["ready"] for p in h100["pods"])
+    assert h100["queued"] == 5  # nlp-research + safety
+    assert (h100["idle"], h100["busy"]) == (13, 3)
+    assert a10g["queued"] == 10  # "*": every decodebench queue
+    assert (a10g["replicas"], a10g["ready"], a10g["idle"], a10g["busy"]) == (4, 1, 0, 0)
+    assert sorted(p["phase"] for p in a10g["pods"]) == ["CrashLoopBackOff", "Running", "Unschedulable"]
+    assert max(p["restarts"] for p in a10g["pods"]) == 4
+    assert kube.requests[0]["auth"] == "Bearer t0ken"
+    selectors = {r["query"]["labelSelector"][0] for r in kube.requests}
+    assert selectors == {"app.kubernetes.io/name=decodebench,app.kubernetes.io/component=worker"}
+
+
+def test_status_table(kube, redis_url):
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"], pods=TWO_POOLS)
+    fill_redis(redis_url, kube)
+    result = cli("status", "--redis-url", redis_url)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "namespace ml"
+    assert lines[1].split() == ["POOL", "RELEASE", "READY", "GPUS/POD", "QUEUED", "IDLE", "BUSY", "SCALING"]
+    assert ["h100", "db", "2/2", "8", "5", "13", "3", "manual"] in [line.split() for line in lines]
+    assert any("CrashLoopBackOff" in line and "a10g" in line for line in lines)
+
+
+def test_status_without_redis_still_lists_the_pods(kube):
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"], pods=TWO_POOLS)
+    result = cli("status", "--redis-url", f"redis://:secret@127.0.0.1:{free_port()}/0")
+    assert result.exit_code == 0, result.output
+    assert "queue depth unavailable: cannot read RQ queues at redis://***@127.0.0.1" in result.output
+    assert "secret" not in result.output
+    assert ["h100", "db", "2/2", "8", "-", "-", "-", "manual"] in [line.split() for line in result.output.splitlines()]
+    assert result.output.count("decodebench-worker-h100-") == 2
+
+
+def test_status_follows_release_namespace_and_context(kube):
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"], release="db", pods=TWO_POOLS)
+    kube.add_release(VALUES_BY_NAME["cpu-only"], release="dev", pods={"cpu": [{}]})
+    result = cli("status", "--release", "dev", "-o", "json", "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
+    assert [p["name"] for p in json.loads(result.output)["pools"]] == ["cpu"]
+    assert kube.requests[-1]["query"]["labelSelector"][0].endswith(",app.kubernetes.io/instance=dev")
+    seen = len(kube.requests)
+    result = cli("status", "--context", "other")
+    assert result.exit_code == 0 and "namespace other" in result.output
+    assert "no decodebench worker pools" in result.output
+    assert all("/namespaces/other/" in r["path"] for r in kube.requests[seen:])
+    result = cli("status", "-n", "elsewhere")
+    assert "namespace elsewhere" in result.output
+
+
+def test_scale_patches_the_pool_deployment(kube):
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"], pods=TWO_POOLS)
+    result = cli("scale", "a10g", "--replicas", "6")
+    assert result.exit_code == 0, result.output
+    assert "pool a10g: 4 -> 6 replicas" in result.output
+    (patch,) = [r for r in kube.requests if r["method"] == "PATCH"]
+    assert patch["path"] == "/apis/apps/v1/namespaces/ml/deployments/db-decodebench-worker-a10g/scale"
+    assert patch["body"] == {"spec": {"replicas": 6}}
+    assert "patch" in patch["content_type"]
+    assert kube.deployments["db-decodebench-worker-a10g"]["spec"]["replicas"] == 6
+    assert cli("scale", "a10g", "--replicas", "0").exit_code == 0  # an idle pool can give its GPUs back
+
+
+def test_scale_unknown_pool_names_the_pools(kube):
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"])
+    result = cli("scale", "v100", "--replicas", "1")
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: no worker pool 'v100' in namespace ml (pools: a10g, h100)"
+
+
+def test_scale_needs_a_release_when_two_have_the_pool(kube):
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"], release="db")
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"], release="db2")
+    result = cli("scale", "h100", "--replicas", "1")
+    assert result.exit_code == 2 and "choose one with --release" in result.output
+    assert cli("scale", "h100", "--replicas", "1", "--release", "db2").exit_code == 0
+    assert kube.deployments["db2-decodebench-worker-h100"]["spec"]["replicas"] == 1
+    assert kube.deployments["db-decodebench-worker-h100"]["spec"]["replicas"] == 2
+
+
+def test_scale_refuses_an_autoscaled_pool(kube):
+    kube.add_release(VALUES_BY_NAME["keda"])
+    result = cli("scale", "h100", "--replicas", "3")
+    assert result.exit_code == 2 and "autoscaled by KEDA" in result.output
+    assert not [r for r in kube.requests if r["method"] == "PATCH"]
+
+
+def test_scale_rejects_negative_replicas(kube):
+    result = cli("scale", "h100", "--replicas", "-1")
+    assert result.exit_code == 2 and "-1 is not in the range x>=0" in result.output
+    assert not kube.requests
+
+
+def test_rbac_forbidden_is_one_clear_line(kube):
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"])
+    kube.forbidden.add(("PATCH", "deployments/scale"))
+    result = cli("scale", "h100", "--replicas", "1")
+    assert result.exit_code == 1
+    assert result.output.startswith("error: Kubernetes API refused to scale deployment db-decodebench-worker-h100 "
+                                    "in namespace ml: deployments/scale is forbidden")
+    assert "controller.rbac.create" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    kube.forbidden.add(("GET", "pods"))
+    result = cli("status")
+    assert result.exit_code == 1 and "refused to list pods" in result.output
+
+
+def test_no_cluster_access_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    result = cli("status")
+    assert result.exit_code == 2 and result.output.startswith("error: no Kubernetes access")
+    assert "KUBECONFIG" in result.output
+
+
+def test_unknown_context_is_a_usage_error(kube):
+    result = cli("status", "--context", "prod")
+    assert result.exit_code == 2 and "no Kubernetes access" in result.output and "prod" in result.output
+
+
+def test_unreachable_api_server_is_a_service_error(kube, tmp_path, monkeypatch):
+    config = yaml.safe_load((tmp_path / "kubeconfig").read_text())
+    config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{free_port()}"
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
+    result = cli("status")
+    assert result.exit_code == 1 and "cannot reach the Kubernetes API at http://127.0.0.1:" in result.output
