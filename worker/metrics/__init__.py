@@ -28,7 +28,9 @@ class CellData:
     """Everything the text metrics of one cell (or the reference row) see.
 
     `words` is `texts` tokenised once with `worker.metrics.tokenize.word_tokenize`,
-    the same fixed tokenizer for every cell. Lists are aligned: one entry per generation.
+    the same fixed tokenizer for every cell. Lists are aligned: one entry per generation;
+    an optional list that is empty (or holds None) means "absent", and the metrics that
+    need it are empty. Build it with `cell_data(records)`.
     """
 
     texts: list[str]

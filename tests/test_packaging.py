@@ -1,0 +1,53 @@
+"""Packaging: the controller never imports torch; the console scripts and listings work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from controller.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_controller_does_not_import_torch():
+    code = (
+        "import sys, importlib, pkgutil, controller\n"
+        "for m in pkgutil.walk_packages(controller.__path__, 'controller.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "import worker.strategies, worker.metrics, worker.store, worker.contract, worker.paths\n"
+        "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
+        "print(heavy); sys.exit(1 if heavy else 0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_base_dependencies_exclude_torch_and_the_extra_adds_it():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    base = " ".join(project["dependencies"]).lower()
+    assert "torch" not in base and "transformers" not in base
+    worker = " ".join(project["optional-dependencies"]["worker"]).lower()
+    for name in ("torch", "transformers", "safetensors", "nvidia-ml-py"):
+        assert name in worker
+    assert set(project["scripts"]) == {"decodebench", "decodebench-worker"}
+
+
+def test_strategies_and_metrics_listings():
+    out = CliRunner().invoke(main, ["strategies"])
+    assert out.exit_code == 0
+    for name in ("greedy", "beam", "top_k", "top_p", "typical", "min_p", "epsilon", "eta", "repetition_penalty", "no_repeat_ngram_size"):
+        assert name in out.output
+    assert "p: float (>0.0, <=1.0), default 0.9" in out.output
+    out = CliRunner().invoke(main, ["metrics"])
+    assert out.exit_code == 0
+
+
+def test_cli_help_as_a_subprocess():
+    exe = Path(sys.executable).with_name("decodebench")
+    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "validate" in proc.stdout and "run" in proc.stdout

@@ -1,0 +1,60 @@
+"""Distinct-n (Li et al. 2016): unique n-grams across the whole cell over all its n-grams.
+
+    distinct-n = |∪_i set(n-grams of generation i)| / Σ_i |n-grams of generation i|
+
+Corpus level: an n-gram that two generations share counts once in the numerator
+(unlike rep-n, which only looks within each generation). N-grams never cross the
+boundary between two generations. The denominator is the number of n-grams; Li et al.
+wrote "divided by the total number of generated tokens", which for n > 1 differs by
+n − 1 per generation; the n-gram count is what most implementations use and keeps the
+value in [0, 1]. None when the cell has no n-gram (every generation shorter than n).
+"""
+
+from __future__ import annotations
+
+from worker.metrics import CellData, metric
+from worker.metrics.tokenize import ngrams
+
+_LI = 'Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models", NAACL'
+
+
+def distinct_n(docs: list[list[str]], n: int) -> float | None:
+    """Unique n-grams across `docs` / total n-grams of `docs`; None if there are none."""
+    seen: set[tuple[str, ...]] = set()
+    total = 0
+    for words in docs:
+        grams = ngrams(words, n)
+        seen.update(grams)
+        total += len(grams)
+    if total == 0:
+        return None
+    return len(seen) / total
+
+
+def _distinct_metric(n: int):
+    return metric(
+        f"distinct_{n}",
+        description=f"Unique {n}-grams across the cell's generations / all their {n}-grams.",
+        level="corpus",
+        higher_is_better=True,
+        citation=_LI,
+        unit="fraction",
+    )
+
+
+@_distinct_metric(1)
+def distinct_1(cell: CellData) -> float | None:
+    """Distinct-1 of the cell."""
+    return distinct_n(cell.words, 1)
+
+
+@_distinct_metric(2)
+def distinct_2(cell: CellData) -> float | None:
+    """Distinct-2 of the cell."""
+    return distinct_n(cell.words, 2)
+
+
+@_distinct_metric(3)
+def distinct_3(cell: CellData) -> float | None:
+    """Distinct-3 of the cell."""
+    return distinct_n(cell.words, 3)
