@@ -64,6 +64,9 @@ class StrategyEntry(_Strict):
                     strategy.all_params[key].check(key, v)
                 except ValueError as err:
                     raise ValueError(f"params.{err}") from None
+        for key, param in strategy.all_params.items():
+            if param.default is None and not param.optional and key not in self.params:
+                raise ValueError(f"params.{key} is required for strategy {self.name!r}")
         return self
 
 
@@ -145,17 +148,32 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) ->
 
 
 def _resolve_paths(spec: SweepSpec, base: Path) -> SweepSpec:
-    def resolve_model(m: ModelSpec | None) -> ModelSpec | None:
-        if m is None:
-            return None
-        local = (base / m.path).expanduser()
-        if m.path.startswith((".", "/", "~")) or local.exists():
+    def resolve(path: str, where: str) -> str:
+        """A local path (relative to the spec file) made absolute; a hub id left as it is."""
+        local = (base / path).expanduser()
+        if path.startswith((".", "/", "~")) or local.exists():
             if not local.exists():
-                raise UsageError(f"models: local model path {m.path!r} does not exist (resolved to {local.resolve()})")
-            return m.model_copy(update={"path": str(local.resolve()), "name": m.label})
-        return m  # a hub id
+                raise UsageError(f"{where}: local model path {path!r} does not exist (resolved to {local.resolve()})")
+            return str(local.resolve())
+        return path
 
-    update: dict[str, Any] = {"models": [resolve_model(m) for m in spec.models], "scorer": resolve_model(spec.scorer)}
+    def resolve_model(m: ModelSpec | None, where: str) -> ModelSpec | None:
+        return None if m is None else m.model_copy(update={"path": resolve(m.path, where), "name": m.label})
+
+    def resolve_params(i: int, entry: StrategyEntry) -> StrategyEntry:
+        params = dict(entry.params)
+        for key, param in STRATEGIES.get(entry.name).all_params.items():
+            if param.is_path and key in params:
+                where = f"strategies[{i}].params.{key}"
+                value = params[key]
+                params[key] = [resolve(v, where) for v in value] if isinstance(value, list) else resolve(value, where)
+        return entry.model_copy(update={"params": params})
+
+    update: dict[str, Any] = {
+        "models": [resolve_model(m, f"models[{i}]") for i, m in enumerate(spec.models)],
+        "scorer": resolve_model(spec.scorer, "scorer"),
+        "strategies": [resolve_params(i, e) for i, e in enumerate(spec.strategies)],
+    }
     if spec.prompts.path is not None:
         p = (base / spec.prompts.path).expanduser()
         if not p.is_file():

@@ -138,3 +138,48 @@ def test_missing_model_is_a_permanent_error(tmp_path, runtime):
 def test_generation_seed_is_stable():
     assert engine.generation_seed(0, "p1") == engine.generation_seed(0, "p1")
     assert engine.generation_seed(0, "p1") != engine.generation_seed(1, "p1")
+
+
+def naive_contrastive(model, ids: list[int], k: int, alpha: float, steps: int) -> list[int]:
+    """Contrastive search written from the paper, without a cache: a full forward per candidate."""
+    out = list(ids)
+    for _ in range(steps):
+        with torch.inference_mode():
+            base = model(torch.tensor([out]), output_hidden_states=True)
+        probs = torch.softmax(base.logits[0, -1].float(), -1)
+        context = torch.nn.functional.normalize(base.hidden_states[-1][0].float(), dim=-1)
+        top_p, top_ids = probs.topk(k)
+        best, best_score = None, -float("inf")
+        for p, v in zip(top_p.tolist(), top_ids.tolist()):
+            with torch.inference_mode():
+                h = model(torch.tensor([out + [v]]), output_hidden_states=True).hidden_states[-1][0, -1].float()
+            score = (1 - alpha) * p - alpha * float((context @ torch.nn.functional.normalize(h, dim=-1)).max())
+            if score > best_score:
+                best, best_score = v, score
+        out.append(best)
+    return out[len(ids):]
+
+
+def test_contrastive_search_matches_the_paper_and_reduces_to_greedy(tiny_model, runtime):
+    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+    _, records, result = texts(runtime, job(tiny_model, "contrastive", {"k": 4, "alpha": 0.6}, max_new=10, prompts=PROMPTS[:4]))
+    assert result.generation_config["decodebench_loop"]["alpha"] == 0.6
+    for rec in records:
+        expected = naive_contrastive(lm.model, lm.tokenizer(rec.prompt)["input_ids"], 4, 0.6, 10)
+        eos = lm.tokenizer.eos_token_id
+        if eos in expected:
+            expected = expected[: expected.index(eos) + 1]
+        assert rec.token_ids == expected, rec.prompt
+    greedy, _, _ = texts(runtime, job(tiny_model, "greedy", max_new=10))
+    alpha0, _, _ = texts(runtime, job(tiny_model, "contrastive", {"k": 5, "alpha": 0.0}, max_new=10))
+    assert alpha0 == greedy
+
+
+def test_assisted_decoding_equals_greedy(tiny_model, small_model, runtime):
+    greedy, _, _ = texts(runtime, job(small_model, "greedy", max_new=12, prompts=PROMPTS[:3]))
+    assisted, records, result = texts(runtime, job(
+        small_model, "assisted", {"assistant": tiny_model, "num_assistant_tokens": 3}, max_new=12, prompts=PROMPTS[:3]))
+    assert assisted == greedy
+    assert result.generation_config["decodebench_assistant"]["path"] == tiny_model
+    assert any("batch_size 4 -> 1" in n for n in result.notes)
+    assert all(b.n == 1 for b in result.batches)

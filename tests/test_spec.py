@@ -98,3 +98,22 @@ def test_schema_is_generated_from_the_models():
     assert schema["additionalProperties"] is False
     assert {"name", "models", "prompts", "strategies"} <= set(schema["required"])
     assert "description" in schema["properties"]["models"]
+
+
+def test_strategy_model_paths_resolve_against_the_spec(tmp_path):
+    (tmp_path / "draft").mkdir()
+    text = GOOD.replace("MODEL", str(tmp_path)).replace(
+        "  - name: greedy\n", "  - name: assisted\n    params: {assistant: ./draft}\n")
+    spec = load_spec(write(tmp_path, text))
+    assert spec.strategies[0].params["assistant"] == str((tmp_path / "draft").resolve())
+
+
+@pytest.mark.parametrize("params,expected", [
+    ("{assistant: ./missing}", "strategies[0].params.assistant: local model path './missing' does not exist"),
+    ("{num_assistant_tokens: 3}", "strategies[0]: params.assistant is required for strategy 'assisted'"),
+    ("{assistant: x, schedule: fast}", "params.schedule must be one of constant, heuristic"),
+])
+def test_assisted_strategy_errors(tmp_path, params, expected):
+    text = GOOD.replace("MODEL", str(tmp_path)).replace("  - name: greedy\n", f"  - name: assisted\n    params: {params}\n")
+    result = CliRunner().invoke(main, ["validate", str(write(tmp_path, text))])
+    assert result.exit_code == 2 and expected in result.output, result.output

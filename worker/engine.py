@@ -15,6 +15,7 @@ floating-point effects of padding, which on GPU can flip a rare near-tie).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -111,16 +112,36 @@ def build_warpers(cfg: dict[str, Any]) -> list[LogitsProcessor]:
     return w
 
 
+def build_modifiers(cfg: GenerationConfig, prompt_len: int) -> list[LogitsProcessor]:
+    """The processors generate() would add for penalties and minimum length (for custom loops)."""
+    m: list[LogitsProcessor] = []
+    if cfg.min_new_tokens:
+        m.append(lp.MinNewTokensLengthLogitsProcessor(prompt_len, cfg.min_new_tokens, cfg.eos_token_id))
+    if cfg.repetition_penalty not in (None, 1.0):
+        m.append(lp.RepetitionPenaltyLogitsProcessor(penalty=cfg.repetition_penalty))
+    if cfg.no_repeat_ngram_size:
+        m.append(lp.NoRepeatNGramLogitsProcessor(cfg.no_repeat_ngram_size))
+    return m
+
+
 @dataclass
 class Plan:
-    """How one job calls generate(): the config and the sampling set-up."""
+    """How one job calls generate() (or a strategy's own loop): the config and the sampling set-up."""
 
     config: GenerationConfig
     warpers_cfg: dict[str, Any] | None  # sampling settings applied by the engine, or None
     stop: list[str]
+    loop: str | None = None  # "module:function" of a strategy's own decoding loop
+    loop_params: dict[str, Any] | None = None
+    assistant_path: str | None = None  # assisted decoding: the draft model to load
+    assistant: LoadedModel | None = None
 
     def describe(self) -> dict[str, Any]:
         out = self.config.to_dict()
+        if self.loop is not None:
+            out["decodebench_loop"] = {"function": self.loop, **(self.loop_params or {})}
+        if self.assistant is not None:
+            out["decodebench_assistant"] = self.assistant.info
         if self.warpers_cfg is not None:
             out["decodebench_sampler"] = {
                 "method": "per-generation seeded multinomial after transformers warpers",
@@ -130,7 +151,8 @@ class Plan:
 
 
 def make_plan(lm: LoadedModel, strategy: StrategySpec, settings: GenerationSettings) -> Plan:
-    kwargs = get_strategy(strategy.name).generation_kwargs(strategy.params)
+    registered = get_strategy(strategy.name)
+    kwargs = registered.generation_kwargs(strategy.params)
     tok = lm.tokenizer
     base = lm.model.generation_config.to_dict()
     cfg = GenerationConfig(**{**base, **kwargs})
@@ -147,9 +169,16 @@ def make_plan(lm: LoadedModel, strategy: StrategySpec, settings: GenerationSetti
         cfg.do_sample = False
         cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, cfg.typical_p = 1.0, None, 1.0, None, 1.0
         cfg.epsilon_cutoff, cfg.eta_cutoff = 0.0, 0.0
-    if cfg.num_beams > 1 and settings.stop:
+    if (cfg.num_beams > 1 or "assistant" in strategy.params) and settings.stop:
         cfg.stop_strings = list(settings.stop)
-    return Plan(cfg, warpers_cfg, list(settings.stop))
+    params = registered.validate(strategy.params)
+    loop_params = params if registered.loop else None
+    return Plan(cfg, warpers_cfg, list(settings.stop), registered.loop, loop_params, params.get("assistant"))
+
+
+def _import(target: str):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass
@@ -178,20 +207,25 @@ def generate_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds
         processors.append(SeededSampler(seeds, device))
     criteria = StoppingCriteriaList()
     recorder = None
-    if plan.config.num_beams == 1:
+    if plan.config.num_beams == 1 and plan.assistant is None:
         stop = StopStringCriteria(tok, plan.stop) if plan.stop else None
         recorder = FinishRecorder(prompt_len, _eos_ids(plan.config), stop, len(prompts))
         criteria.append(recorder)
     _sync(device)
     start = time.perf_counter()
-    with torch.inference_mode():
-        out = lm.model.generate(
-            **enc,
-            generation_config=plan.config,
-            logits_processor=processors,
-            stopping_criteria=criteria,
-            tokenizer=tok if plan.config.stop_strings else None,
-        )
+    if plan.loop is not None:
+        processors.extend(build_modifiers(plan.config, prompt_len))
+        out = _import(plan.loop)(lm.model, enc, plan.config, plan.loop_params, processors, criteria)
+    else:
+        with torch.inference_mode():
+            out = lm.model.generate(
+                **enc,
+                generation_config=plan.config,
+                logits_processor=processors,
+                stopping_criteria=criteria,
+                tokenizer=tok if plan.config.stop_strings else None,
+                assistant_model=plan.assistant.model if plan.assistant is not None else None,
+            )
     _sync(device)
     total = time.perf_counter() - start
     prefill = (timer.stamps[0] - start) if timer.stamps else total

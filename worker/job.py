@@ -19,7 +19,7 @@ import structlog
 
 import worker
 from worker import paths
-from worker.contract import GenerationRecord, JobResult, JobSpec
+from worker.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
 from worker.logs import job_context
 from worker.store import Store, open_store
 
@@ -92,12 +92,19 @@ def execute(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationR
     lm = runtime.cache.get(job.model, runtime.device)
     plan = engine.make_plan(lm, job.strategy, job.generation)
     bs = job.generation.batch_size
+    notes: list[str] = []
+    if plan.assistant_path is not None:
+        plan.assistant = runtime.cache.get(ModelSpec(path=plan.assistant_path, dtype=job.model.dtype), runtime.device)
+        if bs > 1:
+            notes.append(f"assisted decoding runs one prompt at a time in transformers: batch_size {bs} -> 1")
+            bs = 1
     batches = [job.prompts[i : i + bs] for i in range(0, len(job.prompts), bs)]
     if job.generation.warmup:
         engine.warm_up(lm, plan, batches[0])
+        if plan.assistant is not None:
+            engine.warm_up(plan.assistant, plan, batches[0])
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)
-    notes: list[str] = []
     records: list[GenerationRecord] = []
     timings = []
     outputs = []

@@ -26,11 +26,19 @@ class Param:
     min_exclusive: bool = False
     max_exclusive: bool = False
     optional: bool = False  # default None means "off"
+    choices: tuple[str, ...] = ()  # for str parameters
+    is_path: bool = False  # a model path or hub id, resolved like `models[].path`
 
     def check(self, name: str, value: Any) -> Any:
         """Return the value coerced to the type, or raise ValueError naming the parameter."""
         if value is None and self.optional:
             return None
+        if self.type is str:
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+            if self.choices and value not in self.choices:
+                raise ValueError(f"{name} must be one of {', '.join(self.choices)}, got {value!r}")
+            return value
         if self.type is bool:
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
@@ -52,8 +60,8 @@ class Param:
     def describe(self) -> str:
         lo = "" if self.min is None else f"{'>' if self.min_exclusive else '>='}{self.min}"
         hi = "" if self.max is None else f"{'<' if self.max_exclusive else '<='}{self.max}"
-        bounds = ", ".join(b for b in (lo, hi) if b)
-        default = "off" if self.default is None else repr(self.default)
+        bounds = ", ".join(b for b in (lo, hi) if b) or " | ".join(self.choices)
+        default = ("off" if self.optional else "required") if self.default is None else repr(self.default)
         return f"{self.type.__name__}{f' ({bounds})' if bounds else ''}, default {default}: {self.description}"
 
 
@@ -92,6 +100,8 @@ class Strategy:
             value = params.get(name, spec.default)
             if value is None and spec.optional:
                 continue
+            if value is None:
+                raise ValueError(f"{name} is required for strategy {self.name!r}")
             out[name] = spec.check(name, value)
         return out
 
@@ -123,4 +133,4 @@ def variant_label(name: str, params: dict[str, Any]) -> str:
     return f"{name}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
 
 
-from worker.strategies import table  # noqa: E402,F401  (registers the plain strategies)
+from worker.strategies import assisted, contrastive, table  # noqa: E402,F401  (register the strategies)
