@@ -132,5 +132,13 @@ def metrics() -> None:
         click.echo(f"{name}  ({m.level}, {direction}{extra}{', ' + m.citation if m.citation else ''}): {m.description}")
 
 
+from controller.cluster import cluster  # noqa: E402
+from controller.commands import COMMANDS  # noqa: E402  (distributed mode: submit, status, cancel, retry, logs, doctor)
+from controller.report import report  # noqa: E402
+
+for _command in (*COMMANDS, report, cluster):
+    main.add_command(_command)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

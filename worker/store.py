@@ -18,6 +18,8 @@ from worker.contract import GenerationRecord, JobResult
 from worker.errors import StoreError, UsageError
 
 DEFAULT_STORE = "./runs"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 class Store:
@@ -116,6 +118,7 @@ class FileStore(Store):
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are as readable as any file
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

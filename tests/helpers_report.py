@@ -1,0 +1,165 @@
+"""Synthetic sweeps for the aggregation, report and HTML tests: no models, no torch.
+
+`make_sweep` builds JobResult and GenerationRecord objects as a worker would write
+them. A generation's text depends only on (cell, seed, prompt), never on the shard,
+so splitting the same prompts into 1 or 4 shards yields the same generations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections import Counter
+
+from controller.aggregate import SweepData
+from worker import paths
+from worker.contract import (
+    BatchTiming,
+    GenerationRecord,
+    GenerationSettings,
+    JobResult,
+    JobSpec,
+    ModelSpec,
+    PromptItem,
+    StrategySpec,
+)
+from worker.metrics import CellData, Metric
+from worker.store import Store
+
+VOCAB = "the a of and to in was she he it her his that with for not be mr elizabeth darcy".split()
+CELLS = [("austen-tiny", "greedy", {}), ("austen-tiny", "top_p", {"p": 0.9, "temperature": 1.0})]
+STOCHASTIC = {"top_p", "sample", "top_k"}
+
+
+def prompts(n: int = 8, with_references: bool = True) -> list[PromptItem]:
+    return [PromptItem(id=f"p{i:03d}", prompt=f"Prompt number {i} <b>&",
+                       reference=(f"reference {i} the cat sat on the mat the cat" if with_references else None))
+            for i in range(n)]
+
+
+def _text(cell: str, seed: int, prompt_id: str, strategy: str) -> tuple[str, int, str]:
+    rng = random.Random(f"{cell}|{seed if strategy in STOCHASTIC else 0}|{prompt_id}")
+    n = rng.randint(4, 14)
+    words = [rng.choice(VOCAB[:6]) if strategy == "greedy" else rng.choice(VOCAB) for _ in range(n)]
+    if strategy == "greedy":
+        words = (words[:3] * 5)[:n]  # greedy repeats itself
+    return " ".join(words), n, "eos" if n < 12 else "length"
+
+
+def make_sweep(
+    *,
+    n_prompts: int = 8,
+    shard_size: int = 8,
+    seeds: tuple[int, ...] = (0,),
+    cells=CELLS,
+    batch_size: int = 2,
+    with_references: bool = True,
+    with_nll: bool = True,
+    tenant: str = "default",
+    sweep_id: str = "sweep0000000000a",
+) -> SweepData:
+    items = prompts(n_prompts, with_references)
+    shards = [items[i:i + shard_size] for i in range(0, len(items), shard_size)]
+    results, records = [], []
+    for model, strategy, params in cells:
+        variant = strategy if not params else f"{strategy}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
+        cell = f"{model}::{variant}"
+        for seed in (seeds if strategy in STOCHASTIC else seeds[:1]):
+            for index, shard in enumerate(shards):
+                job_id = hashlib.sha256(f"{sweep_id}|{cell}|{seed}|{index}".encode()).hexdigest()[:16]
+                job = JobSpec(tenant=tenant, sweep_id=sweep_id, sweep_name="synthetic", job_id=job_id, cell=cell,
+                              model=ModelSpec(path=f"/models/{model}"), strategy=StrategySpec(name=strategy, params=params),
+                              seed=seed, shard=index, n_shards=len(shards), prompts=shard,
+                              generation=GenerationSettings(max_new_tokens=14, batch_size=batch_size))
+                batches = []
+                for b, start in enumerate(range(0, len(shard), batch_size)):
+                    batch = shard[start:start + batch_size]
+                    new = 0
+                    for p in batch:
+                        text, n, stop = _text(cell, seed, p.id, strategy)
+                        new += n
+                        records.append(GenerationRecord(
+                            job_id=job_id, cell=cell, model=model, strategy=strategy, params=params,
+                            seed=seed * 1000 + int(p.id[1:]), job_seed=seed, prompt_id=p.id, prompt=p.prompt,
+                            reference=p.reference, text=text, token_ids=list(range(n)), n_new_tokens=n,
+                            stop_reason=stop, batch=b, nll_sum=(2.0 * n if with_nll else None),
+                            nll_count=(n if with_nll else None)))
+                    k = int(batch[0].id[1:])
+                    prefill = 0.01 + 0.001 * k
+                    total = prefill + 0.005 * new * (2 if strategy == "top_p" else 1)
+                    batches.append(BatchTiming(n=len(batch), batch_size=batch_size, input_tokens=5 * len(batch),
+                                               new_tokens=new, prefill_s=prefill, total_s=total, decode_s=total - prefill))
+                results.append(JobResult(
+                    job=job, started_at="2024-01-01T00:00:00Z", finished_at="2024-01-01T00:00:01Z",
+                    generation_config={"do_sample": strategy in STOCHASTIC}, batches=batches, load_s=0.1,
+                    n_generations=len(shard), new_tokens=sum(b.new_tokens for b in batches),
+                    memory={"torch_peak_mb": None, "rss_peak_mb": 500.0 + 10 * index, "nvml_peak_mb": None,
+                            "nvml_mean_mb": None, "gpu_util_mean": None},
+                    provenance={"device": "cpu", "torch": "2.4.0", "transformers": "4.56.0",
+                                "model_hash": f"sha256:{model}", "host": "test-host"}))
+    spec = {"name": "synthetic", "models": [{"path": f"/models/{m}"} for m in dict.fromkeys(c[0] for c in cells)],
+            "strategies": [{"name": s, "params": p} for _, s, p in cells], "generation": {"seeds": list(seeds)}}
+    return SweepData(tenant=tenant, sweep_id=sweep_id, spec=spec, results=results, generations=records)
+
+
+def write_sweep(store: Store, data: SweepData) -> None:
+    """Write the sweep as workers and the controller would: spec, results, generations."""
+    store.write_json(paths.spec_key(data.tenant, data.sweep_id), data.spec)
+    for r in data.results:
+        job_id = r.job.job_id
+        store.write_jsonl(paths.generations_key(data.tenant, data.sweep_id, job_id),
+                          [g.model_dump() for g in data.generations if g.job_id == job_id])
+        store.write_json(paths.result_key(data.tenant, data.sweep_id, job_id), r.model_dump(mode="json"))
+
+
+# -- throwaway metrics: the aggregation is tested without the real metric implementations --
+
+def _mean_length(c: CellData):
+    return sum(len(w) for w in c.words) / len(c.words) if c.words else None
+
+
+def _distinct_2(c: CellData):
+    grams = [g for w in c.words for g in zip(w, w[1:])]
+    return len(set(grams)) / len(grams) if grams else None
+
+
+def _rep_2(c: CellData):
+    vals = []
+    for w in c.words:
+        grams = list(zip(w, w[1:]))
+        if grams:
+            vals.append(1 - len(set(grams)) / len(grams))
+    return sum(vals) / len(vals) if vals else None
+
+
+def _perplexity(c: CellData):
+    if not c.nll_sum or any(v is None for v in c.nll_sum):
+        return None
+    return math.exp(sum(c.nll_sum) / sum(c.nll_count))
+
+
+def _bleu(c: CellData):
+    pairs = [(w, r) for w, r in zip(c.words, c.references) if r]
+    if not pairs:
+        return None
+    hits = sum(sum((Counter(w) & Counter(r.lower().split())).values()) for w, r in pairs)
+    return 100.0 * hits / max(1, sum(len(w) for w, _ in pairs))
+
+
+def _eos_rate(c: CellData):
+    return sum(s == "eos" for s in c.stop_reasons) / len(c.stop_reasons) if c.stop_reasons else None
+
+
+def toy_metrics() -> dict[str, Metric]:
+    def m(name, fn, level, hib, refs=False, model=False):
+        return Metric(name, f"toy {name}", level, hib, refs, model, fn)
+
+    return {
+        "mean_length": m("mean_length", _mean_length, "sequence", None),
+        "rep_2": m("rep_2", _rep_2, "sequence", False),
+        "distinct_2": m("distinct_2", _distinct_2, "corpus", True),
+        "perplexity": m("perplexity", _perplexity, "corpus", False, model=True),
+        "bleu": m("bleu", _bleu, "corpus", True, refs=True),
+        "eos_rate": m("eos_rate", _eos_rate, "sequence", None),
+    }
