@@ -149,6 +149,7 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
     new_tokens = sum(b.new_tokens for b in batches)
     total_s = sum(b.total_s for b in batches)
     decode_s = sum(b.decode_s for b in batches)
+    decode_steps = sum(max(b.steps - 1, 0) for b in batches if b.steps is not None)
     latency = [b.total_s * 1000.0 for b in batches for _ in range(b.n)]
     ttft = [b.prefill_s * 1000.0 for b in batches for _ in range(b.n)]
     p50, p95 = _percentiles(latency, [50, 95])
@@ -171,7 +172,8 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
     return {
         "tokens_per_s": new_tokens / total_s if total_s > 0 else math.nan,
         "latency_ms_p50": p50, "latency_ms_p95": p95, "ttft_ms_p50": ttft50, "peak_memory_mb": peak,
-        "decode_ms_per_token": decode_s * 1000.0 / new_tokens if new_tokens > 0 else math.nan,
+        # time per output token after the first (TPOT): every row of a batch advances one token per step
+        "decode_ms_per_token": decode_s * 1000.0 / decode_steps if decode_steps > 0 else math.nan,
         "nvml_peak_mb": max(nvml_peak) if nvml_peak else math.nan,
         "nvml_mean_mb": time_weighted("nvml_mean_mb"), "gpu_util_mean": time_weighted("gpu_util_mean"),
         "memory_kind": kind,

@@ -149,7 +149,7 @@ def test_speed_merges_raw_batches_then_takes_percentiles():
 
     def batch(n, new, prefill, total):
         return BatchTiming(n=n, batch_size=n, input_tokens=4, new_tokens=new, prefill_s=prefill,
-                           total_s=total, decode_s=total - prefill)
+                           total_s=total, decode_s=total - prefill, steps=new // n)
 
     r0.batches[:] = [batch(1, 10, 0.1, 1.0)]
     r1.batches[:] = [batch(3, 30, 0.2, 2.0), batch(1, 5, 0.4, 4.0)]
@@ -159,7 +159,8 @@ def test_speed_merges_raw_batches_then_takes_percentiles():
     assert speed["latency_ms_p50"] == pytest.approx(np.percentile(latencies, 50))
     assert speed["latency_ms_p95"] == pytest.approx(np.percentile(latencies, 95))
     assert speed["ttft_ms_p50"] == pytest.approx(200.0)
-    assert speed["decode_ms_per_token"] == pytest.approx((0.9 + 1.8 + 3.6) * 1000 / 45)
+    # time per output token after the first: decode time over decoding steps (10-1, 10-1, 5-1)
+    assert speed["decode_ms_per_token"] == pytest.approx((0.9 + 1.8 + 3.6) * 1000 / 22)
     r1.memory["torch_peak_mb"] = 123.0
     assert speed_columns([r0, r1])["peak_memory_mb"] == 123.0
     assert speed_columns([r0, r1])["memory_kind"] == "torch"

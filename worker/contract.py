@@ -130,6 +130,7 @@ class BatchTiming(Strict):
     prefill_s: float = Field(description="Start of generate() to the first logits (time to first token).")
     total_s: float = Field(description="Whole generate() call.")
     decode_s: float = Field(description="total_s - prefill_s.")
+    steps: int | None = Field(default=None, description="Token positions generated (the longest row): 1 prefill + steps-1 decode steps.")
 
 
 class JobResult(Strict):

@@ -256,6 +256,7 @@ def generate_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds
         prefill_s=prefill,
         total_s=total,
         decode_s=max(total - prefill, 0.0),
+        steps=out.shape[1] - prompt_len,
     )
     return BatchOutput(texts, ids, reasons, prompt_ids, timing)
 
