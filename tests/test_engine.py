@@ -81,7 +81,8 @@ def test_every_registered_strategy_runs(tiny_model, runtime):
     from worker.strategies import STRATEGIES
 
     for name in STRATEGIES.names():
-        out, records, result = texts(runtime, job(tiny_model, name, prompts=PROMPTS[:2], max_new=6))
+        params = {"assistant": tiny_model} if name == "assisted" else None
+        out, records, result = texts(runtime, job(tiny_model, name, params, prompts=PROMPTS[:2], max_new=6))
         assert len(records) == 2 and all(r.n_new_tokens >= 1 for r in records), name
         assert result.generation_config["max_new_tokens"] == 6
 

@@ -133,4 +133,4 @@ def variant_label(name: str, params: dict[str, Any]) -> str:
     return f"{name}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
 
 
-from worker.strategies import assisted, contrastive, table  # noqa: E402,F401  (register the strategies)
+from worker.strategies import assisted, contrastive, diverse_beam, table  # noqa: E402,F401  (register the strategies)

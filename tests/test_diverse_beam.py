@@ -1,0 +1,176 @@
+"""Diverse (group) beam search: transformers' beam search as a special case, the Hamming
+diversity term, a cache-free implementation from the paper, and the parameter check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+from worker.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from worker.job import Runtime, execute
+from worker.strategies import get_strategy
+from worker.strategies.diverse_beam import generate, search
+
+PROMPTS = [
+    "It was a truth universally acknowledged that",
+    "She had never seen",
+    "The morning was fine, and",
+    "Mr. Elliot",
+    "I do not know what you mean by",
+    "Anne",
+]
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return Runtime("cpu")
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model, runtime):
+    return runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+
+
+def comma_id(tok) -> int:
+    """A frequent token used as EOS in some tests, so that hypotheses finish early."""
+    tid = tok.convert_tokens_to_ids(",")
+    return tid if isinstance(tid, int) and tid != tok.unk_token_id else tok.eos_token_id
+
+
+def cut(seq: list[int], eos: int) -> list[int]:
+    return seq[: seq.index(eos) + 1] if eos in seq else seq
+
+
+def run(lm, prompts, max_new, eos=None, **params):
+    """Our loop on a left-padded batch: (encoding, hypotheses, scores, lengths, best rows)."""
+    tok = lm.tokenizer
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    cfg = GenerationConfig(max_new_tokens=max_new, eos_token_id=eos if eos is not None else tok.eos_token_id,
+                           pad_token_id=tok.pad_token_id)
+    p = {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5, "length_penalty": 1.0, **params}
+    args = (lm.model, enc, cfg, p, LogitsProcessorList(), StoppingCriteriaList())
+    return enc, *search(*args), generate(*args)
+
+
+def hf_beam(lm, enc, num_beams, max_new, eos, length_penalty=1.0):
+    with torch.inference_mode():
+        return lm.model.generate(**enc, num_beams=num_beams, do_sample=False, length_penalty=length_penalty,
+                                 early_stopping=False, max_new_tokens=max_new, eos_token_id=eos,
+                                 pad_token_id=lm.tokenizer.pad_token_id)
+
+
+def new_tokens(out, enc, eos) -> list[list[int]]:
+    return [cut(row, eos) for row in out[:, enc["input_ids"].shape[1]:].tolist()]
+
+
+def job(model, strategy, params, batch_size, max_new, prompts=PROMPTS):
+    return JobSpec(
+        tenant="default", sweep_id="s", sweep_name="t", job_id=f"j-{strategy}-{batch_size}", cell=f"m::{strategy}",
+        model=ModelSpec(path=model), strategy=StrategySpec(name=strategy, params=params), seed=0,
+        shard=0, n_shards=1, prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
+        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size), metrics=["distinct_1"],
+    )
+
+
+def test_one_group_without_penalty_is_transformers_beam_search_through_the_engine(tiny_model, runtime, lm):
+    params = {"num_beams": 3, "num_beam_groups": 1, "diversity_penalty": 0.0, "length_penalty": 1.0}
+    _, records = execute(job(tiny_model, "diverse_beam", params, 4, 12, prompts=PROMPTS[:4]), runtime)
+    eos = lm.tokenizer.eos_token_id
+    assert len(records) == 4
+    for prompt, rec in zip(PROMPTS, records):
+        enc = lm.tokenizer(prompt, return_tensors="pt")
+        assert rec.token_ids == new_tokens(hf_beam(lm, enc, 3, 12, eos), enc, eos)[0], prompt
+
+
+@pytest.mark.parametrize("num_beams,length_penalty", [(4, 2.0), (3, -0.5)])
+def test_one_group_matches_beam_search_when_hypotheses_finish_early(lm, num_beams, length_penalty):
+    # a frequent token as EOS exercises finished hypotheses, the length penalty and early stopping
+    eos = comma_id(lm.tokenizer)
+    enc, _, _, _, best = run(lm, PROMPTS[:4], 10, eos=eos, num_beams=num_beams, num_beam_groups=1,
+                             diversity_penalty=0.0, length_penalty=length_penalty)
+    assert new_tokens(best, enc, eos) == new_tokens(hf_beam(lm, enc, num_beams, 10, eos, length_penalty), enc, eos)
+
+
+def test_groups_without_penalty_repeat_and_a_large_penalty_diversifies(lm):
+    eos = lm.tokenizer.eos_token_id
+    enc, hyps0, scores0, lens0, best0 = run(lm, PROMPTS[:3], 8, diversity_penalty=0.0)
+    # without the penalty the two groups are the same search: beam search with 2 beams
+    assert torch.equal(hyps0[:, :2], hyps0[:, 2:]) and torch.allclose(scores0[:, :2], scores0[:, 2:])
+    assert new_tokens(best0, enc, eos) == new_tokens(hf_beam(lm, enc, 2, 8, eos), enc, eos)
+
+    enc, hyps, scores, lens, best = run(lm, PROMPTS[:3], 8, diversity_penalty=1e4)
+    assert torch.equal(hyps[:, :2], hyps0[:, :2])  # group 0 is never penalised
+    start = enc["input_ids"].shape[1]
+    vocab = lm.model.config.vocab_size
+    for b in range(len(PROMPTS[:3])):
+        first = [{int(t) for t in hyps[b, cols, start]} - {eos} for cols in (slice(0, 2), slice(2, 4))]
+        assert first[0] and first[1] and not first[0] & first[1]  # group 1 avoided group 0's first tokens
+        assert not torch.equal(hyps[b, 2:], hyps0[b, 2:])
+        assert bool((scores[b] > -1e8).all()) and bool((lens[b] >= 1).all())
+        assert bool((hyps[b, :, start:] < vocab).all()) and bool((hyps[b, :, start:] >= 0).all())
+
+
+def naive_diverse_beam(model, prompt: list[int], num_beams, groups, penalty, length_penalty, steps, eos):
+    """Diverse beam search for one prompt from the paper (Alg. 1), no cache, plain lists.
+
+    Each group keeps K = num_beams / groups beams; at each step the groups run one step of beam
+    search in turn, on log-probabilities minus `penalty` per beam of an earlier group that picked
+    the same token at this step. Ending candidates among a group's top K become hypotheses scored
+    sum / length ** length_penalty; a group stops once its K hypotheses beat its best running beam.
+    """
+    k = num_beams // groups
+    running = [[(0.0, [])] for _ in range(groups)]
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(groups)]
+    open_ = [True] * groups
+    for t in range(steps):
+        picked = torch.zeros(model.config.vocab_size)
+        for g in range(groups):
+            cands = []
+            for score, toks in running[g]:
+                with torch.inference_mode():
+                    logits = model(torch.tensor([prompt + toks])).logits[0, -1].float()
+                total = score + torch.log_softmax(logits, -1) - penalty * picked
+                values, ids = total.topk(2 * k)
+                cands += [(float(s), toks + [int(v)]) for s, v in zip(values, ids)]
+            cands = sorted(cands, key=lambda c: -c[0])[: 2 * k]
+            is_eos = [toks[-1] == eos for _, toks in cands]
+            ends = [e or t == steps - 1 for e in is_eos]  # at the length limit every candidate ends
+            if open_[g]:
+                finished[g] += [(s / (t + 1) ** length_penalty, toks) for (s, toks), e in zip(cands[:k], ends) if e]
+                finished[g] = sorted(finished[g], key=lambda h: -h[0])[:k]
+            running[g] = [c for c, e in zip(cands, is_eos) if not e][:k]  # the group's picks at this step
+            if open_[g]:
+                for _, toks in running[g]:
+                    picked[toks[-1]] += 1
+        if t == steps - 1:
+            break
+        for g in range(groups):
+            full = len(finished[g]) == k
+            if full and running[g][0][0] / (t + 1) ** length_penalty <= min(s for s, _ in finished[g]):
+                open_[g] = False
+        if not any(open_):
+            break
+    return finished
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_matches_a_cache_free_implementation_from_the_paper(lm, prompt):
+    eos = comma_id(lm.tokenizer)
+    enc, hyps, scores, lens, best = run(lm, [prompt], 5, eos=eos, num_beams=4, num_beam_groups=2,
+                                        diversity_penalty=0.8, length_penalty=1.0)
+    expected = naive_diverse_beam(lm.model, enc["input_ids"][0].tolist(), 4, 2, 0.8, 1.0, 5, eos)
+    start = enc["input_ids"].shape[1]
+    ours = [[hyps[0, j, start:start + int(lens[0, j])].tolist() for j in cols] for cols in ((0, 1), (2, 3))]
+    assert ours == [[toks for _, toks in group] for group in expected]
+    best_expected = max((h for group in expected for h in group), key=lambda h: h[0])[1]
+    assert best[0, start:].tolist()[: len(best_expected)] == best_expected
+
+
+def test_num_beams_must_be_divisible_by_num_beam_groups(lm):
+    message = r"num_beams \(4\) must be divisible by num_beam_groups \(3\)"
+    with pytest.raises(ValueError, match=message):  # when a sweep is planned
+        get_strategy("diverse_beam").validate({"num_beams": 4, "num_beam_groups": 3})
+    with pytest.raises(ValueError, match=message):  # and in the loop itself
+        run(lm, PROMPTS[:1], 2, num_beams=4, num_beam_groups=3)
+    assert get_strategy("diverse_beam").validate({"num_beams": 6, "num_beam_groups": 3})["num_beam_groups"] == 3
