@@ -81,7 +81,7 @@ def s3_env(endpoint: str) -> dict[str, str]:
 
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_MODEL = Path(os.environ.get("TMP_TINY", REPO / "examples" / "models" / "austen-tiny"))
-SMALL_MODEL = Path(os.environ.get("TMP_SMALL", REPO / "examples" / "models" / "austen-small"))
+TINY_MODEL = REPO / "examples" / "models" / "austen-tiny"
+SMALL_MODEL = REPO / "examples" / "models" / "austen-small"
 PROMPTS = REPO / "examples" / "prompts" / "austen-heldout.jsonl"
 ENV_NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
