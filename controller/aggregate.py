@@ -87,10 +87,9 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
     for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
-        results.append(store.load_result(tenant, sweep_id, job_id))
-        if not store.exists(paths.generations_key(tenant, sweep_id, job_id)):
-            continue
-        for record in store.load_generations(tenant, sweep_id, job_id):
+        result = store.load_result(tenant, sweep_id, job_id)
+        results.append(result)
+        for record in store.load_generations(tenant, sweep_id, job_id, result.generations_sha256):
             key = (job_id, record.prompt_id)
             if key not in seen:
                 seen.add(key)

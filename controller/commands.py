@@ -48,15 +48,17 @@ def _duration(seconds: float | None) -> str:
               help="Queue priority: workers take high before normal before low.")
 @click.option("--retry-failed", is_flag=True, help="Also enqueue the sweep's failed and cancelled jobs again.")
 @click.option("--retries", type=int, default=None, help="Retries of a transient failure (default: one per DECODEBENCH_RETRY_INTERVALS entry, 3).")
+@click.option("--remote-paths", is_flag=True,
+              help="Model paths live on the workers (e.g. a shared volume): resolve them but do not require them here.")
 @_redis_opt
 @_store_opt
 def submit(spec_path: str, tenant: str | None, priority: str, retry_failed: bool, retries: int | None,
-           redis_url: str | None, store: str | None) -> None:
+           remote_paths: bool, redis_url: str | None, store: str | None) -> None:
     """Plan a sweep and enqueue its jobs for workers (idempotent)."""
     from controller.queue import submit as do_submit
     from controller.spec import load_spec
 
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, check_paths=not remote_paths)
     tenant = setting("tenant", tenant)
     conn = _conn(redis_url)
     st = _store(store)

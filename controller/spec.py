@@ -134,8 +134,12 @@ def _format_error(source: str, err: ValidationError) -> str:
     return f"{source}: {loc or 'spec'}: {msg}{extra}"
 
 
-def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) -> SweepSpec:
-    """Validate a spec dict; resolve relative local model and prompt paths against `base_dir`."""
+def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None, check_paths: bool = True) -> SweepSpec:
+    """Validate a spec dict; resolve relative local model and prompt paths against `base_dir`.
+
+    With `check_paths=False` (submitting to workers that see other files), model paths
+    that look local are made absolute but need not exist here.
+    """
     if not isinstance(data, dict):
         raise UsageError(f"{source}: the spec must be a mapping, got {type(data).__name__}")
     try:
@@ -143,16 +147,16 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None) ->
     except ValidationError as err:
         raise UsageError(_format_error(source, err)) from None
     if base_dir is not None:
-        spec = _resolve_paths(spec, base_dir)
+        spec = _resolve_paths(spec, base_dir, check_paths)
     return spec
 
 
-def _resolve_paths(spec: SweepSpec, base: Path) -> SweepSpec:
+def _resolve_paths(spec: SweepSpec, base: Path, check_paths: bool = True) -> SweepSpec:
     def resolve(path: str, where: str) -> str:
         """A local path (relative to the spec file) made absolute; a hub id left as it is."""
         local = (base / path).expanduser()
         if path.startswith((".", "/", "~")) or local.exists():
-            if not local.exists():
+            if check_paths and not local.exists():
                 raise UsageError(f"{where}: local model path {path!r} does not exist (resolved to {local.resolve()})")
             return str(local.resolve())
         return path
@@ -182,7 +186,7 @@ def _resolve_paths(spec: SweepSpec, base: Path) -> SweepSpec:
     return spec.model_copy(update=update)
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(path: str | Path, check_paths: bool = True) -> SweepSpec:
     """Read a YAML or JSON spec file; every failure is one UsageError line."""
     path = Path(path)
     if not path.is_file():
@@ -194,7 +198,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UsageError(f"{path}: malformed YAML{where}: {problem}") from None
-    return parse_spec(data, str(path), path.parent)
+    return parse_spec(data, str(path), path.parent, check_paths)
 
 
 def load_prompts(prompts: PromptSet) -> list[PromptItem]:

@@ -107,3 +107,15 @@ def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, tiny_mo
     prompt_ids = [(g.cell, g.job_seed, g.prompt_id) for j in store.complete_job_ids("default", sweep)
                   for g in store.load_generations("default", sweep, j)]
     assert len(prompt_ids) == len(set(prompt_ids)) == 16 + 16 * 2
+
+
+def test_result_pins_its_generations(tmp_path, tiny_model, prompts_file):
+    """A generations file that does not match its result.json is reported, not silently aggregated."""
+    spec = write_spec(tmp_path, tiny_model, prompts_file, limit=4, shard=4)
+    out = tmp_path / "runs"
+    assert CliRunner().invoke(main, ["run", str(spec), "--out", str(out)]).exit_code == 0
+    gens = next(sweep_dir(out).glob("jobs/*/generations.jsonl"))
+    gens.write_text(gens.read_text().replace('"text": "', '"text": "tampered ', 1))
+    result = CliRunner().invoke(main, ["report", sweep_dir(out).name, "--store", str(out)])
+    assert result.exit_code == 1
+    assert f"job {gens.parent.name}: generations.jsonl does not match its result.json" in result.output

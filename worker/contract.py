@@ -148,6 +148,7 @@ class JobResult(Strict):
     load_s: float
     n_generations: int
     new_tokens: int
+    generations_sha256: str | None = Field(default=None, description="sha256 of the generations.jsonl this result describes.")
     memory: dict[str, float | None] = Field(description="torch_peak_mb, rss_peak_mb, nvml_peak_mb, nvml_mean_mb, gpu_util_mean.")
     provenance: dict[str, Any]
     notes: list[str] = Field(default_factory=list, description="Things a reader should know (e.g. an OOM batch halving).")

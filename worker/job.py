@@ -9,6 +9,7 @@ complete exactly when its result.json exists and a retry never doubles a result.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import platform
 import socket
@@ -21,7 +22,7 @@ import worker
 from worker import paths
 from worker.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
 from worker.logs import job_context
-from worker.store import Store, open_store
+from worker.store import Store, jsonl_bytes, open_store
 
 log = structlog.get_logger("decodebench.job")
 
@@ -182,7 +183,9 @@ def run_job(job: dict, *, store: Store | None = None, runtime: Runtime | None = 
             raise
         log.info("job.done", generations=result.n_generations, new_tokens=result.new_tokens,
                  generate_s=round(sum(b.total_s for b in result.batches), 3))
-        store.write_jsonl(paths.generations_key(t, s, j), [r.model_dump() for r in records])
+        generations = jsonl_bytes(r.model_dump() for r in records)
+        result.generations_sha256 = hashlib.sha256(generations).hexdigest()
+        store.write_bytes(paths.generations_key(t, s, j), generations)
         store.write_jsonl(paths.log_key(t, s, j), lines)
         created = store.write_json(paths.result_key(t, s, j), result.model_dump(mode="json"), create_only=True)
     return {"job_id": j, "status": "done" if created else "duplicate", "new_tokens": result.new_tokens}

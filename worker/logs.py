@@ -37,6 +37,16 @@ def _tee_to_job(logger, method, event: dict) -> dict:
     return event
 
 
+class _Stderr:
+    """Writes to whatever sys.stderr is now (pytest and click's runner swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(fmt: str | None = None, level: str | None = None) -> None:
     """Configure structlog once per process. fmt: console|json (env DECODEBENCH_LOG_FORMAT)."""
     fmt = fmt or os.environ.get("DECODEBENCH_LOG_FORMAT", "console")
@@ -59,7 +69,7 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level_name, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),
         cache_logger_on_first_use=False,
     )
 

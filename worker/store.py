@@ -6,6 +6,7 @@ whole object or none. `result.json` is written last and marks a job complete.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -20,6 +21,11 @@ from worker.errors import StoreError, UsageError
 DEFAULT_STORE = "./runs"
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+
+
+def jsonl_bytes(rows: Iterable[dict]) -> bytes:
+    """One JSON object per line, keys sorted: the bytes of a .jsonl object."""
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
 
 
 class Store:
@@ -67,7 +73,7 @@ class Store:
                 yield json.loads(line)
 
     def write_jsonl(self, key: str, rows: Iterable[dict]) -> None:
-        self.write_bytes(key, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
+        self.write_bytes(key, jsonl_bytes(rows))
 
     # -- job-level helpers -------------------------------------------------------------
     def job_complete(self, tenant: str, sweep_id: str, job_id: str) -> bool:
@@ -80,9 +86,13 @@ class Store:
     def load_result(self, tenant: str, sweep_id: str, job_id: str) -> JobResult:
         return JobResult.model_validate(self.read_json(paths.result_key(tenant, sweep_id, job_id)))
 
-    def load_generations(self, tenant: str, sweep_id: str, job_id: str) -> list[GenerationRecord]:
-        key = paths.generations_key(tenant, sweep_id, job_id)
-        return [GenerationRecord.model_validate(r) for r in self.read_jsonl(key)]
+    def load_generations(self, tenant: str, sweep_id: str, job_id: str, sha256: str | None = None) -> list[GenerationRecord]:
+        """A job's generations; with `sha256` (from its result.json), checked against it."""
+        data = self.read_bytes(paths.generations_key(tenant, sweep_id, job_id))
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise StoreError(f"job {job_id}: generations.jsonl does not match its result.json (written by another run "
+                             f"of the job?); delete the job's result.json and run or retry the sweep")
+        return [GenerationRecord.model_validate_json(line) for line in data.decode().splitlines() if line.strip()]
 
     def load_spec(self, tenant: str, sweep_id: str) -> dict:
         key = paths.spec_key(tenant, sweep_id)
