@@ -54,6 +54,7 @@ def run_sweep(spec: SweepSpec | str | Path, store: Store, tenant: str = "default
 
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
+    runtime = Runtime(device)  # a device that does not exist fails before anything is written
     jobs = plan(spec, tenant)
     outcome = RunOutcome(jobs[0].sweep_id)
     save_sweep(store, spec, jobs, tenant, mode="local")
@@ -62,7 +63,6 @@ def run_sweep(spec: SweepSpec | str | Path, store: Store, tenant: str = "default
     outcome.skipped = [j.job_id for j in jobs if j.job_id in complete]
     summary = summarize_plan(jobs)
     log.info("sweep.start", sweep_id=outcome.sweep_id, jobs=summary.jobs, todo=len(todo), cells=summary.cells)
-    runtime = Runtime(device)
     with _progress(progress, len(todo)) as advance:
         for job in todo:
             try:

@@ -64,6 +64,14 @@ def prompts_file() -> str:
     return str(PROMPTS)
 
 
+@pytest.fixture(scope="session")
+def runtime():
+    """One CPU runtime (device + model cache) shared by the engine tests."""
+    from worker.job import Runtime
+
+    return Runtime("cpu")
+
+
 @pytest.fixture(autouse=True)
 def _no_user_env(monkeypatch, tmp_path):
     """Tests never see the developer's DECODEBENCH_* settings; ./runs goes to a temp dir."""

@@ -8,7 +8,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from worker.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
-from worker.job import Runtime, execute
+from worker.job import execute
 from worker.strategies import get_strategy
 from worker.strategies.diverse_beam import generate, search
 
@@ -20,11 +20,6 @@ PROMPTS = [
     "I do not know what you mean by",
     "Anne",
 ]
-
-
-@pytest.fixture(scope="module")
-def runtime():
-    return Runtime("cpu")
 
 
 @pytest.fixture(scope="module")

@@ -26,11 +26,6 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    return Runtime("cpu")
-
-
 def job(model: str, strategy: str, params=None, batch_size=4, seed=0, max_new=16, stop=(), metrics=(), prompts=PROMPTS):
     return JobSpec(
         tenant="default", sweep_id="s", sweep_name="t", job_id=f"j-{strategy}-{batch_size}-{seed}", cell=f"m::{strategy}",

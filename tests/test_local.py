@@ -119,3 +119,15 @@ def test_result_pins_its_generations(tmp_path, tiny_model, prompts_file):
     result = CliRunner().invoke(main, ["report", sweep_dir(out).name, "--store", str(out)])
     assert result.exit_code == 1
     assert f"job {gens.parent.name}: generations.jsonl does not match its result.json" in result.output
+
+
+def test_missing_device_fails_before_anything_is_written(tmp_path, tiny_model, prompts_file, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    spec = write_spec(tmp_path, tiny_model, prompts_file, limit=4, shard=4)
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", str(spec), "--out", str(out), "--device", "cuda:0"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: --device cuda:0: CUDA is not available on this machine; use --device cpu explicitly"
+    assert not out.exists()
