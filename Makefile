@@ -18,7 +18,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/decodebench run examples/quickstart.yaml --out runs/demo
+	$(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
+	@echo "HTML report: decodebench report <sweep-id> --store runs/demo --format html (written under runs/demo/default/sweeps/*/report/)"
 
 test: install
 	bash scripts/setup-test-deps.sh
