@@ -50,8 +50,9 @@ def sweep_dir(out: Path) -> Path:
 def test_run_end_to_end_layout_table_and_logs(tmp_path, tiny_model, prompts_file):
     spec = write_spec(tmp_path, tiny_model, prompts_file)
     out = tmp_path / "runs"
-    result = CliRunner().invoke(main, ["--log-format", "json", "run", str(spec), "--out", str(out)])
+    result = CliRunner().invoke(main, ["--log-format", "json", "--log-level", "warning", "run", str(spec), "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert '"event": "job.start"' not in result.output  # the console level hides info lines ...
     assert "6 jobs run, 0 already complete, 0 failed" in result.output
     assert "tiny" in result.output and "greedy" in result.output and "top_p" in result.output
     sweep = sweep_dir(out)
@@ -61,7 +62,7 @@ def test_run_end_to_end_layout_table_and_logs(tmp_path, tiny_model, prompts_file
     for job in jobs:
         assert {p.name for p in job.iterdir()} == {"result.json", "generations.jsonl", "log.jsonl"}
         lines = [json.loads(x) for x in (job / "log.jsonl").read_text().splitlines()]
-        assert {"job.start", "job.done"} <= {x["event"] for x in lines}
+        assert {"job.start", "job.done"} <= {x["event"] for x in lines}  # ... but each job's log keeps them
         for line in lines:
             assert line["job_id"] == job.name and line["sweep_id"] == sweep.name
             assert line["model"] == "tiny" and line["strategy"]
@@ -74,7 +75,8 @@ def test_run_end_to_end_layout_table_and_logs(tmp_path, tiny_model, prompts_file
 def test_second_run_skips_complete_jobs(tmp_path, tiny_model, prompts_file):
     spec = write_spec(tmp_path, tiny_model, prompts_file, limit=4, shard=4)
     out = tmp_path / "runs"
-    assert CliRunner().invoke(main, ["run", str(spec), "--out", str(out)]).exit_code == 0
+    first = CliRunner().invoke(main, ["--log-format", "json", "run", str(spec), "--out", str(out)])
+    assert first.exit_code == 0 and '"event": "job.start"' in first.output  # info lines at the default level
     again = CliRunner().invoke(main, ["run", str(spec), "--out", str(out)])
     assert again.exit_code == 0
     assert "0 jobs run, 3 already complete" in again.output

@@ -51,6 +51,13 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
     """Configure structlog once per process. fmt: console|json (env DECODEBENCH_LOG_FORMAT)."""
     fmt = fmt or os.environ.get("DECODEBENCH_LOG_FORMAT", "console")
     level_name = (level or os.environ.get("DECODEBENCH_LOG_LEVEL", "info")).upper()
+    console_level = getattr(logging, level_name, logging.INFO)
+
+    def console_filter(logger, method, event: dict) -> dict:
+        """The level applies to the console only: a job's log.jsonl keeps its info lines."""
+        if logging.getLevelNamesMapping().get(event.get("level", "info").upper(), logging.INFO) < console_level:
+            raise structlog.DropEvent
+        return event
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     try:  # transformers' own progress bars would interleave with ours
         from transformers.utils import logging as hf_logging
@@ -66,9 +73,10 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             _redact,
             _tee_to_job,
+            console_filter,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level_name, logging.INFO)),
+        wrapper_class=structlog.make_filtering_bound_logger(min(console_level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),
         cache_logger_on_first_use=False,
     )
