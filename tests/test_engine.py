@@ -179,3 +179,19 @@ def test_assisted_decoding_equals_greedy(tiny_model, small_model, runtime):
     assert result.generation_config["decodebench_assistant"]["path"] == tiny_model
     assert any("batch_size 4 -> 1" in n for n in result.notes)
     assert all(b.n == 1 for b in result.batches)
+
+
+def test_cuda_oom_halves_the_batch_and_says_so(tiny_model, runtime, monkeypatch):
+    calls = []
+    real = engine.generate_batch
+
+    def flaky(lm, plan, prompts, seeds):
+        calls.append(len(prompts))
+        if len(prompts) > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated at batch > 1)")
+        return real(lm, plan, prompts, seeds)
+
+    monkeypatch.setattr(engine, "generate_batch", flaky)
+    result, records = execute(job(tiny_model, "greedy", batch_size=4, prompts=PROMPTS[:4]), runtime)
+    assert len(records) == 4 and calls[:3] == [4, 2, 1]
+    assert any("halved" in n for n in result.notes)
