@@ -42,13 +42,20 @@ def variants(spec: SweepSpec) -> list[StrategySpec]:
 
 
 def compute_sweep_id(spec: SweepSpec, tenant: str, prompts: list[PromptItem]) -> str:
-    """Hash of the normalised spec (prompt file replaced by its content) and the tenant."""
+    """Hash of the normalised spec and the tenant: the prompt file replaced by its content,
+    local model paths taken relative to the spec file, defaults filled in."""
     normalised = spec.model_dump(mode="json", exclude={"description"})
     normalised["prompts"] = {
         "items": spec_hash([p.model_dump() for p in prompts]),
         "shard_size": spec.prompts.shard_size,
     }
-    normalised["strategies"] = [v.model_dump() for v in variants(spec)]
+    for model in normalised["models"] + ([normalised["scorer"]] if normalised["scorer"] else []):
+        model["path"] = spec.portable_path(model["path"])
+    normalised["strategies"] = []
+    for v in variants(spec):
+        kinds = get_strategy(v.name).all_params
+        params = {k: spec.portable_path(x) if kinds[k].is_path else x for k, x in v.params.items()}
+        normalised["strategies"].append({"name": v.name, "params": params})
     return spec_hash({"tenant": tenant, "spec": normalised})[:ID_LEN]
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from worker.contract import GenerationSettings, ModelSpec, PromptItem
 from worker.errors import UsageError
@@ -99,6 +100,15 @@ class SweepSpec(_Strict):
     metrics: list[str] | None = Field(default=None, description="Quality metrics to compute; default: all that apply.")
     scorer: ModelSpec | None = Field(default=None, description="Model that scores perplexity for every cell; default: each cell's own model.")
     job_timeout_s: int = Field(default=3600, ge=1, description="Wall-clock limit of one job on a worker.")
+    # The spec file's directory: local paths enter the sweep id relative to it, so the same
+    # sweep checked out in two places has one id.
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    def portable_path(self, path: str) -> str:
+        """`path` relative to the spec file's directory if it is a resolved local path."""
+        if self._base_dir is not None and Path(path).is_absolute():
+            return os.path.relpath(path, self._base_dir)
+        return path
 
     @field_validator("metrics")
     @classmethod
@@ -148,6 +158,7 @@ def parse_spec(data: Any, source: str = "spec", base_dir: Path | None = None, ch
         raise UsageError(_format_error(source, err)) from None
     if base_dir is not None:
         spec = _resolve_paths(spec, base_dir, check_paths)
+        spec._base_dir = base_dir.resolve()
     return spec
 
 

@@ -68,3 +68,24 @@ def test_expand_grid_is_sorted_product():
 def test_duplicate_variants_are_planned_once():
     jobs = plan(spec(strategies=[{"name": "top_k", "params": {"k": [5, 5]}}, {"name": "top_k", "params": {"k": 5}}]))
     assert summarize_plan(jobs).cells == 2
+
+
+def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
+    import shutil
+
+    from controller.spec import load_spec
+
+    ids = []
+    for place in ("a", "b/deeper"):
+        root = tmp_path / place
+        (root / "models" / "m").mkdir(parents=True)
+        (root / "models" / "draft").mkdir()
+        (root / "sweep.yaml").write_text(
+            "name: s\nmodels: [{path: models/m}]\nprompts: {inline: [hi]}\n"
+            "strategies: [{name: greedy}, {name: assisted, params: {assistant: models/draft}}]\n")
+        ids.append(plan(load_spec(root / "sweep.yaml"))[0].sweep_id)
+        assert plan(load_spec(root / "sweep.yaml"))[0].model.path == str((root / "models" / "m").resolve())
+    assert ids[0] == ids[1]
+    shutil.move(str(tmp_path / "a" / "models" / "m"), str(tmp_path / "a" / "models" / "m2"))
+    (tmp_path / "a" / "sweep.yaml").write_text((tmp_path / "a" / "sweep.yaml").read_text().replace("models/m}", "models/m2}"))
+    assert plan(load_spec(tmp_path / "a" / "sweep.yaml"))[0].sweep_id != ids[0]

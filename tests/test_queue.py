@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from controller import queue as cq
 from controller.cli import main as cli
 from controller.plan import plan
-from controller.spec import parse_spec
+from controller.spec import load_spec, parse_spec
 from worker import keys
 from worker.queueing import Timing, reap, transition
 from worker.store import FileStore
@@ -181,7 +181,7 @@ def test_cli_submit_status_cancel_retry_logs(conn, redis_url, tmp_path, monkeypa
     r = runner.invoke(cli, ["status", sweep_id, "--json"])
     assert json.loads(r.output)["totals"]["queued"] == 9
 
-    jobs = plan(parse_spec(json.loads(open(spec).read())), "default")
+    jobs = plan(load_spec(spec), "default")  # planned as submit plans it
     j = jobs[0]
     transition(conn, "default", sweep_id, j.job_id, j.cell, "running")
     transition(conn, "default", sweep_id, j.job_id, j.cell, "failed", reason="model 'm': cannot load")
