@@ -40,6 +40,7 @@ def save_sweep(store: Store, spec: SweepSpec, jobs: list[JobSpec], tenant: str, 
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
         "mode": mode,
         "spec": spec.model_dump(mode="json"),
+        "base_dir": str(spec._base_dir) if spec._base_dir else None,
     }, create_only=True)
     store.write_json(paths.plan_key(tenant, sweep_id), {
         "sweep_id": sweep_id,

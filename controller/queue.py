@@ -239,10 +239,9 @@ def submit(conn, store, spec, tenant: str, priority: str = "normal", *, retry_fa
 def retry(conn, store, tenant: str, sweep_id: str, priority: str = "normal", retries: int | None = None) -> SubmitOutcome:
     """Enqueue the failed and cancelled jobs of a submitted sweep again (from its stored spec)."""
     from controller.plan import plan
-    from controller.spec import parse_spec
+    from controller.spec import stored_spec
 
-    stored = store.load_spec(tenant, sweep_id)
-    spec = parse_spec(stored["spec"], f"stored spec of sweep {sweep_id}")
+    spec = stored_spec(store.load_spec(tenant, sweep_id), f"stored spec of sweep {sweep_id}")
     jobs = plan(spec, tenant)
     if jobs[0].sweep_id != sweep_id:
         raise UsageError(f"sweep {sweep_id}: its prompts changed since it was submitted (now {jobs[0].sweep_id}); submit it again")

@@ -197,6 +197,14 @@ def _resolve_paths(spec: SweepSpec, base: Path, check_paths: bool = True) -> Swe
     return spec.model_copy(update=update)
 
 
+def stored_spec(stored: dict, source: str) -> SweepSpec:
+    """The spec as `save_sweep` wrote it to spec.json, with its directory, so it plans to the same ids."""
+    spec = parse_spec(stored["spec"], source)
+    if stored.get("base_dir"):
+        spec._base_dir = Path(stored["base_dir"])
+    return spec
+
+
 def load_spec(path: str | Path, check_paths: bool = True) -> SweepSpec:
     """Read a YAML or JSON spec file; every failure is one UsageError line."""
     path = Path(path)
