@@ -12,7 +12,7 @@ value in [0, 1]. None when the cell has no n-gram (every generation shorter than
 
 from __future__ import annotations
 
-from worker.metrics import CellData, metric
+from worker.metrics import metric
 from worker.metrics.tokenize import ngrams
 
 _LI = 'Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models", NAACL'
@@ -31,30 +31,16 @@ def distinct_n(docs: list[list[str]], n: int) -> float | None:
     return len(seen) / total
 
 
-def _distinct_metric(n: int):
-    return metric(
+def _register(n: int) -> None:
+    metric(
         f"distinct_{n}",
         description=f"Unique {n}-grams across the cell's generations / all their {n}-grams.",
         level="corpus",
         higher_is_better=True,
         citation=_LI,
         unit="fraction",
-    )
+    )(lambda cell: distinct_n(cell.words, n))
 
 
-@_distinct_metric(1)
-def distinct_1(cell: CellData) -> float | None:
-    """Distinct-1 of the cell."""
-    return distinct_n(cell.words, 1)
-
-
-@_distinct_metric(2)
-def distinct_2(cell: CellData) -> float | None:
-    """Distinct-2 of the cell."""
-    return distinct_n(cell.words, 2)
-
-
-@_distinct_metric(3)
-def distinct_3(cell: CellData) -> float | None:
-    """Distinct-3 of the cell."""
-    return distinct_n(cell.words, 3)
+for _n in (1, 2, 3):
+    _register(_n)

@@ -40,33 +40,19 @@ def rep_n(docs: list[list[str]], n: int) -> float | None:
     return 1.0 - unique / total
 
 
-def _rep_metric(n: int):
-    return metric(
+def _register(n: int) -> None:
+    metric(
         f"rep_{n}",
         description=f"Share of {n}-grams that repeat an earlier {n}-gram of the same generation (pooled over the cell).",
         level="corpus",
         higher_is_better=False,
         citation=f"{_WELLECK}; {_SU}",
         unit="fraction",
-    )
+    )(lambda cell: rep_n(cell.words, n))
 
 
-@_rep_metric(2)
-def rep_2(cell: CellData) -> float | None:
-    """rep-2 of the cell's generations."""
-    return rep_n(cell.words, 2)
-
-
-@_rep_metric(3)
-def rep_3(cell: CellData) -> float | None:
-    """rep-3 of the cell's generations."""
-    return rep_n(cell.words, 3)
-
-
-@_rep_metric(4)
-def rep_4(cell: CellData) -> float | None:
-    """rep-4 of the cell's generations."""
-    return rep_n(cell.words, 4)
+for _n in (2, 3, 4):
+    _register(_n)
 
 
 @metric(
