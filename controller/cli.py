@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from controller.settings import setting
+from controller.settings import configured_store, setting
 from worker.errors import DecodebenchError
 
 
@@ -32,12 +32,6 @@ def main(log_format: str | None, log_level: str | None) -> None:
     from worker.logs import configure
 
     configure(setting("log_format", log_format), log_level)
-
-
-def _store(url: str | None):
-    from worker.store import open_store
-
-    return open_store(setting("store", url))
 
 
 @main.command()
@@ -89,7 +83,7 @@ def run(spec_path: str, out: str | None, device: str, tenant: str | None, no_pro
 
     parse_device(device)
     spec = load_spec(spec_path)
-    store = _store(out)
+    store = configured_store(out)
     tenant = setting("tenant", tenant)
     outcome = run_sweep(spec, store, tenant=tenant, device=device, progress=not no_progress and sys.stderr.isatty())
     click.echo(f"sweep {outcome.sweep_id}: {len(outcome.ran)} jobs run, {len(outcome.skipped)} already complete, "

@@ -12,7 +12,7 @@ import time
 
 import click
 
-from controller.settings import setting
+from controller.settings import configured_store, setting
 from worker.errors import UsageError
 
 _redis_opt = click.option("--redis-url", default=None, help="Redis URL (env DECODEBENCH_REDIS_URL; default redis://127.0.0.1:6379/0).")
@@ -26,10 +26,6 @@ def _conn(url: str | None):
     return connect(setting("redis_url", url))
 
 
-def _store(url: str | None):
-    from worker.store import open_store
-
-    return open_store(setting("store", url))
 
 
 def _duration(seconds: float | None) -> str:
@@ -61,7 +57,7 @@ def submit(spec_path: str, tenant: str | None, priority: str, retry_failed: bool
     spec = load_spec(spec_path, check_paths=not remote_paths)
     tenant = setting("tenant", tenant)
     conn = _conn(redis_url)
-    st = _store(store)
+    st = configured_store(store)
     out = do_submit(conn, st, spec, tenant, priority, retry_failed=retry_failed, retries=retries)
     if out.new:
         click.echo(f"sweep {out.sweep_id} submitted: {len(out.enqueued)} jobs on {out.queue}; store {st.url}")
@@ -168,7 +164,7 @@ def retry(sweep: str, failed: bool, tenant: str | None, priority: str, redis_url
     tenant = setting("tenant", tenant)
     conn = _conn(redis_url)
     sweep_id = resolve_sweep(conn, tenant, sweep)
-    out = do_retry(conn, _store(store), tenant, sweep_id, priority)
+    out = do_retry(conn, configured_store(store), tenant, sweep_id, priority)
     click.echo(f"sweep {sweep_id}: {len(out.enqueued)} failed or cancelled jobs enqueued again on {out.queue}; "
                f"{out.done} done, {out.pending} queued or running")
 
@@ -191,7 +187,7 @@ def logs(job: str, sweep: str | None, tenant: str | None, as_json: bool, redis_u
     from worker import paths
 
     tenant = setting("tenant", tenant)
-    st = _store(store)
+    st = configured_store(store)
     state = None
     if sweep is None:
         from controller.queue import job_state, job_sweep

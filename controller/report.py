@@ -26,10 +26,10 @@ from controller.aggregate import (
     metric_columns,
     summarize,
 )
-from controller.settings import setting
+from controller.settings import configured_store, setting
 from worker import paths
 from worker.errors import UsageError
-from worker.store import Store, open_store
+from worker.store import Store
 
 FORMATS = ("md", "csv", "parquet", "json", "html")
 FILENAMES = {"csv": "summary.csv", "parquet": "summary.parquet", "json": "summary.json",
@@ -215,7 +215,7 @@ def report(sweep: str, fmt_name: str, out: Path | None, compare_to: str | None, 
         paths.check_tenant(tenant)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    store = open_store(setting("store", store_url))
+    store = configured_store(store_url)
     data, summary = build(store, tenant, sweep, n_boot)
     write_reports(store, tenant, data.sweep_id, summary, data)
     if compare_to is None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 
+from worker.keys import DEFAULT_REDIS_URL
+from worker.store import DEFAULT_STORE, Store, open_store
+
 DEFAULTS = {
-    "store": "./runs",
+    "store": DEFAULT_STORE,
     "tenant": "default",
-    "redis_url": "redis://127.0.0.1:6379/0",
+    "redis_url": DEFAULT_REDIS_URL,
     "log_format": "console",
 }
 
@@ -17,3 +20,8 @@ def setting(name: str, flag: str | None = None) -> str:
     if flag:
         return flag
     return os.environ.get(f"DECODEBENCH_{name.upper()}") or DEFAULTS[name]
+
+
+def configured_store(flag: str | None = None) -> Store:
+    """The store from `--store`/`--out`, else DECODEBENCH_STORE, else ./runs."""
+    return open_store(setting("store", flag))

@@ -20,7 +20,7 @@ import structlog
 from worker.errors import DecodebenchError, ServiceError, UsageError
 
 log = structlog.get_logger("decodebench.worker")
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+from worker.keys import DEFAULT_REDIS_URL
 
 
 def prepare_cuda_env(env: MutableMapping[str, str]) -> list[str]:

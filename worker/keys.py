@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from worker.paths import check_tenant
 
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
 PREFIX = "decodebench"
 QUEUE_PREFIX = "decodebench"
 PRIORITIES = ("high", "normal", "low")
