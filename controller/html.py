@@ -25,6 +25,7 @@ from plotly.offline import get_plotlyjs
 
 from controller.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
 from worker.metrics import METRICS
+from controller.report import fmt
 from worker.metrics.tokenize import WORD_PATTERN
 from worker.strategies import STRATEGIES
 
@@ -112,12 +113,6 @@ def _label(row: pd.Series, with_model: bool = True) -> str:
     return f"{row['model']} · {variant}" if with_model else variant
 
 
-def _num_text(value: float) -> str:
-    from controller.report import fmt
-
-    return fmt(value)
-
-
 def summary_table(summary: pd.DataFrame) -> str:
     cols = [c for c in summary.columns if "_ci_" not in c and c != "cell"]
     head = "".join(f'<th data-col="{e(c)}" class="{"t" if c in ("model", "strategy", "params", "memory_kind") else ""}">'
@@ -129,11 +124,11 @@ def summary_table(summary: pd.DataFrame) -> str:
             v = row[c]
             missing = v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
             sort_value = "" if missing else str(v)
-            text = "" if missing else (str(v) if isinstance(v, str) else _num_text(v))
+            text = "" if missing else (str(v) if isinstance(v, str) else fmt(v))
             title = ""
             lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
             if not missing and lo is not None and not pd.isna(lo):
-                title = f' title="95% CI [{e(_num_text(lo))}, {e(_num_text(hi))}]"'
+                title = f' title="95% CI [{e(fmt(lo))}, {e(fmt(hi))}]"'
             klass = ' class="t"' if isinstance(v, str) or c in ("model", "strategy", "params") else ""
             cells.append(f'<td{klass} data-v="{e(sort_value)}"{title}>{e(text)}</td>')
         klass = ' class="reference"' if row["strategy"] == REFERENCE else ""
