@@ -27,7 +27,6 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 PREFIX = "decodebench"
 QUEUE_PREFIX = "decodebench"
 PRIORITIES = ("high", "normal", "low")
-STATES = ("queued", "running", "done", "failed", "cancelled")
 RECENT = 200  # finish times kept per sweep for throughput and ETA
 SWEEP_TTL_DAYS = 30
 

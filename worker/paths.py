@@ -6,8 +6,6 @@ import re
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
-REPORT_FORMATS = ("csv", "parquet", "json", "md")
-
 
 def check_tenant(tenant: str) -> str:
     """Tenants name a store prefix and a queue: keep them to safe characters."""
