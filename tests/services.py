@@ -80,6 +80,19 @@ def s3_env(endpoint: str) -> dict[str, str]:
     }
 
 
+# Short Austen-like openings for the engine tests (prompts of different lengths, so left padding matters).
+AUSTEN_PROMPTS = [
+    "It was a truth universally acknowledged that",
+    "She had never seen",
+    "The morning was fine, and",
+    "Mr. Elliot",
+    "I do not know what you mean by",
+    "Her sister was",
+    "They walked together towards the",
+    "Anne",
+    "He had been",
+]
+
 REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = REPO / "examples" / "models" / "austen-tiny"
 SMALL_MODEL = REPO / "examples" / "models" / "austen-small"

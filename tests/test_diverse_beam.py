@@ -7,19 +7,13 @@ import pytest
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
+from tests.services import AUSTEN_PROMPTS
 from worker.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 from worker.job import execute
 from worker.strategies import get_strategy
 from worker.strategies.diverse_beam import generate, search
 
-PROMPTS = [
-    "It was a truth universally acknowledged that",
-    "She had never seen",
-    "The morning was fine, and",
-    "Mr. Elliot",
-    "I do not know what you mean by",
-    "Anne",
-]
+PROMPTS = AUSTEN_PROMPTS[:5] + ["Anne"]
 
 
 @pytest.fixture(scope="module")

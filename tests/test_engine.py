@@ -7,23 +7,14 @@ import math
 import pytest
 import torch
 
+from tests.services import AUSTEN_PROMPTS
 from worker import engine
 from worker.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 from worker.errors import PermanentJobError, UsageError
 from worker.job import Runtime, execute
 from worker.models import load
 
-PROMPTS = [
-    "It was a truth universally acknowledged that",
-    "She had never seen",
-    "The morning was fine, and",
-    "Mr. Elliot",
-    "I do not know what you mean by",
-    "Her sister was",
-    "They walked together towards the",
-    "Anne",
-    "He had been",
-]
+PROMPTS = AUSTEN_PROMPTS
 
 
 def job(model: str, strategy: str, params=None, batch_size=4, seed=0, max_new=16, stop=(), metrics=(), prompts=PROMPTS):
