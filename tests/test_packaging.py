@@ -45,6 +45,9 @@ def test_strategies_and_metrics_listings():
     assert "p: float (>0.0, <=1.0), default 0.9" in out.output
     out = CliRunner().invoke(main, ["metrics"])
     assert out.exit_code == 0
+    for name in ("rep_4", "diversity", "distinct_3", "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_l"):
+        assert f"\n{name}  (corpus" in "\n" + out.output, name
+    assert "needs references" in out.output and "needs model" in out.output
 
 
 def test_cli_help_as_a_subprocess():

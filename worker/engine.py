@@ -75,15 +75,15 @@ class SeededSampler(LogitsProcessor):
 class FinishRecorder(StoppingCriteria):
     """Marks a row done at EOS or a stop string and records the step at which it finished."""
 
-    def __init__(self, prompt_len: int, eos_ids: list[int], stop: StopStringCriteria | None, batch: int) -> None:
+    def __init__(self, prompt_len: int, eos_ids: list[int], stop: StopStringCriteria | None, batch: int, device) -> None:
         self.prompt_len = prompt_len
-        self.eos_ids = eos_ids
+        self.eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         self.stop = stop
         self.finished: list[tuple[int, str] | None] = [None] * batch
 
     def __call__(self, input_ids, scores, **kwargs):
         last = input_ids[:, -1]
-        is_eos = torch.isin(last, torch.tensor(self.eos_ids, device=input_ids.device)) if self.eos_ids else torch.zeros_like(last, dtype=torch.bool)
+        is_eos = torch.isin(last, self.eos)
         is_stop = self.stop(input_ids, scores) if self.stop is not None else torch.zeros_like(is_eos)
         n_new = input_ids.shape[1] - self.prompt_len
         for row in torch.nonzero(is_eos | is_stop).flatten().tolist():
@@ -209,7 +209,7 @@ def generate_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds
     recorder = None
     if plan.config.num_beams == 1 and plan.assistant is None:
         stop = StopStringCriteria(tok, plan.stop) if plan.stop else None
-        recorder = FinishRecorder(prompt_len, _eos_ids(plan.config), stop, len(prompts))
+        recorder = FinishRecorder(prompt_len, _eos_ids(plan.config), stop, len(prompts), device)
         criteria.append(recorder)
     _sync(device)
     start = time.perf_counter()

@@ -100,6 +100,7 @@ def execute(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationR
             notes.append(f"assisted decoding runs one prompt at a time in transformers: batch_size {bs} -> 1")
             bs = 1
     batches = [job.prompts[i : i + bs] for i in range(0, len(job.prompts), bs)]
+    seed_of = {p.id: engine.generation_seed(job.seed, p.id) for p in job.prompts}
     if job.generation.warmup:
         engine.warm_up(lm, plan, batches[0])
         if plan.assistant is not None:
@@ -111,7 +112,7 @@ def execute(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationR
     outputs = []
     with Sampler(runtime.device) as sampler:
         for batch in batches:
-            seeds = [engine.generation_seed(job.seed, p.id) for p in batch]
+            seeds = [seed_of[p.id] for p in batch]
             done = engine.generate_with_oom_retry(lm, plan, batch, seeds, notes)
             offset = 0
             for part in done:
@@ -143,7 +144,7 @@ def execute(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationR
             nll_sum, nll_count = scores.get(p.id, (None, None))
             records.append(GenerationRecord(
                 job_id=job.job_id, cell=job.cell, model=job.model.label, strategy=job.strategy.name,
-                params=job.strategy.params, seed=engine.generation_seed(job.seed, p.id), job_seed=job.seed,
+                params=job.strategy.params, seed=seed_of[p.id], job_seed=job.seed,
                 prompt_id=p.id, prompt=p.prompt, reference=p.reference, text=text, token_ids=ids,
                 n_new_tokens=len(ids), stop_reason=reason, batch=index, nll_sum=nll_sum, nll_count=nll_count,
             ))
