@@ -5,7 +5,7 @@ against local mode, on the same jobs, in one process, side by side.
     python benchmarks/bench_distributed_overhead.py --s3                  # also both sides on S3 (moto on loopback)
     python benchmarks/bench_distributed_overhead.py --model DIR --jobs 40
 
-Both sides call the same `worker.job.run_job` with the same warm model cache (the model is
+Both sides call the same `worker.engine.job.run_job` with the same warm model cache (the model is
 loaded once before timing), so the difference is the distributed machinery alone: the
 local side loops over the jobs as `decodebench run` does; the distributed side submits
 them to a redis-server on loopback and drains them with one in-process
@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def make_jobs(model: str, n: int, name: str, new_tokens: int = 4):
-    from controller.plan import plan
-    from controller.spec import parse_spec
+    from controller.spec.plan import plan
+    from controller.spec.load import parse_spec
 
     spec = parse_spec({
         "name": name,
@@ -43,29 +43,29 @@ def make_jobs(model: str, n: int, name: str, new_tokens: int = 4):
 
 
 def run_local(jobs, store, runtime) -> float:
-    from worker.job import run_job
+    from worker.engine.job import run_job
 
     start = time.perf_counter()
     for job in jobs:
-        run_job(job.model_dump(mode="json"), store=store, runtime=runtime)
+        run_job(job, store=store, runtime=runtime)
     return time.perf_counter() - start
 
 
-def run_distributed(conn, spec, store) -> tuple[float, float]:
-    from controller.queue import submit, sweep_status
-    from worker import queueing
-    from worker.queueing import Timing
-    from worker.rqworker import DecodebenchWorker
+def run_distributed(conn, spec, store, runtime) -> tuple[float, float]:
+    from controller.launch.submit import submit
+    from worker.rq.reaper import Timing
+    from worker.rq.worker import DecodebenchWorker
+    from worker.sweepstate import read_status
 
-    queueing._stores[""] = store  # the worker's store for this side (as DECODEBENCH_STORE would set it)
     start = time.perf_counter()
     out = submit(conn, store, spec, "bench")
     t_submit = time.perf_counter() - start
-    worker = DecodebenchWorker(["bench"], connection=conn, timing=Timing(heartbeat_ttl=60, reaper_interval=15))
+    worker = DecodebenchWorker(["bench"], connection=conn, store=store, runtime=runtime,
+                               timing=Timing(heartbeat_ttl=60, reaper_interval=15))
     start = time.perf_counter()
     worker.work(burst=True)
     t_run = time.perf_counter() - start
-    status = sweep_status(conn, "bench", out.sweep_id)
+    status = read_status(conn, "bench", out.sweep_id)
     assert status.total("done") == len(out.enqueued), status.cells
     return t_submit, t_run
 
@@ -87,7 +87,7 @@ def main() -> None:
     import torch
 
     from tests.services import redis_server, s3_env, s3_server
-    from worker.job import Runtime, run_job, set_runtime
+    from worker.engine.job import Runtime, run_job
     from worker.store import FileStore, open_store
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -95,10 +95,9 @@ def main() -> None:
     for name in ("rq.worker", "rq.job", "rq.queue", "rq.scheduler"):
         logging.getLogger(name).setLevel(logging.WARNING)
     runtime = Runtime("cpu")
-    set_runtime(runtime)
     tmp = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     _, warm = make_jobs(args.model, 1, "warm-up")
-    run_job(warm[0].model_dump(mode="json"), store=FileStore(tmp / "warm"), runtime=runtime)  # load the model once
+    run_job(warm[0], store=FileStore(tmp / "warm"), runtime=runtime)  # load the model once
 
     print(f"distributed overhead benchmark: {args.jobs} jobs x {args.rounds} rounds, model {Path(args.model).name}, "
           f"{args.new_tokens} new tokens per job; torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -124,7 +123,7 @@ def main() -> None:
                     if side == "local":
                         local_t.append(run_local(jobs, make_store(f"local-{r}"), runtime))
                     else:
-                        t_submit, t_run = run_distributed(conn, spec, make_store(f"dist-{r}"))
+                        t_submit, t_run = run_distributed(conn, spec, make_store(f"dist-{r}"), runtime)
                         submit_t.append(t_submit)
                         dist_t.append(t_run)
             n = args.jobs

@@ -22,11 +22,12 @@ from pathlib import Path
 
 import torch
 
-from worker import engine
-from worker.contract import GenerationSettings, ModelSpec, PromptItem, StrategySpec
-from worker.device import resolve_device
-from worker.logs import configure
-from worker.models import load
+from worker.engine import generate as engine
+from worker.engine.sampling import generation_seed
+from worker.core.contract import GenerationSettings, ModelSpec, PromptItem, StrategySpec
+from worker.engine.device import resolve_device
+from worker.core.logs import configure
+from worker.engine.models import load
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,11 +81,11 @@ def main() -> None:
         return run
 
     def ours(name, params):
-        plan = engine.make_plan(lm, StrategySpec(name=name, params=params), settings)
+        plan = engine.configure_decoding(lm, StrategySpec(name=name, params=params), settings)
 
         def run():
             for batch in batches:
-                engine.generate_batch(lm, plan, batch, [engine.generation_seed(0, p.id) for p in batch])
+                engine.generate_batch(lm, plan, batch, [generation_seed(0, p.id) for p in batch])
         return run
 
     ours("greedy", {})()  # warm-up
@@ -99,7 +100,7 @@ def main() -> None:
           f"ratio x{t_seeded / t_hf:.3f}")
 
     one = GenerationSettings(max_new_tokens=args.new, min_new_tokens=args.new, batch_size=1)
-    plan1 = engine.make_plan(lm, StrategySpec(name="greedy"), one)
+    plan1 = engine.configure_decoding(lm, StrategySpec(name="greedy"), one)
 
     def batch1():
         for p in items:

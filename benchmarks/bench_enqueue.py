@@ -8,7 +8,7 @@ Side by side in one run:
   trip, one Lua call per chunk for the jobs' states and one for RQ's job hashes) against
   RQ's own pipelined `Queue.enqueue_many` and RQ's one-call-per-job `Queue.enqueue`, each
   on a sample of `--sample` jobs (jobs/s, and the ratios);
-- status: `decodebench status` (`sweep_status`: counters, O(cells)) against a status
+- status: `decodebench status` (`read_status`: counters, O(cells)) against a status
   computed by reading every job's state (HGETALL of the 100,000-entry state hash), the
   cheapest way to count without counters; median of `--repeat` calls each;
 - resubmission (idempotent: nothing enqueued) and cancel of the whole sweep.
@@ -25,11 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.plan import plan  # noqa: E402
-from controller.queue import cancel, enqueue_jobs, sweep_status  # noqa: E402
-from controller.spec import parse_spec  # noqa: E402
+from controller.spec.plan import plan  # noqa: E402
+from controller.launch.submit import enqueue_jobs  # noqa: E402
+from worker.sweepstate import cancel_sweep, read_status  # noqa: E402
+from controller.spec.load import parse_spec  # noqa: E402
 from tests.services import redis_server  # noqa: E402
-from worker import keys  # noqa: E402
+from worker.core import keys  # noqa: E402
 
 
 def make_jobs(n_jobs: int):
@@ -84,14 +85,14 @@ def main() -> None:
         q = Queue("bench-plain", connection=conn, serializer=JSONSerializer)
         start = time.perf_counter()
         for job in sample:
-            q.enqueue("worker.queueing.execute", job.model_dump(mode="json"), job_id=f"plain-{job.job_id}",
+            q.enqueue(keys.RQ_FUNCTION, job.model_dump(mode="json"), job_id=f"plain-{job.job_id}",
                       job_timeout=job.timeout_s)
         t_plain = time.perf_counter() - start
         plain_rate = len(sample) / t_plain
         q = Queue("bench-many", connection=conn, serializer=JSONSerializer)
         start = time.perf_counter()
         with conn.pipeline() as pipe:
-            q.enqueue_many([Queue.prepare_data("worker.queueing.execute", args=(job.model_dump(mode="json"),),
+            q.enqueue_many([Queue.prepare_data(keys.RQ_FUNCTION, args=(job.model_dump(mode="json"),),
                                                job_id=f"many-{job.job_id}", timeout=job.timeout_s) for job in sample],
                            pipeline=pipe)
             pipe.execute()
@@ -112,7 +113,7 @@ def main() -> None:
         sweep_id = jobs[0].sweep_id
         ours, theirs = [], []
         for _ in range(args.repeat):
-            s, t = timed(sweep_status, conn, "bench", sweep_id)
+            s, t = timed(read_status, conn, "bench", sweep_id)
             ours.append(t)
             counts, t = timed(naive_status, conn, "bench", sweep_id)
             theirs.append(t)
@@ -122,7 +123,7 @@ def main() -> None:
         print(f"status by reading every job's state     : median {m_theirs * 1000:8.2f} ms over {args.repeat} calls")
         print(f"  per-job scan / counters = {m_theirs / m_ours:.0f}x")
 
-        result, t_cancel = timed(cancel, conn, "bench", sweep_id)
+        result, t_cancel = timed(cancel_sweep, conn, "bench", sweep_id)
         assert result.cancelled == len(jobs) and Queue(out.queue, connection=conn).count == 0
         print(f"cancel (all {len(jobs):,} queued jobs dropped from the queue): {t_cancel:.2f} s")
 

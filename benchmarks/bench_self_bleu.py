@@ -24,8 +24,8 @@ from pathlib import Path
 
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu  # imported before any timing
 
-from worker.metrics.selfbleu import self_bleu
-from worker.metrics.tokenize import word_tokenize
+from controller.metrics.selfbleu import self_bleu
+from controller.metrics.tokenize import word_tokenize
 
 
 def synthetic(count: int, length: int, vocab_size: int, seed: int) -> list[list[str]]:

@@ -67,7 +67,7 @@ def prompts_file() -> str:
 @pytest.fixture(scope="session")
 def runtime():
     """One CPU runtime (device + model cache) shared by the engine tests."""
-    from worker.job import Runtime
+    from worker.engine.job import Runtime
 
     return Runtime("cpu")
 

@@ -12,9 +12,9 @@ import math
 import random
 from collections import Counter
 
-from controller.aggregate import SweepData
-from worker import paths
-from worker.contract import (
+from controller.report.aggregate import SweepData
+from worker.core import paths
+from worker.core.contract import (
     BatchTiming,
     GenerationRecord,
     GenerationSettings,
@@ -24,7 +24,7 @@ from worker.contract import (
     PromptItem,
     StrategySpec,
 )
-from worker.metrics import CellData, Metric
+from controller.metrics import CellData, Metric
 from worker.store import Store
 
 VOCAB = "the a of and to in was she he it her his that with for not be mr elizabeth darcy".split()

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from tests.helpers_report import make_sweep, toy_metrics, write_sweep
 
-from controller.aggregate import (
+from controller.report.aggregate import (
     DESIGN_COLUMNS,
     QUALITY_COLUMNS,
     REFERENCE,
@@ -21,9 +21,9 @@ from controller.aggregate import (
     speed_columns,
     summarize,
 )
-from worker import paths
-from worker.contract import BatchTiming
-from worker.metrics import METRICS, Metric, cell_data
+from worker.core import paths
+from worker.core.contract import BatchTiming
+from controller.metrics import METRICS, Metric, cell_data
 from worker.store import FileStore
 
 

@@ -19,6 +19,7 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from controller.cli import main
+from worker.core import keys
 from tests.services import free_port
 from tests.test_chart import VALUES_BY_NAME, render, workers
 
@@ -163,7 +164,7 @@ def fill_redis(url: str, kube: KubeStandIn) -> None:
                      ("decodebench.other-team.low", 5)):
         q = Queue(queue, connection=conn, serializer=JSONSerializer)
         for i in range(n):
-            q.enqueue("worker.queueing.execute", {"job": i})
+            q.enqueue(keys.RQ_FUNCTION, {"job": i})
     h100_pods = [p["metadata"]["name"] for p in kube.pods if p["metadata"]["labels"]["decodebench.io/pool"] == "h100"]
     for i in range(16):
         w = Worker([Queue("decodebench.nlp-research.high", connection=conn)], connection=conn, name=f"w{i}")

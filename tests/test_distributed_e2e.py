@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from worker import keys
+from worker.core import keys
 from worker.store import FileStore
 
 pytestmark = pytest.mark.slow
@@ -126,8 +126,8 @@ def scenario(redis_service, tiny_model, prompts_file, tmp_path_factory) -> Scena
     import redis
     import torch
 
-    from controller.local import run_sweep
-    from controller.spec import load_spec
+    from controller.launch.local import run_sweep
+    from controller.spec.load import load_spec
 
     conn = redis.Redis.from_url(redis_service)
     conn.flushall()
@@ -153,7 +153,7 @@ def scenario(redis_service, tiny_model, prompts_file, tmp_path_factory) -> Scena
 
 
 def test_distributed_sweep_equals_local_mode(scenario):
-    from controller.aggregate import load_sweep, summarize
+    from controller.report.aggregate import load_sweep, summarize
     from controller.cli import main as cli
 
     sweep_id, store, local = scenario.sweep_id, scenario.store, scenario.local
@@ -172,13 +172,13 @@ def test_distributed_sweep_equals_local_mode(scenario):
 def test_a_worker_killed_mid_job_loses_nothing(scenario):
     import redis
 
-    from controller.queue import sweep_status
+    from worker.sweepstate import read_status
 
     conn = redis.Redis.from_url(scenario.redis_url)
     assert scenario.procs[scenario.victim].returncode == -signal.SIGKILL
     assert all(p.returncode == 0 for name, p in scenario.procs.items() if name != scenario.victim)
     assert int(conn.hget(keys.lost("default"), scenario.victim_job)) == 1  # detected and requeued once
-    s = sweep_status(conn, "default", scenario.sweep_id)
+    s = read_status(conn, "default", scenario.sweep_id)
     # lost >= 1: on a starved machine a live worker can miss its 5 s heartbeat too; its job then
     # runs twice, and the store must still hold every generation once
     assert s.complete and s.total("done") == 9 and s.n_failures == 0 and s.lost >= 1

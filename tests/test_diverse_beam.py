@@ -8,10 +8,10 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from tests.services import AUSTEN_PROMPTS
-from worker.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
-from worker.job import execute
+from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from worker.engine.job import generate_job
 from worker.strategies import get_strategy
-from worker.strategies.diverse_beam import generate, search
+from worker.engine.loops.diverse_beam import generate, search
 
 PROMPTS = AUSTEN_PROMPTS[:5] + ["Anne"]
 
@@ -64,7 +64,7 @@ def job(model, strategy, params, batch_size, max_new, prompts=PROMPTS):
 
 def test_one_group_without_penalty_is_transformers_beam_search_through_the_engine(tiny_model, runtime, lm):
     params = {"num_beams": 3, "num_beam_groups": 1, "diversity_penalty": 0.0, "length_penalty": 1.0}
-    _, records = execute(job(tiny_model, "diverse_beam", params, 4, 12, prompts=PROMPTS[:4]), runtime)
+    _, records = generate_job(job(tiny_model, "diverse_beam", params, 4, 12, prompts=PROMPTS[:4]), runtime)
     eos = lm.tokenizer.eos_token_id
     assert len(records) == 4
     for prompt, rec in zip(PROMPTS, records):

@@ -54,6 +54,8 @@ def test_entrypoint_is_a_console_script_of_the_project(name):
     target = PYPROJECT["scripts"][IMAGES[name]]
     module, func = target.split(":")
     source = ROOT / (module.replace(".", "/") + ".py")
+    if not source.exists():  # a package: its __init__.py
+        source = ROOT / module.replace(".", "/") / "__init__.py"
     assert source.exists(), f"{target}: no {source.relative_to(ROOT)}"
     defined = {n.name for n in ast.walk(ast.parse(source.read_text())) if isinstance(n, ast.FunctionDef)}
     defined |= {t.id for n in ast.walk(ast.parse(source.read_text())) if isinstance(n, ast.Assign)

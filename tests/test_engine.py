@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from tests.services import AUSTEN_PROMPTS
-from worker import engine
-from worker.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
-from worker.errors import PermanentJobError, UsageError
-from worker.job import Runtime, execute
-from worker.models import load
+from worker.engine import generate as engine
+from worker.engine.sampling import generation_seed
+from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from worker.core.errors import PermanentJobError, UsageError
+from worker.engine.job import Runtime, generate_job
+from worker.engine.models import load
 
 PROMPTS = AUSTEN_PROMPTS
 
@@ -28,7 +29,7 @@ def job(model: str, strategy: str, params=None, batch_size=4, seed=0, max_new=16
 
 
 def texts(runtime, spec):
-    result, records = execute(spec, runtime)
+    result, records = generate_job(spec, runtime)
     return [r.text for r in records], records, result
 
 
@@ -123,8 +124,8 @@ def test_missing_model_is_a_permanent_error(tmp_path, runtime):
 
 
 def test_generation_seed_is_stable():
-    assert engine.generation_seed(0, "p1") == engine.generation_seed(0, "p1")
-    assert engine.generation_seed(0, "p1") != engine.generation_seed(1, "p1")
+    assert generation_seed(0, "p1") == generation_seed(0, "p1")
+    assert generation_seed(0, "p1") != generation_seed(1, "p1")
 
 
 def naive_contrastive(model, ids: list[int], k: int, alpha: float, steps: int) -> list[int]:
@@ -183,6 +184,6 @@ def test_cuda_oom_halves_the_batch_and_says_so(tiny_model, runtime, monkeypatch)
         return real(lm, plan, prompts, seeds)
 
     monkeypatch.setattr(engine, "generate_batch", flaky)
-    result, records = execute(job(tiny_model, "greedy", batch_size=4, prompts=PROMPTS[:4]), runtime)
+    result, records = generate_job(job(tiny_model, "greedy", batch_size=4, prompts=PROMPTS[:4]), runtime)
     assert len(records) == 4 and calls[:3] == [4, 2, 1]
     assert any("halved" in n for n in result.notes)

@@ -15,8 +15,8 @@ import sys
 import pytest
 import torch
 
-from worker.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
-from worker.job import Runtime, execute
+from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from worker.engine.job import Runtime, generate_job
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (scripts/device-checks.sh)")
 
@@ -38,7 +38,7 @@ def cuda_runtime():
 
 
 def test_result_records_device_uuid_torch_peak_and_nvml(small_model, cuda_runtime):
-    result, records = execute(job(small_model), cuda_runtime)
+    result, records = generate_job(job(small_model), cuda_runtime)
     device = result.provenance["device"]
     assert device["type"] == "cuda" and device["name"] and device["uuid"].startswith("GPU-")
     assert device["driver"] and device["cuda"]
@@ -49,23 +49,23 @@ def test_result_records_device_uuid_torch_peak_and_nvml(small_model, cuda_runtim
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_reduced_precision_generates_and_matches_float32_mostly(small_model, cuda_runtime, dtype):
-    _, full = execute(job(small_model, dtype="float32"), cuda_runtime)
-    result, half = execute(job(small_model, dtype=dtype), cuda_runtime)
+    _, full = generate_job(job(small_model, dtype="float32"), cuda_runtime)
+    result, half = generate_job(job(small_model, dtype=dtype), cuda_runtime)
     assert result.provenance["model"]["dtype"] == dtype
     same = sum(a.token_ids[:4] == b.token_ids[:4] for a, b in zip(full, half))
     assert same >= len(full) // 2  # near-ties may flip; most greedy prefixes agree
 
 
 def test_seeded_sampling_reproducible_on_gpu(small_model, cuda_runtime):
-    a = [r.text for r in execute(job(small_model, "top_p"), cuda_runtime)[1]]
-    b = [r.text for r in execute(job(small_model, "top_p"), cuda_runtime)[1]]
+    a = [r.text for r in generate_job(job(small_model, "top_p"), cuda_runtime)[1]]
+    b = [r.text for r in generate_job(job(small_model, "top_p"), cuda_runtime)[1]]
     assert a == b
 
 
 def test_worker_pins_by_uuid_and_refuses_missing_device(small_model):
     uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": uuid}
-    code = "from worker.job import Runtime; r = Runtime('cuda:0'); print(r.device_info['uuid'])"
+    code = "from worker.engine.job import Runtime; r = Runtime('cuda:0'); print(r.device_info['uuid'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == uuid
     n = torch.cuda.device_count()

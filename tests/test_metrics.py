@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from worker.contract import GenerationRecord
-from worker.errors import UsageError
-from worker.metrics import METRICS, CellData, cell_data, compute_metrics
-from worker.metrics.reference import bleu_signature
-from worker.metrics.selfbleu import self_bleu, self_bleu_scores
-from worker.metrics.tokenize import ngrams, word_tokenize
-from worker.metrics.zipf import zipf_coefficient
+from worker.core.contract import GenerationRecord
+from worker.core.errors import UsageError
+from controller.metrics import METRICS, CellData, cell_data, compute_metrics
+from controller.metrics.reference import bleu_signature
+from controller.metrics.selfbleu import self_bleu, self_bleu_scores
+from controller.metrics.tokenize import ngrams, word_tokenize
+from controller.metrics.zipf import zipf_coefficient
 
 SUMMARY_METRICS = [
     "mean_length", "rep_2", "rep_3", "rep_4", "diversity", "distinct_1", "distinct_2", "distinct_3",
@@ -61,7 +61,7 @@ def test_unknown_metric_suggests_a_name():
 
 
 def test_metrics_package_does_not_import_torch():
-    code = "import sys, worker.metrics; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
+    code = "import sys, controller.metrics; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

@@ -19,7 +19,7 @@ def test_controller_does_not_import_torch():
         "import sys, importlib, pkgutil, controller\n"
         "for m in pkgutil.walk_packages(controller.__path__, 'controller.'):\n"
         "    importlib.import_module(m.name)\n"
-        "import worker.strategies, worker.metrics, worker.store, worker.contract, worker.paths\n"
+        "import worker.strategies, worker.store, worker.sweepstate, worker.core.contract, worker.core.paths\n"
         "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
         "print(heavy); sys.exit(1 if heavy else 0)\n"
     )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controller.plan import expand_grid, plan, summarize_plan
-from controller.spec import parse_spec
+from controller.spec.plan import expand_grid, plan, summarize_plan
+from controller.spec.load import parse_spec
 
 
 def spec(**over):
@@ -73,7 +73,7 @@ def test_duplicate_variants_are_planned_once():
 def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
     import shutil
 
-    from controller.spec import load_spec
+    from controller.spec.load import load_spec
 
     ids = []
     for place in ("a", "b/deeper"):

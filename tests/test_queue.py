@@ -8,12 +8,15 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from controller import queue as cq
+from controller.launch import submit as cq
 from controller.cli import main as cli
-from controller.plan import plan
-from controller.spec import load_spec, parse_spec
-from worker import keys
-from worker.queueing import Timing, reap, transition
+from controller.spec.plan import plan
+from controller.spec.load import load_spec, parse_spec
+from worker import sweepstate
+from worker.core import keys
+from worker.core.contract import JobStatus
+from worker.rq.reaper import Timing, reap
+from worker.sweepstate import transition
 from worker.store import FileStore
 
 PROMPTS = ["It is a truth universally", "She was not", "The house was", "Mr. Darcy said", "In the morning"]
@@ -84,9 +87,9 @@ def test_submit_enqueues_json_jobs_grouped_by_model_and_is_idempotent(conn, stor
     raw = conn.hget(queued[0].key, "data")
     import zlib
 
-    assert json.loads(zlib.decompress(raw))[0] == "worker.queueing.execute"  # JSON, never pickle
+    assert json.loads(zlib.decompress(raw))[0] == "worker.rq.task.run_queued_job"  # JSON, never pickle
     assert queued[0].timeout == spec.job_timeout_s and queued[0].retries_left == 3
-    assert queued[0].failure_ttl == cq.FAILURE_TTL and queued[0].result_ttl == cq.RESULT_TTL
+    assert queued[0].failure_ttl == keys.FAILURE_TTL and queued[0].result_ttl == keys.RESULT_TTL
     assert store.exists(f"default/sweeps/{first.sweep_id}/spec.json")
 
     again = cq.submit(conn, store, spec, "default")
@@ -98,12 +101,12 @@ def test_status_counts_per_cell_and_failure_reasons(conn, store):
     out = submit(conn, store)
     jobs = plan(parse_spec(spec_dict()), "default")
     a, b = jobs[0], jobs[-1]
-    transition(conn, "default", out.sweep_id, a.job_id, a.cell, "running")
-    transition(conn, "default", out.sweep_id, a.job_id, a.cell, "done", new_tokens=8, generations=2)
-    transition(conn, "default", out.sweep_id, a.job_id, a.cell, "done", new_tokens=8)  # repeated: counted once
-    transition(conn, "default", out.sweep_id, b.job_id, b.cell, "running")
-    transition(conn, "default", out.sweep_id, b.job_id, b.cell, "failed", reason="model 'm': local path gone")
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    transition(conn, "default", out.sweep_id, a.job_id, a.cell, JobStatus.RUNNING)
+    transition(conn, "default", out.sweep_id, a.job_id, a.cell, JobStatus.DONE, new_tokens=8, generations=2)
+    transition(conn, "default", out.sweep_id, a.job_id, a.cell, JobStatus.DONE, new_tokens=8)  # repeated: counted once
+    transition(conn, "default", out.sweep_id, b.job_id, b.cell, JobStatus.RUNNING)
+    transition(conn, "default", out.sweep_id, b.job_id, b.cell, JobStatus.FAILED, reason="model 'm': local path gone")
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.n_jobs == 9 and s.total("done") == 1 and s.total("failed") == 1 and s.total("queued") == 7
     assert s.cells[a.cell]["done"] == 1 and s.new_tokens == 8
     assert s.failures == [(b.job_id, b.cell, "model 'm': local path gone")]
@@ -115,40 +118,40 @@ def test_cancel_drops_queued_jobs_and_retry_brings_them_back(conn, store):
     submit(conn, store, name="other")  # another sweep's jobs stay queued
     q = rq_queue(conn)
     assert q.count == 18
-    result = cq.cancel(conn, "default", out.sweep_id)
+    result = sweepstate.cancel_sweep(conn, "default", out.sweep_id)
     assert result.cancelled == 9 and q.count == 9
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.cancelled and s.total("cancelled") == 9 and s.complete
     assert cq.submit(conn, store, parse_spec(spec_dict()), "default").enqueued == []  # cancelled: not resumed silently
     again = cq.retry(conn, store, "default", out.sweep_id)
     assert len(again.enqueued) == 9 and q.count == 18
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert not s.cancelled and s.total("queued") == 9
 
 
 def test_reaper_requeues_a_job_whose_worker_stopped_heartbeating(conn, store):
-    from rq.job import JobStatus
+    from rq.job import JobStatus as RQStatus
 
     out = submit(conn, store)
     q = rq_queue(conn)
     job = q.get_jobs()[0]
     spec = job.args[0]
     q.remove(job)
-    job.set_status(JobStatus.STARTED)
-    transition(conn, "default", out.sweep_id, job.id, spec["cell"], "running")
+    job.set_status(RQStatus.STARTED)
+    transition(conn, "default", out.sweep_id, job.id, spec["cell"], JobStatus.RUNNING)
     member = keys.running_member(out.sweep_id, job.id, spec["cell"])
     conn.zadd(keys.running("default"), {member: time.time() - 1})  # its deadline passed
     timing = Timing(heartbeat_ttl=1, reaper_interval=1, max_lost=1)
     assert reap(conn, ["default"], timing) == [job.id]
     assert q.get_job_ids()[0] == job.id  # back at the front
-    assert cq.sweep_status(conn, "default", out.sweep_id, reap_first=False).total("running") == 0
+    assert sweepstate.read_status(conn, "default", out.sweep_id).total("running") == 0
     # lost a second time: more than max_lost, so it fails with a readable reason
     q.remove(job)
-    job.set_status(JobStatus.STARTED)
-    transition(conn, "default", out.sweep_id, job.id, spec["cell"], "running")
+    job.set_status(RQStatus.STARTED)
+    transition(conn, "default", out.sweep_id, job.id, spec["cell"], JobStatus.RUNNING)
     conn.zadd(keys.running("default"), {member: time.time() - 1})
     assert reap(conn, ["default"], timing) == []
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.total("failed") == 1 and "lost 2 times" in s.failures[0][2]
 
 
@@ -160,7 +163,7 @@ def test_resubmit_requeues_jobs_whose_rq_records_vanished(conn, store):
         job.delete()
     again = submit(conn, store)
     assert sorted(again.enqueued) == sorted(j.id for j in lost) and q.count == 9
-    assert cq.sweep_status(conn, "default", out.sweep_id).total("queued") == 9
+    assert sweepstate.read_status(conn, "default", out.sweep_id).total("queued") == 9
 
 
 def test_cli_submit_status_cancel_retry_logs(conn, redis_url, tmp_path, monkeypatch):
@@ -183,8 +186,8 @@ def test_cli_submit_status_cancel_retry_logs(conn, redis_url, tmp_path, monkeypa
 
     jobs = plan(load_spec(spec), "default")  # planned as submit plans it
     j = jobs[0]
-    transition(conn, "default", sweep_id, j.job_id, j.cell, "running")
-    transition(conn, "default", sweep_id, j.job_id, j.cell, "failed", reason="model 'm': cannot load")
+    transition(conn, "default", sweep_id, j.job_id, j.cell, JobStatus.RUNNING)
+    transition(conn, "default", sweep_id, j.job_id, j.cell, JobStatus.FAILED, reason="model 'm': cannot load")
     r = runner.invoke(cli, ["status", sweep_id])
     assert "failures (1 of 1 shown)" in r.output and "cannot load" in r.output
 
@@ -221,14 +224,14 @@ def test_large_sweep_enqueue_and_status(conn, store):
     out = submit(conn, store, prompts=prompts, shard_size=1, seeds=(1,))
     assert len(out.enqueued) == 2000
     assert rq_queue(conn).count == 2000
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.total("queued") == 2000 and len(s.cells) == 2
 
 
 def test_reaper_requeues_a_job_taken_by_a_worker_that_died_before_starting_it(conn, store):
     from rq.intermediate_queue import IntermediateQueue
 
-    from worker.rqworker import ReliableQueue
+    from worker.rq.worker import ReliableQueue
 
     submit(conn, store)
     q = rq_queue(conn)
@@ -246,14 +249,16 @@ def test_sweep_keys_expire_after_their_ttl(conn, store, monkeypatch):
     monkeypatch.setenv("DECODEBENCH_SWEEP_TTL_DAYS", "1")
     out = submit(conn, store)
     jobs = plan(parse_spec(spec_dict()), "default")
-    transition(conn, "default", out.sweep_id, jobs[0].job_id, jobs[0].cell, "failed", reason="x")
+    transition(conn, "default", out.sweep_id, jobs[0].job_id, jobs[0].cell, JobStatus.FAILED, reason="x")
     for part, key in keys.sweep_keys("default", out.sweep_id).items():
         if part != "recent":
             assert 0 < conn.ttl(key) <= 86400, part
     for key in keys.sweep_keys("default", out.sweep_id).values():
         conn.delete(key)
     with pytest.raises(Exception, match="no submitted sweep"):
-        cq.resolve_sweep(conn, "default", out.sweep_id)
+        sweepstate.resolve_sweep(conn, "default", out.sweep_id)
+    assert conn.zcard(keys.sweeps("default")) == 1  # reads change nothing
+    assert sweepstate.prune_expired_sweeps(conn, "default") == [out.sweep_id]  # the next submit prunes it
     assert conn.zcard(keys.sweeps("default")) == 0
 
 
@@ -269,8 +274,8 @@ def test_bulk_enqueue_writes_the_jobs_rq_enqueue_many_writes(conn):
     cq.bulk_enqueue(conn, ours_q, cq.rq_template(ours_q, policy), [job], pipeline=None)
     data, description, meta, timeout = cq.rq_job_fields(job)
     rq_q.enqueue_many([Queue.prepare_data(
-        cq.FUNC, args=(job.model_dump(mode="json"),), job_id="reference", timeout=timeout, result_ttl=cq.RESULT_TTL,
-        failure_ttl=cq.FAILURE_TTL, retry=policy, description=description, meta=json.loads(meta))])
+        keys.RQ_FUNCTION, args=(job.model_dump(mode="json"),), job_id="reference", timeout=timeout,
+        result_ttl=keys.RESULT_TTL, failure_ttl=keys.FAILURE_TTL, retry=policy, description=description, meta=json.loads(meta))])
     ours, theirs = conn.hgetall(Job.key_for(job.job_id)), conn.hgetall(Job.key_for("reference"))
     assert set(ours) == set(theirs)
     differ = {k for k in ours if ours[k] != theirs[k]}

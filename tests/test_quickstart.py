@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from controller.aggregate import DESIGN_COLUMNS, REFERENCE
+from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE
 from controller.cli import main
 from tests.test_html_browser import browse
 

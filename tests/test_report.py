@@ -10,12 +10,14 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from controller.aggregate import DESIGN_COLUMNS, REFERENCE, summarize
+from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, summarize
 from controller.cli import Group
-from controller.html import mark_repeats, pareto_front, render_html
-from controller.report import FILENAMES, markdown_table, report, write_reports
+from controller.report.html import mark_repeats, pareto_front, render_html
+from controller.cli.report import report
+from controller.report.format import markdown_table
+from controller.report.write import write_reports
 from tests.helpers_report import make_sweep, write_sweep
-from worker import paths
+from worker.core import paths
 from worker.store import FileStore
 
 HOSTILE = "<script>alert('pwned')</script> & \"quotes\""
@@ -39,7 +41,7 @@ def test_every_format_is_written_and_reads_back(tmp_path, sweep):
     keys = write_reports(store, data.tenant, data.sweep_id, summary, data)
     assert set(keys) == {"csv", "parquet", "json", "md", "html"}
     for fmt, key in keys.items():
-        assert key == paths.report_key(data.tenant, data.sweep_id, FILENAMES[fmt])
+        assert key == paths.report_key(data.tenant, data.sweep_id, paths.REPORT_FILES[fmt])
     csv = pd.read_csv(io.BytesIO(store.read_bytes(keys["csv"])))
     assert list(csv.columns) == list(summary.columns)
     assert csv["tokens_per_s"].tolist()[:2] == pytest.approx(summary["tokens_per_s"].tolist()[:2])
@@ -103,7 +105,7 @@ def test_report_command_writes_all_and_prints_markdown(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("| model | strategy |")
     report_dir = tmp_path / "runs" / "default" / "sweeps" / data.sweep_id / "report"
-    assert sorted(p.name for p in report_dir.iterdir()) == sorted(FILENAMES.values())
+    assert sorted(p.name for p in report_dir.iterdir()) == sorted(paths.REPORT_FILES.values())
     assert out.read_bytes() == (report_dir / "summary.csv").read_bytes()
 
 
@@ -158,7 +160,7 @@ def test_report_compare(tmp_path):
 
 
 def test_api_loads_summary_and_generations(tmp_path):
-    from controller.api import load_generations, load_summary
+    from controller.report.api import load_generations, load_summary
 
     store = FileStore(tmp_path)
     data = make_sweep(n_prompts=4, shard_size=2)

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from worker.errors import StoreError
+from worker.core.errors import StoreError
 from worker.store import FileStore, open_store
 
 
@@ -200,26 +200,26 @@ def test_a_lost_response_to_a_conditional_put_is_not_a_duplicate(flaky):
     assert store.read_bytes("j/result.json") == b"mine"
 
 
-def test_a_job_writes_its_result_generations_and_log_to_s3_through_failures(flaky, tiny_model):
+def test_a_job_writes_its_result_generations_and_log_to_s3_through_failures(flaky, tiny_model, runtime):
     import structlog
 
-    from controller.plan import plan
-    from controller.spec import parse_spec
+    from controller.spec.plan import plan
+    from controller.spec.load import parse_spec
     from tests.test_queue import spec_dict
-    from worker import paths
-    from worker.job import run_job
-    from worker.logs import configure
+    from worker.core import paths
+    from worker.engine.job import run_job
+    from worker.core.logs import configure
 
     configure("json")  # the job's log lines are captured for its log.jsonl
     proxy, store = flaky
     job = plan(parse_spec(spec_dict(tiny_model, prompts=["It was", "She said"])), "default")[0]
     proxy.fail = 4
-    out = run_job(job.model_dump(mode="json"), store=store)
+    out = run_job(job, store=store, runtime=runtime)
     assert out["status"] == "done"
     t, s, j = job.tenant, job.sweep_id, job.job_id
     assert store.load_result(t, s, j).n_generations == 2
     assert [g.prompt_id for g in store.load_generations(t, s, j)] == [p.id for p in job.prompts]
     events = [row["event"] for row in store.read_jsonl(paths.log_key(t, s, j))]
     assert "job.start" in events and "job.done" in events and "s3.retry" in events  # the retries are in the job log too
-    assert run_job(job.model_dump(mode="json"), store=store)["status"] == "skipped"
+    assert run_job(job, store=store, runtime=runtime)["status"] == "skipped"
     structlog.reset_defaults()

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.spec import load_prompts, load_spec
+from controller.spec.load import load_spec
+from controller.spec.prompts import load_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 

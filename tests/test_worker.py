@@ -5,6 +5,7 @@ Heartbeat TTL and reaper interval are shortened so that failure detection is qui
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -14,12 +15,13 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from controller import queue as cq
+from controller.launch import submit as cq
 from controller.cli import main as cli
-from controller.spec import parse_spec
+from controller.spec.load import parse_spec
 from tests.test_queue import rq_queue, spec_dict
-from worker import keys
-from worker.queueing import Timing
+from worker import sweepstate
+from worker.core import keys
+from worker.rq.reaper import Timing
 
 FAST = Timing(heartbeat_ttl=5.0, reaper_interval=0.3, max_lost=3)
 
@@ -48,10 +50,20 @@ def _restore_signals(monkeypatch):
         signal.signal(s, handler)
 
 
-def make_worker(conn, selectors=("default",), **kw):
-    from worker.rqworker import DecodebenchWorker
+@functools.cache
+def cpu_runtime():
+    """The in-process workers' runtime: one model cache for the whole module, as in a worker process."""
+    from worker.engine.job import Runtime
 
-    return DecodebenchWorker(list(selectors), connection=conn, timing=kw.pop("timing", FAST), **kw)
+    return Runtime("cpu")
+
+
+def make_worker(conn, selectors=("default",), **kw):
+    from worker.rq.worker import DecodebenchWorker
+    from worker.store import open_store
+
+    return DecodebenchWorker(list(selectors), connection=conn, store=kw.pop("store", None) or open_store(),
+                             runtime=cpu_runtime(), timing=kw.pop("timing", FAST), **kw)
 
 
 def run_worker(conn, selectors=("default",), max_jobs=None, **kw):
@@ -117,16 +129,14 @@ def test_worker_refuses_a_device_that_does_not_exist(capsys, monkeypatch, _reset
 
 
 def test_worker_runs_jobs_in_process_and_keeps_the_model_cached(conn, store, tiny_model):
-    from worker.job import get_runtime
-
     out = submit(conn, store, tiny_model)
     run_worker(conn)
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.complete and s.total("done") == 9 and s.new_tokens > 0
     assert store.complete_job_ids("default", out.sweep_id) == set(out.enqueued)
     result = store.load_result("default", out.sweep_id, out.enqueued[0])
     assert result.provenance["device"]["device"] == "cpu" and "uuid" in result.provenance["device"]
-    assert max(e.uses for e in get_runtime().cache._entries.values()) >= 8  # loaded once, reused
+    assert max(e.uses for e in cpu_runtime().cache.entries()) >= 8  # loaded once, reused
     assert conn.zcard(keys.running("default")) == 0
 
 
@@ -139,7 +149,7 @@ def test_bad_model_fails_at_once_with_a_readable_reason_and_retry_after_fixing_i
     out = cq.submit(conn, store, parse_spec(spec), "default")
     missing.rmdir()  # the workers do not have it
     run_worker(conn)
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.total("done") == 9 and s.total("failed") == 9 and s.complete
     assert all("does not exist on this worker" in reason for _, cell, reason in s.failures if cell.startswith("bad::"))
     registry = FailedJobRegistry(keys.queue_name("default"), connection=conn)
@@ -153,7 +163,7 @@ def test_bad_model_fails_at_once_with_a_readable_reason_and_retry_after_fixing_i
     again = cq.retry(conn, store, "default", out.sweep_id)
     assert len(again.enqueued) == 9 and again.done == 9
     run_worker(conn)
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.total("done") == 18 and s.n_failures == 0
 
 
@@ -163,21 +173,21 @@ def conn_url(conn) -> str:
 
 
 def test_transient_failure_is_retried_with_backoff(conn, store, tiny_model, monkeypatch):
-    import worker.job
-    from worker.errors import StoreError
+    import worker.engine.job
+    from worker.core.errors import StoreError
 
-    real, calls = worker.job.run_job, []
+    real, calls = worker.engine.job.run_job, []
 
     def flaky(job, **kw):
-        calls.append(job["job_id"])
-        if calls.count(job["job_id"]) == 1 and len(set(calls)) == 1:
+        calls.append(job.job_id)
+        if calls.count(job.job_id) == 1 and len(set(calls)) == 1:
             raise StoreError("s3://bucket: write failed: SlowDown")
         return real(job, **kw)
 
-    monkeypatch.setattr(worker.job, "run_job", flaky)
+    monkeypatch.setattr(worker.engine.job, "run_job", flaky)
     out = submit(conn, store, tiny_model, seeds=(1,), prompts=["A", "B"])  # 2 jobs
     run_worker(conn)
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.total("done") == 2 and s.n_failures == 0
     first = rq_queue(conn).fetch_job(calls[0])
     assert calls.count(calls[0]) == 2 and first.retries_left == 2
@@ -197,9 +207,9 @@ def test_sigterm_requeues_the_running_job_and_exits(conn, store, tiny_model):
     state = conn.hget(keys.sweep("default", out.sweep_id, "state"), victim[0])
     assert state == b"queued"
     assert rq_queue(conn).get_job_ids()[0] == victim[0]  # at the front, not failed
-    assert cq.sweep_status(conn, "default", out.sweep_id).n_failures == 0
+    assert sweepstate.read_status(conn, "default", out.sweep_id).n_failures == 0
     run_worker(conn)  # another worker finishes the sweep
-    assert cq.sweep_status(conn, "default", out.sweep_id).total("done") == 9
+    assert sweepstate.read_status(conn, "default", out.sweep_id).total("done") == 9
 
 
 def test_cancel_stops_the_running_job_and_drops_the_queued_ones(conn, store, tiny_model):
@@ -210,11 +220,11 @@ def test_cancel_stops_the_running_job_and_drops_the_queued_ones(conn, store, tin
 
     def cancel_when_running():
         victim.append(wait_for(lambda: running_job(conn, out.sweep_id)))
-        cq.cancel(conn, "default", out.sweep_id)
+        sweepstate.cancel_sweep(conn, "default", out.sweep_id)
 
     threading.Thread(target=cancel_when_running, daemon=True).start()
     run_worker(conn)
-    s = cq.sweep_status(conn, "default", out.sweep_id)
+    s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.cancelled and s.complete and s.total("cancelled") + s.total("done") == 9 and s.total("cancelled") >= 8
     job = rq_queue(conn).fetch_job(victim[0])
     assert job.get_status() in (JobStatus.STOPPED, JobStatus.FINISHED)
@@ -264,7 +274,7 @@ def test_sweep_resumes_after_redis_restarts_with_its_data(tiny_model, tmp_path, 
         run_worker(conn, max_jobs=2)
     with redis_server(appendonly=True, data_dir=data, port=port) as (url, _):
         conn = redis.Redis.from_url(url)
-        assert cq.sweep_status(conn, "default", out.sweep_id).total("done") == 2
+        assert sweepstate.read_status(conn, "default", out.sweep_id).total("done") == 2
         run_worker(conn)
-        s = cq.sweep_status(conn, "default", out.sweep_id)
+        s = sweepstate.read_status(conn, "default", out.sweep_id)
         assert s.complete and s.total("done") == 6

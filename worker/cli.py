@@ -1,26 +1,25 @@
 """`decodebench-worker`: an RQ worker pinned to one device.
 
-    decodebench-worker --device cuda:0 --queues team-a team-b     # tenants (all priorities)
-    decodebench-worker --device cpu --queues '*' --burst          # every tenant; exit when done
+    decodebench-worker --device cuda:0 --queues team-a --queues team-b   # tenants (all priorities)
+    decodebench-worker --device cpu --queues '*' --burst                 # every tenant; exit when done
 
-Settings: flags, then DECODEBENCH_* variables (DECODEBENCH_REDIS_URL, DECODEBENCH_STORE,
-DECODEBENCH_DEVICE, DECODEBENCH_QUEUES, DECODEBENCH_STOP_GRACE, DECODEBENCH_HEARTBEAT_TTL,
-DECODEBENCH_REAPER_INTERVAL, DECODEBENCH_LOG_FORMAT), then defaults.
+Every option also reads its DECODEBENCH_* variable (`--help` lists them); see
+`worker.core.settings`.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import MutableMapping
 
+import click
 import structlog
 
-from worker.errors import DecodebenchError, ServiceError, UsageError
+from worker.core import settings
+from worker.core.errors import DecodebenchError, UsageError
 
 log = structlog.get_logger("decodebench.worker")
-from worker.keys import DEFAULT_REDIS_URL
 
 
 def prepare_cuda_env(env: MutableMapping[str, str]) -> list[str]:
@@ -45,106 +44,77 @@ def prepare_cuda_env(env: MutableMapping[str, str]) -> list[str]:
     return notes
 
 
-def _float_env(name: str) -> float | None:
-    value = os.environ.get(name)
-    return float(value) if value else None
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="decodebench-worker", description="Run decodebench jobs from Redis (RQ) on one device.")
-    p.add_argument("--device", default=os.environ.get("DECODEBENCH_DEVICE"),
-                   help="cpu or cuda:N (env DECODEBENCH_DEVICE); required, never falls back")
-    p.add_argument("--queues", nargs="+", default=None, metavar="Q",
-                   help="tenants, queue names decodebench.<tenant>.<priority>, or '*' for every tenant "
-                        "(env DECODEBENCH_QUEUES, comma-separated; default '*')")
-    p.add_argument("--burst", action="store_true", help="exit once no job of the queues is queued, running or waiting to retry")
-    p.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
-    p.add_argument("--redis-url", default=None, help=f"env DECODEBENCH_REDIS_URL; default {DEFAULT_REDIS_URL}")
-    p.add_argument("--store", default=None, help="file path or s3://bucket/prefix (env DECODEBENCH_STORE; default ./runs)")
-    p.add_argument("--name", default=None, help="worker name in RQ (default decodebench-<host>-<pid>-<device>-<random>)")
-    p.add_argument("--stop-grace", type=float, default=_float_env("DECODEBENCH_STOP_GRACE"),
-                   help="on SIGTERM, seconds to let the current job finish before requeueing it (default: its timeout)")
-    p.add_argument("--heartbeat-ttl", type=float, default=None,
-                   help="seconds without a heartbeat after which a running job counts as lost (env DECODEBENCH_HEARTBEAT_TTL; default 60)")
-    p.add_argument("--reaper-interval", type=float, default=None,
-                   help="seconds between searches for lost jobs (env DECODEBENCH_REAPER_INTERVAL; default 15)")
-    p.add_argument("--log-format", choices=["console", "json"], default=None, help="env DECODEBENCH_LOG_FORMAT; default console")
-    p.add_argument("--log-level", default=None, help="env DECODEBENCH_LOG_LEVEL; default info")
-    return p
-
-
-def run(args: argparse.Namespace) -> int:
+def serve(*, device: str | None, queues: tuple[str, ...], burst: bool, max_jobs: int | None, redis_url: str,
+          store: str, name: str | None, stop_grace: float | None, heartbeat_ttl: float, reaper_interval: float,
+          log_level: str) -> int:
+    """Open the store, pin the device, connect to Redis and run the worker until it stops."""
     import redis
 
-    from worker.device import parse_device
-    from worker.job import Runtime, set_runtime
-    from worker.queueing import Timing
-    from worker.rqworker import DecodebenchWorker, bridge_rq_logging
+    from worker.core.errors import ServiceError
+    from worker.core.redisconn import connect_patiently, redact_url
+    from worker.engine.job import Runtime
+    from worker.rq.reaper import Timing
+    from worker.rq.worker import DecodebenchWorker, bridge_rq_logging
     from worker.store import open_store
 
-    if not args.device:
+    if not device:
         raise UsageError("--device is required: cpu or cuda:N (or set DECODEBENCH_DEVICE)")
-    device = parse_device(args.device)
-    if args.store:
-        os.environ["DECODEBENCH_STORE"] = args.store
-    store = open_store()  # a bad store URL fails here, not in the first job
+    settings.parse_device(device)
+    opened = open_store(store)  # a bad store URL fails here, not in the first job
     for note in prepare_cuda_env(os.environ):
         log.info("worker.cuda_env", note=note)
     runtime = Runtime(device)  # refuses a device that does not exist
-    set_runtime(runtime)
     info = runtime.device_info
     log.info("worker.device", device=info.get("device"), name=info.get("name"), uuid=info.get("uuid"),
              driver=info.get("driver"), cuda=info.get("cuda"),
              cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-    url = args.redis_url or os.environ.get("DECODEBENCH_REDIS_URL") or DEFAULT_REDIS_URL
-    conn = connect_patiently(url)
+    conn = connect_patiently(redis_url)
     try:
         conn.ping()
     except redis.RedisError as err:
-        raise ServiceError(f"Redis at {_safe_url(url)} is not reachable: {err}") from None
-    timing = Timing.from_env(heartbeat_ttl=args.heartbeat_ttl, reaper_interval=args.reaper_interval)
-    selectors = args.queues or [os.environ.get("DECODEBENCH_QUEUES") or "*"]
-    bridge_rq_logging(args.log_level or os.environ.get("DECODEBENCH_LOG_LEVEL", "info"))
-    worker = DecodebenchWorker(selectors, connection=conn, timing=timing, stop_grace=args.stop_grace,
-                               device=device, name=args.name)
-    log.info("worker.start", name=worker.name, queues=worker.queue_names() or selectors, store=store.url,
-             burst=args.burst, heartbeat_ttl_s=timing.heartbeat_ttl, reaper_interval_s=timing.reaper_interval,
+        raise ServiceError(f"Redis at {redact_url(redis_url)} is not reachable: {err}") from None
+    timing = Timing.from_settings(heartbeat_ttl=heartbeat_ttl, reaper_interval=reaper_interval)
+    bridge_rq_logging(log_level)
+    worker = DecodebenchWorker(list(queues), connection=conn, store=opened, runtime=runtime, timing=timing,
+                               stop_grace=stop_grace, name=name)
+    log.info("worker.start", name=worker.name, queues=worker.queue_names() or list(queues), store=opened.url,
+             burst=burst, heartbeat_ttl_s=timing.heartbeat_ttl, reaper_interval_s=timing.reaper_interval,
              lost_job_requeued_within_s=timing.detection_bound)
-    worker.work(burst=args.burst, max_jobs=args.max_jobs, logging_level=None)
+    worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
     return 0
 
 
-def connect_patiently(url: str):
-    """A Redis client that rides out a Redis restart: connection errors are retried with
-    jittered exponential backoff (0.5 s doubling, capped at 10 s, 12 times: about a minute)."""
-    import redis
-    from redis.backoff import ExponentialWithJitterBackoff
-    from redis.retry import Retry
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("more_queues", nargs=-1, metavar="[QUEUE]...")
+@settings.option("device", help="Device: cpu or cuda:N; required, never falls back.")
+@settings.option("queues", multiple=True,
+                 help="Tenants, queue names decodebench.<tenant>.<priority>, or '*' for every tenant; repeatable "
+                      "or comma-separated.")
+@click.option("--burst", is_flag=True, help="Exit once no job of the queues is queued, running or waiting to retry.")
+@click.option("--max-jobs", type=int, default=None, help="Exit after this many jobs.")
+@settings.option("redis_url")
+@settings.option("store")
+@click.option("--name", default=None, help="Worker name in RQ (default decodebench-<host>-<pid>-<device>-<random>).")
+@settings.option("stop_grace")
+@settings.option("heartbeat_ttl")
+@settings.option("reaper_interval")
+@settings.option("log_format", type=click.Choice(["console", "json"]))
+@settings.option("log_level")
+@click.version_option(package_name="decodebench")
+def main(log_format: str, log_level: str, more_queues: tuple[str, ...], **options) -> None:
+    """Run decodebench jobs from Redis (RQ) on one device.
 
-    return redis.Redis.from_url(url, health_check_interval=30,
-                                retry=Retry(ExponentialWithJitterBackoff(cap=10, base=0.5), 12))
+    QUEUE arguments add to --queues, so `--queues team-a team-b` serves both tenants.
+    """
+    from worker.core.logs import configure
 
-
-def _safe_url(url: str) -> str:
-    """The Redis URL without its password (never log a secret)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    from worker.logs import configure
-
-    configure(args.log_format, args.log_level)
+    configure(log_format, log_level)
+    queues = options.pop("queues")
+    queues = ((queues,) if isinstance(queues, str) else tuple(queues)) + more_queues
     try:
-        code = run(args)
+        code = serve(queues=queues or ("*",), log_level=log_level, **options)
     except DecodebenchError as err:
-        print(f"error: {err}", file=sys.stderr)
+        click.echo(f"error: {err}", err=True)
         code = err.exit_code
     sys.exit(code)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.registry import Registry
+from worker.core.registry import Registry
 
 
 @dataclass(frozen=True)

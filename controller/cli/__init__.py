@@ -1,0 +1,46 @@
+"""The `decodebench` command line (click). User errors print one line and exit non-zero.
+
+Each command module imports only click and the settings at import time, so that
+`decodebench --help` loads neither pandas nor torch; the work happens in
+`controller.spec`, `controller.launch`, `controller.report` and `controller.ops`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from worker.core import settings
+from worker.core.errors import DecodebenchError
+
+
+class Group(click.Group):
+    """Turns a DecodebenchError into one line on stderr and its exit code (2 for bad input)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except DecodebenchError as err:
+            click.echo(f"error: {err}", err=True)
+            ctx.exit(err.exit_code)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@settings.option("log_format", type=click.Choice(["console", "json"]))
+@settings.option("log_level")
+@click.version_option(package_name="decodebench")
+def main(log_format: str, log_level: str) -> None:
+    """Compare text-generation decoding strategies across language models."""
+    from worker.core.logs import configure
+
+    configure(log_format, log_level)
+
+
+from controller.cli import distributed, local, ops, report  # noqa: E402  (the commands)
+
+for _module in (local, distributed, report, ops):
+    for _command in _module.COMMANDS:
+        main.add_command(_command)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

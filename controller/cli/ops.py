@@ -1,0 +1,108 @@
+"""Operations commands: doctor (CUDA, NVML, Redis, store) and cluster status|scale."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+import click
+
+from controller.cli import options
+from worker.core import settings
+from worker.core.errors import ServiceError, UsageError
+
+
+@click.command()
+@options.tenant
+@click.option("--require-gpu", is_flag=True, help="Fail when CUDA or NVML is not available (on GPU workers).")
+@click.option("--local", is_flag=True, help="Local mode only: Redis is not required.")
+@options.redis_url
+@options.store
+def doctor(tenant: str, require_gpu: bool, local: bool, redis_url: str, store: str) -> None:
+    """Check torch/CUDA, NVML, GPUs and their free memory, Redis and the store."""
+    from controller.ops.doctor import FAIL, NOTE, check_nvml, check_redis, check_store, check_torch
+
+    results = [*check_torch(require_gpu), *check_nvml(require_gpu)]
+    redis_check = check_redis(redis_url, tenant)
+    if local and redis_check[0] == FAIL:
+        redis_check = (NOTE, "redis", redis_check[2] + " (not needed with --local)")
+    results += [redis_check, check_store(store)]
+    width = max(len(name) for _, name, _ in results)
+    for level, name, detail in results:
+        click.echo(f"{level}  {name:<{width}}  {detail}")
+    failed = [name for level, name, _ in results if level == FAIL]
+    click.echo(f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "all required checks passed")
+    if failed:
+        sys.exit(1)
+
+
+_namespace = settings.option("namespace", "--namespace", "-n")
+_context = click.option("--context", default=None, help="kubeconfig context (default: in-cluster, else current).")
+_release = settings.option("release")
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """Worker pools on Kubernetes: pods, GPUs, queue depth; scale a pool."""
+
+
+@cluster.command("status")
+@_namespace
+@_context
+@_release
+@options.redis_url
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def status(namespace: str | None, context: str | None, release: str | None,
+           redis_url: str, output: str) -> None:
+    """Worker pods per pool, their GPUs and readiness, queue depth and idle/busy workers."""
+    from controller.ops.cluster import KubeClient, queue_stats, render, summarise
+
+    kube = KubeClient(context, namespace)
+    pools, pods = kube.pools(release), kube.pods(release)
+    stats, note = None, None
+    try:
+        stats = queue_stats(redis_url)
+    except ServiceError as exc:
+        note = str(exc)
+    rows = summarise(pools, pods, stats)
+    if output == "json":
+        doc = {"namespace": kube.namespace, "queue_depth_unavailable": note,
+               "pools": [{**asdict(r.pool), "queued": r.queued, "idle": r.idle, "busy": r.busy,
+                          "queues": r.queues, "pods": [asdict(p) for p in r.pods]} for r in rows]}
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(render(rows, kube.namespace, note))
+
+
+@cluster.command("scale")
+@click.argument("pool")
+@click.option("--replicas", type=click.IntRange(min=0), required=True, help="Pods the pool should run.")
+@_namespace
+@_context
+@_release
+def scale(pool: str, replicas: int, namespace: str | None, context: str | None, release: str | None) -> None:
+    """Set the number of pods of worker pool POOL."""
+    from controller.ops.cluster import KubeClient
+
+    kube = KubeClient(context, namespace)
+    pools = kube.pools(release)
+    matches = [p for p in pools if p.name == pool]
+    where = f"namespace {kube.namespace}" + (f", release {release}" if release else "")
+    if not matches:
+        names = ", ".join(sorted({p.name for p in pools})) or "none"
+        raise UsageError(f"no worker pool {pool!r} in {where} (pools: {names})")
+    if len(matches) > 1:
+        releases = ", ".join(sorted(p.release for p in matches))
+        raise UsageError(f"pool {pool!r} exists in several releases ({releases}); choose one with --release")
+    target = matches[0]
+    if target.autoscaled:
+        raise UsageError(f"pool {pool!r} is autoscaled by KEDA; change worker.pools[].autoscaling "
+                         "(minReplicas/maxReplicas) in the Helm values instead")
+    kube.scale(target.deployment, replicas)
+    click.echo(f"pool {pool}: {target.replicas} -> {replicas} replicas (deployment {target.deployment} "
+               f"in {kube.namespace})")
+    click.echo("note: the next `helm upgrade` resets it to worker.pools[].replicas from the values")
+
+
+COMMANDS = [doctor, cluster]

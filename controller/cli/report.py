@@ -1,0 +1,58 @@
+"""`decodebench report`: aggregate a sweep's complete jobs into its reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from controller.cli import options
+from worker.core import paths, settings
+from worker.core.errors import UsageError
+
+FORMATS = tuple(paths.REPORT_FILES)
+
+
+@click.command("report")
+@click.argument("sweep")
+@click.option("--format", "fmt_name", type=click.Choice(FORMATS), default="md", show_default=True,
+              help="Format copied to --out.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also copy the chosen format to this local file.")
+@click.option("--compare", "compare_to", default=None, metavar="SWEEP_B",
+              help="Compare with another sweep: per-cell differences B - A.")
+@click.option("--n-boot", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Bootstrap replicates of the confidence intervals (0: none).")
+@settings.option("store", "--store", "store_url")
+@options.tenant
+def report(sweep: str, fmt_name: str, out: Path | None, compare_to: str | None, n_boot: int,
+           store_url: str, tenant: str) -> None:
+    """Aggregate SWEEP's complete jobs into report/summary.* and report/report.html."""
+    if compare_to is not None and fmt_name == "html":
+        raise UsageError("--compare writes md, csv, json or parquet, not html")
+    from controller.report.aggregate import compare
+    from controller.report.format import compare_table, markdown_table
+    from controller.report.write import build, comparison_bytes, render, write_comparison, write_reports
+    from worker.store import open_store
+
+    store = open_store(store_url)
+    data, summary = build(store, tenant, sweep, n_boot)
+    write_reports(store, tenant, data.sweep_id, summary, data)
+    if compare_to is None:
+        click.echo(markdown_table(summary), nl=False)
+        body = render(fmt_name, summary, data) if out else None
+    else:
+        sweep_b = store.resolve_sweep(tenant, compare_to)
+        _, other = build(store, tenant, sweep_b, n_boot)
+        comparison = compare(summary, other)
+        write_comparison(store, tenant, data.sweep_id, sweep_b, comparison)
+        click.echo(compare_table(comparison), nl=False)
+        body = comparison_bytes(fmt_name, comparison) if out else None
+    if out is not None and body is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(body)
+        click.echo(f"wrote {out}", err=True)
+    click.echo(f"report: {store.url}/{paths.report_key(tenant, data.sweep_id, '')}", err=True)
+
+
+COMMANDS = [report]

@@ -1,0 +1,216 @@
+"""Submitting a sweep to RQ: plan it, store its spec, enqueue its jobs (and retry failed ones).
+
+Jobs are genuine RQ jobs on queues `decodebench.<tenant>.<priority>`, serialised as
+JSON, calling `worker.rq.task.run_queued_job(job_spec_dict)` (`keys.RQ_FUNCTION`). The
+sweep's job states are recorded through `worker.sweepstate`, in the same pipeline as
+the enqueue, so `decodebench status` reads a few counters whatever the sweep's size.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from worker import sweepstate
+from worker.core import keys, settings
+from worker.core.contract import JobSpec, JobStatus
+from worker.core.errors import UsageError
+from worker.sweepstate.transitions import CHUNK, Lua
+
+
+def retry_policy(retries: int | None = None):
+    """RQ Retry with backoff (DECODEBENCH_RETRY_INTERVALS, default 30,120,600 seconds)."""
+    from rq import Retry
+
+    intervals = settings.get("retry_intervals")
+    count = len(intervals) if retries is None else retries
+    return Retry(max=count, interval=intervals) if count > 0 else None
+
+
+def job_timeout(job: JobSpec) -> int:
+    """The job's own timeout, capped by the cluster's DECODEBENCH_JOB_TIMEOUT when set."""
+    cap = settings.get("job_timeout")
+    return min(job.timeout_s, cap) if cap else job.timeout_s
+
+
+# -- submit ---------------------------------------------------------------------------------
+
+@dataclass
+class SubmitOutcome:
+    sweep_id: str
+    queue: str
+    jobs: int
+    enqueued: list[str] = field(default_factory=list)
+    done: int = 0
+    pending: int = 0  # already queued or running
+    failed: int = 0  # failed or cancelled, not retried
+    new: bool = True
+    cancelled: bool = False
+
+
+def _rq_jobs_exist(conn, job_ids: list[str]) -> list[bool]:
+    from rq.job import Job
+
+    out: list[bool] = []
+    for i in range(0, len(job_ids), CHUNK):
+        with conn.pipeline(transaction=False) as pipe:
+            for job_id in job_ids[i : i + CHUNK]:
+                pipe.exists(Job.key_for(job_id))
+            out += [bool(x) for x in pipe.execute()]
+    return out
+
+
+def _to_enqueue(conn, jobs: list[JobSpec], tenant: str, out: SubmitOutcome, retry_failed: bool) -> list[tuple[JobSpec, str]]:
+    """(job, its current state) of the jobs to enqueue; counts the others in `out`.
+
+    A job that is done, queued or running is not enqueued again, unless its RQ job
+    vanished (Redis lost data); failed and cancelled ones only with `retry_failed`.
+    """
+    states = sweepstate.job_states(conn, tenant, out.sweep_id, [j.job_id for j in jobs])
+    live = (JobStatus.QUEUED, JobStatus.RUNNING)
+    pending = [i for i, s in enumerate(states) if s in live]
+    exists = dict(zip(pending, _rq_jobs_exist(conn, [jobs[i].job_id for i in pending])))
+    todo: list[tuple[JobSpec, str]] = []
+    for i, (job, state) in enumerate(zip(jobs, states)):
+        if state is None:
+            todo.append((job, sweepstate.NONE))
+        elif state == JobStatus.DONE:
+            out.done += 1
+        elif state in live:
+            if exists[i]:
+                out.pending += 1
+            else:
+                todo.append((job, state))
+        elif retry_failed:
+            todo.append((job, state))
+        else:
+            out.failed += 1
+    return todo
+
+
+def enqueue_jobs(conn, jobs: list[JobSpec], tenant: str, priority: str = "normal", *, retry_failed: bool = False,
+                 retries: int | None = None, name: str = "") -> SubmitOutcome:
+    """Record the sweep in Redis and enqueue the jobs that are missing (or failed, with retry_failed).
+
+    Idempotent: a job that is done, queued or running is not enqueued again.
+    """
+    from rq import Queue
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    sweep_id = jobs[0].sweep_id
+    qname = keys.queue_name(tenant, priority)
+    out = SubmitOutcome(sweep_id, qname, len(jobs))
+    meta = sweepstate.sweep_meta(conn, tenant, sweep_id)
+    out.new, out.cancelled = not meta, bool(meta.get("cancelled"))
+    todo = _to_enqueue(conn, jobs, tenant, out, retry_failed)
+    if out.cancelled and not retry_failed:
+        return out  # a cancelled sweep resumes only on purpose
+    retry_from = [j.job_id for j, s in todo if s in (JobStatus.FAILED, JobStatus.CANCELLED)]
+    stale = [j for j in Job.fetch_many(retry_from, connection=conn, serializer=JSONSerializer) if j is not None]
+    queue = Queue(qname, connection=conn, serializer=JSONSerializer)
+    sweepstate.prune_expired_sweeps(conn, tenant)
+    with conn.pipeline(transaction=False) as pipe:
+        sweepstate.register_sweep(pipe, tenant, sweep_id, jobs, {
+            "name": name or jobs[0].sweep_name, "tenant": tenant, "n_jobs": len(jobs), "queue": qname,
+            "cells": len({j.cell for j in jobs})}, resume=bool(todo),
+            created_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        for job in stale:
+            job.delete(pipeline=pipe)
+        sweepstate.forget_losses(pipe, tenant, retry_from)
+        pipe.execute()
+    template = rq_template(queue, retry_policy(retries))
+    for i in range(0, len(todo), CHUNK):
+        part = todo[i : i + CHUNK]
+        with conn.pipeline(transaction=False) as pipe:
+            sweepstate.transition_many(conn, tenant, sweep_id, [(j.job_id, j.cell, s) for j, s in part],
+                                       JobStatus.QUEUED, pipeline=pipe)
+            bulk_enqueue(conn, queue, template, [job for job, _ in part], pipeline=pipe)
+            pipe.execute()
+        out.enqueued += [job.job_id for job, _ in part]
+    sweepstate.expire_sweep(conn, tenant, sweep_id, int(settings.get("sweep_ttl_days") * 86400))
+    return out
+
+
+# RQ's own enqueue_many builds a Job object per job (~0.5 ms of CPU each): too slow for
+# 100,000 jobs. bulk_enqueue writes the very hashes RQ would: the fields common to all jobs
+# come from RQ's Job.to_dict() of a template job, the per-job ones (data, description, meta,
+# timeout) are serialised as Job.to_dict() does, and one Lua call per chunk stores them and
+# pushes the ids. tests/test_queue.py checks the result against RQ's enqueue_many.
+_BULK_ENQUEUE = Lua("""
+local n = tonumber(ARGV[1])
+local template = {}
+for i = 2, 2 * n + 1 do template[#template + 1] = ARGV[i] end
+local ids = {}
+for i = 2 * n + 2, #ARGV, 6 do
+  local key = ARGV[i]
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(template))
+  redis.call('HSET', key, 'data', ARGV[i + 2], 'description', ARGV[i + 3], 'meta', ARGV[i + 4], 'timeout', ARGV[i + 5])
+  ids[#ids + 1] = ARGV[i + 1]
+  if #ids == 1000 then
+    redis.call('RPUSH', KEYS[1], unpack(ids))
+    ids = {}
+  end
+end
+if #ids > 0 then redis.call('RPUSH', KEYS[1], unpack(ids)) end
+redis.call('SADD', KEYS[2], KEYS[1])
+return 1
+""")
+PER_JOB_FIELDS = ("data", "description", "meta", "timeout")
+
+
+def rq_template(queue, policy) -> dict:
+    """The fields RQ writes for every queued job of this queue, from RQ's own Job.to_dict()."""
+    from rq.utils import now
+
+    job = queue.create_job(keys.RQ_FUNCTION, args=(), job_id="template", timeout=1, result_ttl=keys.RESULT_TTL,
+                           failure_ttl=keys.FAILURE_TTL, retry=policy)
+    job.enqueued_at = now()  # as Queue._prepare_for_queue does
+    fields = job.to_dict()
+    return {k: v for k, v in fields.items() if k not in PER_JOB_FIELDS}
+
+
+def rq_job_fields(job: JobSpec) -> tuple[bytes, str, bytes, int]:
+    """(data, description, meta, timeout) of one job, serialised as RQ's JSONSerializer and to_dict do."""
+    import json
+    import zlib
+
+    data = b'["' + keys.RQ_FUNCTION.encode() + b'", null, [' + job.model_dump_json().encode() + b"], {}]"
+    meta = json.dumps({"tenant": job.tenant, "sweep_id": job.sweep_id, "cell": job.cell}).encode()
+    description = f"decodebench {job.cell} seed={job.seed} shard={job.shard + 1}/{job.n_shards}"
+    return zlib.compress(data, 1), description, meta, job_timeout(job)
+
+
+def bulk_enqueue(conn, queue, template: dict, jobs: list[JobSpec], *, pipeline) -> None:
+    from rq.job import Job
+
+    args: list = [len(template)]
+    for k, v in template.items():
+        args += [k, v]
+    for job in jobs:
+        args += [Job.key_for(job.job_id), job.job_id, *rq_job_fields(job)]
+    _BULK_ENQUEUE(pipeline or conn, [queue.key, queue.redis_queues_keys], args)
+
+
+def submit(conn, store, spec, tenant: str, priority: str = "normal", *, retry_failed: bool = False,
+           retries: int | None = None) -> SubmitOutcome:
+    """Plan the sweep, store its spec and plan (once), enqueue its jobs grouped by model."""
+    from controller.launch.local import save_sweep
+    from controller.spec.plan import plan
+
+    jobs = plan(spec, tenant)
+    save_sweep(store, spec, jobs, tenant, mode="distributed")
+    return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=retry_failed, retries=retries, name=spec.name)
+
+
+def retry(conn, store, tenant: str, sweep_id: str, priority: str = "normal", retries: int | None = None) -> SubmitOutcome:
+    """Enqueue the failed and cancelled jobs of a submitted sweep again (from its stored spec)."""
+    from controller.spec.load import stored_spec
+    from controller.spec.plan import plan
+
+    spec = stored_spec(store.load_spec(tenant, sweep_id), f"stored spec of sweep {sweep_id}")
+    jobs = plan(spec, tenant)
+    if jobs[0].sweep_id != sweep_id:
+        raise UsageError(f"sweep {sweep_id}: its prompts changed since it was submitted (now {jobs[0].sweep_id}); submit it again")
+    return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=True, retries=retries, name=spec.name)

@@ -1,0 +1,46 @@
+"""Distinct-n (Li et al. 2016): unique n-grams across the whole cell over all its n-grams.
+
+    distinct-n = |∪_i set(n-grams of generation i)| / Σ_i |n-grams of generation i|
+
+Corpus level: an n-gram that two generations share counts once in the numerator
+(unlike rep-n, which only looks within each generation). N-grams never cross the
+boundary between two generations. The denominator is the number of n-grams; Li et al.
+wrote "divided by the total number of generated tokens", which for n > 1 differs by
+n − 1 per generation; the n-gram count is what most implementations use and keeps the
+value in [0, 1]. None when the cell has no n-gram (every generation shorter than n).
+"""
+
+from __future__ import annotations
+
+from controller.metrics import metric
+from controller.metrics.tokenize import ngrams
+
+_LI = 'Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models", NAACL'
+
+
+def distinct_n(docs: list[list[str]], n: int) -> float | None:
+    """Unique n-grams across `docs` / total n-grams of `docs`; None if there are none."""
+    seen: set[tuple[str, ...]] = set()
+    total = 0
+    for words in docs:
+        grams = ngrams(words, n)
+        seen.update(grams)
+        total += len(grams)
+    if total == 0:
+        return None
+    return len(seen) / total
+
+
+def _register(n: int) -> None:
+    metric(
+        f"distinct_{n}",
+        description=f"Unique {n}-grams across the cell's generations / all their {n}-grams.",
+        level="corpus",
+        higher_is_better=True,
+        citation=_LI,
+        unit="fraction",
+    )(lambda cell: distinct_n(cell.words, n))
+
+
+for _n in (1, 2, 3):
+    _register(_n)

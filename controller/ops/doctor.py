@@ -1,0 +1,92 @@
+"""`decodebench doctor`'s checks: torch/CUDA, NVML and the GPUs, Redis, the store.
+
+Each check returns (level, name, detail) rows; a missing torch or NVML is a note on a
+controller-only install, a failure with `--require-gpu`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from worker.store import open_store
+
+PASS, FAIL, NOTE = "PASS", "FAIL", "NOTE"
+
+
+def check_torch(require_gpu: bool) -> list[tuple[str, str, str]]:
+    """torch and CUDA: a missing torch is a note (controller-only install), not a failure."""
+    try:
+        import torch
+    except ImportError:
+        return [(NOTE, "torch", "not installed (a controller-only install); workers need `pip install decodebench[worker]`")]
+    out = [(PASS, "torch", f"torch {torch.__version__}")]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+    if not torch.cuda.is_available():
+        out.append((FAIL if require_gpu else NOTE, "cuda", f"CUDA not available{where}: workers run with --device cpu only"))
+        return out
+    count = torch.cuda.device_count()
+    out.append((PASS, "cuda", f"CUDA {torch.version.cuda}, {count} device(s){where}"))
+    for i in range(count):
+        props = torch.cuda.get_device_properties(i)
+        uuid = f"GPU-{props.uuid}" if getattr(props, "uuid", None) else "?"
+        try:
+            free, total = torch.cuda.mem_get_info(i)
+            mem = f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB"
+        except Exception as err:  # a busy or broken device
+            mem = f"free memory unknown ({type(err).__name__})"
+        out.append((PASS, f"cuda:{i}", f"{props.name} ({uuid}): {mem}"))
+    return out
+
+
+def check_nvml(require_gpu: bool) -> list[tuple[str, str, str]]:
+    """NVML (nvidia-ml-py): GPU telemetry. Missing is a note unless --require-gpu."""
+    level = FAIL if require_gpu else NOTE
+    try:
+        import pynvml
+    except ImportError:
+        return [(level, "nvml", "nvidia-ml-py not installed: no GPU memory/utilisation telemetry")]
+    try:
+        pynvml.nvmlInit()
+    except Exception as err:
+        return [(level, "nvml", f"NVML unavailable ({type(err).__name__}: {err}): no GPU telemetry")]
+    driver = pynvml.nvmlSystemGetDriverVersion()
+    count = pynvml.nvmlDeviceGetCount()
+    out = [(PASS, "nvml", f"driver {driver.decode() if isinstance(driver, bytes) else driver}, {count} GPU(s)")]
+    for i in range(count):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        name, uuid = pynvml.nvmlDeviceGetName(h), pynvml.nvmlDeviceGetUUID(h)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        text = lambda v: v.decode() if isinstance(v, bytes) else v  # noqa: E731
+        out.append((PASS, f"gpu {i}", f"{text(name)} ({text(uuid)}): {mem.free / 2**30:.1f} GiB free of {mem.total / 2**30:.1f} GiB"))
+    return out
+
+
+def check_redis(url: str, tenant: str) -> tuple[str, str, str]:
+    from worker.core import keys
+    from worker.core.errors import DecodebenchError
+    from worker.core.redisconn import connect
+    from worker.core.redisconn import redact_url
+
+    try:
+        conn = connect(url)
+        key = keys.doctor(tenant)
+        conn.set(key, "ok", ex=60)
+        if conn.get(key) != b"ok":
+            return FAIL, "redis", f"{redact_url(url)}: read back differs from what was written"
+        conn.delete(key)
+        version = conn.info("server").get("redis_version", "?")
+    except DecodebenchError as err:
+        return FAIL, "redis", str(err)
+    except Exception as err:
+        return FAIL, "redis", f"{redact_url(url)}: {type(err).__name__}: {err}".splitlines()[0]
+    return PASS, "redis", f"{redact_url(url)} reachable and writable (Redis {version})"
+
+
+def check_store(url: str) -> tuple[str, str, str]:
+    try:
+        store = open_store(url)
+        store.check()
+    except Exception as err:
+        return FAIL, "store", f"{url}: {type(err).__name__}: {err}".splitlines()[0]
+    return PASS, "store", f"{store.url} reachable and writable"

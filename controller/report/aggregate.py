@@ -1,0 +1,299 @@
+"""Aggregation: a sweep's complete jobs -> one summary row per (model, strategy variant) cell.
+
+Pure functions of their inputs; the only I/O is `load_sweep`, which reads through a Store.
+Speed merges the raw per-batch timings of all the cell's jobs and takes ratios and
+percentiles last; quality is recomputed with the metric registry from ALL the cell's
+generations (never averaged per shard); with several seeds every metric gets a 95%
+interval over prompt resamples; a metric that does not apply is NaN, never 0; the
+`reference` row scores the prompt set's own references. docs/reports.md has the details.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from worker.core import paths
+from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
+from controller.report.intervals import CI_LEVEL, _prompt_groups, _rng, confidence_intervals, evaluate
+from controller.metrics import METRICS, CellData, Metric, cell_data
+from worker.store import Store
+
+ID_COLUMNS = ["model", "strategy", "params", "n_prompts", "n_generations", "n_seeds"]
+SPEED_COLUMNS = ["tokens_per_s", "latency_ms_p50", "latency_ms_p95", "ttft_ms_p50", "peak_memory_mb"]
+QUALITY_COLUMNS = [
+    "mean_length", "rep_2", "rep_3", "rep_4", "diversity", "distinct_1", "distinct_2", "distinct_3",
+    "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",
+]
+DESIGN_COLUMNS = ID_COLUMNS + SPEED_COLUMNS + QUALITY_COLUMNS
+EXTRA_SPEED_COLUMNS = ["decode_ms_per_token", "nvml_peak_mb", "nvml_mean_mb", "gpu_util_mean", "memory_kind", "n_jobs", "cell"]
+COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs"]
+KEY_COLUMNS = ["model", "strategy", "params"]
+REFERENCE = "reference"
+
+
+@dataclass
+class SweepData:
+    """Everything the report needs of one sweep: its spec and its complete jobs."""
+
+    tenant: str
+    sweep_id: str
+    spec: dict[str, Any]
+    results: list[JobResult]
+    generations: list[GenerationRecord]
+    planned_jobs: int | None = None
+    prompts: list[PromptItem] = field(default_factory=list)
+    cell_order: list[str] = field(default_factory=list)  # cells in plan order, where known
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            self.prompts = prompts_of(self.results)
+
+    @property
+    def sweep_spec(self) -> dict[str, Any]:
+        """The sweep spec itself (spec.json wraps it with the sweep's metadata)."""
+        inner = (self.spec or {}).get("spec")
+        return inner if isinstance(inner, dict) else (self.spec or {})
+
+    @property
+    def name(self) -> str:
+        return str((self.spec or {}).get("name") or self.sweep_spec.get("name") or "")
+
+
+def prompts_of(results: list[JobResult]) -> list[PromptItem]:
+    """The prompts of the jobs, each once, in shard order."""
+    seen: dict[str, PromptItem] = {}
+    for r in sorted(results, key=lambda r: r.job.shard):
+        for p in r.job.prompts:
+            seen.setdefault(p.id, p)
+    return list(seen.values())
+
+
+def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
+    """Read the spec and every COMPLETE job (result.json present); each generation once."""
+    spec = store.load_spec(tenant, sweep_id)
+    results: list[JobResult] = []
+    generations: list[GenerationRecord] = []
+    seen: set[tuple[str, str]] = set()
+    for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
+        result = store.load_result(tenant, sweep_id, job_id)
+        results.append(result)
+        for record in store.load_generations(tenant, sweep_id, job_id, result.generations_sha256):
+            key = (job_id, record.prompt_id)
+            if key not in seen:
+                seen.add(key)
+                generations.append(record)
+    planned, order = None, []
+    if store.exists(paths.plan_key(tenant, sweep_id)):
+        plan = store.read_json(paths.plan_key(tenant, sweep_id))
+        jobs = plan.get("jobs", plan) if isinstance(plan, dict) else plan
+        if isinstance(jobs, list):
+            planned = len(jobs)
+            order = list(dict.fromkeys(j["cell"] for j in jobs if isinstance(j, dict) and "cell" in j))
+    return SweepData(tenant, sweep_id, spec, results, generations, planned, cell_order=order)
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+def params_json(params: Mapping[str, Any]) -> str:
+    """Compact, key-sorted JSON: the `params` column."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+def _percentiles(values: list[float], qs: list[float]) -> list[float]:
+    if not values:
+        return [math.nan] * len(qs)
+    return [float(v) for v in np.percentile(np.asarray(values, dtype=float), qs)]
+
+
+def requested_metrics(data: SweepData) -> list[tuple[str, Metric]]:
+    """The registered metrics the sweep asked for (an empty request means all)."""
+    asked = {m for r in data.results for m in r.job.metrics}
+    return [(name, m) for name, m in METRICS.items() if not asked or name in asked]
+
+
+def several_seeds(data: SweepData) -> bool:
+    seeds = {r.job.seed for r in data.results}
+    spec_seeds = (data.sweep_spec.get("generation") or {}).get("seeds") or []
+    return len(seeds | set(spec_seeds)) > 1
+
+
+# -- speed and memory --------------------------------------------------------------------
+
+def speed_columns(results: list[JobResult]) -> dict[str, Any]:
+    """Speed and memory of a cell from the raw per-batch values of all its jobs."""
+    batches = [b for r in results for b in r.batches]
+    new_tokens = sum(b.new_tokens for b in batches)
+    total_s = sum(b.total_s for b in batches)
+    decode_s = sum(b.decode_s for b in batches)
+    decode_steps = sum(max(b.steps - 1, 0) for b in batches if b.steps is not None)
+    latency = [b.total_s * 1000.0 for b in batches for _ in range(b.n)]
+    ttft = [b.prefill_s * 1000.0 for b in batches for _ in range(b.n)]
+    p50, p95 = _percentiles(latency, [50, 95])
+    (ttft50,) = _percentiles(ttft, [50])
+
+    def values(key: str) -> list[float]:
+        return [float(r.memory[key]) for r in results if r.memory.get(key) is not None]
+
+    torch_peak, rss_peak = values("torch_peak_mb"), values("rss_peak_mb")
+    peak, kind = (max(torch_peak), "torch") if torch_peak else (max(rss_peak), "rss") if rss_peak else (math.nan, None)
+    nvml_peak = values("nvml_peak_mb")
+
+    def time_weighted(key: str) -> float:
+        pairs = [(float(r.memory[key]), sum(b.total_s for b in r.batches)) for r in results if r.memory.get(key) is not None]
+        weight = sum(w for _, w in pairs)
+        if not pairs:
+            return math.nan
+        return sum(v * w for v, w in pairs) / weight if weight > 0 else float(np.mean([v for v, _ in pairs]))
+
+    return {
+        "tokens_per_s": new_tokens / total_s if total_s > 0 else math.nan,
+        "latency_ms_p50": p50, "latency_ms_p95": p95, "ttft_ms_p50": ttft50, "peak_memory_mb": peak,
+        # time per output token after the first (TPOT): every row of a batch advances one token per step
+        "decode_ms_per_token": decode_s * 1000.0 / decode_steps if decode_steps > 0 else math.nan,
+        "nvml_peak_mb": max(nvml_peak) if nvml_peak else math.nan,
+        "nvml_mean_mb": time_weighted("nvml_mean_mb"), "gpu_util_mean": time_weighted("gpu_util_mean"),
+        "memory_kind": kind,
+    }
+
+
+# -- quality ----------------------------------------------------------------------------
+
+def reference_data(prompts: list[PromptItem]) -> CellData | None:
+    """The reference row's data: the prompt set's references as texts (no references of their own)."""
+    refs = [p.reference for p in prompts if p.reference]
+    return cell_data({"text": r} for r in refs) if refs else None
+
+
+# -- the summary ------------------------------------------------------------------------
+
+def _order(data: SweepData, results: list[JobResult]) -> tuple:
+    """Sort cells in plan order, else as the spec lists models and strategies."""
+    cell = results[0].job.cell
+    if cell in data.cell_order:
+        return (data.cell_order.index(cell),)
+    spec = data.sweep_spec
+    models = []
+    for m in spec.get("models") or []:
+        try:
+            models.append(ModelSpec.model_validate(m).label)
+        except Exception:  # an unexpected spec shape only changes the order
+            pass
+    strategies = [s.get("name") for s in spec.get("strategies") or [] if isinstance(s, dict)]
+    job = results[0].job
+    rank = lambda items, x: items.index(x) if x in items else len(items)  # noqa: E731
+    return (len(data.cell_order), rank(models, job.model.label), job.model.label,
+            rank(strategies, job.strategy.name), job.strategy.name, params_json(job.strategy.params))
+
+
+def summarize(data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100) -> pd.DataFrame:
+    """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
+
+    `n_boot`: bootstrap replicates of metrics with an exact fast path; `n_boot_corpus`
+    (at most n_boot): replicates of the metrics recomputed from the texts per replicate.
+    """
+    metrics = requested_metrics(data)
+    with_ci = several_seeds(data) and n_boot > 0
+    methods: dict[str, set[str]] = defaultdict(set)
+    prompt_rank = {p.id: i for i, p in enumerate(data.prompts)}
+    by_cell: dict[str, list[JobResult]] = defaultdict(list)
+    for r in data.results:
+        by_cell[r.job.cell].append(r)
+    records_by_cell: dict[str, list[GenerationRecord]] = defaultdict(list)
+    for g in data.generations:
+        records_by_cell[g.cell].append(g)
+
+    def quality(row: dict, cell: CellData, groups: list[list[int]], key: str, reference_row: bool = False) -> None:
+        row.update(evaluate(metrics, cell, reference_row=reference_row))
+        if with_ci:
+            cis = confidence_intervals(metrics, cell, row, groups, n_boot=n_boot, n_boot_corpus=n_boot_corpus,
+                                       rng=_rng(seed, key), reference_row=reference_row)
+            for name, (lo, hi, method) in cis.items():
+                row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi
+                methods[name].add(method)
+
+    rows: list[dict[str, Any]] = []
+    for cell in sorted(by_cell, key=lambda c: _order(data, by_cell[c])):
+        results = by_cell[cell]
+        job = results[0].job
+        records = sorted(records_by_cell.get(cell, []),
+                         key=lambda g: (prompt_rank.get(g.prompt_id, len(prompt_rank)), g.prompt_id, g.job_seed))
+        row: dict[str, Any] = {
+            "model": job.model.label, "strategy": job.strategy.name, "params": params_json(job.strategy.params),
+            "n_prompts": len({g.prompt_id for g in records}), "n_generations": len(records),
+            "n_seeds": len({r.job.seed for r in results}), **speed_columns(results),
+            "n_jobs": len(results), "cell": cell,
+        }
+        quality(row, cell_data(records), _prompt_groups([g.prompt_id for g in records]), cell)
+        rows.append(row)
+
+    refs = reference_data(data.prompts)
+    if refs is not None:
+        row = {"model": None, "strategy": REFERENCE, "params": params_json({}), "n_prompts": len(refs.texts),
+               "n_generations": len(refs.texts), "n_seeds": None, "n_jobs": None, "cell": REFERENCE}
+        quality(row, refs, [[i] for i in range(len(refs.texts))], REFERENCE, reference_row=True)
+        rows.append(row)
+    frame = _frame(rows, [name for name, _ in metrics], with_ci)
+    frame.attrs["ci"] = {
+        "level": CI_LEVEL, "unit": "prompt", "n_boot": n_boot, "n_boot_corpus": min(n_boot, n_boot_corpus),
+        "seed": seed, "methods": {name: "/".join(sorted(m)) for name, m in methods.items()},
+    } if with_ci else None
+    return frame
+
+
+def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataFrame:
+    extra_metrics = [m for m in metric_names if m not in DESIGN_COLUMNS]
+    columns = DESIGN_COLUMNS + extra_metrics + EXTRA_SPEED_COLUMNS
+    if with_ci:
+        columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
+    frame = pd.DataFrame(rows).reindex(columns=columns)
+    for col in columns:
+        if col in COUNT_COLUMNS:
+            frame[col] = frame[col].astype("Int64")
+        elif col not in ("model", "strategy", "params", "memory_kind", "cell"):
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+        else:
+            frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
+    return frame
+
+
+def metric_columns(summary: pd.DataFrame) -> list[str]:
+    """The quality-metric columns of a summary (DESIGN's, then extra registered ones)."""
+    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS)
+    return [c for c in summary.columns if c not in skip and "_ci_" not in c]
+
+
+# -- comparing two sweeps ----------------------------------------------------------------
+
+def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
+    """Per-cell differences B - A, cells matched on (model, strategy, params).
+
+    Columns: model, strategy, params, `present` (both, a, b), then `<col>_delta` for
+    every numeric column the two share (CI columns excepted), then `<col>_a`, `<col>_b`.
+    """
+    def keyed(s: pd.DataFrame) -> pd.DataFrame:
+        s = s.copy()
+        s["model"] = s["model"].astype(object).where(s["model"].notna(), "")
+        return s
+
+    a, b = keyed(summary_a), keyed(summary_b)
+    shared = [c for c in a.columns if c in b.columns and c not in KEY_COLUMNS and "_ci_" not in c
+              and pd.api.types.is_numeric_dtype(a[c]) and pd.api.types.is_numeric_dtype(b[c])]
+    merged = a[KEY_COLUMNS + shared].merge(b[KEY_COLUMNS + shared], on=KEY_COLUMNS, how="outer",
+                                           suffixes=("_a", "_b"), indicator=True, sort=False)
+    out = merged[KEY_COLUMNS].copy()
+    out["present"] = merged["_merge"].map({"both": "both", "left_only": "a", "right_only": "b"}).astype(object)
+    for c in shared:
+        out[f"{c}_delta"] = merged[f"{c}_b"].astype(float) - merged[f"{c}_a"].astype(float)
+    for c in shared:
+        out[f"{c}_a"] = merged[f"{c}_a"]
+        out[f"{c}_b"] = merged[f"{c}_b"]
+    out["model"] = out["model"].where(out["model"] != "", None)
+    return out.reset_index(drop=True)

@@ -1,0 +1,108 @@
+"""Formatting a summary for people: numbers, the Markdown tables, summary.md and summary.json."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+
+from controller.report.aggregate import DESIGN_COLUMNS, KEY_COLUMNS, SweepData, metric_columns
+
+# The terminal table: the columns a reader scans first (empty ones are dropped).
+CONCISE = ["model", "strategy", "params", "n_generations", "tokens_per_s", "latency_ms_p50", "peak_memory_mb",
+           "mean_length", "rep_4", "diversity", "self_bleu_4", "perplexity", "bleu", "rouge_l"]
+SHORT = {"n_generations": "n", "tokens_per_s": "tok/s", "latency_ms_p50": "p50 ms", "latency_ms_p95": "p95 ms",
+         "ttft_ms_p50": "ttft ms", "peak_memory_mb": "mem MB", "mean_length": "len"}
+
+
+def fmt(value: Any) -> str:
+    """A cell for humans: empty for missing, about three significant digits for numbers."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalars
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer() and abs(value) >= 1000:
+        return f"{int(value)}"
+    a = abs(value)
+    if a >= 1000:
+        return f"{value:.0f}"
+    if a >= 100:
+        return f"{value:.1f}"
+    if a >= 1 or a == 0:
+        return f"{value:.2f}"
+    return f"{value:.3f}" if a >= 0.001 else f"{value:.2e}"
+
+
+def params_label(params: str | None) -> str:
+    """`{"p":0.9,"temperature":1.0}` -> `p=0.9, temperature=1.0`."""
+    try:
+        loaded = json.loads(params or "{}")
+    except (TypeError, ValueError):
+        return str(params)
+    return ", ".join(f"{k}={v}" for k, v in loaded.items()) if isinstance(loaded, dict) else str(params)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, with_ci: bool = False) -> str:
+    """A GitHub Markdown table; by default the concise columns, all-empty ones dropped."""
+    if columns is None:
+        columns = [c for c in CONCISE if c in summary.columns]
+    keep = [c for c in columns if c in KEY_COLUMNS or summary[c].notna().any()]
+    header = [SHORT.get(c, c) for c in keep]
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if c in ("model", "strategy", "params") else "---:" for c in keep) + "|"]
+    for _, row in summary.iterrows():
+        cells = []
+        for c in keep:
+            value = row[c]
+            text = params_label(value) if c == "params" else fmt(value)
+            lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
+            if with_ci and text and lo is not None and not pd.isna(lo):
+                text += f" [{fmt(lo)}, {fmt(hi)}]"
+            cells.append(_md_escape(text))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def compare_table(comparison: pd.DataFrame) -> str:
+    """The terminal view of `compare`: the concise metrics' B - A differences."""
+    frame = comparison.copy()
+    cols = list(KEY_COLUMNS) + ["present"]
+    for c in CONCISE:
+        if f"{c}_delta" in frame.columns:
+            frame[f"Δ {SHORT.get(c, c)}"] = frame[f"{c}_delta"]
+            cols.append(f"Δ {SHORT.get(c, c)}")
+    return markdown_table(frame, cols)
+
+
+def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
+    name = data.name
+    ci = summary.attrs.get("ci")
+    done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
+    lines = [f"# decodebench report: {name} ({data.sweep_id})", "",
+             f"Tenant `{data.tenant}`, {done}, {len(data.generations)} generation(s). "
+             f"Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}.", ""]
+    if ci:
+        lines += [f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
+                  f"every seed, move together); bootstrap with {ci['n_boot']} replicates where a metric has an "
+                  f"exact fast path, else {ci['n_boot_corpus']}; half-sampling for the metrics that duplicated "
+                  "generations distort. Methods: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items())) + ".", ""]
+    lines += ["## Overview", "", markdown_table(summary), "## All columns", "",
+              markdown_table(summary, [c for c in DESIGN_COLUMNS if c in summary.columns]
+                             + [c for c in metric_columns(summary) if c not in DESIGN_COLUMNS], with_ci=bool(ci))]
+    return "\n".join(lines)
+
+
+def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
+    rows = json.loads(summary.to_json(orient="records", double_precision=15))
+    return json.dumps({"sweep_id": data.sweep_id, "tenant": data.tenant, "name": data.name,
+                       "ci": summary.attrs.get("ci"), "columns": list(summary.columns), "rows": rows}, indent=2)

@@ -1,0 +1,74 @@
+"""Writing a sweep's reports through the store: summary.{csv,parquet,json,md} and report.html
+under `report/`, and the comparison of two sweeps."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+
+from controller.report.aggregate import SweepData, load_sweep, summarize
+from controller.report.format import compare_table, summary_json, summary_markdown
+from worker.core import paths
+from worker.core.errors import UsageError
+from worker.store import Store
+
+FORMATS = tuple(paths.REPORT_FILES)
+
+
+def render(fmt_name: str, summary: pd.DataFrame, data: SweepData) -> bytes:
+    if fmt_name == "csv":
+        return summary.to_csv(index=False).encode()
+    if fmt_name == "parquet":
+        buf = io.BytesIO()
+        summary.to_parquet(buf, index=False)
+        return buf.getvalue()
+    if fmt_name == "json":
+        return summary_json(summary, data).encode()
+    if fmt_name == "md":
+        return summary_markdown(summary, data).encode()
+    if fmt_name == "html":
+        from controller.report.html import render_html  # plotly only where the HTML is made
+
+        return render_html(summary, data).encode()
+    raise UsageError(f"unknown report format {fmt_name!r}; valid: {', '.join(FORMATS)}")
+
+
+def write_reports(store: Store, tenant: str, sweep_id: str, summary: pd.DataFrame, data: SweepData,
+                  formats: tuple[str, ...] = FORMATS) -> dict[str, str]:
+    """Write every format under the sweep's `report/`; return {format: store key}."""
+    keys = {}
+    for name in formats:
+        key = paths.report_key(tenant, sweep_id, paths.REPORT_FILES[name])
+        store.write_bytes(key, render(name, summary, data))
+        keys[name] = key
+    return keys
+
+
+def write_comparison(store: Store, tenant: str, sweep_a: str, sweep_b: str, comparison: pd.DataFrame) -> dict[str, str]:
+    keys = {}
+    for name, body in (("csv", comparison.to_csv(index=False).encode()), ("md", compare_table(comparison).encode())):
+        key = paths.report_key(tenant, sweep_a, f"compare-{sweep_b}.{name}")
+        store.write_bytes(key, body)
+        keys[name] = key
+    return keys
+
+
+def build(store: Store, tenant: str, sweep: str, n_boot: int = 1000) -> tuple[SweepData, pd.DataFrame]:
+    sweep_id = store.resolve_sweep(tenant, sweep)
+    data = load_sweep(store, tenant, sweep_id)
+    if not data.results:
+        raise UsageError(f"sweep {sweep_id} has no complete jobs yet; see `decodebench status {sweep_id}`")
+    return data, summarize(data, n_boot=n_boot)
+
+
+def comparison_bytes(fmt_name: str, comparison: pd.DataFrame) -> bytes:
+    if fmt_name == "csv":
+        return comparison.to_csv(index=False).encode()
+    if fmt_name == "json":
+        return comparison.to_json(orient="records", indent=2, double_precision=15).encode()
+    if fmt_name == "parquet":
+        buf = io.BytesIO()
+        comparison.to_parquet(buf, index=False)
+        return buf.getvalue()
+    return compare_table(comparison).encode()

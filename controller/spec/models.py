@@ -1,0 +1,142 @@
+"""The sweep spec: pydantic v2 models (`controller.spec.load` reads them from YAML or JSON).
+
+The JSON schema (`decodebench validate --schema`) is generated from these models.
+Every error names its field path, e.g. `strategies[1].params.p: must be <= 1.0`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from controller.metrics import METRICS
+from worker.core.contract import GenerationSettings, ModelSpec, PromptItem
+from worker.strategies import STRATEGIES
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PromptSet(_Strict):
+    """Where the prompts come from: a JSONL/CSV file or an inline list."""
+
+    path: str | None = Field(default=None, description="JSONL or CSV file (relative to the spec file) with fields `prompt`, optional `reference` and `id`.")
+    inline: list[str | PromptItem] | None = Field(default=None, description="Prompts written in the spec: strings or {id, prompt, reference} objects.")
+    limit: int | None = Field(default=None, ge=1, description="Use only the first N prompts.")
+    shard_size: int = Field(default=32, ge=1, description="Prompts per job: a cell's prompts are split into shards of this size.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "PromptSet":
+        if (self.path is None) == (self.inline is None):
+            raise ValueError("give exactly one of `path` or `inline`")
+        return self
+
+
+class StrategyEntry(_Strict):
+    """A strategy and its parameters; a list-valued parameter expands to a grid."""
+
+    name: str = Field(description="A registered strategy (see `decodebench strategies`).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Parameter values; a list gives one variant per value (grid over all lists).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "StrategyEntry":
+        if self.name not in STRATEGIES:
+            raise ValueError(STRATEGIES.unknown_message(self.name))
+        strategy = STRATEGIES.get(self.name)
+        for key, value in self.params.items():
+            if key not in strategy.all_params:
+                raise ValueError(
+                    f"params.{key}: unknown parameter for {self.name!r}; valid: {', '.join(sorted(strategy.all_params))}"
+                )
+            values = value if isinstance(value, list) else [value]
+            if not values:
+                raise ValueError(f"params.{key}: an empty list gives no variant")
+            for v in values:
+                try:
+                    strategy.all_params[key].check(key, v)
+                except ValueError as err:
+                    raise ValueError(f"params.{err}") from None
+        for key, param in strategy.all_params.items():
+            if param.default is None and not param.optional and key not in self.params:
+                raise ValueError(f"params.{key} is required for strategy {self.name!r}")
+        return self
+
+
+class Generation(GenerationSettings):
+    """Generation settings shared by all strategies, plus the seeds."""
+
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds; stochastic strategies run once per seed, deterministic ones once.")
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> "Generation":
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ValueError("min_new_tokens must not exceed max_new_tokens")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds must be distinct")
+        return self
+
+    def settings(self) -> GenerationSettings:
+        return GenerationSettings(**self.model_dump(exclude={"seeds"}))
+
+
+class SweepSpec(_Strict):
+    """A sweep: strategies x models x a prompt set."""
+
+    name: str = Field(min_length=1, description="Human name of the sweep.")
+    description: str = Field(default="", description="Free text kept with the sweep.")
+    models: list[ModelSpec] = Field(min_length=1, description="Models to compare.")
+    prompts: PromptSet = Field(description="The prompt set.")
+    strategies: list[StrategyEntry] = Field(min_length=1, description="Strategies to compare.")
+    generation: Generation = Field(default_factory=Generation, description="Shared generation settings.")
+    metrics: list[str] | None = Field(default=None, description="Quality metrics to compute; default: all that apply.")
+    scorer: ModelSpec | None = Field(default=None, description="Model that scores perplexity for every cell; default: each cell's own model.")
+    job_timeout_s: int = Field(default=3600, ge=1, description="Wall-clock limit of one job on a worker.")
+    # The spec file's directory: local paths enter the sweep id relative to it, so the same
+    # sweep checked out in two places has one id.
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The spec file's directory (None for a spec built in code)."""
+        return self._base_dir
+
+    @base_dir.setter
+    def base_dir(self, value: Path | None) -> None:
+        self._base_dir = value
+
+    def portable_path(self, path: str) -> str:
+        """`path` relative to the spec file's directory if it is a resolved local path."""
+        if self._base_dir is not None and Path(path).is_absolute():
+            return os.path.relpath(path, self._base_dir)
+        return path
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, v: list[str] | None) -> list[str] | None:
+        for name in v or []:
+            if name not in METRICS:
+                raise ValueError(METRICS.unknown_message(name))
+        return v
+
+    @model_validator(mode="after")
+    def _unique_model_labels(self) -> "SweepSpec":
+        labels = [m.label for m in self.models]
+        dup = {x for x in labels if labels.count(x) > 1}
+        if dup:
+            raise ValueError(f"models: two models share the label {sorted(dup)[0]!r}; give them distinct `name`s")
+        return self
+
+
+def spec_hash(obj: Any) -> str:
+    """sha256 of the canonical JSON of `obj`."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def json_schema() -> dict:
+    return SweepSpec.model_json_schema()

@@ -1,0 +1,127 @@
+"""Planning: `plan(spec) -> list[JobSpec]`, a pure function of the spec and its prompts.
+
+One job per (model, strategy variant, seed, prompt shard). List-valued strategy
+parameters expand to a grid; deterministic strategies run with the first seed only.
+Ids are content hashes, so the same spec always yields the same ids.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from controller.spec.models import SweepSpec, spec_hash
+from controller.spec.prompts import load_prompts
+from worker.core.contract import JobSpec, PromptItem, StrategySpec
+from worker.core.settings import check_tenant
+from worker.strategies import get_strategy, variant_label
+
+ID_LEN = 16
+
+
+def expand_grid(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """`{"p": [0.9, 0.95], "temperature": 1}` -> two dicts, keys in sorted order."""
+    keys = sorted(params)
+    axes = [params[k] if isinstance(params[k], list) else [params[k]] for k in keys]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*axes)]
+
+
+def variants(spec: SweepSpec) -> list[StrategySpec]:
+    """Every concrete strategy variant, defaults filled in, duplicates dropped, spec order kept."""
+    out: list[StrategySpec] = []
+    seen = set()
+    for entry in spec.strategies:
+        strategy = get_strategy(entry.name)
+        for combo in expand_grid(entry.params):
+            params = strategy.validate(combo)
+            key = spec_hash([entry.name, params])
+            if key not in seen:
+                seen.add(key)
+                out.append(StrategySpec(name=entry.name, params=params))
+    return out
+
+
+def compute_sweep_id(spec: SweepSpec, tenant: str, prompts: list[PromptItem]) -> str:
+    """Hash of the normalised spec and the tenant: the prompt file replaced by its content,
+    local model paths taken relative to the spec file, defaults filled in."""
+    normalised = spec.model_dump(mode="json", exclude={"description"})
+    normalised["prompts"] = {
+        "items": spec_hash([p.model_dump() for p in prompts]),
+        "shard_size": spec.prompts.shard_size,
+    }
+    for model in normalised["models"] + ([normalised["scorer"]] if normalised["scorer"] else []):
+        model["path"] = spec.portable_path(model["path"])
+    normalised["strategies"] = []
+    for v in variants(spec):
+        kinds = get_strategy(v.name).all_params
+        params = {k: spec.portable_path(x) if kinds[k].is_path else x for k, x in v.params.items()}
+        normalised["strategies"].append({"name": v.name, "params": params})
+    return spec_hash({"tenant": tenant, "spec": normalised})[:ID_LEN]
+
+
+def cell_key(model_label: str, strategy: StrategySpec) -> str:
+    return f"{model_label}::{variant_label(strategy.name, strategy.params)}"
+
+
+def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | None = None) -> list[JobSpec]:
+    """All jobs of the sweep, grouped by model so that a worker reuses a loaded model."""
+    check_tenant(tenant)
+    prompts = load_prompts(spec.prompts) if prompts is None else prompts
+    sweep_id = compute_sweep_id(spec, tenant, prompts)
+    size = spec.prompts.shard_size
+    shards = [prompts[i : i + size] for i in range(0, len(prompts), size)]
+    settings = spec.generation.settings()
+    metrics = spec.metrics if spec.metrics is not None else []
+    jobs = []
+    for model in spec.models:
+        for strategy in variants(spec):
+            seeds = spec.generation.seeds if get_strategy(strategy.name).stochastic else spec.generation.seeds[:1]
+            for seed in seeds:
+                for index, shard in enumerate(shards):
+                    coords = [sweep_id, model.label, strategy.name, strategy.params, seed, index]
+                    jobs.append(JobSpec(
+                        tenant=tenant,
+                        sweep_id=sweep_id,
+                        sweep_name=spec.name,
+                        job_id=spec_hash(coords)[:ID_LEN],
+                        cell=cell_key(model.label, strategy),
+                        model=model,
+                        strategy=strategy,
+                        seed=seed,
+                        shard=index,
+                        n_shards=len(shards),
+                        prompts=shard,
+                        generation=settings,
+                        metrics=metrics,
+                        scorer=spec.scorer,
+                        timeout_s=spec.job_timeout_s,
+                    ))
+    return jobs
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    sweep_id: str
+    cells: int
+    jobs: int
+    prompts: int
+    generations: int
+    max_new_tokens: int
+
+    @property
+    def tokens_to_generate(self) -> int:
+        """Upper bound: every generation runs to max_new_tokens."""
+        return self.generations * self.max_new_tokens
+
+
+def summarize_plan(jobs: list[JobSpec]) -> PlanSummary:
+    first = jobs[0]
+    return PlanSummary(
+        sweep_id=first.sweep_id,
+        cells=len({j.cell for j in jobs}),
+        jobs=len(jobs),
+        prompts=len({p.id for j in jobs for p in j.prompts}),
+        generations=sum(len(j.prompts) for j in jobs),
+        max_new_tokens=first.generation.max_new_tokens,
+    )

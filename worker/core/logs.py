@@ -1,0 +1,88 @@
+"""structlog set-up: readable console locally, JSON in pods; every job's lines also
+go to the job's own `log.jsonl` in the store.
+
+Context (`tenant`, `sweep_id`, `job_id`, `model`, `strategy`) is bound once with
+`structlog.contextvars` and carried by every line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import structlog
+
+from worker.core import settings
+
+_capture: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar("decodebench_log_capture", default=None)
+_SECRET_KEYS = ("password", "secret", "token", "access_key", "credentials", "authorization")
+
+
+def _redact(logger, method, event: dict) -> dict:
+    """Never log a secret: values of keys such as `password` or `hf_token` are masked."""
+    for key in list(event):
+        k = key.lower()
+        if k in _SECRET_KEYS or k.endswith(tuple("_" + s for s in _SECRET_KEYS)):
+            event[key] = "***"
+    return event
+
+
+def _tee_to_job(logger, method, event: dict) -> dict:
+    buf = _capture.get()
+    if buf is not None:
+        buf.append(json.loads(json.dumps(event, default=str)))
+    return event
+
+
+class _Stderr:
+    """Writes to whatever sys.stderr is now (pytest and click's runner swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def configure(fmt: str | None = None, level: str | None = None) -> None:
+    """Configure structlog once per process. fmt: console|json (env DECODEBENCH_LOG_FORMAT)."""
+    fmt = settings.get("log_format", fmt)
+    level_name = str(settings.get("log_level", level)).upper()
+    console_level = getattr(logging, level_name, logging.INFO)
+
+    def console_filter(logger, method, event: dict) -> dict:
+        """The level applies to the console only: a job's log.jsonl keeps its info lines."""
+        if logging.getLevelNamesMapping().get(event.get("level", "info").upper(), logging.INFO) < console_level:
+            raise structlog.DropEvent
+        return event
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _redact,
+            _tee_to_job,
+            console_filter,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(min(console_level, logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),
+        cache_logger_on_first_use=False,
+    )
+
+
+@contextlib.contextmanager
+def job_context(**bound) -> Iterator[list[dict]]:
+    """Bind job context and capture every log line emitted inside, for log.jsonl."""
+    buf: list[dict] = []
+    token = _capture.set(buf)
+    with structlog.contextvars.bound_contextvars(**bound):
+        try:
+            yield buf
+        finally:
+            _capture.reset(token)

@@ -1,0 +1,49 @@
+"""Every store path, built in one place (as rq's `key_for`). Same under file:// and s3://."""
+
+from __future__ import annotations
+
+from worker.core.settings import check_tenant
+
+# The report's files under <sweep>/report/, by format (`decodebench report --format`).
+REPORT_FILES = {"md": "summary.md", "csv": "summary.csv", "parquet": "summary.parquet", "json": "summary.json",
+                "html": "report.html"}
+
+
+def sweep_prefix(tenant: str, sweep_id: str) -> str:
+    return f"{check_tenant(tenant)}/sweeps/{sweep_id}"
+
+
+def sweeps_prefix(tenant: str) -> str:
+    return f"{check_tenant(tenant)}/sweeps/"
+
+
+def spec_key(tenant: str, sweep_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/spec.json"
+
+
+def plan_key(tenant: str, sweep_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/plan.json"
+
+
+def jobs_prefix(tenant: str, sweep_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/jobs/"
+
+
+def job_prefix(tenant: str, sweep_id: str, job_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/jobs/{job_id}"
+
+
+def result_key(tenant: str, sweep_id: str, job_id: str) -> str:
+    return f"{job_prefix(tenant, sweep_id, job_id)}/result.json"
+
+
+def generations_key(tenant: str, sweep_id: str, job_id: str) -> str:
+    return f"{job_prefix(tenant, sweep_id, job_id)}/generations.jsonl"
+
+
+def log_key(tenant: str, sweep_id: str, job_id: str) -> str:
+    return f"{job_prefix(tenant, sweep_id, job_id)}/log.jsonl"
+
+
+def report_key(tenant: str, sweep_id: str, filename: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/report/{filename}"

@@ -1,0 +1,160 @@
+"""Every `DECODEBENCH_*` setting: its name, default and help, resolved in one place.
+
+A setting's value comes from the command-line flag if one is given, else from its
+environment variable, else from its default. Both console scripts build their options
+from this table (`option(...)`), so the help text, the variable name and the default
+are written once; library code reads a setting with `get(...)`.
+
+The table also lists the variables that are read only by the Helm chart's launcher
+(`scope="chart"`), so that `docs/settings.md` and `decodebench settings` show them all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from worker.core.errors import UsageError
+
+PREFIX = "DECODEBENCH_"
+DEFAULT_STORE = "./runs"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_TENANT = "default"
+_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def check_tenant(tenant: str) -> str:
+    """Tenants name a store prefix and a queue: keep them to safe characters (ValueError if not)."""
+    if not isinstance(tenant, str) or not _TENANT.match(tenant):
+        raise ValueError(f"tenant {tenant!r} must be 1-63 letters, digits, '.', '_' or '-'")
+    return tenant
+
+
+def parse_device(name: str) -> str:
+    """Normalise `cuda` to `cuda:0`; reject anything but cpu and cuda:N (UsageError)."""
+    if not _DEVICE.match(name or ""):
+        raise UsageError(f"--device {name!r}: use cpu or cuda:N")
+    return "cuda:0" if name == "cuda" else name
+
+
+def _flag(value: str) -> bool:
+    return value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def _float_list(value: str) -> list[int]:
+    return [int(x) for x in value.split(",") if x.strip()]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: `DECODEBENCH_<NAME>`, its default (None: unset) and its meaning."""
+
+    name: str
+    default: Any
+    help: str
+    parse: Callable[[str], Any] = str
+    scope: str = "both"  # "controller", "worker", "both" or "chart" (read by the chart's launcher only)
+
+    @property
+    def envvar(self) -> str:
+        return PREFIX + self.name.upper()
+
+
+_SETTINGS = [
+    # where results and jobs live
+    Setting("store", DEFAULT_STORE, "Store: a directory, file:// or s3:// URL."),
+    Setting("tenant", DEFAULT_TENANT, "Tenant (team) that owns the sweeps.", scope="controller"),
+    Setting("redis_url", DEFAULT_REDIS_URL, "Redis URL (a password in it is never logged)."),
+    # logging
+    Setting("log_format", "console", "Log format: console or json."),
+    Setting("log_level", "info", "Console log level (a job's log.jsonl keeps its info lines)."),
+    # the worker process
+    Setting("device", None, "Device: cpu or cuda:N; never falls back silently.", scope="worker"),
+    Setting("queues", "*", "Tenants, queue names decodebench.<tenant>.<priority>, or '*' (comma-separated).", scope="worker"),
+    Setting("stop_grace", None, "On SIGTERM, seconds to let the running job finish before requeueing it (default: its timeout).",
+            float, scope="worker"),
+    Setting("heartbeat_ttl", 60.0, "Seconds without a heartbeat after which a running job counts as lost.", float),
+    Setting("reaper_interval", 15.0, "Seconds between a worker's searches for lost jobs.", float, scope="worker"),
+    Setting("max_lost", 3, "A job lost with its worker this many times fails instead of being requeued.", int, scope="worker"),
+    Setting("model_cache_size", 2, "Loaded models a worker keeps (LRU).", int, scope="worker"),
+    Setting("model_cache_mb", None, "Parameter memory (MB) a worker's model cache may hold (default: no limit).", int,
+            scope="worker"),
+    Setting("image", None, "Image reference recorded in every result's provenance (set by the chart).", scope="worker"),
+    # submission
+    Setting("retry_intervals", [30, 120, 600], "Seconds before each retry of a transiently failed job (comma-separated).",
+            _float_list, scope="controller"),
+    Setting("job_timeout", None, "Cap on any job's timeout in seconds (the cluster's limit).", int, scope="controller"),
+    Setting("sweep_ttl_days", 30.0, "Days a sweep's Redis keys live after its last submit or retry.", float,
+            scope="controller"),
+    # S3
+    Setting("s3_endpoint_url", None, "S3 endpoint for non-AWS services (MinIO, Ceph, ...)."),
+    Setting("s3_profile", None, "AWS profile of the S3 credentials."),
+    Setting("s3_retry_s", 120.0, "Seconds to keep retrying a transient S3 failure.", float),
+    Setting("s3_retry_base_s", 0.5, "First backoff delay of those retries (doubles each time).", float),
+    Setting("s3_max_attempts", 5, "botocore attempts per S3 request (standard retry mode).", int),
+    Setting("s3_conditional_put", True, "Use conditional PUT (If-None-Match) for create-only writes.", _flag),
+    # cluster commands
+    Setting("namespace", None, "Kubernetes namespace of `decodebench cluster` (default: the pod's or the context's).",
+            scope="controller"),
+    Setting("release", None, "Helm release of the worker pools (default: every release).", scope="controller"),
+    # read only by the chart's launcher (charts/decodebench/files/launch-workers.sh)
+    Setting("worker_processes", 1, "Worker processes in a pod (the pod's GPU count).", int, scope="chart"),
+    Setting("worker_device", "cuda", "cuda: process i runs with --device cuda:i; cpu: --device cpu.", scope="chart"),
+    Setting("pool", None, "Name of the worker pool (labels and logs).", scope="chart"),
+    Setting("redis_password", None, "Redis password, interpolated into DECODEBENCH_REDIS_URL by the chart.", scope="chart"),
+]
+SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
+
+
+def get(name: str, flag: Any = None) -> Any:
+    """`flag` if given, else DECODEBENCH_<NAME> parsed, else the default.
+
+    A malformed environment value is a UsageError naming the variable.
+    """
+    setting = SETTINGS[name]
+    if flag is not None and flag != "":
+        return flag
+    raw = os.environ.get(setting.envvar)
+    if raw is None or raw == "":
+        return setting.default
+    try:
+        return setting.parse(raw)
+    except ValueError:
+        raise UsageError(f"{setting.envvar}={raw!r}: not a valid value ({setting.help})") from None
+
+
+def tenant(flag: str | None = None) -> str:
+    """The tenant from `--tenant` / DECODEBENCH_TENANT / default, checked (UsageError if unsafe)."""
+    value = get("tenant", flag)
+    try:
+        return check_tenant(value)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def option(name: str, *decls: str, **kwargs: Any):
+    """A click option for setting `name`: help, environment variable and default from the table.
+
+    click applies the precedence flag > DECODEBENCH_<NAME> > default and shows the
+    variable and the default in `--help` (`show_envvar`), so neither is written twice.
+    """
+    import click
+
+    setting = SETTINGS[name]
+    decls = decls or (f"--{name.replace('_', '-')}",)
+    types = {float: click.FLOAT, int: click.INT}
+    kwargs.setdefault("type", types.get(setting.parse))
+    kwargs.setdefault("help", setting.help)
+    default = kwargs.pop("default", setting.default)
+    if isinstance(default, list):
+        default = ",".join(map(str, default))
+    if kwargs.get("multiple") and default is not None:
+        default = (default,)
+    if all(d.startswith("-") for d in decls):
+        decls = (*decls, name)
+    return click.option(*decls, default=default, envvar=setting.envvar, show_envvar=True,
+                        show_default=default is not None, **kwargs)

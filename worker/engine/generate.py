@@ -1,0 +1,219 @@
+"""Generating one batch: a strategy's settings, one timed generate() call, the rows' texts.
+
+`configure_decoding(model, strategy, settings)` turns a strategy variant into a
+`Decoding` (a transformers GenerationConfig plus what the engine adds: the seeded
+sampler's settings, a strategy's own loop, an assistant model). `generate_batch` runs one
+left-padded batch with it, timed by `worker.engine.timing.StepClock`; sampling is
+seeded per generation (`worker.engine.sampling`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
+
+from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, StrategySpec
+from worker.engine.models import LoadedModel
+from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_modifiers, build_warpers
+from worker.engine.timing import StepClock, synchronize
+from worker.strategies import get_strategy
+
+log = structlog.get_logger("decodebench.engine")
+
+
+class FinishRecorder(StoppingCriteria):
+    """Marks a row done at EOS or a stop string and records the step at which it finished."""
+
+    def __init__(self, prompt_len: int, eos_ids: list[int], stop: StopStringCriteria | None, batch: int, device) -> None:
+        self.prompt_len = prompt_len
+        self.eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+        self.stop = stop
+        self.finished: list[tuple[int, str] | None] = [None] * batch
+
+    def __call__(self, input_ids, scores, **kwargs):
+        last = input_ids[:, -1]
+        is_eos = torch.isin(last, self.eos)
+        is_stop = self.stop(input_ids, scores) if self.stop is not None else torch.zeros_like(is_eos)
+        n_new = input_ids.shape[1] - self.prompt_len
+        for row in torch.nonzero(is_eos | is_stop).flatten().tolist():
+            if self.finished[row] is None:
+                self.finished[row] = (n_new, "eos" if bool(is_eos[row]) else "stop_string")
+        return is_eos | is_stop
+
+
+@dataclass
+class Decoding:
+    """How one job calls generate() (or a strategy's own loop): the config and the sampling set-up."""
+
+    config: GenerationConfig
+    warpers_cfg: dict[str, Any] | None  # sampling settings applied by the engine, or None
+    stop: list[str]
+    loop: str | None = None  # "module:function" of a strategy's own decoding loop
+    loop_params: dict[str, Any] | None = None
+    assistant_path: str | None = None  # assisted decoding: the draft model to load
+    assistant: LoadedModel | None = None
+
+    def describe(self) -> dict[str, Any]:
+        out = self.config.to_dict()
+        if self.loop is not None:
+            out["decodebench_loop"] = {"function": self.loop, **(self.loop_params or {})}
+        if self.assistant is not None:
+            out["decodebench_assistant"] = self.assistant.info
+        if self.warpers_cfg is not None:
+            out["decodebench_sampler"] = {
+                "method": "per-generation seeded multinomial after transformers warpers",
+                **{k: v for k, v in self.warpers_cfg.items() if not k.startswith("_")},
+            }
+        return out
+
+
+def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: GenerationSettings) -> Decoding:
+    """The Decoding of a strategy variant on a loaded model (its tokenizer's pad and EOS)."""
+    registered = get_strategy(strategy.name)
+    kwargs = registered.generation_kwargs(strategy.params)
+    tok = lm.tokenizer
+    base = lm.model.generation_config.to_dict()
+    cfg = GenerationConfig(**{**base, **kwargs})
+    cfg.max_new_tokens = settings.max_new_tokens
+    cfg.min_new_tokens = settings.min_new_tokens or None
+    cfg.max_length = None
+    cfg.pad_token_id = tok.pad_token_id
+    if cfg.eos_token_id is None:
+        cfg.eos_token_id = tok.eos_token_id
+    warpers_cfg = None
+    if cfg.do_sample and cfg.num_beams == 1:
+        warpers_cfg = {k: getattr(cfg, k) for k in SAMPLING_KEYS}
+        warpers_cfg["_device"] = lm.device
+        cfg.do_sample = False
+        cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, cfg.typical_p = 1.0, None, 1.0, None, 1.0
+        cfg.epsilon_cutoff, cfg.eta_cutoff = 0.0, 0.0
+    if (cfg.num_beams > 1 or "assistant" in strategy.params) and settings.stop:
+        cfg.stop_strings = list(settings.stop)
+    params = registered.validate(strategy.params)
+    loop_params = params if registered.loop else None
+    return Decoding(cfg, warpers_cfg, list(settings.stop), registered.loop, loop_params, params.get("assistant"))
+
+
+def _import(target: str):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass
+class BatchOutput:
+    texts: list[str]
+    token_ids: list[list[int]]
+    stop_reasons: list[str]
+    prompt_ids: list[list[int]]
+    timing: BatchTiming
+
+
+def eos_ids(cfg: GenerationConfig) -> list[int]:
+    eos = cfg.eos_token_id
+    return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+
+
+def _run(lm: LoadedModel, decoding: Decoding, enc, processors, criteria):
+    """The generate() call, or the strategy's own loop, on one encoded batch."""
+    if decoding.loop is not None:
+        processors.extend(build_modifiers(decoding.config, enc["input_ids"].shape[1]))
+        return _import(decoding.loop)(lm.model, enc, decoding.config, decoding.loop_params, processors, criteria)
+    with torch.inference_mode():
+        return lm.model.generate(
+            **enc,
+            generation_config=decoding.config,
+            logits_processor=processors,
+            stopping_criteria=criteria,
+            tokenizer=lm.tokenizer if decoding.config.stop_strings else None,
+            assistant_model=decoding.assistant.model if decoding.assistant is not None else None,
+        )
+
+
+def _finish(tok, decoding: Decoding, new: list[list[int]], recorder: FinishRecorder | None):
+    """Each row cut at its end (EOS, stop string or length): (texts, token ids, stop reasons)."""
+    eos = set(eos_ids(decoding.config))
+    texts, ids, reasons = [], [], []
+    for row, seq in enumerate(new):
+        if recorder is not None and recorder.finished[row] is not None:
+            n, reason = recorder.finished[row]
+        else:
+            first_eos = next((i for i, t in enumerate(seq) if t in eos), None)
+            n, reason = (first_eos + 1, "eos") if first_eos is not None else (len(seq), "length")
+        seq = seq[:n]
+        text = tok.decode(seq, skip_special_tokens=True)
+        cut = min((text.find(s) for s in decoding.stop if s in text), default=-1)
+        if cut >= 0:
+            text, reason = text[:cut], "stop_string"
+        texts.append(text)
+        ids.append(seq)
+        reasons.append(reason)
+    return texts, ids, reasons
+
+
+def generate_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], seeds: list[int]) -> BatchOutput:
+    """One generate() call on a batch of prompts, timed."""
+    tok, device = lm.tokenizer, lm.device
+    enc = tok([p.prompt for p in prompts], return_tensors="pt", padding=True).to(device)
+    prompt_len = enc["input_ids"].shape[1]
+    clock = StepClock(device)
+    processors = LogitsProcessorList([clock])
+    if decoding.warpers_cfg is not None:
+        processors.extend(build_warpers(decoding.warpers_cfg))
+        processors.append(SeededSampler(seeds, device))
+    criteria = StoppingCriteriaList()
+    recorder = None
+    if decoding.config.num_beams == 1 and decoding.assistant is None:
+        stop = StopStringCriteria(tok, decoding.stop) if decoding.stop else None
+        recorder = FinishRecorder(prompt_len, eos_ids(decoding.config), stop, len(prompts), device)
+        criteria.append(recorder)
+    clock.start()
+    out = _run(lm, decoding, enc, processors, criteria)
+    times = clock.stop()
+    texts, ids, reasons = _finish(tok, decoding, out[:, prompt_len:].tolist(), recorder)
+    mask = enc["attention_mask"].tolist()
+    prompt_ids = [[t for t, m in zip(r, mr) if m] for r, mr in zip(enc["input_ids"].tolist(), mask)]
+    timing = BatchTiming(
+        n=len(prompts),
+        batch_size=len(prompts),
+        input_tokens=int(enc["attention_mask"].sum()),
+        new_tokens=sum(len(s) for s in ids),
+        prefill_s=times.prefill_s,
+        total_s=times.total_s,
+        decode_s=max(times.total_s - times.prefill_s, 0.0),
+        steps=out.shape[1] - prompt_len,
+    )
+    return BatchOutput(texts, ids, reasons, prompt_ids, timing)
+
+
+def generate_with_oom_retry(lm: LoadedModel, decoding: Decoding, prompts, seeds, notes: list[str]) -> list[BatchOutput]:
+    """Generate a batch; on CUDA out-of-memory, halve it and retry each half (recorded in notes)."""
+    try:
+        return [generate_batch(lm, decoding, prompts, seeds)]
+    except torch.cuda.OutOfMemoryError:
+        if len(prompts) == 1:
+            raise
+        torch.cuda.empty_cache()
+        half = len(prompts) // 2
+        notes.append(f"CUDA out of memory at batch size {len(prompts)}: halved to {half} and retried")
+        log.warning("batch.oom", batch_size=len(prompts), retry_with=half)
+        return generate_with_oom_retry(lm, decoding, prompts[:half], seeds[:half], notes) + generate_with_oom_retry(
+            lm, decoding, prompts[half:], seeds[half:], notes
+        )
+
+
+def warm_up(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem]) -> None:
+    """One short untimed generate() per loaded model (kernels, allocator, caches)."""
+    if lm.warmed:
+        return
+    short = GenerationConfig(**{**decoding.config.to_dict(), "max_new_tokens": 2, "min_new_tokens": None, "stop_strings": None})
+    enc = lm.tokenizer([p.prompt for p in prompts], return_tensors="pt", padding=True).to(lm.device)
+    with torch.inference_mode():
+        lm.model.generate(**enc, generation_config=short)
+    synchronize(lm.device)
+    lm.warmed = True

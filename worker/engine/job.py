@@ -1,0 +1,170 @@
+"""Running one job: what local mode and the RQ worker both call (`run_job`).
+
+`run_job(spec, store=..., runtime=...)` loads (or reuses) the model on the runtime's
+pinned device, generates every prompt of the shard in batches (`generate_job`),
+measures, and writes to the store: generations.jsonl and log.jsonl first, result.json
+last (create-only), so a job is complete exactly when its result.json exists and a
+retry never doubles a result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+import structlog
+import torch
+
+import worker
+from worker.core import paths, settings
+from worker.core.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
+from worker.core.logs import job_context
+from worker.engine import generate as gen
+from worker.engine.device import device_info, resolve_device
+from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
+from worker.engine.sampling import generation_seed
+from worker.engine.scoring import score_nll
+from worker.engine.telemetry import Sampler
+from worker.store import Store, jsonl_bytes
+from worker.strategies import variant_label
+
+log = structlog.get_logger("decodebench.job")
+
+
+class Runtime:
+    """A process's pinned device and its model cache; created once by whoever runs jobs."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        quiet_transformers()
+        self.device = resolve_device(device)
+        self.cache = ModelCache()
+        self.device_info = device_info(self.device)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+def _provenance(job: JobSpec, runtime: Runtime, model_info: dict, scorer_info: dict | None) -> dict[str, Any]:
+    import transformers
+
+    return {
+        "decodebench": worker.__version__,
+        "host": socket.gethostname(),
+        "image": settings.get("image"),
+        "pod": os.environ.get("POD_NAME"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": runtime.device_info,
+        "model": model_info,
+        "scorer": scorer_info,
+        "seed": job.seed,
+        "seeding": "each generation's seed = sha256(job seed, prompt id); see worker.engine.sampling",
+    }
+
+
+def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, batch_size: int,
+              seed_of: dict[str, int], notes: list[str]):
+    """Every batch of the job, measured: [(prompts, BatchOutput)] and the memory readings."""
+    batches = [job.prompts[i : i + batch_size] for i in range(0, len(job.prompts), batch_size)]
+    if job.generation.warmup:
+        gen.warm_up(lm, decoding, batches[0])
+        if decoding.assistant is not None:
+            gen.warm_up(decoding.assistant, decoding, batches[0])
+    if runtime.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(runtime.device)
+    outputs = []
+    with Sampler(runtime.device) as sampler:
+        for batch in batches:
+            done = gen.generate_with_oom_retry(lm, decoding, batch, [seed_of[p.id] for p in batch], notes)
+            offset = 0
+            for part in done:
+                outputs.append((batch[offset : offset + part.timing.n], part))
+                offset += part.timing.n
+                log.info("batch.done", n=part.timing.n, new_tokens=part.timing.new_tokens,
+                         total_s=round(part.timing.total_s, 4), prefill_s=round(part.timing.prefill_s, 4))
+    torch_peak = torch.cuda.max_memory_allocated(runtime.device) / 2**20 if runtime.device.type == "cuda" else None
+    memory = {"torch_peak_mb": round(torch_peak, 2) if torch_peak is not None else None, **sampler.summary()}
+    return outputs, memory
+
+
+def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size: int):
+    """Each generation's (nll_sum, nll_count) under the scorer, and the scorer's info."""
+    if job.metrics and "perplexity" not in job.metrics:
+        return {}, None
+    scorer = runtime.cache.get(job.scorer, runtime.device) if job.scorer else lm
+    pairs, ids = [], []
+    for prompts, part in outputs:
+        for p, prompt_ids, gen_ids, text in zip(prompts, part.prompt_ids, part.token_ids, part.texts):
+            if job.scorer:  # another tokenizer: score the text, context and continuation apart
+                prompt_ids = scorer.tokenizer(p.prompt)["input_ids"]
+                gen_ids = scorer.tokenizer(text, add_special_tokens=False)["input_ids"]
+            pairs.append((prompt_ids, gen_ids))
+            ids.append(p.id)
+    return dict(zip(ids, score_nll(scorer, pairs, batch_size))), (scorer.info if job.scorer else None)
+
+
+def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationRecord]]:
+    """Generate and measure one job; touches no store."""
+    started = _now()
+    lm = runtime.cache.get(job.model, runtime.device)
+    decoding = gen.configure_decoding(lm, job.strategy, job.generation)
+    bs = job.generation.batch_size
+    notes: list[str] = []
+    if decoding.assistant_path is not None:
+        decoding.assistant = runtime.cache.get(ModelSpec(path=decoding.assistant_path, dtype=job.model.dtype), runtime.device)
+        if bs > 1:
+            notes.append(f"assisted decoding runs one prompt at a time in transformers: batch_size {bs} -> 1")
+            bs = 1
+    seed_of = {p.id: generation_seed(job.seed, p.id) for p in job.prompts}
+    outputs, memory = _generate(job, runtime, lm, decoding, bs, seed_of, notes)
+    scores, scorer_info = _score(job, runtime, lm, outputs, bs)
+    records = []
+    for index, (prompts, part) in enumerate(outputs):
+        for p, text, ids, reason in zip(prompts, part.texts, part.token_ids, part.stop_reasons):
+            nll_sum, nll_count = scores.get(p.id, (None, None))
+            records.append(GenerationRecord(
+                job_id=job.job_id, cell=job.cell, model=job.model.label, strategy=job.strategy.name,
+                params=job.strategy.params, seed=seed_of[p.id], job_seed=job.seed,
+                prompt_id=p.id, prompt=p.prompt, reference=p.reference, text=text, token_ids=ids,
+                n_new_tokens=len(ids), stop_reason=reason, batch=index, nll_sum=nll_sum, nll_count=nll_count,
+            ))
+    result = JobResult(
+        job=job, started_at=started, finished_at=_now(), generation_config=decoding.describe(),
+        batches=[part.timing for _, part in outputs], load_s=lm.info["load_s"], n_generations=len(records),
+        new_tokens=sum(r.n_new_tokens for r in records), memory=memory,
+        provenance=_provenance(job, runtime, lm.info, scorer_info), notes=notes,
+    )
+    return result, records
+
+
+def run_job(spec: JobSpec, *, store: Store, runtime: Runtime) -> dict[str, Any]:
+    """Run one job and write it to the store. Idempotent: a complete job is skipped."""
+    t, s, j = spec.tenant, spec.sweep_id, spec.job_id
+    strategy = variant_label(spec.strategy.name, spec.strategy.params)
+    with job_context(tenant=t, sweep_id=s, job_id=j, model=spec.model.label, strategy=strategy) as lines:
+        if store.job_complete(t, s, j):
+            log.info("job.skipped", reason="already complete")
+            return {"job_id": j, "status": "skipped"}
+        log.info("job.start", prompts=len(spec.prompts), seed=spec.seed, device=str(runtime.device))
+        try:
+            result, records = generate_job(spec, runtime)
+        except Exception as err:
+            log.error("job.failed", error=f"{type(err).__name__}: {err}")
+            store.write_jsonl(paths.log_key(t, s, j), lines)
+            raise
+        log.info("job.done", generations=result.n_generations, new_tokens=result.new_tokens,
+                 generate_s=round(sum(b.total_s for b in result.batches), 3))
+        generations = jsonl_bytes(r.model_dump() for r in records)
+        result.generations_sha256 = hashlib.sha256(generations).hexdigest()
+        store.write_bytes(paths.generations_key(t, s, j), generations)
+        store.write_jsonl(paths.log_key(t, s, j), lines)
+        created = store.write_json(paths.result_key(t, s, j), result.model_dump(mode="json"), create_only=True)
+    return {"job_id": j, "status": "done" if created else "duplicate", "new_tokens": result.new_tokens}

@@ -1,0 +1,70 @@
+"""Timing one generate() call: its start, every decoding step, its end.
+
+`StepClock` is a logits processor: generate() calls it once per decoding step, so the
+first stamp marks the first logits (time to first token, i.e. prefill) and the number
+of stamps is the number of steps. Decode time is derived, total - prefill, not guessed.
+
+- On CUDA every stamp is a CUDA event recorded on the current stream: recording is
+  asynchronous, so timing adds no host synchronisation per token. `stop()` records the
+  end event and synchronises once, then reads the intervals between events.
+- On CPU the stamps are `time.perf_counter()` values.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import LogitsProcessor
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Seconds from the start of the call to its first logits and to its end; steps stamped."""
+
+    prefill_s: float
+    total_s: float
+    steps: int
+
+
+class StepClock(LogitsProcessor):
+    """Stamps the start, every decoding step and the end of one call; changes no score."""
+
+    def __init__(self, device) -> None:
+        self.cuda = device.type == "cuda"
+        self._start = None
+        self._steps: list = []
+
+    def _stamp(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _seconds(self, a, b) -> float:
+        return a.elapsed_time(b) / 1000.0 if self.cuda else b - a
+
+    def start(self) -> None:
+        self._steps = []
+        self._start = self._stamp()
+
+    def __call__(self, input_ids, scores):
+        self._steps.append(self._stamp())
+        return scores
+
+    def stop(self) -> StepTimes:
+        """End the call: on CUDA the one synchronisation of the batch happens here."""
+        end = self._stamp()
+        if self.cuda:
+            end.synchronize()
+        total = self._seconds(self._start, end)
+        prefill = self._seconds(self._start, self._steps[0]) if self._steps else total
+        return StepTimes(prefill_s=prefill, total_s=total, steps=len(self._steps))
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued work (after a warm-up, before memory readings)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

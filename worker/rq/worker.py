@@ -1,0 +1,397 @@
+"""The RQ worker of decodebench: one process, one pinned device, jobs run in-process.
+
+`DecodebenchWorker` is RQ's `SimpleWorker` (no fork: CUDA is initialised once and the
+model cache survives across jobs) plus what a fork-less worker lacks:
+
+- a heartbeat thread that keeps RQ's worker/execution/job heartbeats and decodebench's
+  own per-job deadline fresh while a job runs, with a short TTL, and runs the reaper
+  (`worker.rq.reaper.reap`) and due retries on a timer, busy or idle;
+- the job runs with the worker's own store and runtime, lent to `run_queued_job` for the
+  duration of the job (`worker.rq.task.lend`);
+- priority then fairness: queues `decodebench.<tenant>.<priority>` are tried high before
+  normal before low, and round-robin across tenants within a priority; `*` follows the
+  tenants that appear in RQ's queue set;
+- SIGTERM: finish the current job (within `stop_grace`, default its own timeout), else
+  interrupt it and requeue it at the front; a second SIGTERM requeues at once;
+- cancel: a cancelled sweep's running job, or an RQ stop-job command, interrupts the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+
+import structlog
+from redis.exceptions import RedisError
+from rq import Queue, SimpleWorker
+from rq.exceptions import DequeueTimeout, NoSuchJobError, StopRequested
+from rq.intermediate_queue import IntermediateQueue
+from rq.registry import ScheduledJobRegistry
+from rq.serializers import JSONSerializer
+from rq.utils import now
+from rq.worker import WorkerStatus
+
+from worker import sweepstate
+from worker.core import keys
+from worker.core.errors import UsageError
+from worker.rq.reaper import Timing, enqueue_due_retries, reap
+from worker.rq.task import Interrupted, Lent, lend
+
+log = structlog.get_logger("decodebench.worker")
+INTERRUPT_SIGNAL = signal.SIGUSR1
+STUCK_IN_INTERMEDIATE = "Job was stuck in intermediate queue."  # rq.intermediate_queue's reason
+
+
+def resolve_queue_names(conn, selectors: list[str]) -> tuple[list[str], bool]:
+    """Queue names for `--queues` values: tenants, full queue names or `*`; (names, wildcard)."""
+    names: list[str] = []
+    wildcard = False
+    for selector in selectors:
+        for part in (p.strip() for p in selector.split(",")):
+            if not part:
+                continue
+            if part == "*":
+                wildcard = True
+                names += discover_queue_names(conn)
+            elif keys.parse_queue_name(part):
+                names.append(part)
+            else:
+                try:
+                    names += keys.tenant_queues(part)
+                except ValueError as err:
+                    raise UsageError(f"--queues {part!r}: not a tenant, a queue decodebench.<tenant>.<priority> or '*' ({err})") from None
+    return list(dict.fromkeys(names)), wildcard
+
+
+def discover_queue_names(conn) -> list[str]:
+    """decodebench queues in RQ's queue set (every tenant that has submitted)."""
+    out = []
+    for raw in conn.smembers(Queue.redis_queues_keys):
+        name = raw.decode().removeprefix(Queue.redis_queue_namespace_prefix)
+        if keys.parse_queue_name(name):
+            out.append(name)
+    return sorted(out)
+
+
+class ReliableQueue(Queue):
+    """Dequeues with LMOVE into RQ's intermediate list for every queue (RQ does so only for a
+    worker with a single queue): a worker killed between taking a job and registering it
+    leaves the job id in the intermediate list, where the reaper finds it."""
+
+    POLL_S = 0.5
+
+    @classmethod
+    def dequeue_any(cls, queues, timeout, connection, job_class=None, serializer=None, death_penalty_class=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            for queue in queues:
+                target = IntermediateQueue.get_intermediate_queue_key(queue.key)
+                if len(queues) == 1 and timeout is not None:  # one queue: block in Redis, no polling
+                    raw = connection.blmove(queue.key, target, max(1, int(deadline - time.monotonic())))
+                else:
+                    raw = connection.lmove(queue.key, target)
+                if raw is None:
+                    continue
+                job_id = raw.decode()
+                try:
+                    job = (job_class or cls.job_class).fetch(job_id, connection=connection, serializer=serializer)
+                except NoSuchJobError:  # deleted while queued
+                    IntermediateQueue(queue.key, connection).remove(job_id)
+                    continue
+                return job, queue
+            if deadline is None:
+                return None
+            if time.monotonic() >= deadline:
+                raise DequeueTimeout(timeout, [q.key for q in queues])
+            time.sleep(min(cls.POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def fair_order(names: list[str], tenants: list[str]) -> list[str]:
+    """Priority first (high, normal, low), then tenants in their round-robin order."""
+    present = set(names)
+    return [q for p in keys.PRIORITIES for t in tenants if (q := keys.queue_name(t, p)) in present]
+
+
+class DecodebenchWorker(SimpleWorker):
+    queue_class = ReliableQueue
+
+    def __init__(self, selectors: list[str], *, connection, store, runtime, timing: Timing | None = None,
+                 stop_grace: float | None = None, name: str | None = None, **kwargs) -> None:
+        """`store` and `runtime` (a worker.engine.job.Runtime) are lent to every job this worker runs."""
+        self.timing = timing or Timing.from_settings()
+        self.lent = Lent(store=store, runtime=runtime)
+        device = str(runtime.device)
+        self.stop_grace = stop_grace
+        self.selectors = selectors
+        names, self.wildcard = resolve_queue_names(connection, selectors)
+        if not names and not self.wildcard:
+            raise UsageError("--queues: no queue given")
+        host = socket.gethostname().split(".")[0]
+        name = name or f"decodebench-{host}-{os.getpid()}-{device.replace(':', '')}-{uuid.uuid4().hex[:6]}"
+        super().__init__([], name=name, connection=connection, serializer=JSONSerializer,
+                         job_monitoring_interval=max(1, int(self.timing.beat)), **kwargs)
+        self._tenants: list[str] = []
+        self._set_queues(names)
+        self._lock = threading.Lock()
+        self._current: tuple | None = None  # (job, execution, ids) while a job runs
+        self._pending: str | None = None  # "shutdown" or "cancel": interrupt the job when possible
+        self._requeue_job_id: str | None = None
+        self._stop_deadline: float | None = None
+        self._beat_stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
+
+    # -- queues and fairness -----------------------------------------------------------------
+    def _set_queues(self, names: list[str]) -> None:
+        by_name = {q.name: q for q in self.queues}
+        for n in names:
+            if n not in by_name:
+                by_name[n] = ReliableQueue(n, connection=self.connection, serializer=JSONSerializer)
+                tenant = keys.parse_queue_name(n)[0]
+                if tenant not in self._tenants:
+                    self._tenants.append(tenant)
+        self.queues = [by_name[n] for n in sorted(by_name)]
+        order = fair_order(list(by_name), self._tenants)
+        self._ordered_queues = [by_name[n] for n in order]
+
+    def reorder_queues(self, reference_queue: Queue) -> None:
+        """After a dequeue from tenant T, T goes last: round-robin within each priority."""
+        parsed = keys.parse_queue_name(reference_queue.name)
+        if parsed and parsed[0] in self._tenants:
+            self._tenants.remove(parsed[0])
+            self._tenants.append(parsed[0])
+            self._set_queues([q.name for q in self.queues])
+
+    def refresh_queues(self) -> None:
+        if not self.wildcard:
+            return
+        known = {q.name for q in self.queues}
+        found = [n for n in discover_queue_names(self.connection) if n not in known]
+        if found:
+            self._set_queues([*known, *found])
+            self.connection.hset(self.key, "queues", ",".join(self.queue_names()))
+            log.info("worker.queues", added=found)
+
+    @property
+    def tenants(self) -> list[str]:
+        return list(self._tenants)
+
+    @property
+    def dequeue_timeout(self) -> int:
+        # Short blocking pops so that new tenants (with `*`) and stop requests are seen soon.
+        return max(1, min(self.worker_ttl - 15, int(self.timing.reaper_interval)))
+
+    def get_heartbeat_ttl(self, job, working_time: float = 0.0) -> int:
+        # SimpleWorker would use the job timeout + 60 s: a killed worker's job would wait that long.
+        return max(1, int(round(self.timing.heartbeat_ttl)))
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        """As RQ's, but a burst worker leaves only when no job of its queues can still come back:
+        none running elsewhere (it might be lost and requeued) and no retry waiting."""
+        while True:
+            if not self._ordered_queues:
+                self.refresh_queues()
+            if self._ordered_queues:
+                result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                if result is not None or timeout is not None:
+                    return result
+            elif timeout is not None:
+                self.heartbeat()
+            if timeout is None and not self._work_may_come_back():
+                return None
+            time.sleep(self.timing.beat)
+
+    def _work_may_come_back(self) -> bool:
+        conn = self.connection
+        if any(conn.zcard(keys.running(t)) for t in self._tenants):
+            return True
+        return any(len(q) or conn.llen(IntermediateQueue.get_intermediate_queue_key(q.key))
+                   or ScheduledJobRegistry(queue=q).get_job_count(cleanup=False) for q in self.queues)
+
+    # -- running a job ---------------------------------------------------------------------------
+    @staticmethod
+    def _ids(job) -> tuple[str, str, str, str] | None:
+        try:
+            spec = job.args[0]
+            return spec["tenant"], spec["sweep_id"], spec["job_id"], spec["cell"]
+        except Exception:  # not a decodebench job: RQ's own heartbeats still apply
+            return None
+
+    def prepare_job_execution(self, job, remove_from_intermediate_queue: bool = False) -> None:
+        super().prepare_job_execution(job, remove_from_intermediate_queue=True)  # every queue uses it
+
+    def perform_job(self, job, queue, execution) -> bool:
+        ids = self._ids(job)
+        if ids:
+            sweepstate.heartbeat_job(self.connection, *ids, self.timing.heartbeat_ttl, create=True)
+        with self._lock:
+            self._current = (job, execution, ids)
+        try:
+            with lend(self.lent):
+                return super().perform_job(job, queue, execution)
+        finally:
+            with self._lock:
+                self._current = None
+                self._pending = None
+                if self._stopped_job_id == job.id:
+                    self._stopped_job_id = None
+            if ids:
+                sweepstate.forget_job(self.connection, *ids)
+
+    def handle_exception(self, job, *exc_info):
+        if exc_info and isinstance(exc_info[1], Interrupted):
+            log.info("job.interrupted", job_id=job.id, why=exc_info[1].why)
+            return
+        super().handle_exception(job, *exc_info)
+
+    def handle_job_failure(self, job, queue, started_job_registry=None, exc_string="", execution=None):
+        # Interrupted by shutdown, or found by RQ's maintenance in an intermediate list (its worker
+        # died between taking and starting it): not the job's fault, back to the front of its queue.
+        if self._requeue_job_id == job.id or exc_string == STUCK_IN_INTERMEDIATE:
+            self._requeue_job_id = None
+            with self.connection.pipeline() as pipe:
+                self.cleanup_execution(job, pipeline=pipe, execution=execution)
+                pipe.execute()
+            queue.enqueue_job(job, at_front=True)
+            log.info("job.requeued", job_id=job.id, queue=queue.name, why="worker shutting down" if exc_string != STUCK_IN_INTERMEDIATE else "taken by a worker that died")
+            return
+        super().handle_job_failure(job, queue, started_job_registry=started_job_registry,
+                                   exc_string=exc_string, execution=execution)
+
+    # -- interrupting the running job --------------------------------------------------------------
+    def _interrupt(self, why: str) -> None:
+        """Ask the main thread to raise Interrupted(why) inside the job (from any thread)."""
+        with self._lock:
+            if self._current is None:
+                return
+            job = self._current[0]
+            self._pending = why
+            if why == "cancel":
+                self._stopped_job_id = job.id  # RQ marks it STOPPED, never retried
+            else:
+                self._requeue_job_id = job.id
+        os.kill(os.getpid(), INTERRUPT_SIGNAL)
+
+    def _on_interrupt_signal(self, signum, frame) -> None:
+        why = self._pending
+        if why and self._current is not None and self.lent.active.is_set():
+            self._pending = None
+            raise Interrupted(why)
+        # Not inside the job's own code right now: the heartbeat thread signals again.
+
+    def request_stop_execution(self, execution_id: str) -> None:
+        """RQ's stop-execution command."""
+        current = self._current
+        if current is not None and current[1] is not None and current[1].id == execution_id:
+            self._interrupt("cancel")
+
+    def kill_horse(self, sig=None) -> None:
+        """RQ's stop-job command lands here; there is no horse: interrupt the job in-process."""
+        self._interrupt("cancel")
+
+    def request_stop(self, signum, frame) -> None:
+        """First SIGTERM/SIGINT: finish the current job (within stop_grace), then exit."""
+        self._shutdown_requested_date = now()
+        signal.signal(signal.SIGINT, self.request_force_stop)
+        signal.signal(signal.SIGTERM, self.request_force_stop)
+        if self.get_state() != WorkerStatus.BUSY:
+            raise StopRequested()
+        self._stop_requested = True
+        self.set_shutdown_requested_date()
+        if self.stop_grace is not None:
+            self._stop_deadline = time.monotonic() + self.stop_grace
+        log.info("worker.stopping", finish_within_s=self.stop_grace, then="requeue the job")
+        if self.stop_grace == 0:
+            self._interrupt("shutdown")
+
+    def request_force_stop(self, signum, frame) -> None:
+        """Second SIGTERM/SIGINT: requeue the current job now and exit."""
+        if self._shutdown_requested_date and (now() - self._shutdown_requested_date).total_seconds() < 1:
+            return
+        if self.get_state() != WorkerStatus.BUSY:
+            raise SystemExit()
+        log.warning("worker.stopping_now", then="requeue the job")
+        self._interrupt("shutdown")
+
+    def _install_signal_handlers(self) -> None:
+        super()._install_signal_handlers()
+        signal.signal(INTERRUPT_SIGNAL, self._on_interrupt_signal)
+
+    # -- heartbeat thread and maintenance ----------------------------------------------------------
+    def bootstrap(self, *args, **kwargs) -> None:
+        super().bootstrap(*args, **kwargs)
+        self._beat_thread = threading.Thread(target=self._beat_loop, name="decodebench-heartbeat", daemon=True)
+        self._beat_thread.start()
+
+    def teardown(self) -> None:
+        self._beat_stop.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join(timeout=5)
+        super().teardown()
+
+    def _beat_loop(self) -> None:
+        next_maintenance = 0.0
+        while True:
+            try:
+                self._beat()
+                if time.monotonic() >= next_maintenance:
+                    next_maintenance = time.monotonic() + self.timing.reaper_interval
+                    self.maintain()
+            except RedisError as err:  # Redis restarting: RQ's main loop backs off; we retry next beat
+                log.warning("worker.redis_unavailable", error=str(err))
+            except Exception:
+                log.exception("worker.heartbeat_error")
+            if self._beat_stop.wait(self.timing.beat):
+                return
+
+    def _beat(self) -> None:
+        current = self._current
+        if current is None:
+            return
+        job, execution, ids = current
+        self.maintain_heartbeats(job, execution)
+        if ids is None:
+            return
+        sweepstate.heartbeat_job(self.connection, *ids, self.timing.heartbeat_ttl)
+        tenant, sweep_id = ids[0], ids[1]
+        if self._pending:  # the job was busy in non-interruptible code: ask again
+            os.kill(os.getpid(), INTERRUPT_SIGNAL)
+        elif sweepstate.is_cancelled(self.connection, tenant, sweep_id):
+            log.info("job.cancelling", job_id=job.id, sweep_id=sweep_id)
+            self._interrupt("cancel")
+        elif self._stop_deadline is not None and time.monotonic() > self._stop_deadline:
+            self._interrupt("shutdown")
+
+    def maintain(self) -> None:
+        """Every reaper interval, busy or idle: new tenants, lost jobs, due retries."""
+        self.refresh_queues()
+        requeued = reap(self.connection, self.tenants, self.timing)
+        if requeued:
+            log.warning("worker.requeued_lost_jobs", jobs=requeued)
+        enqueue_due_retries(self.connection, self.queue_names())
+
+    def run_maintenance_tasks(self) -> None:
+        reap(self.connection, self.tenants, self.timing)  # before RQ's own abandoned-job cleanup
+        super().run_maintenance_tasks()
+
+
+class StructlogBridge(logging.Handler):
+    """RQ logs through the stdlib: pass its lines to structlog (JSON in pods)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            structlog.get_logger(record.name).log(record.levelno, record.getMessage())
+        except Exception:
+            self.handleError(record)
+
+
+def bridge_rq_logging(level: str = "INFO") -> None:
+    for name in ("rq.worker", "rq.job", "rq.queue", "rq.registry", "rq.scheduler"):
+        logger = logging.getLogger(name)
+        logger.handlers = [StructlogBridge()]
+        logger.propagate = False
+        logger.setLevel(level.upper())

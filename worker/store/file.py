@@ -1,0 +1,73 @@
+"""The file store: a directory tree (default `./runs`); atomic writes by temp file + rename."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from worker.core.errors import StoreError
+from worker.store.base import Store
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+class FileStore(Store):
+    """A directory tree; atomic writes by temp file + rename."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.url = f"file://{self.root}"
+
+    def _path(self, key: str) -> Path:
+        p = (self.root / key).resolve()
+        if self.root not in p.parents and p != self.root:
+            raise StoreError(f"key {key!r} escapes the store root")
+        return p
+
+    def read_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"{self.url}/{key} does not exist") from None
+
+    def write_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> bool:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are as readable as any file
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if create_only:
+                try:
+                    os.link(tmp, target)  # fails if target exists: create-only, atomic
+                except FileExistsError:
+                    return False
+                return True
+            os.replace(tmp, target)
+            return True
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).exists()
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
+        if not base.exists():
+            return []
+        out = []
+        for p in base.rglob("*"):
+            if p.is_file() and not p.name.startswith("."):
+                rel = p.relative_to(self.root).as_posix()
+                if rel.startswith(prefix):
+                    out.append(rel)
+        return sorted(out)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)

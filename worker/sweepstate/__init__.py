@@ -1,0 +1,38 @@
+"""A sweep's job states in Redis: every write (`transitions`) and every read (`reads`).
+
+The worker's task and reaper and the controller's submit, status and cancel all go
+through here; no other module touches decodebench's state keys.
+"""
+
+from worker.sweepstate.reads import (
+    SweepStatus,
+    find_job_sweep,
+    is_cancelled,
+    job_state,
+    job_states,
+    read_status,
+    resolve_sweep,
+    submitted_sweeps,
+    sweep_meta,
+)
+from worker.sweepstate.transitions import (
+    NONE,
+    CancelOutcome,
+    cancel_sweep,
+    claim_lost,
+    expire_sweep,
+    forget_job,
+    forget_losses,
+    heartbeat_job,
+    prune_expired_sweeps,
+    record_loss,
+    register_sweep,
+    transition,
+    transition_many,
+)
+
+__all__ = [
+    "NONE", "CancelOutcome", "SweepStatus", "cancel_sweep", "claim_lost", "expire_sweep", "find_job_sweep", "forget_job",
+    "forget_losses", "heartbeat_job", "is_cancelled", "job_state", "job_states", "prune_expired_sweeps", "read_status", "record_loss",
+    "register_sweep", "resolve_sweep", "submitted_sweeps", "sweep_meta", "transition", "transition_many",
+]

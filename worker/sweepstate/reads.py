@@ -1,0 +1,150 @@
+"""Reading a sweep's state from Redis: status, the sweep index, a job's state. Reads only:
+nothing here writes (reaping lost jobs is the workers' duty, `worker.rq.reaper`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.core import keys
+from worker.core.contract import JobStatus
+from worker.core.errors import UsageError
+
+
+def submitted_sweeps(conn, tenant: str) -> list[str]:
+    """The tenant's submitted sweeps whose keys have not expired, oldest first."""
+    members = [m.decode() for m in conn.zrange(keys.sweeps(tenant), 0, -1)]
+    with conn.pipeline(transaction=False) as pipe:
+        for m in members:
+            pipe.exists(keys.sweep(tenant, m, "meta"))
+        alive = pipe.execute()
+    return [m for m, ok in zip(members, alive) if ok]
+
+
+def resolve_sweep(conn, tenant: str, sweep: str) -> str:
+    """A submitted sweep id, or a unique prefix of one."""
+    members = submitted_sweeps(conn, tenant)
+    if sweep in members:
+        return sweep
+    matches = [m for m in members if m.startswith(sweep)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise UsageError(f"sweep prefix {sweep!r} is ambiguous: {', '.join(matches[:5])}")
+    raise UsageError(f"no submitted sweep {sweep!r} for tenant {tenant!r} (see `decodebench submit`)")
+
+
+@dataclass
+class SweepStatus:
+    tenant: str
+    sweep_id: str
+    name: str
+    queue: str
+    n_jobs: int
+    cells: dict[str, dict[str, int]]
+    failures: list[tuple[str, str, str]]  # (job id, cell, reason), at most `max_failures`
+    n_failures: int
+    started_at: float | None
+    last_done_at: float | None
+    new_tokens: int
+    generations: int
+    recent: list[float]
+    cancelled: bool
+    lost: int = 0  # times a job was requeued because its worker died
+
+    def total(self, state: JobStatus | str) -> int:
+        state = state.value if isinstance(state, JobStatus) else state
+        return sum(c.get(state, 0) for c in self.cells.values())
+
+    @property
+    def complete(self) -> bool:
+        return self.total(JobStatus.QUEUED) + self.total(JobStatus.RUNNING) == 0
+
+    @property
+    def jobs_per_s(self) -> float | None:
+        """Recent throughput: over the last finished jobs, else since the first start."""
+        if len(self.recent) >= 2 and self.recent[0] > self.recent[-1]:
+            return (len(self.recent) - 1) / (self.recent[0] - self.recent[-1])
+        if self.recent and self.started_at and self.recent[0] > self.started_at:
+            return len(self.recent) / (self.recent[0] - self.started_at)
+        return None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        if self.started_at and self.last_done_at and self.last_done_at > self.started_at:
+            return self.new_tokens / (self.last_done_at - self.started_at)
+        return None
+
+    @property
+    def eta_s(self) -> float | None:
+        left = self.total(JobStatus.QUEUED) + self.total(JobStatus.RUNNING)
+        rate = self.jobs_per_s
+        return left / rate if rate and left else (0.0 if not left else None)
+
+
+def read_status(conn, tenant: str, sweep_id: str, *, max_failures: int = 20) -> SweepStatus:
+    """The sweep's counters: O(cells + max_failures) Redis reads, one round trip; changes nothing."""
+    k = keys.sweep_keys(tenant, sweep_id)
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.hgetall(k["meta"])
+        pipe.hgetall(k["counts"])
+        pipe.hlen(k["failures"])
+        pipe.hscan(k["failures"], 0, count=max_failures)
+        pipe.lrange(k["recent"], 0, -1)
+        meta_raw, counts_raw, n_failures, (_, failures_raw), recent = pipe.execute()
+    if not meta_raw:
+        raise UsageError(f"no submitted sweep {sweep_id!r} for tenant {tenant!r}")
+    meta = {a.decode(): b.decode() for a, b in meta_raw.items()}
+    cells: dict[str, dict[str, int]] = {}
+    for f, n in counts_raw.items():
+        cell, state = keys.split_count_field(f.decode())
+        if int(n):
+            cells.setdefault(cell, {})[state] = int(n)
+    failure_ids = [j.decode() for j in list(failures_raw)[:max_failures]]
+    failure_cells = conn.hmget(k["cells"], failure_ids) if failure_ids else []
+    failures = [(j, (c or b"").decode(), failures_raw[j.encode()].decode()) for j, c in zip(failure_ids, failure_cells)]
+
+    def num(name: str) -> float | None:
+        return float(meta[name]) if meta.get(name) else None
+
+    return SweepStatus(
+        tenant=tenant, sweep_id=sweep_id, name=meta.get("name", ""), queue=meta.get("queue", ""),
+        n_jobs=int(meta.get("n_jobs", 0)), cells=dict(sorted(cells.items())), failures=sorted(failures, key=lambda f: f[1]),
+        n_failures=n_failures, started_at=num("started_at"), last_done_at=num("last_done_at"),
+        new_tokens=int(meta.get("new_tokens", 0)), generations=int(meta.get("generations", 0)),
+        recent=[float(x) for x in recent], cancelled=bool(meta.get("cancelled")), lost=int(meta.get("lost", 0)),
+    )
+
+
+def find_job_sweep(conn, tenant: str, job_id: str) -> str | None:
+    """The submitted sweep of tenant that holds `job_id` (one pipelined HEXISTS per sweep)."""
+    sweeps = [m.decode() for m in conn.zrange(keys.sweeps(tenant), 0, -1)]
+    with conn.pipeline(transaction=False) as pipe:
+        for sweep_id in sweeps:
+            pipe.hexists(keys.sweep(tenant, sweep_id, "cells"), job_id)
+        found = pipe.execute()
+    return next((s for s, hit in zip(sweeps, found) if hit), None)
+
+
+def job_state(conn, tenant: str, sweep_id: str, job_id: str) -> str | None:
+    """The job's recorded state (a JobStatus value), None if the sweep never recorded it."""
+    state = conn.hget(keys.sweep(tenant, sweep_id, "state"), job_id)
+    return state.decode() if state else None
+
+
+def is_cancelled(conn, tenant: str, sweep_id: str) -> bool:
+    """Whether the sweep was cancelled (and not resumed since)."""
+    return bool(conn.hget(keys.sweep(tenant, sweep_id, "meta"), "cancelled"))
+
+
+def sweep_meta(conn, tenant: str, sweep_id: str) -> dict[str, str]:
+    """The sweep's meta hash (name, queue, n_jobs, times, cancelled...); empty if never submitted."""
+    return {k.decode(): v.decode() for k, v in conn.hgetall(keys.sweep(tenant, sweep_id, "meta")).items()}
+
+
+def job_states(conn, tenant: str, sweep_id: str, job_ids: list[str], chunk: int = 5000) -> list[str | None]:
+    """Each job's recorded state (a JobStatus value), None where the sweep never recorded it."""
+    key = keys.sweep(tenant, sweep_id, "state")
+    out: list[str | None] = []
+    for i in range(0, len(job_ids), chunk):
+        out += [s.decode() if s else None for s in conn.hmget(key, job_ids[i : i + chunk])]
+    return out
