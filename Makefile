@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # a CUDA build (several GB). On a GPU machine: make install TORCH='torch==2.13.0 --index-url ...'
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test bench models clean
+.PHONY: install demo test test-fast lint format bench models clean
 
 install: $(VENV)/.installed
 
@@ -21,9 +21,24 @@ demo: install
 	$(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
 	@echo "HTML report: decodebench report <sweep-id> --store runs/demo --format html (written under runs/demo/default/sweeps/*/report/)"
 
-test: install
+# Everything: lint, layering contracts, then the whole suite (what .ci/run calls).
+test: install lint
 	bash scripts/setup-test-deps.sh
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q
+
+# The pure tests only (no Redis, S3, Helm, browser or model): seconds, for the edit loop.
+test-fast: install lint
+	$(BIN)/python -m pytest -q -m pure
+
+# ruff (lint and format check) and the import contracts of pyproject.toml (docs/architecture.md).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 bench: install
 	bash scripts/setup-test-deps.sh

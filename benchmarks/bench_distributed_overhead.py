@@ -70,6 +70,27 @@ def run_distributed(conn, spec, store, runtime) -> tuple[float, float]:
     return t_submit, t_run
 
 
+def compare(conn, kind: str, make_store, args, runtime) -> None:
+    """Rounds of local and distributed runs in ABBA order on one kind of store; print the medians."""
+    local_t, dist_t, submit_t = [], [], []
+    for r in range(args.rounds):
+        order = ("local", "dist") if r % 2 == 0 else ("dist", "local")  # ABBA: cancels load drift
+        for side in order:
+            spec, jobs = make_jobs(args.model, args.jobs, f"{kind}-{side}-{r}", args.new_tokens)
+            if side == "local":
+                local_t.append(run_local(jobs, make_store(f"local-{r}"), runtime))
+            else:
+                t_submit, t_run = run_distributed(conn, spec, make_store(f"dist-{r}"), runtime)
+                submit_t.append(t_submit)
+                dist_t.append(t_run)
+    n = args.jobs
+    lo, di, su = (statistics.median(x) / n * 1000 for x in (local_t, dist_t, submit_t))
+    print(f"[{kind} store] local mode      : {lo:7.1f} ms/job")
+    print(f"[{kind} store] distributed     : {di:7.1f} ms/job (+ submit {su:.1f} ms/job)")
+    print(f"[{kind} store] overhead        : {di - lo:+7.1f} ms/job, distributed/local = {di / lo:.2f}x "
+          f"(with submit {(di + su) / lo:.2f}x)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=str(ROOT / "examples" / "models" / "austen-tiny"))
@@ -115,23 +136,7 @@ def main() -> None:
     with redis_server() as (url, _):
         conn = redis.Redis.from_url(url)
         for kind, make_store in stores.items():
-            local_t, dist_t, submit_t = [], [], []
-            for r in range(args.rounds):
-                order = ("local", "dist") if r % 2 == 0 else ("dist", "local")  # ABBA: cancels load drift
-                for side in order:
-                    spec, jobs = make_jobs(args.model, args.jobs, f"{kind}-{side}-{r}", args.new_tokens)
-                    if side == "local":
-                        local_t.append(run_local(jobs, make_store(f"local-{r}"), runtime))
-                    else:
-                        t_submit, t_run = run_distributed(conn, spec, make_store(f"dist-{r}"), runtime)
-                        submit_t.append(t_submit)
-                        dist_t.append(t_run)
-            n = args.jobs
-            lo, di, su = (statistics.median(x) / n * 1000 for x in (local_t, dist_t, submit_t))
-            print(f"[{kind} store] local mode      : {lo:7.1f} ms/job")
-            print(f"[{kind} store] distributed     : {di:7.1f} ms/job (+ submit {su:.1f} ms/job)")
-            print(f"[{kind} store] overhead        : {di - lo:+7.1f} ms/job, distributed/local = {di / lo:.2f}x "
-                  f"(with submit {(di + su) / lo:.2f}x)")
+            compare(conn, kind, make_store, args, runtime)
     for ctx in contexts:
         ctx.__exit__(None, None, None)
 

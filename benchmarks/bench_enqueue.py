@@ -57,6 +57,53 @@ def naive_status(conn, tenant: str, sweep_id: str) -> Counter:
     return Counter((cells[j], s) for j, s in states.items())
 
 
+def compare_with_rq(conn, sample, n_jobs: int, rate: float, t_enqueue: float, memory: float) -> None:
+    """RQ's own enqueue paths on a sample of the jobs, printed beside decodebench's rate."""
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    q = Queue("bench-plain", connection=conn, serializer=JSONSerializer)
+    start = time.perf_counter()
+    for job in sample:
+        q.enqueue(keys.RQ_FUNCTION, job.model_dump(mode="json"), job_id=f"plain-{job.job_id}",
+                  job_timeout=job.timeout_s)
+    t_plain = time.perf_counter() - start
+    plain_rate = len(sample) / t_plain
+    q = Queue("bench-many", connection=conn, serializer=JSONSerializer)
+    start = time.perf_counter()
+    with conn.pipeline() as pipe:
+        q.enqueue_many([Queue.prepare_data(keys.RQ_FUNCTION, args=(job.model_dump(mode="json"),),
+                                           job_id=f"many-{job.job_id}", timeout=job.timeout_s) for job in sample],
+                       pipeline=pipe)
+        pipe.execute()
+    t_many = time.perf_counter() - start
+    many_rate = len(sample) / t_many
+    print(f"enqueue, decodebench submit      : {n_jobs:>7,} jobs in {t_enqueue:6.2f} s = {rate:9,.0f} jobs/s "
+          f"(Redis memory {memory:,.0f} MiB)")
+    print(f"enqueue, RQ enqueue_many pipelined: {len(sample):>7,} jobs in {t_many:6.2f} s = {many_rate:9,.0f} jobs/s "
+          f"(projected {n_jobs / many_rate:,.0f} s for all)")
+    print(f"enqueue, RQ one call per job     : {len(sample):>7,} jobs in {t_plain:6.2f} s = {plain_rate:9,.0f} jobs/s "
+          f"(projected {n_jobs / plain_rate:,.0f} s for all)")
+    print(f"  decodebench / RQ enqueue_many = {rate / many_rate:.1f}x, decodebench / one-by-one = {rate / plain_rate:.1f}x")
+
+
+
+def compare_status(conn, jobs, repeat: int) -> None:
+    """`decodebench status` (counters) against reading every job's state, medians of `repeat` calls."""
+    sweep_id = jobs[0].sweep_id
+    ours, theirs = [], []
+    for _ in range(repeat):
+        s, t = timed(read_status, conn, "bench", sweep_id)
+        ours.append(t)
+        counts, t = timed(naive_status, conn, "bench", sweep_id)
+        theirs.append(t)
+    assert s.total("queued") == len(jobs) == sum(counts.values())
+    m_ours, m_theirs = statistics.median(ours), statistics.median(theirs)
+    print(f"status from counters (decodebench status): median {m_ours * 1000:8.2f} ms over {repeat} calls")
+    print(f"status by reading every job's state     : median {m_theirs * 1000:8.2f} ms over {repeat} calls")
+    print(f"  per-job scan / counters = {m_theirs / m_ours:.0f}x")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=100_000)
@@ -66,7 +113,6 @@ def main() -> None:
 
     import redis
     from rq import Queue
-    from rq.serializers import JSONSerializer
 
     jobs, t_plan = timed(make_jobs, args.jobs)
     print(f"enqueue benchmark: {len(jobs):,} jobs, 2 cells; python {sys.version.split()[0]}")
@@ -81,49 +127,15 @@ def main() -> None:
         rate = len(jobs) / t_enqueue
         memory = conn.info("memory")["used_memory"] / 2**20
 
-        sample = jobs[: args.sample]
-        q = Queue("bench-plain", connection=conn, serializer=JSONSerializer)
-        start = time.perf_counter()
-        for job in sample:
-            q.enqueue(keys.RQ_FUNCTION, job.model_dump(mode="json"), job_id=f"plain-{job.job_id}",
-                      job_timeout=job.timeout_s)
-        t_plain = time.perf_counter() - start
-        plain_rate = len(sample) / t_plain
-        q = Queue("bench-many", connection=conn, serializer=JSONSerializer)
-        start = time.perf_counter()
-        with conn.pipeline() as pipe:
-            q.enqueue_many([Queue.prepare_data(keys.RQ_FUNCTION, args=(job.model_dump(mode="json"),),
-                                               job_id=f"many-{job.job_id}", timeout=job.timeout_s) for job in sample],
-                           pipeline=pipe)
-            pipe.execute()
-        t_many = time.perf_counter() - start
-        many_rate = len(sample) / t_many
-        print(f"enqueue, decodebench submit      : {len(jobs):>7,} jobs in {t_enqueue:6.2f} s = {rate:9,.0f} jobs/s "
-              f"(Redis memory {memory:,.0f} MiB)")
-        print(f"enqueue, RQ enqueue_many pipelined: {len(sample):>7,} jobs in {t_many:6.2f} s = {many_rate:9,.0f} jobs/s "
-              f"(projected {len(jobs) / many_rate:,.0f} s for all)")
-        print(f"enqueue, RQ one call per job     : {len(sample):>7,} jobs in {t_plain:6.2f} s = {plain_rate:9,.0f} jobs/s "
-              f"(projected {len(jobs) / plain_rate:,.0f} s for all)")
-        print(f"  decodebench / RQ enqueue_many = {rate / many_rate:.1f}x, decodebench / one-by-one = {rate / plain_rate:.1f}x")
+        compare_with_rq(conn, jobs[: args.sample], len(jobs), rate, t_enqueue, memory)
 
         again, t_again = timed(enqueue_jobs, conn, jobs, "bench", "normal")
         assert again.enqueued == [] and again.pending == len(jobs)
         print(f"resubmit (idempotent, 0 enqueued): {t_again:.2f} s")
 
-        sweep_id = jobs[0].sweep_id
-        ours, theirs = [], []
-        for _ in range(args.repeat):
-            s, t = timed(read_status, conn, "bench", sweep_id)
-            ours.append(t)
-            counts, t = timed(naive_status, conn, "bench", sweep_id)
-            theirs.append(t)
-        assert s.total("queued") == len(jobs) == sum(counts.values())
-        m_ours, m_theirs = statistics.median(ours), statistics.median(theirs)
-        print(f"status from counters (decodebench status): median {m_ours * 1000:8.2f} ms over {args.repeat} calls")
-        print(f"status by reading every job's state     : median {m_theirs * 1000:8.2f} ms over {args.repeat} calls")
-        print(f"  per-job scan / counters = {m_theirs / m_ours:.0f}x")
+        compare_status(conn, jobs, args.repeat)
 
-        result, t_cancel = timed(cancel_sweep, conn, "bench", sweep_id)
+        result, t_cancel = timed(cancel_sweep, conn, "bench", jobs[0].sweep_id)
         assert result.cancelled == len(jobs) and Queue(out.queue, connection=conn).count == 0
         print(f"cancel (all {len(jobs):,} queued jobs dropped from the queue): {t_cancel:.2f} s")
 

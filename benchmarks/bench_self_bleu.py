@@ -64,6 +64,34 @@ def exponent(t_small: float, t_big: float, n_small: int, n_big: int) -> float:
     return math.log(t_big / t_small) / math.log(n_big / n_small)
 
 
+def side_by_side(docs, n: int, full_time: float) -> None:
+    """Ours against NLTK on the first n/2 and n generations: values, times, scaling."""
+    sizes = [n // 2, n]
+    rows = []
+    for size in sizes:
+        sub = docs[:size]
+        ours, t_ours, w_ours = timed(self_bleu, sub, repeat=3)
+        ref, t_ref, w_ref = timed(nltk_self_bleu, sub)
+        diff = abs(ours - ref)
+        rows.append((size, t_ours, t_ref))
+        print(
+            f"n = {size:5d}:  ours {ours:.12f} in {t_ours:6.3f} s ({w_ours:6.3f} s)   "
+            f"nltk {ref:.12f} in {t_ref:7.2f} s ({w_ref:7.2f} s)   |diff| = {diff:.1e}   "
+            f"nltk/ours = {t_ref / t_ours:5.0f}x"
+        )
+        assert diff < 1e-9, f"self-BLEU differs from NLTK by {diff} on {size} generations"
+
+    (n0, o0, r0), (n1, o1, r1) = rows
+    k_ref, k_ours = exponent(r0, r1, n0, n1), exponent(o0, o1, n0, n1)
+    print(f"scaling {n0} -> {n1}: nltk time ~ n^{k_ref:.2f}, ours ~ n^{k_ours:.2f}")
+    if n < len(docs):
+        projected = r1 * (len(docs) / n) ** 2
+        print(
+            f"nltk on all {len(docs)} (projected, quadratic from n = {n}): ~{projected:.0f} CPU s, "
+            f"~{projected / full_time:.0f}x ours; run with --n {len(docs)} to measure it"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--generations", type=int, default=1000, help="synthetic generations (default 1000)")
@@ -101,30 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ours scaling {len(docs) // 2} -> {len(docs)}: time ~ n^{k_full:.2f}")
     print(f"side by side with NLTK on the first {n // 2} and {n} generations:")
 
-    sizes = [n // 2, n]
-    rows = []
-    for size in sizes:
-        sub = docs[:size]
-        ours, t_ours, w_ours = timed(self_bleu, sub, repeat=3)
-        ref, t_ref, w_ref = timed(nltk_self_bleu, sub)
-        diff = abs(ours - ref)
-        rows.append((size, t_ours, t_ref))
-        print(
-            f"n = {size:5d}:  ours {ours:.12f} in {t_ours:6.3f} s ({w_ours:6.3f} s)   "
-            f"nltk {ref:.12f} in {t_ref:7.2f} s ({w_ref:7.2f} s)   |diff| = {diff:.1e}   "
-            f"nltk/ours = {t_ref / t_ours:5.0f}x"
-        )
-        assert diff < 1e-9, f"self-BLEU differs from NLTK by {diff} on {size} generations"
-
-    (n0, o0, r0), (n1, o1, r1) = rows
-    k_ref, k_ours = exponent(r0, r1, n0, n1), exponent(o0, o1, n0, n1)
-    print(f"scaling {n0} -> {n1}: nltk time ~ n^{k_ref:.2f}, ours ~ n^{k_ours:.2f}")
-    if n < len(docs):
-        projected = r1 * (len(docs) / n) ** 2
-        print(
-            f"nltk on all {len(docs)} (projected, quadratic from n = {n}): ~{projected:.0f} CPU s, "
-            f"~{projected / full_time:.0f}x ours; run with --n {len(docs)} to measure it"
-        )
+    side_by_side(docs, n, full_time)
     return 0
 
 

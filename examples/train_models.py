@@ -20,17 +20,13 @@ tokenizers.  Smoke test: ``python examples/train_models.py --quick``.
 """
 
 import argparse
-import gzip
 import json
 import math
 import platform
 import random
-import re
-import struct
-import subprocess
+import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 import torch
@@ -40,9 +36,10 @@ from tokenizers import ByteLevelBPETokenizer
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, GPT2Config,
                           GPT2LMHeadModel, GPT2TokenizerFast)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from austen_corpus import DEB, SENTENCE_END, clean_novel, fetch_novels  # noqa: E402
+
 EXAMPLES = Path(__file__).resolve().parent
-DEB = "r-cran-janeaustenr"
-RDATA = "usr/lib/R/site-library/janeaustenr/data/Rdata"
 NOVELS = {"sensesensibility": "Sense and Sensibility", "prideprejudice": "Pride and Prejudice",
           "mansfieldpark": "Mansfield Park", "emma": "Emma",
           "northangerabbey": "Northanger Abbey", "persuasion": "Persuasion"}
@@ -69,122 +66,6 @@ class Log:
         print(msg, flush=True)
         self.file.write(msg + "\n")
         self.file.flush()
-
-
-class RDeserializer:
-    """Minimal reader for R's XDR serialization format (version 2 or 3).
-
-    Handles what the janeaustenr data uses: NULL, symbols, pairlists,
-    strings, logical/integer/double/character vectors and lists; a vector
-    with a ``names`` attribute is returned as a dict.
-    """
-
-    def __init__(self, data):
-        if data[:2] != b"X\n":
-            raise ValueError("not an XDR-serialized R object")
-        self.data, self.pos, self.refs = data, 2, []
-
-    def _int(self):
-        (value,) = struct.unpack_from(">i", self.data, self.pos)
-        self.pos += 4
-        return value
-
-    def read(self):
-        """Read the header and return the top-level object."""
-        version = self._int()
-        self._int(), self._int()  # writer's R version, minimal R version
-        if version == 3:
-            length = self._int()
-            self.pos += length  # skip the native encoding name
-        return self._item()
-
-    def _item(self):
-        flags = self._int()
-        kind, has_attr, has_tag = flags & 0xFF, flags & 0x200, flags & 0x400
-        if kind == 254:  # NILVALUE_SXP
-            return None
-        if kind == 255:  # REFSXP: back-reference to an earlier symbol
-            return self.refs[(flags >> 8 or self._int()) - 1]
-        if kind == 1:  # SYMSXP
-            self.refs.append(self._item())
-            return self.refs[-1]
-        if kind == 2:  # LISTSXP (pairlist): [attr] [tag] car cdr
-            if has_attr:
-                self._item()
-            tag = self._item() if has_tag else None
-            car = self._item()
-            return [(tag, car)] + (self._item() or [])
-        if kind == 9:  # CHARSXP
-            n = self._int()
-            if n == -1:
-                return None
-            raw = self.data[self.pos:self.pos + n]
-            self.pos += n
-            return raw.decode("latin-1" if flags & (1 << 14) else "utf-8")
-        if kind in (10, 13, 14, 16, 19):  # LGL, INT, REAL, STR, VEC
-            n = self._int()
-            if kind in (10, 13, 14):
-                fmt = f">{n}{'d' if kind == 14 else 'i'}"
-                values = list(struct.unpack_from(fmt, self.data, self.pos))
-                self.pos += struct.calcsize(fmt)
-            else:
-                values = [self._item() for _ in range(n)]
-            if has_attr:
-                names = dict(self._item()).get("names")
-                if names:
-                    return dict(zip(names, values))
-            return values
-        raise ValueError(f"unsupported R SEXP type {kind}")
-
-
-def fetch_novels(workdir):
-    """Download and unpack the Debian package; return {novel: [lines]}."""
-    download = ["apt-get", "download", DEB]
-    if subprocess.run(download, cwd=workdir, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
-        subprocess.run(download, cwd=workdir, check=True, capture_output=True)
-    deb = next(Path(workdir).glob(f"{DEB}_*.deb"))
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(Path(workdir) / "x")], check=True)
-    base = Path(workdir) / "x" / RDATA
-    index = RDeserializer(gzip.decompress(base.with_suffix(".rdx").read_bytes())).read()
-    if index["compressed"] not in ([True], [1]):
-        raise ValueError(f"unsupported lazy-load compression {index['compressed']}")
-    rdb = base.with_suffix(".rdb").read_bytes()
-    novels = {}
-    for name, (offset, length) in index["variables"].items():
-        blob = rdb[offset:offset + length]  # 4-byte big-endian size, then zlib
-        novels[name] = RDeserializer(zlib.decompress(blob[4:])).read()
-    return deb.name, novels
-
-
-HEADING = re.compile(r"(chapter|volume) \w+\.?|\* \* \* \* \*|\(end of volume \w+\.\)", re.I)
-END = re.compile(r"the end|finis|a note on the text", re.I)
-SENTENCE_END = re.compile(r"[.!?][\"']?$")
-
-
-def clean_novel(lines):
-    """Turn a novel's raw lines into paragraphs of prose.
-
-    Drops the title page (everything before the first chapter heading),
-    chapter/volume headings, section breaks and the trailer after "THE END"
-    or "Finis"; joins lines into paragraphs (blank line = break), removes the
-    underscores marking italics and collapses whitespace.
-    """
-    paragraphs, current = [], []
-    for line in lines + [""]:
-        if line.strip():
-            current.append(line.strip())
-        elif current:
-            paragraphs.append(" ".join(" ".join(current).replace("_", "").split()))
-            current = []
-    first = next(i for i, p in enumerate(paragraphs) if HEADING.fullmatch(p))
-    prose = []
-    for p in paragraphs[first:]:
-        if END.fullmatch(p):
-            break
-        if not HEADING.fullmatch(p):
-            prose.append(p)
-    return prose
 
 
 def train_tokenizer(texts):
@@ -408,8 +289,7 @@ def sanity_check(out, names, prompts, log):
                 log(f"[{name} {label}] {item['prompt']} >>> {text!r}")
 
 
-def main():
-    """Parse flags, build data, tokenizer and models, write everything out."""
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the committed weights were trained with 1)")
@@ -422,13 +302,38 @@ def main():
                         help="smoke run: 20 steps each, written under a temporary directory "
                              "unless --out/--prompts-out are given")
     args = parser.parse_args()
-    eval_windows = 128
+    args.eval_windows = 128
     if args.quick:
         args.steps_tiny = args.steps_small = 20
-        eval_windows = 32
+        args.eval_windows = 32
         scratch = Path(tempfile.mkdtemp(prefix="austen-quick-"))
         args.out = args.out or scratch / "models"
         args.prompts_out = args.prompts_out or scratch / "prompts"
+    return args
+
+
+def build_corpus(log, began):
+    """The cleaned novels, the tokenizer and the token ids of the training and held-out text."""
+    with tempfile.TemporaryDirectory() as workdir:
+        deb, raw = fetch_novels(workdir)
+    novels = {name: clean_novel(raw[name]) for name in NOVELS}
+    for name, paragraphs in novels.items():
+        log(f"{NOVELS[name]}: {len(paragraphs)} paragraphs, "
+            f"{sum(len(p.split()) for p in paragraphs):,} words")
+    train_texts = ["\n\n".join(novels[n]) for n in NOVELS if n != HELDOUT]
+    tokenizer = train_tokenizer(train_texts)
+    train_ids = encode(tokenizer, train_texts)
+    heldout_ids = encode(tokenizer, ["\n\n".join(novels[HELDOUT])])
+    corpus = {"deb": deb, "train_tokens": len(train_ids), "heldout_tokens": len(heldout_ids)}
+    log(f"tokenizer: vocab {len(tokenizer)}; train {len(train_ids):,} tokens, "
+        f"held-out {len(heldout_ids):,} tokens ({time.time() - began:.0f}s)")
+    return novels, tokenizer, train_ids, heldout_ids, corpus
+
+
+def main():
+    """Parse flags, build data, tokenizer and models, write everything out."""
+    args = parse_args()
+    eval_windows = args.eval_windows
     out = args.out or EXAMPLES / "models"
     prompts_dir = args.prompts_out or EXAMPLES / "prompts"
     out.mkdir(parents=True, exist_ok=True)
@@ -439,21 +344,8 @@ def main():
     began = time.time()
     log(f"decodebench Austen models: {rebuild_command(args)}\n"
         f"out {out}, torch {torch.__version__}, transformers {transformers.__version__}")
-
-    with tempfile.TemporaryDirectory() as workdir:
-        deb, raw = fetch_novels(workdir)
-    novels = {name: clean_novel(raw[name]) for name in NOVELS}
-    for name, paragraphs in novels.items():
-        log(f"{NOVELS[name]}: {len(paragraphs)} paragraphs, "
-            f"{sum(len(p.split()) for p in paragraphs):,} words")
-
-    train_texts = ["\n\n".join(novels[n]) for n in NOVELS if n != HELDOUT]
-    tokenizer = train_tokenizer(train_texts)
-    train_ids = encode(tokenizer, train_texts)
-    heldout_ids = encode(tokenizer, ["\n\n".join(novels[HELDOUT])])
-    corpus = {"deb": deb, "train_tokens": len(train_ids), "heldout_tokens": len(heldout_ids)}
-    log(f"tokenizer: vocab {len(tokenizer)}; train {len(train_ids):,} tokens, "
-        f"held-out {len(heldout_ids):,} tokens ({time.time() - began:.0f}s)")
+    novels, tokenizer, train_ids, heldout_ids, corpus = build_corpus(log, began)
+    deb = corpus["deb"]
 
     prompts = make_prompts(novels[HELDOUT], args.seed)
     with open(prompts_dir / "austen-heldout.jsonl", "w", encoding="utf-8") as f:
@@ -470,7 +362,6 @@ def main():
 
     sanity_check(out, list(MODELS), prompts, log)
     log(f"total wall time {(time.time() - began) / 60:.1f} min")
-
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,8 @@ from worker.core.contract import BatchTiming
 from controller.metrics import METRICS, Metric, cell_data
 from worker.store import FileStore
 
+pytestmark = pytest.mark.pure
+
 
 def row(summary: pd.DataFrame, strategy: str) -> pd.Series:
     return summary[summary["strategy"] == strategy].iloc[0]

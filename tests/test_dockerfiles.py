@@ -16,6 +16,8 @@ import yaml
 from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 IMAGES = {"Dockerfile.worker": "decodebench-worker", "Dockerfile.controller": "decodebench"}

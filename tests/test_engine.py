@@ -124,8 +124,28 @@ def test_missing_model_is_a_permanent_error(tmp_path, runtime):
 
 
 def test_generation_seed_is_stable():
-    assert generation_seed(0, "p1") == generation_seed(0, "p1")
+    """Pinned values: a change to the seed derivation would silently change every sampled text."""
+    assert generation_seed(0, "p1") == 8969202611906589725
+    assert generation_seed(7, "heldout-0001") == 2131446436721178557
     assert generation_seed(0, "p1") != generation_seed(1, "p1")
+
+
+def test_step_clock_stamps_each_step_and_derives_prefill():
+    """On CPU the clock stamps perf_counter values: the first step is the first logits (prefill)."""
+    import time
+
+    from worker.engine.timing import StepClock
+
+    clock = StepClock(torch.device("cpu"))
+    clock.start()
+    time.sleep(0.02)
+    for _ in range(3):
+        assert clock(None, "scores") == "scores"  # changes no score
+        time.sleep(0.01)
+    times = clock.stop()
+    assert times.steps == 3 and 0.02 <= times.prefill_s < times.total_s
+    clock.start()
+    assert clock.stop().steps == 0  # a call without a step: prefill is the whole call
 
 
 def naive_contrastive(model, ids: list[int], k: int, alpha: float, steps: int) -> list[int]:

@@ -72,3 +72,15 @@ def test_worker_pins_by_uuid_and_refuses_missing_device(small_model):
     exe = os.path.join(os.path.dirname(sys.executable), "decodebench-worker")
     bad = subprocess.run([exe, "--device", f"cuda:{n}", "--burst"], capture_output=True, text=True)
     assert bad.returncode == 2 and f"only {n} CUDA device(s) visible" in bad.stderr
+
+
+def test_cuda_timing_records_events_without_a_sync_per_step(small_model, cuda_runtime, monkeypatch):
+    """The step clock records CUDA events and synchronises once per batch, at its end."""
+    syncs = []
+    real = torch.cuda.Event.synchronize
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda self: syncs.append(1) or real(self))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: pytest.fail("host sync during generation"))
+    result, _ = generate_job(job(small_model, max_new=16).model_copy(update={
+        "generation": GenerationSettings(max_new_tokens=16, batch_size=4, warmup=False)}), cuda_runtime)
+    (batch,) = result.batches
+    assert len(syncs) == 1 and batch.steps and 0 < batch.prefill_s < batch.total_s

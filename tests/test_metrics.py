@@ -17,6 +17,8 @@ from controller.metrics.selfbleu import self_bleu, self_bleu_scores
 from controller.metrics.tokenize import ngrams, word_tokenize
 from controller.metrics.zipf import zipf_coefficient
 
+pytestmark = pytest.mark.pure
+
 SUMMARY_METRICS = [
     "mean_length", "rep_2", "rep_3", "rep_4", "diversity", "distinct_1", "distinct_2", "distinct_3",
     "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",

@@ -7,9 +7,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
+
+pytestmark = pytest.mark.pure
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from controller.spec.plan import expand_grid, plan, summarize_plan
 from controller.spec.load import parse_spec
+
+pytestmark = pytest.mark.pure
 
 
 def spec(**over):

@@ -20,6 +20,8 @@ from tests.helpers_report import make_sweep, write_sweep
 from worker.core import paths
 from worker.store import FileStore
 
+pytestmark = pytest.mark.pure
+
 HOSTILE = "<script>alert('pwned')</script> & \"quotes\""
 
 

@@ -12,6 +12,8 @@ from controller.cli import main
 from controller.spec.load import load_spec
 from controller.spec.prompts import load_prompts
 
+pytestmark = pytest.mark.pure
+
 REPO = Path(__file__).resolve().parents[1]
 
 GOOD = """

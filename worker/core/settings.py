@@ -6,7 +6,7 @@ from this table (`option(...)`), so the help text, the variable name and the def
 are written once; library code reads a setting with `get(...)`.
 
 The table also lists the variables that are read only by the Helm chart's launcher
-(`scope="chart"`), so that `docs/settings.md` and `decodebench settings` show them all.
+(`scope="chart"`), so that docs/settings.md lists them all (a test keeps it complete).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def get(name: str, flag: Any = None) -> Any:
 
 def tenant(flag: str | None = None) -> str:
     """The tenant from `--tenant` / DECODEBENCH_TENANT / default, checked (UsageError if unsafe)."""
-    value = get("tenant", flag)
+    value = flag if flag is not None else get("tenant")
     try:
         return check_tenant(value)
     except ValueError as err:

@@ -11,7 +11,7 @@ this strategy and records that in the result's notes.
 
 from __future__ import annotations
 
-from worker.strategies import Param, Strategy, register
+from worker.strategies.registry import Param, Strategy, register
 
 register(Strategy(
     name="assisted",

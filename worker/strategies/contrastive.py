@@ -15,7 +15,7 @@ Registration is light: the loop is `worker.engine.loops.contrastive`.
 
 from __future__ import annotations
 
-from worker.strategies import Param, Strategy, register
+from worker.strategies.registry import Param, Strategy, register
 
 register(Strategy(
     name="contrastive",

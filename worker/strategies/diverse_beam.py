@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.strategies import Param, Strategy, register
+from worker.strategies.registry import Param, Strategy, register
 
 
 def check_groups(num_beams: int, num_beam_groups: int) -> None:

@@ -1,0 +1,133 @@
+"""The strategy registry: parameters, strategies, `STRATEGIES`. Light: never imports torch.
+
+A plain strategy is a row of the table in `worker.strategies.table`: its parameters
+map onto transformers `GenerationConfig` settings. A strategy that needs a decoding
+loop of its own names it in `loop` ("module:function"), imported only by the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class Param:
+    """One strategy parameter: its type, default, bounds and meaning."""
+
+    type: type
+    default: Any
+    description: str
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False
+    max_exclusive: bool = False
+    optional: bool = False  # default None means "off"
+    choices: tuple[str, ...] = ()  # for str parameters
+    is_path: bool = False  # a model path or hub id, resolved like `models[].path`
+
+    def check(self, name: str, value: Any) -> Any:
+        """Return the value coerced to the type, or raise ValueError naming the parameter."""
+        if value is None and self.optional:
+            return None
+        if self.type is str:
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+            if self.choices and value not in self.choices:
+                raise ValueError(f"{name} must be one of {', '.join(self.choices)}, got {value!r}")
+            return value
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false, got {value!r}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if self.type is int:
+            if float(value) != int(value):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            value = int(value)
+        else:
+            value = float(value)
+        if self.min is not None and (value < self.min or (self.min_exclusive and value == self.min)):
+            raise ValueError(f"{name} must be {'>' if self.min_exclusive else '>='} {self.min}, got {value!r}")
+        if self.max is not None and (value > self.max or (self.max_exclusive and value == self.max)):
+            raise ValueError(f"{name} must be {'<' if self.max_exclusive else '<='} {self.max}, got {value!r}")
+        return value
+
+    def describe(self) -> str:
+        lo = "" if self.min is None else f"{'>' if self.min_exclusive else '>='}{self.min}"
+        hi = "" if self.max is None else f"{'<' if self.max_exclusive else '<='}{self.max}"
+        bounds = ", ".join(b for b in (lo, hi) if b) or " | ".join(self.choices)
+        default = ("off" if self.optional else "required") if self.default is None else repr(self.default)
+        return f"{self.type.__name__}{f' ({bounds})' if bounds else ''}, default {default}: {self.description}"
+
+
+# Modifiers every strategy accepts.
+MODIFIERS: dict[str, Param] = {
+    "repetition_penalty": Param(float, None, "CTRL repetition penalty (>1 discourages repeats)", min=0.0, min_exclusive=True, optional=True),
+    "no_repeat_ngram_size": Param(int, None, "forbid repeating any n-gram of this size", min=1, optional=True),
+}
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A registered decoding strategy."""
+
+    name: str
+    description: str
+    params: dict[str, Param]
+    stochastic: bool
+    to_config: Callable[[dict[str, Any]], dict[str, Any]]
+    loop: str | None = None  # "module:function" for strategies with their own decoding loop
+    citation: str = ""
+    all_params: dict[str, Param] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "all_params", {**self.params, **MODIFIERS})
+
+    def validate(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Fill defaults and check every value; raise ValueError naming the parameter."""
+        unknown = sorted(set(params) - set(self.all_params))
+        if unknown:
+            raise ValueError(
+                f"unknown parameter {unknown[0]!r} for strategy {self.name!r}; valid: {', '.join(sorted(self.all_params))}"
+            )
+        out = {}
+        for name, spec in self.all_params.items():
+            value = params.get(name, spec.default)
+            if value is None and spec.optional:
+                continue
+            if value is None:
+                raise ValueError(f"{name} is required for strategy {self.name!r}")
+            out[name] = spec.check(name, value)
+        return out
+
+    def generation_kwargs(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The GenerationConfig settings of params (validated, defaults filled, modifiers included)."""
+        params = self.validate(params)
+        kwargs = self.to_config(params)
+        for name in MODIFIERS:
+            if params.get(name) is not None:
+                kwargs[name] = params[name]
+        return kwargs
+
+
+STRATEGIES: Registry[Strategy] = Registry("strategy")
+
+
+def register(strategy: Strategy) -> Strategy:
+    return STRATEGIES.register(strategy.name, strategy)
+
+
+def get_strategy(name: str) -> Strategy:
+    return STRATEGIES.get(name)
+
+
+def variant_label(name: str, params: dict[str, Any]) -> str:
+    """A short human label, e.g. `top_p(p=0.9,temperature=1.0)`."""
+    if not params:
+        return name
+    return f"{name}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
