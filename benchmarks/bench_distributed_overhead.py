@@ -28,17 +28,19 @@ sys.path.insert(0, str(ROOT))
 
 
 def make_jobs(model: str, n: int, name: str, new_tokens: int = 4):
-    from controller.spec.plan import plan
     from controller.spec.load import parse_spec
+    from controller.spec.plan import plan
 
-    spec = parse_spec({
-        "name": name,
-        "models": [{"path": model, "name": "bench"}],
-        "prompts": {"inline": [f"It is a truth universally acknowledged, {i}" for i in range(n)], "shard_size": 1},
-        "strategies": [{"name": "greedy"}],
-        "generation": {"max_new_tokens": new_tokens, "batch_size": 1, "warmup": False},
-        "metrics": ["distinct_1"],
-    })
+    spec = parse_spec(
+        {
+            "name": name,
+            "models": [{"path": model, "name": "bench"}],
+            "prompts": {"inline": [f"It is a truth universally acknowledged, {i}" for i in range(n)], "shard_size": 1},
+            "strategies": [{"name": "greedy"}],
+            "generation": {"max_new_tokens": new_tokens, "batch_size": 1, "warmup": False},
+            "metrics": ["distinct_1"],
+        }
+    )
     return spec, plan(spec, "bench")
 
 
@@ -60,8 +62,9 @@ def run_distributed(conn, spec, store, runtime) -> tuple[float, float]:
     start = time.perf_counter()
     out = submit(conn, store, spec, "bench")
     t_submit = time.perf_counter() - start
-    worker = DecodebenchWorker(["bench"], connection=conn, store=store, runtime=runtime,
-                               timing=Timing(heartbeat_ttl=60, reaper_interval=15))
+    worker = DecodebenchWorker(
+        ["bench"], connection=conn, store=store, runtime=runtime, timing=Timing(heartbeat_ttl=60, reaper_interval=15)
+    )
     start = time.perf_counter()
     worker.work(burst=True)
     t_run = time.perf_counter() - start
@@ -87,15 +90,19 @@ def compare(conn, kind: str, make_store, args, runtime) -> None:
     lo, di, su = (statistics.median(x) / n * 1000 for x in (local_t, dist_t, submit_t))
     print(f"[{kind} store] local mode      : {lo:7.1f} ms/job")
     print(f"[{kind} store] distributed     : {di:7.1f} ms/job (+ submit {su:.1f} ms/job)")
-    print(f"[{kind} store] overhead        : {di - lo:+7.1f} ms/job, distributed/local = {di / lo:.2f}x "
-          f"(with submit {(di + su) / lo:.2f}x)")
+    print(
+        f"[{kind} store] overhead        : {di - lo:+7.1f} ms/job, distributed/local = {di / lo:.2f}x "
+        f"(with submit {(di + su) / lo:.2f}x)"
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=str(ROOT / "examples" / "models" / "austen-tiny"))
     p.add_argument("--jobs", type=int, default=30, help="jobs per side and round (one prompt each)")
-    p.add_argument("--rounds", type=int, default=4, help="rounds, in ABBA order (local, distributed, distributed, local, ...)")
+    p.add_argument(
+        "--rounds", type=int, default=4, help="rounds, in ABBA order (local, distributed, distributed, local, ...)"
+    )
     p.add_argument("--new-tokens", type=int, default=4, help="tokens generated per job (short jobs show the overhead)")
     p.add_argument("--s3", action="store_true", help="also run both sides against S3 (moto's server on loopback)")
     args = p.parse_args()
@@ -120,8 +127,10 @@ def main() -> None:
     _, warm = make_jobs(args.model, 1, "warm-up")
     run_job(warm[0], store=FileStore(tmp / "warm"), runtime=runtime)  # load the model once
 
-    print(f"distributed overhead benchmark: {args.jobs} jobs x {args.rounds} rounds, model {Path(args.model).name}, "
-          f"{args.new_tokens} new tokens per job; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"distributed overhead benchmark: {args.jobs} jobs x {args.rounds} rounds, model {Path(args.model).name}, "
+        f"{args.new_tokens} new tokens per job; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     stores = {"file": lambda tag: FileStore(tmp / tag)}
     contexts = []
     if args.s3:

@@ -25,23 +25,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.spec.plan import plan  # noqa: E402
-from controller.launch.submit import enqueue_jobs  # noqa: E402
-from worker.sweepstate import cancel_sweep, read_status  # noqa: E402
-from controller.spec.load import parse_spec  # noqa: E402
-from tests.services import redis_server  # noqa: E402
-from worker.core import keys  # noqa: E402
+from controller.launch.submit import enqueue_jobs
+from controller.spec.load import parse_spec
+from controller.spec.plan import plan
+from tests.services import redis_server
+from worker.core import keys
+from worker.sweepstate import cancel_sweep, read_status
 
 
 def make_jobs(n_jobs: int):
     prompts = [f"Prompt {i}: it is a truth universally acknowledged" for i in range(n_jobs // 2)]
-    spec = parse_spec({
-        "name": "bench-enqueue",
-        "models": [{"path": "/models/a", "name": "a"}],
-        "prompts": {"inline": prompts, "shard_size": 1},
-        "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 40}}],
-        "generation": {"max_new_tokens": 64, "seeds": [0]},
-    })
+    spec = parse_spec(
+        {
+            "name": "bench-enqueue",
+            "models": [{"path": "/models/a", "name": "a"}],
+            "prompts": {"inline": prompts, "shard_size": 1},
+            "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 40}}],
+            "generation": {"max_new_tokens": 64, "seeds": [0]},
+        }
+    )
     return plan(spec, "bench")
 
 
@@ -65,27 +67,45 @@ def compare_with_rq(conn, sample, n_jobs: int, rate: float, t_enqueue: float, me
     q = Queue("bench-plain", connection=conn, serializer=JSONSerializer)
     start = time.perf_counter()
     for job in sample:
-        q.enqueue(keys.RQ_FUNCTION, job.model_dump(mode="json"), job_id=f"plain-{job.job_id}",
-                  job_timeout=job.timeout_s)
+        q.enqueue(
+            keys.RQ_FUNCTION, job.model_dump(mode="json"), job_id=f"plain-{job.job_id}", job_timeout=job.timeout_s
+        )
     t_plain = time.perf_counter() - start
     plain_rate = len(sample) / t_plain
     q = Queue("bench-many", connection=conn, serializer=JSONSerializer)
     start = time.perf_counter()
     with conn.pipeline() as pipe:
-        q.enqueue_many([Queue.prepare_data(keys.RQ_FUNCTION, args=(job.model_dump(mode="json"),),
-                                           job_id=f"many-{job.job_id}", timeout=job.timeout_s) for job in sample],
-                       pipeline=pipe)
+        q.enqueue_many(
+            [
+                Queue.prepare_data(
+                    keys.RQ_FUNCTION,
+                    args=(job.model_dump(mode="json"),),
+                    job_id=f"many-{job.job_id}",
+                    timeout=job.timeout_s,
+                )
+                for job in sample
+            ],
+            pipeline=pipe,
+        )
         pipe.execute()
     t_many = time.perf_counter() - start
     many_rate = len(sample) / t_many
-    print(f"enqueue, decodebench submit      : {n_jobs:>7,} jobs in {t_enqueue:6.2f} s = {rate:9,.0f} jobs/s "
-          f"(Redis memory {memory:,.0f} MiB)")
-    print(f"enqueue, RQ enqueue_many pipelined: {len(sample):>7,} jobs in {t_many:6.2f} s = {many_rate:9,.0f} jobs/s "
-          f"(projected {n_jobs / many_rate:,.0f} s for all)")
-    print(f"enqueue, RQ one call per job     : {len(sample):>7,} jobs in {t_plain:6.2f} s = {plain_rate:9,.0f} jobs/s "
-          f"(projected {n_jobs / plain_rate:,.0f} s for all)")
-    print(f"  decodebench / RQ enqueue_many = {rate / many_rate:.1f}x, decodebench / one-by-one = {rate / plain_rate:.1f}x")
-
+    print(
+        f"enqueue, decodebench submit      : {n_jobs:>7,} jobs in {t_enqueue:6.2f} s = {rate:9,.0f} jobs/s "
+        f"(Redis memory {memory:,.0f} MiB)"
+    )
+    print(
+        f"enqueue, RQ enqueue_many pipelined: {len(sample):>7,} jobs in {t_many:6.2f} s = {many_rate:9,.0f} jobs/s "
+        f"(projected {n_jobs / many_rate:,.0f} s for all)"
+    )
+    print(
+        f"enqueue, RQ one call per job     : {len(sample):>7,} jobs in {t_plain:6.2f} s = {plain_rate:9,.0f} jobs/s "
+        f"(projected {n_jobs / plain_rate:,.0f} s for all)"
+    )
+    print(
+        f"  decodebench / RQ enqueue_many = {rate / many_rate:.1f}x, "
+        f"decodebench / one-by-one = {rate / plain_rate:.1f}x"
+    )
 
 
 def compare_status(conn, jobs, repeat: int) -> None:

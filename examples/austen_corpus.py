@@ -15,6 +15,15 @@ from pathlib import Path
 
 DEB = "r-cran-janeaustenr"
 RDATA = "usr/lib/R/site-library/janeaustenr/data/Rdata"
+NOVELS = {
+    "sensesensibility": "Sense and Sensibility",
+    "prideprejudice": "Pride and Prejudice",
+    "mansfieldpark": "Mansfield Park",
+    "emma": "Emma",
+    "northangerabbey": "Northanger Abbey",
+    "persuasion": "Persuasion",
+}
+HELDOUT = "persuasion"
 
 
 class RDeserializer:
@@ -64,7 +73,7 @@ class RDeserializer:
             n = self._int()
             if n == -1:
                 return None
-            raw = self.data[self.pos:self.pos + n]
+            raw = self.data[self.pos : self.pos + n]
             self.pos += n
             return raw.decode("latin-1" if flags & (1 << 14) else "utf-8")
         if kind in (10, 13, 14, 16, 19):  # LGL, INT, REAL, STR, VEC
@@ -98,7 +107,7 @@ def fetch_novels(workdir):
     rdb = base.with_suffix(".rdb").read_bytes()
     novels = {}
     for name, (offset, length) in index["variables"].items():
-        blob = rdb[offset:offset + length]  # 4-byte big-endian size, then zlib
+        blob = rdb[offset : offset + length]  # 4-byte big-endian size, then zlib
         novels[name] = RDeserializer(zlib.decompress(blob[4:])).read()
     return deb.name, novels
 
@@ -131,3 +140,28 @@ def clean_novel(lines):
         if not HEADING.fullmatch(p):
             prose.append(p)
     return prose
+
+
+def prompts_readme(items, seed, deb, command):
+    """Markdown README for the prompt set."""
+    return f"""# Prompt sets
+
+## austen-heldout.jsonl
+
+{len(items)} prompts from Jane Austen's *{NOVELS[HELDOUT]}* (1818, public domain), the novel
+held out from training the bundled models in `examples/models/`. Text from Debian package
+`{DEB}` (`{deb}`), cleaned as described in the model cards.
+
+One JSON object per line: `{{"id", "prompt", "reference"}}`.
+- `id`: `{HELDOUT}-NNNN`, NNNN being the paragraph's index in the cleaned novel.
+- `prompt`: the first 12-20 words of a paragraph of at least 80 words (cut at a word
+  boundary, with no trailing space).
+- `reference`: the true continuation, the next 40-60 words of the same paragraph, ended at
+  the last sentence end in that range when there is one. The original text is
+  `prompt + " " + reference`.
+
+Paragraphs and cut points are chosen with `random.Random({seed})`; items are in the
+novel's order. Rebuilt (with the models) by
+
+    {command}
+"""

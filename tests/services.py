@@ -36,15 +36,30 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30
 
 
 @contextlib.contextmanager
-def redis_server(appendonly: bool = False, data_dir: str | None = None, port: int | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+def redis_server(
+    appendonly: bool = False, data_dir: str | None = None, port: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
     """A redis-server on a free loopback port; yields (url, process)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed: run scripts/setup-test-deps.sh (make test does)")
     port = port or free_port()
     tmp = data_dir or tempfile.mkdtemp(prefix="decodebench-redis-")
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp, "--save", "",
-            "--appendonly", "yes" if appendonly else "no", "--protected-mode", "yes"]
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        tmp,
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--protected-mode",
+        "yes",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_port(port, proc, "redis-server")
@@ -60,8 +75,9 @@ def s3_server() -> Iterator[str]:
     port = free_port()
     moto = Path(sys.executable).with_name("moto_server")
     cmd = [str(moto)] if moto.exists() else [sys.executable, "-m", "moto.server"]
-    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*cmd, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         _wait_port(port, proc, "moto_server")
         yield f"http://127.0.0.1:{port}"

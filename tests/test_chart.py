@@ -27,40 +27,90 @@ VALUES = sorted((ROOT / "tests" / "charts-values").glob("*.yaml"))
 CASES = [None, *VALUES]
 IDS = ["default", *(p.stem for p in VALUES)]
 KUBE_VERSIONS = ("1.27.0", "1.32.0")  # the chart's oldest supported and the one helm renders for
-SECRET_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "DECODEBENCH_REDIS_PASSWORD",
-              "REDIS_PASSWORD", "REDISCLI_AUTH"}
+SECRET_ENV = {
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "HF_TOKEN",
+    "DECODEBENCH_REDIS_PASSWORD",
+    "REDIS_PASSWORD",
+    "REDISCLI_AUTH",
+}
 
 # KEDA's kinds are CRDs, outside the Kubernetes schemas: checked against this minimal schema
 # of the fields the chart sets (from keda.sh/v1alpha1), not the full CRD.
 _KEDA_META = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
 KEDA_SCHEMAS = {
     "ScaledObject": {
-        "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
-        "properties": {"apiVersion": {"const": "keda.sh/v1alpha1"}, "metadata": _KEDA_META, "spec": {
-            "type": "object", "additionalProperties": False, "required": ["scaleTargetRef", "triggers"],
-            "properties": {
-                "scaleTargetRef": {"type": "object", "required": ["name"], "additionalProperties": False,
-                                   "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                                                  "name": {"type": "string"}}},
-                "minReplicaCount": {"type": "integer", "minimum": 0},
-                "maxReplicaCount": {"type": "integer", "minimum": 1},
-                "pollingInterval": {"type": "integer", "minimum": 1},
-                "cooldownPeriod": {"type": "integer", "minimum": 0},
-                "advanced": {"type": "object"},
-                "triggers": {"type": "array", "minItems": 1, "items": {
-                    "type": "object", "required": ["type", "metadata"], "additionalProperties": False,
-                    "properties": {"type": {"const": "redis"},
-                                   "metadata": {"type": "object", "required": ["listName", "listLength"],
-                                                "additionalProperties": {"type": "string"}},
-                                   "authenticationRef": {"type": "object", "required": ["name"]}}}}}}}},
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "keda.sh/v1alpha1"},
+            "metadata": _KEDA_META,
+            "spec": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["scaleTargetRef", "triggers"],
+                "properties": {
+                    "scaleTargetRef": {
+                        "type": "object",
+                        "required": ["name"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "name": {"type": "string"},
+                        },
+                    },
+                    "minReplicaCount": {"type": "integer", "minimum": 0},
+                    "maxReplicaCount": {"type": "integer", "minimum": 1},
+                    "pollingInterval": {"type": "integer", "minimum": 1},
+                    "cooldownPeriod": {"type": "integer", "minimum": 0},
+                    "advanced": {"type": "object"},
+                    "triggers": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["type", "metadata"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "type": {"const": "redis"},
+                                "metadata": {
+                                    "type": "object",
+                                    "required": ["listName", "listLength"],
+                                    "additionalProperties": {"type": "string"},
+                                },
+                                "authenticationRef": {"type": "object", "required": ["name"]},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
     "TriggerAuthentication": {
-        "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
-        "properties": {"apiVersion": {"const": "keda.sh/v1alpha1"}, "metadata": _KEDA_META, "spec": {
-            "type": "object", "required": ["secretTargetRef"], "properties": {"secretTargetRef": {
-                "type": "array", "items": {"type": "object", "required": ["parameter", "name", "key"],
-                                           "additionalProperties": False,
-                                           "properties": {k: {"type": "string"}
-                                                          for k in ("parameter", "name", "key")}}}}}}},
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "keda.sh/v1alpha1"},
+            "metadata": _KEDA_META,
+            "spec": {
+                "type": "object",
+                "required": ["secretTargetRef"],
+                "properties": {
+                    "secretTargetRef": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["parameter", "name", "key"],
+                            "additionalProperties": False,
+                            "properties": {k: {"type": "string"} for k in ("parameter", "name", "key")},
+                        },
+                    }
+                },
+            },
+        },
+    },
 }
 
 
@@ -73,16 +123,18 @@ def helm_binary() -> str:
     for candidate in (os.environ.get("HELM"), str(ROOT / ".tools" / "bin" / "helm"), shutil.which("helm")):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "install-helm.sh")],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install-helm.sh")], capture_output=True, text=True, timeout=600
+    )
     if proc.returncode != 0:
         pytest.fail(f"helm is required and scripts/install-helm.sh failed:\n{proc.stderr}", pytrace=False)
     return proc.stdout.strip().splitlines()[-1]
 
 
 def helm(*args: str, chart: Path = CHART) -> subprocess.CompletedProcess:
-    return subprocess.run([helm_binary(), *[a.replace("{chart}", str(chart)) for a in args]],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [helm_binary(), *[a.replace("{chart}", str(chart)) for a in args]], capture_output=True, text=True, timeout=120
+    )
 
 
 def _values_args(values: list[Path | dict | None]) -> list[str]:
@@ -109,8 +161,17 @@ def render(*values, release: str = "db", namespace: str = "ml", chart: Path = CH
 
 @functools.cache
 def _template(values: tuple, release: str, namespace: str, chart: Path) -> str:
-    proc = helm("template", release, "{chart}", "--namespace", namespace, "--kube-version", KUBE_VERSIONS[-1],
-                *_values_args(list(values)), chart=chart)
+    proc = helm(
+        "template",
+        release,
+        "{chart}",
+        "--namespace",
+        namespace,
+        "--kube-version",
+        KUBE_VERSIONS[-1],
+        *_values_args(list(values)),
+        chart=chart,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -127,8 +188,11 @@ def find(docs: list[dict], kind: str, name: str | None = None) -> list[dict]:
 
 def workers(docs: list[dict]) -> dict[str, dict]:
     """Worker Deployments by pool name."""
-    return {d["metadata"]["labels"]["decodebench.io/pool"]: d for d in find(docs, "Deployment")
-            if d["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"}
+    return {
+        d["metadata"]["labels"]["decodebench.io/pool"]: d
+        for d in find(docs, "Deployment")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"
+    }
 
 
 def env_of(container: dict) -> dict[str, dict]:
@@ -215,10 +279,16 @@ def _launch(tmp_path: Path, processes: int, crash: str | None = None):
     (bindir / "decodebench-worker").write_text(FAKE_WORKER)
     (bindir / "decodebench-worker").chmod(0o755)
     log = tmp_path / "workers.log"
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "LOG": str(log), "DECODEBENCH_WORKER_PROCESSES": str(processes),
-           "DECODEBENCH_WORKER_DEVICE": "cuda", "CRASH_DEVICE": crash or "none"}
-    proc = subprocess.Popen([*container["command"], *container["args"]], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "LOG": str(log),
+        "DECODEBENCH_WORKER_PROCESSES": str(processes),
+        "DECODEBENCH_WORKER_DEVICE": "cuda",
+        "CRASH_DEVICE": crash or "none",
+    }
+    proc = subprocess.Popen(
+        [*container["command"], *container["args"]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and _lines(log, "start") < processes:
         time.sleep(0.05)
@@ -324,12 +394,16 @@ def test_secrets_are_referenced_never_inlined(values):
 def test_secret_names_come_from_the_values():
     docs = render(VALUES_BY_NAME["gpu-two-pools"])
     env = env_of(workers(docs)["h100"]["spec"]["template"]["spec"]["containers"][0])
-    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "decodebench-s3",
-                                                                     "key": "AWS_ACCESS_KEY_ID"}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {
+        "name": "decodebench-s3",
+        "key": "AWS_ACCESS_KEY_ID",
+    }
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "token"}
     cpu_env = env_of(workers(render(VALUES_BY_NAME["cpu-only"]))["cpu"]["spec"]["template"]["spec"]["containers"][0])
-    assert cpu_env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "minio-credentials",
-                                                                             "key": "rootPassword"}
+    assert cpu_env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "minio-credentials",
+        "key": "rootPassword",
+    }
     assert "HF_TOKEN" not in cpu_env
     assert not find(render(VALUES_BY_NAME["no-networkpolicy"]), "Secret")  # an existing Redis Secret is used
 
@@ -369,14 +443,17 @@ def test_external_redis_replaces_the_statefulset():
     docs = render(VALUES_BY_NAME["external-redis"])
     assert not find(docs, "StatefulSet") and not find(docs, "Service") and not find(docs, "NetworkPolicy")
     env = env_of(workers(docs)["l4"]["spec"]["template"]["spec"]["containers"][0])
-    assert env["DECODEBENCH_REDIS_URL"]["value"] == \
-        "rediss://:$(DECODEBENCH_REDIS_PASSWORD)@redis.platform.internal:6380/2"
-    assert env["DECODEBENCH_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "platform-redis",
-                                                                              "key": "password"}
+    assert (
+        env["DECODEBENCH_REDIS_URL"]["value"]
+        == "rediss://:$(DECODEBENCH_REDIS_PASSWORD)@redis.platform.internal:6380/2"
+    )
+    assert env["DECODEBENCH_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "platform-redis",
+        "key": "password",
+    }
     (so,) = find(docs, "ScaledObject")
     meta = so["spec"]["triggers"][0]["metadata"]
-    assert (meta["address"], meta["enableTLS"], meta["databaseIndex"]) == \
-        ("redis.platform.internal:6380", "true", "2")
+    assert (meta["address"], meta["enableTLS"], meta["databaseIndex"]) == ("redis.platform.internal:6380", "true", "2")
 
 
 def test_keda_scales_each_autoscaled_pool_on_its_queues():
@@ -386,11 +463,13 @@ def test_keda_scales_each_autoscaled_pool_on_its_queues():
     assert so["spec"]["scaleTargetRef"]["name"] == pools["h100"]["metadata"]["name"]
     assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (0, 8)
     assert [t["metadata"]["listName"] for t in so["spec"]["triggers"]] == [
-        f"rq:queue:decodebench.{t}.{p}" for t in ("team-a", "team-b") for p in ("high", "normal", "low")]
+        f"rq:queue:decodebench.{t}.{p}" for t in ("team-a", "team-b") for p in ("high", "normal", "low")
+    ]
     assert {t["metadata"]["listLength"] for t in so["spec"]["triggers"]} == {"8"}
     (auth,) = find(docs, "TriggerAuthentication")
     assert auth["spec"]["secretTargetRef"] == [
-        {"parameter": "password", "name": "db-decodebench-redis", "key": "redis-password"}]
+        {"parameter": "password", "name": "db-decodebench-redis", "key": "redis-password"}
+    ]
     assert "replicas" not in pools["h100"]["spec"]  # KEDA owns it; helm upgrade must not reset it
     assert pools["a10g"]["spec"]["replicas"] == 2
     assert pools["h100"]["metadata"]["annotations"]["decodebench.io/autoscaling"] == "keda"
@@ -398,11 +477,18 @@ def test_keda_scales_each_autoscaled_pool_on_its_queues():
 
 
 def test_pools_merge_over_the_pool_defaults():
-    docs = render({"worker": {
-        "image": {"repository": "r.example/worker", "tag": "1.0"},
-        "poolDefaults": {"queues": ["a"], "gpus": 2, "autoscaling": {"enabled": True, "maxReplicas": 3}},
-        "pools": [{"name": "big"},
-                  {"name": "small", "autoscaling": {"enabled": False}, "image": {"tag": "1.1"}, "tolerations": []}]}})
+    docs = render(
+        {
+            "worker": {
+                "image": {"repository": "r.example/worker", "tag": "1.0"},
+                "poolDefaults": {"queues": ["a"], "gpus": 2, "autoscaling": {"enabled": True, "maxReplicas": 3}},
+                "pools": [
+                    {"name": "big"},
+                    {"name": "small", "autoscaling": {"enabled": False}, "image": {"tag": "1.1"}, "tolerations": []},
+                ],
+            }
+        }
+    )
     (so,) = find(docs, "ScaledObject")  # small turned autoscaling off; big kept the defaults' maxReplicas
     assert so["metadata"]["name"] == "db-decodebench-worker-big" and so["spec"]["maxReplicaCount"] == 3
     pools = workers(docs)
@@ -417,8 +503,10 @@ def test_controller_gets_the_settings_and_a_least_privilege_role():
     (ctl,) = find(docs, "Deployment", "db-decodebench-controller")
     spec = ctl["spec"]["template"]["spec"]
     env = env_of(spec["containers"][0])
-    assert env["DECODEBENCH_REDIS_URL"]["value"] == \
-        "redis://:$(DECODEBENCH_REDIS_PASSWORD)@db-decodebench-redis.ml.svc:6379/0"
+    assert (
+        env["DECODEBENCH_REDIS_URL"]["value"]
+        == "redis://:$(DECODEBENCH_REDIS_PASSWORD)@db-decodebench-redis.ml.svc:6379/0"
+    )
     assert env["DECODEBENCH_STORE"]["value"] == "s3://decodebench/runs"
     assert env["DECODEBENCH_S3_ENDPOINT_URL"]["value"] == "http://minio.minio.svc:9000"
     assert env["AWS_REGION"]["value"] == "us-east-1"
@@ -452,8 +540,9 @@ def test_notes_tell_how_to_submit_a_first_sweep(tmp_path):
     shutil.copytree(CHART, chart)
     shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
     (chart / "templates" / "notes-preview.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n'
-        'data: {notes: {{ tpl (.Files.Get "notes.txt") . | quote }}}\n')
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data: {notes: {{ tpl (.Files.Get "notes.txt") . | quote }}}\n'
+    )
     (cm,) = find(render(VALUES_BY_NAME["gpu-two-pools"], chart=chart), "ConfigMap", "notes")
     notes = cm["data"]["notes"]
     assert "decodebench submit /tmp/sweep.yaml" in notes and "helm test db -n ml" in notes
@@ -464,29 +553,48 @@ def test_notes_tell_how_to_submit_a_first_sweep(tmp_path):
 # --- bad values fail with a readable message -------------------------------------------------
 
 BAD_VALUES = {
-    "internal-and-external-redis": ({"redis": {"enabled": True, "external": {"url": "redis://r.example:6379/0"}}},
-                                    "set either redis.enabled=true (Redis in the cluster) or redis.external.url"),
-    "no-redis": ({"redis": {"enabled": False}},
-                 "set redis.enabled=true (Redis in the cluster) or redis.external.url"),
-    "negative-replicas": ({"worker": {"pools": [{"name": "gpu", "replicas": -1}]}},
-                          "worker.pools.0.replicas: Must be greater than or equal to 0"),
-    "unknown-pool-field": ({"worker": {"pools": [{"name": "gpu", "gpu": 2}]}},
-                           "worker.pools.0: Additional property gpu is not allowed"),
+    "internal-and-external-redis": (
+        {"redis": {"enabled": True, "external": {"url": "redis://r.example:6379/0"}}},
+        "set either redis.enabled=true (Redis in the cluster) or redis.external.url",
+    ),
+    "no-redis": ({"redis": {"enabled": False}}, "set redis.enabled=true (Redis in the cluster) or redis.external.url"),
+    "negative-replicas": (
+        {"worker": {"pools": [{"name": "gpu", "replicas": -1}]}},
+        "worker.pools.0.replicas: Must be greater than or equal to 0",
+    ),
+    "unknown-pool-field": (
+        {"worker": {"pools": [{"name": "gpu", "gpu": 2}]}},
+        "worker.pools.0: Additional property gpu is not allowed",
+    ),
     "pool-without-name": ({"worker": {"pools": [{"gpus": 2}]}}, "worker.pools.0: name is required"),
-    "duplicate-pools": ({"worker": {"pools": [{"name": "gpu"}, {"name": "gpu"}]}},
-                        'the pool name "gpu" appears twice'),
+    "duplicate-pools": ({"worker": {"pools": [{"name": "gpu"}, {"name": "gpu"}]}}, 'the pool name "gpu" appears twice'),
     "credentials-in-redis-url": (
         {"redis": {"enabled": False, "external": {"url": "redis://:hunter2@r.example:6379/0"}}},
-        "redis.external.url: Does not match pattern"),
-    "autoscaling-all-tenants": ({"worker": {"pools": [{"name": "gpu", "autoscaling": {"enabled": True}}]}},
-                                "worker.pools[0] (gpu): autoscaling watches named queues, "
-                                "so `queues` must list tenants"),
-    "min-above-max": ({"worker": {"pools": [{"name": "gpu", "queues": ["a"], "autoscaling": {
-        "enabled": True, "minReplicas": 5, "maxReplicas": 2}}]}},
-        "autoscaling.minReplicas (5) is above autoscaling.maxReplicas (2)"),
+        "redis.external.url: Does not match pattern",
+    ),
+    "autoscaling-all-tenants": (
+        {"worker": {"pools": [{"name": "gpu", "autoscaling": {"enabled": True}}]}},
+        "worker.pools[0] (gpu): autoscaling watches named queues, so `queues` must list tenants",
+    ),
+    "min-above-max": (
+        {
+            "worker": {
+                "pools": [
+                    {
+                        "name": "gpu",
+                        "queues": ["a"],
+                        "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2},
+                    }
+                ]
+            }
+        },
+        "autoscaling.minReplicas (5) is above autoscaling.maxReplicas (2)",
+    ),
     "unpinned-digest": ({"worker": {"image": {"digest": "latest"}}}, "worker.image.digest: Does not match pattern"),
-    "typo-in-section": ({"store": {"bucket": "b", "acessKey": "x"}},
-                        "store: Additional property acessKey is not allowed"),
+    "typo-in-section": (
+        {"store": {"bucket": "b", "acessKey": "x"}},
+        "store: Additional property acessKey is not allowed",
+    ),
 }
 
 
@@ -530,7 +638,7 @@ def test_every_value_has_a_doc_comment():
 def test_chart_metadata_and_schema():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["name"] == "decodebench"
-    schema = (CHART / "values.schema.json")
+    schema = CHART / "values.schema.json"
     assert schema.exists()
     helpers = (CHART / "templates" / "_helpers.tpl").read_text()
     for name in ("decodebench.name", "decodebench.fullname", "decodebench.labels"):
@@ -545,4 +653,3 @@ def test_values_files_are_documented():
     for path in VALUES:
         first = path.read_text().splitlines()[0]
         assert first.startswith("#"), f"{path.name}: say in a first comment what cluster it describes"
-

@@ -19,9 +19,9 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from controller.cli import main
-from worker.core import keys
 from tests.services import free_port
 from tests.test_chart import VALUES_BY_NAME, render, workers
+from worker.core import keys
 
 NS = "ml"
 
@@ -64,9 +64,16 @@ class KubeStandIn:
                 url = urlparse(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
-                stand_in.requests.append({"method": method, "path": url.path, "query": parse_qs(url.query),
-                                          "content_type": self.headers.get("Content-Type"), "body": body,
-                                          "auth": self.headers.get("Authorization")})
+                stand_in.requests.append(
+                    {
+                        "method": method,
+                        "path": url.path,
+                        "query": parse_qs(url.query),
+                        "content_type": self.headers.get("Content-Type"),
+                        "body": body,
+                        "auth": self.headers.get("Authorization"),
+                    }
+                )
                 code, doc = stand_in.answer(method, url.path, parse_qs(url.query), body)
                 data = json.dumps(doc).encode()
                 self.send_response(code)
@@ -85,49 +92,90 @@ class KubeStandIn:
         if (method, resource) in self.forbidden:
             verb = {"GET": "list", "PATCH": "patch"}[method]
             user = f"system:serviceaccount:{ns}:db-decodebench-controller"
-            return 403, status(403, "Forbidden", f'{resource} is forbidden: User "{user}" cannot {verb} '
-                               f'resource "{resource}" in the namespace "{ns}"')
+            return 403, status(
+                403,
+                "Forbidden",
+                f'{resource} is forbidden: User "{user}" cannot {verb} resource "{resource}" in the namespace "{ns}"',
+            )
         selector = dict(kv.split("=", 1) for kv in query.get("labelSelector", [""])[0].split(",") if kv)
 
         def selected(obj):
             return obj["metadata"].get("namespace") == ns and selector.items() <= obj["metadata"]["labels"].items()
 
         if method == "GET" and rest == ["pods"]:
-            return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
-                         "items": [p for p in self.pods if selected(p)]}
+            return 200, {
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {},
+                "items": [p for p in self.pods if selected(p)],
+            }
         if method == "GET" and rest == ["deployments"]:
-            return 200, {"kind": "DeploymentList", "apiVersion": "apps/v1", "metadata": {},
-                         "items": [d for d in self.deployments.values() if selected(d)]}
+            return 200, {
+                "kind": "DeploymentList",
+                "apiVersion": "apps/v1",
+                "metadata": {},
+                "items": [d for d in self.deployments.values() if selected(d)],
+            }
         if method == "PATCH" and len(rest) == 3 and rest[0] == "deployments" and rest[2] == "scale":
             dep = self.deployments.get(rest[1])
             if dep is None or dep["metadata"]["namespace"] != ns:
                 return 404, status(404, "NotFound", f'deployments.apps "{rest[1]}" not found')
             dep["spec"]["replicas"] = body["spec"]["replicas"]
-            return 200, {"kind": "Scale", "apiVersion": "autoscaling/v1",
-                         "metadata": {"name": rest[1], "namespace": ns}, "spec": {"replicas": dep["spec"]["replicas"]},
-                         "status": {"replicas": dep["status"]["replicas"]}}
+            return 200, {
+                "kind": "Scale",
+                "apiVersion": "autoscaling/v1",
+                "metadata": {"name": rest[1], "namespace": ns},
+                "spec": {"replicas": dep["spec"]["replicas"]},
+                "status": {"replicas": dep["status"]["replicas"]},
+            }
         return 404, status(404, "NotFound", f"the server could not find the requested resource ({path})")
 
 
 def status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
-def make_pod(dep: dict, name: str, ready: bool = True, waiting: str | None = None, restarts: int = 0,
-             node: str | None = "gpu-node-1") -> dict:
+def make_pod(
+    dep: dict,
+    name: str,
+    ready: bool = True,
+    waiting: str | None = None,
+    restarts: int = 0,
+    node: str | None = "gpu-node-1",
+) -> dict:
     """A pod of the Deployment, from its template, in the state a kubelet would report."""
     template = copy.deepcopy(dep["spec"]["template"])
     phase = "Running" if node else "Pending"
-    container = {"name": "worker", "ready": ready, "restartCount": restarts, "image": "x", "imageID": "",
-                 "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": dep["metadata"]["namespace"], **template["metadata"]},
-            "spec": {**template["spec"], **({"nodeName": node} if node else {})},
-            "status": {"phase": phase, "conditions": [
+    container = {
+        "name": "worker",
+        "ready": ready,
+        "restartCount": restarts,
+        "image": "x",
+        "imageID": "",
+        "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": dep["metadata"]["namespace"], **template["metadata"]},
+        "spec": {**template["spec"], **({"nodeName": node} if node else {})},
+        "status": {
+            "phase": phase,
+            "conditions": [
                 {"type": "Ready", "status": str(ready)},
-                {"type": "PodScheduled", "status": str(bool(node)), **({} if node else {"reason": "Unschedulable"})}],
-                       "containerStatuses": [container] if node else []}}
+                {"type": "PodScheduled", "status": str(bool(node)), **({} if node else {"reason": "Unschedulable"})},
+            ],
+            "containerStatuses": [container] if node else [],
+        },
+    }
 
 
 @pytest.fixture()
@@ -136,11 +184,17 @@ def kube(tmp_path, monkeypatch):
     stand_in = KubeStandIn()
     thread = threading.Thread(target=stand_in.server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "lab",
-              "clusters": [{"name": "lab", "cluster": {"server": stand_in.url}}],
-              "users": [{"name": "tester", "user": {"token": "t0ken"}}],
-              "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "tester", "namespace": NS}},
-                           {"name": "other", "context": {"cluster": "lab", "user": "tester", "namespace": "other"}}]}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": stand_in.url}}],
+        "users": [{"name": "tester", "user": {"token": "t0ken"}}],
+        "contexts": [
+            {"name": "lab", "context": {"cluster": "lab", "user": "tester", "namespace": NS}},
+            {"name": "other", "context": {"cluster": "lab", "user": "tester", "namespace": "other"}},
+        ],
+    }
     (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -153,15 +207,20 @@ def cli(*args: str):
     return CliRunner().invoke(main, ["cluster", *args])
 
 
-TWO_POOLS = {"h100": [{}, {}], "a10g": [{}, {"ready": False, "waiting": "CrashLoopBackOff", "restarts": 4},
-                                        {"ready": False, "node": None}]}
+TWO_POOLS = {
+    "h100": [{}, {}],
+    "a10g": [{}, {"ready": False, "waiting": "CrashLoopBackOff", "restarts": 4}, {"ready": False, "node": None}],
+}
 
 
 def fill_redis(url: str, kube: KubeStandIn) -> None:
     """Queued jobs for three tenants, and RQ workers registered from the h100 pods (3 of 16 busy)."""
     conn = Redis.from_url(url)
-    for queue, n in (("decodebench.nlp-research.high", 3), ("decodebench.safety.normal", 2),
-                     ("decodebench.other-team.low", 5)):
+    for queue, n in (
+        ("decodebench.nlp-research.high", 3),
+        ("decodebench.safety.normal", 2),
+        ("decodebench.other-team.low", 5),
+    ):
         q = Queue(queue, connection=conn, serializer=JSONSerializer)
         for i in range(n):
             q.enqueue(keys.RQ_FUNCTION, {"job": i})
@@ -284,8 +343,10 @@ def test_rbac_forbidden_is_one_clear_line(kube):
     kube.forbidden.add(("PATCH", "deployments/scale"))
     result = cli("scale", "h100", "--replicas", "1")
     assert result.exit_code == 1
-    assert result.output.startswith("error: Kubernetes API refused to scale deployment db-decodebench-worker-h100 "
-                                    "in namespace ml: deployments/scale is forbidden")
+    assert result.output.startswith(
+        "error: Kubernetes API refused to scale deployment db-decodebench-worker-h100 "
+        "in namespace ml: deployments/scale is forbidden"
+    )
     assert "controller.rbac.create" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
     kube.forbidden.add(("GET", "pods"))

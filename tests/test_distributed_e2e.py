@@ -25,8 +25,19 @@ from worker.store import FileStore
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
-QUALITY = ["n_prompts", "n_generations", "n_seeds", "mean_length", "rep_2", "distinct_1", "distinct_2",
-           "diversity", "perplexity", "bleu", "rouge_l"]
+QUALITY = [
+    "n_prompts",
+    "n_generations",
+    "n_seeds",
+    "mean_length",
+    "rep_2",
+    "distinct_1",
+    "distinct_2",
+    "diversity",
+    "perplexity",
+    "bleu",
+    "rouge_l",
+]
 
 
 def write_spec(tmp_path: Path, model: str, prompts: str, name: str) -> Path:
@@ -45,9 +56,16 @@ def write_spec(tmp_path: Path, model: str, prompts: str, name: str) -> Path:
 
 def env_for(redis_url: str, store: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEBENCH_")}
-    env.update(DECODEBENCH_REDIS_URL=redis_url, DECODEBENCH_STORE=str(store), DECODEBENCH_HEARTBEAT_TTL="5",
-               DECODEBENCH_REAPER_INTERVAL="0.5", DECODEBENCH_LOG_FORMAT="json", OMP_NUM_THREADS="1",
-               CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
+    env.update(
+        DECODEBENCH_REDIS_URL=redis_url,
+        DECODEBENCH_STORE=str(store),
+        DECODEBENCH_HEARTBEAT_TTL="5",
+        DECODEBENCH_REAPER_INTERVAL="0.5",
+        DECODEBENCH_LOG_FORMAT="json",
+        OMP_NUM_THREADS="1",
+        CUDA_VISIBLE_DEVICES="",
+        TOKENIZERS_PARALLELISM="false",
+    )
     return env
 
 
@@ -56,8 +74,12 @@ def start_workers(n: int, env: dict[str, str], logs: Path) -> dict[str, subproce
     for i in range(n):
         name = f"w{i}-{os.getpid()}"
         out = (logs / f"{name}.log").open("w")
-        procs[name] = subprocess.Popen([str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "default",
-                                        "--burst", "--name", name], env=env, stdout=out, stderr=subprocess.STDOUT)
+        procs[name] = subprocess.Popen(
+            [str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "default", "--burst", "--name", name],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     return procs
 
 
@@ -75,7 +97,9 @@ def wait_all(procs: dict[str, subprocess.Popen], logs: Path, timeout: float = 24
 
 def submit(spec: Path, env: dict[str, str]) -> str:
     """The CLI once as a real subprocess."""
-    r = subprocess.run([str(BIN / "decodebench"), "submit", str(spec)], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(BIN / "decodebench"), "submit", str(spec)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("sweep ") and "submitted: 9 jobs on decodebench.default.normal" in r.stdout
     return r.stdout.split()[1]
@@ -153,8 +177,8 @@ def scenario(redis_service, tiny_model, prompts_file, tmp_path_factory) -> Scena
 
 
 def test_distributed_sweep_equals_local_mode(scenario):
-    from controller.report.aggregate import load_sweep, summarize
     from controller.cli import main as cli
+    from controller.report.aggregate import load_sweep, summarize
 
     sweep_id, store, local = scenario.sweep_id, scenario.store, scenario.local
     r = CliRunner().invoke(cli, ["status", sweep_id, "--redis-url", scenario.redis_url])

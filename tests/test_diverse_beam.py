@@ -10,8 +10,8 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from tests.services import AUSTEN_PROMPTS
 from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 from worker.engine.job import generate_job
-from worker.strategies import get_strategy
 from worker.engine.loops.diverse_beam import generate, search
+from worker.strategies import get_strategy
 
 PROMPTS = AUSTEN_PROMPTS[:5] + ["Anne"]
 
@@ -35,8 +35,9 @@ def run(lm, prompts, max_new, eos=None, **params):
     """Our loop on a left-padded batch: (encoding, hypotheses, scores, lengths, best rows)."""
     tok = lm.tokenizer
     enc = tok(prompts, return_tensors="pt", padding=True)
-    cfg = GenerationConfig(max_new_tokens=max_new, eos_token_id=eos if eos is not None else tok.eos_token_id,
-                           pad_token_id=tok.pad_token_id)
+    cfg = GenerationConfig(
+        max_new_tokens=max_new, eos_token_id=eos if eos is not None else tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
     p = {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5, "length_penalty": 1.0, **params}
     args = (lm.model, enc, cfg, p, LogitsProcessorList(), StoppingCriteriaList())
     return enc, *search(*args), generate(*args)
@@ -44,21 +45,37 @@ def run(lm, prompts, max_new, eos=None, **params):
 
 def hf_beam(lm, enc, num_beams, max_new, eos, length_penalty=1.0):
     with torch.inference_mode():
-        return lm.model.generate(**enc, num_beams=num_beams, do_sample=False, length_penalty=length_penalty,
-                                 early_stopping=False, max_new_tokens=max_new, eos_token_id=eos,
-                                 pad_token_id=lm.tokenizer.pad_token_id)
+        return lm.model.generate(
+            **enc,
+            num_beams=num_beams,
+            do_sample=False,
+            length_penalty=length_penalty,
+            early_stopping=False,
+            max_new_tokens=max_new,
+            eos_token_id=eos,
+            pad_token_id=lm.tokenizer.pad_token_id,
+        )
 
 
 def new_tokens(out, enc, eos) -> list[list[int]]:
-    return [cut(row, eos) for row in out[:, enc["input_ids"].shape[1]:].tolist()]
+    return [cut(row, eos) for row in out[:, enc["input_ids"].shape[1] :].tolist()]
 
 
 def job(model, strategy, params, batch_size, max_new, prompts=PROMPTS):
     return JobSpec(
-        tenant="default", sweep_id="s", sweep_name="t", job_id=f"j-{strategy}-{batch_size}", cell=f"m::{strategy}",
-        model=ModelSpec(path=model), strategy=StrategySpec(name=strategy, params=params), seed=0,
-        shard=0, n_shards=1, prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
-        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size), metrics=["distinct_1"],
+        tenant="default",
+        sweep_id="s",
+        sweep_name="t",
+        job_id=f"j-{strategy}-{batch_size}",
+        cell=f"m::{strategy}",
+        model=ModelSpec(path=model),
+        strategy=StrategySpec(name=strategy, params=params),
+        seed=0,
+        shard=0,
+        n_shards=1,
+        prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
+        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size),
+        metrics=["distinct_1"],
     )
 
 
@@ -76,8 +93,16 @@ def test_one_group_without_penalty_is_transformers_beam_search_through_the_engin
 def test_one_group_matches_beam_search_when_hypotheses_finish_early(lm, num_beams, length_penalty):
     # a frequent token as EOS exercises finished hypotheses, the length penalty and early stopping
     eos = comma_id(lm.tokenizer)
-    enc, _, _, _, best = run(lm, PROMPTS[:4], 10, eos=eos, num_beams=num_beams, num_beam_groups=1,
-                             diversity_penalty=0.0, length_penalty=length_penalty)
+    enc, _, _, _, best = run(
+        lm,
+        PROMPTS[:4],
+        10,
+        eos=eos,
+        num_beams=num_beams,
+        num_beam_groups=1,
+        diversity_penalty=0.0,
+        length_penalty=length_penalty,
+    )
     assert new_tokens(best, enc, eos) == new_tokens(hf_beam(lm, enc, num_beams, 10, eos, length_penalty), enc, eos)
 
 
@@ -146,11 +171,12 @@ def naive_diverse_beam(model, prompt: list[int], num_beams, groups, penalty, len
 @pytest.mark.parametrize("prompt", PROMPTS[:2])
 def test_matches_a_cache_free_implementation_from_the_paper(lm, prompt):
     eos = comma_id(lm.tokenizer)
-    enc, hyps, scores, lens, best = run(lm, [prompt], 5, eos=eos, num_beams=4, num_beam_groups=2,
-                                        diversity_penalty=0.8, length_penalty=1.0)
+    enc, hyps, scores, lens, best = run(
+        lm, [prompt], 5, eos=eos, num_beams=4, num_beam_groups=2, diversity_penalty=0.8, length_penalty=1.0
+    )
     expected = naive_diverse_beam(lm.model, enc["input_ids"][0].tolist(), 4, 2, 0.8, 1.0, 5, eos)
     start = enc["input_ids"].shape[1]
-    ours = [[hyps[0, j, start:start + int(lens[0, j])].tolist() for j in cols] for cols in ((0, 1), (2, 3))]
+    ours = [[hyps[0, j, start : start + int(lens[0, j])].tolist() for j in cols] for cols in ((0, 1), (2, 3))]
     assert ours == [[toks for _, toks in group] for group in expected]
     best_expected = max((h for group in expected for h in group), key=lambda h: h[0])[1]
     assert best[0, start:].tolist()[: len(best_expected)] == best_expected

@@ -37,7 +37,7 @@ def instructions(df: DockerfileParser, kind: str) -> list[str]:
 
 def final_stage(df: DockerfileParser) -> list[dict]:
     froms = [n for n, i in enumerate(df.structure) if i["instruction"] == "FROM"]
-    return df.structure[froms[-1]:]
+    return df.structure[froms[-1] :]
 
 
 def arg_default(df: DockerfileParser, name: str) -> str:
@@ -60,8 +60,13 @@ def test_entrypoint_is_a_console_script_of_the_project(name):
         source = ROOT / module.replace(".", "/") / "__init__.py"
     assert source.exists(), f"{target}: no {source.relative_to(ROOT)}"
     defined = {n.name for n in ast.walk(ast.parse(source.read_text())) if isinstance(n, ast.FunctionDef)}
-    defined |= {t.id for n in ast.walk(ast.parse(source.read_text())) if isinstance(n, ast.Assign)
-                for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {
+        t.id
+        for n in ast.walk(ast.parse(source.read_text()))
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     assert func in defined, f"{target}: {module} defines no {func}"
 
 
@@ -112,8 +117,11 @@ def test_worker_gets_the_projects_cuda_torch_and_the_worker_extra():
     cuda = re.match(r"^nvidia/cuda:(\d+\.\d+)\.\d+-(runtime|cudnn-runtime)-ubuntu", base)
     assert cuda, f"worker base {base} is not a CUDA runtime image on Ubuntu (the chart runs /bin/bash)"
     index = arg_default(df, "TORCH_INDEX_URL")
-    wanted = PYPI_TORCH_CUDA[".".join(torch.split(".")[:2])] if not index else \
-        "{}.{}".format(*re.search(r"/cu(\d+)(\d)$", index).groups())
+    wanted = (
+        PYPI_TORCH_CUDA[".".join(torch.split(".")[:2])]
+        if not index
+        else "{}.{}".format(*re.search(r"/cu(\d+)(\d)$", index).groups())
+    )
     assert cuda.group(1) == wanted, f"torch {torch} is built for CUDA {wanted}, the base image has {cuda.group(1)}"
 
 
@@ -155,8 +163,11 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore_sends_only_what_the_images_copy():
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     for name in IMAGES:
         for copy in instructions(parse(name), "COPY"):
             if copy.startswith("--from="):

@@ -67,7 +67,10 @@ def test_s3_store_check(s3_bucket):
 
 
 def test_the_controller_does_not_import_torch():
-    code = ("import sys, controller.cli, controller.cli.distributed, controller.launch.submit, worker.sweepstate, worker.core.keys; "
-            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys, controller.cli, controller.cli.distributed, controller.launch.submit, worker.sweepstate, "
+        "worker.core.keys; "
+        "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

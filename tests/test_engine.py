@@ -8,21 +8,29 @@ import pytest
 import torch
 
 from tests.services import AUSTEN_PROMPTS
-from worker.engine import generate as engine
-from worker.engine.sampling import generation_seed
 from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.errors import PermanentJobError, UsageError
+from worker.engine import generate as engine
 from worker.engine.job import Runtime, generate_job
 from worker.engine.models import load
+from worker.engine.sampling import generation_seed
 
 PROMPTS = AUSTEN_PROMPTS
 
 
 def job(model: str, strategy: str, params=None, batch_size=4, seed=0, max_new=16, stop=(), metrics=(), prompts=PROMPTS):
     return JobSpec(
-        tenant="default", sweep_id="s", sweep_name="t", job_id=f"j-{strategy}-{batch_size}-{seed}", cell=f"m::{strategy}",
-        model=ModelSpec(path=model), strategy=StrategySpec(name=strategy, params=params or {}), seed=seed,
-        shard=0, n_shards=1, prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
+        tenant="default",
+        sweep_id="s",
+        sweep_name="t",
+        job_id=f"j-{strategy}-{batch_size}-{seed}",
+        cell=f"m::{strategy}",
+        model=ModelSpec(path=model),
+        strategy=StrategySpec(name=strategy, params=params or {}),
+        seed=seed,
+        shard=0,
+        n_shards=1,
+        prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
         generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size, stop=list(stop)),
         metrics=list(metrics) or ["distinct_1"],
     )
@@ -41,7 +49,7 @@ def test_greedy_equals_direct_generate(tiny_model, runtime):
         enc = lm.tokenizer(prompt, return_tensors="pt")
         with torch.inference_mode():
             out = lm.model.generate(**enc, do_sample=False, max_new_tokens=20, pad_token_id=eos)
-        direct = out[0, enc["input_ids"].shape[1]:].tolist()
+        direct = out[0, enc["input_ids"].shape[1] :].tolist()
         if eos in direct:
             direct = direct[: direct.index(eos) + 1]
         assert rec.token_ids == direct, prompt
@@ -165,12 +173,14 @@ def naive_contrastive(model, ids: list[int], k: int, alpha: float, steps: int) -
             if score > best_score:
                 best, best_score = v, score
         out.append(best)
-    return out[len(ids):]
+    return out[len(ids) :]
 
 
 def test_contrastive_search_matches_the_paper_and_reduces_to_greedy(tiny_model, runtime):
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
-    _, records, result = texts(runtime, job(tiny_model, "contrastive", {"k": 4, "alpha": 0.6}, max_new=10, prompts=PROMPTS[:4]))
+    _, records, result = texts(
+        runtime, job(tiny_model, "contrastive", {"k": 4, "alpha": 0.6}, max_new=10, prompts=PROMPTS[:4])
+    )
     assert result.generation_config["decodebench_loop"]["alpha"] == 0.6
     for rec in records:
         expected = naive_contrastive(lm.model, lm.tokenizer(rec.prompt)["input_ids"], 4, 0.6, 10)
@@ -185,8 +195,16 @@ def test_contrastive_search_matches_the_paper_and_reduces_to_greedy(tiny_model, 
 
 def test_assisted_decoding_equals_greedy(tiny_model, small_model, runtime):
     greedy, _, _ = texts(runtime, job(small_model, "greedy", max_new=12, prompts=PROMPTS[:3]))
-    assisted, records, result = texts(runtime, job(
-        small_model, "assisted", {"assistant": tiny_model, "num_assistant_tokens": 3}, max_new=12, prompts=PROMPTS[:3]))
+    assisted, records, result = texts(
+        runtime,
+        job(
+            small_model,
+            "assisted",
+            {"assistant": tiny_model, "num_assistant_tokens": 3},
+            max_new=12,
+            prompts=PROMPTS[:3],
+        ),
+    )
     assert assisted == greedy
     assert result.generation_config["decodebench_assistant"]["path"] == tiny_model
     assert any("batch_size 4 -> 1" in n for n in result.notes)

@@ -25,10 +25,19 @@ PROMPTS = ["It was a truth universally acknowledged that", "She had never seen",
 
 def job(model: str, strategy: str = "greedy", dtype: str = "auto", batch_size: int = 4, max_new: int = 16) -> JobSpec:
     return JobSpec(
-        tenant="default", sweep_id="s", sweep_name="gpu", job_id=f"gpu-{strategy}-{dtype}-{batch_size}", cell="m::x",
-        model=ModelSpec(path=model, dtype=dtype), strategy=StrategySpec(name=strategy), seed=0, shard=0, n_shards=1,
+        tenant="default",
+        sweep_id="s",
+        sweep_name="gpu",
+        job_id=f"gpu-{strategy}-{dtype}-{batch_size}",
+        cell="m::x",
+        model=ModelSpec(path=model, dtype=dtype),
+        strategy=StrategySpec(name=strategy),
+        seed=0,
+        shard=0,
+        n_shards=1,
         prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(PROMPTS)],
-        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size), metrics=["perplexity"],
+        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size),
+        metrics=["perplexity"],
     )
 
 
@@ -80,7 +89,11 @@ def test_cuda_timing_records_events_without_a_sync_per_step(small_model, cuda_ru
     real = torch.cuda.Event.synchronize
     monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda self: syncs.append(1) or real(self))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: pytest.fail("host sync during generation"))
-    result, _ = generate_job(job(small_model, max_new=16).model_copy(update={
-        "generation": GenerationSettings(max_new_tokens=16, batch_size=4, warmup=False)}), cuda_runtime)
+    result, _ = generate_job(
+        job(small_model, max_new=16).model_copy(
+            update={"generation": GenerationSettings(max_new_tokens=16, batch_size=4, warmup=False)}
+        ),
+        cuda_runtime,
+    )
     (batch,) = result.batches
     assert len(syncs) == 1 and batch.steps and 0 < batch.prefill_s < batch.total_s

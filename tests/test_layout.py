@@ -22,7 +22,10 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 # Functions allowed to be longer, each with its reason (documented in the function's module).
 LONG_FUNCTIONS = {
-    ("worker/engine/loops/diverse_beam.py", "search"): "a documented kernel: one step's beam bookkeeping read top to bottom",
+    (
+        "worker/engine/loops/diverse_beam.py",
+        "search",
+    ): "a documented kernel: one step's beam bookkeeping read top to bottom",
 }
 
 
@@ -114,12 +117,16 @@ def imported_by(code: str) -> set[str]:
 @pytest.mark.parametrize("argv", [["--help"], ["strategies"], ["run", "--help"], ["report", "--help"]])
 def test_the_command_line_starts_without_heavy_libraries(argv):
     """`decodebench --help` (and listing strategies) loads neither pandas nor torch nor transformers."""
-    code = ("from controller.cli import main\n"
-            f"try:\n    main({argv!r}, standalone_mode=False)\nexcept SystemExit:\n    pass")
+    code = (
+        "from controller.cli import main\n"
+        f"try:\n    main({argv!r}, standalone_mode=False)\nexcept SystemExit:\n    pass"
+    )
     heavy = imported_by(code) & {"pandas", "torch", "transformers", "plotly", "pyarrow", "sacrebleu"}
     assert heavy == set()
 
 
 def test_the_worker_help_starts_without_torch():
-    code = "from worker.cli import main\ntry:\n    main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass"
+    code = (
+        "from worker.cli import main\ntry:\n    main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass"
+    )
     assert imported_by(code) & {"torch", "transformers", "pandas"} == set()

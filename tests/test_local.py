@@ -50,7 +50,9 @@ def sweep_dir(out: Path) -> Path:
 def test_run_end_to_end_layout_table_and_logs(tmp_path, tiny_model, prompts_file):
     spec = write_spec(tmp_path, tiny_model, prompts_file)
     out = tmp_path / "runs"
-    result = CliRunner().invoke(main, ["--log-format", "json", "--log-level", "warning", "run", str(spec), "--out", str(out)])
+    result = CliRunner().invoke(
+        main, ["--log-format", "json", "--log-level", "warning", "run", str(spec), "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert '"event": "job.start"' not in result.output  # the console level hides info lines ...
     assert "6 jobs run, 0 already complete, 0 failed" in result.output
@@ -106,8 +108,11 @@ def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, tiny_mo
     for job_id, mtime in finished.items():  # finished jobs were not redone
         assert (out / "default/sweeps" / sweep / "jobs" / job_id / "result.json").stat().st_mtime_ns == mtime
     assert len(store.complete_job_ids("default", sweep)) == 24
-    prompt_ids = [(g.cell, g.job_seed, g.prompt_id) for j in store.complete_job_ids("default", sweep)
-                  for g in store.load_generations("default", sweep, j)]
+    prompt_ids = [
+        (g.cell, g.job_seed, g.prompt_id)
+        for j in store.complete_job_ids("default", sweep)
+        for g in store.load_generations("default", sweep, j)
+    ]
     assert len(prompt_ids) == len(set(prompt_ids)) == 16 + 16 * 2
 
 
@@ -131,5 +136,8 @@ def test_missing_device_fails_before_anything_is_written(tmp_path, tiny_model, p
     out = tmp_path / "runs"
     result = CliRunner().invoke(main, ["run", str(spec), "--out", str(out), "--device", "cuda:0"])
     assert result.exit_code == 2
-    assert result.output.strip() == "error: --device cuda:0: CUDA is not available on this machine; use --device cpu explicitly"
+    assert (
+        result.output.strip()
+        == "error: --device cuda:0: CUDA is not available on this machine; use --device cpu explicitly"
+    )
     assert not out.exists()

@@ -16,8 +16,9 @@ def test_quickstart_notebook_executes(tiny_model, prompts_file, tmp_path, monkey
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
-                                     resources={"metadata": {"path": str(REPO / "docs" / "examples")}})
+    client = nbclient.NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(REPO / "docs" / "examples")}}
+    )
     client.execute()
     outputs = {i: cell.get("outputs", []) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"}
     errors = [o for outs in outputs.values() for o in outs if o.get("output_type") == "error"]

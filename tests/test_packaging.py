@@ -43,7 +43,18 @@ def test_base_dependencies_exclude_torch_and_the_extra_adds_it():
 def test_strategies_and_metrics_listings():
     out = CliRunner().invoke(main, ["strategies"])
     assert out.exit_code == 0
-    for name in ("greedy", "beam", "top_k", "top_p", "typical", "min_p", "epsilon", "eta", "repetition_penalty", "no_repeat_ngram_size"):
+    for name in (
+        "greedy",
+        "beam",
+        "top_k",
+        "top_p",
+        "typical",
+        "min_p",
+        "epsilon",
+        "eta",
+        "repetition_penalty",
+        "no_repeat_ngram_size",
+    ):
         assert name in out.output
     assert "p: float (>0.0, <=1.0), default 0.9" in out.output
     out = CliRunner().invoke(main, ["metrics"])

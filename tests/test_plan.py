@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.spec.plan import expand_grid, plan, summarize_plan
 from controller.spec.load import parse_spec
+from controller.spec.plan import expand_grid, plan, summarize_plan
 
 pytestmark = pytest.mark.pure
 
@@ -86,10 +86,13 @@ def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
         (root / "models" / "draft").mkdir()
         (root / "sweep.yaml").write_text(
             "name: s\nmodels: [{path: models/m}]\nprompts: {inline: [hi]}\n"
-            "strategies: [{name: greedy}, {name: assisted, params: {assistant: models/draft}}]\n")
+            "strategies: [{name: greedy}, {name: assisted, params: {assistant: models/draft}}]\n"
+        )
         ids.append(plan(load_spec(root / "sweep.yaml"))[0].sweep_id)
         assert plan(load_spec(root / "sweep.yaml"))[0].model.path == str((root / "models" / "m").resolve())
     assert ids[0] == ids[1]
     shutil.move(str(tmp_path / "a" / "models" / "m"), str(tmp_path / "a" / "models" / "m2"))
-    (tmp_path / "a" / "sweep.yaml").write_text((tmp_path / "a" / "sweep.yaml").read_text().replace("models/m}", "models/m2}"))
+    (tmp_path / "a" / "sweep.yaml").write_text(
+        (tmp_path / "a" / "sweep.yaml").read_text().replace("models/m}", "models/m2}")
+    )
     assert plan(load_spec(tmp_path / "a" / "sweep.yaml"))[0].sweep_id != ids[0]

@@ -8,22 +8,29 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from controller.launch import submit as cq
 from controller.cli import main as cli
-from controller.spec.plan import plan
+from controller.launch import submit as cq
 from controller.spec.load import load_spec, parse_spec
+from controller.spec.plan import plan
 from worker import sweepstate
 from worker.core import keys
 from worker.core.contract import JobStatus
 from worker.rq.reaper import Timing, reap
-from worker.sweepstate import transition
 from worker.store import FileStore
+from worker.sweepstate import transition
 
 PROMPTS = ["It is a truth universally", "She was not", "The house was", "Mr. Darcy said", "In the morning"]
 
 
-def spec_dict(model: str = "/nonexistent/model", *, name: str = "qtest", prompts=PROMPTS, shard_size: int = 2,
-              seeds=(1, 2), models=None) -> dict:
+def spec_dict(
+    model: str = "/nonexistent/model",
+    *,
+    name: str = "qtest",
+    prompts=PROMPTS,
+    shard_size: int = 2,
+    seeds=(1, 2),
+    models=None,
+) -> dict:
     return {
         "name": name,
         "models": models or [{"path": model, "name": "m"}],
@@ -194,7 +201,9 @@ def test_cli_submit_status_cancel_retry_logs(conn, redis_url, tmp_path, monkeypa
     r = runner.invoke(cli, ["logs", j.job_id])
     assert r.exit_code == 2 and "has no log" in r.output
     log_key = f"default/sweeps/{sweep_id}/jobs/{j.job_id}/log.jsonl"
-    FileStore(tmp_path / "runs").write_jsonl(log_key, [{"timestamp": "t0", "level": "info", "event": "job.start", "prompts": 2}])
+    FileStore(tmp_path / "runs").write_jsonl(
+        log_key, [{"timestamp": "t0", "level": "info", "event": "job.start", "prompts": 2}]
+    )
     r = runner.invoke(cli, ["logs", j.job_id])
     assert r.exit_code == 0 and "job.start prompts=2" in r.output
     r = runner.invoke(cli, ["logs", "nosuchjob"])
@@ -214,7 +223,15 @@ def test_cli_reports_unreachable_redis_in_one_line(tmp_path):
     from tests.services import free_port
 
     (tmp_path / "m").mkdir()
-    r = CliRunner().invoke(cli, ["submit", write_spec(tmp_path, model=str(tmp_path / "m")), "--redis-url", f"redis://127.0.0.1:{free_port()}/0"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "submit",
+            write_spec(tmp_path, model=str(tmp_path / "m")),
+            "--redis-url",
+            f"redis://127.0.0.1:{free_port()}/0",
+        ],
+    )
     assert r.exit_code == 1 and r.output.startswith("error: Redis at redis://127.0.0.1") and "Traceback" not in r.output
 
 
@@ -273,17 +290,39 @@ def test_bulk_enqueue_writes_the_jobs_rq_enqueue_many_writes(conn):
     policy = cq.retry_policy()
     cq.bulk_enqueue(conn, ours_q, cq.rq_template(ours_q, policy), [job], pipeline=None)
     data, description, meta, timeout = cq.rq_job_fields(job)
-    rq_q.enqueue_many([Queue.prepare_data(
-        keys.RQ_FUNCTION, args=(job.model_dump(mode="json"),), job_id="reference", timeout=timeout,
-        result_ttl=keys.RESULT_TTL, failure_ttl=keys.FAILURE_TTL, retry=policy, description=description, meta=json.loads(meta))])
+    rq_q.enqueue_many(
+        [
+            Queue.prepare_data(
+                keys.RQ_FUNCTION,
+                args=(job.model_dump(mode="json"),),
+                job_id="reference",
+                timeout=timeout,
+                result_ttl=keys.RESULT_TTL,
+                failure_ttl=keys.FAILURE_TTL,
+                retry=policy,
+                description=description,
+                meta=json.loads(meta),
+            )
+        ]
+    )
     ours, theirs = conn.hgetall(Job.key_for(job.job_id)), conn.hgetall(Job.key_for("reference"))
     assert set(ours) == set(theirs)
     differ = {k for k in ours if ours[k] != theirs[k]}
     assert differ <= {b"created_at", b"enqueued_at", b"data", b"origin"}, differ
     a = Job.fetch(job.job_id, connection=conn, serializer=JSONSerializer)
     b = Job.fetch("reference", connection=conn, serializer=JSONSerializer)
-    for attr in ("func_name", "args", "kwargs", "description", "meta", "timeout", "retries_left", "retry_intervals",
-                 "result_ttl", "failure_ttl"):
+    for attr in (
+        "func_name",
+        "args",
+        "kwargs",
+        "description",
+        "meta",
+        "timeout",
+        "retries_left",
+        "retry_intervals",
+        "result_ttl",
+        "failure_ttl",
+    ):
         assert getattr(a, attr) == getattr(b, attr), attr
     assert a.get_status() == b.get_status() == "queued" and ours_q.job_ids == [job.job_id]
     assert conn.sismember(Queue.redis_queues_keys, ours_q.key)

@@ -62,11 +62,20 @@ def test_exists_delete_and_missing(store):
 
 
 def test_listing_is_sorted_and_scoped_to_the_prefix(store):
-    for key in ("t/sweeps/s2/spec.json", "t/sweeps/s1/jobs/b/result.json", "t/sweeps/s1/spec.json",
-                "t/sweeps/s1/jobs/a/result.json", "t/sweeps/s1/jobs/a/log.jsonl", "u/sweeps/s9/spec.json"):
+    for key in (
+        "t/sweeps/s2/spec.json",
+        "t/sweeps/s1/jobs/b/result.json",
+        "t/sweeps/s1/spec.json",
+        "t/sweeps/s1/jobs/a/result.json",
+        "t/sweeps/s1/jobs/a/log.jsonl",
+        "u/sweeps/s9/spec.json",
+    ):
         store.write_bytes(key, b"{}")
-    assert store.list("t/sweeps/s1/jobs/") == ["t/sweeps/s1/jobs/a/log.jsonl", "t/sweeps/s1/jobs/a/result.json",
-                                               "t/sweeps/s1/jobs/b/result.json"]
+    assert store.list("t/sweeps/s1/jobs/") == [
+        "t/sweeps/s1/jobs/a/log.jsonl",
+        "t/sweeps/s1/jobs/a/result.json",
+        "t/sweeps/s1/jobs/b/result.json",
+    ]
     assert store.list("t/sweeps/") == sorted(k for k in store.list("t/") if k.startswith("t/sweeps/"))
     assert store.list("missing/") == []
     assert store.complete_job_ids("t", "s1") == {"a", "b"}
@@ -98,6 +107,7 @@ def test_s3_missing_bucket_fails_check_with_one_line(s3_endpoint, s3_bucket):
 
 
 # -- a failing HTTP hop ---------------------------------------------------------------------
+
 
 class FlakyProxy:
     """Forwards to the S3 endpoint; `fail` requests get a 503, `drop` are forwarded and their
@@ -203,12 +213,12 @@ def test_a_lost_response_to_a_conditional_put_is_not_a_duplicate(flaky):
 def test_a_job_writes_its_result_generations_and_log_to_s3_through_failures(flaky, tiny_model, runtime):
     import structlog
 
-    from controller.spec.plan import plan
     from controller.spec.load import parse_spec
+    from controller.spec.plan import plan
     from tests.test_queue import spec_dict
     from worker.core import paths
-    from worker.engine.job import run_job
     from worker.core.logs import configure
+    from worker.engine.job import run_job
 
     configure("json")  # the job's log lines are captured for its log.jsonl
     proxy, store = flaky

@@ -28,8 +28,9 @@ def test_every_variable_the_code_or_chart_names_is_in_the_table():
 
 
 def test_only_the_settings_module_reads_decodebench_variables_from_the_environment():
-    readers = [str(p.relative_to(ROOT)) for p in CODE
-               if re.search(r"environ(\.get)?\(?\[?[\"']DECODEBENCH_", p.read_text())]
+    readers = [
+        str(p.relative_to(ROOT)) for p in CODE if re.search(r"environ(\.get)?\(?\[?[\"']DECODEBENCH_", p.read_text())
+    ]
     assert readers == []
 
 
@@ -58,17 +59,29 @@ def test_help_shows_each_option_s_variable_and_default():
     out = CliRunner().invoke(main, ["run", "--help"], terminal_width=200).output
     assert "--store, --out" in out and "DECODEBENCH_STORE" in out and "default: ./runs" in out
     out = CliRunner().invoke(worker_main, ["--help"], terminal_width=200).output
-    for name in ("device", "queues", "redis_url", "store", "stop_grace", "heartbeat_ttl", "reaper_interval",
-                 "log_format", "log_level"):
+    for name in (
+        "device",
+        "queues",
+        "redis_url",
+        "store",
+        "stop_grace",
+        "heartbeat_ttl",
+        "reaper_interval",
+        "log_format",
+        "log_level",
+    ):
         assert settings.SETTINGS[name].envvar in out, name
 
 
-@pytest.mark.parametrize("argv", [
-    ["validate", "examples/quickstart.yaml", "--tenant", "team/a"],
-    ["run", "examples/quickstart.yaml", "--tenant", "../x"],
-    ["status", "abc", "--tenant", "a b"],
-    ["report", "abc", "--tenant", ""],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", "examples/quickstart.yaml", "--tenant", "team/a"],
+        ["run", "examples/quickstart.yaml", "--tenant", "../x"],
+        ["status", "abc", "--tenant", "a b"],
+        ["report", "abc", "--tenant", ""],
+    ],
+)
 def test_a_bad_tenant_is_one_line_and_exit_2(argv):
     result = CliRunner().invoke(main, argv, catch_exceptions=False)
     assert result.exit_code == 2
@@ -81,7 +94,9 @@ def test_a_bad_tenant_from_the_environment_too(monkeypatch):
     assert result.exit_code == 2 and result.output.startswith("error: tenant 'team a'")
 
 
-@pytest.mark.parametrize("content", [b"\xff\xfe\x00n\x00a\x00m\x00e", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", b"name: x\xe9\n"])
+@pytest.mark.parametrize(
+    "content", [b"\xff\xfe\x00n\x00a\x00m\x00e", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", b"name: x\xe9\n"]
+)
 def test_a_binary_or_non_utf8_sweep_file_is_one_line_and_exit_2(tmp_path, content):
     path = tmp_path / "sweep.yaml"
     path.write_bytes(content)

@@ -56,21 +56,48 @@ def test_jsonl_and_csv_prompt_files(tmp_path):
     (tmp_path / "p.jsonl").write_text('{"id": "x", "prompt": "A", "reference": "B"}\n\n{"prompt": "C"}\n')
     (tmp_path / "p.csv").write_text("id,prompt,reference\nx,A,B\ny,C,\n")
     for name in ("p.jsonl", "p.csv"):
-        spec = load_spec(write(tmp_path, GOOD.replace("MODEL", str(tmp_path)).replace(
-            'inline: ["Once upon a time", {id: b, prompt: "It was", reference: "a dark night"}]', f"path: {name}")))
+        spec = load_spec(
+            write(
+                tmp_path,
+                GOOD.replace("MODEL", str(tmp_path)).replace(
+                    'inline: ["Once upon a time", {id: b, prompt: "It was", reference: "a dark night"}]',
+                    f"path: {name}",
+                ),
+            )
+        )
         items = load_prompts(spec.prompts)
         assert [(i.prompt, i.reference) for i in items] == [("A", "B"), ("C", None)]
 
 
 BAD = [
     ("unknown key", "models", "bogus: 1\n", "bogus: unknown key"),
-    ("wrong type", "generation:\n  max_new_tokens: 8", "generation:\n  max_new_tokens: lots", "generation.max_new_tokens"),
-    ("unknown strategy", "  - name: greedy", "  - name: gredy", "strategies[0]: unknown strategy 'gredy'; did you mean 'greedy'?"),
-    ("negative max_new_tokens", "max_new_tokens: 8", "max_new_tokens: -3", "generation.max_new_tokens: Input should be greater than or equal to 1"),
+    (
+        "wrong type",
+        "generation:\n  max_new_tokens: 8",
+        "generation:\n  max_new_tokens: lots",
+        "generation.max_new_tokens",
+    ),
+    (
+        "unknown strategy",
+        "  - name: greedy",
+        "  - name: gredy",
+        "strategies[0]: unknown strategy 'gredy'; did you mean 'greedy'?",
+    ),
+    (
+        "negative max_new_tokens",
+        "max_new_tokens: 8",
+        "max_new_tokens: -3",
+        "generation.max_new_tokens: Input should be greater than or equal to 1",
+    ),
     ("bad param value", "p: [0.8, 0.95]", "p: [0.8, 1.5]", "strategies[1]: params.p must be <= 1.0"),
     ("unknown param", "p: [0.8, 0.95]", "q: 3", "strategies[1]: params.q: unknown parameter for 'top_p'"),
     ("empty model list", "models:\n  - path: MODEL", "models: []", "models: List should have at least 1 item"),
-    ("missing prompt file", 'inline: ["Once upon a time", {id: b, prompt: "It was", reference: "a dark night"}]', "path: nope.jsonl", "prompts.path: file 'nope.jsonl' does not exist"),
+    (
+        "missing prompt file",
+        'inline: ["Once upon a time", {id: b, prompt: "It was", reference: "a dark night"}]',
+        "path: nope.jsonl",
+        "prompts.path: file 'nope.jsonl' does not exist",
+    ),
     ("malformed YAML", "name: t", "name: [t", "malformed YAML"),
     ("missing model dir", "path: MODEL", "path: ./no-such-model", "local model path './no-such-model' does not exist"),
 ]
@@ -106,17 +133,23 @@ def test_schema_is_generated_from_the_models():
 def test_strategy_model_paths_resolve_against_the_spec(tmp_path):
     (tmp_path / "draft").mkdir()
     text = GOOD.replace("MODEL", str(tmp_path)).replace(
-        "  - name: greedy\n", "  - name: assisted\n    params: {assistant: ./draft}\n")
+        "  - name: greedy\n", "  - name: assisted\n    params: {assistant: ./draft}\n"
+    )
     spec = load_spec(write(tmp_path, text))
     assert spec.strategies[0].params["assistant"] == str((tmp_path / "draft").resolve())
 
 
-@pytest.mark.parametrize("params,expected", [
-    ("{assistant: ./missing}", "strategies[0].params.assistant: local model path './missing' does not exist"),
-    ("{num_assistant_tokens: 3}", "strategies[0]: params.assistant is required for strategy 'assisted'"),
-    ("{assistant: x, schedule: fast}", "params.schedule must be one of constant, heuristic"),
-])
+@pytest.mark.parametrize(
+    "params,expected",
+    [
+        ("{assistant: ./missing}", "strategies[0].params.assistant: local model path './missing' does not exist"),
+        ("{num_assistant_tokens: 3}", "strategies[0]: params.assistant is required for strategy 'assisted'"),
+        ("{assistant: x, schedule: fast}", "params.schedule must be one of constant, heuristic"),
+    ],
+)
 def test_assisted_strategy_errors(tmp_path, params, expected):
-    text = GOOD.replace("MODEL", str(tmp_path)).replace("  - name: greedy\n", f"  - name: assisted\n    params: {params}\n")
+    text = GOOD.replace("MODEL", str(tmp_path)).replace(
+        "  - name: greedy\n", f"  - name: assisted\n    params: {params}\n"
+    )
     result = CliRunner().invoke(main, ["validate", str(write(tmp_path, text))])
     assert result.exit_code == 2 and expected in result.output, result.output

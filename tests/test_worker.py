@@ -15,8 +15,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from controller.launch import submit as cq
 from controller.cli import main as cli
+from controller.launch import submit as cq
 from controller.spec.load import parse_spec
 from tests.test_queue import rq_queue, spec_dict
 from worker import sweepstate
@@ -62,8 +62,14 @@ def make_worker(conn, selectors=("default",), **kw):
     from worker.rq.worker import DecodebenchWorker
     from worker.store import open_store
 
-    return DecodebenchWorker(list(selectors), connection=conn, store=kw.pop("store", None) or open_store(),
-                             runtime=cpu_runtime(), timing=kw.pop("timing", FAST), **kw)
+    return DecodebenchWorker(
+        list(selectors),
+        connection=conn,
+        store=kw.pop("store", None) or open_store(),
+        runtime=cpu_runtime(),
+        timing=kw.pop("timing", FAST),
+        **kw,
+    )
 
 
 def run_worker(conn, selectors=("default",), max_jobs=None, **kw):

@@ -44,30 +44,58 @@ def prepare_cuda_env(env: MutableMapping[str, str]) -> list[str]:
     return notes
 
 
-def serve(*, device: str | None, queues: tuple[str, ...], burst: bool, max_jobs: int | None, redis_url: str,
-          store: str, name: str | None, stop_grace: float | None, heartbeat_ttl: float, reaper_interval: float,
-          log_level: str) -> int:
+def pin_device(device: str | None):
+    """The worker's Runtime on `device` (required, must exist), CUDA numbering made explicit first."""
+    from worker.engine.job import Runtime
+
+    if not device:
+        raise UsageError("--device is required: cpu or cuda:N (or set DECODEBENCH_DEVICE)")
+    settings.parse_device(device)
+    for note in prepare_cuda_env(os.environ):
+        log.info("worker.cuda_env", note=note)
+    runtime = Runtime(device)  # refuses a device that does not exist
+    info = runtime.device_info
+    log.info(
+        "worker.device",
+        device=info.get("device"),
+        name=info.get("name"),
+        uuid=info.get("uuid"),
+        driver=info.get("driver"),
+        cuda=info.get("cuda"),
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+    return runtime
+
+
+def serve(
+    *,
+    device: str | None,
+    queues: tuple[str, ...],
+    burst: bool,
+    max_jobs: int | None,
+    redis_url: str,
+    store: str,
+    name: str | None,
+    stop_grace: float | None,
+    heartbeat_ttl: float,
+    reaper_interval: float,
+    log_level: str,
+) -> int:
     """Open the store, pin the device, connect to Redis and run the worker until it stops."""
     import redis
 
     from worker.core.errors import ServiceError
     from worker.core.redisconn import connect_patiently, redact_url
-    from worker.engine.job import Runtime
+    from worker.rq.queues import bridge_rq_logging
     from worker.rq.reaper import Timing
-    from worker.rq.worker import DecodebenchWorker, bridge_rq_logging
+    from worker.rq.worker import DecodebenchWorker
     from worker.store import open_store
 
     if not device:
         raise UsageError("--device is required: cpu or cuda:N (or set DECODEBENCH_DEVICE)")
     settings.parse_device(device)
     opened = open_store(store)  # a bad store URL fails here, not in the first job
-    for note in prepare_cuda_env(os.environ):
-        log.info("worker.cuda_env", note=note)
-    runtime = Runtime(device)  # refuses a device that does not exist
-    info = runtime.device_info
-    log.info("worker.device", device=info.get("device"), name=info.get("name"), uuid=info.get("uuid"),
-             driver=info.get("driver"), cuda=info.get("cuda"),
-             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    runtime = pin_device(device)
     conn = connect_patiently(redis_url)
     try:
         conn.ping()
@@ -75,11 +103,19 @@ def serve(*, device: str | None, queues: tuple[str, ...], burst: bool, max_jobs:
         raise ServiceError(f"Redis at {redact_url(redis_url)} is not reachable: {err}") from None
     timing = Timing.from_settings(heartbeat_ttl=heartbeat_ttl, reaper_interval=reaper_interval)
     bridge_rq_logging(log_level)
-    worker = DecodebenchWorker(list(queues), connection=conn, store=opened, runtime=runtime, timing=timing,
-                               stop_grace=stop_grace, name=name)
-    log.info("worker.start", name=worker.name, queues=worker.queue_names() or list(queues), store=opened.url,
-             burst=burst, heartbeat_ttl_s=timing.heartbeat_ttl, reaper_interval_s=timing.reaper_interval,
-             lost_job_requeued_within_s=timing.detection_bound)
+    worker = DecodebenchWorker(
+        list(queues), connection=conn, store=opened, runtime=runtime, timing=timing, stop_grace=stop_grace, name=name
+    )
+    log.info(
+        "worker.start",
+        name=worker.name,
+        queues=worker.queue_names() or list(queues),
+        store=opened.url,
+        burst=burst,
+        heartbeat_ttl_s=timing.heartbeat_ttl,
+        reaper_interval_s=timing.reaper_interval,
+        lost_job_requeued_within_s=timing.detection_bound,
+    )
     worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
     return 0
 
@@ -87,9 +123,12 @@ def serve(*, device: str | None, queues: tuple[str, ...], burst: bool, max_jobs:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("more_queues", nargs=-1, metavar="[QUEUE]...")
 @settings.option("device", help="Device: cpu or cuda:N; required, never falls back.")
-@settings.option("queues", multiple=True,
-                 help="Tenants, queue names decodebench.<tenant>.<priority>, or '*' for every tenant; repeatable "
-                      "or comma-separated.")
+@settings.option(
+    "queues",
+    multiple=True,
+    help="Tenants, queue names decodebench.<tenant>.<priority>, or '*' for every tenant; repeatable "
+    "or comma-separated.",
+)
 @click.option("--burst", is_flag=True, help="Exit once no job of the queues is queued, running or waiting to retry.")
 @click.option("--max-jobs", type=int, default=None, help="Exit after this many jobs.")
 @settings.option("redis_url")

@@ -45,13 +45,29 @@ def _duration(seconds: float | None) -> str:
 @options.tenant
 @options.priority
 @click.option("--retry-failed", is_flag=True, help="Also enqueue the sweep's failed and cancelled jobs again.")
-@click.option("--retries", type=int, default=None, help="Retries of a transient failure (default: one per DECODEBENCH_RETRY_INTERVALS entry, 3).")
-@click.option("--remote-paths", is_flag=True,
-              help="Model paths live on the workers (e.g. a shared volume): resolve them but do not require them here.")
+@click.option(
+    "--retries",
+    type=int,
+    default=None,
+    help="Retries of a transient failure (default: one per DECODEBENCH_RETRY_INTERVALS entry, 3).",
+)
+@click.option(
+    "--remote-paths",
+    is_flag=True,
+    help="Model paths live on the workers (e.g. a shared volume): resolve them but do not require them here.",
+)
 @options.redis_url
 @options.store
-def submit(spec_path: str, tenant: str, priority: str, retry_failed: bool, retries: int | None,
-           remote_paths: bool, redis_url: str, store: str) -> None:
+def submit(
+    spec_path: str,
+    tenant: str,
+    priority: str,
+    retry_failed: bool,
+    retries: int | None,
+    remote_paths: bool,
+    redis_url: str,
+    store: str,
+) -> None:
     """Plan a sweep and enqueue its jobs for workers (idempotent)."""
     from controller.launch.submit import submit as do_submit
     from controller.spec.load import load_spec
@@ -63,8 +79,10 @@ def submit(spec_path: str, tenant: str, priority: str, retry_failed: bool, retri
     if out.new:
         click.echo(f"sweep {out.sweep_id} submitted: {len(out.enqueued)} jobs on {out.queue}; store {st.url}")
     else:
-        click.echo(f"sweep {out.sweep_id} already submitted: {out.done} done, {out.pending} queued or running, "
-                   f"{out.failed} failed or cancelled; {len(out.enqueued)} jobs enqueued now")
+        click.echo(
+            f"sweep {out.sweep_id} already submitted: {out.done} done, {out.pending} queued or running, "
+            f"{out.failed} failed or cancelled; {len(out.enqueued)} jobs enqueued now"
+        )
         if out.cancelled and not retry_failed:
             click.echo("  the sweep was cancelled: pass --retry-failed to resume it", err=True)
         elif out.failed:
@@ -75,7 +93,9 @@ def submit(spec_path: str, tenant: str, priority: str, retry_failed: bool, retri
 def render_status(s) -> str:
     states = STATES
     width = max([len("cell"), *(len(c) for c in s.cells)])
-    lines = [f"sweep {s.sweep_id} ({s.name}), tenant {s.tenant}, queue {s.queue}{'  [CANCELLED]' if s.cancelled else ''}"]
+    lines = [
+        f"sweep {s.sweep_id} ({s.name}), tenant {s.tenant}, queue {s.queue}{'  [CANCELLED]' if s.cancelled else ''}"
+    ]
     done = s.total(JobStatus.DONE)
     lines.append(f"{done}/{s.n_jobs} jobs done, " + ", ".join(f"{s.total(x)} {x}" for x in states if x != "done"))
     lines.append(f"  {'cell':<{width}}  " + "  ".join(f"{x:>9}" for x in states))
@@ -98,11 +118,20 @@ def render_status(s) -> str:
 
 def status_dict(s) -> dict:
     return {
-        "sweep_id": s.sweep_id, "name": s.name, "tenant": s.tenant, "queue": s.queue, "jobs": s.n_jobs,
-        "cancelled": s.cancelled, "complete": s.complete, "cells": s.cells,
+        "sweep_id": s.sweep_id,
+        "name": s.name,
+        "tenant": s.tenant,
+        "queue": s.queue,
+        "jobs": s.n_jobs,
+        "cancelled": s.cancelled,
+        "complete": s.complete,
+        "cells": s.cells,
         "totals": {x: s.total(x) for x in STATES},
-        "jobs_per_s": s.jobs_per_s, "tokens_per_s": s.tokens_per_s, "eta_s": s.eta_s,
-        "failures": [{"job_id": j, "cell": c, "reason": r} for j, c, r in s.failures], "n_failures": s.n_failures,
+        "jobs_per_s": s.jobs_per_s,
+        "tokens_per_s": s.tokens_per_s,
+        "eta_s": s.eta_s,
+        "failures": [{"job_id": j, "cell": c, "reason": r} for j, c, r in s.failures],
+        "n_failures": s.n_failures,
         "lost": s.lost,
     }
 
@@ -143,8 +172,11 @@ def cancel(sweep: str, tenant: str, redis_url: str) -> None:
     conn = _conn(redis_url)
     sweep_id = resolve_sweep(conn, tenant, sweep)
     out = cancel_sweep(conn, tenant, sweep_id)
-    click.echo(f"sweep {sweep_id} cancelled: {out.cancelled} queued jobs dropped, {len(out.stopping)} running jobs asked to stop; "
-               f"resume with `decodebench retry {sweep_id} --failed`")
+    click.echo(
+        f"sweep {sweep_id} cancelled: {out.cancelled} queued jobs dropped, "
+        f"{len(out.stopping)} running jobs asked to stop; "
+        f"resume with `decodebench retry {sweep_id} --failed`"
+    )
 
 
 @click.command()
@@ -162,8 +194,10 @@ def retry(sweep: str, failed: bool, tenant: str, priority: str, redis_url: str, 
     conn = _conn(redis_url)
     sweep_id = resolve_sweep(conn, tenant, sweep)
     out = do_retry(conn, _store(store), tenant, sweep_id, priority)
-    click.echo(f"sweep {sweep_id}: {len(out.enqueued)} failed or cancelled jobs enqueued again on {out.queue}; "
-               f"{out.done} done, {out.pending} queued or running")
+    click.echo(
+        f"sweep {sweep_id}: {len(out.enqueued)} failed or cancelled jobs enqueued again on {out.queue}; "
+        f"{out.done} done, {out.pending} queued or running"
+    )
 
 
 def format_log_line(row: dict) -> str:
@@ -194,7 +228,9 @@ def logs(job: str, sweep: str | None, tenant: str, as_json: bool, redis_url: str
         state = job_state(conn, tenant, sweep, job)
     key = paths.log_key(tenant, sweep, job)
     if not st.exists(key):
-        raise UsageError(f"job {job} of sweep {sweep} has no log in {st.url} yet" + (f" (state: {state})" if state else ""))
+        raise UsageError(
+            f"job {job} of sweep {sweep} has no log in {st.url} yet" + (f" (state: {state})" if state else "")
+        )
     for row in st.read_jsonl(key):
         click.echo(json.dumps(row, sort_keys=True) if as_json else format_log_line(row))
 

@@ -32,8 +32,10 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) 
     jobs = plan(spec, tenant)
     s = summarize_plan(jobs)
     click.echo(f"{spec_path}: valid")
-    click.echo(f"sweep {s.sweep_id}: {s.cells} cells, {s.jobs} jobs, {s.prompts} prompts, "
-               f"{s.generations} generations, up to {s.tokens_to_generate:,} tokens to generate")
+    click.echo(
+        f"sweep {s.sweep_id}: {s.cells} cells, {s.jobs} jobs, {s.prompts} prompts, "
+        f"{s.generations} generations, up to {s.tokens_to_generate:,} tokens to generate"
+    )
     cells: dict[str, list] = {}
     for j in jobs:
         cells.setdefault(j.cell, []).append(j)
@@ -64,8 +66,10 @@ def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool)
     spec = load_spec(spec_path)
     opened = open_store(store)
     outcome = run_sweep(spec, opened, tenant=tenant, device=device, progress=not no_progress and sys.stderr.isatty())
-    click.echo(f"sweep {outcome.sweep_id}: {len(outcome.ran)} jobs run, {len(outcome.skipped)} already complete, "
-               f"{len(outcome.failed)} failed; store {opened.url}")
+    click.echo(
+        f"sweep {outcome.sweep_id}: {len(outcome.ran)} jobs run, {len(outcome.skipped)} already complete, "
+        f"{len(outcome.failed)} failed; store {opened.url}"
+    )
     data = load_sweep(opened, tenant, outcome.sweep_id)
     if data.results:
         summary = summarize(data)

@@ -53,8 +53,7 @@ def cluster() -> None:
 @_release
 @options.redis_url
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(namespace: str | None, context: str | None, release: str | None,
-           redis_url: str, output: str) -> None:
+def status(namespace: str | None, context: str | None, release: str | None, redis_url: str, output: str) -> None:
     """Worker pods per pool, their GPUs and readiness, queue depth and idle/busy workers."""
     from controller.ops.cluster import KubeClient, queue_stats, render, summarise
 
@@ -67,9 +66,21 @@ def status(namespace: str | None, context: str | None, release: str | None,
         note = str(exc)
     rows = summarise(pools, pods, stats)
     if output == "json":
-        doc = {"namespace": kube.namespace, "queue_depth_unavailable": note,
-               "pools": [{**asdict(r.pool), "queued": r.queued, "idle": r.idle, "busy": r.busy,
-                          "queues": r.queues, "pods": [asdict(p) for p in r.pods]} for r in rows]}
+        doc = {
+            "namespace": kube.namespace,
+            "queue_depth_unavailable": note,
+            "pools": [
+                {
+                    **asdict(r.pool),
+                    "queued": r.queued,
+                    "idle": r.idle,
+                    "busy": r.busy,
+                    "queues": r.queues,
+                    "pods": [asdict(p) for p in r.pods],
+                }
+                for r in rows
+            ],
+        }
         click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(render(rows, kube.namespace, note))
@@ -97,11 +108,14 @@ def scale(pool: str, replicas: int, namespace: str | None, context: str | None, 
         raise UsageError(f"pool {pool!r} exists in several releases ({releases}); choose one with --release")
     target = matches[0]
     if target.autoscaled:
-        raise UsageError(f"pool {pool!r} is autoscaled by KEDA; change worker.pools[].autoscaling "
-                         "(minReplicas/maxReplicas) in the Helm values instead")
+        raise UsageError(
+            f"pool {pool!r} is autoscaled by KEDA; change worker.pools[].autoscaling "
+            "(minReplicas/maxReplicas) in the Helm values instead"
+        )
     kube.scale(target.deployment, replicas)
-    click.echo(f"pool {pool}: {target.replicas} -> {replicas} replicas (deployment {target.deployment} "
-               f"in {kube.namespace})")
+    click.echo(
+        f"pool {pool}: {target.replicas} -> {replicas} replicas (deployment {target.deployment} in {kube.namespace})"
+    )
     click.echo("note: the next `helm upgrade` resets it to worker.pools[].replicas from the values")
 
 

@@ -14,5 +14,10 @@ def _tenant(ctx: click.Context, param: click.Parameter, value: str) -> str:
 tenant = settings.option("tenant", callback=_tenant)
 store = settings.option("store")
 redis_url = settings.option("redis_url")
-priority = click.option("--priority", type=click.Choice(["high", "normal", "low"]), default="normal",
-                        show_default=True, help="Queue priority: workers take high before normal before low.")
+priority = click.option(
+    "--priority",
+    type=click.Choice(["high", "normal", "low"]),
+    default="normal",
+    show_default=True,
+    help="Queue priority: workers take high before normal before low.",
+)

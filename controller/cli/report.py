@@ -15,18 +15,34 @@ FORMATS = tuple(paths.REPORT_FILES)
 
 @click.command("report")
 @click.argument("sweep")
-@click.option("--format", "fmt_name", type=click.Choice(FORMATS), default="md", show_default=True,
-              help="Format copied to --out.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also copy the chosen format to this local file.")
-@click.option("--compare", "compare_to", default=None, metavar="SWEEP_B",
-              help="Compare with another sweep: per-cell differences B - A.")
-@click.option("--n-boot", type=click.IntRange(min=0), default=1000, show_default=True,
-              help="Bootstrap replicates of the confidence intervals (0: none).")
+@click.option(
+    "--format", "fmt_name", type=click.Choice(FORMATS), default="md", show_default=True, help="Format copied to --out."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also copy the chosen format to this local file.",
+)
+@click.option(
+    "--compare",
+    "compare_to",
+    default=None,
+    metavar="SWEEP_B",
+    help="Compare with another sweep: per-cell differences B - A.",
+)
+@click.option(
+    "--n-boot",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="Bootstrap replicates of the confidence intervals (0: none).",
+)
 @settings.option("store", "--store", "store_url")
 @options.tenant
-def report(sweep: str, fmt_name: str, out: Path | None, compare_to: str | None, n_boot: int,
-           store_url: str, tenant: str) -> None:
+def report(
+    sweep: str, fmt_name: str, out: Path | None, compare_to: str | None, n_boot: int, store_url: str, tenant: str
+) -> None:
     """Aggregate SWEEP's complete jobs into report/summary.* and report/report.html."""
     if compare_to is not None and fmt_name == "html":
         raise UsageError("--compare writes md, csv, json or parquet, not html")

@@ -34,23 +34,35 @@ class RunOutcome:
 def save_sweep(store: Store, spec: SweepSpec, jobs: list[JobSpec], tenant: str, mode: str) -> None:
     """spec.json (the validated spec) and plan.json (job ids per cell); written once per sweep."""
     sweep_id = jobs[0].sweep_id
-    store.write_json(paths.spec_key(tenant, sweep_id), {
-        "sweep_id": sweep_id,
-        "tenant": tenant,
-        "name": spec.name,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "mode": mode,
-        "spec": spec.model_dump(mode="json"),
-        "base_dir": str(spec.base_dir) if spec.base_dir else None,
-    }, create_only=True)
-    store.write_json(paths.plan_key(tenant, sweep_id), {
-        "sweep_id": sweep_id,
-        "jobs": [{"job_id": j.job_id, "cell": j.cell, "seed": j.seed, "shard": j.shard, "prompts": len(j.prompts)} for j in jobs],
-    }, create_only=True)
+    store.write_json(
+        paths.spec_key(tenant, sweep_id),
+        {
+            "sweep_id": sweep_id,
+            "tenant": tenant,
+            "name": spec.name,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(),
+            "mode": mode,
+            "spec": spec.model_dump(mode="json"),
+            "base_dir": str(spec.base_dir) if spec.base_dir else None,
+        },
+        create_only=True,
+    )
+    store.write_json(
+        paths.plan_key(tenant, sweep_id),
+        {
+            "sweep_id": sweep_id,
+            "jobs": [
+                {"job_id": j.job_id, "cell": j.cell, "seed": j.seed, "shard": j.shard, "prompts": len(j.prompts)}
+                for j in jobs
+            ],
+        },
+        create_only=True,
+    )
 
 
-def run_sweep(spec: SweepSpec | str | Path, store: Store, tenant: str = "default", device: str = "cpu",
-              progress: bool = True) -> RunOutcome:
+def run_sweep(
+    spec: SweepSpec | str | Path, store: Store, tenant: str = "default", device: str = "cpu", progress: bool = True
+) -> RunOutcome:
     """Run every job of the sweep that is not yet complete; return what happened."""
     from worker.engine.job import Runtime, run_job  # the one place the controller hosts the engine
 
@@ -89,10 +101,23 @@ class _progress:
     def __enter__(self):
         if not self.enabled:
             return lambda label: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            transient=False,
+        )
         self.bar.start()
         task = self.bar.add_task("jobs", total=self.total)
         return lambda label: self.bar.update(task, advance=1, description=label[:48])

@@ -35,6 +35,7 @@ def job_timeout(job: JobSpec) -> int:
 
 # -- submit ---------------------------------------------------------------------------------
 
+
 @dataclass
 class SubmitOutcome:
     sweep_id: str
@@ -60,7 +61,9 @@ def _rq_jobs_exist(conn, job_ids: list[str]) -> list[bool]:
     return out
 
 
-def _to_enqueue(conn, jobs: list[JobSpec], tenant: str, out: SubmitOutcome, retry_failed: bool) -> list[tuple[JobSpec, str]]:
+def _to_enqueue(
+    conn, jobs: list[JobSpec], tenant: str, out: SubmitOutcome, retry_failed: bool
+) -> list[tuple[JobSpec, str]]:
     """(job, its current state) of the jobs to enqueue; counts the others in `out`.
 
     A job that is done, queued or running is not enqueued again, unless its RQ job
@@ -88,8 +91,37 @@ def _to_enqueue(conn, jobs: list[JobSpec], tenant: str, out: SubmitOutcome, retr
     return todo
 
 
-def enqueue_jobs(conn, jobs: list[JobSpec], tenant: str, priority: str = "normal", *, retry_failed: bool = False,
-                 retries: int | None = None, name: str = "") -> SubmitOutcome:
+def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy) -> list[str]:
+    """Mark the jobs queued and write their RQ jobs, CHUNK jobs per round trip; their ids."""
+    enqueued: list[str] = []
+    template = rq_template(queue, policy)
+    for i in range(0, len(todo), CHUNK):
+        part = todo[i : i + CHUNK]
+        with conn.pipeline(transaction=False) as pipe:
+            sweepstate.transition_many(
+                conn,
+                part[0][0].tenant,
+                part[0][0].sweep_id,
+                [(j.job_id, j.cell, s) for j, s in part],
+                JobStatus.QUEUED,
+                pipeline=pipe,
+            )
+            bulk_enqueue(conn, queue, template, [job for job, _ in part], pipeline=pipe)
+            pipe.execute()
+        enqueued += [job.job_id for job, _ in part]
+    return enqueued
+
+
+def enqueue_jobs(
+    conn,
+    jobs: list[JobSpec],
+    tenant: str,
+    priority: str = "normal",
+    *,
+    retry_failed: bool = False,
+    retries: int | None = None,
+    name: str = "",
+) -> SubmitOutcome:
     """Record the sweep in Redis and enqueue the jobs that are missing (or failed, with retry_failed).
 
     Idempotent: a job that is done, queued or running is not enqueued again.
@@ -111,23 +143,26 @@ def enqueue_jobs(conn, jobs: list[JobSpec], tenant: str, priority: str = "normal
     queue = Queue(qname, connection=conn, serializer=JSONSerializer)
     sweepstate.prune_expired_sweeps(conn, tenant)
     with conn.pipeline(transaction=False) as pipe:
-        sweepstate.register_sweep(pipe, tenant, sweep_id, jobs, {
-            "name": name or jobs[0].sweep_name, "tenant": tenant, "n_jobs": len(jobs), "queue": qname,
-            "cells": len({j.cell for j in jobs})}, resume=bool(todo),
-            created_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        sweepstate.register_sweep(
+            pipe,
+            tenant,
+            sweep_id,
+            jobs,
+            {
+                "name": name or jobs[0].sweep_name,
+                "tenant": tenant,
+                "n_jobs": len(jobs),
+                "queue": qname,
+                "cells": len({j.cell for j in jobs}),
+            },
+            resume=bool(todo),
+            created_at=dt.datetime.now(dt.UTC).isoformat(),
+        )
         for job in stale:
             job.delete(pipeline=pipe)
         sweepstate.forget_losses(pipe, tenant, retry_from)
         pipe.execute()
-    template = rq_template(queue, retry_policy(retries))
-    for i in range(0, len(todo), CHUNK):
-        part = todo[i : i + CHUNK]
-        with conn.pipeline(transaction=False) as pipe:
-            sweepstate.transition_many(conn, tenant, sweep_id, [(j.job_id, j.cell, s) for j, s in part],
-                                       JobStatus.QUEUED, pipeline=pipe)
-            bulk_enqueue(conn, queue, template, [job for job, _ in part], pipeline=pipe)
-            pipe.execute()
-        out.enqueued += [job.job_id for job, _ in part]
+    out.enqueued = _enqueue(conn, queue, todo, retry_policy(retries))
     sweepstate.expire_sweep(conn, tenant, sweep_id, int(settings.get("sweep_ttl_days") * 86400))
     return out
 
@@ -164,8 +199,15 @@ def rq_template(queue, policy) -> dict:
     """The fields RQ writes for every queued job of this queue, from RQ's own Job.to_dict()."""
     from rq.utils import now
 
-    job = queue.create_job(keys.RQ_FUNCTION, args=(), job_id="template", timeout=1, result_ttl=keys.RESULT_TTL,
-                           failure_ttl=keys.FAILURE_TTL, retry=policy)
+    job = queue.create_job(
+        keys.RQ_FUNCTION,
+        args=(),
+        job_id="template",
+        timeout=1,
+        result_ttl=keys.RESULT_TTL,
+        failure_ttl=keys.FAILURE_TTL,
+        retry=policy,
+    )
     job.enqueued_at = now()  # as Queue._prepare_for_queue does
     fields = job.to_dict()
     return {k: v for k, v in fields.items() if k not in PER_JOB_FIELDS}
@@ -193,8 +235,9 @@ def bulk_enqueue(conn, queue, template: dict, jobs: list[JobSpec], *, pipeline) 
     _BULK_ENQUEUE(pipeline or conn, [queue.key, queue.redis_queues_keys], args)
 
 
-def submit(conn, store, spec, tenant: str, priority: str = "normal", *, retry_failed: bool = False,
-           retries: int | None = None) -> SubmitOutcome:
+def submit(
+    conn, store, spec, tenant: str, priority: str = "normal", *, retry_failed: bool = False, retries: int | None = None
+) -> SubmitOutcome:
     """Plan the sweep, store its spec and plan (once), enqueue its jobs grouped by model."""
     from controller.launch.local import save_sweep
     from controller.spec.plan import plan
@@ -204,7 +247,9 @@ def submit(conn, store, spec, tenant: str, priority: str = "normal", *, retry_fa
     return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=retry_failed, retries=retries, name=spec.name)
 
 
-def retry(conn, store, tenant: str, sweep_id: str, priority: str = "normal", retries: int | None = None) -> SubmitOutcome:
+def retry(
+    conn, store, tenant: str, sweep_id: str, priority: str = "normal", retries: int | None = None
+) -> SubmitOutcome:
     """Enqueue the failed and cancelled jobs of a submitted sweep again (from its stored spec)."""
     from controller.spec.load import stored_spec
     from controller.spec.plan import plan
@@ -212,5 +257,7 @@ def retry(conn, store, tenant: str, sweep_id: str, priority: str = "normal", ret
     spec = stored_spec(store.load_spec(tenant, sweep_id), f"stored spec of sweep {sweep_id}")
     jobs = plan(spec, tenant)
     if jobs[0].sweep_id != sweep_id:
-        raise UsageError(f"sweep {sweep_id}: its prompts changed since it was submitted (now {jobs[0].sweep_id}); submit it again")
+        raise UsageError(
+            f"sweep {sweep_id}: its prompts changed since it was submitted (now {jobs[0].sweep_id}); submit it again"
+        )
     return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=True, retries=retries, name=spec.name)

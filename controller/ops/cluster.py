@@ -149,15 +149,26 @@ def render(rows: list[PoolStatus], namespace: str, redis_note: str | None) -> st
     table = [("POOL", "RELEASE", "READY", "GPUS/POD", "QUEUED", "IDLE", "BUSY", "SCALING")]
     for r in rows:
         p = r.pool
-        table.append((p.name, p.release, f"{p.ready}/{p.replicas}", str(p.gpus_per_pod),
-                      _num(r.queued), _num(r.idle), _num(r.busy), "keda" if p.autoscaled else "manual"))
+        table.append(
+            (
+                p.name,
+                p.release,
+                f"{p.ready}/{p.replicas}",
+                str(p.gpus_per_pod),
+                _num(r.queued),
+                _num(r.idle),
+                _num(r.busy),
+                "keda" if p.autoscaled else "manual",
+            )
+        )
     lines += _columns(table)
     if redis_note:
         lines.append(f"queue depth unavailable: {redis_note}")
     pods = [("POD", "POOL", "STATUS", "READY", "GPUS", "NODE", "RESTARTS")]
     for r in rows:
-        pods += [(p.name, p.pool, p.phase, "yes" if p.ready else "no", str(p.gpus), p.node, str(p.restarts))
-                 for p in r.pods]
+        pods += [
+            (p.name, p.pool, p.phase, "yes" if p.ready else "no", str(p.gpus), p.node, str(p.restarts)) for p in r.pods
+        ]
     lines += ["", *(_columns(pods) if len(pods) > 1 else ["no worker pods"])]
     return "\n".join(lines)
 
@@ -210,8 +221,10 @@ class KubeClient:
                     active = next((c for c in contexts if c.get("name") == context), active)
                 default_ns = (active or {}).get("context", {}).get("namespace")
         except (config.ConfigException, OSError) as exc:
-            raise UsageError(f"no Kubernetes access: {exc} (run in a pod with a service account, "
-                             "or point KUBECONFIG / --context at a cluster)") from exc
+            raise UsageError(
+                f"no Kubernetes access: {exc} (run in a pod with a service account, "
+                "or point KUBECONFIG / --context at a cluster)"
+            ) from exc
         self.host = api.configuration.host
         self.namespace = namespace or settings.get("namespace") or default_ns or "default"
         self.core = client.CoreV1Api(api)
@@ -227,9 +240,11 @@ class KubeClient:
         except ApiException as exc:
             message = _status_message(exc.body) or exc.reason or ""
             if exc.status in (401, 403):
-                raise ServiceError(f"Kubernetes API refused to {what} in namespace {self.namespace}: "
-                                   f"{message} (the release's Role grants this to the controller's "
-                                   "service account; check controller.rbac.create)") from exc
+                raise ServiceError(
+                    f"Kubernetes API refused to {what} in namespace {self.namespace}: "
+                    f"{message} (the release's Role grants this to the controller's "
+                    "service account; check controller.rbac.create)"
+                ) from exc
             if exc.status == 404:
                 raise UsageError(f"cannot {what}: not found in namespace {self.namespace}: {message}") from exc
             raise ServiceError(f"Kubernetes API error ({exc.status}) trying to {what}: {message}") from exc
@@ -237,18 +252,23 @@ class KubeClient:
             raise ServiceError(f"cannot reach the Kubernetes API at {self.host}: {exc}") from exc
 
     def pools(self, release: str | None) -> list[Pool]:
-        body = self._call("list deployments", self.apps.list_namespaced_deployment,
-                          self.namespace, label_selector=_selector(release))
+        body = self._call(
+            "list deployments", self.apps.list_namespaced_deployment, self.namespace, label_selector=_selector(release)
+        )
         return [pool_from_deployment(d) for d in body.get("items") or []]
 
     def pods(self, release: str | None) -> list[Pod]:
-        body = self._call("list pods", self.core.list_namespaced_pod,
-                          self.namespace, label_selector=_selector(release))
+        body = self._call("list pods", self.core.list_namespaced_pod, self.namespace, label_selector=_selector(release))
         return [pod_from_object(p) for p in body.get("items") or []]
 
     def scale(self, deployment: str, replicas: int) -> None:
-        self._call(f"scale deployment {deployment}", self.apps.patch_namespaced_deployment_scale,
-                   deployment, self.namespace, {"spec": {"replicas": replicas}})
+        self._call(
+            f"scale deployment {deployment}",
+            self.apps.patch_namespaced_deployment_scale,
+            deployment,
+            self.namespace,
+            {"spec": {"replicas": replicas}},
+        )
 
 
 def _selector(release: str | None) -> str:

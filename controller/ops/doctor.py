@@ -18,12 +18,16 @@ def check_torch(require_gpu: bool) -> list[tuple[str, str, str]]:
     try:
         import torch
     except ImportError:
-        return [(NOTE, "torch", "not installed (a controller-only install); workers need `pip install decodebench[worker]`")]
+        return [
+            (NOTE, "torch", "not installed (a controller-only install); workers need `pip install decodebench[worker]`")
+        ]
     out = [(PASS, "torch", f"torch {torch.__version__}")]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
     if not torch.cuda.is_available():
-        out.append((FAIL if require_gpu else NOTE, "cuda", f"CUDA not available{where}: workers run with --device cpu only"))
+        out.append(
+            (FAIL if require_gpu else NOTE, "cuda", f"CUDA not available{where}: workers run with --device cpu only")
+        )
         return out
     count = torch.cuda.device_count()
     out.append((PASS, "cuda", f"CUDA {torch.version.cuda}, {count} device(s){where}"))
@@ -57,16 +61,21 @@ def check_nvml(require_gpu: bool) -> list[tuple[str, str, str]]:
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
         name, uuid = pynvml.nvmlDeviceGetName(h), pynvml.nvmlDeviceGetUUID(h)
         mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-        text = lambda v: v.decode() if isinstance(v, bytes) else v  # noqa: E731
-        out.append((PASS, f"gpu {i}", f"{text(name)} ({text(uuid)}): {mem.free / 2**30:.1f} GiB free of {mem.total / 2**30:.1f} GiB"))
+        text = lambda v: v.decode() if isinstance(v, bytes) else v
+        out.append(
+            (
+                PASS,
+                f"gpu {i}",
+                f"{text(name)} ({text(uuid)}): {mem.free / 2**30:.1f} GiB free of {mem.total / 2**30:.1f} GiB",
+            )
+        )
     return out
 
 
 def check_redis(url: str, tenant: str) -> tuple[str, str, str]:
     from worker.core import keys
     from worker.core.errors import DecodebenchError
-    from worker.core.redisconn import connect
-    from worker.core.redisconn import redact_url
+    from worker.core.redisconn import connect, redact_url
 
     try:
         conn = connect(url)

@@ -24,8 +24,14 @@ def _open(store: Store | str | None) -> Store:
     return store if isinstance(store, Store) else open_store(str(store) if store is not None else None)
 
 
-def load_summary(sweep: str, store: Store | str | None = None, tenant: str = "default", *,
-                 recompute: bool = False, n_boot: int = 1000) -> pd.DataFrame:
+def load_summary(
+    sweep: str,
+    store: Store | str | None = None,
+    tenant: str = "default",
+    *,
+    recompute: bool = False,
+    n_boot: int = 1000,
+) -> pd.DataFrame:
     """The summary of a sweep: one row per (model, strategy variant) cell plus `reference`.
 
     Reads `report/summary.parquet` when it covers every complete job; otherwise (or with

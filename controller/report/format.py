@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -12,10 +12,31 @@ import pandas as pd
 from controller.report.aggregate import DESIGN_COLUMNS, KEY_COLUMNS, SweepData, metric_columns
 
 # The terminal table: the columns a reader scans first (empty ones are dropped).
-CONCISE = ["model", "strategy", "params", "n_generations", "tokens_per_s", "latency_ms_p50", "peak_memory_mb",
-           "mean_length", "rep_4", "diversity", "self_bleu_4", "perplexity", "bleu", "rouge_l"]
-SHORT = {"n_generations": "n", "tokens_per_s": "tok/s", "latency_ms_p50": "p50 ms", "latency_ms_p95": "p95 ms",
-         "ttft_ms_p50": "ttft ms", "peak_memory_mb": "mem MB", "mean_length": "len"}
+CONCISE = [
+    "model",
+    "strategy",
+    "params",
+    "n_generations",
+    "tokens_per_s",
+    "latency_ms_p50",
+    "peak_memory_mb",
+    "mean_length",
+    "rep_4",
+    "diversity",
+    "self_bleu_4",
+    "perplexity",
+    "bleu",
+    "rouge_l",
+]
+SHORT = {
+    "n_generations": "n",
+    "tokens_per_s": "tok/s",
+    "latency_ms_p50": "p50 ms",
+    "latency_ms_p95": "p95 ms",
+    "ttft_ms_p50": "ttft ms",
+    "peak_memory_mb": "mem MB",
+    "mean_length": "len",
+}
 
 
 def fmt(value: Any) -> str:
@@ -57,8 +78,10 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
         columns = [c for c in CONCISE if c in summary.columns]
     keep = [c for c in columns if c in KEY_COLUMNS or summary[c].notna().any()]
     header = [SHORT.get(c, c) for c in keep]
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---" if c in ("model", "strategy", "params") else "---:" for c in keep) + "|"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if c in ("model", "strategy", "params") else "---:" for c in keep) + "|",
+    ]
     for _, row in summary.iterrows():
         cells = []
         for c in keep:
@@ -87,22 +110,49 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     name = data.name
     ci = summary.attrs.get("ci")
     done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
-    lines = [f"# decodebench report: {name} ({data.sweep_id})", "",
-             f"Tenant `{data.tenant}`, {done}, {len(data.generations)} generation(s). "
-             f"Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}.", ""]
+    lines = [
+        f"# decodebench report: {name} ({data.sweep_id})",
+        "",
+        f"Tenant `{data.tenant}`, {done}, {len(data.generations)} generation(s). "
+        f"Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
+        "",
+    ]
     if ci:
-        lines += [f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
-                  f"every seed, move together); bootstrap with {ci['n_boot']} replicates where a metric has an "
-                  f"exact fast path, else {ci['n_boot_corpus']}; half-sampling for the metrics that duplicated "
-                  "generations distort. Methods: "
-                  + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items())) + ".", ""]
-    lines += ["## Overview", "", markdown_table(summary), "## All columns", "",
-              markdown_table(summary, [c for c in DESIGN_COLUMNS if c in summary.columns]
-                             + [c for c in metric_columns(summary) if c not in DESIGN_COLUMNS], with_ci=bool(ci))]
+        lines += [
+            f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
+            f"every seed, move together); bootstrap with {ci['n_boot']} replicates where a metric has an "
+            f"exact fast path, else {ci['n_boot_corpus']}; half-sampling for the metrics that duplicated "
+            "generations distort. Methods: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items()))
+            + ".",
+            "",
+        ]
+    lines += [
+        "## Overview",
+        "",
+        markdown_table(summary),
+        "## All columns",
+        "",
+        markdown_table(
+            summary,
+            [c for c in DESIGN_COLUMNS if c in summary.columns]
+            + [c for c in metric_columns(summary) if c not in DESIGN_COLUMNS],
+            with_ci=bool(ci),
+        ),
+    ]
     return "\n".join(lines)
 
 
 def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
     rows = json.loads(summary.to_json(orient="records", double_precision=15))
-    return json.dumps({"sweep_id": data.sweep_id, "tenant": data.tenant, "name": data.name,
-                       "ci": summary.attrs.get("ci"), "columns": list(summary.columns), "rows": rows}, indent=2)
+    return json.dumps(
+        {
+            "sweep_id": data.sweep_id,
+            "tenant": data.tenant,
+            "name": data.name,
+            "ci": summary.attrs.get("ci"),
+            "columns": list(summary.columns),
+            "rows": rows,
+        },
+        indent=2,
+    )

@@ -34,8 +34,9 @@ def render(fmt_name: str, summary: pd.DataFrame, data: SweepData) -> bytes:
     raise UsageError(f"unknown report format {fmt_name!r}; valid: {', '.join(FORMATS)}")
 
 
-def write_reports(store: Store, tenant: str, sweep_id: str, summary: pd.DataFrame, data: SweepData,
-                  formats: tuple[str, ...] = FORMATS) -> dict[str, str]:
+def write_reports(
+    store: Store, tenant: str, sweep_id: str, summary: pd.DataFrame, data: SweepData, formats: tuple[str, ...] = FORMATS
+) -> dict[str, str]:
     """Write every format under the sweep's `report/`; return {format: store key}."""
     keys = {}
     for name in formats:

@@ -103,7 +103,9 @@ def load_spec(path: str | Path, check_paths: bool = True) -> SweepSpec:
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not UTF-8 text (byte {err.start}); a sweep file must be UTF-8 YAML or JSON") from None
+        raise UsageError(
+            f"{path}: not UTF-8 text (byte {err.start}); a sweep file must be UTF-8 YAML or JSON"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -26,13 +26,21 @@ class _Strict(BaseModel):
 class PromptSet(_Strict):
     """Where the prompts come from: a JSONL/CSV file or an inline list."""
 
-    path: str | None = Field(default=None, description="JSONL or CSV file (relative to the spec file) with fields `prompt`, optional `reference` and `id`.")
-    inline: list[str | PromptItem] | None = Field(default=None, description="Prompts written in the spec: strings or {id, prompt, reference} objects.")
+    path: str | None = Field(
+        default=None,
+        description="JSONL or CSV file (relative to the spec file) with fields `prompt`, "
+        "optional `reference` and `id`.",
+    )
+    inline: list[str | PromptItem] | None = Field(
+        default=None, description="Prompts written in the spec: strings or {id, prompt, reference} objects."
+    )
     limit: int | None = Field(default=None, ge=1, description="Use only the first N prompts.")
-    shard_size: int = Field(default=32, ge=1, description="Prompts per job: a cell's prompts are split into shards of this size.")
+    shard_size: int = Field(
+        default=32, ge=1, description="Prompts per job: a cell's prompts are split into shards of this size."
+    )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "PromptSet":
+    def _one_source(self) -> PromptSet:
         if (self.path is None) == (self.inline is None):
             raise ValueError("give exactly one of `path` or `inline`")
         return self
@@ -42,17 +50,20 @@ class StrategyEntry(_Strict):
     """A strategy and its parameters; a list-valued parameter expands to a grid."""
 
     name: str = Field(description="A registered strategy (see `decodebench strategies`).")
-    params: dict[str, Any] = Field(default_factory=dict, description="Parameter values; a list gives one variant per value (grid over all lists).")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Parameter values; a list gives one variant per value (grid over all lists)."
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "StrategyEntry":
+    def _check(self) -> StrategyEntry:
         if self.name not in STRATEGIES:
             raise ValueError(STRATEGIES.unknown_message(self.name))
         strategy = STRATEGIES.get(self.name)
         for key, value in self.params.items():
             if key not in strategy.all_params:
                 raise ValueError(
-                    f"params.{key}: unknown parameter for {self.name!r}; valid: {', '.join(sorted(strategy.all_params))}"
+                    f"params.{key}: unknown parameter for {self.name!r}; "
+                    f"valid: {', '.join(sorted(strategy.all_params))}"
                 )
             values = value if isinstance(value, list) else [value]
             if not values:
@@ -71,10 +82,14 @@ class StrategyEntry(_Strict):
 class Generation(GenerationSettings):
     """Generation settings shared by all strategies, plus the seeds."""
 
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds; stochastic strategies run once per seed, deterministic ones once.")
+    seeds: list[int] = Field(
+        default_factory=lambda: [0],
+        min_length=1,
+        description="Seeds; stochastic strategies run once per seed, deterministic ones once.",
+    )
 
     @model_validator(mode="after")
-    def _min_le_max(self) -> "Generation":
+    def _min_le_max(self) -> Generation:
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError("min_new_tokens must not exceed max_new_tokens")
         if len(set(self.seeds)) != len(self.seeds):
@@ -95,7 +110,9 @@ class SweepSpec(_Strict):
     strategies: list[StrategyEntry] = Field(min_length=1, description="Strategies to compare.")
     generation: Generation = Field(default_factory=Generation, description="Shared generation settings.")
     metrics: list[str] | None = Field(default=None, description="Quality metrics to compute; default: all that apply.")
-    scorer: ModelSpec | None = Field(default=None, description="Model that scores perplexity for every cell; default: each cell's own model.")
+    scorer: ModelSpec | None = Field(
+        default=None, description="Model that scores perplexity for every cell; default: each cell's own model."
+    )
     job_timeout_s: int = Field(default=3600, ge=1, description="Wall-clock limit of one job on a worker.")
     # The spec file's directory: local paths enter the sweep id relative to it, so the same
     # sweep checked out in two places has one id.
@@ -125,7 +142,7 @@ class SweepSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _unique_model_labels(self) -> "SweepSpec":
+    def _unique_model_labels(self) -> SweepSpec:
         labels = [m.label for m in self.models]
         dup = {x for x in labels if labels.count(x) > 1}
         if dup:

@@ -80,23 +80,25 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
             for seed in seeds:
                 for index, shard in enumerate(shards):
                     coords = [sweep_id, model.label, strategy.name, strategy.params, seed, index]
-                    jobs.append(JobSpec(
-                        tenant=tenant,
-                        sweep_id=sweep_id,
-                        sweep_name=spec.name,
-                        job_id=spec_hash(coords)[:ID_LEN],
-                        cell=cell_key(model.label, strategy),
-                        model=model,
-                        strategy=strategy,
-                        seed=seed,
-                        shard=index,
-                        n_shards=len(shards),
-                        prompts=shard,
-                        generation=settings,
-                        metrics=metrics,
-                        scorer=spec.scorer,
-                        timeout_s=spec.job_timeout_s,
-                    ))
+                    jobs.append(
+                        JobSpec(
+                            tenant=tenant,
+                            sweep_id=sweep_id,
+                            sweep_name=spec.name,
+                            job_id=spec_hash(coords)[:ID_LEN],
+                            cell=cell_key(model.label, strategy),
+                            model=model,
+                            strategy=strategy,
+                            seed=seed,
+                            shard=index,
+                            n_shards=len(shards),
+                            prompts=shard,
+                            generation=settings,
+                            metrics=metrics,
+                            scorer=spec.scorer,
+                            timeout_s=spec.job_timeout_s,
+                        )
+                    )
     return jobs
 
 

@@ -44,7 +44,11 @@ def load_prompts(prompts: PromptSet) -> list[PromptItem]:
         extra = set(entry) - {"id", "prompt", "reference"}
         if extra:
             raise UsageError(f"{where}: item {i} has unknown field {sorted(extra)[0]!r} (valid: id, prompt, reference)")
-        items.append(PromptItem(id=str(entry.get("id") or f"p{i:05d}"), prompt=entry["prompt"], reference=entry.get("reference") or None))
+        items.append(
+            PromptItem(
+                id=str(entry.get("id") or f"p{i:05d}"), prompt=entry["prompt"], reference=entry.get("reference") or None
+            )
+        )
     ids = [p.id for p in items]
     if len(set(ids)) != len(ids):
         raise UsageError(f"{where}: prompt ids are not unique")

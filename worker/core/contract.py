@@ -35,10 +35,18 @@ class ModelSpec(Strict):
 
     path: str = Field(description="Local directory (relative to the spec file) or a hub id.")
     name: str | None = Field(default=None, description="Label in reports; defaults to the last part of `path`.")
-    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit); ignored for local paths.")
-    dtype: Dtype = Field(default="auto", description="Weights dtype: auto (the checkpoint's), float32, float16 or bfloat16.")
-    trust_remote_code: bool = Field(default=False, description="Allow the checkpoint's own Python code to run. Off by default.")
-    use_safetensors: bool = Field(default=True, description="Load safetensors weights only (no pickle). Turn off only for trusted checkpoints.")
+    revision: str | None = Field(
+        default=None, description="Hub revision (branch, tag or commit); ignored for local paths."
+    )
+    dtype: Dtype = Field(
+        default="auto", description="Weights dtype: auto (the checkpoint's), float32, float16 or bfloat16."
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the checkpoint's own Python code to run. Off by default."
+    )
+    use_safetensors: bool = Field(
+        default=True, description="Load safetensors weights only (no pickle). Turn off only for trusted checkpoints."
+    )
 
     @field_validator("path")
     @classmethod
@@ -71,7 +79,9 @@ class GenerationSettings(Strict):
     max_new_tokens: int = Field(default=64, ge=1, description="Tokens to generate at most per prompt.")
     min_new_tokens: int = Field(default=0, ge=0, description="Tokens to generate at least before EOS is allowed.")
     batch_size: int = Field(default=8, ge=1, description="Prompts per generate() call (left-padded).")
-    stop: list[str] = Field(default_factory=list, description="Stop strings: generation ends after any of them; the text is cut before it.")
+    stop: list[str] = Field(
+        default_factory=list, description="Stop strings: generation ends after any of them; the text is cut before it."
+    )
     warmup: bool = Field(default=True, description="Run one untimed warm-up batch before measuring.")
 
 
@@ -94,7 +104,9 @@ class JobSpec(Strict):
     prompts: list[PromptItem] = Field(description="The shard's prompts.")
     generation: GenerationSettings
     metrics: list[str] = Field(default_factory=list, description="Metrics requested by the sweep.")
-    scorer: ModelSpec | None = Field(default=None, description="Model that scores perplexity; None: the generating model.")
+    scorer: ModelSpec | None = Field(
+        default=None, description="Model that scores perplexity; None: the generating model."
+    )
     timeout_s: int = Field(default=3600, ge=1, description="Wall-clock limit of the job on a worker.")
 
 
@@ -130,7 +142,9 @@ class BatchTiming(Strict):
     prefill_s: float = Field(description="Start of generate() to the first logits (time to first token).")
     total_s: float = Field(description="Whole generate() call.")
     decode_s: float = Field(description="total_s - prefill_s.")
-    steps: int | None = Field(default=None, description="Token positions generated (the longest row): 1 prefill + steps-1 decode steps.")
+    steps: int | None = Field(
+        default=None, description="Token positions generated (the longest row): 1 prefill + steps-1 decode steps."
+    )
 
 
 class JobResult(Strict):
@@ -143,12 +157,20 @@ class JobResult(Strict):
     status: JobStatus = JobStatus.DONE
     started_at: str
     finished_at: str
-    generation_config: dict[str, Any] = Field(description="Effective settings passed to transformers, defaults filled in.")
+    generation_config: dict[str, Any] = Field(
+        description="Effective settings passed to transformers, defaults filled in."
+    )
     batches: list[BatchTiming]
     load_s: float
     n_generations: int
     new_tokens: int
-    generations_sha256: str | None = Field(default=None, description="sha256 of the generations.jsonl this result describes.")
-    memory: dict[str, float | None] = Field(description="torch_peak_mb, rss_peak_mb, nvml_peak_mb, nvml_mean_mb, gpu_util_mean.")
+    generations_sha256: str | None = Field(
+        default=None, description="sha256 of the generations.jsonl this result describes."
+    )
+    memory: dict[str, float | None] = Field(
+        description="torch_peak_mb, rss_peak_mb, nvml_peak_mb, nvml_mean_mb, gpu_util_mean."
+    )
     provenance: dict[str, Any]
-    notes: list[str] = Field(default_factory=list, description="Things a reader should know (e.g. an OOM batch halving).")
+    notes: list[str] = Field(
+        default_factory=list, description="Things a reader should know (e.g. an OOM batch halving)."
+    )

@@ -83,6 +83,7 @@ def split_running_member(member: str) -> tuple[str, str, str]:
 
 # -- RQ queue names -------------------------------------------------------------------------
 
+
 def queue_name(tenant: str, priority: str = "normal") -> str:
     if priority not in PRIORITIES:
         raise ValueError(f"priority {priority!r}: use one of {', '.join(PRIORITIES)}")

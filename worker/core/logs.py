@@ -59,7 +59,12 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
         if logging.getLevelNamesMapping().get(event.get("level", "info").upper(), logging.INFO) < console_level:
             raise structlog.DropEvent
         return event
-    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -5,8 +5,13 @@ from __future__ import annotations
 from worker.core.settings import check_tenant
 
 # The report's files under <sweep>/report/, by format (`decodebench report --format`).
-REPORT_FILES = {"md": "summary.md", "csv": "summary.csv", "parquet": "summary.parquet", "json": "summary.json",
-                "html": "report.html"}
+REPORT_FILES = {
+    "md": "summary.md",
+    "csv": "summary.csv",
+    "parquet": "summary.parquet",
+    "json": "summary.json",
+    "html": "report.html",
+}
 
 
 def sweep_prefix(tenant: str, sweep_id: str) -> str:

@@ -47,5 +47,6 @@ def connect_patiently(url: str):
     from redis.backoff import ExponentialWithJitterBackoff
     from redis.retry import Retry
 
-    return redis.Redis.from_url(url, health_check_interval=30,
-                                retry=Retry(ExponentialWithJitterBackoff(cap=10, base=0.5), 12))
+    return redis.Redis.from_url(
+        url, health_check_interval=30, retry=Retry(ExponentialWithJitterBackoff(cap=10, base=0.5), 12)
+    )

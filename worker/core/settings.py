@@ -74,22 +74,50 @@ _SETTINGS = [
     Setting("log_level", "info", "Console log level (a job's log.jsonl keeps its info lines)."),
     # the worker process
     Setting("device", None, "Device: cpu or cuda:N; never falls back silently.", scope="worker"),
-    Setting("queues", "*", "Tenants, queue names decodebench.<tenant>.<priority>, or '*' (comma-separated).", scope="worker"),
-    Setting("stop_grace", None, "On SIGTERM, seconds to let the running job finish before requeueing it (default: its timeout).",
-            float, scope="worker"),
+    Setting(
+        "queues", "*", "Tenants, queue names decodebench.<tenant>.<priority>, or '*' (comma-separated).", scope="worker"
+    ),
+    Setting(
+        "stop_grace",
+        None,
+        "On SIGTERM, seconds to let the running job finish before requeueing it (default: its timeout).",
+        float,
+        scope="worker",
+    ),
     Setting("heartbeat_ttl", 60.0, "Seconds without a heartbeat after which a running job counts as lost.", float),
     Setting("reaper_interval", 15.0, "Seconds between a worker's searches for lost jobs.", float, scope="worker"),
-    Setting("max_lost", 3, "A job lost with its worker this many times fails instead of being requeued.", int, scope="worker"),
+    Setting(
+        "max_lost",
+        3,
+        "A job lost with its worker this many times fails instead of being requeued.",
+        int,
+        scope="worker",
+    ),
     Setting("model_cache_size", 2, "Loaded models a worker keeps (LRU).", int, scope="worker"),
-    Setting("model_cache_mb", None, "Parameter memory (MB) a worker's model cache may hold (default: no limit).", int,
-            scope="worker"),
+    Setting(
+        "model_cache_mb",
+        None,
+        "Parameter memory (MB) a worker's model cache may hold (default: no limit).",
+        int,
+        scope="worker",
+    ),
     Setting("image", None, "Image reference recorded in every result's provenance (set by the chart).", scope="worker"),
     # submission
-    Setting("retry_intervals", [30, 120, 600], "Seconds before each retry of a transiently failed job (comma-separated).",
-            _float_list, scope="controller"),
+    Setting(
+        "retry_intervals",
+        [30, 120, 600],
+        "Seconds before each retry of a transiently failed job (comma-separated).",
+        _float_list,
+        scope="controller",
+    ),
     Setting("job_timeout", None, "Cap on any job's timeout in seconds (the cluster's limit).", int, scope="controller"),
-    Setting("sweep_ttl_days", 30.0, "Days a sweep's Redis keys live after its last submit or retry.", float,
-            scope="controller"),
+    Setting(
+        "sweep_ttl_days",
+        30.0,
+        "Days a sweep's Redis keys live after its last submit or retry.",
+        float,
+        scope="controller",
+    ),
     # S3
     Setting("s3_endpoint_url", None, "S3 endpoint for non-AWS services (MinIO, Ceph, ...)."),
     Setting("s3_profile", None, "AWS profile of the S3 credentials."),
@@ -98,14 +126,20 @@ _SETTINGS = [
     Setting("s3_max_attempts", 5, "botocore attempts per S3 request (standard retry mode).", int),
     Setting("s3_conditional_put", True, "Use conditional PUT (If-None-Match) for create-only writes.", _flag),
     # cluster commands
-    Setting("namespace", None, "Kubernetes namespace of `decodebench cluster` (default: the pod's or the context's).",
-            scope="controller"),
+    Setting(
+        "namespace",
+        None,
+        "Kubernetes namespace of `decodebench cluster` (default: the pod's or the context's).",
+        scope="controller",
+    ),
     Setting("release", None, "Helm release of the worker pools (default: every release).", scope="controller"),
     # read only by the chart's launcher (charts/decodebench/files/launch-workers.sh)
     Setting("worker_processes", 1, "Worker processes in a pod (the pod's GPU count).", int, scope="chart"),
     Setting("worker_device", "cuda", "cuda: process i runs with --device cuda:i; cpu: --device cpu.", scope="chart"),
     Setting("pool", None, "Name of the worker pool (labels and logs).", scope="chart"),
-    Setting("redis_password", None, "Redis password, interpolated into DECODEBENCH_REDIS_URL by the chart.", scope="chart"),
+    Setting(
+        "redis_password", None, "Redis password, interpolated into DECODEBENCH_REDIS_URL by the chart.", scope="chart"
+    ),
 ]
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
 
@@ -156,5 +190,6 @@ def option(name: str, *decls: str, **kwargs: Any):
         default = (default,)
     if all(d.startswith("-") for d in decls):
         decls = (*decls, name)
-    return click.option(*decls, default=default, envvar=setting.envvar, show_envvar=True,
-                        show_default=default is not None, **kwargs)
+    return click.option(
+        *decls, default=default, envvar=setting.envvar, show_envvar=True, show_default=default is not None, **kwargs
+    )

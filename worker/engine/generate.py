@@ -30,7 +30,9 @@ log = structlog.get_logger("decodebench.engine")
 class FinishRecorder(StoppingCriteria):
     """Marks a row done at EOS or a stop string and records the step at which it finished."""
 
-    def __init__(self, prompt_len: int, eos_ids: list[int], stop: StopStringCriteria | None, batch: int, device) -> None:
+    def __init__(
+        self, prompt_len: int, eos_ids: list[int], stop: StopStringCriteria | None, batch: int, device
+    ) -> None:
         self.prompt_len = prompt_len
         self.eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         self.stop = stop
@@ -211,7 +213,9 @@ def warm_up(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem]) -> N
     """One short untimed generate() per loaded model (kernels, allocator, caches)."""
     if lm.warmed:
         return
-    short = GenerationConfig(**{**decoding.config.to_dict(), "max_new_tokens": 2, "min_new_tokens": None, "stop_strings": None})
+    short = GenerationConfig(
+        **{**decoding.config.to_dict(), "max_new_tokens": 2, "min_new_tokens": None, "stop_strings": None}
+    )
     enc = lm.tokenizer([p.prompt for p in prompts], return_tensors="pt", padding=True).to(lm.device)
     with torch.inference_mode():
         lm.model.generate(**enc, generation_config=short)

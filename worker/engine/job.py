@@ -47,7 +47,7 @@ class Runtime:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat()
+    return dt.datetime.now(dt.UTC).isoformat()
 
 
 def _provenance(job: JobSpec, runtime: Runtime, model_info: dict, scorer_info: dict | None) -> dict[str, Any]:
@@ -70,8 +70,15 @@ def _provenance(job: JobSpec, runtime: Runtime, model_info: dict, scorer_info: d
     }
 
 
-def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, batch_size: int,
-              seed_of: dict[str, int], notes: list[str]):
+def _generate(
+    job: JobSpec,
+    runtime: Runtime,
+    lm: LoadedModel,
+    decoding: gen.Decoding,
+    batch_size: int,
+    seed_of: dict[str, int],
+    notes: list[str],
+):
     """Every batch of the job, measured: [(prompts, BatchOutput)] and the memory readings."""
     batches = [job.prompts[i : i + batch_size] for i in range(0, len(job.prompts), batch_size)]
     if job.generation.warmup:
@@ -88,8 +95,13 @@ def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Dec
             for part in done:
                 outputs.append((batch[offset : offset + part.timing.n], part))
                 offset += part.timing.n
-                log.info("batch.done", n=part.timing.n, new_tokens=part.timing.new_tokens,
-                         total_s=round(part.timing.total_s, 4), prefill_s=round(part.timing.prefill_s, 4))
+                log.info(
+                    "batch.done",
+                    n=part.timing.n,
+                    new_tokens=part.timing.new_tokens,
+                    total_s=round(part.timing.total_s, 4),
+                    prefill_s=round(part.timing.prefill_s, 4),
+                )
     torch_peak = torch.cuda.max_memory_allocated(runtime.device) / 2**20 if runtime.device.type == "cuda" else None
     memory = {"torch_peak_mb": round(torch_peak, 2) if torch_peak is not None else None, **sampler.summary()}
     return outputs, memory
@@ -119,7 +131,9 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
     bs = job.generation.batch_size
     notes: list[str] = []
     if decoding.assistant_path is not None:
-        decoding.assistant = runtime.cache.get(ModelSpec(path=decoding.assistant_path, dtype=job.model.dtype), runtime.device)
+        decoding.assistant = runtime.cache.get(
+            ModelSpec(path=decoding.assistant_path, dtype=job.model.dtype), runtime.device
+        )
         if bs > 1:
             notes.append(f"assisted decoding runs one prompt at a time in transformers: batch_size {bs} -> 1")
             bs = 1
@@ -130,17 +144,39 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
     for index, (prompts, part) in enumerate(outputs):
         for p, text, ids, reason in zip(prompts, part.texts, part.token_ids, part.stop_reasons):
             nll_sum, nll_count = scores.get(p.id, (None, None))
-            records.append(GenerationRecord(
-                job_id=job.job_id, cell=job.cell, model=job.model.label, strategy=job.strategy.name,
-                params=job.strategy.params, seed=seed_of[p.id], job_seed=job.seed,
-                prompt_id=p.id, prompt=p.prompt, reference=p.reference, text=text, token_ids=ids,
-                n_new_tokens=len(ids), stop_reason=reason, batch=index, nll_sum=nll_sum, nll_count=nll_count,
-            ))
+            records.append(
+                GenerationRecord(
+                    job_id=job.job_id,
+                    cell=job.cell,
+                    model=job.model.label,
+                    strategy=job.strategy.name,
+                    params=job.strategy.params,
+                    seed=seed_of[p.id],
+                    job_seed=job.seed,
+                    prompt_id=p.id,
+                    prompt=p.prompt,
+                    reference=p.reference,
+                    text=text,
+                    token_ids=ids,
+                    n_new_tokens=len(ids),
+                    stop_reason=reason,
+                    batch=index,
+                    nll_sum=nll_sum,
+                    nll_count=nll_count,
+                )
+            )
     result = JobResult(
-        job=job, started_at=started, finished_at=_now(), generation_config=decoding.describe(),
-        batches=[part.timing for _, part in outputs], load_s=lm.info["load_s"], n_generations=len(records),
-        new_tokens=sum(r.n_new_tokens for r in records), memory=memory,
-        provenance=_provenance(job, runtime, lm.info, scorer_info), notes=notes,
+        job=job,
+        started_at=started,
+        finished_at=_now(),
+        generation_config=decoding.describe(),
+        batches=[part.timing for _, part in outputs],
+        load_s=lm.info["load_s"],
+        n_generations=len(records),
+        new_tokens=sum(r.n_new_tokens for r in records),
+        memory=memory,
+        provenance=_provenance(job, runtime, lm.info, scorer_info),
+        notes=notes,
     )
     return result, records
 
@@ -160,8 +196,12 @@ def run_job(spec: JobSpec, *, store: Store, runtime: Runtime) -> dict[str, Any]:
             log.error("job.failed", error=f"{type(err).__name__}: {err}")
             store.write_jsonl(paths.log_key(t, s, j), lines)
             raise
-        log.info("job.done", generations=result.n_generations, new_tokens=result.new_tokens,
-                 generate_s=round(sum(b.total_s for b in result.batches), 3))
+        log.info(
+            "job.done",
+            generations=result.n_generations,
+            new_tokens=result.new_tokens,
+            generate_s=round(sum(b.total_s for b in result.batches), 3),
+        )
         generations = jsonl_bytes(r.model_dump() for r in records)
         result.generations_sha256 = hashlib.sha256(generations).hexdigest()
         store.write_bytes(paths.generations_key(t, s, j), generations)

@@ -7,7 +7,9 @@ import torch
 from worker.engine.models import LoadedModel
 
 
-def score_nll(scorer: LoadedModel, pairs: list[tuple[list[int], list[int]]], batch_size: int) -> list[tuple[float | None, int | None]]:
+def score_nll(
+    scorer: LoadedModel, pairs: list[tuple[list[int], list[int]]], batch_size: int
+) -> list[tuple[float | None, int | None]]:
     """Sum of negative log-likelihoods of each continuation given its context, batched (left padding)."""
     out: list[tuple[float | None, int | None]] = []
     pad = scorer.tokenizer.pad_token_id

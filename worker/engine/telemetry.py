@@ -78,7 +78,7 @@ class Sampler:
             self._sample()
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._sample()
         self._thread.start()
         return self

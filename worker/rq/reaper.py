@@ -34,9 +34,11 @@ class Timing:
         return max(0.2, self.heartbeat_ttl / 6)
 
     @classmethod
-    def from_settings(cls, **flags: Any) -> "Timing":
+    def from_settings(cls, **flags: Any) -> Timing:
         """Flags (None: not given), else DECODEBENCH_HEARTBEAT_TTL / _REAPER_INTERVAL / _MAX_LOST, else defaults."""
-        return cls(**{name: settings.get(name, flags.get(name)) for name in ("heartbeat_ttl", "reaper_interval", "max_lost")})
+        return cls(
+            **{name: settings.get(name, flags.get(name)) for name in ("heartbeat_ttl", "reaper_interval", "max_lost")}
+        )
 
     @property
     def detection_bound(self) -> float:
@@ -81,8 +83,13 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
     try:
         job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
     except NoSuchJobError:
-        sweepstate.transition(conn, *ids, JobStatus.FAILED, allowed=running,
-                              reason="lost with its worker, and its RQ job is gone: resubmit with --retry-failed")
+        sweepstate.transition(
+            conn,
+            *ids,
+            JobStatus.FAILED,
+            allowed=running,
+            reason="lost with its worker, and its RQ job is gone: resubmit with --retry-failed",
+        )
         return False
     status = job.get_status()
     losses = sweepstate.record_loss(conn, tenant, sweep_id, job_id)
@@ -94,8 +101,9 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
     elif status in (RQStatus.STOPPED, RQStatus.CANCELED):
         sweepstate.transition(conn, *ids, JobStatus.CANCELLED, allowed=running)
     elif losses > timing.max_lost:
-        reason = (f"lost {losses} times: its worker died or stopped heartbeating while running it "
-                  "(killed? out of memory?)")
+        reason = (
+            f"lost {losses} times: its worker died or stopped heartbeating while running it (killed? out of memory?)"
+        )
         _drop_started(conn, job.origin, job_id)
         with conn.pipeline() as pipe:
             record_job_failure(job, reason, pipe)

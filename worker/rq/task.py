@@ -128,6 +128,7 @@ def run_queued_job(job: dict) -> dict[str, Any]:
     except BaseException as err:
         _failed(rq_job, ids, err)
         raise
-    sweepstate.transition(conn, *ids, JobStatus.DONE, new_tokens=int(out.get("new_tokens", 0) or 0),
-                          generations=len(spec.prompts))
+    sweepstate.transition(
+        conn, *ids, JobStatus.DONE, new_tokens=int(out.get("new_tokens", 0) or 0), generations=len(spec.prompts)
+    )
     return out

@@ -18,7 +18,6 @@ model cache survives across jobs) plus what a fork-less worker lacks:
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -29,7 +28,7 @@ import uuid
 import structlog
 from redis.exceptions import RedisError
 from rq import Queue, SimpleWorker
-from rq.exceptions import DequeueTimeout, NoSuchJobError, StopRequested
+from rq.exceptions import StopRequested
 from rq.intermediate_queue import IntermediateQueue
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
@@ -39,6 +38,7 @@ from rq.worker import WorkerStatus
 from worker import sweepstate
 from worker.core import keys
 from worker.core.errors import UsageError
+from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, resolve_queue_names
 from worker.rq.reaper import Timing, enqueue_due_retries, reap
 from worker.rq.task import Interrupted, Lent, lend
 
@@ -47,81 +47,21 @@ INTERRUPT_SIGNAL = signal.SIGUSR1
 STUCK_IN_INTERMEDIATE = "Job was stuck in intermediate queue."  # rq.intermediate_queue's reason
 
 
-def resolve_queue_names(conn, selectors: list[str]) -> tuple[list[str], bool]:
-    """Queue names for `--queues` values: tenants, full queue names or `*`; (names, wildcard)."""
-    names: list[str] = []
-    wildcard = False
-    for selector in selectors:
-        for part in (p.strip() for p in selector.split(",")):
-            if not part:
-                continue
-            if part == "*":
-                wildcard = True
-                names += discover_queue_names(conn)
-            elif keys.parse_queue_name(part):
-                names.append(part)
-            else:
-                try:
-                    names += keys.tenant_queues(part)
-                except ValueError as err:
-                    raise UsageError(f"--queues {part!r}: not a tenant, a queue decodebench.<tenant>.<priority> or '*' ({err})") from None
-    return list(dict.fromkeys(names)), wildcard
-
-
-def discover_queue_names(conn) -> list[str]:
-    """decodebench queues in RQ's queue set (every tenant that has submitted)."""
-    out = []
-    for raw in conn.smembers(Queue.redis_queues_keys):
-        name = raw.decode().removeprefix(Queue.redis_queue_namespace_prefix)
-        if keys.parse_queue_name(name):
-            out.append(name)
-    return sorted(out)
-
-
-class ReliableQueue(Queue):
-    """Dequeues with LMOVE into RQ's intermediate list for every queue (RQ does so only for a
-    worker with a single queue): a worker killed between taking a job and registering it
-    leaves the job id in the intermediate list, where the reaper finds it."""
-
-    POLL_S = 0.5
-
-    @classmethod
-    def dequeue_any(cls, queues, timeout, connection, job_class=None, serializer=None, death_penalty_class=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            for queue in queues:
-                target = IntermediateQueue.get_intermediate_queue_key(queue.key)
-                if len(queues) == 1 and timeout is not None:  # one queue: block in Redis, no polling
-                    raw = connection.blmove(queue.key, target, max(1, int(deadline - time.monotonic())))
-                else:
-                    raw = connection.lmove(queue.key, target)
-                if raw is None:
-                    continue
-                job_id = raw.decode()
-                try:
-                    job = (job_class or cls.job_class).fetch(job_id, connection=connection, serializer=serializer)
-                except NoSuchJobError:  # deleted while queued
-                    IntermediateQueue(queue.key, connection).remove(job_id)
-                    continue
-                return job, queue
-            if deadline is None:
-                return None
-            if time.monotonic() >= deadline:
-                raise DequeueTimeout(timeout, [q.key for q in queues])
-            time.sleep(min(cls.POLL_S, max(0.0, deadline - time.monotonic())))
-
-
-def fair_order(names: list[str], tenants: list[str]) -> list[str]:
-    """Priority first (high, normal, low), then tenants in their round-robin order."""
-    present = set(names)
-    return [q for p in keys.PRIORITIES for t in tenants if (q := keys.queue_name(t, p)) in present]
-
-
 class DecodebenchWorker(SimpleWorker):
     queue_class = ReliableQueue
 
-    def __init__(self, selectors: list[str], *, connection, store, runtime, timing: Timing | None = None,
-                 stop_grace: float | None = None, name: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        selectors: list[str],
+        *,
+        connection,
+        store,
+        runtime,
+        timing: Timing | None = None,
+        stop_grace: float | None = None,
+        name: str | None = None,
+        **kwargs,
+    ) -> None:
         """`store` and `runtime` (a worker.engine.job.Runtime) are lent to every job this worker runs."""
         self.timing = timing or Timing.from_settings()
         self.lent = Lent(store=store, runtime=runtime)
@@ -133,8 +73,14 @@ class DecodebenchWorker(SimpleWorker):
             raise UsageError("--queues: no queue given")
         host = socket.gethostname().split(".")[0]
         name = name or f"decodebench-{host}-{os.getpid()}-{device.replace(':', '')}-{uuid.uuid4().hex[:6]}"
-        super().__init__([], name=name, connection=connection, serializer=JSONSerializer,
-                         job_monitoring_interval=max(1, int(self.timing.beat)), **kwargs)
+        super().__init__(
+            [],
+            name=name,
+            connection=connection,
+            serializer=JSONSerializer,
+            job_monitoring_interval=max(1, int(self.timing.beat)),
+            **kwargs,
+        )
         self._tenants: list[str] = []
         self._set_queues(names)
         self._lock = threading.Lock()
@@ -209,8 +155,12 @@ class DecodebenchWorker(SimpleWorker):
         conn = self.connection
         if any(conn.zcard(keys.running(t)) for t in self._tenants):
             return True
-        return any(len(q) or conn.llen(IntermediateQueue.get_intermediate_queue_key(q.key))
-                   or ScheduledJobRegistry(queue=q).get_job_count(cleanup=False) for q in self.queues)
+        return any(
+            len(q)
+            or conn.llen(IntermediateQueue.get_intermediate_queue_key(q.key))
+            or ScheduledJobRegistry(queue=q).get_job_count(cleanup=False)
+            for q in self.queues
+        )
 
     # -- running a job ---------------------------------------------------------------------------
     @staticmethod
@@ -257,10 +207,16 @@ class DecodebenchWorker(SimpleWorker):
                 self.cleanup_execution(job, pipeline=pipe, execution=execution)
                 pipe.execute()
             queue.enqueue_job(job, at_front=True)
-            log.info("job.requeued", job_id=job.id, queue=queue.name, why="worker shutting down" if exc_string != STUCK_IN_INTERMEDIATE else "taken by a worker that died")
+            log.info(
+                "job.requeued",
+                job_id=job.id,
+                queue=queue.name,
+                why="worker shutting down" if exc_string != STUCK_IN_INTERMEDIATE else "taken by a worker that died",
+            )
             return
-        super().handle_job_failure(job, queue, started_job_registry=started_job_registry,
-                                   exc_string=exc_string, execution=execution)
+        super().handle_job_failure(
+            job, queue, started_job_registry=started_job_registry, exc_string=exc_string, execution=execution
+        )
 
     # -- interrupting the running job --------------------------------------------------------------
     def _interrupt(self, why: str) -> None:
@@ -377,21 +333,3 @@ class DecodebenchWorker(SimpleWorker):
     def run_maintenance_tasks(self) -> None:
         reap(self.connection, self.tenants, self.timing)  # before RQ's own abandoned-job cleanup
         super().run_maintenance_tasks()
-
-
-class StructlogBridge(logging.Handler):
-    """RQ logs through the stdlib: pass its lines to structlog (JSON in pods)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            structlog.get_logger(record.name).log(record.levelno, record.getMessage())
-        except Exception:
-            self.handleError(record)
-
-
-def bridge_rq_logging(level: str = "INFO") -> None:
-    for name in ("rq.worker", "rq.job", "rq.queue", "rq.registry", "rq.scheduler"):
-        logger = logging.getLogger(name)
-        logger.handlers = [StructlogBridge()]
-        logger.propagate = False
-        logger.setLevel(level.upper())

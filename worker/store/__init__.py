@@ -21,7 +21,7 @@ def open_store(url: str | None = None) -> Store:
 
         return S3Store.from_url(url)
     if url.startswith("file://"):
-        return FileStore(url[len("file://"):])
+        return FileStore(url[len("file://") :])
     if "://" in url:
         raise UsageError(f"store {url!r}: unsupported scheme (use a path, file:// or s3://)")
     return FileStore(url)

@@ -74,17 +74,21 @@ class Store:
 
     def complete_job_ids(self, tenant: str, sweep_id: str) -> set[str]:
         prefix = paths.jobs_prefix(tenant, sweep_id)
-        return {k[len(prefix):].split("/")[0] for k in self.list(prefix) if k.endswith("/result.json")}
+        return {k[len(prefix) :].split("/")[0] for k in self.list(prefix) if k.endswith("/result.json")}
 
     def load_result(self, tenant: str, sweep_id: str, job_id: str) -> JobResult:
         return JobResult.model_validate(self.read_json(paths.result_key(tenant, sweep_id, job_id)))
 
-    def load_generations(self, tenant: str, sweep_id: str, job_id: str, sha256: str | None = None) -> list[GenerationRecord]:
+    def load_generations(
+        self, tenant: str, sweep_id: str, job_id: str, sha256: str | None = None
+    ) -> list[GenerationRecord]:
         """A job's generations; with `sha256` (from its result.json), checked against it."""
         data = self.read_bytes(paths.generations_key(tenant, sweep_id, job_id))
         if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-            raise StoreError(f"job {job_id}: generations.jsonl does not match its result.json (written by another run "
-                             f"of the job?); delete the job's result.json and run or retry the sweep")
+            raise StoreError(
+                f"job {job_id}: generations.jsonl does not match its result.json (written by another run "
+                f"of the job?); delete the job's result.json and run or retry the sweep"
+            )
         return [GenerationRecord.model_validate_json(line) for line in data.decode().splitlines() if line.strip()]
 
     def load_spec(self, tenant: str, sweep_id: str) -> dict:
@@ -95,7 +99,7 @@ class Store:
 
     def list_sweeps(self, tenant: str) -> list[str]:
         prefix = paths.sweeps_prefix(tenant)
-        return sorted({k[len(prefix):].split("/")[0] for k in self.list(prefix) if k.endswith("/spec.json")})
+        return sorted({k[len(prefix) :].split("/")[0] for k in self.list(prefix) if k.endswith("/spec.json")})
 
     def resolve_sweep(self, tenant: str, sweep: str) -> str:
         """A sweep id or a unique prefix of one."""

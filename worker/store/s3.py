@@ -30,8 +30,19 @@ log = structlog.get_logger("decodebench.s3store")
 T = TypeVar("T")
 
 _TRANSIENT_CODES = {
-    "500", "502", "503", "504", "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout",
-    "RequestTimeTooSkewed", "Throttling", "ThrottlingException", "ConditionalRequestConflict", "409",
+    "500",
+    "502",
+    "503",
+    "504",
+    "InternalError",
+    "ServiceUnavailable",
+    "SlowDown",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "Throttling",
+    "ThrottlingException",
+    "ConditionalRequestConflict",
+    "409",
     "OperationAborted",
 }
 _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
@@ -52,8 +63,16 @@ def is_transient(err: Exception) -> bool:
 
 
 class S3Store(Store):
-    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None, client: Any = None,
-                 retry_s: float | None = None, retry_base_s: float | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        client: Any = None,
+        retry_s: float | None = None,
+        retry_base_s: float | None = None,
+    ) -> None:
         if not bucket:
             raise UsageError("s3 store: the URL needs a bucket: s3://bucket/prefix")
         self.bucket = bucket
@@ -66,7 +85,7 @@ class S3Store(Store):
         self.client = client or self._make_client()
 
     @classmethod
-    def from_url(cls, url: str) -> "S3Store":
+    def from_url(cls, url: str) -> S3Store:
         parts = urlsplit(url)
         if parts.scheme != "s3":
             raise UsageError(f"store {url!r}: not an s3:// URL")
@@ -79,7 +98,8 @@ class S3Store(Store):
         session = boto3.session.Session(profile_name=settings.get("s3_profile"))
         config = Config(
             retries={"max_attempts": settings.get("s3_max_attempts"), "mode": "standard"},
-            connect_timeout=10, read_timeout=60,
+            connect_timeout=10,
+            read_timeout=60,
             s3={"addressing_style": "path" if self.endpoint_url else "auto"},
         )
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
@@ -103,7 +123,9 @@ class S3Store(Store):
                 attempt += 1
                 delay = min(30.0, self.retry_base_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
                 if time.monotonic() + delay > deadline:
-                    raise StoreError(f"{self.url}: {what} failed after {attempt} attempts: {type(err).__name__}: {err}") from None
+                    raise StoreError(
+                        f"{self.url}: {what} failed after {attempt} attempts: {type(err).__name__}: {err}"
+                    ) from None
                 log.warning("s3.retry", op=what, attempt=attempt, delay_s=round(delay, 2), error=str(err)[:200])
                 time.sleep(delay)
 
@@ -165,7 +187,7 @@ class S3Store(Store):
             out = []
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
-                out += [o["Key"][len(self.prefix):] for o in page.get("Contents", [])]
+                out += [o["Key"][len(self.prefix) :] for o in page.get("Contents", [])]
             return out
 
         try:

@@ -13,20 +13,24 @@ from __future__ import annotations
 
 from worker.strategies.registry import Param, Strategy, register
 
-register(Strategy(
-    name="assisted",
-    description="assisted (speculative) decoding: a draft model proposes, the model verifies greedily",
-    params={
-        "assistant": Param(str, None, "draft model: local path (relative to the spec) or hub id", is_path=True),
-        "num_assistant_tokens": Param(int, 5, "tokens drafted per step (initial value under the heuristic schedule)", min=1),
-        "schedule": Param(str, "constant", "draft length schedule", choices=("constant", "heuristic")),
-    },
-    stochastic=False,
-    to_config=lambda p: {
-        "do_sample": False,
-        "num_beams": 1,
-        "num_assistant_tokens": p["num_assistant_tokens"],
-        "num_assistant_tokens_schedule": p["schedule"],
-    },
-    citation="Leviathan et al. 2023",
-))
+register(
+    Strategy(
+        name="assisted",
+        description="assisted (speculative) decoding: a draft model proposes, the model verifies greedily",
+        params={
+            "assistant": Param(str, None, "draft model: local path (relative to the spec) or hub id", is_path=True),
+            "num_assistant_tokens": Param(
+                int, 5, "tokens drafted per step (initial value under the heuristic schedule)", min=1
+            ),
+            "schedule": Param(str, "constant", "draft length schedule", choices=("constant", "heuristic")),
+        },
+        stochastic=False,
+        to_config=lambda p: {
+            "do_sample": False,
+            "num_beams": 1,
+            "num_assistant_tokens": p["num_assistant_tokens"],
+            "num_assistant_tokens_schedule": p["schedule"],
+        },
+        citation="Leviathan et al. 2023",
+    )
+)

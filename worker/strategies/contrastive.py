@@ -17,15 +17,17 @@ from __future__ import annotations
 
 from worker.strategies.registry import Param, Strategy, register
 
-register(Strategy(
-    name="contrastive",
-    description="contrastive search: model confidence minus a degeneration penalty",
-    params={
-        "k": Param(int, 4, "candidate tokens per step (top-k)", min=1),
-        "alpha": Param(float, 0.6, "weight of the degeneration penalty", min=0.0, max=1.0),
-    },
-    stochastic=False,
-    to_config=lambda p: {"do_sample": False, "num_beams": 1},
-    loop="worker.engine.loops.contrastive:generate",
-    citation="Su et al. 2022",
-))
+register(
+    Strategy(
+        name="contrastive",
+        description="contrastive search: model confidence minus a degeneration penalty",
+        params={
+            "k": Param(int, 4, "candidate tokens per step (top-k)", min=1),
+            "alpha": Param(float, 0.6, "weight of the degeneration penalty", min=0.0, max=1.0),
+        },
+        stochastic=False,
+        to_config=lambda p: {"do_sample": False, "num_beams": 1},
+        loop="worker.engine.loops.contrastive:generate",
+        citation="Su et al. 2022",
+    )
+)

@@ -34,9 +34,7 @@ from worker.strategies.registry import Param, Strategy, register
 
 def check_groups(num_beams: int, num_beam_groups: int) -> None:
     if num_beams % num_beam_groups:
-        raise ValueError(
-            f"num_beams ({num_beams}) must be divisible by num_beam_groups ({num_beam_groups})"
-        )
+        raise ValueError(f"num_beams ({num_beams}) must be divisible by num_beam_groups ({num_beam_groups})")
 
 
 class _DiverseBeam(Strategy):
@@ -48,26 +46,30 @@ class _DiverseBeam(Strategy):
         return out
 
 
-register(_DiverseBeam(
-    name="diverse_beam",
-    description="diverse (group) beam search: beam groups penalised for picking the same tokens",
-    params={
-        "num_beams": Param(int, 4, "beams kept at each step, over all groups", min=2),
-        "num_beam_groups": Param(int, 2, "groups the beams are split into (must divide num_beams)", min=1),
-        "diversity_penalty": Param(
-            float, 0.5, "subtracted per beam of an earlier group that chose the same token at this step", min=0.0
-        ),
-        "length_penalty": Param(float, 1.0, "exponent on length in the finished-hypothesis score (>0 favours longer)"),
-    },
-    stochastic=False,
-    # num_beams > 1 makes the engine treat it like beam search (no per-row finish recorder).
-    # num_beam_groups stays out of the GenerationConfig: transformers 5 would route it to the hub.
-    to_config=lambda p: {
-        "do_sample": False,
-        "num_beams": p["num_beams"],
-        "length_penalty": p["length_penalty"],
-        "early_stopping": False,
-    },
-    loop="worker.engine.loops.diverse_beam:generate",
-    citation="Vijayakumar et al. 2018",
-))
+register(
+    _DiverseBeam(
+        name="diverse_beam",
+        description="diverse (group) beam search: beam groups penalised for picking the same tokens",
+        params={
+            "num_beams": Param(int, 4, "beams kept at each step, over all groups", min=2),
+            "num_beam_groups": Param(int, 2, "groups the beams are split into (must divide num_beams)", min=1),
+            "diversity_penalty": Param(
+                float, 0.5, "subtracted per beam of an earlier group that chose the same token at this step", min=0.0
+            ),
+            "length_penalty": Param(
+                float, 1.0, "exponent on length in the finished-hypothesis score (>0 favours longer)"
+            ),
+        },
+        stochastic=False,
+        # num_beams > 1 makes the engine treat it like beam search (no per-row finish recorder).
+        # num_beam_groups stays out of the GenerationConfig: transformers 5 would route it to the hub.
+        to_config=lambda p: {
+            "do_sample": False,
+            "num_beams": p["num_beams"],
+            "length_penalty": p["length_penalty"],
+            "early_stopping": False,
+        },
+        loop="worker.engine.loops.diverse_beam:generate",
+        citation="Vijayakumar et al. 2018",
+    )
+)

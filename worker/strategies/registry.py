@@ -67,7 +67,9 @@ class Param:
 
 # Modifiers every strategy accepts.
 MODIFIERS: dict[str, Param] = {
-    "repetition_penalty": Param(float, None, "CTRL repetition penalty (>1 discourages repeats)", min=0.0, min_exclusive=True, optional=True),
+    "repetition_penalty": Param(
+        float, None, "CTRL repetition penalty (>1 discourages repeats)", min=0.0, min_exclusive=True, optional=True
+    ),
     "no_repeat_ngram_size": Param(int, None, "forbid repeating any n-gram of this size", min=1, optional=True),
 }
 
@@ -93,7 +95,8 @@ class Strategy:
         unknown = sorted(set(params) - set(self.all_params))
         if unknown:
             raise ValueError(
-                f"unknown parameter {unknown[0]!r} for strategy {self.name!r}; valid: {', '.join(sorted(self.all_params))}"
+                f"unknown parameter {unknown[0]!r} for strategy {self.name!r}; "
+                f"valid: {', '.join(sorted(self.all_params))}"
             )
         out = {}
         for name, spec in self.all_params.items():

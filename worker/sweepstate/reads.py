@@ -107,11 +107,21 @@ def read_status(conn, tenant: str, sweep_id: str, *, max_failures: int = 20) -> 
         return float(meta[name]) if meta.get(name) else None
 
     return SweepStatus(
-        tenant=tenant, sweep_id=sweep_id, name=meta.get("name", ""), queue=meta.get("queue", ""),
-        n_jobs=int(meta.get("n_jobs", 0)), cells=dict(sorted(cells.items())), failures=sorted(failures, key=lambda f: f[1]),
-        n_failures=n_failures, started_at=num("started_at"), last_done_at=num("last_done_at"),
-        new_tokens=int(meta.get("new_tokens", 0)), generations=int(meta.get("generations", 0)),
-        recent=[float(x) for x in recent], cancelled=bool(meta.get("cancelled")), lost=int(meta.get("lost", 0)),
+        tenant=tenant,
+        sweep_id=sweep_id,
+        name=meta.get("name", ""),
+        queue=meta.get("queue", ""),
+        n_jobs=int(meta.get("n_jobs", 0)),
+        cells=dict(sorted(cells.items())),
+        failures=sorted(failures, key=lambda f: f[1]),
+        n_failures=n_failures,
+        started_at=num("started_at"),
+        last_done_at=num("last_done_at"),
+        new_tokens=int(meta.get("new_tokens", 0)),
+        generations=int(meta.get("generations", 0)),
+        recent=[float(x) for x in recent],
+        cancelled=bool(meta.get("cancelled")),
+        lost=int(meta.get("lost", 0)),
     )
 
 

@@ -9,6 +9,7 @@ Reads are in `worker.sweepstate.reads` and never change anything.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from string import Template
@@ -130,16 +131,36 @@ return dropped
 """)
 
 
-def transition(conn, tenant: str, sweep_id: str, job_id: str, cell: str, state: JobStatus, *,
-               allowed: States = "*", reason: str = "", new_tokens: int = 0,
-               generations: int = 0, pipeline=None) -> tuple[bool, str] | None:
+def transition(
+    conn,
+    tenant: str,
+    sweep_id: str,
+    job_id: str,
+    cell: str,
+    state: JobStatus,
+    *,
+    allowed: States = "*",
+    reason: str = "",
+    new_tokens: int = 0,
+    generations: int = 0,
+    pipeline=None,
+) -> tuple[bool, str] | None:
     """Move a job to `state` if its current state ('none' if unknown) is in `allowed`.
 
     Returns (applied, previous state); None when queued on a pipeline.
     """
     k = keys.sweep_keys(tenant, sweep_id)
-    args = [job_id, cell, _value(state), _allowed(allowed), reason[:500], f"{time.time():.3f}", new_tokens,
-            generations, keys.RECENT]
+    args = [
+        job_id,
+        cell,
+        _value(state),
+        _allowed(allowed),
+        reason[:500],
+        f"{time.time():.3f}",
+        new_tokens,
+        generations,
+        keys.RECENT,
+    ]
     out = _TRANSITION(pipeline or conn, [k["state"], k["counts"], k["failures"], k["meta"], k["recent"]], args)
     if pipeline is not None:
         return None
@@ -192,7 +213,10 @@ def prune_expired_sweeps(conn, tenant: str) -> list[str]:
 
 # -- running jobs: heartbeats and losses -----------------------------------------------------
 
-def heartbeat_job(conn, tenant: str, sweep_id: str, job_id: str, cell: str, ttl: float, *, create: bool = False) -> None:
+
+def heartbeat_job(
+    conn, tenant: str, sweep_id: str, job_id: str, cell: str, ttl: float, *, create: bool = False
+) -> None:
     """Push the job's deadline in `decodebench:<t>:running` (create: when the job starts)."""
     member = keys.running_member(sweep_id, job_id, cell)
     conn.zadd(keys.running(tenant), {member: time.time() + ttl}, xx=not create)
@@ -206,8 +230,11 @@ def claim_lost(conn, tenant: str) -> list[tuple[str, str, str]]:
     """(sweep id, job id, cell) of the running jobs past their deadline, each claimed by
     exactly one caller (ZREM decides between concurrent reapers)."""
     zkey = keys.running(tenant)
-    return [keys.split_running_member(raw.decode()) for raw in conn.zrangebyscore(zkey, 0, time.time())
-            if conn.zrem(zkey, raw)]
+    return [
+        keys.split_running_member(raw.decode())
+        for raw in conn.zrangebyscore(zkey, 0, time.time())
+        if conn.zrem(zkey, raw)
+    ]
 
 
 def record_loss(conn, tenant: str, sweep_id: str, job_id: str) -> int:
@@ -224,6 +251,7 @@ def forget_losses(pipe, tenant: str, job_ids: list[str]) -> None:
 
 
 # -- cancel ---------------------------------------------------------------------------------
+
 
 @dataclass
 class CancelOutcome:
@@ -260,9 +288,7 @@ def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
     for raw in conn.zrange(keys.running(tenant), 0, -1):
         s, job_id, _cell = keys.split_running_member(raw.decode())
         if s == sweep_id:
-            try:
+            with contextlib.suppress(Exception):  # not executing any more; the worker also checks the flag
                 send_stop_job_command(conn, job_id, serializer=JSONSerializer)
-            except Exception:  # not executing any more; the worker also checks the flag
-                pass
             stopping.append(job_id)
     return CancelOutcome(len(ids), stopping)

@@ -23,7 +23,9 @@ def generate(model, enc, config, params, processors, criteria):
 
     with torch.inference_mode():
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True, output_hidden_states=True)
+        out = model(
+            input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True, output_hidden_states=True
+        )
         past = getattr(out, cache_kw)
         context = out.hidden_states[-1]  # (B, T, D)
         context_mask = attn.bool()
@@ -37,8 +39,14 @@ def generate(model, enc, config, params, processors, criteria):
             past.batch_repeat_interleave(k)
             cand_attn = torch.cat([attn, attn.new_ones(batch, 1)], dim=-1).repeat_interleave(k, dim=0)
             cand_pos = attn.sum(-1, keepdim=True).repeat_interleave(k, dim=0)
-            cand = model(input_ids=top_ids.reshape(-1, 1), attention_mask=cand_attn, position_ids=cand_pos,
-                         use_cache=True, output_hidden_states=True, **{cache_kw: past})
+            cand = model(
+                input_ids=top_ids.reshape(-1, 1),
+                attention_mask=cand_attn,
+                position_ids=cand_pos,
+                use_cache=True,
+                output_hidden_states=True,
+                **{cache_kw: past},
+            )
             hidden = cand.hidden_states[-1][:, -1, :].reshape(batch, k, -1)  # (B, k, D)
 
             sim = torch.einsum(

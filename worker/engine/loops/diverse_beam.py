@@ -102,7 +102,8 @@ def search(model, enc, config, params, processors, criteria):
                 top = merged_scores.topk(k, dim=-1).indices
                 fin_scores[:, g] = merged_scores.gather(1, top)
                 fin_ids[:, g] = torch.cat([fin_ids[:, g], hyp_ids.view(batch, n_cand, width)], dim=1)[
-                    torch.arange(batch, device=dev)[:, None], top]
+                    torch.arange(batch, device=dev)[:, None], top
+                ]
                 fin_len[:, g] = torch.cat([fin_len[:, g], torch.full_like(cand_tok, step + 1)], dim=1).gather(1, top)
                 is_done[:, g] = torch.cat([is_done[:, g], finishing], dim=1).gather(1, top)
 
@@ -122,8 +123,13 @@ def search(model, enc, config, params, processors, criteria):
             seqs = torch.cat([seqs[flat_parents], tokens.view(-1, 1)], dim=-1)
             past.reorder_cache(flat_parents)
             attn = torch.cat([attn, attn.new_ones(batch * n, 1)], dim=-1)  # a prompt's beams share its mask
-            out = model(input_ids=tokens.view(-1, 1), attention_mask=attn, position_ids=attn.sum(-1, keepdim=True) - 1,
-                        use_cache=True, **{cache_kw: past})
+            out = model(
+                input_ids=tokens.view(-1, 1),
+                attention_mask=attn,
+                position_ids=attn.sum(-1, keepdim=True) - 1,
+                use_cache=True,
+                **{cache_kw: past},
+            )
             past = getattr(out, cache_kw)
             logits = out.logits[:, -1, :]
     return fin_ids.view(batch, n, width), fin_scores.view(batch, n), fin_len.view(batch, n)
