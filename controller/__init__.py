@@ -1,6 +1,4 @@
-"""decodebench control plane: sweep spec, planning, submission, status and reports.
-
-Never imports torch.
-"""
+"""decodebench control plane: spec and plan, launch (local or RQ), metrics, reports,
+operations and the `decodebench` CLI. Never imports torch. docs/architecture.md."""
 
 __version__ = "0.1.0"

@@ -1,7 +1,4 @@
-"""decodebench data plane: the job contract, the store, strategies, metrics and the engine.
-
-Only `worker.engine`, `worker.job` (lazily) and the custom strategy loops import torch;
-everything the controller imports from here is light.
-"""
+"""decodebench data plane: core (contract, settings, keys), store, strategies, sweep state,
+the RQ worker and the engine (the only part that imports torch). docs/architecture.md."""
 
 __version__ = "0.1.0"

@@ -10,14 +10,19 @@ from worker.core.contract import JobStatus
 from worker.core.errors import UsageError
 
 
-def submitted_sweeps(conn, tenant: str) -> list[str]:
-    """The tenant's submitted sweeps whose keys have not expired, oldest first."""
+def sweep_liveness(conn, tenant: str) -> list[tuple[str, bool]]:
+    """(sweep id, whether its keys still exist) for every sweep in the tenant's index, oldest first."""
     members = [m.decode() for m in conn.zrange(keys.sweeps(tenant), 0, -1)]
     with conn.pipeline(transaction=False) as pipe:
         for m in members:
             pipe.exists(keys.sweep(tenant, m, "meta"))
         alive = pipe.execute()
-    return [m for m, ok in zip(members, alive) if ok]
+    return [(m, bool(ok)) for m, ok in zip(members, alive)]
+
+
+def submitted_sweeps(conn, tenant: str) -> list[str]:
+    """The tenant's submitted sweeps whose keys have not expired, oldest first."""
+    return [m for m, alive in sweep_liveness(conn, tenant) if alive]
 
 
 def resolve_sweep(conn, tenant: str, sweep: str) -> str:

@@ -16,6 +16,7 @@ from string import Template
 
 from worker.core import keys
 from worker.core.contract import JobStatus
+from worker.sweepstate.reads import sweep_liveness
 
 CHUNK = 5000  # jobs per pipeline or Lua call
 NONE = "none"  # the state of a job the sweep has never recorded (not a JobStatus)
@@ -200,12 +201,7 @@ def expire_sweep(conn, tenant: str, sweep_id: str, ttl_s: int) -> None:
 
 def prune_expired_sweeps(conn, tenant: str) -> list[str]:
     """Drop from the tenant's index the sweeps whose keys expired (a write: submit calls it)."""
-    members = [m.decode() for m in conn.zrange(keys.sweeps(tenant), 0, -1)]
-    with conn.pipeline(transaction=False) as pipe:
-        for m in members:
-            pipe.exists(keys.sweep(tenant, m, "meta"))
-        alive = pipe.execute()
-    expired = [m for m, ok in zip(members, alive) if not ok]
+    expired = [m for m, alive in sweep_liveness(conn, tenant) if not alive]
     if expired:
         conn.zrem(keys.sweeps(tenant), *expired)
     return expired
