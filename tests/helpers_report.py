@@ -11,6 +11,7 @@ import hashlib
 import math
 import random
 from collections import Counter
+from collections.abc import Iterable
 
 from controller.report.aggregate import SweepData
 from worker.core import paths
@@ -24,7 +25,8 @@ from worker.core.contract import (
     PromptItem,
     StrategySpec,
 )
-from controller.metrics import CellData, Metric
+from controller.metrics import CellData, Metric, item_rows, ratio
+from worker.core.registry import Registry
 from worker.store import Store
 
 VOCAB = "the a of and to in was she he it her his that with for not be mr elizabeth darcy".split()
@@ -115,8 +117,16 @@ def write_sweep(store: Store, data: SweepData) -> None:
 
 # -- throwaway metrics: the aggregation is tested without the real metric implementations --
 
+def registry(metrics: Iterable[Metric]) -> Registry[Metric]:
+    """A fresh metric registry holding `metrics` (`summarize(data, metrics=...)` takes it)."""
+    out: Registry[Metric] = Registry("metric")
+    for m in metrics:
+        out.register(m.name, m)
+    return out
+
+
 def _mean_length(c: CellData):
-    return sum(len(w) for w in c.words) / len(c.words) if c.words else None
+    return item_rows([(len(w), 1) for w in c.words], 2)
 
 
 def _distinct_2(c: CellData):
@@ -125,18 +135,18 @@ def _distinct_2(c: CellData):
 
 
 def _rep_2(c: CellData):
-    vals = []
+    """A mean of per-generation repetition rates over the generations that have a bigram."""
+    rows = []
     for w in c.words:
         grams = list(zip(w, w[1:]))
-        if grams:
-            vals.append(1 - len(set(grams)) / len(grams))
-    return sum(vals) / len(vals) if vals else None
+        rows.append((1 - len(set(grams)) / len(grams), 1) if grams else (0, 0))
+    return item_rows(rows, 2)
 
 
 def _perplexity(c: CellData):
     if not c.nll_sum or any(v is None for v in c.nll_sum):
         return None
-    return math.exp(sum(c.nll_sum) / sum(c.nll_count))
+    return item_rows(list(zip(c.nll_sum, c.nll_count)), 2)
 
 
 def _bleu(c: CellData):
@@ -148,18 +158,25 @@ def _bleu(c: CellData):
 
 
 def _eos_rate(c: CellData):
-    return sum(s == "eos" for s in c.stop_reasons) / len(c.stop_reasons) if c.stop_reasons else None
+    return item_rows([(s == "eos", 1) for s in c.stop_reasons], 2) if c.stop_reasons else None
 
 
-def toy_metrics() -> dict[str, Metric]:
-    def m(name, fn, level, hib, refs=False, model=False):
-        return Metric(name, f"toy {name}", level, hib, refs, model, fn)
+def toy_metrics() -> Registry[Metric]:
+    """Six toy metrics in a fresh registry: four additive (bootstrap), two plain (half-sample)."""
+    def additive(name, per_item, level, hib, combine=ratio, model=False):
+        return Metric(name=name, description=f"toy {name}", level=level, higher_is_better=hib, needs_model=model,
+                      per_item=per_item, combine=combine)
 
-    return {
-        "mean_length": m("mean_length", _mean_length, "sequence", None),
-        "rep_2": m("rep_2", _rep_2, "sequence", False),
-        "distinct_2": m("distinct_2", _distinct_2, "corpus", True),
-        "perplexity": m("perplexity", _perplexity, "corpus", False, model=True),
-        "bleu": m("bleu", _bleu, "corpus", True, refs=True),
-        "eos_rate": m("eos_rate", _eos_rate, "sequence", None),
-    }
+    def plain(name, fn, level, hib, refs=False):
+        return Metric(name=name, description=f"toy {name}", level=level, higher_is_better=hib,
+                      needs_references=refs, fn=fn)
+
+    return registry([
+        additive("mean_length", _mean_length, "sequence", None),
+        additive("rep_2", _rep_2, "sequence", False),
+        plain("distinct_2", _distinct_2, "corpus", True),
+        additive("perplexity", _perplexity, "corpus", False, combine=lambda s: math.exp(s[0] / s[1]) if s[1] else None,
+                   model=True),
+        plain("bleu", _bleu, "corpus", True, refs=True),
+        additive("eos_rate", _eos_rate, "sequence", None),
+    ])

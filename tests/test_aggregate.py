@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from tests.helpers_report import make_sweep, toy_metrics, write_sweep
+from tests.helpers_report import make_sweep, registry, toy_metrics, write_sweep
 
 from controller.report.aggregate import (
     DESIGN_COLUMNS,
@@ -23,7 +23,8 @@ from controller.report.aggregate import (
 )
 from worker.core import paths
 from worker.core.contract import BatchTiming
-from controller.metrics import METRICS, Metric, cell_data
+from controller.metrics import METRICS, Metric, additive_metric, cell_data, item_rows, metric, ratio
+from worker.core.registry import Registry
 from worker.store import FileStore
 
 
@@ -68,12 +69,13 @@ def test_no_reference_row_without_references():
     assert summary[["bleu", "rouge_1", "rouge_2", "rouge_l"]].isna().all().all()
 
 
-def test_inapplicable_metric_is_empty_never_zero(monkeypatch, tmp_path):
+def test_inapplicable_metric_is_empty_never_zero(tmp_path):
     def none_metric(cell):
         return None
 
-    monkeypatch.setitem(METRICS._entries, "always_none", Metric("always_none", "x", "corpus", None, False, False, none_metric))
-    summary = summarize(make_sweep(with_nll=False, with_references=False), n_boot=0)
+    always_none = Metric(name="always_none", description="x", level="corpus", higher_is_better=None, fn=none_metric)
+    metrics = registry([m for _, m in METRICS.items()] + [always_none])
+    summary = summarize(make_sweep(with_nll=False, with_references=False), n_boot=0, metrics=metrics)
     assert summary["perplexity"].isna().all() and summary["always_none"].isna().all()
     assert summary["bleu"].isna().all()
     path = tmp_path / "s.csv"
@@ -116,7 +118,7 @@ def test_intervals_are_reproducible():
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_one_shard_and_four_shards_give_identical_corpus_metrics(monkeypatch):
+def test_one_shard_and_four_shards_give_identical_corpus_metrics():
     one = summarize(make_sweep(n_prompts=8, shard_size=8, seeds=(0, 1)), n_boot=100, n_boot_corpus=20)
     four = summarize(make_sweep(n_prompts=8, shard_size=2, seeds=(0, 1)), n_boot=100, n_boot_corpus=20)
     assert list(one["n_jobs"][:2]) == [1, 2]
@@ -133,14 +135,61 @@ def test_one_shard_and_four_shards_give_identical_corpus_metrics(monkeypatch):
     assert row(four, "top_p")["distinct_2"] != pytest.approx(per_shard)
 
 
-def test_toy_registry_is_enough(monkeypatch):
+def test_toy_registry_is_enough():
     """The aggregation only uses the registry API: any registered metric becomes a column."""
-    monkeypatch.setattr(METRICS, "_entries", toy_metrics())
-    summary = summarize(make_sweep(seeds=(0, 1)), n_boot=50, n_boot_corpus=10)
+    summary = summarize(make_sweep(seeds=(0, 1)), n_boot=50, n_boot_corpus=10, metrics=toy_metrics())
     assert list(summary.columns[: len(DESIGN_COLUMNS)]) == DESIGN_COLUMNS
     assert summary["rep_3"].isna().all()  # not registered: empty
     assert "eos_rate" in summary.columns and "eos_rate_ci_low" in summary.columns
     assert math.isnan(row(summary, REFERENCE)["eos_rate"]) or row(summary, REFERENCE)["eos_rate"] is None
+    assert summary.attrs["ci"]["methods"] == {  # as each toy metric declares
+        "mean_length": "bootstrap", "rep_2": "bootstrap", "perplexity": "bootstrap", "eos_rate": "bootstrap",
+        "distinct_2": "half-sample", "bleu": "half-sample"}
+
+
+def test_a_new_metric_gets_the_interval_it_declares():
+    """The interval code knows no metric: one registered anywhere gets the method it declares."""
+    metrics: Registry[Metric] = Registry("metric")
+
+    @additive_metric("long_share", combine=ratio, description="share of generations over 8 words", level="corpus",
+                     higher_is_better=None, registry=metrics)
+    def long_share(cell):
+        return item_rows([(len(w) > 8, 1) for w in cell.words], 2)
+
+    @metric("type_token", description="distinct words / words", level="corpus", higher_is_better=True,
+            registry=metrics)
+    def type_token(cell):
+        words = [t for w in cell.words for t in w]
+        return len(set(words)) / len(words) if words else None
+
+    @metric("first_length", description="words of the first generation", level="corpus", higher_is_better=None,
+            interval="none", registry=metrics)
+    def first_length(cell):
+        return float(len(cell.words[0])) if cell.words else None
+
+    data = make_sweep(seeds=(0, 1, 2), n_prompts=30)
+    summary = summarize(data, n_boot=1000, n_boot_corpus=20, metrics=metrics)
+    assert summary.attrs["ci"]["methods"] == {"long_share": "bootstrap", "type_token": "half-sample"}
+    for strategy in ("greedy", "top_p", REFERENCE):
+        r = row(summary, strategy)
+        assert r["long_share_ci_low"] <= r["long_share"] <= r["long_share_ci_high"]
+        assert r["type_token_ci_low"] <= r["type_token"] <= r["type_token_ci_high"]
+        assert not math.isnan(r["first_length"]) and math.isnan(r["first_length_ci_low"])
+    top_p = row(summary, "top_p")
+    assert top_p["type_token_ci_low"] < top_p["type_token_ci_high"]  # not degenerate
+    # The bootstrap's width is that of a ratio estimate over prompts: 2 · 1.96 · SE, with
+    # SE from the prompts' totals (all seeds of a prompt together).
+    per_prompt: dict[str, list[bool]] = {}
+    for g in data.generations:
+        if g.strategy == "top_p":
+            per_prompt.setdefault(g.prompt_id, []).append(len(cell_data([g]).words[0]) > 8)
+    long = np.array([sum(v) for v in per_prompt.values()], dtype=float)
+    n = np.array([len(v) for v in per_prompt.values()], dtype=float)
+    share = long.sum() / n.sum()
+    assert top_p["long_share"] == share
+    se = math.sqrt(np.sum((long - share * n) ** 2) / (len(n) - 1) / len(n)) / n.mean()
+    width = top_p["long_share_ci_high"] - top_p["long_share_ci_low"]
+    assert 0.8 < width / (2 * 1.96 * se) < 1.25
 
 
 def test_speed_merges_raw_batches_then_takes_percentiles():

@@ -37,6 +37,7 @@ def _register(n: int) -> None:
         description=f"Unique {n}-grams across the cell's generations / all their {n}-grams.",
         level="corpus",
         higher_is_better=True,
+        interval="half-sample",  # a bootstrap's duplicated generations add no new n-gram
         citation=_LI,
         unit="fraction",
     )(lambda cell: distinct_n(cell.words, n))

@@ -151,6 +151,7 @@ def self_bleu(docs: Sequence[Sequence[str]], max_n: int = 4) -> float | None:
     description="Mean BLEU-4 of each generation against all other generations of the cell (NLTK method1 smoothing).",
     level="corpus",
     higher_is_better=False,
+    interval="half-sample",  # a bootstrap's duplicated generation would match itself
     citation='Zhu et al. 2018, "Texygen: A Benchmarking Platform for Text Generation Models", SIGIR',
     unit="BLEU (0-1)",
 )

@@ -24,6 +24,7 @@ from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from controller.report.intervals import CI_LEVEL, _prompt_groups, _rng, confidence_intervals, evaluate
 from controller.metrics import METRICS, CellData, Metric, cell_data
+from worker.core.registry import Registry
 from worker.store import Store
 
 ID_COLUMNS = ["model", "strategy", "params", "n_prompts", "n_generations", "n_seeds"]
@@ -113,10 +114,16 @@ def _percentiles(values: list[float], qs: list[float]) -> list[float]:
     return [float(v) for v in np.percentile(np.asarray(values, dtype=float), qs)]
 
 
-def requested_metrics(data: SweepData) -> list[tuple[str, Metric]]:
-    """The registered metrics the sweep asked for (an empty request means all)."""
+MetricSource = Registry[Metric] | Mapping[str, Metric]
+
+
+def requested_metrics(data: SweepData, metrics: MetricSource = METRICS) -> list[tuple[str, Metric]]:
+    """The metrics of `metrics` (a registry or a name -> Metric mapping) the sweep asked for, by name.
+
+    An empty request means all of them.
+    """
     asked = {m for r in data.results for m in r.job.metrics}
-    return [(name, m) for name, m in METRICS.items() if not asked or name in asked]
+    return [(name, m) for name, m in sorted(metrics.items()) if not asked or name in asked]
 
 
 def several_seeds(data: SweepData) -> bool:
@@ -193,13 +200,16 @@ def _order(data: SweepData, results: list[JobResult]) -> tuple:
             rank(strategies, job.strategy.name), job.strategy.name, params_json(job.strategy.params))
 
 
-def summarize(data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100) -> pd.DataFrame:
+def summarize(data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100,
+              metrics: MetricSource = METRICS) -> pd.DataFrame:
     """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
 
-    `n_boot`: bootstrap replicates of metrics with an exact fast path; `n_boot_corpus`
-    (at most n_boot): replicates of the metrics recomputed from the texts per replicate.
+    `n_boot`: bootstrap replicates of the metrics with a bootstrap interval (additive
+    ones); `n_boot_corpus` (at most n_boot): half-sample replicates of the others, which
+    are recomputed from the texts per replicate. `metrics`: the metrics to compute, a
+    registry or a name -> Metric mapping (default: every registered metric).
     """
-    metrics = requested_metrics(data)
+    selected = requested_metrics(data, metrics)
     with_ci = several_seeds(data) and n_boot > 0
     methods: dict[str, set[str]] = defaultdict(set)
     prompt_rank = {p.id: i for i, p in enumerate(data.prompts)}
@@ -211,9 +221,9 @@ def summarize(data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corp
         records_by_cell[g.cell].append(g)
 
     def quality(row: dict, cell: CellData, groups: list[list[int]], key: str, reference_row: bool = False) -> None:
-        row.update(evaluate(metrics, cell, reference_row=reference_row))
+        row.update(evaluate(selected, cell, reference_row=reference_row))
         if with_ci:
-            cis = confidence_intervals(metrics, cell, row, groups, n_boot=n_boot, n_boot_corpus=n_boot_corpus,
+            cis = confidence_intervals(selected, cell, row, groups, n_boot=n_boot, n_boot_corpus=n_boot_corpus,
                                        rng=_rng(seed, key), reference_row=reference_row)
             for name, (lo, hi, method) in cis.items():
                 row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi
@@ -240,7 +250,7 @@ def summarize(data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corp
                "n_generations": len(refs.texts), "n_seeds": None, "n_jobs": None, "cell": REFERENCE}
         quality(row, refs, [[i] for i in range(len(refs.texts))], REFERENCE, reference_row=True)
         rows.append(row)
-    frame = _frame(rows, [name for name, _ in metrics], with_ci)
+    frame = _frame(rows, [name for name, _ in selected], with_ci)
     frame.attrs["ci"] = {
         "level": CI_LEVEL, "unit": "prompt", "n_boot": n_boot, "n_boot_corpus": min(n_boot, n_boot_corpus),
         "seed": seed, "methods": {name: "/".join(sorted(m)) for name, m in methods.items()},

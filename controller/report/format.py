@@ -92,9 +92,9 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
              f"Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}.", ""]
     if ci:
         lines += [f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
-                  f"every seed, move together); bootstrap with {ci['n_boot']} replicates where a metric has an "
-                  f"exact fast path, else {ci['n_boot_corpus']}; half-sampling for the metrics that duplicated "
-                  "generations distort. Methods: "
+                  f"every seed, move together); bootstrap with {ci['n_boot']} replicates for the metrics that sum "
+                  f"per-generation statistics; half-sampling with {ci['n_boot_corpus']} for the metrics that "
+                  "duplicated generations distort. Methods: "
                   + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items())) + ".", ""]
     lines += ["## Overview", "", markdown_table(summary), "## All columns", "",
               markdown_table(summary, [c for c in DESIGN_COLUMNS if c in summary.columns]
