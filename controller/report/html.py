@@ -5,7 +5,8 @@ and every chart's JSON with plotly's own escaping (no `</script>` can close a ta
 Sections: summary table (sortable by clicking a header, or with `#sort=COLUMN` /
 `#sort=-COLUMN` in the address), quality vs speed with the Pareto front, one bar chart
 per metric with its interval, example generations side by side with repeated n-grams
-marked, the metrics' meaning, and the sweep's spec and provenance.
+marked, the metrics' meaning, and the sweep's spec and provenance. Its CSS and
+JavaScript are package files in controller/report/assets/, inlined as they are.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import math
 import re
 from collections import defaultdict
 from datetime import datetime, timezone
+from functools import cache
+from importlib import resources
 from typing import Any
 
 import pandas as pd
@@ -36,58 +39,13 @@ SPEED = {"tokens_per_s": True, "latency_ms_p50": False, "latency_ms_p95": False,
 _WORD = re.compile(WORD_PATTERN)
 e = html.escape
 
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1400px;padding:0 20px;color:#1d232b}
-h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #dde}
-nav a{margin-right:14px}.meta{color:#566}code,pre{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace}
-pre{background:#f6f8fa;padding:10px;overflow:auto;max-height:420px}
-.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:12.5px}
-th,td{border:1px solid #d5dae0;padding:3px 6px;text-align:right;white-space:nowrap}
-th{background:#eef1f5;cursor:pointer;position:sticky;top:0}th.asc:after{content:" \\25B2"}th.desc:after{content:" \\25BC"}
-td.t,th.t{text-align:left}td.w{white-space:normal;min-width:220px}tr.reference td{background:#fff8e1}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:10px}
-.chart{min-height:320px}.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:10px}
-.card{border:1px solid #d5dae0;border-radius:6px;padding:8px;background:#fff}
-.card h4{margin:0 0 4px;font-size:13px}.card p{margin:4px 0;white-space:pre-wrap}.card.ref{background:#fff8e1}
-.small{font-size:12px;color:#566}mark{background:#ffd54f;padding:0 1px}
-#js-errors:empty{display:none}#js-errors{color:#b00020;background:#fde7ea}
-"""
+ASSETS = "assets"  # report.css, error_trap.js, report.js: package data of controller.report
 
-# Runs before plotly.js: any script error or rejected promise lands in #js-errors.
-ERROR_TRAP = """
-window.__reportErrors=[];
-function __reportError(msg){window.__reportErrors.push(String(msg));
- var el=document.getElementById('js-errors');if(el){el.textContent=window.__reportErrors.join('\\n');}}
-window.onerror=function(m,src,line,col){__reportError(m+' ('+line+':'+col+')');};
-window.addEventListener('unhandledrejection',function(ev){__reportError('unhandled rejection: '+ev.reason);});
-"""
 
-PAGE_JS = """
-function sortTable(table, col, desc){
- var body=table.tBodies[0], rows=Array.prototype.slice.call(body.rows);
- rows.sort(function(a,b){
-  var x=a.cells[col].getAttribute('data-v'), y=b.cells[col].getAttribute('data-v');
-  if(x===''&&y==='')return 0; if(x==='')return 1; if(y==='')return -1;
-  var nx=parseFloat(x), ny=parseFloat(y), c;
-  c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);
-  return desc?-c:c;});
- rows.forEach(function(r){body.appendChild(r);});
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-  th.className=(th.className.replace(/ ?(asc|desc)/g,''))+(i===col?(desc?' desc':' asc'):'');});
-}
-document.querySelectorAll('table.sortable').forEach(function(table){
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-  th.addEventListener('click',function(){sortTable(table,i,th.className.indexOf(' asc')>=0);});});
-});
-(function(){var m=/sort=(-?)([\\w.]+)/.exec(location.hash);if(!m)return;
- var table=document.getElementById('summary-table');
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-  if(th.getAttribute('data-col')===m[2])sortTable(table,i,m[1]==='-');});})();
-(window.__reportCharts||[]).forEach(function(c){
- c.fig.layout.template=window.__reportTemplate;
- Plotly.newPlot(c.id,c.fig.data,c.fig.layout,{responsive:true,displaylogo:false,
-  displayModeBar:c.id==='chart-quality-speed'?'hover':false});});
-"""
+@cache
+def asset(name: str) -> str:
+    """The text of a file in controller/report/assets/, inlined into every page."""
+    return resources.files("controller.report").joinpath(ASSETS).joinpath(name).read_text(encoding="utf-8")
 
 
 def _f(value: Any) -> float:
@@ -333,8 +291,10 @@ def render_html(summary: pd.DataFrame, data: SweepData) -> str:
     columns = ", ".join(DESIGN_COLUMNS)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>decodebench: {e(str(name))} ({e(data.sweep_id)})</title><style>{CSS}</style>
-<script>{ERROR_TRAP}</script>
+<title>decodebench: {e(str(name))} ({e(data.sweep_id)})</title><style>
+{asset("report.css")}</style>
+<script>
+{asset("error_trap.js")}</script>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
 <pre id="js-errors"></pre>
@@ -360,6 +320,7 @@ Columns: {e(columns)}; then extras.</p>
 <h3>Provenance of the complete jobs</h3>{provenance(data)}
 <h3>Spec</h3><pre>{e(json.dumps(data.spec, indent=2, sort_keys=True, default=str))}</pre>
 <script>window.__reportTemplate={template};window.__reportCharts={chart_js};</script>
-<script>{PAGE_JS}</script>
+<script>
+{asset("report.js")}</script>
 </body></html>
 """
