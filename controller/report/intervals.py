@@ -66,7 +66,8 @@ def bootstrap(metric: Metric, cell: CellData, counts: np.ndarray, member: np.nda
 
     `counts[b, g]`: how often replicate b drew prompt g; `member[g, i]`: 1 where
     generation i belongs to prompt g. A replicate's column sums are its counts times the
-    prompts' summed statistics, and its value is `metric.combine` of them: exact and fast.
+    prompts' summed statistics, and its value is `metric.combine` of them: what the metric
+    gives on the replicate's generations, without recomputing any statistic.
     """
     stats = metric.stats(cell)
     if stats is None:
