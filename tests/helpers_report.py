@@ -11,7 +11,9 @@ import hashlib
 import math
 import random
 from collections import Counter
+from collections.abc import Iterable
 
+from controller.metrics import CellData, Metric, item_rows, ratio
 from controller.report.aggregate import SweepData
 from worker.core import paths
 from worker.core.contract import (
@@ -24,18 +26,44 @@ from worker.core.contract import (
     PromptItem,
     StrategySpec,
 )
-from controller.metrics import CellData, Metric
+from worker.core.registry import Registry
 from worker.store import Store
 
-VOCAB = "the a of and to in was she he it her his that with for not be mr elizabeth darcy".split()
+VOCAB = [
+    "the",
+    "a",
+    "of",
+    "and",
+    "to",
+    "in",
+    "was",
+    "she",
+    "he",
+    "it",
+    "her",
+    "his",
+    "that",
+    "with",
+    "for",
+    "not",
+    "be",
+    "mr",
+    "elizabeth",
+    "darcy",
+]
 CELLS = [("austen-tiny", "greedy", {}), ("austen-tiny", "top_p", {"p": 0.9, "temperature": 1.0})]
 STOCHASTIC = {"top_p", "sample", "top_k"}
 
 
 def prompts(n: int = 8, with_references: bool = True) -> list[PromptItem]:
-    return [PromptItem(id=f"p{i:03d}", prompt=f"Prompt number {i} <b>&",
-                       reference=(f"reference {i} the cat sat on the mat the cat" if with_references else None))
-            for i in range(n)]
+    return [
+        PromptItem(
+            id=f"p{i:03d}",
+            prompt=f"Prompt number {i} <b>&",
+            reference=(f"reference {i} the cat sat on the mat the cat" if with_references else None),
+        )
+        for i in range(n)
+    ]
 
 
 def _text(cell: str, seed: int, prompt_id: str, strategy: str) -> tuple[str, int, str]:
@@ -60,46 +88,102 @@ def make_sweep(
     sweep_id: str = "sweep0000000000a",
 ) -> SweepData:
     items = prompts(n_prompts, with_references)
-    shards = [items[i:i + shard_size] for i in range(0, len(items), shard_size)]
+    shards = [items[i : i + shard_size] for i in range(0, len(items), shard_size)]
     results, records = [], []
     for model, strategy, params in cells:
         variant = strategy if not params else f"{strategy}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
         cell = f"{model}::{variant}"
-        for seed in (seeds if strategy in STOCHASTIC else seeds[:1]):
+        for seed in seeds if strategy in STOCHASTIC else seeds[:1]:
             for index, shard in enumerate(shards):
                 job_id = hashlib.sha256(f"{sweep_id}|{cell}|{seed}|{index}".encode()).hexdigest()[:16]
-                job = JobSpec(tenant=tenant, sweep_id=sweep_id, sweep_name="synthetic", job_id=job_id, cell=cell,
-                              model=ModelSpec(path=f"/models/{model}"), strategy=StrategySpec(name=strategy, params=params),
-                              seed=seed, shard=index, n_shards=len(shards), prompts=shard,
-                              generation=GenerationSettings(max_new_tokens=14, batch_size=batch_size))
+                job = JobSpec(
+                    tenant=tenant,
+                    sweep_id=sweep_id,
+                    sweep_name="synthetic",
+                    job_id=job_id,
+                    cell=cell,
+                    model=ModelSpec(path=f"/models/{model}"),
+                    strategy=StrategySpec(name=strategy, params=params),
+                    seed=seed,
+                    shard=index,
+                    n_shards=len(shards),
+                    prompts=shard,
+                    generation=GenerationSettings(max_new_tokens=14, batch_size=batch_size),
+                )
                 batches = []
                 for b, start in enumerate(range(0, len(shard), batch_size)):
-                    batch = shard[start:start + batch_size]
+                    batch = shard[start : start + batch_size]
                     new = 0
                     for p in batch:
                         text, n, stop = _text(cell, seed, p.id, strategy)
                         new += n
-                        records.append(GenerationRecord(
-                            job_id=job_id, cell=cell, model=model, strategy=strategy, params=params,
-                            seed=seed * 1000 + int(p.id[1:]), job_seed=seed, prompt_id=p.id, prompt=p.prompt,
-                            reference=p.reference, text=text, token_ids=list(range(n)), n_new_tokens=n,
-                            stop_reason=stop, batch=b, nll_sum=(2.0 * n if with_nll else None),
-                            nll_count=(n if with_nll else None)))
+                        records.append(
+                            GenerationRecord(
+                                job_id=job_id,
+                                cell=cell,
+                                model=model,
+                                strategy=strategy,
+                                params=params,
+                                seed=seed * 1000 + int(p.id[1:]),
+                                job_seed=seed,
+                                prompt_id=p.id,
+                                prompt=p.prompt,
+                                reference=p.reference,
+                                text=text,
+                                token_ids=list(range(n)),
+                                n_new_tokens=n,
+                                stop_reason=stop,
+                                batch=b,
+                                nll_sum=(2.0 * n if with_nll else None),
+                                nll_count=(n if with_nll else None),
+                            )
+                        )
                     k = int(batch[0].id[1:])
                     prefill = 0.01 + 0.001 * k
                     total = prefill + 0.005 * new * (2 if strategy == "top_p" else 1)
-                    batches.append(BatchTiming(n=len(batch), batch_size=batch_size, input_tokens=5 * len(batch),
-                                               new_tokens=new, prefill_s=prefill, total_s=total, decode_s=total - prefill))
-                results.append(JobResult(
-                    job=job, started_at="2024-01-01T00:00:00Z", finished_at="2024-01-01T00:00:01Z",
-                    generation_config={"do_sample": strategy in STOCHASTIC}, batches=batches, load_s=0.1,
-                    n_generations=len(shard), new_tokens=sum(b.new_tokens for b in batches),
-                    memory={"torch_peak_mb": None, "rss_peak_mb": 500.0 + 10 * index, "nvml_peak_mb": None,
-                            "nvml_mean_mb": None, "gpu_util_mean": None},
-                    provenance={"device": "cpu", "torch": "2.4.0", "transformers": "4.56.0",
-                                "model_hash": f"sha256:{model}", "host": "test-host"}))
-    spec = {"name": "synthetic", "models": [{"path": f"/models/{m}"} for m in dict.fromkeys(c[0] for c in cells)],
-            "strategies": [{"name": s, "params": p} for _, s, p in cells], "generation": {"seeds": list(seeds)}}
+                    batches.append(
+                        BatchTiming(
+                            n=len(batch),
+                            batch_size=batch_size,
+                            input_tokens=5 * len(batch),
+                            new_tokens=new,
+                            prefill_s=prefill,
+                            total_s=total,
+                            decode_s=total - prefill,
+                        )
+                    )
+                results.append(
+                    JobResult(
+                        job=job,
+                        started_at="2024-01-01T00:00:00Z",
+                        finished_at="2024-01-01T00:00:01Z",
+                        generation_config={"do_sample": strategy in STOCHASTIC},
+                        batches=batches,
+                        load_s=0.1,
+                        n_generations=len(shard),
+                        new_tokens=sum(b.new_tokens for b in batches),
+                        memory={
+                            "torch_peak_mb": None,
+                            "rss_peak_mb": 500.0 + 10 * index,
+                            "nvml_peak_mb": None,
+                            "nvml_mean_mb": None,
+                            "gpu_util_mean": None,
+                        },
+                        provenance={
+                            "device": "cpu",
+                            "torch": "2.4.0",
+                            "transformers": "4.56.0",
+                            "model_hash": f"sha256:{model}",
+                            "host": "test-host",
+                        },
+                    )
+                )
+    spec = {
+        "name": "synthetic",
+        "models": [{"path": f"/models/{m}"} for m in dict.fromkeys(c[0] for c in cells)],
+        "strategies": [{"name": s, "params": p} for _, s, p in cells],
+        "generation": {"seeds": list(seeds)},
+    }
     return SweepData(tenant=tenant, sweep_id=sweep_id, spec=spec, results=results, generations=records)
 
 
@@ -108,15 +192,26 @@ def write_sweep(store: Store, data: SweepData) -> None:
     store.write_json(paths.spec_key(data.tenant, data.sweep_id), data.spec)
     for r in data.results:
         job_id = r.job.job_id
-        store.write_jsonl(paths.generations_key(data.tenant, data.sweep_id, job_id),
-                          [g.model_dump() for g in data.generations if g.job_id == job_id])
+        store.write_jsonl(
+            paths.generations_key(data.tenant, data.sweep_id, job_id),
+            [g.model_dump() for g in data.generations if g.job_id == job_id],
+        )
         store.write_json(paths.result_key(data.tenant, data.sweep_id, job_id), r.model_dump(mode="json"))
 
 
 # -- throwaway metrics: the aggregation is tested without the real metric implementations --
 
+
+def registry(metrics: Iterable[Metric]) -> Registry[Metric]:
+    """A fresh metric registry holding `metrics` (`summarize(data, metrics=...)` takes it)."""
+    out: Registry[Metric] = Registry("metric")
+    for m in metrics:
+        out.register(m.name, m)
+    return out
+
+
 def _mean_length(c: CellData):
-    return sum(len(w) for w in c.words) / len(c.words) if c.words else None
+    return item_rows([(len(w), 1) for w in c.words], 2)
 
 
 def _distinct_2(c: CellData):
@@ -125,18 +220,18 @@ def _distinct_2(c: CellData):
 
 
 def _rep_2(c: CellData):
-    vals = []
+    """A mean of per-generation repetition rates over the generations that have a bigram."""
+    rows = []
     for w in c.words:
         grams = list(zip(w, w[1:]))
-        if grams:
-            vals.append(1 - len(set(grams)) / len(grams))
-    return sum(vals) / len(vals) if vals else None
+        rows.append((1 - len(set(grams)) / len(grams), 1) if grams else (0, 0))
+    return item_rows(rows, 2)
 
 
 def _perplexity(c: CellData):
     if not c.nll_sum or any(v is None for v in c.nll_sum):
         return None
-    return math.exp(sum(c.nll_sum) / sum(c.nll_count))
+    return item_rows(list(zip(c.nll_sum, c.nll_count)), 2)
 
 
 def _bleu(c: CellData):
@@ -148,18 +243,42 @@ def _bleu(c: CellData):
 
 
 def _eos_rate(c: CellData):
-    return sum(s == "eos" for s in c.stop_reasons) / len(c.stop_reasons) if c.stop_reasons else None
+    return item_rows([(s == "eos", 1) for s in c.stop_reasons], 2) if c.stop_reasons else None
 
 
-def toy_metrics() -> dict[str, Metric]:
-    def m(name, fn, level, hib, refs=False, model=False):
-        return Metric(name, f"toy {name}", level, hib, refs, model, fn)
+def toy_metrics() -> Registry[Metric]:
+    """Six toy metrics in a fresh registry: four additive (bootstrap), two plain (half-sample)."""
 
-    return {
-        "mean_length": m("mean_length", _mean_length, "sequence", None),
-        "rep_2": m("rep_2", _rep_2, "sequence", False),
-        "distinct_2": m("distinct_2", _distinct_2, "corpus", True),
-        "perplexity": m("perplexity", _perplexity, "corpus", False, model=True),
-        "bleu": m("bleu", _bleu, "corpus", True, refs=True),
-        "eos_rate": m("eos_rate", _eos_rate, "sequence", None),
-    }
+    def additive(name, per_item, level, hib, combine=ratio, model=False):
+        return Metric(
+            name=name,
+            description=f"toy {name}",
+            level=level,
+            higher_is_better=hib,
+            needs_model=model,
+            per_item=per_item,
+            combine=combine,
+        )
+
+    def plain(name, fn, level, hib, refs=False):
+        return Metric(
+            name=name, description=f"toy {name}", level=level, higher_is_better=hib, needs_references=refs, fn=fn
+        )
+
+    return registry(
+        [
+            additive("mean_length", _mean_length, "sequence", None),
+            additive("rep_2", _rep_2, "sequence", False),
+            plain("distinct_2", _distinct_2, "corpus", True),
+            additive(
+                "perplexity",
+                _perplexity,
+                "corpus",
+                False,
+                combine=lambda s: math.exp(s[0] / s[1]) if s[1] else None,
+                model=True,
+            ),
+            plain("bleu", _bleu, "corpus", True, refs=True),
+            additive("eos_rate", _eos_rate, "sequence", None),
+        ]
+    )

@@ -7,23 +7,24 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from tests.helpers_report import make_sweep, toy_metrics, write_sweep
 
+from controller.metrics import METRICS, Metric, additive_metric, cell_data, item_rows, metric, ratio
 from controller.report.aggregate import (
     DESIGN_COLUMNS,
     QUALITY_COLUMNS,
     REFERENCE,
     SPEED_COLUMNS,
     SweepData,
-    compare,
     load_sweep,
     metric_columns,
     speed_columns,
     summarize,
 )
+from controller.report.compare import compare
+from tests.helpers_report import make_sweep, registry, toy_metrics, write_sweep
 from worker.core import paths
 from worker.core.contract import BatchTiming
-from controller.metrics import METRICS, Metric, cell_data
+from worker.core.registry import Registry
 from worker.store import FileStore
 
 pytestmark = pytest.mark.pure
@@ -45,7 +46,7 @@ def three_seeds() -> pd.DataFrame:
 
 def test_every_design_column_in_order_then_extras(one_seed):
     assert list(one_seed.columns[: len(DESIGN_COLUMNS)]) == DESIGN_COLUMNS
-    extras = list(one_seed.columns[len(DESIGN_COLUMNS):])
+    extras = list(one_seed.columns[len(DESIGN_COLUMNS) :])
     assert {"decode_ms_per_token", "memory_kind", "cell", "nvml_peak_mb", "gpu_util_mean"} <= set(extras)
     assert list(one_seed["strategy"]) == ["greedy", "top_p", REFERENCE]
     top_p = row(one_seed, "top_p")
@@ -70,12 +71,13 @@ def test_no_reference_row_without_references():
     assert summary[["bleu", "rouge_1", "rouge_2", "rouge_l"]].isna().all().all()
 
 
-def test_inapplicable_metric_is_empty_never_zero(monkeypatch, tmp_path):
+def test_inapplicable_metric_is_empty_never_zero(tmp_path):
     def none_metric(cell):
         return None
 
-    monkeypatch.setitem(METRICS._entries, "always_none", Metric("always_none", "x", "corpus", None, False, False, none_metric))
-    summary = summarize(make_sweep(with_nll=False, with_references=False), n_boot=0)
+    always_none = Metric(name="always_none", description="x", level="corpus", higher_is_better=None, fn=none_metric)
+    metrics = registry([m for _, m in METRICS.items()] + [always_none])
+    summary = summarize(make_sweep(with_nll=False, with_references=False), n_boot=0, metrics=metrics)
     assert summary["perplexity"].isna().all() and summary["always_none"].isna().all()
     assert summary["bleu"].isna().all()
     path = tmp_path / "s.csv"
@@ -118,7 +120,7 @@ def test_intervals_are_reproducible():
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_one_shard_and_four_shards_give_identical_corpus_metrics(monkeypatch):
+def test_one_shard_and_four_shards_give_identical_corpus_metrics():
     one = summarize(make_sweep(n_prompts=8, shard_size=8, seeds=(0, 1)), n_boot=100, n_boot_corpus=20)
     four = summarize(make_sweep(n_prompts=8, shard_size=2, seeds=(0, 1)), n_boot=100, n_boot_corpus=20)
     assert list(one["n_jobs"][:2]) == [1, 2]
@@ -135,14 +137,77 @@ def test_one_shard_and_four_shards_give_identical_corpus_metrics(monkeypatch):
     assert row(four, "top_p")["distinct_2"] != pytest.approx(per_shard)
 
 
-def test_toy_registry_is_enough(monkeypatch):
+def test_toy_registry_is_enough():
     """The aggregation only uses the registry API: any registered metric becomes a column."""
-    monkeypatch.setattr(METRICS, "_entries", toy_metrics())
-    summary = summarize(make_sweep(seeds=(0, 1)), n_boot=50, n_boot_corpus=10)
+    summary = summarize(make_sweep(seeds=(0, 1)), n_boot=50, n_boot_corpus=10, metrics=toy_metrics())
     assert list(summary.columns[: len(DESIGN_COLUMNS)]) == DESIGN_COLUMNS
     assert summary["rep_3"].isna().all()  # not registered: empty
     assert "eos_rate" in summary.columns and "eos_rate_ci_low" in summary.columns
     assert math.isnan(row(summary, REFERENCE)["eos_rate"]) or row(summary, REFERENCE)["eos_rate"] is None
+    assert summary.attrs["ci"]["methods"] == {  # as each toy metric declares
+        "mean_length": "bootstrap",
+        "rep_2": "bootstrap",
+        "perplexity": "bootstrap",
+        "eos_rate": "bootstrap",
+        "distinct_2": "half-sample",
+        "bleu": "half-sample",
+    }
+
+
+def test_a_new_metric_gets_the_interval_it_declares():
+    """The interval code knows no metric: one registered anywhere gets the method it declares."""
+    metrics: Registry[Metric] = Registry("metric")
+
+    @additive_metric(
+        "long_share",
+        combine=ratio,
+        description="share of generations over 8 words",
+        level="corpus",
+        higher_is_better=None,
+        registry=metrics,
+    )
+    def long_share(cell):
+        return item_rows([(len(w) > 8, 1) for w in cell.words], 2)
+
+    @metric("type_token", description="distinct words / words", level="corpus", higher_is_better=True, registry=metrics)
+    def type_token(cell):
+        words = [t for w in cell.words for t in w]
+        return len(set(words)) / len(words) if words else None
+
+    @metric(
+        "first_length",
+        description="words of the first generation",
+        level="corpus",
+        higher_is_better=None,
+        interval="none",
+        registry=metrics,
+    )
+    def first_length(cell):
+        return float(len(cell.words[0])) if cell.words else None
+
+    data = make_sweep(seeds=(0, 1, 2), n_prompts=30)
+    summary = summarize(data, n_boot=1000, n_boot_corpus=20, metrics=metrics)
+    assert summary.attrs["ci"]["methods"] == {"long_share": "bootstrap", "type_token": "half-sample"}
+    for strategy in ("greedy", "top_p", REFERENCE):
+        r = row(summary, strategy)
+        assert r["long_share_ci_low"] <= r["long_share"] <= r["long_share_ci_high"]
+        assert r["type_token_ci_low"] <= r["type_token"] <= r["type_token_ci_high"]
+        assert not math.isnan(r["first_length"]) and math.isnan(r["first_length_ci_low"])
+    top_p = row(summary, "top_p")
+    assert top_p["type_token_ci_low"] < top_p["type_token_ci_high"]  # not degenerate
+    # The bootstrap's width is that of a ratio estimate over prompts: 2 · 1.96 · SE, with
+    # SE from the prompts' totals (all seeds of a prompt together).
+    per_prompt: dict[str, list[bool]] = {}
+    for g in data.generations:
+        if g.strategy == "top_p":
+            per_prompt.setdefault(g.prompt_id, []).append(len(cell_data([g]).words[0]) > 8)
+    long = np.array([sum(v) for v in per_prompt.values()], dtype=float)
+    n = np.array([len(v) for v in per_prompt.values()], dtype=float)
+    share = long.sum() / n.sum()
+    assert top_p["long_share"] == share
+    se = math.sqrt(np.sum((long - share * n) ** 2) / (len(n) - 1) / len(n)) / n.mean()
+    width = top_p["long_share_ci_high"] - top_p["long_share_ci_low"]
+    assert 0.8 < width / (2 * 1.96 * se) < 1.25
 
 
 def test_speed_merges_raw_batches_then_takes_percentiles():
@@ -150,8 +215,16 @@ def test_speed_merges_raw_batches_then_takes_percentiles():
     r0, r1 = data.results
 
     def batch(n, new, prefill, total):
-        return BatchTiming(n=n, batch_size=n, input_tokens=4, new_tokens=new, prefill_s=prefill,
-                           total_s=total, decode_s=total - prefill, steps=new // n)
+        return BatchTiming(
+            n=n,
+            batch_size=n,
+            input_tokens=4,
+            new_tokens=new,
+            prefill_s=prefill,
+            total_s=total,
+            decode_s=total - prefill,
+            steps=new // n,
+        )
 
     r0.batches[:] = [batch(1, 10, 0.1, 1.0)]
     r1.batches[:] = [batch(3, 30, 0.2, 2.0), batch(1, 5, 0.4, 4.0)]
@@ -175,8 +248,10 @@ def test_load_sweep_reads_complete_jobs_once(tmp_path):
     first = data.results[0].job.job_id
     key = paths.generations_key(data.tenant, data.sweep_id, first)
     store.write_bytes(key, store.read_bytes(key) * 2)  # a retried job appended its lines again
-    store.write_jsonl(paths.generations_key(data.tenant, data.sweep_id, "incomplete000000"),
-                      [data.generations[0].model_copy(update={"job_id": "incomplete000000"}).model_dump()])
+    store.write_jsonl(
+        paths.generations_key(data.tenant, data.sweep_id, "incomplete000000"),
+        [data.generations[0].model_copy(update={"job_id": "incomplete000000"}).model_dump()],
+    )
     loaded = load_sweep(store, data.tenant, data.sweep_id)
     assert isinstance(loaded, SweepData) and loaded.spec == data.spec
     assert len(loaded.results) == len(data.results)

@@ -20,9 +20,16 @@ from tests.helpers_report import make_sweep, write_sweep
 from worker.store import FileStore
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--hide-scrollbars",
 ]
 
 
@@ -36,17 +43,28 @@ def chromium() -> str:
 def browse(tmp_path, url: str, *extra: str) -> subprocess.CompletedProcess:
     profile = tmp_path / "profile"
     profile.mkdir(exist_ok=True)
-    return subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=30000", *extra, url],
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [chromium(), *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=30000", *extra, url],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 @pytest.fixture(scope="module")
 def report_file(tmp_path_factory):
     root = tmp_path_factory.mktemp("store")
     store = FileStore(root)
-    data = make_sweep(seeds=(0, 1), n_prompts=6,
-                      cells=[("austen-tiny", "greedy", {}), ("austen-tiny", "top_p", {"p": 0.9}),
-                             ("austen-small", "greedy", {}), ("austen-small", "top_p", {"p": 0.9})])
+    data = make_sweep(
+        seeds=(0, 1),
+        n_prompts=6,
+        cells=[
+            ("austen-tiny", "greedy", {}),
+            ("austen-tiny", "top_p", {"p": 0.9}),
+            ("austen-small", "greedy", {}),
+            ("austen-small", "top_p", {"p": 0.9}),
+        ],
+    )
     write_sweep(store, data)
     summary = summarize(data, n_boot=100, n_boot_corpus=10)
     key = write_reports(store, data.tenant, data.sweep_id, summary, data)["html"]
@@ -66,9 +84,12 @@ def test_report_loads_offline_without_errors_and_draws_charts(tmp_path, report_f
     assert dom.count('class="main-svg"') >= len(chart_divs)
     assert "Pareto front" in dom and "errorbar" in dom  # the front is drawn, intervals too
     # #sort=-tokens_per_s sorted the table by speed, fastest first, the reference row last.
-    table = dom[dom.index('id="summary-table"'):]
+    table = dom[dom.index('id="summary-table"') :]
     table = table[: table.index("</table>")]
-    speeds = [float(v) if v else None for v in re.findall(r'<tr[^>]*>(?:<td[^>]*>[^<]*</td>){6}<td[^>]*data-v="([^"]*)"', table)]
+    speeds = [
+        float(v) if v else None
+        for v in re.findall(r'<tr[^>]*>(?:<td[^>]*>[^<]*</td>){6}<td[^>]*data-v="([^"]*)"', table)
+    ]
     assert len(speeds) == 5 and speeds[-1] is None and speeds[:-1] == sorted(speeds[:-1], reverse=True)
 
 

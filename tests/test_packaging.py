@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,17 @@ def test_base_dependencies_exclude_torch_and_the_extra_adds_it():
     assert set(project["scripts"]) == {"decodebench", "decodebench-worker"}
 
 
+def test_report_assets_are_package_data():
+    """report.html inlines the files of controller/report/assets/: an installed package must ship them."""
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    report = REPO / "controller" / "report"
+    assets = sorted(p.relative_to(report).as_posix() for p in (report / "assets").iterdir())
+    assert {"assets/report.css", "assets/report.js", "assets/error_trap.js"} <= set(assets)
+    patterns = package_data.get("controller.report", []) + package_data.get("*", [])
+    for asset in assets:
+        assert any(fnmatch(asset, pattern) for pattern in patterns), asset
+
+
 def test_strategies_and_metrics_listings():
     out = CliRunner().invoke(main, ["strategies"])
     assert out.exit_code == 0
@@ -62,6 +74,8 @@ def test_strategies_and_metrics_listings():
     for name in ("rep_4", "diversity", "distinct_3", "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_l"):
         assert f"\n{name}  (corpus" in "\n" + out.output, name
     assert "needs references" in out.output and "needs model" in out.output
+    assert "\nrep_2  (corpus, lower is better; bootstrap interval" in out.output
+    assert "\nzipf  (corpus, no direction; half-sample interval" in out.output
 
 
 def test_cli_help_as_a_subprocess():

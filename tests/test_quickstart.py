@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE
 from controller.cli import main
+from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE
 from tests.test_html_browser import browse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_quickstart_sweep_summary_and_html(tmp_path):
     out = tmp_path / "runs"
-    result = CliRunner().invoke(main, ["--log-level", "warning", "run", str(REPO / "examples/quickstart.yaml"), "--out", str(out)])
+    result = CliRunner().invoke(
+        main, ["--log-level", "warning", "run", str(REPO / "examples/quickstart.yaml"), "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "60 jobs run, 0 already complete, 0 failed" in result.output
     (report,) = out.glob("default/sweeps/*/report")

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, summarize
 from controller.cli import Group
-from controller.report.html import mark_repeats, pareto_front, render_html
 from controller.cli.report import report
+from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, summarize
 from controller.report.format import markdown_table
+from controller.report.html import mark_repeats, pareto_front, render_html
 from controller.report.write import write_reports
 from tests.helpers_report import make_sweep, write_sweep
 from worker.core import paths
@@ -102,8 +102,9 @@ def test_report_command_writes_all_and_prints_markdown(tmp_path, monkeypatch):
     write_sweep(FileStore(tmp_path / "runs"), data)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "exports" / "summary.csv"
-    result = CliRunner().invoke(cli(), ["report", data.sweep_id[:8], "--store", str(tmp_path / "runs"),
-                                        "--format", "csv", "--out", str(out)])
+    result = CliRunner().invoke(
+        cli(), ["report", data.sweep_id[:8], "--store", str(tmp_path / "runs"), "--format", "csv", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("| model | strategy |")
     report_dir = tmp_path / "runs" / "default" / "sweeps" / data.sweep_id / "report"
@@ -121,10 +122,13 @@ def test_report_command_reads_store_and_tenant_from_env(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "s.json").read_text())["tenant"] == "team-a"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["report", "nosuchsweep"], "no sweep 'nosuchsweep'"),
-    (["report", "sweep0000000000a", "--tenant", "bad tenant"], "tenant 'bad tenant'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "nosuchsweep"], "no sweep 'nosuchsweep'"),
+        (["report", "sweep0000000000a", "--tenant", "bad tenant"], "tenant 'bad tenant'"),
+    ],
+)
 def test_report_command_user_errors_are_one_line(tmp_path, args, message):
     result = CliRunner().invoke(cli(), args + ["--store", str(tmp_path)])
     assert result.exit_code == 2
@@ -148,16 +152,42 @@ def test_report_compare(tmp_path):
             batch.total_s *= 2  # B is twice as slow
     write_sweep(store, a)
     write_sweep(store, b)
-    result = CliRunner().invoke(cli(), ["report", a.sweep_id, "--compare", b.sweep_id, "--store", str(tmp_path),
-                                        "--format", "csv", "--out", str(tmp_path / "cmp.csv")])
+    result = CliRunner().invoke(
+        cli(),
+        [
+            "report",
+            a.sweep_id,
+            "--compare",
+            b.sweep_id,
+            "--store",
+            str(tmp_path),
+            "--format",
+            "csv",
+            "--out",
+            str(tmp_path / "cmp.csv"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "Δ tok/s" in result.stdout.splitlines()[0]
     cmp = pd.read_csv(tmp_path / "cmp.csv")
     greedy = cmp[cmp["strategy"] == "greedy"].iloc[0]
     assert greedy["tokens_per_s_delta"] < 0 and greedy["distinct_2_delta"] == 0
     assert store.exists(paths.report_key(a.tenant, a.sweep_id, f"compare-{b.sweep_id}.csv"))
-    bad = CliRunner().invoke(cli(), ["report", a.sweep_id, "--compare", b.sweep_id, "--store", str(tmp_path),
-                                     "--format", "html", "--out", str(tmp_path / "x.html")])
+    bad = CliRunner().invoke(
+        cli(),
+        [
+            "report",
+            a.sweep_id,
+            "--compare",
+            b.sweep_id,
+            "--store",
+            str(tmp_path),
+            "--format",
+            "html",
+            "--out",
+            str(tmp_path / "x.html"),
+        ],
+    )
     assert bad.exit_code == 2
 
 

@@ -98,13 +98,13 @@ def strategies() -> None:
 
 @click.command()
 def metrics() -> None:
-    """List the registered quality metrics with their metadata."""
+    """List the registered quality metrics with their metadata and interval method."""
     from controller.metrics import METRICS
 
     for name, m in METRICS.items():
         direction = {True: "higher is better", False: "lower is better", None: "no direction"}[m.higher_is_better]
         needs = [w for w, f in (("references", m.needs_references), ("model", m.needs_model)) if f]
-        extra = f"; needs {' and '.join(needs)}" if needs else ""
+        extra = (f"; needs {' and '.join(needs)}" if needs else "") + f"; {m.interval} interval"
         click.echo(f"{name}  ({m.level}, {direction}{extra}{', ' + m.citation if m.citation else ''}): {m.description}")
 
 

@@ -46,7 +46,7 @@ def report(
     """Aggregate SWEEP's complete jobs into report/summary.* and report/report.html."""
     if compare_to is not None and fmt_name == "html":
         raise UsageError("--compare writes md, csv, json or parquet, not html")
-    from controller.report.aggregate import compare
+    from controller.report.compare import compare
     from controller.report.format import compare_table, markdown_table
     from controller.report.write import build, comparison_bytes, render, write_comparison, write_reports
     from worker.store import open_store

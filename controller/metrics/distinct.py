@@ -12,7 +12,7 @@ value in [0, 1]. None when the cell has no n-gram (every generation shorter than
 
 from __future__ import annotations
 
-from controller.metrics import metric
+from controller.metrics.registry import metric
 from controller.metrics.tokenize import ngrams
 
 _LI = 'Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models", NAACL'
@@ -37,6 +37,7 @@ def _register(n: int) -> None:
         description=f"Unique {n}-grams across the cell's generations / all their {n}-grams.",
         level="corpus",
         higher_is_better=True,
+        interval="half-sample",  # a bootstrap's duplicated generations add no new n-gram
         citation=_LI,
         unit="fraction",
     )(lambda cell: distinct_n(cell.words, n))

@@ -7,18 +7,31 @@ and `nll_count` (tokens scored). The cell's perplexity is token-weighted:
     perplexity = exp( Σ_i nll_sum_i / Σ_i nll_count_i )
 
 not a mean of per-generation perplexities. None when any generation lacks its scores
-(a partial value would silently change meaning), or no token was scored.
+(a partial value would silently change meaning), or no token was scored. Additive:
+each generation contributes [nll_sum, nll_count].
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from controller.metrics import CellData, metric
+import numpy as np
+
+from controller.metrics.registry import CellData, additive_metric, item_rows
 
 
-@metric(
+def _perplexity(sums: Sequence[float]) -> float | None:
+    """exp(Σ nll_sum / Σ nll_count); None when no token was scored."""
+    nll, tokens = sums
+    if tokens == 0:
+        return None
+    return math.exp(nll / tokens)
+
+
+@additive_metric(
     "perplexity",
+    combine=_perplexity,
     description="exp(total token NLL / total tokens scored) of the generations under the scorer model.",
     level="corpus",
     higher_is_better=None,
@@ -26,14 +39,11 @@ from controller.metrics import CellData, metric
     citation="Jelinek et al. 1977; as a generation-quality signal: Holtzman et al. 2020, ICLR",
     unit="",
 )
-def perplexity(cell: CellData) -> float | None:
-    """Token-weighted perplexity; None if scores are absent or no token was scored."""
+def perplexity(cell: CellData) -> np.ndarray | None:
+    """Per generation [nll_sum_i, nll_count_i]; None for the whole cell if any generation lacks them."""
     n = len(cell.texts)
     if n == 0 or len(cell.nll_sum) != n or len(cell.nll_count) != n:
         return None
     if any(s is None for s in cell.nll_sum) or any(c is None for c in cell.nll_count):
         return None
-    tokens = sum(cell.nll_count)
-    if tokens == 0:
-        return None
-    return math.exp(math.fsum(cell.nll_sum) / tokens)
+    return item_rows(list(zip(cell.nll_sum, cell.nll_count)), 2)

@@ -1,27 +1,35 @@
 """Reference-based metrics: BLEU (sacrebleu) and ROUGE-1/2/L (rouge-score).
 
-Both libraries are used as they are, with their own tokenisation, so the values compare
-with published numbers; nothing here re-implements BLEU or ROUGE.
+Both libraries are used as they are, through their public API and with their own
+tokenisation, so the values compare with published numbers; nothing here re-implements
+BLEU or ROUGE. Both are additive (see `controller.metrics`):
 
-- `bleu`: `sacrebleu.corpus_bleu(texts, [references])` with sacrebleu's defaults
-  (13a tokenizer, mixed case, exponential smoothing, one reference per generation);
-  0-100 as sacrebleu reports it. `bleu_signature()` gives the exact signature.
+- `bleu`: each generation with a reference contributes sacrebleu's sufficient
+  statistics, `BLEU().sentence_score(text, [reference])`'s `sys_len`, `ref_len`,
+  `counts` and `totals`; the cell's sums are scored with sacrebleu's own
+  `BLEU.compute_bleu`, which is exactly `sacrebleu.corpus_bleu(texts, [references])`
+  with sacrebleu's defaults (13a tokenizer, mixed case, exponential smoothing, one
+  reference per generation); 0-100 as sacrebleu reports it. `bleu_signature()` gives
+  the exact signature.
 - `rouge_1`, `rouge_2`, `rouge_l`: `rouge_scorer.RougeScorer(["rouge1", "rouge2",
   "rougeL"], use_stemmer=True)`, F-measure of each (reference, generation) pair, mean
   over pairs; 0-1. Porter stemming as in the original ROUGE-1.5.5 `-m` setting used
   by most summarisation papers. rouge-score's tokenizer lowercases and keeps only
   [a-z0-9] runs: text in other scripts scores 0.
 
-Only the generations whose prompt has a reference take part; None when none has.
-The libraries are imported on first use, so importing the registry stays light.
+Only the generations whose prompt has a reference take part (the others contribute
+zeros); None when none has. The libraries are imported on first use, so importing the
+registry stays light.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from functools import lru_cache
 
-from controller.metrics import CellData, metric
+import numpy as np
+
+from controller.metrics.registry import CellData, additive_metric, item_rows, ratio
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 ROUGE_USE_STEMMER = True
@@ -29,20 +37,27 @@ _SACREBLEU = 'Post 2018, "A Call for Clarity in Reporting BLEU Scores", WMT (sac
 _ROUGE = 'Lin 2004, "ROUGE: A Package for Automatic Evaluation of Summaries" (rouge-score implementation)'
 
 
-def _pairs(cell: CellData) -> tuple[list[str], list[str]]:
-    """(generations, references) of the generations that have a reference."""
-    hyps, refs = [], []
-    for text, ref in zip(cell.texts, cell.references):
-        if ref is not None:
-            hyps.append(text)
-            refs.append(ref)
-    return hyps, refs
+def _references(cell: CellData) -> list[str | None]:
+    """One reference (or None) per generation."""
+    return cell.references if len(cell.references) == len(cell.texts) else [None] * len(cell.texts)
 
 
 def _bleu_object():
     from sacrebleu.metrics import BLEU
 
     return BLEU()  # defaults: tokenize="13a", lowercase=False, smooth_method="exp"
+
+
+@lru_cache(maxsize=1)
+def _bleu_scorers():
+    """(corpus scorer, sentence statistics extractor), both with sacrebleu's defaults.
+
+    `effective_order` changes only a sentence's own score, never its statistics; setting
+    it on the extractor silences sacrebleu's advice to use it for sentence-level BLEU.
+    """
+    from sacrebleu.metrics import BLEU
+
+    return _bleu_object(), BLEU(effective_order=True)
 
 
 def bleu_signature() -> str:
@@ -52,8 +67,30 @@ def bleu_signature() -> str:
     return str(scorer.get_signature())
 
 
-@metric(
+def _bleu_value(sums: Sequence[float]) -> float | None:
+    """sacrebleu's corpus BLEU from the summed [pairs, sys_len, ref_len, counts..., totals...]."""
+    if sums[0] == 0:
+        return None
+    scorer, _ = _bleu_scorers()
+    k = scorer.max_ngram_order
+    n = [round(x) for x in sums[1:]]  # counts as ints (a bootstrap's sums are integer-valued floats)
+    return float(
+        scorer.compute_bleu(
+            correct=n[2 : 2 + k],
+            total=n[2 + k :],
+            sys_len=n[0],
+            ref_len=n[1],
+            smooth_method=scorer.smooth_method,
+            smooth_value=scorer.smooth_value,
+            effective_order=scorer.effective_order,
+            max_ngram_order=k,
+        ).score
+    )
+
+
+@additive_metric(
     "bleu",
+    combine=_bleu_value,
     description="sacrebleu corpus BLEU of the generations against their prompts' references (13a, 0-100).",
     level="corpus",
     higher_is_better=True,
@@ -61,12 +98,18 @@ def bleu_signature() -> str:
     citation=_SACREBLEU,
     unit="BLEU (0-100)",
 )
-def bleu(cell: CellData) -> float | None:
-    """Corpus BLEU over (generation, reference) pairs; None without references."""
-    hyps, refs = _pairs(cell)
-    if not hyps:
-        return None
-    return float(_bleu_object().corpus_score(hyps, [refs]).score)
+def bleu(cell: CellData) -> np.ndarray:
+    """Per generation [1, sys_len, ref_len, counts_1..4, totals_1..4] against its reference; zeros without one."""
+    _, sentence = _bleu_scorers()
+    width = 3 + 2 * sentence.max_ngram_order
+    rows = []
+    for text, ref in zip(cell.texts, _references(cell)):
+        if ref is None:
+            rows.append([0] * width)
+            continue
+        s = sentence.sentence_score(text, [ref])
+        rows.append([1, s.sys_len, s.ref_len, *s.counts, *s.totals])
+    return item_rows(rows, width)
 
 
 @lru_cache(maxsize=1)
@@ -77,45 +120,38 @@ def _rouge_scorer():
 
 
 @lru_cache(maxsize=8)
-def _rouge_means(hyps: tuple[str, ...], refs: tuple[str, ...]) -> dict[str, float]:
-    """Mean F-measure per ROUGE type over the pairs (cached: the three metrics share one pass)."""
+def _rouge_f(texts: tuple[str, ...], refs: tuple[str | None, ...]) -> dict[str, list[float | None]]:
+    """Per generation, each ROUGE type's F-measure (None without a reference).
+
+    Cached: the three ROUGE metrics, and their intervals, share one scorer pass.
+    """
     scorer = _rouge_scorer()
-    scores = [scorer.score(ref, hyp) for hyp, ref in zip(hyps, refs)]  # score(target, prediction)
-    return {t: math.fsum(s[t].fmeasure for s in scores) / len(scores) for t in ROUGE_TYPES}
+    scores = [
+        scorer.score(ref, text) if ref is not None else None  # score(target, prediction)
+        for text, ref in zip(texts, refs)
+    ]
+    return {t: [s[t].fmeasure if s is not None else None for s in scores] for t in ROUGE_TYPES}
 
 
-def _rouge(cell: CellData, rouge_type: str) -> float | None:
-    hyps, refs = _pairs(cell)
-    if not hyps:
-        return None
-    return _rouge_means(tuple(hyps), tuple(refs))[rouge_type]
+def _rouge_stats(cell: CellData, rouge_type: str) -> np.ndarray:
+    """Per generation [F, 1] where it has a reference, [0, 0] otherwise: the value is the mean F over pairs."""
+    fs = _rouge_f(tuple(cell.texts), tuple(_references(cell)))[rouge_type]
+    return item_rows([(f, 1) if f is not None else (0, 0) for f in fs], 2)
 
 
-def _rouge_metric(name: str, what: str):
-    return metric(
+def _register_rouge(name: str, rouge_type: str, what: str) -> None:
+    additive_metric(
         name,
+        combine=ratio,
         description=f"Mean {what} F-measure (rouge-score, Porter stemmer) of generation vs. reference.",
         level="corpus",
         higher_is_better=True,
         needs_references=True,
         citation=_ROUGE,
         unit="F1 (0-1)",
-    )
+    )(lambda cell: _rouge_stats(cell, rouge_type))
 
 
-@_rouge_metric("rouge_1", "ROUGE-1 (unigram)")
-def rouge_1(cell: CellData) -> float | None:
-    """Mean ROUGE-1 F over pairs; None without references."""
-    return _rouge(cell, "rouge1")
-
-
-@_rouge_metric("rouge_2", "ROUGE-2 (bigram)")
-def rouge_2(cell: CellData) -> float | None:
-    """Mean ROUGE-2 F over pairs; None without references."""
-    return _rouge(cell, "rouge2")
-
-
-@_rouge_metric("rouge_l", "ROUGE-L (longest common subsequence)")
-def rouge_l(cell: CellData) -> float | None:
-    """Mean ROUGE-L F over pairs; None without references."""
-    return _rouge(cell, "rougeL")
+_register_rouge("rouge_1", "rouge1", "ROUGE-1 (unigram)")
+_register_rouge("rouge_2", "rouge2", "ROUGE-2 (bigram)")
+_register_rouge("rouge_l", "rougeL", "ROUGE-L (longest common subsequence)")

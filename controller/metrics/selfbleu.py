@@ -34,7 +34,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from controller.metrics import CellData, metric
+from controller.metrics.registry import CellData, metric
 
 EPSILON = 0.1  # NLTK SmoothingFunction().method1 default
 
@@ -130,10 +130,7 @@ def self_bleu_scores(docs: Sequence[Sequence[str]], max_n: int = 4) -> list[floa
             bp = 0.0
         else:
             bp = math.exp(1 - ref_len / hyp_len)
-        logs = (
-            w * math.log(num / den if num else (num + EPSILON) / den)
-            for w, (num, den) in zip(weights, p_n)
-        )
+        logs = (w * math.log(num / den if num else (num + EPSILON) / den) for w, (num, den) in zip(weights, p_n))
         scores.append(bp * math.exp(math.fsum(logs)))
     return scores
 
@@ -151,6 +148,7 @@ def self_bleu(docs: Sequence[Sequence[str]], max_n: int = 4) -> float | None:
     description="Mean BLEU-4 of each generation against all other generations of the cell (NLTK method1 smoothing).",
     level="corpus",
     higher_is_better=False,
+    interval="half-sample",  # a bootstrap's duplicated generation would match itself
     citation='Zhu et al. 2018, "Texygen: A Benchmarking Platform for Text Generation Models", SIGIR',
     unit="BLEU (0-1)",
 )

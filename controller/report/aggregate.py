@@ -10,6 +10,7 @@ interval over prompt resamples; a metric that does not apply is NaN, never 0; th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections import defaultdict
@@ -19,21 +20,44 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
+from controller.metrics import METRICS, CellData, Metric, cell_data
+from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
 from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
-from controller.report.intervals import CI_LEVEL, _prompt_groups, _rng, confidence_intervals, evaluate
-from controller.metrics import METRICS, CellData, Metric, cell_data
+from worker.core.registry import Registry
 from worker.store import Store
 
 ID_COLUMNS = ["model", "strategy", "params", "n_prompts", "n_generations", "n_seeds"]
 SPEED_COLUMNS = ["tokens_per_s", "latency_ms_p50", "latency_ms_p95", "ttft_ms_p50", "peak_memory_mb"]
 QUALITY_COLUMNS = [
-    "mean_length", "rep_2", "rep_3", "rep_4", "diversity", "distinct_1", "distinct_2", "distinct_3",
-    "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",
+    "mean_length",
+    "rep_2",
+    "rep_3",
+    "rep_4",
+    "diversity",
+    "distinct_1",
+    "distinct_2",
+    "distinct_3",
+    "self_bleu_4",
+    "zipf",
+    "perplexity",
+    "bleu",
+    "rouge_1",
+    "rouge_2",
+    "rouge_l",
 ]
 DESIGN_COLUMNS = ID_COLUMNS + SPEED_COLUMNS + QUALITY_COLUMNS
-EXTRA_SPEED_COLUMNS = ["decode_ms_per_token", "nvml_peak_mb", "nvml_mean_mb", "gpu_util_mean", "memory_kind", "n_jobs", "cell"]
+EXTRA_SPEED_COLUMNS = [
+    "decode_ms_per_token",
+    "nvml_peak_mb",
+    "nvml_mean_mb",
+    "gpu_util_mean",
+    "memory_kind",
+    "n_jobs",
+    "cell",
+]
 COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs"]
 KEY_COLUMNS = ["model", "strategy", "params"]
 REFERENCE = "reference"
@@ -102,6 +126,7 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
 
 # -- helpers ---------------------------------------------------------------------------
 
+
 def params_json(params: Mapping[str, Any]) -> str:
     """Compact, key-sorted JSON: the `params` column."""
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
@@ -113,10 +138,16 @@ def _percentiles(values: list[float], qs: list[float]) -> list[float]:
     return [float(v) for v in np.percentile(np.asarray(values, dtype=float), qs)]
 
 
-def requested_metrics(data: SweepData) -> list[tuple[str, Metric]]:
-    """The registered metrics the sweep asked for (an empty request means all)."""
+MetricSource = Registry[Metric] | Mapping[str, Metric]
+
+
+def requested_metrics(data: SweepData, metrics: MetricSource = METRICS) -> list[tuple[str, Metric]]:
+    """The metrics of `metrics` (a registry or a name -> Metric mapping) the sweep asked for, by name.
+
+    An empty request means all of them.
+    """
     asked = {m for r in data.results for m in r.job.metrics}
-    return [(name, m) for name, m in METRICS.items() if not asked or name in asked]
+    return [(name, m) for name, m in sorted(metrics.items()) if not asked or name in asked]
 
 
 def several_seeds(data: SweepData) -> bool:
@@ -126,6 +157,7 @@ def several_seeds(data: SweepData) -> bool:
 
 
 # -- speed and memory --------------------------------------------------------------------
+
 
 def speed_columns(results: list[JobResult]) -> dict[str, Any]:
     """Speed and memory of a cell from the raw per-batch values of all its jobs."""
@@ -147,7 +179,9 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
     nvml_peak = values("nvml_peak_mb")
 
     def time_weighted(key: str) -> float:
-        pairs = [(float(r.memory[key]), sum(b.total_s for b in r.batches)) for r in results if r.memory.get(key) is not None]
+        pairs = [
+            (float(r.memory[key]), sum(b.total_s for b in r.batches)) for r in results if r.memory.get(key) is not None
+        ]
         weight = sum(w for _, w in pairs)
         if not pairs:
             return math.nan
@@ -155,16 +189,21 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
 
     return {
         "tokens_per_s": new_tokens / total_s if total_s > 0 else math.nan,
-        "latency_ms_p50": p50, "latency_ms_p95": p95, "ttft_ms_p50": ttft50, "peak_memory_mb": peak,
+        "latency_ms_p50": p50,
+        "latency_ms_p95": p95,
+        "ttft_ms_p50": ttft50,
+        "peak_memory_mb": peak,
         # time per output token after the first (TPOT): every row of a batch advances one token per step
         "decode_ms_per_token": decode_s * 1000.0 / decode_steps if decode_steps > 0 else math.nan,
         "nvml_peak_mb": max(nvml_peak) if nvml_peak else math.nan,
-        "nvml_mean_mb": time_weighted("nvml_mean_mb"), "gpu_util_mean": time_weighted("gpu_util_mean"),
+        "nvml_mean_mb": time_weighted("nvml_mean_mb"),
+        "gpu_util_mean": time_weighted("gpu_util_mean"),
         "memory_kind": kind,
     }
 
 
 # -- quality ----------------------------------------------------------------------------
+
 
 def reference_data(prompts: list[PromptItem]) -> CellData | None:
     """The reference row's data: the prompt set's references as texts (no references of their own)."""
@@ -174,6 +213,7 @@ def reference_data(prompts: list[PromptItem]) -> CellData | None:
 
 # -- the summary ------------------------------------------------------------------------
 
+
 def _order(data: SweepData, results: list[JobResult]) -> tuple:
     """Sort cells in plan order, else as the spec lists models and strategies."""
     cell = results[0].job.cell
@@ -182,26 +222,53 @@ def _order(data: SweepData, results: list[JobResult]) -> tuple:
     spec = data.sweep_spec
     models = []
     for m in spec.get("models") or []:
-        try:
+        with contextlib.suppress(ValidationError):  # an unexpected spec shape only changes the order
             models.append(ModelSpec.model_validate(m).label)
-        except Exception:  # an unexpected spec shape only changes the order
-            pass
     strategies = [s.get("name") for s in spec.get("strategies") or [] if isinstance(s, dict)]
     job = results[0].job
-    rank = lambda items, x: items.index(x) if x in items else len(items)  # noqa: E731
-    return (len(data.cell_order), rank(models, job.model.label), job.model.label,
-            rank(strategies, job.strategy.name), job.strategy.name, params_json(job.strategy.params))
+    rank = lambda items, x: items.index(x) if x in items else len(items)
+    return (
+        len(data.cell_order),
+        rank(models, job.model.label),
+        job.model.label,
+        rank(strategies, job.strategy.name),
+        job.strategy.name,
+        params_json(job.strategy.params),
+    )
 
 
-def summarize(data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100) -> pd.DataFrame:
-    """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
+@dataclass
+class _Quality:
+    """Scores one row's quality columns and their intervals; remembers the interval methods used."""
 
-    `n_boot`: bootstrap replicates of metrics with an exact fast path; `n_boot_corpus`
-    (at most n_boot): replicates of the metrics recomputed from the texts per replicate.
-    """
-    metrics = requested_metrics(data)
-    with_ci = several_seeds(data) and n_boot > 0
-    methods: dict[str, set[str]] = defaultdict(set)
+    selected: list[tuple[str, Metric]]
+    with_ci: bool
+    n_boot: int
+    n_boot_corpus: int
+    seed: int
+    methods: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def __call__(self, row: dict, cell: CellData, groups: list[list[int]], key: str, reference_row: bool = False):
+        row.update(evaluate(self.selected, cell, reference_row=reference_row))
+        if not self.with_ci:
+            return
+        cis = confidence_intervals(
+            self.selected,
+            cell,
+            row,
+            groups,
+            n_boot=self.n_boot,
+            n_boot_corpus=self.n_boot_corpus,
+            rng=cell_rng(self.seed, key),
+            reference_row=reference_row,
+        )
+        for name, (lo, hi, method) in cis.items():
+            row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi
+            self.methods[name].add(method)
+
+
+def _cell_rows(data: SweepData, quality: _Quality) -> list[dict[str, Any]]:
+    """One row per (model, strategy variant) cell, in plan order."""
     prompt_rank = {p.id: i for i, p in enumerate(data.prompts)}
     by_cell: dict[str, list[JobResult]] = defaultdict(list)
     for r in data.results:
@@ -209,42 +276,79 @@ def summarize(data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corp
     records_by_cell: dict[str, list[GenerationRecord]] = defaultdict(list)
     for g in data.generations:
         records_by_cell[g.cell].append(g)
-
-    def quality(row: dict, cell: CellData, groups: list[list[int]], key: str, reference_row: bool = False) -> None:
-        row.update(evaluate(metrics, cell, reference_row=reference_row))
-        if with_ci:
-            cis = confidence_intervals(metrics, cell, row, groups, n_boot=n_boot, n_boot_corpus=n_boot_corpus,
-                                       rng=_rng(seed, key), reference_row=reference_row)
-            for name, (lo, hi, method) in cis.items():
-                row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi
-                methods[name].add(method)
-
     rows: list[dict[str, Any]] = []
     for cell in sorted(by_cell, key=lambda c: _order(data, by_cell[c])):
         results = by_cell[cell]
         job = results[0].job
-        records = sorted(records_by_cell.get(cell, []),
-                         key=lambda g: (prompt_rank.get(g.prompt_id, len(prompt_rank)), g.prompt_id, g.job_seed))
+        records = sorted(
+            records_by_cell.get(cell, []),
+            key=lambda g: (prompt_rank.get(g.prompt_id, len(prompt_rank)), g.prompt_id, g.job_seed),
+        )
         row: dict[str, Any] = {
-            "model": job.model.label, "strategy": job.strategy.name, "params": params_json(job.strategy.params),
-            "n_prompts": len({g.prompt_id for g in records}), "n_generations": len(records),
-            "n_seeds": len({r.job.seed for r in results}), **speed_columns(results),
-            "n_jobs": len(results), "cell": cell,
+            "model": job.model.label,
+            "strategy": job.strategy.name,
+            "params": params_json(job.strategy.params),
+            "n_prompts": len({g.prompt_id for g in records}),
+            "n_generations": len(records),
+            "n_seeds": len({r.job.seed for r in results}),
+            **speed_columns(results),
+            "n_jobs": len(results),
+            "cell": cell,
         }
-        quality(row, cell_data(records), _prompt_groups([g.prompt_id for g in records]), cell)
+        quality(row, cell_data(records), prompt_groups([g.prompt_id for g in records]), cell)
         rows.append(row)
+    return rows
 
+
+def _reference_row(data: SweepData, quality: _Quality) -> dict[str, Any] | None:
+    """The prompt set's own references scored as a row, where it has references."""
     refs = reference_data(data.prompts)
-    if refs is not None:
-        row = {"model": None, "strategy": REFERENCE, "params": params_json({}), "n_prompts": len(refs.texts),
-               "n_generations": len(refs.texts), "n_seeds": None, "n_jobs": None, "cell": REFERENCE}
-        quality(row, refs, [[i] for i in range(len(refs.texts))], REFERENCE, reference_row=True)
-        rows.append(row)
-    frame = _frame(rows, [name for name, _ in metrics], with_ci)
-    frame.attrs["ci"] = {
-        "level": CI_LEVEL, "unit": "prompt", "n_boot": n_boot, "n_boot_corpus": min(n_boot, n_boot_corpus),
-        "seed": seed, "methods": {name: "/".join(sorted(m)) for name, m in methods.items()},
-    } if with_ci else None
+    if refs is None:
+        return None
+    row = {
+        "model": None,
+        "strategy": REFERENCE,
+        "params": params_json({}),
+        "n_prompts": len(refs.texts),
+        "n_generations": len(refs.texts),
+        "n_seeds": None,
+        "n_jobs": None,
+        "cell": REFERENCE,
+    }
+    quality(row, refs, [[i] for i in range(len(refs.texts))], REFERENCE, reference_row=True)
+    return row
+
+
+def summarize(
+    data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100, metrics: MetricSource = METRICS
+) -> pd.DataFrame:
+    """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
+
+    `n_boot`: bootstrap replicates of the metrics with a bootstrap interval (additive
+    ones); `n_boot_corpus` (at most n_boot): half-sample replicates of the others, which
+    are recomputed from the texts per replicate. `metrics`: the metrics to compute, a
+    registry or a name -> Metric mapping (default: every registered metric).
+    """
+    selected = requested_metrics(data, metrics)
+    with_ci = several_seeds(data) and n_boot > 0
+    quality = _Quality(selected, with_ci, n_boot, n_boot_corpus, seed)
+    rows = _cell_rows(data, quality)
+    reference = _reference_row(data, quality)
+    if reference is not None:
+        rows.append(reference)
+    frame = _frame(rows, [name for name, _ in selected], with_ci)
+    frame.attrs["ci"] = (
+        {
+            "level": CI_LEVEL,
+            "unit": "prompt",
+            "n_boot": n_boot,
+            "n_boot_corpus": min(n_boot, n_boot_corpus),
+            "seed": seed,
+            "methods": {name: "/".join(sorted(m)) for name, m in quality.methods.items()},
+        }
+        if with_ci
+        else None
+    )
     return frame
 
 
@@ -268,32 +372,3 @@ def metric_columns(summary: pd.DataFrame) -> list[str]:
     """The quality-metric columns of a summary (DESIGN's, then extra registered ones)."""
     skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS)
     return [c for c in summary.columns if c not in skip and "_ci_" not in c]
-
-
-# -- comparing two sweeps ----------------------------------------------------------------
-
-def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
-    """Per-cell differences B - A, cells matched on (model, strategy, params).
-
-    Columns: model, strategy, params, `present` (both, a, b), then `<col>_delta` for
-    every numeric column the two share (CI columns excepted), then `<col>_a`, `<col>_b`.
-    """
-    def keyed(s: pd.DataFrame) -> pd.DataFrame:
-        s = s.copy()
-        s["model"] = s["model"].astype(object).where(s["model"].notna(), "")
-        return s
-
-    a, b = keyed(summary_a), keyed(summary_b)
-    shared = [c for c in a.columns if c in b.columns and c not in KEY_COLUMNS and "_ci_" not in c
-              and pd.api.types.is_numeric_dtype(a[c]) and pd.api.types.is_numeric_dtype(b[c])]
-    merged = a[KEY_COLUMNS + shared].merge(b[KEY_COLUMNS + shared], on=KEY_COLUMNS, how="outer",
-                                           suffixes=("_a", "_b"), indicator=True, sort=False)
-    out = merged[KEY_COLUMNS].copy()
-    out["present"] = merged["_merge"].map({"both": "both", "left_only": "a", "right_only": "b"}).astype(object)
-    for c in shared:
-        out[f"{c}_delta"] = merged[f"{c}_b"].astype(float) - merged[f"{c}_a"].astype(float)
-    for c in shared:
-        out[f"{c}_a"] = merged[f"{c}_a"]
-        out[f"{c}_b"] = merged[f"{c}_b"]
-    out["model"] = out["model"].where(out["model"] != "", None)
-    return out.reset_index(drop=True)

@@ -5,7 +5,8 @@ and every chart's JSON with plotly's own escaping (no `</script>` can close a ta
 Sections: summary table (sortable by clicking a header, or with `#sort=COLUMN` /
 `#sort=-COLUMN` in the address), quality vs speed with the Pareto front, one bar chart
 per metric with its interval, example generations side by side with repeated n-grams
-marked, the metrics' meaning, and the sweep's spec and provenance.
+marked, the metrics' meaning, and the sweep's spec and provenance. Its CSS and
+JavaScript are package files in controller/report/assets/, inlined as they are.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import json
 import math
 import re
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
 from typing import Any
 
 import pandas as pd
@@ -23,71 +26,31 @@ import plotly.io as pio
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
-from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
 from controller.metrics import METRICS
-from controller.report.format import fmt
 from controller.metrics.tokenize import WORD_PATTERN
+from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
+from controller.report.format import fmt
 from worker.strategies import STRATEGIES
 
 EXAMPLE_PROMPTS = 3
 MARK_N = 3  # a word n-gram of this size seen earlier in the same text is marked
-SPEED = {"tokens_per_s": True, "latency_ms_p50": False, "latency_ms_p95": False,
-         "ttft_ms_p50": False, "peak_memory_mb": False}
+SPEED = {
+    "tokens_per_s": True,
+    "latency_ms_p50": False,
+    "latency_ms_p95": False,
+    "ttft_ms_p50": False,
+    "peak_memory_mb": False,
+}
 _WORD = re.compile(WORD_PATTERN)
 e = html.escape
 
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1400px;padding:0 20px;color:#1d232b}
-h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #dde}
-nav a{margin-right:14px}.meta{color:#566}code,pre{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace}
-pre{background:#f6f8fa;padding:10px;overflow:auto;max-height:420px}
-.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:12.5px}
-th,td{border:1px solid #d5dae0;padding:3px 6px;text-align:right;white-space:nowrap}
-th{background:#eef1f5;cursor:pointer;position:sticky;top:0}th.asc:after{content:" \\25B2"}th.desc:after{content:" \\25BC"}
-td.t,th.t{text-align:left}td.w{white-space:normal;min-width:220px}tr.reference td{background:#fff8e1}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:10px}
-.chart{min-height:320px}.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:10px}
-.card{border:1px solid #d5dae0;border-radius:6px;padding:8px;background:#fff}
-.card h4{margin:0 0 4px;font-size:13px}.card p{margin:4px 0;white-space:pre-wrap}.card.ref{background:#fff8e1}
-.small{font-size:12px;color:#566}mark{background:#ffd54f;padding:0 1px}
-#js-errors:empty{display:none}#js-errors{color:#b00020;background:#fde7ea}
-"""
+ASSETS = "assets"  # report.css, error_trap.js, report.js: package data of controller.report
 
-# Runs before plotly.js: any script error or rejected promise lands in #js-errors.
-ERROR_TRAP = """
-window.__reportErrors=[];
-function __reportError(msg){window.__reportErrors.push(String(msg));
- var el=document.getElementById('js-errors');if(el){el.textContent=window.__reportErrors.join('\\n');}}
-window.onerror=function(m,src,line,col){__reportError(m+' ('+line+':'+col+')');};
-window.addEventListener('unhandledrejection',function(ev){__reportError('unhandled rejection: '+ev.reason);});
-"""
 
-PAGE_JS = """
-function sortTable(table, col, desc){
- var body=table.tBodies[0], rows=Array.prototype.slice.call(body.rows);
- rows.sort(function(a,b){
-  var x=a.cells[col].getAttribute('data-v'), y=b.cells[col].getAttribute('data-v');
-  if(x===''&&y==='')return 0; if(x==='')return 1; if(y==='')return -1;
-  var nx=parseFloat(x), ny=parseFloat(y), c;
-  c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);
-  return desc?-c:c;});
- rows.forEach(function(r){body.appendChild(r);});
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-  th.className=(th.className.replace(/ ?(asc|desc)/g,''))+(i===col?(desc?' desc':' asc'):'');});
-}
-document.querySelectorAll('table.sortable').forEach(function(table){
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-  th.addEventListener('click',function(){sortTable(table,i,th.className.indexOf(' asc')>=0);});});
-});
-(function(){var m=/sort=(-?)([\\w.]+)/.exec(location.hash);if(!m)return;
- var table=document.getElementById('summary-table');
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-  if(th.getAttribute('data-col')===m[2])sortTable(table,i,m[1]==='-');});})();
-(window.__reportCharts||[]).forEach(function(c){
- c.fig.layout.template=window.__reportTemplate;
- Plotly.newPlot(c.id,c.fig.data,c.fig.layout,{responsive:true,displaylogo:false,
-  displayModeBar:c.id==='chart-quality-speed'?'hover':false});});
-"""
+@cache
+def asset(name: str) -> str:
+    """The text of a file in controller/report/assets/, inlined into every page."""
+    return resources.files("controller.report").joinpath(ASSETS).joinpath(name).read_text(encoding="utf-8")
 
 
 def _f(value: Any) -> float:
@@ -107,16 +70,20 @@ def _label(row: pd.Series, with_model: bool = True) -> str:
     except (TypeError, ValueError):
         params = {}
     spec = STRATEGIES.get(row["strategy"]) if row["strategy"] in STRATEGIES else None
-    shown = {k: v for k, v in params.items()
-             if spec is None or k not in spec.all_params or spec.all_params[k].default != v}
+    shown = {
+        k: v for k, v in params.items() if spec is None or k not in spec.all_params or spec.all_params[k].default != v
+    }
     variant = row["strategy"] + (f"({','.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
     return f"{row['model']} · {variant}" if with_model else variant
 
 
 def summary_table(summary: pd.DataFrame) -> str:
     cols = [c for c in summary.columns if "_ci_" not in c and c != "cell"]
-    head = "".join(f'<th data-col="{e(c)}" class="{"t" if c in ("model", "strategy", "params", "memory_kind") else ""}">'
-                   f"{e(c)}</th>" for c in cols)
+    head = "".join(
+        f'<th data-col="{e(c)}" class="{"t" if c in ("model", "strategy", "params", "memory_kind") else ""}">'
+        f"{e(c)}</th>"
+        for c in cols
+    )
     body = []
     for _, row in summary.iterrows():
         cells = []
@@ -133,8 +100,10 @@ def summary_table(summary: pd.DataFrame) -> str:
             cells.append(f'<td{klass} data-v="{e(sort_value)}"{title}>{e(text)}</td>')
         klass = ' class="reference"' if row["strategy"] == REFERENCE else ""
         body.append(f"<tr{klass}>{''.join(cells)}</tr>")
-    return (f'<div class="scroll"><table id="summary-table" class="sortable"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table></div>")
+    return (
+        f'<div class="scroll"><table id="summary-table" class="sortable"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
 def pareto_front(xs: list[float], ys: list[float], *, y_higher_is_better: bool) -> list[int]:
@@ -144,7 +113,8 @@ def pareto_front(xs: list[float], ys: list[float], *, y_higher_is_better: bool) 
     for i, (x, y) in enumerate(zip(xs, ys)):
         dominated = any(
             xj >= x and sign * yj >= sign * y and (xj > x or sign * yj > sign * y)
-            for j, (xj, yj) in enumerate(zip(xs, ys)) if j != i
+            for j, (xj, yj) in enumerate(zip(xs, ys))
+            if j != i
         )
         if not dominated:
             front.append(i)
@@ -153,6 +123,49 @@ def pareto_front(xs: list[float], ys: list[float], *, y_higher_is_better: bool) 
 
 def _direction(name: str) -> bool | None:
     return METRICS.get(name).higher_is_better if name in METRICS else None
+
+
+def _metric_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str) -> list[dict]:
+    """The scatter of the cells on (tokens/s, m), their Pareto front and the reference line."""
+    sub = cells[cells[m].notna()]
+    xs, ys = [float(x) for x in sub["tokens_per_s"]], [float(y) for y in sub[m]]
+    labels = [_label(r, cells["model"].nunique() > 1) for _, r in sub.iterrows()]
+    front = pareto_front(xs, ys, y_higher_is_better=bool(_direction(m)))
+    mine = [
+        {
+            "type": "scatter",
+            "x": xs,
+            "y": ys,
+            "mode": "markers+text",
+            "text": labels,
+            "name": "cells",
+            "textposition": "top center",
+            "marker": {"size": 10, "color": "#1f77b4"},
+            "hovertemplate": "%{text}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "x": [xs[i] for i in front],
+            "y": [ys[i] for i in front],
+            "mode": "lines+markers",
+            "name": "Pareto front",
+            "hoverinfo": "skip",
+            "line": {"dash": "dot", "color": "#d62728"},
+            "marker": {"size": 16, "symbol": "circle-open", "color": "#d62728"},
+        },
+    ]
+    if not ref.empty and not pd.isna(ref[m].iloc[0]):
+        mine.append(
+            {
+                "type": "scatter",
+                "x": [min(xs), max(xs)],
+                "y": [float(ref[m].iloc[0])] * 2,
+                "mode": "lines",
+                "name": "reference",
+                "line": {"dash": "dash", "color": "#8d6e63"},
+            }
+        )
+    return mine
 
 
 def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
@@ -167,33 +180,21 @@ def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
     traces: list[dict] = []
     buttons, spans = [], []
     for k, m in enumerate(choices):
-        sub = cells[cells[m].notna()]
-        xs, ys = [float(x) for x in sub["tokens_per_s"]], [float(y) for y in sub[m]]
-        labels = [_label(r, cells["model"].nunique() > 1) for _, r in sub.iterrows()]
-        front = pareto_front(xs, ys, y_higher_is_better=bool(_direction(m)))
-        mine = [
-            {"type": "scatter", "x": xs, "y": ys, "mode": "markers+text", "text": labels, "name": "cells",
-             "textposition": "top center", "marker": {"size": 10, "color": "#1f77b4"},
-             "hovertemplate": "%{text}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>"},
-            {"type": "scatter", "x": [xs[i] for i in front], "y": [ys[i] for i in front], "mode": "lines+markers",
-             "name": "Pareto front", "hoverinfo": "skip", "line": {"dash": "dot", "color": "#d62728"},
-             "marker": {"size": 16, "symbol": "circle-open", "color": "#d62728"}},
-        ]
-        if not ref.empty and not pd.isna(ref[m].iloc[0]):
-            mine.append({"type": "scatter", "x": [min(xs), max(xs)], "y": [float(ref[m].iloc[0])] * 2,
-                         "mode": "lines", "name": "reference", "line": {"dash": "dash", "color": "#8d6e63"}})
+        mine = _metric_traces(cells, ref, m)
         for t in mine:
             t["visible"] = k == 0
         spans.append((len(traces), len(mine)))
         traces += mine
     for m, (start, count) in zip(choices, spans):
         visible = [start <= i < start + count for i in range(len(traces))]
-        buttons.append({"label": m, "method": "update",
-                        "args": [{"visible": visible}, {"yaxis.title.text": _axis_title(m)}]})
+        buttons.append(
+            {"label": m, "method": "update", "args": [{"visible": visible}, {"yaxis.title.text": _axis_title(m)}]}
+        )
     xs_all = [float(x) for x in cells["tokens_per_s"]]
     pad = (max(xs_all) - min(xs_all)) * 0.15 or max(xs_all) * 0.15 or 1.0
     layout = {
-        "height": 460, "margin": {"t": 60, "l": 60, "r": 20, "b": 50},
+        "height": 460,
+        "margin": {"t": 60, "l": 60, "r": 20, "b": 50},
         "title": {"text": "Quality vs speed (the Pareto front is dotted)", "x": 0.3},
         "xaxis": {"title": {"text": "tokens/s (higher is better)"}, "range": [min(xs_all) - pad, max(xs_all) + pad]},
         "yaxis": {"title": {"text": _axis_title(choices[0])}},
@@ -214,16 +215,28 @@ def metric_figure(summary: pd.DataFrame, m: str) -> dict | None:
         return None
     multi = summary["model"].dropna().nunique() > 1
     labels, values = [_label(r, multi) for _, r in rows.iterrows()], [float(v) for v in rows[m]]
-    bar: dict[str, Any] = {"type": "bar", "x": labels, "y": values, "hovertemplate": "%{x}<br>%{y:.4g}<extra></extra>",
-                           "marker": {"color": ["#bcaaa4" if x == REFERENCE else "#1f77b4" for x in labels]}}
+    bar: dict[str, Any] = {
+        "type": "bar",
+        "x": labels,
+        "y": values,
+        "hovertemplate": "%{x}<br>%{y:.4g}<extra></extra>",
+        "marker": {"color": ["#bcaaa4" if x == REFERENCE else "#1f77b4" for x in labels]},
+    }
     if f"{m}_ci_low" in rows.columns and rows[f"{m}_ci_low"].notna().any():
         lo = [_f(v) for v in rows[f"{m}_ci_low"]]
         hi = [_f(v) for v in rows[f"{m}_ci_high"]]
-        bar["error_y"] = {"type": "data", "symmetric": False,
-                          "array": [h - v if not math.isnan(h) else 0 for h, v in zip(hi, values)],
-                          "arrayminus": [v - lw if not math.isnan(lw) else 0 for lw, v in zip(lo, values)]}
-    layout = {"height": 320, "title": {"text": _axis_title(m), "font": {"size": 14}},
-              "margin": {"t": 40, "l": 50, "r": 10, "b": 90}, "xaxis": {"tickangle": -25, "automargin": True}}
+        bar["error_y"] = {
+            "type": "data",
+            "symmetric": False,
+            "array": [h - v if not math.isnan(h) else 0 for h, v in zip(hi, values)],
+            "arrayminus": [v - lw if not math.isnan(lw) else 0 for lw, v in zip(lo, values)],
+        }
+    layout = {
+        "height": 320,
+        "title": {"text": _axis_title(m), "font": {"size": 14}},
+        "margin": {"t": 40, "l": 50, "r": 10, "b": 90},
+        "xaxis": {"tickangle": -25, "automargin": True},
+    }
     return {"data": [bar], "layout": layout}
 
 
@@ -233,7 +246,7 @@ def mark_repeats(text: str, n: int = MARK_N) -> str:
     seen: set[tuple[str, ...]] = set()
     spans: list[list[int]] = []
     for i in range(len(tokens) - n + 1):
-        gram = tuple(t[2] for t in tokens[i:i + n])
+        gram = tuple(t[2] for t in tokens[i : i + n])
         if gram in seen:
             start, end = tokens[i][0], tokens[i + n - 1][1]
             if spans and start <= spans[-1][1]:
@@ -266,12 +279,16 @@ def examples(summary: pd.DataFrame, data: SweepData) -> str:
                 g = by_key.get((r["cell"], p.id))
                 if g is None:
                     continue
-                cards.append(f'<div class="card"><h4>{e(_label(r, False))}</h4><p>{mark_repeats(g.text)}</p>'
-                             f'<div class="small">seed {g.job_seed} · {g.n_new_tokens} tokens · stopped: '
-                             f"{e(g.stop_reason)}</div></div>")
+                cards.append(
+                    f'<div class="card"><h4>{e(_label(r, False))}</h4><p>{mark_repeats(g.text)}</p>'
+                    f'<div class="small">seed {g.job_seed} · {g.n_new_tokens} tokens · stopped: '
+                    f"{e(g.stop_reason)}</div></div>"
+                )
             if p.reference:
                 cards.append(f'<div class="card ref"><h4>reference</h4><p>{mark_repeats(p.reference)}</p></div>')
-            parts.append(f'<p><b>Prompt {e(p.id)}:</b> <code>{e(p.prompt)}</code></p><div class="cards">{"".join(cards)}</div>')
+            parts.append(
+                f'<p><b>Prompt {e(p.id)}:</b> <code>{e(p.prompt)}</code></p><div class="cards">{"".join(cards)}</div>'
+            )
     return "".join(parts) or "<p>No generations.</p>"
 
 
@@ -291,11 +308,15 @@ def provenance(data: SweepData) -> str:
             values[k][v].add(r.job.model.label)
     rows = []
     for key in sorted(values):
-        shown = "; ".join(f"{v} ({', '.join(sorted(models))})" if len(values[key]) > 1 else v
-                          for v, models in sorted(values[key].items()))
+        shown = "; ".join(
+            f"{v} ({', '.join(sorted(models))})" if len(values[key]) > 1 else v
+            for v, models in sorted(values[key].items())
+        )
         rows.append(f'<tr><td class="t">{e(key)}</td><td class="t w">{e(shown)}</td></tr>')
-    return (f'<table><thead><tr><th class="t">key</th><th class="t">values (models, where they differ)</th></tr>'
-            f"</thead><tbody>{''.join(rows)}</tbody></table>")
+    return (
+        f'<table><thead><tr><th class="t">key</th><th class="t">values (models, where they differ)</th></tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def metrics_glossary(summary: pd.DataFrame) -> str:
@@ -305,10 +326,14 @@ def metrics_glossary(summary: pd.DataFrame) -> str:
             continue
         m = METRICS.get(name)
         better = {True: "higher", False: "lower", None: "neither"}[m.higher_is_better]
-        rows.append(f'<tr><td class="t">{e(name)}</td><td class="t w">{e(m.description)}</td><td class="t">{better}</td>'
-                    f'<td class="t w">{e(m.citation)}</td></tr>')
-    return ('<table><thead><tr><th class="t">metric</th><th class="t">meaning</th><th class="t">better</th>'
-            f'<th class="t">source</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+        rows.append(
+            f'<tr><td class="t">{e(name)}</td><td class="t w">{e(m.description)}</td><td class="t">{better}</td>'
+            f'<td class="t w">{e(m.citation)}</td></tr>'
+        )
+    return (
+        '<table><thead><tr><th class="t">metric</th><th class="t">meaning</th><th class="t">better</th>'
+        f'<th class="t">source</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
 
 
 def render_html(summary: pd.DataFrame, data: SweepData) -> str:
@@ -326,21 +351,24 @@ def render_html(summary: pd.DataFrame, data: SweepData) -> str:
     template = to_json_plotly(pio.templates["plotly_white"].to_plotly_json())
     bar_divs = "".join(f'<div id="{e(i)}" class="chart"></div>' for i, _ in charts if i != "chart-quality-speed")
     ci = summary.attrs.get("ci")
-    ci_text = ("Bars show 95% intervals over prompt resamples (see docs/reports.md)." if ci else
-               "One seed: no intervals.")
+    ci_text = (
+        "Bars show 95% intervals over prompt resamples (see docs/reports.md)." if ci else "One seed: no intervals."
+    )
     name = data.name
     done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
     columns = ", ".join(DESIGN_COLUMNS)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>decodebench: {e(str(name))} ({e(data.sweep_id)})</title><style>{CSS}</style>
-<script>{ERROR_TRAP}</script>
+<title>decodebench: {e(str(name))} ({e(data.sweep_id)})</title><style>
+{asset("report.css")}</style>
+<script>
+{asset("error_trap.js")}</script>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
 <pre id="js-errors"></pre>
 <h1>decodebench report: {e(str(name))}</h1>
 <div class="meta">sweep <code>{e(data.sweep_id)}</code> · tenant <code>{e(data.tenant)}</code> · {e(done)} ·
-{len(data.generations)} generations · written {e(datetime.now(timezone.utc).isoformat(timespec="seconds"))}</div>
+{len(data.generations)} generations · written {e(datetime.now(UTC).isoformat(timespec="seconds"))}</div>
 <nav><a href="#summary">Summary</a><a href="#quality-speed">Quality vs speed</a><a href="#metrics">Metrics</a>
 <a href="#examples">Examples</a><a href="#glossary">Glossary</a><a href="#provenance">Spec and provenance</a></nav>
 <h2 id="summary">Summary</h2>
@@ -360,6 +388,7 @@ Columns: {e(columns)}; then extras.</p>
 <h3>Provenance of the complete jobs</h3>{provenance(data)}
 <h3>Spec</h3><pre>{e(json.dumps(data.spec, indent=2, sort_keys=True, default=str))}</pre>
 <script>window.__reportTemplate={template};window.__reportCharts={chart_js};</script>
-<script>{PAGE_JS}</script>
+<script>
+{asset("report.js")}</script>
 </body></html>
 """

@@ -1,0 +1,284 @@
+"""The metric registry: `CellData`, `Metric`, the decorators and `METRICS`. Light (no torch).
+
+A metric is a function of a cell's data (`CellData`) returning a float, or None where
+it does not apply (a metric that does not apply is empty, never zero). Every metric
+carries its metadata and declares how it aggregates and how its 95% interval is
+computed; `decodebench metrics` lists them. docs/metrics.md has the formulas.
+
+Every metric is corpus level: a function of the whole multiset of a cell's
+generations, recomputed from the generations at report time. A metric registers in
+one of two ways (as lm-evaluation-harness metrics declare their aggregation):
+
+- additive, `@additive_metric(name, combine=..., ...)` on `per_item(cell)`: one row of
+  k statistics per generation (an array of shape (N, k)), or None where the metric does
+  not apply to the cell; `combine(sums)` turns the k column sums into the value. The
+  value is always `combine(column sums)`, each column summed with `math.fsum`, so it
+  does not depend on the order of the generations (1 shard or 4 give identical
+  values). Its interval is a percentile bootstrap over prompts computed from the same
+  statistics, so value and interval cannot disagree.
+- plain, `@metric(name, ...)` on `fn(cell)`: any other corpus function (distinct-n,
+  self-BLEU, Zipf), whose value a bootstrap's duplicated generations would distort; its
+  interval is the delete-half jackknife, which calls `fn` on halves of the prompts.
+
+    cell = cell_data(records)            # GenerationRecord objects or dicts
+    values = compute_metrics(cell)       # {"rep_2": 0.01, "bleu": None, ...}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+import numpy as np
+
+from controller.metrics.tokenize import word_tokenize
+from worker.core.registry import Registry
+
+Interval = Literal["bootstrap", "half-sample", "none"]
+INTERVALS: tuple[str, ...] = ("bootstrap", "half-sample", "none")
+
+
+@dataclass
+class CellData:
+    """Everything the text metrics of one cell (or the reference row) see.
+
+    `words` is `texts` tokenised once with `controller.metrics.tokenize.word_tokenize`,
+    the same fixed tokenizer for every cell. Lists are aligned: one entry per generation;
+    an optional list that is empty (or holds None) means "absent", and the metrics that
+    need it are empty. Build it with `cell_data(records)`.
+    """
+
+    texts: list[str]
+    words: list[list[str]]
+    references: list[str | None] = field(default_factory=list)
+    n_new_tokens: list[int] = field(default_factory=list)
+    stop_reasons: list[str] = field(default_factory=list)
+    nll_sum: list[float | None] = field(default_factory=list)
+    nll_count: list[int | None] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)
+
+    def subset(self, idx: Sequence[int] | np.ndarray) -> CellData:
+        """The cell restricted to the generations `idx`, in that order (repetitions allowed)."""
+
+        def pick(values: list) -> list:
+            return [values[i] for i in idx] if len(values) == len(self.texts) else []
+
+        return CellData(
+            texts=pick(self.texts),
+            words=pick(self.words),
+            references=pick(self.references),
+            n_new_tokens=pick(self.n_new_tokens),
+            stop_reasons=pick(self.stop_reasons),
+            nll_sum=pick(self.nll_sum),
+            nll_count=pick(self.nll_count),
+            token_ids=pick(self.token_ids),
+        )
+
+
+PerItem = Callable[[CellData], "np.ndarray | None"]
+Combine = Callable[[Sequence[float]], "float | None"]
+
+
+def column_sums(stats: np.ndarray) -> list[float]:
+    """Each column's sum with `math.fsum`: correctly rounded, so the order of the rows does not matter."""
+    return [math.fsum(stats[:, j].tolist()) for j in range(stats.shape[1])]
+
+
+def item_rows(rows: Sequence[Sequence[float]], k: int) -> np.ndarray:
+    """Per-generation statistics as an (N, k) float array; (0, k) for an empty cell."""
+    return np.array(rows, dtype=float).reshape(len(rows), k)
+
+
+def ratio(sums: Sequence[float]) -> float | None:
+    """`combine` of a mean or a ratio: sums[0] / sums[1]; None when sums[1] is 0 (nothing counted)."""
+    return sums[0] / sums[1] if sums[1] else None
+
+
+def _additive_value(metric: Metric, cell: CellData) -> float | None:
+    stats = metric.stats(cell)
+    return None if stats is None else metric.combine(column_sums(stats))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    """A registered quality metric: its metadata, its value `fn(cell)`, how it aggregates.
+
+    Give either `fn` (a plain corpus metric) or `per_item` and `combine` (an additive
+    metric; its `fn` is built from them: `combine(column_sums(per_item(cell)))`).
+    `interval` is "bootstrap" (needs `per_item`; the default of additive metrics),
+    "half-sample" (the default of plain ones) or "none" (no interval).
+    """
+
+    name: str
+    description: str
+    level: Literal["sequence", "corpus"]
+    higher_is_better: bool | None  # None: neither (e.g. mean length, Zipf)
+    needs_references: bool = False
+    needs_model: bool = False
+    fn: Callable[[CellData], float | None] = None  # type: ignore[assignment]  # built for an additive metric
+    per_item: PerItem | None = None
+    combine: Combine | None = None
+    interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
+    citation: str = ""
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"metric {self.name!r}"
+        if (self.per_item is None) != (self.combine is None):
+            raise ValueError(f"{where}: per_item and combine go together")
+        if self.additive:
+            if self.fn is not None:
+                raise ValueError(f"{where}: an additive metric's fn is built from per_item and combine, not given")
+            object.__setattr__(self, "fn", partial(_additive_value, self))
+        elif not callable(self.fn):
+            raise ValueError(f"{where}: give fn, or per_item and combine")
+        interval = self.interval or ("bootstrap" if self.additive else "half-sample")
+        if interval not in INTERVALS:
+            raise ValueError(f"{where}: interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
+        if interval == "bootstrap" and not self.additive:
+            raise ValueError(f"{where}: a bootstrap interval needs per-item statistics (per_item and combine)")
+        object.__setattr__(self, "interval", interval)
+
+    @property
+    def additive(self) -> bool:
+        """True when the value combines sums of per-generation statistics."""
+        return self.per_item is not None
+
+    def stats(self, cell: CellData) -> np.ndarray | None:
+        """An additive metric's per-generation statistics as an (N, k) float array, or None."""
+        if self.per_item is None:
+            raise TypeError(f"metric {self.name!r} has no per-item statistics")
+        raw = self.per_item(cell)
+        if raw is None:
+            return None
+        stats = np.asarray(raw, dtype=float)
+        if stats.ndim != 2 or stats.shape[0] != len(cell.texts):
+            raise ValueError(
+                f"metric {self.name!r}: per_item gave shape {stats.shape}, "
+                f"not one row per generation ({len(cell.texts)})"
+            )
+        return stats
+
+
+METRICS: Registry[Metric] = Registry("metric")
+
+
+def metric(
+    name: str,
+    *,
+    description: str,
+    level: Literal["sequence", "corpus"],
+    higher_is_better: bool | None,
+    needs_references: bool = False,
+    needs_model: bool = False,
+    interval: Interval = "half-sample",
+    citation: str = "",
+    unit: str = "",
+    registry: Registry[Metric] = METRICS,
+):
+    """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
+
+    Its interval is the delete-half jackknife ("half-sample"), or "none".
+    """
+    return registry.decorator(
+        name,
+        lambda fn: Metric(
+            name=name,
+            description=description,
+            level=level,
+            higher_is_better=higher_is_better,
+            needs_references=needs_references,
+            needs_model=needs_model,
+            fn=fn,
+            interval=interval,
+            citation=citation,
+            unit=unit,
+        ),
+    )
+
+
+def additive_metric(
+    name: str,
+    *,
+    combine: Combine,
+    description: str,
+    level: Literal["sequence", "corpus"],
+    higher_is_better: bool | None,
+    needs_references: bool = False,
+    needs_model: bool = False,
+    interval: Interval = "bootstrap",
+    citation: str = "",
+    unit: str = "",
+    registry: Registry[Metric] = METRICS,
+):
+    """Decorator: register `per_item(cell) -> (N, k) array | None` with `combine(sums) -> float | None`.
+
+    The value is `combine` of the k column sums (`math.fsum` each); its interval is a
+    percentile bootstrap over prompts from the same statistics ("bootstrap"), unless
+    declared otherwise.
+    """
+    return registry.decorator(
+        name,
+        lambda per_item: Metric(
+            name=name,
+            description=description,
+            level=level,
+            higher_is_better=higher_is_better,
+            needs_references=needs_references,
+            needs_model=needs_model,
+            per_item=per_item,
+            combine=combine,
+            interval=interval,
+            citation=citation,
+            unit=unit,
+        ),
+    )
+
+
+def _field(record: Any, name: str) -> Any:
+    """`record[name]` for a mapping, `record.name` otherwise (e.g. a GenerationRecord); None if absent."""
+    if isinstance(record, Mapping):
+        return record.get(name)
+    return getattr(record, name, None)
+
+
+def _all_or_nothing(values: list[Any]) -> list[Any]:
+    """The list if no value is missing, else [] (the metrics that need it are then empty)."""
+    return values if all(v is not None for v in values) else []
+
+
+def cell_data(records: Iterable[Mapping[str, Any] | Any]) -> CellData:
+    """Build a cell's `CellData` from its generation records, tokenising each text once.
+
+    `records` are GenerationRecord objects or dicts with its keys (lines of
+    generations.jsonl), from any number of shards and seeds in any order: every metric
+    is a function of the whole multiset of generations, so order and sharding do not
+    change a value. Only `text` is required. `n_new_tokens`, `stop_reason` and
+    `token_ids` are kept only when every record has them (otherwise the metrics that
+    need them are empty); `reference`, `nll_sum` and `nll_count` stay aligned, with None
+    where a record has none.
+
+    The reference row of a prompt set is `cell_data({"text": ref} for ref in refs)`:
+    it has no references of its own, so BLEU/ROUGE are empty for it.
+    """
+    recs = list(records)
+    texts = [_field(r, "text") or "" for r in recs]
+    return CellData(
+        texts=texts,
+        words=[word_tokenize(t) for t in texts],
+        references=[_field(r, "reference") for r in recs],
+        n_new_tokens=_all_or_nothing([_field(r, "n_new_tokens") for r in recs]),
+        stop_reasons=_all_or_nothing([_field(r, "stop_reason") for r in recs]),
+        nll_sum=[_field(r, "nll_sum") for r in recs],
+        nll_count=[_field(r, "nll_count") for r in recs],
+        token_ids=_all_or_nothing([_field(r, "token_ids") for r in recs]),
+    )
+
+
+def compute_metrics(cell: CellData, names: Iterable[str] | None = None) -> dict[str, float | None]:
+    """Every registered metric (or those named) of one cell: name -> value, None where empty."""
+    selected = METRICS.names() if names is None else list(names)
+    return {name: METRICS.get(name).fn(cell) for name in selected}

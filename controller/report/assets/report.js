@@ -1,0 +1,27 @@
+// report.html's behaviour, after the charts' data: sortable tables (a click on a header,
+// or #sort=COLUMN / #sort=-COLUMN in the address), then plotly draws every chart.
+// Inlined by controller/report/html.py.
+function sortTable(table, col, desc){
+ var body=table.tBodies[0], rows=Array.prototype.slice.call(body.rows);
+ rows.sort(function(a,b){
+  var x=a.cells[col].getAttribute('data-v'), y=b.cells[col].getAttribute('data-v');
+  if(x===''&&y==='')return 0; if(x==='')return 1; if(y==='')return -1;
+  var nx=parseFloat(x), ny=parseFloat(y), c;
+  c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);
+  return desc?-c:c;});
+ rows.forEach(function(r){body.appendChild(r);});
+ Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
+  th.className=(th.className.replace(/ ?(asc|desc)/g,''))+(i===col?(desc?' desc':' asc'):'');});
+}
+document.querySelectorAll('table.sortable').forEach(function(table){
+ Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
+  th.addEventListener('click',function(){sortTable(table,i,th.className.indexOf(' asc')>=0);});});
+});
+(function(){var m=/sort=(-?)([\w.]+)/.exec(location.hash);if(!m)return;
+ var table=document.getElementById('summary-table');
+ Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
+  if(th.getAttribute('data-col')===m[2])sortTable(table,i,m[1]==='-');});})();
+(window.__reportCharts||[]).forEach(function(c){
+ c.fig.layout.template=window.__reportTemplate;
+ Plotly.newPlot(c.id,c.fig.data,c.fig.layout,{responsive:true,displaylogo:false,
+  displayModeBar:c.id==='chart-quality-speed'?'hover':false});});

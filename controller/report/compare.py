@@ -1,0 +1,43 @@
+"""Comparing two sweeps' summaries cell by cell (`decodebench report A --compare B`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from controller.report.aggregate import KEY_COLUMNS
+
+
+def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
+    """Per-cell differences B - A, cells matched on (model, strategy, params).
+
+    Columns: model, strategy, params, `present` (both, a, b), then `<col>_delta` for
+    every numeric column the two share (CI columns excepted), then `<col>_a`, `<col>_b`.
+    """
+
+    def keyed(s: pd.DataFrame) -> pd.DataFrame:
+        s = s.copy()
+        s["model"] = s["model"].astype(object).where(s["model"].notna(), "")
+        return s
+
+    a, b = keyed(summary_a), keyed(summary_b)
+    shared = [
+        c
+        for c in a.columns
+        if c in b.columns
+        and c not in KEY_COLUMNS
+        and "_ci_" not in c
+        and pd.api.types.is_numeric_dtype(a[c])
+        and pd.api.types.is_numeric_dtype(b[c])
+    ]
+    merged = a[KEY_COLUMNS + shared].merge(
+        b[KEY_COLUMNS + shared], on=KEY_COLUMNS, how="outer", suffixes=("_a", "_b"), indicator=True, sort=False
+    )
+    out = merged[KEY_COLUMNS].copy()
+    out["present"] = merged["_merge"].map({"both": "both", "left_only": "a", "right_only": "b"}).astype(object)
+    for c in shared:
+        out[f"{c}_delta"] = merged[f"{c}_b"].astype(float) - merged[f"{c}_a"].astype(float)
+    for c in shared:
+        out[f"{c}_a"] = merged[f"{c}_a"]
+        out[f"{c}_b"] = merged[f"{c}_b"]
+    out["model"] = out["model"].where(out["model"] != "", None)
+    return out.reset_index(drop=True)
