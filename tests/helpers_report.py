@@ -75,6 +75,80 @@ def _text(cell: str, seed: int, prompt_id: str, strategy: str) -> tuple[str, int
     return " ".join(words), n, "eos" if n < 12 else "length"
 
 
+def _job_records(job: JobSpec, model: str, params: dict, with_nll: bool) -> tuple[list[BatchTiming], list]:
+    """The synthetic batches and generations of one job."""
+    strategy, seed, cell, batch_size = job.strategy.name, job.seed, job.cell, job.generation.batch_size
+    batches, records = [], []
+    for b, start in enumerate(range(0, len(job.prompts), batch_size)):
+        batch = job.prompts[start : start + batch_size]
+        new = 0
+        for p in batch:
+            text, n, stop = _text(cell, seed, p.id, strategy)
+            new += n
+            records.append(
+                GenerationRecord(
+                    job_id=job.job_id,
+                    cell=cell,
+                    model=model,
+                    strategy=strategy,
+                    params=params,
+                    seed=seed * 1000 + int(p.id[1:]),
+                    job_seed=seed,
+                    prompt_id=p.id,
+                    prompt=p.prompt,
+                    reference=p.reference,
+                    text=text,
+                    token_ids=list(range(n)),
+                    n_new_tokens=n,
+                    stop_reason=stop,
+                    batch=b,
+                    nll_sum=(2.0 * n if with_nll else None),
+                    nll_count=(n if with_nll else None),
+                )
+            )
+        prefill = 0.01 + 0.001 * int(batch[0].id[1:])
+        total = prefill + 0.005 * new * (2 if strategy == "top_p" else 1)
+        batches.append(
+            BatchTiming(
+                n=len(batch),
+                batch_size=batch_size,
+                input_tokens=5 * len(batch),
+                new_tokens=new,
+                prefill_s=prefill,
+                total_s=total,
+                decode_s=total - prefill,
+            )
+        )
+    return batches, records
+
+
+def _job_result(job: JobSpec, model: str, batches: list[BatchTiming]) -> JobResult:
+    return JobResult(
+        job=job,
+        started_at="2024-01-01T00:00:00Z",
+        finished_at="2024-01-01T00:00:01Z",
+        generation_config={"do_sample": job.strategy.name in STOCHASTIC},
+        batches=batches,
+        load_s=0.1,
+        n_generations=len(job.prompts),
+        new_tokens=sum(b.new_tokens for b in batches),
+        memory={
+            "torch_peak_mb": None,
+            "rss_peak_mb": 500.0 + 10 * job.shard,
+            "nvml_peak_mb": None,
+            "nvml_mean_mb": None,
+            "gpu_util_mean": None,
+        },
+        provenance={
+            "device": "cpu",
+            "torch": "2.4.0",
+            "transformers": "4.56.0",
+            "model_hash": f"sha256:{model}",
+            "host": "test-host",
+        },
+    )
+
+
 def make_sweep(
     *,
     n_prompts: int = 8,
@@ -95,12 +169,11 @@ def make_sweep(
         cell = f"{model}::{variant}"
         for seed in seeds if strategy in STOCHASTIC else seeds[:1]:
             for index, shard in enumerate(shards):
-                job_id = hashlib.sha256(f"{sweep_id}|{cell}|{seed}|{index}".encode()).hexdigest()[:16]
                 job = JobSpec(
                     tenant=tenant,
                     sweep_id=sweep_id,
                     sweep_name="synthetic",
-                    job_id=job_id,
+                    job_id=hashlib.sha256(f"{sweep_id}|{cell}|{seed}|{index}".encode()).hexdigest()[:16],
                     cell=cell,
                     model=ModelSpec(path=f"/models/{model}"),
                     strategy=StrategySpec(name=strategy, params=params),
@@ -110,74 +183,9 @@ def make_sweep(
                     prompts=shard,
                     generation=GenerationSettings(max_new_tokens=14, batch_size=batch_size),
                 )
-                batches = []
-                for b, start in enumerate(range(0, len(shard), batch_size)):
-                    batch = shard[start : start + batch_size]
-                    new = 0
-                    for p in batch:
-                        text, n, stop = _text(cell, seed, p.id, strategy)
-                        new += n
-                        records.append(
-                            GenerationRecord(
-                                job_id=job_id,
-                                cell=cell,
-                                model=model,
-                                strategy=strategy,
-                                params=params,
-                                seed=seed * 1000 + int(p.id[1:]),
-                                job_seed=seed,
-                                prompt_id=p.id,
-                                prompt=p.prompt,
-                                reference=p.reference,
-                                text=text,
-                                token_ids=list(range(n)),
-                                n_new_tokens=n,
-                                stop_reason=stop,
-                                batch=b,
-                                nll_sum=(2.0 * n if with_nll else None),
-                                nll_count=(n if with_nll else None),
-                            )
-                        )
-                    k = int(batch[0].id[1:])
-                    prefill = 0.01 + 0.001 * k
-                    total = prefill + 0.005 * new * (2 if strategy == "top_p" else 1)
-                    batches.append(
-                        BatchTiming(
-                            n=len(batch),
-                            batch_size=batch_size,
-                            input_tokens=5 * len(batch),
-                            new_tokens=new,
-                            prefill_s=prefill,
-                            total_s=total,
-                            decode_s=total - prefill,
-                        )
-                    )
-                results.append(
-                    JobResult(
-                        job=job,
-                        started_at="2024-01-01T00:00:00Z",
-                        finished_at="2024-01-01T00:00:01Z",
-                        generation_config={"do_sample": strategy in STOCHASTIC},
-                        batches=batches,
-                        load_s=0.1,
-                        n_generations=len(shard),
-                        new_tokens=sum(b.new_tokens for b in batches),
-                        memory={
-                            "torch_peak_mb": None,
-                            "rss_peak_mb": 500.0 + 10 * index,
-                            "nvml_peak_mb": None,
-                            "nvml_mean_mb": None,
-                            "gpu_util_mean": None,
-                        },
-                        provenance={
-                            "device": "cpu",
-                            "torch": "2.4.0",
-                            "transformers": "4.56.0",
-                            "model_hash": f"sha256:{model}",
-                            "host": "test-host",
-                        },
-                    )
-                )
+                batches, job_records = _job_records(job, model, params, with_nll)
+                records += job_records
+                results.append(_job_result(job, model, batches))
     spec = {
         "name": "synthetic",
         "models": [{"path": f"/models/{m}"} for m in dict.fromkeys(c[0] for c in cells)],
