@@ -17,4 +17,5 @@ apt_install() {
 command -v redis-server >/dev/null || apt_install redis-server
 bash scripts/install-chromium.sh
 bash scripts/install-helm.sh >/dev/null
+bash scripts/install-checkov.sh >/dev/null
 echo "setup-test-deps: redis-server $(redis-server --version | awk '{print $3}'), chromium, helm ready"

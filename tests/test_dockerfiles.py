@@ -177,3 +177,85 @@ def test_dockerignore_sends_only_what_the_images_copy():
                 assert not _ignored(source.rstrip("/"), patterns), f"{name}: COPY {source} is in .dockerignore"
     for heavy in (".venv", ".git", "runs", "tests", "examples", "charts", ".tools", "controller/__pycache__"):
         assert _ignored(heavy, patterns), f"{heavy} would be sent to the Docker daemon"
+
+
+# --- the worker's torch/CUDA variants, its lock file, its layers and labels ---------------------
+
+VARIANTS = sorted((ROOT / "docker" / "worker-variants").glob("*.args"))
+LOCK = ROOT / "requirements" / "worker.lock.txt"
+
+
+def variant_args(path: Path) -> dict[str, str]:
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def torch_cuda(torch: str, index: str) -> str:
+    """The CUDA a torch build is for: the cuXYZ of its index, or PyPI's default build."""
+    if not index:
+        return PYPI_TORCH_CUDA[".".join(torch.split(".")[:2])]
+    return "{}.{}".format(*re.search(r"/cu(\d+)(\d)$", index).groups())
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[p.stem for p in VARIANTS])
+def test_each_documented_torch_cuda_variant_parses_and_fits_together(variant):
+    args = variant_args(variant)
+    assert set(args) == {"CUDA_IMAGE", "TORCH_VERSION", "TORCH_INDEX_URL"}
+    df = DockerfileParser(fileobj=io.BytesIO((ROOT / "Dockerfile.worker").read_bytes()), build_args=args)
+    assert df.parent_images == [args["CUDA_IMAGE"]] * 2  # both stages on the variant's base
+    assert PINNED.match(args["CUDA_IMAGE"]), args["CUDA_IMAGE"]
+    base = re.match(r"^nvidia/cuda:(\d+\.\d+)\.\d+-(runtime|cudnn-runtime)-ubuntu", args["CUDA_IMAGE"])
+    assert base and base.group(1) == torch_cuda(args["TORCH_VERSION"], args["TORCH_INDEX_URL"])
+    extra = [Requirement(r) for r in PYPROJECT["optional-dependencies"]["worker"]]
+    (extra_torch,) = [r for r in extra if r.name == "torch"]
+    assert extra_torch.specifier.contains(args["TORCH_VERSION"])
+    default = variant_args(ROOT / "docker" / "worker-variants" / "default.args")
+    assert default == {k: arg_default(parse("Dockerfile.worker"), k) for k in default}, "default.args = the ARGs"
+
+
+def test_the_torch_29_cuda_128_reference_variant_exists():
+    args = variant_args(ROOT / "docker" / "worker-variants" / "torch2.9-cu128.args")
+    assert args["TORCH_VERSION"].startswith("2.9.") and args["TORCH_INDEX_URL"].endswith("/cu128")
+    assert "torch2.9-cu128.args" in (ROOT / "docs" / "deploy.md").read_text()
+
+
+def test_dependencies_install_from_the_hashed_lock_before_the_source_is_copied():
+    steps = [(i["instruction"], i["value"]) for i in parse("Dockerfile.worker").structure]
+    lock_copy = next(n for n, (k, v) in enumerate(steps) if k == "COPY" and "worker.lock.txt" in v)
+    lock_install = next(n for n, (k, v) in enumerate(steps) if k == "RUN" and "--require-hashes" in v)
+    source = next(n for n, (k, v) in enumerate(steps) if k == "COPY" and v.startswith("worker/"))
+    assert lock_copy < lock_install < source, steps
+    project = next(v for k, v in steps if k == "RUN" and '".[worker]"' in v)
+    assert "--no-deps" in project and "pip check" in project  # nothing resolved after the lock
+
+
+def test_the_lock_pins_every_dependency_with_hashes():
+    text = LOCK.read_text().replace("\\\n", " ")
+    pins = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        req = Requirement(line.split(" --hash")[0].strip())
+        assert "--hash=sha256:" in line, f"{req.name} has no hash"
+        (spec,) = req.specifier
+        assert spec.operator == "==", req
+        pins[req.name.lower().replace("_", "-")] = spec.version
+    wanted = [Requirement(r) for r in PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["worker"]]
+    for req in wanted:
+        name = req.name.lower().replace("_", "-")
+        if name == "torch":
+            assert name not in pins  # from the index of the chosen CUDA build, before the lock
+            continue
+        assert name in pins, f"{req.name} is not in requirements/worker.lock.txt (run scripts/lock-worker.sh)"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req}: locked {pins[name]}"
+    assert not any(n.startswith(("nvidia-cu", "triton")) for n in pins)  # CUDA-build specific: torch's
+
+
+def test_the_worker_image_carries_oci_labels():
+    labels = parse("Dockerfile.worker").labels
+    for key in ("title", "source", "version", "revision", "licenses", "base.name"):
+        assert labels.get(f"org.opencontainers.image.{key}"), key
+    assert (
+        labels["org.opencontainers.image.licenses"]
+        == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
+    )

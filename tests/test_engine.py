@@ -106,7 +106,11 @@ def test_perplexity_scoring_matches_a_direct_forward_pass(tiny_model, runtime):
         assert math.isclose(rec.nll_sum, nll, rel_tol=1e-4)
 
 
-def test_result_records_timings_memory_and_provenance(tiny_model, runtime):
+def test_result_records_timings_memory_and_provenance(tiny_model, runtime, monkeypatch):
+    # What the chart sets: the image reference and the downward API's pod and node names.
+    monkeypatch.setenv("DECODEBENCH_IMAGE", "r.example/decodebench-worker:1.0@sha256:" + "a" * 64)
+    monkeypatch.setenv("POD_NAME", "db-decodebench-worker-gpu-7d9c6b5f4-x2x7k")
+    monkeypatch.setenv("NODE_NAME", "ip-10-0-1-7")
     _, records, result = texts(runtime, job(tiny_model, "greedy", batch_size=4))
     assert len(result.batches) == 3  # 9 prompts in batches of 4
     for b in result.batches:
@@ -115,6 +119,9 @@ def test_result_records_timings_memory_and_provenance(tiny_model, runtime):
     prov = result.provenance
     assert prov["device"]["type"] == "cpu" and prov["model"]["content_hash"]
     assert prov["torch"] == torch.__version__ and prov["transformers"]
+    assert prov["torch_cuda"] == torch.version.cuda  # the CUDA torch was built for (None on a CPU build)
+    assert prov["image"] == "r.example/decodebench-worker:1.0@sha256:" + "a" * 64
+    assert (prov["pod"], prov["node"]) == ("db-decodebench-worker-gpu-7d9c6b5f4-x2x7k", "ip-10-0-1-7")
     assert result.generation_config["pad_token_id"] is not None
 
 

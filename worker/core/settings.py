@@ -102,6 +102,12 @@ _SETTINGS = [
         scope="worker",
     ),
     Setting("image", None, "Image reference recorded in every result's provenance (set by the chart).", scope="worker"),
+    Setting(
+        "heartbeat_file",
+        None,
+        "File the worker touches on every heartbeat, busy or idle (the chart's probes read it).",
+        scope="worker",
+    ),
     # submission
     Setting(
         "retry_intervals",
@@ -135,7 +141,23 @@ _SETTINGS = [
     Setting("release", None, "Helm release of the worker pools (default: every release).", scope="controller"),
     # read only by the chart's launcher (charts/decodebench/files/launch-workers.sh)
     Setting("worker_processes", 1, "Worker processes in a pod (the pod's GPU count).", int, scope="chart"),
-    Setting("worker_device", "cuda", "cuda: process i runs with --device cuda:i; cpu: --device cpu.", scope="chart"),
+    Setting(
+        "worker_device",
+        "cuda",
+        "cuda or mig: process i sees only the GPU or MIG slice i by UUID (--device cuda:0); cpu: --device cpu.",
+        scope="chart",
+    ),
+    Setting(
+        "heartbeat_dir", "/tmp/decodebench", "Folder of the processes' heartbeat files (worker-<i>).", scope="chart"
+    ),
+    Setting(
+        "restart_backoff",
+        5,
+        "Seconds before restarting a crashed worker process; doubles per crash.",
+        int,
+        scope="chart",
+    ),
+    Setting("restart_backoff_max", 300, "Longest wait before restarting a crashed worker process.", int, scope="chart"),
     Setting("pool", None, "Name of the worker pool (labels and logs).", scope="chart"),
     Setting(
         "redis_password", None, "Redis password, interpolated into DECODEBENCH_REDIS_URL by the chart.", scope="chart"

@@ -1,50 +1,103 @@
 #!/bin/bash
 # Start one decodebench-worker per device of this pod and supervise them.
 #
-#   DECODEBENCH_WORKER_PROCESSES  how many processes: the pod's GPU count (1 on a CPU pool)
-#   DECODEBENCH_WORKER_DEVICE     cuda: process i runs with --device cuda:i; cpu: --device cpu
+#   DECODEBENCH_WORKER_PROCESSES  how many processes: the pod's GPUs or MIG slices (1 on a CPU pool)
+#   DECODEBENCH_WORKER_DEVICE     cuda (whole GPUs), mig (MIG slices) or cpu
+#   DECODEBENCH_HEARTBEAT_DIR     process i touches <dir>/worker-i on every heartbeat (the probes read them)
+#   DECODEBENCH_RESTART_BACKOFF   seconds before restarting a crashed process, doubling per crash
+#   DECODEBENCH_RESTART_BACKOFF_MAX   the most it waits
 #   arguments                     the tenants the pool serves, passed on after --queues
 #
-# The device plugin hands the container exactly its N GPUs, numbered 0..N-1 inside it
-# (CUDA_DEVICE_ORDER=PCI_BUS_ID keeps CUDA and NVML numbering the same), so process i owns
-# GPU i. On SIGTERM (scale-down, rollout, eviction) every process is told to stop and this
-# script waits until each has finished or requeued its job, within the pod's grace period.
-# If one process exits on its own, the others are stopped too and the container exits with
-# that status: Kubernetes restarts it and the restart shows in `decodebench cluster status`.
+# Pinning: the devices the container was given are listed by `nvidia-smi -L` in NVML (PCI bus)
+# order; process i gets CUDA_VISIBLE_DEVICES=<UUID of device i> and `--device cuda:0`, so it sees
+# exactly one GPU or MIG slice (CUDA enumerates one MIG device per process) and never depends on
+# the order in which the device plugin listed them.
+#
+# Supervision: a process that exits on its own is restarted in place after a backoff (5 s, 10 s,
+# ... up to the maximum; reset after 10 minutes of running), while the others keep taking jobs.
+# On SIGTERM (scale-down, rollout, eviction) every process is told to stop, this script waits
+# until each has finished or requeued its job, and exits 0 if all exited cleanly, else the last
+# non-zero status.
 set -u
 
 processes="${DECODEBENCH_WORKER_PROCESSES:-1}"
 kind="${DECODEBENCH_WORKER_DEVICE:-cuda}"
-pids=()
+beats="${DECODEBENCH_HEARTBEAT_DIR:-/tmp/decodebench}"
+backoff0="${DECODEBENCH_RESTART_BACKOFF:-5}"
+backoff_max="${DECODEBENCH_RESTART_BACKOFF_MAX:-300}"
 stopping=0
+pids=() uuids=() crashes=() started=() due=()
+
+log() { echo "launch-workers: $*" >&2; }
 
 stop_all() {
   stopping=1
-  if ((${#pids[@]})); then
-    kill -TERM "${pids[@]}" 2>/dev/null
-  fi
+  local pid
+  for pid in "${pids[@]}"; do
+    [[ -n "${pid}" ]] && kill -TERM "${pid}" 2>/dev/null
+  done
 }
 trap stop_all TERM INT
 
-for ((i = 0; i < processes && !stopping; i++)); do
-  if [[ "${kind}" == cpu ]]; then device=cpu; else device="cuda:${i}"; fi
-  decodebench-worker --device "${device}" --queues "$@" &
-  pids+=("$!")
-  echo "launch-workers: decodebench-worker --device ${device} started (pid $!)" >&2
+if [[ "${kind}" != cpu ]]; then
+  if [[ "${kind}" == mig ]]; then prefix=MIG-; else prefix=GPU-; fi
+  mapfile -t uuids < <(nvidia-smi -L 2>/dev/null | sed -n "s/.*(UUID: \(${prefix}[^)]*\)).*/\1/p")
+  if ((${#uuids[@]} != processes)); then
+    log "expected ${processes} ${kind} devices, nvidia-smi -L lists ${#uuids[@]}: check the pool's gpus and gpuResource"
+    exit 3
+  fi
+fi
+mkdir -p "${beats}"
+
+start() {
+  local i=$1
+  if [[ "${kind}" == cpu ]]; then
+    DECODEBENCH_HEARTBEAT_FILE="${beats}/worker-${i}" decodebench-worker --device cpu --queues "${queues[@]}" &
+  else
+    CUDA_VISIBLE_DEVICES="${uuids[i]}" DECODEBENCH_HEARTBEAT_FILE="${beats}/worker-${i}" \
+      decodebench-worker --device cuda:0 --queues "${queues[@]}" &
+  fi
+  pids[i]=$!
+  started[i]=${SECONDS}
+  log "process ${i} started (pid $!, device ${uuids[i]:-cpu})"
+}
+
+queues=("$@")
+for ((i = 0; i < processes; i++)); do
+  crashes[i]=0
+  due[i]=0
+  start "${i}"
 done
 
-# Returns when the first process exits, or early when a signal runs stop_all.
-wait -n
-status=$?
-if ((!stopping)); then
-  echo "launch-workers: a worker exited with status ${status}; stopping the others" >&2
-  stop_all
-else
-  status=0
-fi
+status=0
+while ((!stopping)); do
+  for ((i = 0; i < processes && !stopping; i++)); do
+    pid="${pids[i]}"
+    if [[ -n "${pid}" ]] && ! kill -0 "${pid}" 2>/dev/null; then
+      wait "${pid}"
+      code=$?
+      ((stopping)) && break
+      pids[i]=""
+      if ((SECONDS - started[i] > 600)); then crashes[i]=0; fi
+      crashes[i]=$((crashes[i] + 1))
+      delay=$((backoff0 << (crashes[i] - 1)))
+      if ((crashes[i] > 16 || delay > backoff_max)); then delay=${backoff_max}; fi
+      due[i]=$((SECONDS + delay))
+      log "process ${i} exited with status ${code} (crash ${crashes[i]}); restarting in ${delay}s"
+    elif [[ -z "${pid}" ]] && ((SECONDS >= due[i])); then
+      start "${i}"
+    fi
+  done
+  ((stopping)) || { sleep 1 & wait $!; }
+done
+
 for pid in "${pids[@]}"; do
+  [[ -z "${pid}" ]] && continue
   # `wait` returns early when a signal arrives; keep waiting until the process is gone.
   while kill -0 "${pid}" 2>/dev/null; do wait "${pid}"; done
+  wait "${pid}" 2>/dev/null
+  code=$?
+  if ((code != 0 && code != 127)); then status=${code}; fi
 done
-echo "launch-workers: all workers stopped" >&2
+log "all workers stopped (status ${status})"
 exit "${status}"

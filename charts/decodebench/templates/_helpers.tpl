@@ -127,6 +127,88 @@ so it never appears in the rendered manifest.
   value: /tmp
 - name: PYTHONDONTWRITEBYTECODE
   value: "1"
+# Provenance: every result records the pod and node it ran on.
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+{{- end }}
+
+{{/*
+Where a pod runs: priority, runtime class, scheduler, node selector, tolerations, affinity and
+topology spread, passed through from a values map (a pool, redis or controller). Args: the map.
+*/}}
+{{- define "decodebench.podPlacement" -}}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with .schedulerName }}
+schedulerName: {{ . }}
+{{- end }}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* A pod's own labels and annotations from the values (null values dropped). Args: {labels|annotations map}. */}}
+{{- define "decodebench.stringMap" -}}
+{{- range $k, $v := . }}
+{{- if not (kindIs "invalid" $v) }}
+{{ $k }}: {{ $v | toString | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A Kubernetes memory quantity in bytes (integers with an optional k/M/G/T/Ki/Mi/Gi/Ti suffix); 0 if empty.
+*/}}
+{{- define "decodebench.bytes" -}}
+{{- $q := toString (default "0" .) }}
+{{- $num := regexFind "^[0-9.]+" $q }}
+{{- $unit := trimPrefix $num $q }}
+{{- $mult := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- if not (hasKey $mult $unit) }}
+{{- fail (printf "cannot read the memory quantity %q (use e.g. 2Gi or 2048Mi)" $q) }}
+{{- end }}
+{{- mulf (float64 $num) (get $mult $unit) | int64 }}
+{{- end }}
+
+{{/* Redis's maxmemory in bytes: redis.maxmemory, or 75% of the container's memory limit; 0: none set. */}}
+{{- define "decodebench.redisMaxmemory" -}}
+{{- $r := .Values.redis }}
+{{- $limit := include "decodebench.bytes" (dig "limits" "memory" "" $r.resources) | int64 }}
+{{- if $r.maxmemory }}
+{{- $m := $r.maxmemory | lower }}
+{{- $num := regexFind "^[0-9]+" $m }}
+{{- $unit := trimPrefix $num $m }}
+{{- $bytes := mul (int64 $num) (get (dict "" 1 "b" 1 "kb" 1024 "mb" 1048576 "gb" 1073741824) $unit) }}
+{{- if and $limit (ge $bytes $limit) }}
+{{- fail (printf "redis.maxmemory (%s) must stay below redis.resources.limits.memory (%s), or Redis is OOM-killed before it refuses writes" $r.maxmemory (toString $r.resources.limits.memory)) }}
+{{- end }}
+{{- $bytes }}
+{{- else }}
+{{- div (mul $limit 3) 4 }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -138,9 +220,9 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- range $i, $pool := .Values.worker.pools }}
 {{- $merged := deepCopy $.Values.worker.poolDefaults }}
 {{- range $key, $value := $pool }}
-{{- if and (has $key (list "image" "autoscaling")) (kindIs "map" $value) }}
+{{- if and (has $key (list "image" "autoscaling" "podLabels" "podAnnotations" "podDisruptionBudget")) (kindIs "map" $value) }}
 {{- $sub := deepCopy (get $merged $key | default dict) }}
-{{- range $k, $v := $value }}{{ $_ := set $sub $k $v }}{{ end }}
+{{- range $k, $v := $value }}{{ if kindIs "invalid" $v }}{{ $_ := unset $sub $k }}{{ else }}{{ $_ := set $sub $k $v }}{{ end }}{{ end }}
 {{- $_ := set $merged $key $sub }}
 {{- else }}
 {{- $_ := set $merged $key $value }}
@@ -150,6 +232,13 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- $image := deepCopy $.Values.worker.image }}
 {{- range $k, $v := $merged.image }}{{ if $v }}{{ $_ := set $image $k $v }}{{ end }}{{ end }}
 {{- $_ := set $merged "image" $image }}
+{{- /* A CPU pool carries no GPU toleration: it must not land on (and hold) a GPU node. */}}
+{{- if eq (int $merged.gpus) 0 }}
+{{- $tolerations := list }}
+{{- range $merged.tolerations }}{{ if not (hasPrefix "nvidia.com/" (.key | default "")) }}{{ $tolerations = append $tolerations . }}{{ end }}{{ end }}
+{{- $_ := set $merged "tolerations" $tolerations }}
+{{- end }}
+{{- $_ := set $merged "mig" (hasPrefix "nvidia.com/mig-" $merged.gpuResource) }}
 {{- $_ := set $merged "index" $i }}
 {{- $_ := set $merged "deployment" (include "decodebench.componentName" (dict "root" $ "suffix" (printf "worker-%s" $pool.name))) }}
 {{- $pools = append $pools $merged }}
@@ -165,6 +254,9 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- end }}
 {{- if and (not $r.enabled) (not $r.external.url) }}
 {{- fail "redis: set redis.enabled=true (Redis in the cluster) or redis.external.url=redis://host:6379/0 (your own Redis)" }}
+{{- end }}
+{{- if and $r.enabled (eq (include "decodebench.redisMaxmemory" . | int64) 0) }}
+{{- fail "redis: set redis.resources.limits.memory (or redis.maxmemory below it): without maxmemory a full Redis is OOM-killed instead of refusing writes" }}
 {{- end }}
 {{- $seen := dict }}
 {{- range (include "decodebench.pools" . | fromJson).pools }}

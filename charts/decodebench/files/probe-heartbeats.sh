@@ -1,0 +1,14 @@
+# Probe of a worker pod: are its decodebench-worker processes beating?
+#   $1 = all: every process touched its heartbeat file within DECODEBENCH_HEARTBEAT_TTL seconds (readiness)
+#   $1 = any: at least one did (liveness: one crash-looping GPU must not restart the others)
+dir="${DECODEBENCH_HEARTBEAT_DIR:-/tmp/decodebench}"
+ttl="${DECODEBENCH_HEARTBEAT_TTL:-60}"
+n="${DECODEBENCH_WORKER_PROCESSES:-1}"
+now=$(date +%s)
+fresh=0
+for ((i = 0; i < n; i++)); do
+  beat=$(stat -c %Y "${dir}/worker-${i}" 2>/dev/null) || continue
+  if ((now - beat < ${ttl%.*})); then fresh=$((fresh + 1)); fi
+done
+echo "${fresh}/${n} worker processes beating"
+if [[ "$1" == all ]]; then ((fresh == n)); else ((fresh > 0)); fi
