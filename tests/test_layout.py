@@ -1,4 +1,4 @@
-"""The shape of the code: no import cycles, modules and functions a reader can take in,
+"""The shape of the code (tests included): no import cycles, modules and functions a reader can take in,
 and a command line that starts without the heavy libraries.
 
 The layering rules themselves are import-linter contracts in pyproject.toml, checked by
@@ -30,7 +30,7 @@ LONG_FUNCTIONS = {
 
 
 def sources() -> list[Path]:
-    return sorted(p for pkg in (*PACKAGES, "benchmarks", "examples") for p in (ROOT / pkg).rglob("*.py"))
+    return sorted(p for pkg in (*PACKAGES, "benchmarks", "examples", "tests") for p in (ROOT / pkg).rglob("*.py"))
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
