@@ -19,11 +19,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import structlog
 
+from controller.metrics import METRICS, CellData, Metric, cell_data
+from controller.report.intervals import CI_LEVEL, _prompt_groups, _rng, confidence_intervals, evaluate
 from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
-from controller.report.intervals import CI_LEVEL, _prompt_groups, _rng, confidence_intervals, evaluate
-from controller.metrics import METRICS, CellData, Metric, cell_data
+from worker.core.errors import CorruptRecordError
 from worker.store import Store
 
 ID_COLUMNS = ["model", "strategy", "params", "n_prompts", "n_generations", "n_seeds"]
@@ -51,6 +53,7 @@ class SweepData:
     planned_jobs: int | None = None
     prompts: list[PromptItem] = field(default_factory=list)
     cell_order: list[str] = field(default_factory=list)  # cells in plan order, where known
+    damaged: list[str] = field(default_factory=list)  # one line per complete job whose records are damaged
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -82,10 +85,17 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
     results: list[JobResult] = []
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
+    damaged: list[str] = []
     for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
-        result = store.load_result(tenant, sweep_id, job_id)
+        try:  # a damaged job (a worker killed mid-write, a hand edit) is named and left out, as if missing
+            result = store.load_result(tenant, sweep_id, job_id)
+            records = store.load_generations(tenant, sweep_id, job_id, result.generations_sha256)
+        except CorruptRecordError as err:
+            structlog.get_logger("decodebench.report").warning(f"{err}; job left out of the report")
+            damaged.append(str(err))
+            continue
         results.append(result)
-        for record in store.load_generations(tenant, sweep_id, job_id, result.generations_sha256):
+        for record in records:
             key = (job_id, record.prompt_id)
             if key not in seen:
                 seen.add(key)
@@ -97,7 +107,7 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
         if isinstance(jobs, list):
             planned = len(jobs)
             order = list(dict.fromkeys(j["cell"] for j in jobs if isinstance(j, dict) and "cell" in j))
-    return SweepData(tenant, sweep_id, spec, results, generations, planned, cell_order=order)
+    return SweepData(tenant, sweep_id, spec, results, generations, planned, cell_order=order, damaged=damaged)
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -188,7 +198,7 @@ def _order(data: SweepData, results: list[JobResult]) -> tuple:
             pass
     strategies = [s.get("name") for s in spec.get("strategies") or [] if isinstance(s, dict)]
     job = results[0].job
-    rank = lambda items, x: items.index(x) if x in items else len(items)  # noqa: E731
+    rank = lambda items, x: items.index(x) if x in items else len(items)
     return (len(data.cell_order), rank(models, job.model.label), job.model.label,
             rank(strategies, job.strategy.name), job.strategy.name, params_json(job.strategy.params))
 
