@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 import structlog
 
-from controller.metrics import METRICS, CellData, Metric, cell_data
-from controller.report.intervals import CI_LEVEL, _prompt_groups, _rng, confidence_intervals, evaluate
 from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
+from controller.report.intervals import CI_LEVEL, _prompt_groups, _rng, confidence_intervals, evaluate
+from controller.metrics import METRICS, CellData, Metric, cell_data
 from worker.store import Store
 
 ID_COLUMNS = ["model", "strategy", "params", "n_prompts", "n_generations", "n_seeds"]
@@ -198,7 +198,7 @@ def _order(data: SweepData, results: list[JobResult]) -> tuple:
             pass
     strategies = [s.get("name") for s in spec.get("strategies") or [] if isinstance(s, dict)]
     job = results[0].job
-    rank = lambda items, x: items.index(x) if x in items else len(items)
+    rank = lambda items, x: items.index(x) if x in items else len(items)  # noqa: E731
     return (len(data.cell_order), rank(models, job.model.label), job.model.label,
             rank(strategies, job.strategy.name), job.strategy.name, params_json(job.strategy.params))
 
