@@ -214,7 +214,8 @@ def _read_text(path: Path, name: str) -> str:
 def _yaml_message(name: str, text: str, err: yaml.YAMLError) -> str:
     if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow
         line = text.count("\n", 0, err.position) + 1
-        return f"{name}:{line}: malformed YAML: character {err.character!r} is not allowed in YAML"
+        char = chr(err.character) if isinstance(err.character, int) else err.character
+        return f"{name}:{line}: malformed YAML: character {char!r} is not allowed in YAML"
     mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
     where = f"{name}:{mark.line + 1}" if mark else name
     at = f" (column {mark.column + 1})" if mark else ""

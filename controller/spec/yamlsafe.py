@@ -23,7 +23,7 @@ from worker.core.errors import short
 _Base: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MAX_DEPTH = 64  # levels of nesting, aliases followed
-MAX_ALIASES = 1000  # alias references (`*name`) in one file
+MAX_ALIASES = 1000  # alias references (`*name`) to lists or mappings in one file
 MAX_NODES = 1_000_000  # nodes of the tree with every alias expanded (a "billion laughs" stops here)
 
 _TAG = "tag:yaml.org,2002:"
@@ -66,15 +66,15 @@ for _tag, _construct in (
 
 def _children(node: Node) -> list[Node]:
     if isinstance(node, SequenceNode):
-        return list(node.value)
+        return node.value
     if isinstance(node, MappingNode):
         return [n for pair in node.value for n in pair]
     return []
 
 
 def check_tree(root: Node) -> None:
-    """Refuse a tree deeper than MAX_DEPTH, with more than MAX_ALIASES aliases, or larger than
-    MAX_NODES once aliases are expanded; iterative, each node visited once."""
+    """Refuse a tree deeper than MAX_DEPTH, with more than MAX_ALIASES aliases of lists or
+    mappings, or larger than MAX_NODES once aliases are expanded; iterative, each node once."""
     size: dict[int, int] = {}
     height: dict[int, int] = {}
     open_nodes: set[int] = set()
@@ -85,9 +85,10 @@ def check_tree(root: Node) -> None:
         key = id(node)
         if leaving:
             open_nodes.discard(key)
-            kids = _children(node)
-            size[key] = 1 + sum(size[id(k)] for k in kids)
-            height[key] = 1 + max((height[id(k)] for k in kids), default=0)
+            kids = [k for k in _children(node) if not isinstance(k, ScalarNode)]
+            n_scalars = len(_children(node)) - len(kids)
+            size[key] = 1 + n_scalars + sum(size[id(k)] for k in kids)
+            height[key] = 1 + max((height[id(k)] for k in kids), default=1 if n_scalars else 0)
             if height[key] > MAX_DEPTH:
                 raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", node.start_mark)
             if size[key] > MAX_NODES:
@@ -104,7 +105,7 @@ def check_tree(root: Node) -> None:
             continue
         open_nodes.add(key)
         stack.append((node, True))
-        stack.extend((kid, False) for kid in reversed(_children(node)))
+        stack.extend((kid, False) for kid in reversed(_children(node)) if not isinstance(kid, ScalarNode))
 
 
 def load(text: str) -> tuple[Any, Node | None]:

@@ -56,10 +56,11 @@ def short(value: object, limit: int = 80) -> str:
 
 
 def shown(text: str, limit: int = 200) -> str:
-    """A file name or key as it is if it is printable and short, else `short(text)`."""
-    return text if text.isprintable() and len(text) <= limit else short(text, limit)
+    """A file name or key as it is if it is printable and short, else `quote(text, limit)`."""
+    return text if text.isprintable() and len(text) <= limit else quote(text, limit)
 
 
 def quote(text: str, limit: int = 200) -> str:
-    """`repr(text)`, cut after `limit` characters: a path or a name in a message."""
-    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+    """`repr(text)`, cut to about `limit` characters (escapes counted): a path or a name in a message."""
+    r = repr(text[:limit])
+    return r if len(text) <= limit and len(r) <= limit + 2 else r[:limit] + "..."

@@ -118,7 +118,7 @@ _SETTINGS = [
         int,
         scope="controller",
     ),
-    Setting("spec_max_kb", 1024, "Largest sweep file read, in KiB.", int, scope="controller"),
+    Setting("spec_max_kb", 256, "Largest sweep file read, in KiB.", int, scope="controller"),
     Setting("prompt_file_max_mb", 100, "Largest prompt file (JSONL or CSV) read, in MiB.", int, scope="controller"),
     Setting(
         "prompt_line_max_chars",
