@@ -84,6 +84,8 @@ def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
         root = tmp_path / place
         (root / "models" / "m").mkdir(parents=True)
         (root / "models" / "draft").mkdir()
+        for model in ("m", "draft"):  # a local model is a directory with a config.json
+            (root / "models" / model / "config.json").write_text("{}")
         (root / "sweep.yaml").write_text(
             "name: s\nmodels: [{path: models/m}]\nprompts: {inline: [hi]}\n"
             "strategies: [{name: greedy}, {name: assisted, params: {assistant: models/draft}}]\n"

@@ -177,6 +177,7 @@ def test_cli_submit_status_cancel_retry_logs(conn, redis_url, tmp_path, monkeypa
     monkeypatch.setenv("DECODEBENCH_REDIS_URL", redis_url)
     runner = CliRunner()
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # a local model directory
     spec = write_spec(tmp_path, model=str(tmp_path / "m"))
     r = runner.invoke(cli, ["submit", spec, "--priority", "high"])
     assert r.exit_code == 0, r.output
@@ -223,6 +224,7 @@ def test_cli_reports_unreachable_redis_in_one_line(tmp_path):
     from tests.services import free_port
 
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # a local model directory
     r = CliRunner().invoke(
         cli,
         [

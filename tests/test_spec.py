@@ -32,6 +32,7 @@ generation:
 
 
 def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
+    (tmp_path / "config.json").write_text("{}")  # tmp_path is the spec's local model directory
     p = tmp_path / name
     p.write_text(text)
     return p
@@ -132,6 +133,7 @@ def test_schema_is_generated_from_the_models():
 
 def test_strategy_model_paths_resolve_against_the_spec(tmp_path):
     (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text("{}")
     text = GOOD.replace("MODEL", str(tmp_path)).replace(
         "  - name: greedy\n", "  - name: assisted\n    params: {assistant: ./draft}\n"
     )

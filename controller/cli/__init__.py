@@ -7,6 +7,8 @@ Each command module imports only click and the settings at import time, so that
 
 from __future__ import annotations
 
+import traceback
+
 import click
 
 from worker.core import settings
@@ -14,12 +16,18 @@ from worker.core.errors import DecodebenchError
 
 
 class Group(click.Group):
-    """Turns a DecodebenchError into one line on stderr and its exit code (2 for bad input)."""
+    """Turns a DecodebenchError into one line on stderr and its exit code (2 for bad input).
+
+    With `--debug` (DECODEBENCH_DEBUG=1) the traceback comes first, for maintainers. Any
+    other exception is a bug and keeps its traceback.
+    """
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except DecodebenchError as err:
+            if ctx.params.get("debug"):
+                click.echo(traceback.format_exc(), err=True, nl=False)
             click.echo(f"error: {err}", err=True)
             ctx.exit(err.exit_code)
 
@@ -27,8 +35,9 @@ class Group(click.Group):
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @settings.option("log_format", type=click.Choice(["console", "json"]))
 @settings.option("log_level")
+@settings.option("debug", is_flag=True)
 @click.version_option(package_name="decodebench")
-def main(log_format: str, log_level: str) -> None:
+def main(log_format: str, log_level: str, debug: bool) -> None:
     """Compare text-generation decoding strategies across language models."""
     from worker.core.logs import configure
 

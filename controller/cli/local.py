@@ -36,6 +36,7 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) 
         f"sweep {s.sweep_id}: {s.cells} cells, {s.jobs} jobs, {s.prompts} prompts, "
         f"{s.generations} generations, up to {s.tokens_to_generate:,} tokens to generate"
     )
+    click.echo(f"limit: {settings.get('max_jobs'):,} jobs per sweep (DECODEBENCH_MAX_JOBS)")
     cells: dict[str, list] = {}
     for j in jobs:
         cells.setdefault(j.cell, []).append(j)

@@ -69,6 +69,8 @@ def report(
         out.write_bytes(body)
         click.echo(f"wrote {out}", err=True)
     click.echo(f"report: {store.url}/{paths.report_key(tenant, data.sweep_id, '')}", err=True)
+    if data.damaged:  # the report is written without them; the exit code says it is incomplete
+        raise SystemExit(1)
 
 
 COMMANDS = [report]

@@ -20,12 +20,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
 from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
+from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
 from worker.store import Store
 
@@ -75,6 +77,7 @@ class SweepData:
     planned_jobs: int | None = None
     prompts: list[PromptItem] = field(default_factory=list)
     cell_order: list[str] = field(default_factory=list)  # cells in plan order, where known
+    damaged: list[str] = field(default_factory=list)  # one line per complete job whose records are damaged
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -106,10 +109,17 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
     results: list[JobResult] = []
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
+    damaged: list[str] = []
     for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
-        result = store.load_result(tenant, sweep_id, job_id)
+        try:  # a damaged job (a worker killed mid-write, a hand edit) is named and left out, as if missing
+            result = store.load_result(tenant, sweep_id, job_id)
+            records = store.load_generations(tenant, sweep_id, job_id, result.generations_sha256)
+        except CorruptRecordError as err:
+            structlog.get_logger("decodebench.report").warning(f"{err}; job left out of the report")
+            damaged.append(str(err))
+            continue
         results.append(result)
-        for record in store.load_generations(tenant, sweep_id, job_id, result.generations_sha256):
+        for record in records:
             key = (job_id, record.prompt_id)
             if key not in seen:
                 seen.add(key)
@@ -121,7 +131,7 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
         if isinstance(jobs, list):
             planned = len(jobs)
             order = list(dict.fromkeys(j["cell"] for j in jobs if isinstance(j, dict) and "cell" in j))
-    return SweepData(tenant, sweep_id, spec, results, generations, planned, cell_order=order)
+    return SweepData(tenant, sweep_id, spec, results, generations, planned, cell_order=order, damaged=damaged)
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -7,16 +7,42 @@ Every error names its field path, e.g. `strategies[1].params.p: must be <= 1.0`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
 import os
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from controller.metrics import METRICS
-from worker.core.contract import GenerationSettings, ModelSpec, PromptItem
+from worker.core import settings
+from worker.core.contract import JOB_TIMEOUT_MAX, SEED_MAX, SEED_MIN, GenerationSettings, ModelSpec, PromptItem
+from worker.core.errors import short
 from worker.strategies import STRATEGIES
+
+Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]
+
+
+def grid_size(params: dict[str, Any]) -> int:
+    """How many variants `params` expands to, counted without expanding them."""
+    return math.prod(len(v) if isinstance(v, list) else 1 for v in params.values())
+
+
+def expand_grid(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """`{"p": [0.9, 0.95], "temperature": 1}` -> two dicts, keys in sorted order."""
+    keys = sorted(params)
+    axes = [params[k] if isinstance(params[k], list) else [params[k]] for k in keys]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*axes)]
+
+
+def over_limit(count: int, what: str) -> str:
+    """The message for a sweep of `count` jobs over DECODEBENCH_MAX_JOBS."""
+    limit = settings.get("max_jobs")
+    return f"{what} {count:,} jobs, over the limit of {limit:,} (DECODEBENCH_MAX_JOBS)"
 
 
 class _Strict(BaseModel):
@@ -59,11 +85,14 @@ class StrategyEntry(_Strict):
         if self.name not in STRATEGIES:
             raise ValueError(STRATEGIES.unknown_message(self.name))
         strategy = STRATEGIES.get(self.name)
+        variants = grid_size(self.params)  # before any value is looked at: a grid can be huge
+        if variants > settings.get("max_jobs"):
+            raise ValueError(over_limit(variants, f"params: the grid has {variants:,} variants, so at least"))
         for key, value in self.params.items():
             if key not in strategy.all_params:
                 raise ValueError(
-                    f"params.{key}: unknown parameter for {self.name!r}; "
-                    f"valid: {', '.join(sorted(strategy.all_params))}"
+                    f"params.{short(key, 40) if not key.isidentifier() else key}: unknown parameter for "
+                    f"{self.name!r}; valid: {', '.join(sorted(strategy.all_params))}"
                 )
             values = value if isinstance(value, list) else [value]
             if not values:
@@ -76,13 +105,21 @@ class StrategyEntry(_Strict):
         for key, param in strategy.all_params.items():
             if param.default is None and not param.optional and key not in self.params:
                 raise ValueError(f"params.{key} is required for strategy {self.name!r}")
+        if strategy.has_joint_rules:
+            for combo in expand_grid(self.params):
+                try:
+                    strategy.validate(combo)
+                except ValueError as err:
+                    raise PydanticCustomError(
+                        "joint_rule", "{rule}", {"rule": str(err), "strategy": self.name}
+                    ) from None
         return self
 
 
 class Generation(GenerationSettings):
     """Generation settings shared by all strategies, plus the seeds."""
 
-    seeds: list[int] = Field(
+    seeds: list[Seed] = Field(
         default_factory=lambda: [0],
         min_length=1,
         description="Seeds; stochastic strategies run once per seed, deterministic ones once.",
@@ -113,7 +150,9 @@ class SweepSpec(_Strict):
     scorer: ModelSpec | None = Field(
         default=None, description="Model that scores perplexity for every cell; default: each cell's own model."
     )
-    job_timeout_s: int = Field(default=3600, ge=1, description="Wall-clock limit of one job on a worker.")
+    job_timeout_s: int = Field(
+        default=3600, ge=1, le=JOB_TIMEOUT_MAX, description="Wall-clock limit of one job on a worker (at most a year)."
+    )
     # The spec file's directory: local paths enter the sweep id relative to it, so the same
     # sweep checked out in two places has one id.
     _base_dir: Path | None = PrivateAttr(default=None)
@@ -143,11 +182,25 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _unique_model_labels(self) -> SweepSpec:
-        labels = [m.label for m in self.models]
-        dup = {x for x in labels if labels.count(x) > 1}
+        dup = [label for label, n in Counter(m.label for m in self.models).items() if n > 1]
         if dup:
-            raise ValueError(f"models: two models share the label {sorted(dup)[0]!r}; give them distinct `name`s")
+            raise ValueError(f"models: two models share the label {short(dup[0])}; give them distinct `name`s")
         return self
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SweepSpec:
+        """At least one job per model, variant and seed: refuse a sweep over the limit before planning."""
+        if self.jobs_per_shard() > settings.get("max_jobs"):
+            raise ValueError(over_limit(self.jobs_per_shard(), "the sweep has at least"))
+        return self
+
+    def jobs_per_shard(self) -> int:
+        """Jobs for each prompt shard (an upper bound: duplicate variants are planned once), counted."""
+        seeds = len(self.generation.seeds)
+        per_model = sum(
+            grid_size(e.params) * (seeds if STRATEGIES.get(e.name).stochastic else 1) for e in self.strategies
+        )
+        return len(self.models) * per_model
 
 
 def spec_hash(obj: Any) -> str:

@@ -7,24 +7,20 @@ Ids are content hashes, so the same spec always yields the same ids.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from typing import Any
 
-from controller.spec.models import SweepSpec, spec_hash
+from controller.spec.models import SweepSpec, expand_grid, over_limit, spec_hash
 from controller.spec.prompts import load_prompts
+from worker.core import settings
 from worker.core.contract import JobSpec, PromptItem, StrategySpec
+from worker.core.errors import UsageError
 from worker.core.settings import check_tenant
 from worker.strategies import get_strategy, variant_label
 
 ID_LEN = 16
 
 
-def expand_grid(params: dict[str, Any]) -> list[dict[str, Any]]:
-    """`{"p": [0.9, 0.95], "temperature": 1}` -> two dicts, keys in sorted order."""
-    keys = sorted(params)
-    axes = [params[k] if isinstance(params[k], list) else [params[k]] for k in keys]
-    return [dict(zip(keys, combo)) for combo in itertools.product(*axes)]
+__all__ = ["expand_grid", "plan", "summarize_plan", "variants"]
 
 
 def variants(spec: SweepSpec) -> list[StrategySpec]:
@@ -42,7 +38,23 @@ def variants(spec: SweepSpec) -> list[StrategySpec]:
     return out
 
 
-def compute_sweep_id(spec: SweepSpec, tenant: str, prompts: list[PromptItem]) -> str:
+def count_jobs(spec: SweepSpec, n_prompts: int) -> int:
+    """The jobs `plan` makes at most, counted from the spec without expanding anything."""
+    n = min(n_prompts, spec.prompts.limit) if spec.prompts.limit else n_prompts
+    return spec.jobs_per_shard() * -(-n // spec.prompts.shard_size)
+
+
+def check_size(spec: SweepSpec, n_prompts: int) -> int:
+    """The job count, or a UsageError naming it and DECODEBENCH_MAX_JOBS if it is over the limit."""
+    count = count_jobs(spec, n_prompts)
+    if count > settings.get("max_jobs"):
+        raise UsageError(over_limit(count, "the sweep plans up to"))
+    return count
+
+
+def compute_sweep_id(
+    spec: SweepSpec, tenant: str, prompts: list[PromptItem], strategies: list[StrategySpec] | None = None
+) -> str:
     """Hash of the normalised spec and the tenant: the prompt file replaced by its content,
     local model paths taken relative to the spec file, defaults filled in."""
     normalised = spec.model_dump(mode="json", exclude={"description"})
@@ -53,7 +65,7 @@ def compute_sweep_id(spec: SweepSpec, tenant: str, prompts: list[PromptItem]) ->
     for model in normalised["models"] + ([normalised["scorer"]] if normalised["scorer"] else []):
         model["path"] = spec.portable_path(model["path"])
     normalised["strategies"] = []
-    for v in variants(spec):
+    for v in variants(spec) if strategies is None else strategies:
         kinds = get_strategy(v.name).all_params
         params = {k: spec.portable_path(x) if kinds[k].is_path else x for k, x in v.params.items()}
         normalised["strategies"].append({"name": v.name, "params": params})
@@ -68,14 +80,16 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
     """All jobs of the sweep, grouped by model so that a worker reuses a loaded model."""
     check_tenant(tenant)
     prompts = load_prompts(spec.prompts) if prompts is None else prompts
-    sweep_id = compute_sweep_id(spec, tenant, prompts)
+    check_size(spec, len(prompts))
+    strategies = variants(spec)
+    sweep_id = compute_sweep_id(spec, tenant, prompts, strategies)
     size = spec.prompts.shard_size
     shards = [prompts[i : i + size] for i in range(0, len(prompts), size)]
     settings = spec.generation.settings()
     metrics = spec.metrics if spec.metrics is not None else []
     jobs = []
     for model in spec.models:
-        for strategy in variants(spec):
+        for strategy in strategies:
             seeds = spec.generation.seeds if get_strategy(strategy.name).stochastic else spec.generation.seeds[:1]
             for seed in seeds:
                 for index, shard in enumerate(shards):

@@ -1,57 +1,172 @@
-"""Reading a prompt set: a JSONL or CSV file, or the spec's inline list, to `PromptItem`s."""
+"""Reading a prompt set: a JSONL or CSV file, or the spec's inline list, to `PromptItem`s.
+
+Files are streamed: read in chunks, decoded incrementally (UTF-8, UTF-8 with a BOM, or
+UTF-16 with a BOM, as spreadsheets export), split on "\\n" only (a JSON string may hold
+U+2028 or U+0085), within DECODEBENCH_PROMPT_FILE_MAX_MB and
+DECODEBENCH_PROMPT_LINE_MAX_CHARS. Every failure is one UsageError line naming the file
+and the line (JSONL), row (CSV) or item (inline), or the byte offset of an undecodable byte.
+"""
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import csv
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from controller.spec.models import PromptSet
+from worker.core import settings
 from worker.core.contract import PromptItem
-from worker.core.errors import UsageError
+from worker.core.errors import UsageError, short, shown
+
+CHUNK = 1 << 16
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+_ENCODINGS = "prompt files must be UTF-8, UTF-8 with a BOM or UTF-16 with a BOM"
+FIELDS = ("id", "prompt", "reference")
+
+
+def _open(path: Path, name: str):
+    try:
+        f = path.open("rb")
+        size = os.fstat(f.fileno()).st_size
+    except OSError as err:
+        raise UsageError(f"{name}: cannot read the prompt file ({err.strerror or err})") from None
+    limit_mb = settings.get("prompt_file_max_mb")
+    if size > limit_mb * 2**20:
+        f.close()
+        raise UsageError(
+            f"{name}: the prompt file is {size:,} bytes, over the limit of {limit_mb} MiB "
+            f"(DECODEBENCH_PROMPT_FILE_MAX_MB)"
+        )
+    return f
+
+
+def _too_long(name: str, n: int, max_chars: int) -> str:
+    return f"{name}:{n}: a line longer than {max_chars:,} characters (DECODEBENCH_PROMPT_LINE_MAX_CHARS)"
+
+
+def text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file, decoded as its BOM says, split on "\\n" only."""
+    max_chars = settings.get("prompt_line_max_chars")
+    with _open(path, name) as f:
+        head = f.read(3)
+        encoding, offset = next(((enc, len(bom)) for bom, enc in _BOMS if head.startswith(bom)), ("utf-8", 0))
+        f.seek(offset)
+        decoder = codecs.getincrementaldecoder(encoding)("strict")
+        pending, n = "", 0
+        while True:
+            chunk = f.read(CHUNK)
+            buffered = len(decoder.getstate()[0])
+            try:
+                text = decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as err:
+                at = offset - buffered + err.start
+                raise UsageError(f"{name}: not {encoding.upper()[:6]} text at byte {at}; {_ENCODINGS}") from None
+            nul = chunk.find(b"\0") if encoding == "utf-8" else -1
+            if nul >= 0:  # UTF-16 without a BOM, or a binary file
+                raise UsageError(f"{name}: a NUL byte at byte {offset + nul}; {_ENCODINGS}")
+            offset += len(chunk)
+            *lines, pending = (pending + text).split("\n")
+            for line in lines:
+                n += 1
+                if len(line) > max_chars:
+                    raise UsageError(_too_long(name, n, max_chars))
+                yield n, line.removesuffix("\r")
+            if len(pending) > max_chars:
+                raise UsageError(_too_long(name, n + 1, max_chars))
+            if not chunk:
+                break
+        if pending:
+            yield n + 1, pending.removesuffix("\r")
+
+
+def _jsonl(path: Path, name: str) -> Iterator[tuple[str, Any]]:
+    for n, line in text_lines(path, name):
+        if not line.strip():
+            continue
+        try:
+            yield f"{name}:{n}", json.loads(line)
+        except RecursionError:  # the json scanner recurses once per level of nesting
+            raise UsageError(f"{name}:{n}: the JSON is nested too deeply") from None
+        except ValueError as err:  # JSONDecodeError, or an integer of more than 4300 digits
+            msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+            raise UsageError(f"{name}:{n}: not valid JSON: {shown(msg, 120)}") from None
+
+
+def _csv(path: Path, name: str) -> Iterator[tuple[str, Any]]:
+    max_chars = settings.get("prompt_line_max_chars")
+    reader = csv.reader(line + "\n" for _, line in text_lines(path, name))
+    old_limit = csv.field_size_limit(max_chars)
+    try:
+        header: list[str] | None = None
+        row = 0
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as err:
+                if "field larger than field limit" in str(err):
+                    err = f"a field longer than {max_chars:,} characters (DECODEBENCH_PROMPT_LINE_MAX_CHARS)"
+                raise UsageError(f"{name}:{reader.line_num}: row {row + 1}: {err}") from None
+            if not fields:
+                continue
+            if header is None:
+                header = fields
+                continue
+            row += 1
+            where = f"{name}:{reader.line_num}: row {row}"
+            if len(fields) > len(header):
+                raise UsageError(f"{where}: {len(fields)} fields, but the header names {len(header)}")
+            yield where, {k: (v if v != "" else None) for k, v in zip(header, fields)}
+    finally:
+        csv.field_size_limit(old_limit)
+
+
+def _item(where: str, i: int, entry: Any) -> PromptItem:
+    if isinstance(entry, PromptItem):
+        entry = entry.model_dump()
+    if isinstance(entry, str):
+        entry = {"prompt": entry}
+    if not isinstance(entry, dict):
+        raise UsageError(f"{where}: an item must be an object with `prompt` or a string, got {type(entry).__name__}")
+    extra = sorted((str(k) for k in set(entry) - set(FIELDS)), key=str)
+    if extra:
+        raise UsageError(f"{where}: unknown field {short(extra[0], 40)} (valid: {', '.join(FIELDS)})")
+    prompt, ref, pid = entry.get("prompt"), entry.get("reference"), entry.get("id")
+    if prompt is not None and not isinstance(prompt, str):
+        raise UsageError(f"{where}: `prompt` must be a string, got {type(prompt).__name__}")
+    if not prompt or not prompt.strip():
+        raise UsageError(f"{where}: item {i} has no `prompt`")
+    if ref is not None and not isinstance(ref, str):
+        raise UsageError(f"{where}: `reference` must be a string or null, got {type(ref).__name__}")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, (str, int))):
+        raise UsageError(f"{where}: `id` must be a string or an integer, got {type(pid).__name__}")
+    return PromptItem(id=str(pid) if pid not in (None, "") else f"p{i:05d}", prompt=prompt, reference=ref or None)
 
 
 def load_prompts(prompts: PromptSet) -> list[PromptItem]:
     """The prompt set's items, in file order, with stable ids, cut to `limit`."""
-    raw: list[Any]
     if prompts.inline is not None:
-        raw = list(prompts.inline)
-        where = "prompts.inline"
+        source = "prompts.inline"
+        entries: Iterator[tuple[str, Any]] = ((f"prompts.inline[{i}]", e) for i, e in enumerate(prompts.inline))
     else:
         path = Path(prompts.path)
-        where = f"prompts.path ({path.name})"
-        if path.suffix.lower() == ".csv":
-            with path.open(newline="") as f:
-                raw = list(csv.DictReader(f))
-        else:
-            raw = []
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if line.strip():
-                    try:
-                        raw.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        raise UsageError(f"{where}: line {n} is not valid JSON: {err.msg}") from None
-    items = []
-    for i, entry in enumerate(raw):
-        if isinstance(entry, str):
-            entry = {"prompt": entry}
-        if isinstance(entry, PromptItem):
-            items.append(entry)
-            continue
-        if not isinstance(entry, dict) or not str(entry.get("prompt") or "").strip():
-            raise UsageError(f"{where}: item {i} has no `prompt`")
-        extra = set(entry) - {"id", "prompt", "reference"}
-        if extra:
-            raise UsageError(f"{where}: item {i} has unknown field {sorted(extra)[0]!r} (valid: id, prompt, reference)")
-        items.append(
-            PromptItem(
-                id=str(entry.get("id") or f"p{i:05d}"), prompt=entry["prompt"], reference=entry.get("reference") or None
-            )
-        )
-    ids = [p.id for p in items]
-    if len(set(ids)) != len(ids):
-        raise UsageError(f"{where}: prompt ids are not unique")
+        source = shown(str(path))
+        entries = _csv(path, source) if path.suffix.lower() == ".csv" else _jsonl(path, source)
+    items: list[PromptItem] = []
+    seen: set[str] = set()
+    with contextlib.closing(entries):
+        for i, (where, entry) in enumerate(entries):
+            item = _item(where, i, entry)
+            if item.id in seen:
+                raise UsageError(f"{where}: prompt id {short(item.id)} is used twice; prompt ids must be unique")
+            seen.add(item.id)
+            items.append(item)
     if not items:
-        raise UsageError(f"{where}: the prompt set is empty")
+        raise UsageError(f"{source}: the prompt set is empty")
     return items[: prompts.limit] if prompts.limit else items

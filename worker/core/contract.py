@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 SCHEMA_VERSION = 1
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 StopReason = Literal["eos", "length", "stop_string"]
+# What the backend takes: seeds are 64-bit (torch.Generator), token counts and batch sizes
+# far below what a tensor index overflows at, a timeout at most a year.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+MAX_NEW_TOKENS = 2**20
+MAX_BATCH_SIZE = 2**16
+JOB_TIMEOUT_MAX = 365 * 24 * 3600
 
 
 class Strict(BaseModel):
@@ -76,9 +82,15 @@ class PromptItem(Strict):
 class GenerationSettings(Strict):
     """Settings shared by every strategy of a sweep."""
 
-    max_new_tokens: int = Field(default=64, ge=1, description="Tokens to generate at most per prompt.")
-    min_new_tokens: int = Field(default=0, ge=0, description="Tokens to generate at least before EOS is allowed.")
-    batch_size: int = Field(default=8, ge=1, description="Prompts per generate() call (left-padded).")
+    max_new_tokens: int = Field(
+        default=64, ge=1, le=MAX_NEW_TOKENS, description="Tokens to generate at most per prompt (at most 2**20)."
+    )
+    min_new_tokens: int = Field(
+        default=0, ge=0, le=MAX_NEW_TOKENS, description="Tokens to generate at least before EOS is allowed."
+    )
+    batch_size: int = Field(
+        default=8, ge=1, le=MAX_BATCH_SIZE, description="Prompts per generate() call (left-padded; at most 2**16)."
+    )
     stop: list[str] = Field(
         default_factory=list, description="Stop strings: generation ends after any of them; the text is cut before it."
     )
@@ -98,7 +110,9 @@ class JobSpec(Strict):
     cell: str = Field(description="Key of the (model, strategy variant) cell this job belongs to.")
     model: ModelSpec
     strategy: StrategySpec
-    seed: int = Field(description="Base seed of the job; each generation derives its own from it.")
+    seed: int = Field(
+        ge=SEED_MIN, le=SEED_MAX, description="Base seed of the job (64-bit); each generation derives its own from it."
+    )
     shard: int = Field(ge=0, description="Index of the prompt shard.")
     n_shards: int = Field(ge=1, description="Number of prompt shards of the sweep.")
     prompts: list[PromptItem] = Field(description="The shard's prompts.")
@@ -107,7 +121,9 @@ class JobSpec(Strict):
     scorer: ModelSpec | None = Field(
         default=None, description="Model that scores perplexity; None: the generating model."
     )
-    timeout_s: int = Field(default=3600, ge=1, description="Wall-clock limit of the job on a worker.")
+    timeout_s: int = Field(
+        default=3600, ge=1, le=JOB_TIMEOUT_MAX, description="Wall-clock limit of the job on a worker."
+    )
 
 
 class GenerationRecord(Strict):

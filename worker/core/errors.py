@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import reprlib
+
 
 class DecodebenchError(Exception):
     """Base class: `str(err)` is the one line shown to the user."""
@@ -29,3 +31,36 @@ class PermanentJobError(DecodebenchError):
 
 class StoreError(ServiceError):
     """The store failed to read or write an object."""
+
+
+class CorruptRecordError(StoreError):
+    """A stored record that cannot be read back (truncated, not JSON, not the contract's shape)."""
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = 60
+_REPR.maxother = 60
+_REPR.maxlong = 40
+_REPR.maxlevel = 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 4
+
+
+def short(value: object, limit: int = 80) -> str:
+    """`repr(value)` escaped and cut to about `limit` characters, at bounded cost, for messages.
+
+    A value built from YAML aliases can expand to millions of items and a key can hold
+    newlines; either still gives one readable line.
+    """
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shown(text: str, limit: int = 200) -> str:
+    """A file name or key as it is if it is printable and short, else `quote(text, limit)`."""
+    return text if text.isprintable() and len(text) <= limit else quote(text, limit)
+
+
+def quote(text: str, limit: int = 200) -> str:
+    """`repr(text)`, cut to about `limit` characters (escapes counted): a path or a name in a message."""
+    r = repr(text[:limit])
+    return r if len(text) <= limit and len(r) <= limit + 2 else r[:limit] + "..."

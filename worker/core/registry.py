@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from worker.core.errors import UsageError
+from worker.core.errors import UsageError, short
 
 T = TypeVar("T")
 
@@ -44,9 +44,9 @@ class Registry(Generic[T]):
             raise UsageError(self.unknown_message(name)) from None
 
     def unknown_message(self, name: str) -> str:
-        close = difflib.get_close_matches(name, self._entries, n=1)
+        close = difflib.get_close_matches(name, self._entries, n=1) if len(name) <= 100 else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"unknown {self.kind} {name!r}{hint} valid: {', '.join(sorted(self._entries))}"
+        return f"unknown {self.kind} {short(name)}{hint} valid: {', '.join(sorted(self._entries))}"
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

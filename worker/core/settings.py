@@ -116,6 +116,24 @@ _SETTINGS = [
         _float_list,
         scope="controller",
     ),
+    # limits on what a user hands decodebench (docs/sweeps.md, "Limits")
+    Setting(
+        "max_jobs",
+        100_000,
+        "Most jobs a sweep may plan; counted before anything is expanded.",
+        int,
+        scope="controller",
+    ),
+    Setting("spec_max_kb", 256, "Largest sweep file read, in KiB.", int, scope="controller"),
+    Setting("prompt_file_max_mb", 100, "Largest prompt file (JSONL or CSV) read, in MiB.", int, scope="controller"),
+    Setting(
+        "prompt_line_max_chars",
+        1_000_000,
+        "Longest line (JSONL) or field (CSV) of a prompt file, in characters.",
+        int,
+        scope="controller",
+    ),
+    Setting("debug", False, "Print the traceback of an error too (for maintainers).", _flag, scope="controller"),
     Setting("job_timeout", None, "Cap on any job's timeout in seconds (the cluster's limit).", int, scope="controller"),
     Setting(
         "sweep_ttl_days",

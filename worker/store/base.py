@@ -11,9 +11,24 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from pydantic import ValidationError
+
 from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult
-from worker.core.errors import StoreError, UsageError
+from worker.core.errors import CorruptRecordError, StoreError, UsageError, shown
+
+
+def _reason(err: ValueError) -> str:
+    """One line on why a stored record does not parse (ValidationError, JSON or UTF-8 errors)."""
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        return f"not a valid record ({loc or 'record'}: {first['msg']})"
+    if isinstance(err, json.JSONDecodeError):
+        return f"truncated or not JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 (byte {err.start})"
+    return shown(str(err), 120)
 
 
 def jsonl_bytes(rows: Iterable[dict]) -> bytes:
@@ -53,17 +68,36 @@ class Store:
         self.delete(probe)
 
     # -- shared helpers ----------------------------------------------------------------
+    def damaged(self, key: str, reason: str) -> CorruptRecordError:
+        return CorruptRecordError(f"{self.url.rstrip('/')}/{key}: {reason}")
+
     def read_json(self, key: str) -> Any:
-        return json.loads(self.read_bytes(key))
+        """The JSON object at `key`; a CorruptRecordError naming it if it does not parse."""
+        data = self.read_bytes(key)
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError; absurd nesting
+            raise self.damaged(key, _reason(err) if isinstance(err, ValueError) else "nested too deeply") from None
 
     def write_json(self, key: str, obj: Any, *, create_only: bool = False) -> bool:
         data = json.dumps(obj, indent=2, sort_keys=True, default=str).encode()
         return self.write_bytes(key, data, create_only=create_only)
 
-    def read_jsonl(self, key: str) -> Iterator[dict]:
-        for line in self.read_bytes(key).decode().splitlines():
+    def _jsonl_lines(self, key: str, data: bytes) -> Iterator[tuple[int, str]]:
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as err:
+            raise self.damaged(key, _reason(err)) from None
+        for n, line in enumerate(text.split("\n"), 1):  # "\n" only: U+2028 may sit in a string
             if line.strip():
+                yield n, line
+
+    def read_jsonl(self, key: str) -> Iterator[dict]:
+        for n, line in self._jsonl_lines(key, self.read_bytes(key)):
+            try:
                 yield json.loads(line)
+            except ValueError as err:
+                raise self.damaged(key, f"line {n}: {_reason(err)}") from None
 
     def write_jsonl(self, key: str, rows: Iterable[dict]) -> None:
         self.write_bytes(key, jsonl_bytes(rows))
@@ -77,19 +111,34 @@ class Store:
         return {k[len(prefix) :].split("/")[0] for k in self.list(prefix) if k.endswith("/result.json")}
 
     def load_result(self, tenant: str, sweep_id: str, job_id: str) -> JobResult:
-        return JobResult.model_validate(self.read_json(paths.result_key(tenant, sweep_id, job_id)))
+        """A job's result.json; CorruptRecordError if it is truncated or not a JobResult."""
+        key = paths.result_key(tenant, sweep_id, job_id)
+        try:
+            return JobResult.model_validate(self.read_json(key))
+        except ValidationError as err:
+            raise self.damaged(key, _reason(err)) from None
 
     def load_generations(
         self, tenant: str, sweep_id: str, job_id: str, sha256: str | None = None
     ) -> list[GenerationRecord]:
-        """A job's generations; with `sha256` (from its result.json), checked against it."""
-        data = self.read_bytes(paths.generations_key(tenant, sweep_id, job_id))
+        """A job's generations; with `sha256` (from its result.json), checked against it.
+
+        A file that does not match or does not parse is a CorruptRecordError naming it."""
+        key = paths.generations_key(tenant, sweep_id, job_id)
+        data = self.read_bytes(key)
         if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-            raise StoreError(
-                f"job {job_id}: generations.jsonl does not match its result.json (written by another run "
-                f"of the job?); delete the job's result.json and run or retry the sweep"
+            raise self.damaged(
+                key,
+                f"job {job_id}: generations.jsonl does not match its result.json (truncated, or written by "
+                "another run of the job?); delete the job's result.json and run or retry the sweep",
             )
-        return [GenerationRecord.model_validate_json(line) for line in data.decode().splitlines() if line.strip()]
+        records = []
+        for n, line in self._jsonl_lines(key, data):
+            try:
+                records.append(GenerationRecord.model_validate_json(line))
+            except ValidationError as err:
+                raise self.damaged(key, f"line {n}: {_reason(err)}") from None
+        return records
 
     def load_spec(self, tenant: str, sweep_id: str) -> dict:
         key = paths.spec_key(tenant, sweep_id)

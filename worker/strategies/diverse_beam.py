@@ -38,12 +38,10 @@ def check_groups(num_beams: int, num_beam_groups: int) -> None:
 
 
 class _DiverseBeam(Strategy):
-    """Adds the one check that spans two parameters, so that a sweep fails when it is planned."""
+    """Adds the one check that spans two parameters; the sweep spec applies it to every grid point."""
 
-    def validate(self, params: dict[str, Any]) -> dict[str, Any]:
-        out = super().validate(params)
-        check_groups(out["num_beams"], out["num_beam_groups"])
-        return out
+    def check_together(self, params: dict[str, Any]) -> None:
+        check_groups(params["num_beams"], params["num_beam_groups"])
 
 
 register(

@@ -7,11 +7,16 @@ loop of its own names it in `loop` ("module:function"), imported only by the eng
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.core.errors import short
 from worker.core.registry import Registry
+
+# What the backend takes for an integer parameter without bounds of its own (a C int).
+INT_LIMIT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -35,26 +40,39 @@ class Param:
             return None
         if self.type is str:
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+                raise ValueError(f"{name} must be a non-empty string, got {short(value)}")
             if self.choices and value not in self.choices:
-                raise ValueError(f"{name} must be one of {', '.join(self.choices)}, got {value!r}")
+                raise ValueError(f"{name} must be one of {', '.join(self.choices)}, got {short(value)}")
             return value
         if self.type is bool:
             if not isinstance(value, bool):
-                raise ValueError(f"{name} must be true or false, got {value!r}")
+                raise ValueError(f"{name} must be true or false, got {short(value)}")
             return value
+        return self._bounded(name, self._number(name, value))
+
+    def _number(self, name: str, value: Any) -> int | float:
+        """The value as this parameter's number type: finite, and an int within what the backend takes."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
+            raise ValueError(f"{name} must be a number, got {short(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.type is int:
-            if float(value) != int(value):
+            if isinstance(value, float) and not value.is_integer():
                 raise ValueError(f"{name} must be an integer, got {value!r}")
             value = int(value)
-        else:
-            value = float(value)
+            if self.max is None and abs(value) > INT_LIMIT:
+                raise ValueError(f"{name} must be between -{INT_LIMIT} and {INT_LIMIT}, got {short(value)}")
+            return value
+        try:
+            return float(value)
+        except OverflowError:  # an int past the float range, e.g. 10**400
+            raise ValueError(f"{name} is too large for a number, got {short(value)}") from None
+
+    def _bounded(self, name: str, value: int | float) -> int | float:
         if self.min is not None and (value < self.min or (self.min_exclusive and value == self.min)):
-            raise ValueError(f"{name} must be {'>' if self.min_exclusive else '>='} {self.min}, got {value!r}")
+            raise ValueError(f"{name} must be {'>' if self.min_exclusive else '>='} {self.min}, got {short(value)}")
         if self.max is not None and (value > self.max or (self.max_exclusive and value == self.max)):
-            raise ValueError(f"{name} must be {'<' if self.max_exclusive else '<='} {self.max}, got {value!r}")
+            raise ValueError(f"{name} must be {'<' if self.max_exclusive else '<='} {self.max}, got {short(value)}")
         return value
 
     def describe(self) -> str:
@@ -106,7 +124,15 @@ class Strategy:
             if value is None:
                 raise ValueError(f"{name} is required for strategy {self.name!r}")
             out[name] = spec.check(name, value)
+        self.check_together(out)
         return out
+
+    def check_together(self, params: dict[str, Any]) -> None:
+        """Rules that span several parameters (ValueError); `params` are checked, defaults filled."""
+
+    @property
+    def has_joint_rules(self) -> bool:
+        return type(self).check_together is not Strategy.check_together
 
     def generation_kwargs(self, params: dict[str, Any]) -> dict[str, Any]:
         """The GenerationConfig settings of params (validated, defaults filled, modifiers included)."""
