@@ -131,7 +131,6 @@ class Scenario:
 
 def first_running_job(conn, sweep_id: str, timeout: float = 180) -> tuple[str, str]:
     """(job id, worker name) of the first job that starts: its worker is still loading the model."""
-    from rq.job import Job
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -25,7 +25,7 @@ from worker.core.tenants import TenantsFile
 # What the controller sends (redis-py and RQ included): a test runs submit, status,
 # cancel, retry, logs and doctor as a tenant user under exactly this list.
 TENANT_COMMANDS = (
-    "ping", "echo", "client|setinfo", "multi", "exec", "discard",
+    "ping", "echo", "multi", "exec", "discard",
     "evalsha", "script|load", "script|exists",
     "exists", "del", "expire", "ttl", "type",
     "get", "set",
@@ -36,7 +36,7 @@ TENANT_COMMANDS = (
 # Commands a worker may not send (beyond -@dangerous), and those RQ needs from that category.
 WORKER_DENY = ("-@dangerous",)
 WORKER_ALLOW = ("+client|setname", "+client|info", "+client|list", "+info")
-KEDA_COMMANDS = ("ping", "hello", "select", "client|setinfo", "llen")
+KEDA_COMMANDS = ("ping", "hello", "select", "llen")
 
 
 def password_hash(env_var: str | None, who: str) -> str:
@@ -61,7 +61,7 @@ def tenant_rule(name: str, pw: str) -> str:
 
 def render_acl(tenants: TenantsFile) -> str:
     """The ACL file (one `user` line each), passwords hashed from the referenced variables."""
-    lines = ["# decodebench Redis ACL file, from `decodebench tenants acl` (load with `aclfile`)"]
+    lines = []  # an ACL file holds `user` lines only (no comments)
     lines.append("user default off resetpass resetkeys resetchannels -@all")
     for t in tenants.tenants:
         lines.append(tenant_rule(t.name, password_hash(t.redis_password_env, f"tenant {t.name}")))
@@ -69,7 +69,6 @@ def render_acl(tenants: TenantsFile) -> str:
     lines.append(f"user worker on {worker_pw} ~* &* +@all {' '.join(WORKER_DENY)} {' '.join(WORKER_ALLOW)}")
     keda_pw = password_hash(tenants.keda.redis_password_env, "keda")
     keda_cmds = " ".join(f"+{c}" for c in KEDA_COMMANDS)
-    lines.append(
-        f"user keda on {keda_pw} resetkeys resetchannels -@all %R~{keys.RQ_QUEUE_PREFIX}{keys.QUEUE_PREFIX}.* {keda_cmds}"
-    )
+    queues = f"%R~{keys.RQ_QUEUE_PREFIX}{keys.QUEUE_PREFIX}.*"
+    lines.append(f"user keda on {keda_pw} resetkeys resetchannels -@all {queues} {keda_cmds}")
     return "\n".join(lines) + "\n"

@@ -13,9 +13,8 @@ from __future__ import annotations
 import time
 
 from worker.core import keys
+from worker.sweepstate.reads import USAGE_WINDOW_S
 from worker.sweepstate.transitions import Lua
-
-USAGE_WINDOW_S = 3600.0  # `status --all-tenants` shows the share of worker time over the last hour
 
 _TAKE = Lua("""
 local now = tonumber(ARGV[1])
@@ -54,13 +53,3 @@ def record_usage(conn, tenant: str, job_id: str, started: float, ended: float) -
         pipe.zremrangebyscore(key, "-inf", ended - USAGE_WINDOW_S)
         pipe.expire(key, int(USAGE_WINDOW_S) * 2)
         pipe.execute()
-
-
-def usage_seconds(conn, tenant: str, now: float | None = None, window: float = USAGE_WINDOW_S) -> float:
-    """Worker seconds spent on the tenant's jobs within the last `window` seconds (a read)."""
-    now = time.time() if now is None else now
-    total = 0.0
-    for raw in conn.zrangebyscore(keys.usage(tenant), now - window, "+inf"):
-        start, end, _ = raw.decode().split(" ", 2)
-        total += max(0.0, min(float(end), now) - max(float(start), now - window))
-    return total
