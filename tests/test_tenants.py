@@ -206,3 +206,30 @@ def test_worker_user_runs_the_life_cycle_and_rq_info(acl, tmp_path, tiny_model, 
     assert r.exit_code == 0 and "team-a" in r.output and "100.0%" in r.output, r.output
     r = run("doctor", "--store", store)
     assert "PASS  redis" in r.output, r.output
+
+
+def test_file_store_keeps_each_key_inside_its_tenants_directory(tmp_path):
+    from worker.core.errors import StoreError
+    from worker.store import FileStore
+
+    store = FileStore(tmp_path / "runs")
+    store.write_json("team-b/sweeps/s1/spec.json", {"secret": "b"})
+    store.write_json("team-a/sweeps/s1/spec.json", {"mine": "a"})
+    assert store.read_json("team-a/sweeps/s1/spec.json") == {"mine": "a"}
+    (tmp_path / "runs" / "team-a" / "sweeps" / "link").symlink_to(tmp_path / "runs" / "team-b" / "sweeps" / "s1")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "runs" / "team-a" / "sweeps" / "out").symlink_to(tmp_path / "outside")
+    for key in (
+        "team-a/../team-b/sweeps/s1/spec.json",
+        "team-a/sweeps/../../team-b/sweeps/s1/spec.json",
+        "/etc/passwd",
+        str(tmp_path / "runs" / "team-b" / "sweeps" / "s1" / "spec.json"),
+        "team-a/sweeps/link/spec.json",  # a symlink into another tenant
+        "team-a/sweeps/out/x.json",  # a symlink out of the store
+    ):
+        with pytest.raises(StoreError):
+            store.read_bytes(key)
+        with pytest.raises(StoreError):
+            store.write_bytes(key, b"x")
+    assert store.read_json("team-b/sweeps/s1/spec.json") == {"secret": "b"}
+    assert not (tmp_path / "outside" / "x.json").exists()
