@@ -233,3 +233,34 @@ def test_file_store_keeps_each_key_inside_its_tenants_directory(tmp_path):
             store.write_bytes(key, b"x")
     assert store.read_json("team-b/sweeps/s1/spec.json") == {"secret": "b"}
     assert not (tmp_path / "outside" / "x.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        ("tenants: [{name: a, password: hunter2}]", "tenants[0].password: unknown key"),
+        ("tenants: [{name: a, weight: 0}]", "tenants[0].weight: Input should be greater than 0"),
+        ("tenants: [{name: a}, {name: a}]", "tenants[1].name: duplicate tenant name 'a'"),
+        ("tenants: [{name: a/b}]", "tenants[0].name: must not contain '/'"),
+    ],
+)
+def test_bad_tenants_files_are_one_line_naming_the_field(tmp_path, body, line):
+    path = tmp_path / "tenants.yaml"
+    path.write_text(body)
+    r = CliRunner().invoke(cli, ["tenants", "check", str(path)])
+    assert r.exit_code == 2
+    assert r.output.count("\n") == 1 and r.output.startswith(f"error: {path}: {line}"), r.output
+    assert "hunter2" not in r.output
+
+
+def test_rq_key_names_match_the_installed_rq():
+    from rq import Queue
+    from rq.intermediate_queue import IntermediateQueue
+    from rq.registry import CanceledJobRegistry, FailedJobRegistry, StartedJobRegistry
+
+    q = Queue(keys.queue_name("team-a"), connection=redis.Redis(), job_class=keys.rq_job_class("team-a"))
+    assert q.key == keys.rq_queue_key(q.name) and Queue.redis_queues_keys == keys.RQ_QUEUES
+    assert q.fetch_job.__self__.job_class.key_for("j") == keys.rq_job_key("team-a", "j")
+    for cls, kind in ((FailedJobRegistry, "failed"), (CanceledJobRegistry, "canceled"), (StartedJobRegistry, "wip")):
+        assert cls(queue=q).key == keys.rq_registry_key(kind, q.name)
+    assert IntermediateQueue.get_intermediate_queue_key(q.key) == q.key + ":intermediate"

@@ -95,7 +95,6 @@ def submit(
     conn = _conn(redis_url, tenant)
     st = _store(store)
     out = do_submit(conn, st, spec, tenant, priority, retry_failed=retry_failed, retries=retries)
-    audit("submit", tenant, out.sweep_id, redis_url, enqueued=len(out.enqueued), queue=out.queue)
     if out.new:
         click.echo(f"sweep {out.sweep_id} submitted: {len(out.enqueued)} jobs on {out.queue}; store {st.url}")
     else:
@@ -108,6 +107,7 @@ def submit(
         elif out.failed:
             click.echo("  pass --retry-failed (or `decodebench retry SWEEP --failed`) to run the failed jobs again")
     click.echo(f"follow it with: decodebench status {out.sweep_id} --watch")
+    audit("submit", tenant, out.sweep_id, redis_url, enqueued=len(out.enqueued), queue=out.queue)
 
 
 def render_status(s) -> str:
