@@ -37,9 +37,9 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30
 
 @contextlib.contextmanager
 def redis_server(
-    appendonly: bool = False, data_dir: str | None = None, port: int | None = None
+    appendonly: bool = False, data_dir: str | None = None, port: int | None = None, aclfile: str | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """A redis-server on a free loopback port; yields (url, process)."""
+    """A redis-server on a free loopback port (with `aclfile`: its users); yields (url, process)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed: run scripts/setup-test-deps.sh (make test does)")
@@ -59,6 +59,7 @@ def redis_server(
         "yes" if appendonly else "no",
         "--protected-mode",
         "yes",
+        *(["--aclfile", aclfile] if aclfile else []),
     ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -131,12 +131,11 @@ class Scenario:
 
 def first_running_job(conn, sweep_id: str, timeout: float = 180) -> tuple[str, str]:
     """(job id, worker name) of the first job that starts: its worker is still loading the model."""
-    from rq.job import Job
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for job_id, state in conn.hgetall(keys.sweep("default", sweep_id, "state")).items():
-            worker_name = conn.hget(Job.key_for(job_id.decode()), "worker_name")
+            worker_name = conn.hget(keys.rq_job_key("default", job_id.decode()), "worker_name")
             if state == b"running" and worker_name:
                 return job_id.decode(), worker_name.decode()
         time.sleep(0.02)

@@ -68,7 +68,12 @@ def rq_queue(conn, tenant="default", priority="normal"):
     from rq import Queue
     from rq.serializers import JSONSerializer
 
-    return Queue(keys.queue_name(tenant, priority), connection=conn, serializer=JSONSerializer)
+    return Queue(
+        keys.queue_name(tenant, priority),
+        connection=conn,
+        serializer=JSONSerializer,
+        job_class=keys.rq_job_class(tenant),  # job hashes live under rq:job:<tenant>:
+    )
 
 
 def test_keys_and_queue_names():
@@ -288,7 +293,9 @@ def test_bulk_enqueue_writes_the_jobs_rq_enqueue_many_writes(conn):
     from rq.serializers import JSONSerializer
 
     job = plan(parse_spec(spec_dict()), "default")[0]
-    ours_q, rq_q = rq_queue(conn), Queue("decodebench.reference.normal", connection=conn, serializer=JSONSerializer)
+    ours_q = rq_queue(conn)
+    ref = keys.rq_job_class("default")  # RQ's own enqueue_many with the same per-tenant job class
+    rq_q = Queue("decodebench.reference.normal", connection=conn, serializer=JSONSerializer, job_class=ref)
     policy = cq.retry_policy()
     cq.bulk_enqueue(conn, ours_q, cq.rq_template(ours_q, policy), [job], pipeline=None)
     data, description, meta, timeout = cq.rq_job_fields(job)
@@ -307,12 +314,13 @@ def test_bulk_enqueue_writes_the_jobs_rq_enqueue_many_writes(conn):
             )
         ]
     )
-    ours, theirs = conn.hgetall(Job.key_for(job.job_id)), conn.hgetall(Job.key_for("reference"))
+    ours, theirs = conn.hgetall(ref.key_for(job.job_id)), conn.hgetall(ref.key_for("reference"))
+    assert ref.key_for(job.job_id) == f"rq:job:default:{job.job_id}" and not conn.exists(Job.key_for(job.job_id))
     assert set(ours) == set(theirs)
     differ = {k for k in ours if ours[k] != theirs[k]}
     assert differ <= {b"created_at", b"enqueued_at", b"data", b"origin"}, differ
-    a = Job.fetch(job.job_id, connection=conn, serializer=JSONSerializer)
-    b = Job.fetch("reference", connection=conn, serializer=JSONSerializer)
+    a = ref.fetch(job.job_id, connection=conn, serializer=JSONSerializer)
+    b = ref.fetch("reference", connection=conn, serializer=JSONSerializer)
     for attr in (
         "func_name",
         "args",

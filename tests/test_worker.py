@@ -236,19 +236,24 @@ def test_cancel_stops_the_running_job_and_drops_the_queued_ones(conn, store, tin
     assert job.get_status() in (JobStatus.STOPPED, JobStatus.FINISHED)
 
 
-def test_dequeue_is_by_priority_then_round_robin_across_tenants(conn, store, tmp_path):
+def test_dequeue_is_fair_across_tenants_then_by_priority_inside_a_tenant(conn, store, tmp_path):
+    # Before issue 9 a worker took every tenant's high jobs before anyone's normal ones; now
+    # tenants share the worker by weight (equal here) and priorities order a tenant's own jobs.
     for tenant, priority in (("team-a", "normal"), ("team-b", "normal"), ("team-b", "high"), ("team-c", "low")):
         spec = parse_spec(spec_dict(name=f"{tenant}-{priority}", prompts=["a", "b", "c"], shard_size=1, seeds=(1,)))
         cq.submit(conn, store, spec, tenant, priority)
     worker = make_worker(conn, ["*"])
-    assert [q.name for q in worker._ordered_queues][:2] == ["decodebench.team-b.high", "decodebench.team-a.normal"]
+    assert [q.name for q in worker._ordered_queues][:3] == [
+        "decodebench.team-a.normal",
+        "decodebench.team-b.high",
+        "decodebench.team-b.normal",
+    ]
     order = []
     for _ in range(6 * 4):
         job, queue = worker.dequeue_job_and_maintain_ttl(None)
         order.append(queue.name.removeprefix("decodebench."))
-    assert order[:6] == ["team-b.high"] * 6
-    assert order[6:18] == ["team-a.normal", "team-b.normal"] * 6
-    assert order[18:] == ["team-c.low"] * 6
+    assert order[:18] == ["team-a.normal", "team-b.high", "team-c.low"] * 6
+    assert order[18:] == ["team-b.normal"] * 6
 
 
 def test_rq_info_lists_decodebench_queues_and_workers(conn, store, redis_url):

@@ -19,10 +19,29 @@ from worker.core.errors import UsageError
 STATES = tuple(s.value for s in JobStatus)
 
 
-def _conn(url: str):
-    from worker.core.redisconn import connect
+def _conn(url: str, tenant: str | None = None):
+    """Redis for `tenant`; a URL whose user is another tenant is refused here, in one line
+    (and Redis would refuse that user another tenant's keys anyway: docs/tenants.md)."""
+    from worker.core.redisconn import connect, redis_user
 
+    user = redis_user(url)
+    if tenant is not None and user not in (None, "default", "worker", tenant):
+        raise UsageError(f"connected to Redis as tenant {user!r}: it may not act on the sweeps of tenant {tenant!r}")
     return connect(url)
+
+
+def audit(action: str, tenant: str, sweep_id: str, redis_url: str, **fields) -> None:
+    """One audit line per submit, cancel and retry: who (Redis user, else OS user), which tenant and sweep."""
+    import getpass
+
+    import structlog
+
+    from worker.core.redisconn import redis_user
+
+    user = redis_user(redis_url) or f"os:{getpass.getuser()}"
+    structlog.get_logger("decodebench.audit").info(
+        "audit", action=action, tenant=tenant, user=user, sweep_id=sweep_id, **fields
+    )
 
 
 def _store(url: str):
@@ -73,7 +92,7 @@ def submit(
     from controller.spec.load import load_spec
 
     spec = load_spec(spec_path, check_paths=not remote_paths)
-    conn = _conn(redis_url)
+    conn = _conn(redis_url, tenant)
     st = _store(store)
     out = do_submit(conn, st, spec, tenant, priority, retry_failed=retry_failed, retries=retries)
     if out.new:
@@ -88,6 +107,7 @@ def submit(
         elif out.failed:
             click.echo("  pass --retry-failed (or `decodebench retry SWEEP --failed`) to run the failed jobs again")
     click.echo(f"follow it with: decodebench status {out.sweep_id} --watch")
+    audit("submit", tenant, out.sweep_id, redis_url, enqueued=len(out.enqueued), queue=out.queue)
 
 
 def render_status(s) -> str:
@@ -136,18 +156,44 @@ def status_dict(s) -> dict:
     }
 
 
+def render_tenants(rows) -> str:
+    total = sum(r.worker_s for r in rows)
+    lines = [f"{'tenant':<20} {'queued':>8} {'running':>8} {'done':>8} {'share (1h)':>11}"]
+    for r in rows:
+        share = f"{100 * r.worker_s / total:.1f}%" if total else "-"
+        lines.append(f"{r.tenant:<20} {r.queued:>8} {r.running:>8} {r.done:>8} {share:>11}")
+    return "\n".join(lines)
+
+
+def _all_tenants(redis_url: str, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from worker.sweepstate.reads import known_tenants, tenant_overview
+
+    conn = _conn(redis_url)
+    rows = [tenant_overview(conn, t) for t in known_tenants(conn)]
+    click.echo(json.dumps([asdict(r) for r in rows]) if as_json else render_tenants(rows))
+
+
 @click.command()
-@click.argument("sweep")
+@click.argument("sweep", required=False)
 @options.tenant
+@click.option("--all-tenants", is_flag=True, help="Per tenant: queued, running, done, share of worker time (1 h).")
 @click.option("--watch", is_flag=True, help="Refresh until no job is queued or running.")
 @click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between refreshes with --watch.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @options.redis_url
-def status(sweep: str, tenant: str, watch: bool, interval: float, as_json: bool, redis_url: str) -> None:
+def status(
+    sweep: str | None, tenant: str, all_tenants: bool, watch: bool, interval: float, as_json: bool, redis_url: str
+) -> None:
     """Per-cell queued/running/done/failed, throughput, ETA and failure reasons."""
     from worker.sweepstate import read_status, resolve_sweep
 
-    conn = _conn(redis_url)
+    if all_tenants:
+        return _all_tenants(redis_url, as_json)  # the workers' (admin) Redis user: it reads every tenant
+    if not sweep:
+        raise UsageError("status: give a SWEEP (or --all-tenants)")
+    conn = _conn(redis_url, tenant)
     sweep_id = resolve_sweep(conn, tenant, sweep)
     while True:
         s = read_status(conn, tenant, sweep_id)
@@ -169,9 +215,10 @@ def cancel(sweep: str, tenant: str, redis_url: str) -> None:
     """Cancel a sweep: drop its queued jobs, ask its running jobs to stop."""
     from worker.sweepstate import cancel_sweep, resolve_sweep
 
-    conn = _conn(redis_url)
+    conn = _conn(redis_url, tenant)
     sweep_id = resolve_sweep(conn, tenant, sweep)
     out = cancel_sweep(conn, tenant, sweep_id)
+    audit("cancel", tenant, sweep_id, redis_url, dropped=out.cancelled, stopping=len(out.stopping))
     click.echo(
         f"sweep {sweep_id} cancelled: {out.cancelled} queued jobs dropped, "
         f"{len(out.stopping)} running jobs asked to stop; "
@@ -191,9 +238,10 @@ def retry(sweep: str, failed: bool, tenant: str, priority: str, redis_url: str, 
     from controller.launch.submit import retry as do_retry
     from worker.sweepstate import resolve_sweep
 
-    conn = _conn(redis_url)
+    conn = _conn(redis_url, tenant)
     sweep_id = resolve_sweep(conn, tenant, sweep)
     out = do_retry(conn, _store(store), tenant, sweep_id, priority)
+    audit("retry", tenant, sweep_id, redis_url, enqueued=len(out.enqueued))
     click.echo(
         f"sweep {sweep_id}: {len(out.enqueued)} failed or cancelled jobs enqueued again on {out.queue}; "
         f"{out.done} done, {out.pending} queued or running"
@@ -221,7 +269,7 @@ def logs(job: str, sweep: str | None, tenant: str, as_json: bool, redis_url: str
     st = _store(store)
     state = None
     if sweep is None:
-        conn = _conn(redis_url)
+        conn = _conn(redis_url, tenant)
         sweep = find_job_sweep(conn, tenant, job)
         if sweep is None:
             raise UsageError(f"job {job!r} is not in any submitted sweep of tenant {tenant!r}; give --sweep")

@@ -49,14 +49,12 @@ class SubmitOutcome:
     cancelled: bool = False
 
 
-def _rq_jobs_exist(conn, job_ids: list[str]) -> list[bool]:
-    from rq.job import Job
-
+def _rq_jobs_exist(conn, tenant: str, job_ids: list[str]) -> list[bool]:
     out: list[bool] = []
     for i in range(0, len(job_ids), CHUNK):
         with conn.pipeline(transaction=False) as pipe:
             for job_id in job_ids[i : i + CHUNK]:
-                pipe.exists(Job.key_for(job_id))
+                pipe.exists(keys.rq_job_key(tenant, job_id))
             out += [bool(x) for x in pipe.execute()]
     return out
 
@@ -72,7 +70,7 @@ def _to_enqueue(
     states = sweepstate.job_states(conn, tenant, out.sweep_id, [j.job_id for j in jobs])
     live = (JobStatus.QUEUED, JobStatus.RUNNING)
     pending = [i for i, s in enumerate(states) if s in live]
-    exists = dict(zip(pending, _rq_jobs_exist(conn, [jobs[i].job_id for i in pending])))
+    exists = dict(zip(pending, _rq_jobs_exist(conn, tenant, [jobs[i].job_id for i in pending])))
     todo: list[tuple[JobSpec, str]] = []
     for i, (job, state) in enumerate(zip(jobs, states)):
         if state is None:
@@ -112,6 +110,17 @@ def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy) -> list[str]:
     return enqueued
 
 
+def _drop_from_registries(pipe, tenant: str, job_ids: list[str]) -> None:
+    """Retried jobs leave the tenant's failed and cancelled registries (their RQ job hashes are
+    rewritten by the enqueue). Not RQ's Job.delete: that also deletes the worker's execution and
+    result keys, which a tenant's Redis user may not touch; results expire with their TTL."""
+    for i in range(0, len(job_ids), CHUNK):
+        part = job_ids[i : i + CHUNK]
+        for qname in keys.tenant_queues(tenant):
+            for kind in ("failed", "canceled"):
+                pipe.zrem(keys.rq_registry_key(kind, qname), *part)
+
+
 def enqueue_jobs(
     conn,
     jobs: list[JobSpec],
@@ -127,7 +136,6 @@ def enqueue_jobs(
     Idempotent: a job that is done, queued or running is not enqueued again.
     """
     from rq import Queue
-    from rq.job import Job
     from rq.serializers import JSONSerializer
 
     sweep_id = jobs[0].sweep_id
@@ -139,8 +147,7 @@ def enqueue_jobs(
     if out.cancelled and not retry_failed:
         return out  # a cancelled sweep resumes only on purpose
     retry_from = [j.job_id for j, s in todo if s in (JobStatus.FAILED, JobStatus.CANCELLED)]
-    stale = [j for j in Job.fetch_many(retry_from, connection=conn, serializer=JSONSerializer) if j is not None]
-    queue = Queue(qname, connection=conn, serializer=JSONSerializer)
+    queue = Queue(qname, connection=conn, serializer=JSONSerializer, job_class=keys.rq_job_class(tenant))
     sweepstate.prune_expired_sweeps(conn, tenant)
     with conn.pipeline(transaction=False) as pipe:
         sweepstate.register_sweep(
@@ -158,8 +165,7 @@ def enqueue_jobs(
             resume=bool(todo),
             created_at=dt.datetime.now(dt.UTC).isoformat(),
         )
-        for job in stale:
-            job.delete(pipeline=pipe)
+        _drop_from_registries(pipe, tenant, retry_from)
         sweepstate.forget_losses(pipe, tenant, retry_from)
         pipe.execute()
     out.enqueued = _enqueue(conn, queue, todo, retry_policy(retries))
@@ -189,7 +195,6 @@ for i = 2 * n + 2, #ARGV, 6 do
   end
 end
 if #ids > 0 then redis.call('RPUSH', KEYS[1], unpack(ids)) end
-redis.call('SADD', KEYS[2], KEYS[1])
 return 1
 """)
 PER_JOB_FIELDS = ("data", "description", "meta", "timeout")
@@ -225,14 +230,16 @@ def rq_job_fields(job: JobSpec) -> tuple[bytes, str, bytes, int]:
 
 
 def bulk_enqueue(conn, queue, template: dict, jobs: list[JobSpec], *, pipeline) -> None:
-    from rq.job import Job
-
+    """One Lua call writes the jobs' hashes (`queue.job_class`'s keys) and pushes their ids; the
+    queue joins RQ's queue set by a plain SADD (a tenant's Redis user may only SADD that set)."""
     args: list = [len(template)]
     for k, v in template.items():
         args += [k, v]
     for job in jobs:
-        args += [Job.key_for(job.job_id), job.job_id, *rq_job_fields(job)]
-    _BULK_ENQUEUE(pipeline or conn, [queue.key, queue.redis_queues_keys], args)
+        args += [queue.job_class.key_for(job.job_id), job.job_id, *rq_job_fields(job)]
+    client = pipeline or conn
+    _BULK_ENQUEUE(client, [queue.key], args)
+    client.sadd(queue.redis_queues_keys, queue.key)
 
 
 def submit(

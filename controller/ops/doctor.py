@@ -73,6 +73,8 @@ def check_nvml(require_gpu: bool) -> list[tuple[str, str, str]]:
 
 
 def check_redis(url: str, tenant: str) -> tuple[str, str, str]:
+    import redis
+
     from worker.core import keys
     from worker.core.errors import DecodebenchError
     from worker.core.redisconn import connect, redact_url
@@ -84,7 +86,10 @@ def check_redis(url: str, tenant: str) -> tuple[str, str, str]:
         if conn.get(key) != b"ok":
             return FAIL, "redis", f"{redact_url(url)}: read back differs from what was written"
         conn.delete(key)
-        version = conn.info("server").get("redis_version", "?")
+        try:
+            version = conn.info("server").get("redis_version", "?")
+        except redis.ResponseError:  # a tenant's ACL user may not run INFO
+            version = "? (INFO not permitted to this user)"
     except DecodebenchError as err:
         return FAIL, "redis", str(err)
     except Exception as err:

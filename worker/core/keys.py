@@ -7,6 +7,8 @@ all live under `decodebench:<tenant>:…`:
     decodebench:<t>:running                  zset  "<sweep> <job> <cell>" -> heartbeat deadline
     decodebench:<t>:lost                     hash  job id -> times a dead worker lost it
     decodebench:<t>:doctor                   string  probe written by `decodebench doctor` (expires)
+    decodebench:<t>:slots                    zset  job id -> deadline: the tenant's running slots (max_running)
+    decodebench:<t>:usage                    zset  "<start> <end> <job>" -> end: worker time of the last hour
     decodebench:<t>:sweep:<id>:meta          hash  name, queue, n_jobs, created/started/finished, tokens, cancelled
     decodebench:<t>:sweep:<id>:state         hash  job id -> queued|running|done|failed|cancelled
     decodebench:<t>:sweep:<id>:cells         hash  job id -> cell
@@ -16,9 +18,14 @@ all live under `decodebench:<tenant>:…`:
 
 A sweep's keys expire DECODEBENCH_SWEEP_TTL_DAYS (default 30) after its last submit or retry.
 RQ queues are named `decodebench.<tenant>.<priority>` (the Helm chart relies on it).
+RQ job hashes are per tenant, `rq:job:<tenant>:<job id>` (`rq_job_class`): a Redis ACL
+pattern `rq:job:<tenant>:*` then confines a tenant to its own jobs (':' is never in a
+tenant name). `acl_keys` lists every key a tenant's controller may touch.
 """
 
 from __future__ import annotations
+
+import functools
 
 from worker.core.settings import check_tenant
 
@@ -45,6 +52,16 @@ def running(tenant: str) -> str:
 
 def lost(tenant: str) -> str:
     return f"{_t(tenant)}:lost"
+
+
+def slots(tenant: str) -> str:
+    """The tenant's running slots: job id -> deadline (written by workers only)."""
+    return f"{_t(tenant)}:slots"
+
+
+def usage(tenant: str) -> str:
+    """Worker time spent on the tenant's jobs in the last hour (written by workers only)."""
+    return f"{_t(tenant)}:usage"
 
 
 def doctor(tenant: str) -> str:
@@ -105,3 +122,54 @@ def parse_queue_name(name: str) -> tuple[str, str] | None:
 
 def tenant_queues(tenant: str) -> list[str]:
     return [queue_name(tenant, p) for p in PRIORITIES]
+
+
+# -- RQ's keys for a tenant ------------------------------------------------------------------
+# rq 3.x: Queue.redis_queue_namespace_prefix, Queue.redis_queues_keys, the registries'
+# key_template (rq/registry.py) and IntermediateQueue's key; tests/test_tenants.py checks
+# these against the installed rq.
+RQ_QUEUE_PREFIX = "rq:queue:"
+RQ_QUEUES = "rq:queues"
+RQ_REGISTRIES = ("wip", "failed", "finished", "canceled", "scheduled", "deferred", "ready")
+
+
+def rq_job_prefix(tenant: str) -> str:
+    return f"rq:job:{check_tenant(tenant)}:"
+
+
+def rq_job_key(tenant: str, job_id: str) -> str:
+    return rq_job_prefix(tenant) + job_id
+
+
+@functools.cache
+def rq_job_class(tenant: str):
+    """RQ's Job with the tenant's key prefix: every job hash RQ reads or writes for it (and
+    its dependents/dependencies keys) lives under `rq:job:<tenant>:`."""
+    from rq.job import Job
+
+    return type(f"TenantJob_{tenant}", (Job,), {"redis_job_namespace_prefix": rq_job_prefix(tenant)})
+
+
+def rq_queue_key(name: str) -> str:
+    return RQ_QUEUE_PREFIX + name
+
+
+def rq_registry_key(kind: str, queue: str) -> str:
+    if kind not in RQ_REGISTRIES:
+        raise ValueError(f"unknown RQ registry {kind!r}")
+    return f"rq:{kind}:{queue}"
+
+
+def acl_keys(tenant: str) -> dict[str, list[str]]:
+    """Key patterns of a tenant's controller, by access: "rw" (read and write), "r" (read only).
+
+    Exact names where a glob could reach another tenant (`decodebench.team-a.*` would match
+    a tenant `team-a.x`); globs only after a ':' (never in a tenant name). The slots and
+    usage keys are the workers' alone: a tenant cannot free its own quota.
+    """
+    t = check_tenant(tenant)
+    queues = tenant_queues(t)
+    rw = [f"{PREFIX}:{t}:sweeps", f"{PREFIX}:{t}:sweep:*", f"{PREFIX}:{t}:lost", f"{PREFIX}:{t}:doctor"]
+    rw += [rq_job_prefix(t) + "*"] + [rq_queue_key(q) for q in queues]
+    rw += [rq_registry_key(kind, q) for kind in ("failed", "canceled") for q in queues]
+    return {"rw": rw, "r": [running(t)]}

@@ -28,6 +28,15 @@ def redact_url(url: str) -> str:
     return url
 
 
+def redis_user(url: str) -> str | None:
+    """The ACL user named in a Redis URL (`redis://team-a:<password>@host`), None if none."""
+    try:
+        parts = urlsplit(url)
+        return parts.username if parts.username and parts.password is not None else None
+    except ValueError:
+        return None
+
+
 def connect(url: str, *, timeout_s: float = 5.0):
     """A Redis client for `url`, checked with PING; ServiceError if unreachable."""
     import redis

@@ -69,6 +69,12 @@ _SETTINGS = [
     Setting("store", DEFAULT_STORE, "Store: a directory, file:// or s3:// URL."),
     Setting("tenant", DEFAULT_TENANT, "Tenant (team) that owns the sweeps.", scope="controller"),
     Setting("redis_url", DEFAULT_REDIS_URL, "Redis URL (a password in it is never logged)."),
+    Setting(
+        "tenants_file",
+        None,
+        "Tenants file (YAML): weights, max_running and allowed models the workers enforce.",
+        scope="worker",
+    ),
     # logging
     Setting("log_format", "console", "Log format: console or json."),
     Setting("log_level", "info", "Console log level (a job's log.jsonl keeps its info lines)."),

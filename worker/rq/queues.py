@@ -1,9 +1,11 @@
 """Which queues a worker takes jobs from, in which order, and how it takes them.
 
 - `resolve_queue_names`: `--queues` values (tenants, full queue names, `*`) to RQ queues;
-- `fair_order`: high before normal before low, round-robin across tenants within a priority;
+- `fair_order`: tenants in their fair-share order (`worker.rq.fair`), each tenant's high,
+  normal, then low queue;
 - `ReliableQueue`: dequeues with LMOVE into RQ's intermediate list for every queue, so a
-  job is never only in a dying worker's memory;
+  job is never only in a dying worker's memory; a tenant with `max_running` is dequeued
+  by one Lua step that also holds one of its slots (`worker.sweepstate.slots`);
 - `bridge_rq_logging`: RQ's stdlib log lines through structlog (JSON in pods).
 """
 
@@ -19,6 +21,7 @@ from rq.intermediate_queue import IntermediateQueue
 
 from worker.core import keys
 from worker.core.errors import UsageError
+from worker.sweepstate import slots
 
 
 def resolve_queue_names(conn, selectors: list[str]) -> tuple[list[str], bool]:
@@ -57,27 +60,46 @@ def discover_queue_names(conn) -> list[str]:
 class ReliableQueue(Queue):
     """Dequeues with LMOVE into RQ's intermediate list for every queue (RQ does so only for a
     worker with a single queue): a worker killed between taking a job and registering it
-    leaves the job id in the intermediate list, where the reaper finds it."""
+    leaves the job id in the intermediate list, where the reaper finds it.
+
+    Each queue knows its tenant, whose job class it uses (`keys.rq_job_class`), and the
+    tenant's `max_running` (None: no quota) with the slot TTL (the heartbeat TTL)."""
 
     POLL_S = 0.5
+
+    def __init__(self, name: str, *, max_running: int | None = None, slot_ttl: float = 60.0, **kwargs) -> None:
+        self.tenant = keys.parse_queue_name(name)[0]
+        kwargs.setdefault("job_class", keys.rq_job_class(self.tenant))
+        super().__init__(name, **kwargs)
+        self.max_running = max_running
+        self.slot_ttl = slot_ttl
+
+    def take(self, connection, target: str, block_s: int | None):
+        """Move the next job id into `target` (blocking up to block_s when there is no quota)."""
+        if self.max_running is not None:
+            return slots.take_job(connection, self.tenant, self.key, target, self.max_running, self.slot_ttl)
+        raw = connection.blmove(self.key, target, block_s) if block_s else connection.lmove(self.key, target)
+        return raw.decode() if raw is not None else None
 
     @classmethod
     def dequeue_any(cls, queues, timeout, connection, job_class=None, serializer=None, death_penalty_class=None):
         deadline = None if timeout is None else time.monotonic() + timeout
+        queues = [
+            q if isinstance(q, ReliableQueue) else cls(q.name, connection=connection, serializer=serializer)
+            for q in queues
+        ]
         while True:
             for queue in queues:
                 target = IntermediateQueue.get_intermediate_queue_key(queue.key)
-                if len(queues) == 1 and timeout is not None:  # one queue: block in Redis, no polling
-                    raw = connection.blmove(queue.key, target, max(1, int(deadline - time.monotonic())))
-                else:
-                    raw = connection.lmove(queue.key, target)
-                if raw is None:
+                block = len(queues) == 1 and timeout is not None  # one queue: block in Redis, no polling
+                job_id = queue.take(connection, target, max(1, int(deadline - time.monotonic())) if block else None)
+                if job_id is None:
                     continue
-                job_id = raw.decode()
-                try:
-                    job = (job_class or cls.job_class).fetch(job_id, connection=connection, serializer=serializer)
+                try:  # the queue's own (tenant's) job class, not the worker's
+                    job = queue.job_class.fetch(job_id, connection=connection, serializer=serializer)
                 except NoSuchJobError:  # deleted while queued
                     IntermediateQueue(queue.key, connection).remove(job_id)
+                    slots.release_slot(connection, queue.tenant, job_id)
                     continue
                 return job, queue
             if deadline is None:
@@ -88,9 +110,9 @@ class ReliableQueue(Queue):
 
 
 def fair_order(names: list[str], tenants: list[str]) -> list[str]:
-    """Priority first (high, normal, low), then tenants in their round-robin order."""
+    """Tenants in their fair-share order, and inside each its high, normal, then low queue."""
     present = set(names)
-    return [q for p in keys.PRIORITIES for t in tenants if (q := keys.queue_name(t, p)) in present]
+    return [q for t in tenants for p in keys.PRIORITIES if (q := keys.queue_name(t, p)) in present]
 
 
 class StructlogBridge(logging.Handler):

@@ -8,6 +8,7 @@ timings; docs/distributed.md derives the bounds they give.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +73,6 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
     """Settle one lost job by what RQ knows of it; True if it was requeued."""
     from rq import Queue
     from rq.exceptions import NoSuchJobError
-    from rq.job import Job
     from rq.job import JobStatus as RQStatus
     from rq.job_lifecycle import record_job_failure
     from rq.serializers import JSONSerializer
@@ -81,7 +81,7 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
     ids = (tenant, sweep_id, job_id, cell)
     running = (JobStatus.RUNNING,)
     try:
-        job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
+        job = keys.rq_job_class(tenant).fetch(job_id, connection=conn, serializer=JSONSerializer)
     except NoSuchJobError:
         sweepstate.transition(
             conn,
@@ -113,7 +113,8 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
         _drop_started(conn, job.origin, job_id)
         if status == RQStatus.FAILED:  # RQ's cleanup failed it as abandoned: undo
             job.failed_job_registry.remove(job)
-        Queue(job.origin, connection=conn, serializer=JSONSerializer).enqueue_job(job, at_front=True)
+        queue = Queue(job.origin, connection=conn, serializer=JSONSerializer, job_class=type(job))
+        queue.enqueue_job(job, at_front=True)
         sweepstate.transition(conn, *ids, JobStatus.QUEUED, allowed=running)
         return True
     return False
@@ -128,7 +129,7 @@ def _reap_taken_not_started(conn, tenant: str, timing: Timing) -> list[str]:
 
     out = []
     for name in keys.tenant_queues(tenant):
-        queue = Queue(name, connection=conn, serializer=JSONSerializer)
+        queue = Queue(name, connection=conn, serializer=JSONSerializer, job_class=keys.rq_job_class(tenant))
         pending = IntermediateQueue(queue.key, conn)
         for job_id in pending.get_job_ids():
             job = queue.fetch_job(job_id)
@@ -148,16 +149,29 @@ def _reap_taken_not_started(conn, tenant: str, timing: Timing) -> list[str]:
     return out
 
 
-def enqueue_due_retries(conn, queue_names: list[str]) -> None:
-    """Move retries whose backoff has elapsed from RQ's scheduled registries to their queues."""
-    from rq.scheduler import RQScheduler
-    from rq.serializers import JSONSerializer
+def enqueue_due_retries(conn, queues) -> None:
+    """Move retries whose backoff has elapsed from RQ's scheduled registries to their queues.
 
-    if not queue_names:
-        return
-    scheduler = RQScheduler(queue_names, connection=conn, serializer=JSONSerializer, logging_level="WARNING")
-    try:
-        if scheduler.acquire_locks():
-            scheduler.enqueue_scheduled_jobs()
-    finally:
-        scheduler.release_locks()
+    As RQScheduler.enqueue_scheduled_jobs, with each queue's own (per-tenant) job class, which
+    RQ's scheduler does not take. Each move is one transaction that WATCHes the registry, so
+    two workers never both enqueue a job and a dying worker never drops one.
+    """
+    from redis.exceptions import WatchError
+    from rq.registry import ScheduledJobRegistry
+    from rq.utils import current_timestamp
+
+    for queue in queues:
+        registry = ScheduledJobRegistry(queue=queue)
+        for job_id in registry.get_jobs_to_schedule(current_timestamp()):
+            job = queue.fetch_job(job_id)
+            if job is None:
+                conn.zrem(registry.key, job_id)
+                continue
+            with conn.pipeline() as pipe, contextlib.suppress(WatchError):
+                pipe.watch(registry.key)
+                if pipe.zscore(registry.key, job_id) is None:
+                    continue  # another worker moved it
+                pipe.multi()
+                queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+                pipe.zrem(registry.key, job_id)
+                pipe.execute()

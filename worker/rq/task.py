@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from worker import sweepstate
+from worker.core import keys
 from worker.core.contract import JobSpec, JobStatus
 from worker.core.errors import DecodebenchError, PermanentJobError, UsageError
 
@@ -55,6 +56,29 @@ def lend(lent: Lent) -> Iterator[Lent]:
         yield lent
     finally:
         _lent.reset(token)
+
+
+def job_ids(job) -> tuple[str, str, str, str] | None:
+    """(tenant, sweep id, job id, cell) of an RQ job's JobSpec payload; None for another kind of job."""
+    try:
+        spec = job.args[0]
+        return spec["tenant"], spec["sweep_id"], spec["job_id"], spec["cell"]
+    except Exception:  # not a decodebench job: RQ's own heartbeats still apply
+        return None
+
+
+def refusal(job, tenant: str, policy) -> str | None:
+    """Why a job taken from `tenant`'s queue must not run (its payload is the tenant's word);
+    `policy` is the tenant's entry of the tenants file, or None."""
+    if job.func_name != keys.RQ_FUNCTION:
+        return f"refused: the job calls {job.func_name!r}, not {keys.RQ_FUNCTION}"
+    ids = job_ids(job)
+    if ids is None or ids[0] != tenant:
+        return f"refused: a job of tenant {ids[0] if ids else '?'!r} on the queue of tenant {tenant!r}"
+    model = (job.args[0].get("model") or {}).get("path")
+    if policy and policy.models is not None and model not in policy.models:
+        return f"refused: model {model!r} is not among tenant {tenant}'s models"
+    return None
 
 
 def first_line(text: str) -> str:

@@ -8,9 +8,13 @@ model cache survives across jobs) plus what a fork-less worker lacks:
   (`worker.rq.reaper.reap`) and due retries on a timer, busy or idle;
 - the job runs with the worker's own store and runtime, lent to `run_queued_job` for the
   duration of the job (`worker.rq.task.lend`);
-- priority then fairness: queues `decodebench.<tenant>.<priority>` are tried high before
-  normal before low, and round-robin across tenants within a priority; `*` follows the
-  tenants that appear in RQ's queue set;
+- weighted fair share across tenants (`worker.rq.fair`: stride scheduling by the tenants
+  file's weights), high before normal before low inside a tenant, a tenant's `max_running`
+  held across workers (`worker.sweepstate.slots`); `*` follows the tenants that appear in
+  RQ's queue set;
+- a job is run only if it calls decodebench's task for the tenant of the queue it came
+  from (and one of the tenant's allowed models): the queue is the tenant's, the payload is
+  whatever its Redis user wrote;
 - SIGTERM: finish the current job (within `stop_grace`, default its own timeout), else
   interrupt it and requeue it at the front; a second SIGTERM requeues at once;
 - cancel: a cancelled sweep's running job, or an RQ stop-job command, interrupts the job.
@@ -37,10 +41,13 @@ from rq.worker import WorkerStatus
 
 from worker import sweepstate
 from worker.core import keys, settings
-from worker.core.errors import UsageError
+from worker.core.errors import PermanentJobError, UsageError
+from worker.core.tenants import TenantsFile, load_tenants
+from worker.rq.fair import FairShare
 from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, resolve_queue_names
 from worker.rq.reaper import Timing, enqueue_due_retries, reap
-from worker.rq.task import Interrupted, Lent, lend
+from worker.rq.task import Interrupted, Lent, job_ids, lend, refusal
+from worker.sweepstate import slots
 
 log = structlog.get_logger("decodebench.worker")
 INTERRUPT_SIGNAL = signal.SIGUSR1
@@ -60,10 +67,16 @@ class DecodebenchWorker(SimpleWorker):
         timing: Timing | None = None,
         stop_grace: float | None = None,
         name: str | None = None,
+        tenants: TenantsFile | None = None,
         **kwargs,
     ) -> None:
-        """`store` and `runtime` (a worker.engine.job.Runtime) are lent to every job this worker runs."""
+        """`store` and `runtime` (a worker.engine.job.Runtime) are lent to every job this worker runs;
+        `tenants` (default: DECODEBENCH_TENANTS_FILE, if set) gives weights, quotas and models."""
         self.timing = timing or Timing.from_settings()
+        path = settings.get("tenants_file")
+        self.tenant_file = tenants if tenants is not None else (load_tenants(path) if path else None)
+        declared = self.tenant_file.tenants if self.tenant_file else []
+        self.fair = FairShare(weights={t.name: t.weight for t in declared})
         self.lent = Lent(store=store, runtime=runtime)
         device = str(runtime.device)
         self.stop_grace = stop_grace
@@ -81,10 +94,10 @@ class DecodebenchWorker(SimpleWorker):
             job_monitoring_interval=max(1, int(self.timing.beat)),
             **kwargs,
         )
-        self._tenants: list[str] = []
+        self._refused: dict[str, str] = {}  # job id -> why it is not run
         self._set_queues(names)
         self._lock = threading.Lock()
-        self._current: tuple | None = None  # (job, execution, ids) while a job runs
+        self._current: tuple | None = None  # (job, execution, ids, tenant) while a job runs
         self._pending: str | None = None  # "shutdown" or "cancel": interrupt the job when possible
         self._requeue_job_id: str | None = None
         self._stop_deadline: float | None = None
@@ -94,24 +107,32 @@ class DecodebenchWorker(SimpleWorker):
         self.heartbeat_file: str | None = settings.get("heartbeat_file")
 
     # -- queues and fairness -----------------------------------------------------------------
+    def _policy(self, tenant: str):
+        return self.tenant_file.get(tenant) if self.tenant_file else None
+
     def _set_queues(self, names: list[str]) -> None:
         by_name = {q.name: q for q in self.queues}
         for n in names:
             if n not in by_name:
-                by_name[n] = ReliableQueue(n, connection=self.connection, serializer=JSONSerializer)
                 tenant = keys.parse_queue_name(n)[0]
-                if tenant not in self._tenants:
-                    self._tenants.append(tenant)
+                policy = self._policy(tenant)
+                by_name[n] = ReliableQueue(
+                    n,
+                    connection=self.connection,
+                    serializer=JSONSerializer,
+                    max_running=policy.max_running if policy else None,
+                    slot_ttl=self.timing.heartbeat_ttl,
+                )
+                self.fair.add(tenant)
         self.queues = [by_name[n] for n in sorted(by_name)]
-        order = fair_order(list(by_name), self._tenants)
-        self._ordered_queues = [by_name[n] for n in order]
+        self._ordered_queues = [by_name[n] for n in fair_order(list(by_name), self.fair.order())]
 
     def reorder_queues(self, reference_queue: Queue) -> None:
-        """After a dequeue from tenant T, T goes last: round-robin within each priority."""
+        """After a dequeue from tenant T: charge T, and the tenants tried before it had nothing."""
         parsed = keys.parse_queue_name(reference_queue.name)
-        if parsed and parsed[0] in self._tenants:
-            self._tenants.remove(parsed[0])
-            self._tenants.append(parsed[0])
+        if parsed and parsed[0] in self.fair.passes:
+            order = self.fair.order()
+            self.fair.charge(parsed[0], skipped=order[: order.index(parsed[0])])
             self._set_queues([q.name for q in self.queues])
 
     def refresh_queues(self) -> None:
@@ -126,7 +147,7 @@ class DecodebenchWorker(SimpleWorker):
 
     @property
     def tenants(self) -> list[str]:
-        return list(self._tenants)
+        return list(self.fair.passes)
 
     @property
     def dequeue_timeout(self) -> int:
@@ -155,7 +176,7 @@ class DecodebenchWorker(SimpleWorker):
 
     def _work_may_come_back(self) -> bool:
         conn = self.connection
-        if any(conn.zcard(keys.running(t)) for t in self._tenants):
+        if any(conn.zcard(keys.running(t)) for t in self.tenants):
             return True
         return any(
             len(q)
@@ -165,23 +186,29 @@ class DecodebenchWorker(SimpleWorker):
         )
 
     # -- running a job ---------------------------------------------------------------------------
-    @staticmethod
-    def _ids(job) -> tuple[str, str, str, str] | None:
-        try:
-            spec = job.args[0]
-            return spec["tenant"], spec["sweep_id"], spec["job_id"], spec["cell"]
-        except Exception:  # not a decodebench job: RQ's own heartbeats still apply
-            return None
-
     def prepare_job_execution(self, job, remove_from_intermediate_queue: bool = False) -> None:
         super().prepare_job_execution(job, remove_from_intermediate_queue=True)  # every queue uses it
+        why = self._refused.pop(job.id, None)
+        if why:  # fails the job inside RQ's own failure path, never retried, never run
+            job.retries_left = 0
+            job.meta["reason"] = why
+            raise PermanentJobError(why)
 
     def perform_job(self, job, queue, execution) -> bool:
-        ids = self._ids(job)
+        tenant = queue.tenant
+        try:
+            why = refusal(job, tenant, self._policy(tenant))
+        except Exception as err:  # a payload RQ could not even decode
+            why = f"refused: unreadable job ({type(err).__name__})"
+        if why:
+            log.warning("job.refused", job_id=job.id, tenant=tenant, reason=why)
+            self._refused[job.id] = why
+        ids = None if why else job_ids(job)
         if ids:
             sweepstate.heartbeat_job(self.connection, *ids, self.timing.heartbeat_ttl, create=True)
         with self._lock:
-            self._current = (job, execution, ids)
+            self._current = (job, execution, ids, tenant)
+        started = time.time()
         try:
             with lend(self.lent):
                 return super().perform_job(job, queue, execution)
@@ -191,8 +218,10 @@ class DecodebenchWorker(SimpleWorker):
                 self._pending = None
                 if self._stopped_job_id == job.id:
                     self._stopped_job_id = None
+            slots.release_slot(self.connection, tenant, job.id)
             if ids:
                 sweepstate.forget_job(self.connection, *ids)
+                slots.record_usage(self.connection, tenant, job.id, started, time.time())
 
     def handle_exception(self, job, *exc_info):
         if exc_info and isinstance(exc_info[1], Interrupted):
@@ -311,8 +340,9 @@ class DecodebenchWorker(SimpleWorker):
         current = self._current
         if current is None:
             return
-        job, execution, ids = current
+        job, execution, ids, tenant = current
         self.maintain_heartbeats(job, execution)
+        slots.extend_slot(self.connection, tenant, job.id, self.timing.heartbeat_ttl)
         if ids is None:
             return
         sweepstate.heartbeat_job(self.connection, *ids, self.timing.heartbeat_ttl)
@@ -331,7 +361,7 @@ class DecodebenchWorker(SimpleWorker):
         requeued = reap(self.connection, self.tenants, self.timing)
         if requeued:
             log.warning("worker.requeued_lost_jobs", jobs=requeued)
-        enqueue_due_retries(self.connection, self.queue_names())
+        enqueue_due_retries(self.connection, self.queues)
 
     def run_maintenance_tasks(self) -> None:
         reap(self.connection, self.tenants, self.timing)  # before RQ's own abandoned-job cleanup

@@ -21,9 +21,17 @@ class FileStore(Store):
         self.url = f"file://{self.root}"
 
     def _path(self, key: str) -> Path:
+        """The file of `key`, which must stay inside its tenant's directory (`<root>/<tenant>/`,
+        its first segment) once resolved: no `..`, no absolute key, no symlink out of it."""
+        parts = key.split("/")
+        if key.startswith("/") or "\\" in key or any(part in ("..", ".") for part in parts):
+            raise StoreError(f"key {key!r} escapes the store root")
         p = (self.root / key).resolve()
         if self.root not in p.parents and p != self.root:
             raise StoreError(f"key {key!r} escapes the store root")
+        tenant_root = self.root / parts[0]
+        if p != self.root and p != tenant_root and tenant_root not in p.parents:
+            raise StoreError(f"key {key!r} escapes the directory of tenant {parts[0]!r}")
         return p
 
     def read_bytes(self, key: str) -> bytes:

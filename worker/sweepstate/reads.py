@@ -3,11 +3,14 @@ nothing here writes (reaping lost jobs is the workers' duty, `worker.rq.reaper`)
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from worker.core import keys
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError
+
+USAGE_WINDOW_S = 3600.0  # `status --all-tenants` shows the share of worker time over the last hour
 
 
 def sweep_liveness(conn, tenant: str) -> list[tuple[str, bool]]:
@@ -163,3 +166,40 @@ def job_states(conn, tenant: str, sweep_id: str, job_ids: list[str], chunk: int 
     for i in range(0, len(job_ids), chunk):
         out += [s.decode() if s else None for s in conn.hmget(key, job_ids[i : i + chunk])]
     return out
+
+
+def usage_seconds(conn, tenant: str, now: float | None = None, window: float = USAGE_WINDOW_S) -> float:
+    """Worker seconds spent on the tenant's jobs within the last `window` seconds."""
+    now = time.time() if now is None else now
+    total = 0.0
+    for raw in conn.zrangebyscore(keys.usage(tenant), now - window, "+inf"):
+        start, end, _ = raw.decode().split(" ", 2)
+        total += max(0.0, min(float(end), now) - max(float(start), now - window))
+    return total
+
+
+def known_tenants(conn) -> list[str]:
+    """Tenants with a decodebench queue in RQ's queue set (needs the workers' Redis user)."""
+    names = {m.decode().removeprefix(keys.RQ_QUEUE_PREFIX) for m in conn.smembers(keys.RQ_QUEUES)}
+    return sorted({p[0] for n in names if (p := keys.parse_queue_name(n))})
+
+
+@dataclass
+class TenantOverview:
+    tenant: str
+    queued: int
+    running: int
+    done: int
+    worker_s: float  # worker seconds on its jobs over the last hour
+
+
+def tenant_overview(conn, tenant: str) -> TenantOverview:
+    """Queued (in its queues), running (live heartbeats), done (its live sweeps) and worker time."""
+    queued = sum(conn.llen(keys.rq_queue_key(q)) for q in keys.tenant_queues(tenant))
+    running = conn.zcount(keys.running(tenant), time.time(), "+inf")
+    done = 0
+    for sweep_id in submitted_sweeps(conn, tenant):
+        for field, n in conn.hgetall(keys.sweep(tenant, sweep_id, "counts")).items():
+            if keys.split_count_field(field.decode())[1] == JobStatus.DONE.value:
+                done += int(n)
+    return TenantOverview(tenant, queued, running, done, usage_seconds(conn, tenant))

@@ -257,34 +257,41 @@ class CancelOutcome:
 
 def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
     """Stop the sweep's queued jobs (removed from the queues) and ask running ones to stop."""
-    from rq import Queue
-    from rq.command import send_stop_job_command
-    from rq.job import Job
     from rq.job import JobStatus as RQStatus
-    from rq.registry import CanceledJobRegistry
-    from rq.serializers import JSONSerializer
 
     k = keys.sweep_keys(tenant, sweep_id)
     conn.hset(k["meta"], "cancelled", f"{time.time():.3f}")
     ids = [i.decode() for i in _CANCEL_QUEUED(conn, [k["state"], k["counts"], k["cells"]])]
-    for priority in keys.PRIORITIES:
-        queue = Queue(keys.queue_name(tenant, priority), connection=conn, serializer=JSONSerializer)
-        _DROP_FROM_QUEUE(conn, [queue.key, k["state"]])
+    for name in keys.tenant_queues(tenant):
+        _DROP_FROM_QUEUE(conn, [keys.rq_queue_key(name), k["state"]])
     qname = (conn.hget(k["meta"], "queue") or keys.queue_name(tenant).encode()).decode()
-    registry = CanceledJobRegistry(qname, connection=conn)
+    if keys.parse_queue_name(qname) is None or keys.parse_queue_name(qname)[0] != tenant:
+        qname = keys.queue_name(tenant)  # the meta hash is the tenant's own: never trust it for a key
+    registry_key = keys.rq_registry_key("canceled", qname)
     expires = time.time() + keys.FAILURE_TTL  # as CanceledJobRegistry.add scores its entries
     for i in range(0, len(ids), CHUNK):
         part = ids[i : i + CHUNK]
         with conn.pipeline(transaction=False) as pipe:
             for job_id in part:
-                pipe.hset(Job.key_for(job_id), "status", RQStatus.CANCELED.value)
-            pipe.zadd(registry.key, {job_id: expires for job_id in part})
+                pipe.hset(keys.rq_job_key(tenant, job_id), "status", RQStatus.CANCELED.value)
+            pipe.zadd(registry_key, {job_id: expires for job_id in part})
             pipe.execute()
     stopping = []
     for raw in conn.zrange(keys.running(tenant), 0, -1):
         s, job_id, _cell = keys.split_running_member(raw.decode())
         if s == sweep_id:
-            with contextlib.suppress(Exception):  # not executing any more; the worker also checks the flag
-                send_stop_job_command(conn, job_id, serializer=JSONSerializer)
+            _send_stop(conn, tenant, job_id)
             stopping.append(job_id)
     return CancelOutcome(len(ids), stopping)
+
+
+def _send_stop(conn, tenant: str, job_id: str) -> None:
+    """RQ's stop-job command to the job's worker, when this Redis user may publish it. A tenant's
+    user may not (it could stop other tenants' jobs): its workers see the sweep's cancelled
+    flag within one heartbeat instead."""
+    from rq.command import send_command
+
+    with contextlib.suppress(Exception):  # not executing any more, or no right to publish
+        worker_name = conn.hget(keys.rq_job_key(tenant, job_id), "worker_name")
+        if worker_name:
+            send_command(conn, worker_name.decode(), "stop-job", job_id=job_id)

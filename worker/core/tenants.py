@@ -1,0 +1,137 @@
+"""The tenants file: the teams of a shared deployment, declared once.
+
+    tenants:
+      - name: team-a
+        weight: 3                      # share of worker time against the other tenants
+        max_running: 4                 # jobs running at once, across all workers
+        models: [/models/austen-tiny]  # optional: the only model paths its jobs may use
+        redis_password_env: TEAM_A_REDIS_PASSWORD
+        secrets: {redis: team-a-redis, s3: team-a-s3}
+    worker: {redis_password_env: WORKER_REDIS_PASSWORD, secret: decodebench-worker-redis}
+    keda: {redis_password_env: KEDA_REDIS_PASSWORD, secret: decodebench-keda-redis}
+
+Credentials are referenced (an environment variable name, a Kubernetes Secret name), never
+written inline: an unknown key such as `password:` is refused like any other. A bad file is
+one line naming the field (UsageError, exit 2). The worker reads weights, quotas and allowed
+models from it (DECODEBENCH_TENANTS_FILE); `decodebench tenants acl` renders Redis users.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from worker.core.errors import UsageError
+from worker.core.settings import check_tenant
+
+_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a Kubernetes object name
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _env_name(value: str | None) -> str | None:
+    if value is not None and not _ENV.match(value):
+        raise ValueError("must name an environment variable (letters, digits, '_'), not hold a password")
+    return value
+
+
+def _secret_name(value: str | None) -> str | None:
+    if value is not None and not _SECRET.match(value):
+        raise ValueError("must be a Kubernetes Secret name (lower-case letters, digits, '-', '.')")
+    return value
+
+
+class Secrets(_Strict):
+    redis: str | None = Field(default=None, description="Secret holding the tenant's Redis password (key `password`).")
+    s3: str | None = Field(default=None, description="Secret holding the tenant's S3 access key and secret key.")
+
+    _names = field_validator("redis", "s3")(classmethod(lambda cls, v: _secret_name(v)))
+
+
+class Tenant(_Strict):
+    name: str = Field(description="Tenant name: queues decodebench.<name>.*, keys decodebench:<name>:*, store <name>/.")
+    weight: float = Field(default=1.0, gt=0, description="Share of worker time relative to the other tenants.")
+    max_running: int | None = Field(default=None, ge=1, description="Jobs running at once across all workers.")
+    models: list[str] | None = Field(
+        default=None, description="Model paths or hub ids its jobs may use (any if unset)."
+    )
+    store: str | None = Field(
+        default=None, description="The tenant's own store URL (e.g. its bucket); its objects live under <name>/."
+    )
+    redis_password_env: str | None = Field(
+        default=None, description="Environment variable holding the tenant's Redis password (for the ACL file)."
+    )
+    secrets: Secrets = Field(default_factory=Secrets, description="Kubernetes Secrets of its credentials.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if "/" in value:
+            raise ValueError("must not contain '/' (it names a store prefix)")
+        return check_tenant(value)
+
+    _env = field_validator("redis_password_env")(classmethod(lambda cls, v: _env_name(v)))
+
+
+class Service(_Strict):
+    redis_password_env: str | None = Field(default=None, description="Environment variable holding its Redis password.")
+    secret: str | None = Field(default=None, description="Kubernetes Secret holding that password (key `password`).")
+
+    _env = field_validator("redis_password_env")(classmethod(lambda cls, v: _env_name(v)))
+    _secret = field_validator("secret")(classmethod(lambda cls, v: _secret_name(v)))
+
+
+class TenantsFile(_Strict):
+    tenants: list[Tenant] = Field(min_length=1, description="The tenants of the deployment.")
+    worker: Service = Field(default_factory=Service, description="The workers' Redis user (serves every tenant).")
+    keda: Service = Field(default_factory=Service, description="KEDA's read-only Redis user (LLEN on queues).")
+
+    @model_validator(mode="after")
+    def _unique(self) -> TenantsFile:
+        seen: set[str] = set()
+        for i, t in enumerate(self.tenants):
+            if t.name in seen:
+                raise ValueError(f"tenants[{i}].name: duplicate tenant name {t.name!r}")
+            seen.add(t.name)
+        return self
+
+    def get(self, name: str) -> Tenant | None:
+        return next((t for t in self.tenants if t.name == name), None)
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_tenants(data, source: str = "tenants file") -> TenantsFile:
+    """A validated TenantsFile; UsageError with one line naming the field otherwise."""
+    try:
+        return TenantsFile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        msg = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            msg = "unknown key (credentials are referenced: redis_password_env, secrets)"
+        where = _loc(first["loc"])
+        raise UsageError(f"{source}: {where + ': ' if where else ''}{msg}") from None
+
+
+def load_tenants(path: str | Path) -> TenantsFile:
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as err:
+        raise UsageError(f"{p}: cannot read the tenants file: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"{p}: not valid YAML: {str(err).splitlines()[0]}") from None
+    return parse_tenants(data, str(p))

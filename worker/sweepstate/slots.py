@@ -1,0 +1,55 @@
+"""A tenant's running slots (`max_running` across all workers) and its worker time.
+
+`take_job` is one Lua step: drop the slots whose deadline passed (their worker died),
+and only if fewer than `max_running` remain, move the next job id from the queue to RQ's
+intermediate list and hold a slot for it until now + heartbeat TTL. The running job's
+heartbeat pushes the deadline (`extend_slot`), its end frees it (`release_slot`), so a
+killed worker's slot frees itself within one heartbeat TTL. Workers alone write these keys
+(a tenant's Redis user may not: it cannot free its own quota).
+"""
+
+from __future__ import annotations
+
+import time
+
+from worker.core import keys
+from worker.sweepstate.reads import USAGE_WINDOW_S
+from worker.sweepstate.transitions import Lua
+
+_TAKE = Lua("""
+local now = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[2]) then return false end
+local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+if not id then return false end
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), id)
+return id
+""")
+
+
+def take_job(conn, tenant: str, queue_key: str, intermediate_key: str, max_running: int, ttl: float) -> str | None:
+    """The next job id of the queue if the tenant has a free slot (atomic across workers), else None."""
+    out = _TAKE(conn, [queue_key, intermediate_key, keys.slots(tenant)], [f"{time.time():.6f}", max_running, ttl])
+    return out.decode() if out else None
+
+
+def extend_slot(conn, tenant: str, job_id: str, ttl: float) -> None:
+    conn.zadd(keys.slots(tenant), {job_id: time.time() + ttl}, xx=True)
+
+
+def release_slot(conn, tenant: str, job_id: str) -> None:
+    conn.zrem(keys.slots(tenant), job_id)
+
+
+def live_slots(conn, tenant: str) -> int:
+    return conn.zcount(keys.slots(tenant), time.time(), "+inf")
+
+
+def record_usage(conn, tenant: str, job_id: str, started: float, ended: float) -> None:
+    """One job's worker time, kept for an hour (status --all-tenants)."""
+    key = keys.usage(tenant)
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.zadd(key, {f"{started:.3f} {ended:.3f} {job_id}": ended})
+        pipe.zremrangebyscore(key, "-inf", ended - USAGE_WINDOW_S)
+        pipe.expire(key, int(USAGE_WINDOW_S) * 2)
+        pipe.execute()
