@@ -148,8 +148,9 @@ def test_sampler_distribution_matches_transformers_sampling_chi_square(tiny_mode
     warped = warped[:, warped[0].argsort(descending=True)[:64]]  # the 40 kept tokens and 24 cut ones
     n = 30000
     rows = warped.expand(n, -1)
-    ours = inverse_cdf_pick(rows, counter_uniforms(torch.tensor([generation_seed(9, str(i)) for i in range(n)]),
-                                                   torch.tensor([0]))[:, 0])
+    ours = inverse_cdf_pick(
+        rows, counter_uniforms(torch.tensor([generation_seed(9, str(i)) for i in range(n)]), torch.tensor([0]))[:, 0]
+    )
     theirs = torch.multinomial(torch.softmax(rows, -1), 1, generator=torch.Generator().manual_seed(9)).squeeze(1)
     wrong = torch.multinomial(torch.softmax(rows / 0.9, -1), 1, generator=torch.Generator().manual_seed(10)).squeeze(1)
     vocab = warped.shape[1]
@@ -189,7 +190,9 @@ def test_result_records_every_engine_choice(tiny_model, runtime):
     e = result.engine
     assert e["batch_size"]["used"] == 4 and e["dtype"] == "float32" and e["attention"] == "sdpa"
     assert e["kv_cache"] == "dynamic" and e["compiled"] is False
-    assert "counter-based" in e["sampler"] and "counter-based" in result.generation_config["decodebench_sampler"]["method"]
+    assert (
+        "counter-based" in e["sampler"] and "counter-based" in result.generation_config["decodebench_sampler"]["method"]
+    )
     assert e["energy"] is None and all(b.energy_j is None for b in result.batches)  # CPU: no counter, never 0
 
 

@@ -33,8 +33,8 @@ QUALITY_COLUMNS = [
     "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",
 ]
 DESIGN_COLUMNS = ID_COLUMNS + SPEED_COLUMNS + QUALITY_COLUMNS
-EXTRA_SPEED_COLUMNS = ["decode_ms_per_token", "joules_per_token", "joules_per_1k_tokens", "nvml_peak_mb", "nvml_mean_mb",
-                       "gpu_util_mean", "memory_kind", "n_jobs", "cell"]
+EXTRA_SPEED_COLUMNS = ["decode_ms_per_token", "joules_per_token", "joules_per_1k_tokens", "nvml_peak_mb",
+                       "nvml_mean_mb", "gpu_util_mean", "memory_kind", "n_jobs", "cell"]
 COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs"]
 KEY_COLUMNS = ["model", "strategy", "params"]
 REFERENCE = "reference"

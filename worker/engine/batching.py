@@ -22,6 +22,7 @@ runtime, and what was probed is recorded in the result.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,15 +48,17 @@ def length_bucket(n: int) -> int:
 
 def rows_per_prompt(config, params: dict[str, Any]) -> int:
     """KV-cache rows one prompt occupies: its beams, or contrastive search's k candidates."""
-    return max(int(config.num_beams or 1), int(params.get("k", 1)) if "alpha" in params else 1)
+    candidates = int(params.get("k", 1)) if "alpha" in params else 1
+    return max(int(config.num_beams or 1), int(params.get("num_beams", 1)), candidates)
 
 
 def _fits(model, rows: int, length: int, device) -> bool:
     """One forward pass of `rows` x `length` tokens with a cache: False on CUDA out-of-memory."""
     ids = torch.zeros((rows, length), dtype=torch.long, device=device)
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     try:
         with torch.inference_mode():
-            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1)
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **extra)
         torch.cuda.synchronize(device)
         return True
     except torch.cuda.OutOfMemoryError:

@@ -66,7 +66,9 @@ def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, timings:
     energy = [t.energy_j for t in timings]
     cache = decoding.config.cache_implementation or "dynamic"
     return {
-        "decode_loop": "worker.engine.decode (finished rows dropped)" if decoding.own_loop else "transformers generate()",
+        "decode_loop": "worker.engine.decode (finished rows dropped)"
+        if decoding.own_loop
+        else "transformers generate()",
         "batch_size": batch_info,
         "dtype": lm.info["dtype"],
         "attention": lm.info.get("attention"),
