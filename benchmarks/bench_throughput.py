@@ -218,11 +218,12 @@ def compare_generate(runtime, lm, model, args) -> dict:
 def compare_pipeline(runtime, lm, model, args) -> dict:
     """decodebench as a sweep runs it (batch_size: auto) against pipeline() one prompt at a time."""
     prompts = uniform_prompts(args.pipeline_prompts)
+    generate_job(job(model, prompts, batch_size="auto", max_new=args.new), runtime)  # the probe, once, untimed
     sides = {
         "decodebench": ours(runtime, job(model, prompts, batch_size="auto", max_new=args.new)),
         "pipeline_loop": hand_pipeline(lm, prompts, args.new),
     }
-    stats, _ = rounds(sides, max(1, args.rounds // 2), runtime.device)
+    stats, _ = rounds(sides, args.rounds, runtime.device)
     r = ratio(stats["decodebench"], stats["pipeline_loop"])
     print(
         f"{'vs_pipeline':24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
