@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # a CUDA build (several GB). On a GPU machine: make install TORCH='torch==2.13.0 --index-url ...'
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast lint format bench models clean
+.PHONY: install demo test test-fast lint format bench bench-all models clean
 
 install: $(VENV)/.installed
 
@@ -40,7 +40,13 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The engine against hand-written generate() and pipeline() loops, side by side in one run;
+# writes benchmarks/results.json (docs/performance.md). On a GPU host: BENCH_ARGS='--device cuda:0'.
 bench: install
+	$(BIN)/python benchmarks/bench_throughput.py $(BENCH_ARGS)
+
+# Every benchmark of benchmarks/ (the queue and store ones need Redis and S3 on loopback).
+bench-all: install
 	bash scripts/setup-test-deps.sh
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 

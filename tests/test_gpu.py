@@ -2,8 +2,10 @@
 
 They cover what the CPU suite cannot: explicit device pinning (cuda:N, UUIDs through
 CUDA_VISIBLE_DEVICES), torch peak memory and NVML sampling in results, reduced
-and reduced precision. (Batch halving on CUDA out-of-memory is checked on the CPU in
-test_engine.py, with the error raised by a fault injected into generate_batch.)
+precision, and the throughput engine: compaction, auto batch size, energy, the static
+cache with torch.compile and the GPU benchmark section. (Batch halving on CUDA
+out-of-memory is checked on the CPU in test_engine.py, with the error raised by a fault
+injected into generate_batch.)
 """
 
 from __future__ import annotations
@@ -97,3 +99,70 @@ def test_cuda_timing_records_events_without_a_sync_per_step(small_model, cuda_ru
     )
     (batch,) = result.batches
     assert len(syncs) == 1 and batch.steps and 0 < batch.prefill_s < batch.total_s
+
+
+# -- the throughput engine on CUDA ----------------------------------------------------------------
+
+MIXED = [*PROMPTS, "It was the best of times, it was the worst of times, it was the age of wisdom, it was", "Emma"]
+
+
+def engine_job(model: str, strategy: str = "greedy", params=None, **generation) -> JobSpec:
+    settings = {"max_new_tokens": 24, "batch_size": len(MIXED), "stop": ["."], **generation}
+    return job(model, strategy).model_copy(
+        update={
+            "strategy": StrategySpec(name=strategy, params=params or {}),
+            "model": ModelSpec(path=model, dtype="float32"),
+            "prompts": [PromptItem(id=f"m{i}", prompt=p) for i, p in enumerate(MIXED)],
+            "generation": GenerationSettings(**settings),
+            "metrics": ["distinct_1"],
+        }
+    )
+
+
+def test_compacting_loop_on_cuda_matches_unbatched_greedy_and_seeded_samples(small_model, cuda_runtime):
+    batched, records = generate_job(engine_job(small_model), cuda_runtime)
+    assert batched.engine["decode_loop"].startswith("worker.engine.decode")
+    _, alone = generate_job(engine_job(small_model, batch_size=1), cuda_runtime)
+    assert [r.token_ids for r in records] == [r.token_ids for r in alone]
+    _, sampled = generate_job(engine_job(small_model, "top_k", {"k": 20}), cuda_runtime)
+    _, sampled_alone = generate_job(engine_job(small_model, "top_k", {"k": 20}, batch_size=1), cuda_runtime)
+    same = sum(a.token_ids == b.token_ids for a, b in zip(sampled, sampled_alone))
+    assert same >= len(sampled) - 1  # float32 on GPU: a rare near-tie of the CDF may flip one draw
+
+
+def test_auto_batch_size_probes_cuda_memory_once(small_model, cuda_runtime):
+    spec = engine_job(small_model, batch_size="auto")
+    result, records = generate_job(spec, cuda_runtime)
+    info = result.engine["batch_size"]
+    assert info["requested"] == "auto" and info["used"] >= 1 and len(records) == len(MIXED)
+    assert info["auto"]["fits"] and "fits" in info["auto"]["how"] and not info["auto"]["cached"]
+    assert generate_job(spec, cuda_runtime)[0].engine["batch_size"]["auto"]["cached"]
+
+
+def test_energy_per_batch_from_nvml_where_the_gpu_counts_it(small_model, cuda_runtime):
+    from worker.engine.telemetry import EnergyCounter
+
+    if EnergyCounter(cuda_runtime.device).read() is None:
+        pytest.skip("this GPU or driver has no NVML total-energy counter")
+    result, _ = generate_job(engine_job(small_model, max_new_tokens=64, stop=[]), cuda_runtime)
+    assert all(b.energy_j is not None and b.energy_j >= 0 for b in result.batches)
+    assert result.engine["energy"].startswith("nvml")
+
+
+def test_static_cache_compiles_on_cuda_and_changes_no_greedy_token(small_model, cuda_runtime):
+    _, dynamic = generate_job(engine_job(small_model, stop=[]), cuda_runtime)
+    result, static = generate_job(engine_job(small_model, stop=[], static_cache=True), cuda_runtime)
+    assert result.engine["kv_cache"] == "static" and result.engine["compiled"] is True
+    same = sum(a.token_ids == b.token_ids for a, b in zip(dynamic, static))
+    assert same >= len(static) - 1  # compiled kernels may flip a rare near-tie
+
+
+def test_gpu_benchmark_section_reports_speed_memory_and_bandwidth_fraction(small_model, cuda_runtime):
+    from benchmarks.throughput_gpu import STRATEGIES, gpu_section
+
+    prompts = [PromptItem(id=f"b{i}", prompt=p) for i, p in enumerate(PROMPTS)]
+    out = gpu_section(cuda_runtime, small_model, prompts, budget_s=120, max_new=8)
+    assert out["memory_bandwidth_gb_s"] and out["weight_bytes"] > 2e8
+    assert len(out["rows"]) + len(out["skipped"]) == 2 * len(STRATEGIES)
+    row = out["rows"]["greedy@1"]
+    assert row["tokens_per_s"] > 0 and row["peak_memory_mb"] > 0 and 0 < row["bandwidth_bound_fraction"] < 1.5

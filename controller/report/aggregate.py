@@ -53,6 +53,8 @@ QUALITY_COLUMNS = [
 DESIGN_COLUMNS = ID_COLUMNS + SPEED_COLUMNS + QUALITY_COLUMNS
 EXTRA_SPEED_COLUMNS = [
     "decode_ms_per_token",
+    "joules_per_token",
+    "joules_per_1k_tokens",
     "nvml_peak_mb",
     "nvml_mean_mb",
     "gpu_util_mean",
@@ -187,6 +189,9 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
     torch_peak, rss_peak = values("torch_peak_mb"), values("rss_peak_mb")
     peak, kind = (max(torch_peak), "torch") if torch_peak else (max(rss_peak), "rss") if rss_peak else (math.nan, None)
     nvml_peak = values("nvml_peak_mb")
+    # energy only where every batch has an NVML energy reading: empty (NaN), never zero, elsewhere
+    energy = [b.energy_j for b in batches]
+    joules = sum(energy) / new_tokens if batches and new_tokens > 0 and None not in energy else math.nan
 
     def time_weighted(key: str) -> float:
         pairs = [
@@ -205,6 +210,8 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
         "peak_memory_mb": peak,
         # time per output token after the first (TPOT): every row of a batch advances one token per step
         "decode_ms_per_token": decode_s * 1000.0 / decode_steps if decode_steps > 0 else math.nan,
+        "joules_per_token": joules,
+        "joules_per_1k_tokens": joules * 1000.0,
         "nvml_peak_mb": max(nvml_peak) if nvml_peak else math.nan,
         "nvml_mean_mb": time_weighted("nvml_mean_mb"),
         "gpu_util_mean": time_weighted("gpu_util_mean"),

@@ -52,12 +52,21 @@ def check_size(spec: SweepSpec, n_prompts: int) -> int:
     return count
 
 
+_LATER_DEFAULTS = [("models", "attention", "sdpa"), ("generation", "static_cache", False)]
+
+
 def compute_sweep_id(
     spec: SweepSpec, tenant: str, prompts: list[PromptItem], strategies: list[StrategySpec] | None = None
 ) -> str:
     """Hash of the normalised spec and the tenant: the prompt file replaced by its content,
     local model paths taken relative to the spec file, defaults filled in."""
     normalised = spec.model_dump(mode="json", exclude={"description"})
+    # settings added after sweeps existed count only when set, so those sweeps keep their ids
+    models = normalised["models"] + ([normalised["scorer"]] if normalised["scorer"] else [])
+    for section, name, default in _LATER_DEFAULTS:
+        for entry in models if section == "models" else [normalised[section]]:
+            if entry.get(name) == default:
+                entry.pop(name, None)
     normalised["prompts"] = {
         "items": spec_hash([p.model_dump() for p in prompts]),
         "shard_size": spec.prompts.shard_size,

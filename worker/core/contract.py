@@ -53,6 +53,11 @@ class ModelSpec(Strict):
     use_safetensors: bool = Field(
         default=True, description="Load safetensors weights only (no pickle). Turn off only for trusted checkpoints."
     )
+    attention: Literal["sdpa", "eager"] = Field(
+        default="sdpa",
+        description="Attention kernels: sdpa (torch's scaled_dot_product_attention; eager where the model has no "
+        "SDPA support, recorded in the result) or eager.",
+    )
 
     @field_validator("path")
     @classmethod
@@ -88,13 +93,29 @@ class GenerationSettings(Strict):
     min_new_tokens: int = Field(
         default=0, ge=0, le=MAX_NEW_TOKENS, description="Tokens to generate at least before EOS is allowed."
     )
-    batch_size: int = Field(
-        default=8, ge=1, le=MAX_BATCH_SIZE, description="Prompts per generate() call (left-padded; at most 2**16)."
+    batch_size: int | Literal["auto"] = Field(
+        default=8,
+        description="Prompts per batch (left-padded, sorted into length buckets; at most 2**16), or auto: the largest "
+        "batch that fits the device (CUDA) or the fastest (CPU), probed once per model, device and lengths; the size "
+        "used is recorded in the result.",
     )
     stop: list[str] = Field(
         default_factory=list, description="Stop strings: generation ends after any of them; the text is cut before it."
     )
     warmup: bool = Field(default=True, description="Run one untimed warm-up batch before measuring.")
+    static_cache: bool = Field(
+        default=False,
+        description="Opt-in: a static KV cache, with torch.compile of the forward pass on CUDA, where the installed "
+        "transformers supports it for the model (else the dynamic cache, noted in the result). Rows then run to "
+        "the batch's end (no compaction).",
+    )
+
+    @field_validator("batch_size")
+    @classmethod
+    def _positive_batch(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= MAX_BATCH_SIZE:
+            raise ValueError(f"must be between 1 and {MAX_BATCH_SIZE}, or auto")
+        return v
 
 
 class JobSpec(Strict):
@@ -161,6 +182,15 @@ class BatchTiming(Strict):
     steps: int | None = Field(
         default=None, description="Token positions generated (the longest row): 1 prefill + steps-1 decode steps."
     )
+    energy_j: float | None = Field(
+        default=None,
+        description="Joules the device used during the batch (NVML total-energy counter; device-level). "
+        "None where unavailable.",
+    )
+    compactions: int | None = Field(
+        default=None,
+        description="Times the engine's own loop dropped finished rows from the batch (None: generate() ran it).",
+    )
 
 
 class JobResult(Strict):
@@ -189,4 +219,9 @@ class JobResult(Strict):
     provenance: dict[str, Any]
     notes: list[str] = Field(
         default_factory=list, description="Things a reader should know (e.g. an OOM batch halving)."
+    )
+    engine: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The engine's choices for this job: decoding loop, batch size (requested, used, how chosen), "
+        "bucketing, dtype, attention kernels, KV cache and compilation, sampler, compactions, energy source.",
     )

@@ -107,6 +107,13 @@ _SETTINGS = [
         int,
         scope="worker",
     ),
+    Setting(
+        "auto_batch_max",
+        256,
+        "Largest batch size that `batch_size: auto` tries.",
+        int,
+        scope="worker",
+    ),
     Setting("image", None, "Image reference recorded in every result's provenance (set by the chart).", scope="worker"),
     Setting(
         "heartbeat_file",

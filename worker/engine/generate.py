@@ -10,7 +10,7 @@ seeded per generation (`worker.engine.sampling`).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -19,6 +19,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, StrategySpec
+from worker.engine import decode as own_loop
 from worker.engine.models import LoadedModel
 from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_modifiers, build_warpers
 from worker.engine.timing import StepClock, synchronize
@@ -60,6 +61,9 @@ class Decoding:
     loop_params: dict[str, Any] | None = None
     assistant_path: str | None = None  # assisted decoding: the draft model to load
     assistant: LoadedModel | None = None
+    own_loop: bool = False  # greedy/sampling through worker.engine.decode (compaction) instead of generate()
+    prompt_ids: dict[str, list[int]] | None = None  # the job's prompts tokenised once, by prompt id
+    notes: list[str] = field(default_factory=list)  # what the result's notes should say about the set-up
 
     def describe(self) -> dict[str, Any]:
         out = self.config.to_dict()
@@ -67,9 +71,14 @@ class Decoding:
             out["decodebench_loop"] = {"function": self.loop, **(self.loop_params or {})}
         if self.assistant is not None:
             out["decodebench_assistant"] = self.assistant.info
+        out["decodebench_decode"] = (
+            "worker.engine.decode: own loop, finished rows dropped from the batch"
+            if self.own_loop
+            else "transformers generate()"
+        )
         if self.warpers_cfg is not None:
             out["decodebench_sampler"] = {
-                "method": "per-generation seeded multinomial after transformers warpers",
+                "method": SeededSampler.method + ", after transformers warpers",
                 **{k: v for k, v in self.warpers_cfg.items() if not k.startswith("_")},
             }
         return out
@@ -99,7 +108,14 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
         cfg.stop_strings = list(settings.stop)
     params = registered.validate(strategy.params)
     loop_params = params if registered.loop else None
-    return Decoding(cfg, warpers_cfg, list(settings.stop), registered.loop, loop_params, params.get("assistant"))
+    decoding = Decoding(cfg, warpers_cfg, list(settings.stop), registered.loop, loop_params, params.get("assistant"))
+    if settings.static_cache:
+        if getattr(lm.model, "_can_compile_fullgraph", False) and registered.loop is None:
+            cfg.cache_implementation = "static"  # generate() compiles the forward pass on CUDA for it
+        else:
+            decoding.notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
+    decoding.own_loop = own_loop.supports(cfg, registered.loop, decoding.assistant_path)
+    return decoding
 
 
 def _import(target: str):
@@ -158,26 +174,75 @@ def _finish(tok, decoding: Decoding, new: list[list[int]], recorder: FinishRecor
     return texts, ids, reasons
 
 
+def encode(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem]) -> dict[str, torch.Tensor]:
+    """The left-padded batch, from the shard's token ids when the job tokenised them once."""
+    tok = lm.tokenizer
+    known = decoding.prompt_ids
+    if known is None or any(p.id not in known for p in prompts):
+        return tok([p.prompt for p in prompts], return_tensors="pt", padding=True).to(lm.device)
+    rows = [known[p.id] for p in prompts]
+    width = max(len(r) for r in rows)
+    pad = tok.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    return {"input_ids": ids.to(lm.device), "attention_mask": mask.to(lm.device)}
+
+
+def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int]):
+    """The compacting loop (worker.engine.decode): (new token rows, finish recorder, steps, compactions)."""
+    cfg, device = decoding.config, lm.device
+    prompt_len = enc["input_ids"].shape[1]
+    sampler = warpers = None
+    if decoding.warpers_cfg is not None:
+        warpers = LogitsProcessorList(build_warpers(decoding.warpers_cfg))
+        sampler = SeededSampler(seeds, device, max_steps=cfg.max_new_tokens)
+    stop = StopStringCriteria(lm.tokenizer, decoding.stop) if decoding.stop else None
+    out = own_loop.decode(
+        lm.model,
+        enc,
+        cfg,
+        clock=clock,
+        processors=LogitsProcessorList(build_modifiers(cfg, prompt_len)),
+        warpers=warpers,
+        sampler=sampler,
+        stop=stop,
+        eos=eos_ids(cfg),
+        check_every=1 if device.type == "cpu" else 8,
+    )
+    recorder = FinishRecorder(prompt_len, [], None, len(seeds), "cpu")
+    for row, (n, at_eos) in enumerate(zip(out.finished.n_new, out.finished.at_eos)):
+        if n > 0:
+            recorder.finished[row] = (n, "eos" if at_eos else "stop_string")
+    return out.tokens, recorder, out.steps, out.compactions
+
+
 def generate_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], seeds: list[int]) -> BatchOutput:
-    """One generate() call on a batch of prompts, timed."""
+    """One batch of prompts through the compacting loop or generate(), timed."""
     tok, device = lm.tokenizer, lm.device
-    enc = tok([p.prompt for p in prompts], return_tensors="pt", padding=True).to(device)
+    enc = encode(lm, decoding, prompts)
     prompt_len = enc["input_ids"].shape[1]
     clock = StepClock(device)
-    processors = LogitsProcessorList([clock])
-    if decoding.warpers_cfg is not None:
-        processors.extend(build_warpers(decoding.warpers_cfg))
-        processors.append(SeededSampler(seeds, device))
-    criteria = StoppingCriteriaList()
-    recorder = None
-    if decoding.config.num_beams == 1 and decoding.assistant is None:
-        stop = StopStringCriteria(tok, decoding.stop) if decoding.stop else None
-        recorder = FinishRecorder(prompt_len, eos_ids(decoding.config), stop, len(prompts), device)
-        criteria.append(recorder)
-    clock.start()
-    out = _run(lm, decoding, enc, processors, criteria)
-    times = clock.stop()
-    texts, ids, reasons = _finish(tok, decoding, out[:, prompt_len:].tolist(), recorder)
+    compactions = None
+    if decoding.own_loop:
+        clock.start()
+        new, recorder, steps, compactions = _decode_own(lm, decoding, enc, clock, seeds)
+        times = clock.stop()
+    else:
+        processors = LogitsProcessorList([clock])
+        if decoding.warpers_cfg is not None:
+            processors.extend(build_warpers(decoding.warpers_cfg))
+            processors.append(SeededSampler(seeds, device, max_steps=decoding.config.max_new_tokens))
+        criteria = StoppingCriteriaList()
+        recorder = None
+        if decoding.config.num_beams == 1 and decoding.assistant is None:
+            stop = StopStringCriteria(tok, decoding.stop) if decoding.stop else None
+            recorder = FinishRecorder(prompt_len, eos_ids(decoding.config), stop, len(prompts), device)
+            criteria.append(recorder)
+        clock.start()
+        out = _run(lm, decoding, enc, processors, criteria)
+        times = clock.stop()
+        new, steps = out[:, prompt_len:].tolist(), out.shape[1] - prompt_len
+    texts, ids, reasons = _finish(tok, decoding, new, recorder)
     mask = enc["attention_mask"].tolist()
     prompt_ids = [[t for t, m in zip(r, mr) if m] for r, mr in zip(enc["input_ids"].tolist(), mask)]
     timing = BatchTiming(
@@ -188,7 +253,8 @@ def generate_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem
         prefill_s=times.prefill_s,
         total_s=times.total_s,
         decode_s=max(times.total_s - times.prefill_s, 0.0),
-        steps=out.shape[1] - prompt_len,
+        steps=steps,
+        compactions=compactions,
     )
     return BatchOutput(texts, ids, reasons, prompt_ids, timing)
 

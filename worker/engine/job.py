@@ -25,11 +25,13 @@ from worker.core import paths, settings
 from worker.core.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
 from worker.core.logs import job_context
 from worker.engine import generate as gen
+from worker.engine.batching import AutoBatch, buckets
 from worker.engine.device import device_info, resolve_device
+from worker.engine.engine_info import auto_batch_size, engine_record
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.sampling import generation_seed
 from worker.engine.scoring import score_nll
-from worker.engine.telemetry import Sampler
+from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.store import Store, jsonl_bytes
 from worker.strategies import variant_label
 
@@ -44,6 +46,7 @@ class Runtime:
         self.device = resolve_device(device)
         self.cache = ModelCache()
         self.device_info = device_info(self.device)
+        self.batch_sizes = AutoBatch()  # batch_size: auto, probed once per model x device x lengths
 
 
 def _now() -> str:
@@ -72,29 +75,22 @@ def _provenance(job: JobSpec, runtime: Runtime, model_info: dict, scorer_info: d
     }
 
 
-def _generate(
-    job: JobSpec,
-    runtime: Runtime,
-    lm: LoadedModel,
-    decoding: gen.Decoding,
-    batch_size: int,
-    seed_of: dict[str, int],
-    notes: list[str],
-):
+def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, batches, seed_of, notes):
     """Every batch of the job, measured: [(prompts, BatchOutput)] and the memory readings."""
-    batches = [job.prompts[i : i + batch_size] for i in range(0, len(job.prompts), batch_size)]
-    if job.generation.warmup:
-        gen.warm_up(lm, decoding, batches[0])
-        if decoding.assistant is not None:
-            gen.warm_up(decoding.assistant, decoding, batches[0])
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)
     outputs = []
+    energy = EnergyCounter(runtime.device)
     with Sampler(runtime.device) as sampler:
         for batch in batches:
+            before = energy.read()
             done = gen.generate_with_oom_retry(lm, decoding, batch, [seed_of[p.id] for p in batch], notes)
+            joules = energy.joules(before, energy.read())
+            tokens = sum(part.timing.new_tokens for part in done)
             offset = 0
             for part in done:
+                if joules is not None:  # an OOM-split batch shares its energy by tokens
+                    part.timing.energy_j = round(joules * part.timing.new_tokens / max(tokens, 1), 4)
                 outputs.append((batch[offset : offset + part.timing.n], part))
                 offset += part.timing.n
                 log.info(
@@ -125,22 +121,45 @@ def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size:
     return dict(zip(ids, score_nll(scorer, pairs, batch_size))), (scorer.info if job.scorer else None)
 
 
+def _plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, notes: list[str]):
+    """The shard tokenised once, the batch size (fixed or auto), the length-bucketed batches; and their record."""
+    ids = lm.tokenizer([p.prompt for p in job.prompts])["input_ids"]
+    decoding.prompt_ids = {p.id: row for p, row in zip(job.prompts, ids)}
+    lengths = [len(row) for row in ids]
+    requested = job.generation.batch_size
+    info: dict[str, Any] = {"requested": requested}
+    if job.generation.warmup:  # before any probe, so that a probe times warm kernels
+        gen.warm_up(lm, decoding, job.prompts[:1])
+        if decoding.assistant is not None:
+            gen.warm_up(decoding.assistant, decoding, job.prompts[:1])
+    if decoding.assistant is not None:
+        if requested != 1:
+            notes.append(f"assisted decoding runs one prompt at a time in transformers: batch_size {requested} -> 1")
+        bs = 1
+    elif requested == "auto":
+        bs, probe = auto_batch_size(runtime, lm, decoding, job, lengths)
+        info["auto"] = probe
+    else:
+        bs = requested
+    info["used"] = bs
+    order = buckets(lengths, bs)
+    info["bucketing"] = "prompts sorted by token length (longest first); generations in the shard's order"
+    return [[job.prompts[i] for i in batch] for batch in order], bs, info
+
+
 def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationRecord]]:
     """Generate and measure one job; touches no store."""
     started = _now()
     lm = runtime.cache.get(job.model, runtime.device)
     decoding = gen.configure_decoding(lm, job.strategy, job.generation)
-    bs = job.generation.batch_size
-    notes: list[str] = []
+    notes: list[str] = list(decoding.notes)
     if decoding.assistant_path is not None:
         decoding.assistant = runtime.cache.get(
             ModelSpec(path=decoding.assistant_path, dtype=job.model.dtype), runtime.device
         )
-        if bs > 1:
-            notes.append(f"assisted decoding runs one prompt at a time in transformers: batch_size {bs} -> 1")
-            bs = 1
     seed_of = {p.id: generation_seed(job.seed, p.id) for p in job.prompts}
-    outputs, memory = _generate(job, runtime, lm, decoding, bs, seed_of, notes)
+    batches, bs, batch_info = _plan_batches(job, runtime, lm, decoding, notes)
+    outputs, memory = _generate(job, runtime, lm, decoding, batches, seed_of, notes)
     scores, scorer_info = _score(job, runtime, lm, outputs, bs)
     records = []
     for index, (prompts, part) in enumerate(outputs):
@@ -167,6 +186,8 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
                     nll_count=nll_count,
                 )
             )
+    position = {p.id: i for i, p in enumerate(job.prompts)}
+    records.sort(key=lambda r: position[r.prompt_id])  # the shard's order, whatever the buckets
     result = JobResult(
         job=job,
         started_at=started,
@@ -179,6 +200,7 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         memory=memory,
         provenance=_provenance(job, runtime, lm.info, scorer_info),
         notes=notes,
+        engine=engine_record(lm, decoding, runtime, batch_info, [part.timing for _, part in outputs]),
     )
     return result, records
 

@@ -76,6 +76,8 @@ def load(spec: ModelSpec, device) -> LoadedModel:
         model = AutoModelForCausalLM.from_pretrained(
             spec.path, dtype=dtype, use_safetensors=spec.use_safetensors, **kwargs
         )
+        attention = spec.attention if spec.attention == "eager" or model._supports_sdpa else "eager"
+        model.set_attn_implementation(attention)
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise PermanentJobError(f"model {spec.label!r} ({spec.path}): cannot load: {first}") from None
@@ -94,6 +96,7 @@ def load(spec: ModelSpec, device) -> LoadedModel:
         "n_params": n_params,
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "architecture": (model.config.architectures or [type(model).__name__])[0],
+        "attention": model.config._attn_implementation,
         "load_s": round(time.perf_counter() - start, 3),
         "transformers": transformers.__version__,
     }
@@ -112,7 +115,15 @@ class ModelCache:
 
     @staticmethod
     def key(spec: ModelSpec, device) -> tuple:
-        return (spec.path, spec.revision, spec.dtype, spec.trust_remote_code, spec.use_safetensors, str(device))
+        return (
+            spec.path,
+            spec.revision,
+            spec.dtype,
+            spec.trust_remote_code,
+            spec.use_safetensors,
+            spec.attention,
+            str(device),
+        )
 
     def get(self, spec: ModelSpec, device) -> LoadedModel:
         key = self.key(spec, device)

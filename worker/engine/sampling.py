@@ -2,8 +2,9 @@
 
 Sampling strategies do not use transformers' batch-wide RNG. The engine applies
 transformers' own warpers (temperature, top-k, top-p, min-p, typical, epsilon, eta, in
-transformers' order) and then draws each row's token from a torch.Generator seeded by
-that generation's own seed. A generation's text therefore depends on its seed and
+transformers' order) and then draws each row's token by inverse-CDF sampling with a
+uniform from a counter-based generator keyed by (that generation's own seed, step),
+computed for the whole batch at once. A generation's text therefore depends on its seed and
 prompt, not on which prompts share its batch (up to the floating-point effects of
 padding, which on GPU can flip a rare near-tie).
 """
@@ -26,17 +27,87 @@ def generation_seed(job_seed: int, prompt_id: str) -> int:
     return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
-class SeededSampler(LogitsProcessor):
-    """Samples each row from its own generator and returns scores whose argmax is that sample."""
+_M32 = 0xFFFFFFFF
 
-    def __init__(self, seeds: list[int], device) -> None:
-        self.generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2**32 for 32-bit x and c, in int64 without overflow (16-bit halves of c)."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _M32
+
+
+def _mix32(h: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's 32-bit finaliser: every input bit flips each output bit with probability ~1/2."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def counter_uniforms(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """Uniforms in (0, 1), float64, shape (len(seeds), len(steps)): a pure function of (seed, step).
+
+    A counter-based generator: each value hashes its generation's 63-bit seed and the step
+    (two 32-bit lanes through chained MurmurHash3 finalisers, 53 bits kept), so no state is
+    carried and any subset of rows or steps is computed alone, for the whole batch at once.
+    """
+    lo, hi = (seeds & _M32)[:, None], (seeds >> 32)[:, None]
+    step = (steps[None, :] & _M32) * 2
+
+    def lane(n: int) -> torch.Tensor:
+        h = _mix32((step + n) ^ 0x9E3779B9)
+        h = _mix32(h ^ hi)
+        h = _mix32(h ^ lo)
+        return _mix32(h ^ (0x7F4A7C15 + n))
+
+    bits = (lane(0) << 21) | (lane(1) >> 11)  # 53 random bits
+    return (bits.double() + 0.5) / 2.0**53
+
+
+def inverse_cdf_pick(scores: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row from softmax(scores) by inverse-CDF with the row's uniform; (B,) long."""
+    probs = torch.softmax(scores.float(), dim=-1)
+    cdf = probs.double().cumsum_(dim=-1)
+    target = (uniforms * cdf[:, -1]).unsqueeze(1)
+    picks = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=scores.shape[-1] - 1)
+    # rounding at the very top of the CDF could land on a zero-probability tail token
+    zero = probs.gather(1, picks[:, None]).squeeze(1) == 0
+    return torch.where(zero, probs.argmax(dim=-1), picks)
+
+
+class SeededSampler(LogitsProcessor):
+    """Samples each row with its own generation's seed, for the whole batch in a few kernels.
+
+    Row i's token at step t is the inverse-CDF draw of softmax(scores[i]) at
+    `counter_uniforms(seed_i, t)`: it depends on the generation's seed and step only, never
+    on the other rows of the batch, and there is no per-row loop. As a logits processor
+    (inside transformers' generate) it returns scores whose argmax is the sample; the
+    engine's own decoding loop calls `pick` and keeps `rows` to the live rows.
+    """
+
+    method = "inverse-CDF draw with counter-based uniforms keyed by (generation seed, step)"
+
+    def __init__(self, seeds: list[int], device, max_steps: int = 256) -> None:
+        self.seeds = torch.tensor(seeds, dtype=torch.long, device=device)
+        self.table = counter_uniforms(self.seeds, torch.arange(max_steps, device=device))
+        self.rows: torch.Tensor | None = None  # the live rows' indices into `seeds` (None: all)
+        self.step = 0
+
+    def uniforms(self, step: int) -> torch.Tensor:
+        if step >= self.table.shape[1]:  # past the precomputed steps: compute this column alone
+            col = counter_uniforms(self.seeds, torch.tensor([step], device=self.seeds.device))[:, 0]
+        else:
+            col = self.table[:, step]
+        return col if self.rows is None else col[self.rows]
+
+    def pick(self, scores: torch.Tensor, step: int) -> torch.Tensor:
+        return inverse_cdf_pick(scores, self.uniforms(step))
 
     def __call__(self, input_ids, scores):
-        probs = torch.softmax(scores.float(), dim=-1)
-        picks = torch.stack([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(self.generators)])
+        picks = self.pick(scores, self.step)
+        self.step += 1
         out = torch.full_like(scores, -float("inf"))
-        return out.scatter_(1, picks, 0.0)
+        return out.scatter_(1, picks[:, None], 0.0)
 
 
 def build_warpers(cfg: dict[str, Any]) -> list[LogitsProcessor]:

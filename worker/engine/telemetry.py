@@ -98,3 +98,33 @@ class Sampler:
             "nvml_mean_mb": mean(self.gpu_mem),
             "gpu_util_mean": mean(self.gpu_util),
         }
+
+
+class EnergyCounter:
+    """The device's NVML total-energy counter (millijoules since the driver loaded), read around a batch.
+
+    `read()` is None where there is no counter (CPU, no NVML, a GPU without the counter);
+    the difference of two readings is the energy the whole device used meanwhile.
+    """
+
+    source = "nvml total energy counter (device-level)"
+
+    def __init__(self, device) -> None:
+        self.handle = nvml_handle(device) if device is not None else None
+
+    def read(self) -> float | None:
+        if self.handle is None:
+            return None
+        try:
+            import pynvml
+
+            return float(pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+        except Exception:  # not supported on this GPU: stop asking
+            self.handle = None
+            return None
+
+    @staticmethod
+    def joules(before: float | None, after: float | None) -> float | None:
+        if before is None or after is None or after < before:
+            return None
+        return round((after - before) / 1000.0, 4)

@@ -1,0 +1,310 @@
+"""decodebench's engine against the ways people run generation by hand, side by side in one run.
+
+`make bench` runs this on the CPU; `--device cuda:0` runs the same comparisons on a GPU and
+adds the GPU section (benchmarks/throughput_gpu.py). Every pair runs interleaved, round
+after round, and the ratios are of medians; each ratio is > 1 where decodebench is faster:
+
+- vs_generate: decodebench (local mode's `generate_job`) against a hand-written loop of
+  `model.generate()` over the same batches, prompts and settings (greedy; the outputs are
+  checked identical);
+- vs_generate_mixed: the same on prompts whose lengths vary 4x, with a stop string so that
+  rows end at different steps (where length buckets and compaction pay);
+- vs_pipeline: against the per-prompt loop of `pipeline("text-generation")` (batch size 1);
+- auto_vs_best: `batch_size: auto` against the best of several hand-picked batch sizes (the
+  probe runs once before the rounds, as it does once per model, device and lengths);
+- sampler_vs_transformers: decodebench's seeded sampling (top-p 0.9, every generation its
+  own seed) against `generate(do_sample=True)` with transformers' batch-wide sampling.
+
+It writes benchmarks/results.json (or --out) with the ratios, the raw tokens/s of each
+side, the device, the versions and the git commit.
+
+    python benchmarks/bench_throughput.py [--device cpu] [--rounds 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec  # noqa: E402
+from worker.core.logs import configure  # noqa: E402
+from worker.engine.job import Runtime, generate_job  # noqa: E402
+
+
+def heldout(n: int, offset: int = 0) -> list[dict]:
+    lines = (REPO / "examples/prompts/austen-heldout.jsonl").read_text().splitlines()[offset : offset + n]
+    return [json.loads(line) for line in lines]
+
+
+def uniform_prompts(n: int) -> list[PromptItem]:
+    return [PromptItem(id=row["id"], prompt=row["prompt"]) for row in heldout(n)]
+
+
+def mixed_prompts(tok, n: int) -> list[PromptItem]:
+    """Prompts of 10, 20, 30 and 40 tokens in turn (prompt and reference text cut to length)."""
+    out = []
+    for i, row in enumerate(heldout(n, offset=64)):
+        ids = tok(row["prompt"] + " " + (row["reference"] or ""))["input_ids"][: 10 * (1 + i % 4)]
+        out.append(PromptItem(id=row["id"], prompt=tok.decode(ids)))
+    return out
+
+
+def job(model: str, prompts, strategy="greedy", params=None, batch_size=16, max_new=48, stop=(), min_new=0) -> JobSpec:
+    gen = GenerationSettings(
+        max_new_tokens=max_new, min_new_tokens=min_new, batch_size=batch_size, stop=list(stop), warmup=False
+    )
+    return JobSpec(
+        tenant="bench",
+        sweep_id="bench",
+        sweep_name="bench",
+        job_id=f"bench-{strategy}-{batch_size}",
+        cell="bench",
+        model=ModelSpec(path=model),
+        strategy=StrategySpec(name=strategy, params=params or {}),
+        seed=0,
+        shard=0,
+        n_shards=1,
+        prompts=prompts,
+        generation=gen,
+        metrics=["distinct_1"],  # no perplexity scoring: generation only, as the hand-written loops
+    )
+
+
+def ours(runtime: Runtime, spec: JobSpec):
+    """A run of decodebench's engine: (new tokens, token ids per prompt in the shard's order)."""
+
+    def run():
+        result, records = generate_job(spec, runtime)
+        return result.new_tokens, [r.token_ids for r in records]
+
+    return run
+
+
+def hand_generate(lm, prompts, batch_size: int, max_new: int, stop=(), min_new=0, sample=None):
+    """The hand-written loop: batches in the given order, left-padded, one generate() each, texts decoded."""
+    tok, eos = lm.tokenizer, lm.tokenizer.eos_token_id
+    kwargs = {"do_sample": False} if sample is None else {"do_sample": True, **sample}
+    if stop:
+        kwargs.update(stop_strings=list(stop), tokenizer=tok)
+
+    def run():
+        tokens, ids = 0, []
+        for i in range(0, len(prompts), batch_size):
+            enc = tok([p.prompt for p in prompts[i : i + batch_size]], return_tensors="pt", padding=True).to(lm.device)
+            with torch.inference_mode():
+                out = lm.model.generate(
+                    **enc, max_new_tokens=max_new, min_new_tokens=min_new or None, pad_token_id=eos, **kwargs
+                )
+            for row in out[:, enc["input_ids"].shape[1] :].tolist():
+                row = row[: row.index(eos) + 1] if eos in row else row
+                ids.append(row)
+                tokens += len(strip(row, eos))  # a row cut by a stop string is padded with eos (= pad)
+            tok.batch_decode(out, skip_special_tokens=True)
+        return tokens, ids
+
+    return run
+
+
+def strip(row: list[int], eos: int) -> list[int]:
+    """A row without its trailing eos/pad ids (the generate() loop cannot tell a stop string's padding from EOS)."""
+    end = len(row)
+    while end and row[end - 1] == eos:
+        end -= 1
+    return row[:end]
+
+
+def hand_pipeline(lm, prompts, max_new: int):
+    """The per-prompt loop most comparison scripts use: pipeline("text-generation"), one prompt at a time."""
+    from transformers import pipeline
+
+    pipe = pipeline("text-generation", model=lm.model, tokenizer=lm.tokenizer, device=lm.device)
+    eos = lm.tokenizer.eos_token_id
+
+    def run():
+        tokens = 0
+        for p in prompts:
+            text = pipe(p.prompt, max_new_tokens=max_new, do_sample=False, pad_token_id=eos, return_full_text=False)
+            tokens += len(lm.tokenizer(text[0]["generated_text"])["input_ids"])
+        return tokens, None
+
+    return run
+
+
+def rounds(sides: dict, n: int, device) -> tuple[dict, dict]:
+    """Run every side once per round, interleaved; per side the median tokens/s (and each round's), last outputs."""
+    rates: dict[str, list[float]] = {k: [] for k in sides}
+    outputs = {}
+    for _ in range(n):
+        for name, run in sides.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            tokens, ids = run()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            rates[name].append(tokens / (time.perf_counter() - start))
+            outputs[name] = ids
+    stats = {
+        k: {"tokens_per_s": round(statistics.median(v), 2), "rounds": [round(x, 2) for x in v]}
+        for k, v in rates.items()
+    }
+    return stats, outputs
+
+
+def ratio(a: dict, b: dict) -> float:
+    return round(a["tokens_per_s"] / b["tokens_per_s"], 3)
+
+
+def environment(device: str, runtime: Runtime) -> dict:
+    import transformers
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return {
+        "device": runtime.device_info,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "threads": torch.get_num_threads(),
+        "git_commit": commit or None,
+        "git_dirty": bool(dirty),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def compare_generate(runtime, lm, model, args) -> dict:
+    """vs_generate and vs_generate_mixed: the engine against the hand-written generate() loop."""
+    out = {}
+    cases = {
+        "vs_generate": (uniform_prompts(args.prompts), ()),
+        "vs_generate_mixed": (mixed_prompts(lm.tokenizer, args.prompts), (".",)),
+    }
+    for key, (prompts, stop) in cases.items():
+        sides = {
+            "decodebench": ours(runtime, job(model, prompts, batch_size=args.batch, max_new=args.new, stop=stop)),
+            "generate_loop": hand_generate(lm, prompts, args.batch, args.new, stop=stop),
+        }
+        stats, outputs = rounds(sides, args.rounds, runtime.device)
+        eos = lm.tokenizer.eos_token_id
+        pairs = zip(outputs["decodebench"], outputs["generate_loop"])
+        same = sum(strip(a, eos) == strip(b, eos) for a, b in pairs)
+        out[key] = {
+            "ratio": ratio(stats["decodebench"], stats["generate_loop"]),
+            **stats,
+            "identical_outputs": f"{same}/{len(prompts)}",
+            "prompt_tokens": sorted({len(lm.tokenizer(p.prompt)["input_ids"]) for p in prompts}),
+            "stop": list(stop),
+        }
+        print(
+            f"{key:24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
+            f"generate() loop {stats['generate_loop']['tokens_per_s']:9.1f} tok/s   "
+            f"x{out[key]['ratio']:.2f}   identical greedy outputs {same}/{len(prompts)}"
+        )
+    return out
+
+
+def compare_pipeline(runtime, lm, model, args) -> dict:
+    """decodebench as a sweep runs it (batch_size: auto) against pipeline() one prompt at a time."""
+    prompts = uniform_prompts(args.pipeline_prompts)
+    generate_job(job(model, prompts, batch_size="auto", max_new=args.new), runtime)  # the probe, once, untimed
+    sides = {
+        "decodebench": ours(runtime, job(model, prompts, batch_size="auto", max_new=args.new)),
+        "pipeline_loop": hand_pipeline(lm, prompts, args.new),
+    }
+    stats, _ = rounds(sides, args.rounds, runtime.device)
+    r = ratio(stats["decodebench"], stats["pipeline_loop"])
+    print(
+        f"{'vs_pipeline':24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
+        f"pipeline() per prompt {stats['pipeline_loop']['tokens_per_s']:9.1f} tok/s   x{r:.2f}"
+    )
+    return {"vs_pipeline": {"ratio": r, **stats, "decodebench_batch_size": "auto"}}
+
+
+def compare_auto(runtime, lm, model, args) -> dict:
+    prompts = uniform_prompts(args.prompts)
+    probe, _ = generate_job(job(model, prompts, batch_size="auto", max_new=args.new), runtime)  # probes once
+    auto = probe.engine["batch_size"]
+    sides = {"auto": ours(runtime, job(model, prompts, batch_size="auto", max_new=args.new))}
+    for size in args.sizes:
+        sides[f"batch_{size}"] = ours(runtime, job(model, prompts, batch_size=size, max_new=args.new))
+    stats, _ = rounds(sides, args.rounds, runtime.device)
+    best = max((k for k in stats if k != "auto"), key=lambda k: stats[k]["tokens_per_s"])
+    r = ratio(stats["auto"], stats[best])
+    print(
+        f"{'auto_vs_best':24s} auto (batch {auto['used']}) {stats['auto']['tokens_per_s']:9.1f} tok/s   "
+        f"best hand-picked ({best}) {stats[best]['tokens_per_s']:9.1f} tok/s   x{r:.2f}"
+    )
+    return {"auto_vs_best": {"ratio": r, "auto_batch_size": auto["used"], "probe": auto["auto"], "best": best, **stats}}
+
+
+def compare_sampler(runtime, lm, model, args) -> dict:
+    prompts = uniform_prompts(args.prompts)
+    n = args.new  # min_new = max_new: both sides draw the same number of tokens
+    sides = {
+        "decodebench": ours(runtime, job(model, prompts, "top_p", {"p": 0.9}, args.batch, n, min_new=n)),
+        "transformers": hand_generate(lm, prompts, args.batch, n, min_new=n, sample={"top_p": 0.9, "top_k": 0}),
+    }
+    stats, _ = rounds(sides, args.rounds, runtime.device)
+    r = ratio(stats["decodebench"], stats["transformers"])
+    print(
+        f"{'sampler_vs_transformers':24s} seeded per generation {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
+        f"transformers batch-wide {stats['transformers']['tokens_per_s']:9.1f} tok/s   x{r:.2f}"
+    )
+    return {"sampler_vs_transformers": {"ratio": r, **stats}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(REPO / "examples/models/austen-small"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--pipeline-prompts", type=int, default=32)
+    ap.add_argument("--new", type=int, default=48)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: few prompts, tokens and rounds")
+    ap.add_argument("--gpu-minutes", type=float, default=4.0, help="time budget of the GPU section")
+    ap.add_argument("--out", default=str(REPO / "benchmarks/results.json"))
+    args = ap.parse_args()
+    if args.quick:
+        args.prompts, args.pipeline_prompts, args.new, args.rounds, args.sizes = 8, 4, 8, 1, [4, 8]
+    configure(level="warning")
+    runtime = Runtime(args.device)
+    lm = runtime.cache.get(ModelSpec(path=args.model), runtime.device)
+    generate_job(job(args.model, uniform_prompts(4), max_new=4), runtime)  # warm-up
+    print(
+        f"model {args.model} ({lm.info['n_params']:,} params) on {runtime.device}, torch {torch.__version__}; "
+        f"{args.prompts} prompts x {args.new} new tokens, batch {args.batch}, "
+        f"median of {args.rounds} interleaved rounds"
+    )
+    results: dict = {}
+    results.update(compare_generate(runtime, lm, args.model, args))
+    results.update(compare_pipeline(runtime, lm, args.model, args))
+    results.update(compare_auto(runtime, lm, args.model, args))
+    results.update(compare_sampler(runtime, lm, args.model, args))
+    ratios = {k: v["ratio"] for k, v in results.items()}
+    report = {**ratios, "details": results, "settings": vars(args), **environment(args.device, runtime)}
+    if runtime.device.type == "cuda":
+        from benchmarks.throughput_gpu import gpu_section
+
+        report["gpu"] = gpu_section(runtime, args.model, uniform_prompts(16), budget_s=args.gpu_minutes * 60)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print("ratios (> 1: decodebench faster): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The GPU section of benchmarks/bench_throughput.py (run with `--device cuda:N`).
+
+A GPT-2-sized model (GPT2Config's defaults: 12 layers, 768 wide, 50,257-token vocabulary,
+124M parameters) built from its config with random weights, saved in bfloat16 with the
+bundled tokenizer (its ids are a subset of the vocabulary; generated ids beyond it decode
+to nothing, which changes no timing). For several strategies, at batch size 1 and at
+`batch_size: auto`: tokens/s, ms per token (decode time per step, after the first
+token), peak torch memory, and at batch size 1 the fraction of the memory-bandwidth bound
+(weight bytes x tokens/s / the device's memory bandwidth): decoding one row reads every
+weight once per token, so that fraction says how close the engine is to the hardware.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from worker.engine.job import generate_job
+
+STRATEGIES = [
+    ("greedy", {}),
+    ("top_p", {"p": 0.9}),
+    ("beam", {"num_beams": 4}),
+    ("contrastive", {"k": 4, "alpha": 0.6}),
+]
+
+
+def memory_bandwidth(device) -> tuple[float | None, str]:
+    """Bytes/s of the device's memory: 2 x memory clock x bus width (double data rate), from torch or NVML."""
+    props = torch.cuda.get_device_properties(device)
+    clock_khz, bus_bits = getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
+    if clock_khz and bus_bits:
+        return 2 * clock_khz * 1e3 * bus_bits / 8, "torch device properties: 2 x memory clock x bus width"
+    try:
+        import pynvml
+
+        from worker.engine.telemetry import nvml_handle
+
+        handle = nvml_handle(device)
+        clock_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+        bus = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
+        return 2 * clock_mhz * 1e6 * bus / 8, "NVML: 2 x max memory clock x bus width"
+    except Exception:
+        return None, "unknown"
+
+
+def build_model(folder: Path, tokenizer_from: str) -> tuple[str, int]:
+    """A random-weight GPT-2 (124M) in bfloat16 with the bundled tokenizer; its path and weight bytes."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model = GPT2LMHeadModel(config).to(torch.bfloat16)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(folder)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return str(folder), nbytes
+
+
+def _job(model: str, strategy: str, params: dict, batch_size, prompts, max_new: int) -> JobSpec:
+    return JobSpec(
+        tenant="bench",
+        sweep_id="gpu",
+        sweep_name="gpu",
+        job_id=f"gpu-{strategy}-{batch_size}",
+        cell="gpu",
+        model=ModelSpec(path=model, dtype="bfloat16"),
+        strategy=StrategySpec(name=strategy, params=params),
+        seed=0,
+        shard=0,
+        n_shards=1,
+        prompts=prompts,
+        generation=GenerationSettings(
+            max_new_tokens=max_new, min_new_tokens=max_new, batch_size=batch_size, warmup=True
+        ),
+        metrics=["distinct_1"],
+    )
+
+
+def _row(result, weight_bytes: int, bandwidth: float | None, batch_size) -> dict:
+    batches = result.batches
+    total = sum(b.total_s for b in batches)
+    decode_steps = sum(max((b.steps or 1) - 1, 0) for b in batches)
+    tokens_per_s = result.new_tokens / total if total > 0 else None
+    row = {
+        "batch_size": result.engine["batch_size"]["used"],
+        "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
+        "ms_per_token": round(sum(b.decode_s for b in batches) * 1000 / decode_steps, 3) if decode_steps else None,
+        "peak_memory_mb": result.memory.get("torch_peak_mb"),
+        "joules_per_1k_tokens": None,
+        "decode_loop": result.engine["decode_loop"],
+    }
+    energy = [b.energy_j for b in batches]
+    if energy and None not in energy and result.new_tokens:
+        row["joules_per_1k_tokens"] = round(sum(energy) * 1000 / result.new_tokens, 3)
+    if batch_size == 1 and bandwidth and tokens_per_s:
+        row["bandwidth_bound_fraction"] = round(weight_bytes * tokens_per_s / bandwidth, 3)
+    return row
+
+
+def gpu_section(runtime, tokenizer_from: str, prompts: list[PromptItem], budget_s: float = 240.0, max_new: int = 64):
+    """Every strategy at batch size 1 and auto, within `budget_s` (strategies left over are listed as skipped)."""
+    start = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="decodebench-gpt2-"))
+    try:
+        model, weight_bytes = build_model(folder, tokenizer_from)
+        bandwidth, how = memory_bandwidth(runtime.device)
+        out = {
+            "model": "GPT-2 124M from GPT2Config, random weights, bfloat16",
+            "weight_bytes": weight_bytes,
+            "memory_bandwidth_gb_s": round(bandwidth / 1e9, 1) if bandwidth else None,
+            "bandwidth_source": how,
+            "new_tokens_per_prompt": max_new,
+            "prompts": len(prompts),
+            "rows": {},
+            "skipped": [],
+        }
+        for name, params in STRATEGIES:
+            for batch_size in (1, "auto"):
+                label = f"{name}@{batch_size}"
+                if time.perf_counter() - start > budget_s:
+                    out["skipped"].append(label)
+                    continue
+                result, _ = generate_job(_job(model, name, params, batch_size, prompts, max_new), runtime)
+                out["rows"][label] = _row(result, weight_bytes, bandwidth, batch_size)
+                print(f"gpu {label:18s} {out['rows'][label]}")
+        out["seconds"] = round(time.perf_counter() - start, 1)
+        return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,123 @@
+"""Batches of a job: length buckets in, the shard's order out, and `batch_size: auto`.
+
+`buckets(lengths, size)` sorts the prompts by token length (longest first, ties in the
+shard's order) before cutting batches, so a batch pads its prompts to nearly the same
+length; the job puts the generations back in the shard's order. A job has one strategy
+variant and one set of generation settings, so a batch never mixes settings.
+
+`auto_batch_size(...)` finds the batch size for `batch_size: auto`:
+
+- on CUDA, the largest batch that fits: a probe forward pass of B copies of the longest
+  prompt padded to its full length (prompt + max_new_tokens, times the beams or
+  candidates a row carries), which holds at least the KV cache and activations the real
+  generation peaks at; doubling from 1 until out-of-memory, then bisecting back
+  (backoff) between the last size that fitted and the first that did not;
+- on CPU, where memory is not what limits, the size with the best tokens/s in a short
+  timed probe (a few decoding steps of the longest prompts), doubling while it improves.
+
+Both stop at the shard's size and at `DECODEBENCH_AUTO_BATCH_MAX`. The answer is cached
+per (model, device, prompt-length bucket, max_new_tokens, rows per prompt) in the
+runtime, and what was probed is recorded in the result.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+import torch
+
+log = structlog.get_logger("decodebench.batching")
+
+CPU_PROBE_STEPS = 8
+
+
+def buckets(lengths: list[int], size: int) -> list[list[int]]:
+    """Indices of the prompts, sorted longest first, cut into batches of `size`."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def length_bucket(n: int) -> int:
+    """The power of two at or above n: prompts of similar length share a cached batch size."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def rows_per_prompt(config, params: dict[str, Any]) -> int:
+    """KV-cache rows one prompt occupies: its beams, or contrastive search's k candidates."""
+    candidates = int(params.get("k", 1)) if "alpha" in params else 1
+    return max(int(config.num_beams or 1), int(params.get("num_beams", 1)), candidates)
+
+
+def _fits(model, rows: int, length: int, device) -> bool:
+    """One forward pass of `rows` x `length` tokens with a cache: False on CUDA out-of-memory."""
+    ids = torch.zeros((rows, length), dtype=torch.long, device=device)
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    try:
+        with torch.inference_mode():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **extra)
+        torch.cuda.synchronize(device)
+        return True
+    except torch.cuda.OutOfMemoryError:
+        return False
+    finally:
+        del ids
+        torch.cuda.empty_cache()
+
+
+def cuda_fit(model, device, length: int, rows_each: int, cap: int) -> tuple[int, dict[int, bool]]:
+    """The largest batch (<= cap) whose probe fits, doubling then bisecting; and what was probed."""
+    probed: dict[int, bool] = {}
+    good, bad, size = 0, None, 1
+    while size <= cap:
+        probed[size] = _fits(model, size * rows_each, length, device)
+        if not probed[size]:
+            bad = size
+            break
+        good, size = size, size * 2
+    if bad is None and good < cap:  # the cap itself, if doubling stepped over it
+        probed[cap] = _fits(model, cap * rows_each, length, device)
+        good, bad = (cap, None) if probed[cap] else (good, cap)
+    while bad is not None and bad - good > 1:  # backoff: bisect between what fitted and what did not
+        mid = (good + bad) // 2
+        probed[mid] = _fits(model, mid * rows_each, length, device)
+        good, bad = (mid, bad) if probed[mid] else (good, mid)
+    return max(good, 1), probed
+
+
+def cpu_fastest(run: Callable[[int], float], cap: int) -> tuple[int, dict[int, float]]:
+    """The size with the best tokens/s from `run(size)` (seconds per token), doubling while it improves."""
+    rates: dict[int, float] = {}
+    size, best = 1, 1
+    while size <= cap:
+        rates[size] = round(1.0 / run(size), 2)
+        if rates[size] > rates[best]:
+            best = size
+        elif rates[size] < 0.9 * rates[best]:
+            break
+        if size == cap:
+            break
+        size = min(size * 2, cap)
+    return best, rates
+
+
+class AutoBatch:
+    """The runtime's cache of automatic batch sizes."""
+
+    def __init__(self) -> None:
+        self._sizes: dict[tuple, tuple[int, dict[str, Any]]] = {}
+
+    def size(self, key: tuple, probe: Callable[[], tuple[int, dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
+        """The cached size for `key`, or the probe's answer (cached)."""
+        if key in self._sizes:
+            size, info = self._sizes[key]
+            return size, {**info, "cached": True}
+        start = time.perf_counter()
+        size, info = probe()
+        info = {**info, "probe_s": round(time.perf_counter() - start, 3), "cached": False}
+        self._sizes[key] = (size, info)
+        log.info("batch.auto", key=str(key), batch_size=size, how=info.get("how"))
+        return size, info

@@ -1,0 +1,81 @@
+"""The engine's choices for a job: `batch_size: auto` on the loaded model, and their record in result.json.
+
+`auto_batch_size` wires `worker.engine.batching`'s probes to a loaded model and the job's
+lengths; `engine_record` writes down every choice that makes cells comparable (decoding
+loop, batch size, bucketing, dtype, attention kernels, KV cache, compilation, sampler,
+compactions, energy source).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from worker.core import settings
+from worker.core.contract import BatchTiming, JobSpec
+from worker.engine import batching
+from worker.engine import generate as gen
+from worker.engine.models import LoadedModel
+from worker.engine.telemetry import EnergyCounter
+
+
+def _cpu_probe(lm: LoadedModel, decoding, job: JobSpec, order: list[int]):
+    """seconds per generated token of a short batch of the longest prompts, at a given size."""
+    steps = min(batching.CPU_PROBE_STEPS, job.generation.max_new_tokens)
+    config = decoding.config.__class__(**{**decoding.config.to_dict(), "max_new_tokens": steps})
+    config.min_new_tokens = steps
+    short = dataclasses.replace(decoding, config=config)
+
+    def run(size: int) -> float:
+        prompts = [job.prompts[i] for i in order[:size]]
+        best = min(gen.generate_batch(lm, short, prompts, [0] * size).timing.total_s for _ in range(2))
+        return best / (size * steps)
+
+    return run
+
+
+def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: list[int]) -> tuple[int, dict]:
+    """`batch_size: auto`: the probed size for this model, device and lengths (cached in the runtime)."""
+    cap = max(1, min(len(lengths), settings.get("auto_batch_max")))
+    longest = max(lengths)
+    rows_each = batching.rows_per_prompt(decoding.config, job.strategy.params)
+    max_new = job.generation.max_new_tokens
+    key = (
+        runtime.cache.key(job.model, runtime.device),
+        batching.length_bucket(longest),
+        max_new,
+        rows_each,
+        cap,
+    )
+
+    def probe() -> tuple[int, dict[str, Any]]:
+        if runtime.device.type == "cuda":
+            length = batching.length_bucket(longest) + max_new
+            size, probed = batching.cuda_fit(lm.model, runtime.device, length, rows_each, cap)
+            return size, {"how": "largest batch whose forward pass of prompt + new tokens fits", "fits": probed}
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        size, rates = batching.cpu_fastest(_cpu_probe(lm, decoding, job, order), cap)
+        return size, {"how": "fastest tokens/s in a short probe of the longest prompts", "tokens_per_s": rates}
+
+    return runtime.batch_sizes.size(key, probe)
+
+
+def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, timings: list[BatchTiming]) -> dict[str, Any]:
+    """What result.json's `engine` says about how the job ran."""
+    compactions = [t.compactions for t in timings if t.compactions is not None]
+    energy = [t.energy_j for t in timings]
+    cache = decoding.config.cache_implementation or "dynamic"
+    return {
+        "decode_loop": "worker.engine.decode (finished rows dropped)"
+        if decoding.own_loop
+        else "transformers generate()",
+        "batch_size": batch_info,
+        "dtype": lm.info["dtype"],
+        "attention": lm.info.get("attention"),
+        "kv_cache": cache,
+        "compiled": cache == "static" and runtime.device.type == "cuda",
+        "sampler": decoding.describe().get("decodebench_sampler", {}).get("method"),
+        "compactions": sum(compactions) if compactions else None,
+        "energy": EnergyCounter.source if energy and all(e is not None for e in energy) else None,
+        "prompt_tokenisation": "once per job",
+    }
