@@ -6,17 +6,22 @@ sweep's state and in RQ; the worker goes on with the next job."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import zlib
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as cli
-from tests.test_queue import rq_queue
+from tests.services import TINY_MODEL
+from tests.test_queue import rq_queue, spec_dict
 from tests.test_worker import conn_url, run_worker, submit
 from worker import sweepstate
 from worker.core import keys
+from worker.core.contract import ModelSpec
+from worker.core.errors import PermanentJobError
 
 
 @pytest.fixture()
@@ -110,3 +115,105 @@ def test_a_forged_job_no_sweep_knows_is_failed_in_rq_and_the_worker_goes_on(conn
     assert s.total("done") == 2 and s.n_failures == 0
     assert "forged" in FailedJobRegistry(keys.queue_name("default"), connection=conn).get_job_ids()
     assert "not readable JSON" in rq_queue(conn).fetch_job("forged").meta["reason"]
+
+
+# -- model directories that are not models (issue 14, item 6) ----------------------------------
+
+
+def _edit_config(**changes):
+    def damage(d: Path) -> None:
+        config = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**config, **changes}))
+
+    return damage
+
+
+def _to_pickle(d: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    torch.save(load_file(d / "model.safetensors"), d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+
+
+def _cut(name: str, keep):
+    def damage(d: Path) -> None:
+        data = (d / name).read_bytes()
+        (d / name).write_bytes(data[: keep(len(data))])
+
+    return damage
+
+
+# name -> (damage done to a copy of the bundled model, a part of the expected reason)
+DAMAGES = {
+    "no_config": (lambda d: (d / "config.json").unlink(), "no config.json: not a model directory"),
+    "config_not_json": (lambda d: (d / "config.json").write_text("{oops"), "config.json is not valid JSON"),
+    "config_a_list": (lambda d: (d / "config.json").write_text("[1, 2]"), "config.json is not a JSON object"),
+    "unknown_architecture": (_edit_config(model_type="no-such-arch"), "does not recognize this architecture"),
+    "other_architecture": (_edit_config(model_type="bert", architectures=["BertModel"]), "weights do not fit"),
+    "other_shapes": (_edit_config(n_embd=64), "28 of another shape"),
+    "pickle_only": (_to_pickle, "weights only in pickle form (pytorch_model.bin)"),
+    "no_weights": (lambda d: (d / "model.safetensors").unlink(), "no weights file"),
+    "empty_safetensors": (_cut("model.safetensors", lambda n: 0), "safetensors weights cannot be read"),
+    "truncated_safetensors": (_cut("model.safetensors", lambda n: n // 2), "safetensors weights cannot be read"),
+    "tokenizer_not_json": (_cut("tokenizer.json", lambda n: n // 2), "its tokenizer cannot load: JSONDecodeError"),
+    "tokenizer_of_wrong_shape": (lambda d: (d / "tokenizer.json").write_text("{}"), "its tokenizer cannot load"),
+    "tokenizer_config_a_list": (
+        lambda d: (d / "tokenizer_config.json").write_text("[]"),
+        "tokenizer_config.json is not a JSON object",
+    ),
+    "no_tokenizer": (lambda d: (d / "tokenizer.json").unlink(), "its tokenizer has 1 token(s)"),
+}
+
+
+def damaged(tmp_path: Path, name: str) -> Path:
+    d = tmp_path / name
+    shutil.copytree(TINY_MODEL, d)
+    DAMAGES[name][0](d)
+    return d
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGES))
+def test_a_model_directory_that_is_not_a_model_is_one_permanent_reason(tmp_path, name):
+    import torch
+
+    from worker.engine.models import load
+
+    d = damaged(tmp_path, name)
+    with pytest.raises(PermanentJobError) as info:
+        load(ModelSpec(path=str(d), name=name), torch.device("cpu"))
+    reason = str(info.value)
+    assert reason.startswith(f"model '{name}' ({d}): ") and DAMAGES[name][1] in reason, reason
+    assert "\n" not in reason and len(reason) < 400, reason
+
+
+def test_pickle_weights_load_when_the_sweep_opts_in(tmp_path):
+    import torch
+
+    from worker.engine.models import load
+
+    d = damaged(tmp_path, "pickle_only")
+    loaded = load(ModelSpec(path=str(d), use_safetensors=False), torch.device("cpu"))
+    assert loaded.info["n_params"] > 0 and len(loaded.tokenizer) > 1
+
+
+def test_jobs_of_broken_models_fail_for_good_and_the_worker_goes_on(conn, store, tiny_model, tmp_path):
+    from controller.launch import submit as cq
+    from controller.spec.load import parse_spec
+
+    names = ["no_config", "other_architecture", "pickle_only", "truncated_safetensors", "tokenizer_of_wrong_shape"]
+    models = [{"path": tiny_model, "name": "good"}]
+    for name in names:
+        shutil.copytree(TINY_MODEL, tmp_path / name)  # a model when submitted, damaged on the worker
+        models.append({"path": str(tmp_path / name), "name": name})
+    out = cq.submit(conn, store, parse_spec(spec_dict(models=models, seeds=(1,), prompts=["A"])), "default")
+    for name in names:
+        shutil.rmtree(tmp_path / name)
+        damaged(tmp_path, name)
+    run_worker(conn)
+    s = sweepstate.read_status(conn, "default", out.sweep_id, max_failures=50)
+    assert s.complete and s.total("done") == 2 and s.total("failed") == 2 * len(names)
+    for job_id, cell, reason in s.failures:
+        name = cell.split("::")[0]
+        assert reason.startswith(f"model '{name}' (") and DAMAGES[name][1] in reason, reason
+        assert rq_queue(conn).fetch_job(job_id).retries_left == 0  # permanent: not retried
