@@ -25,7 +25,6 @@ from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
-from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
@@ -77,7 +76,7 @@ class SweepData:
     planned_jobs: int | None = None
     prompts: list[PromptItem] = field(default_factory=list)
     cell_order: list[str] = field(default_factory=list)  # cells in plan order, where known
-    damaged: list[str] = field(default_factory=list)  # one line per complete job whose records are damaged
+    damaged: list[str] = field(default_factory=list)  # one line per damaged record left out (a job, spec, plan)
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -104,18 +103,28 @@ def prompts_of(results: list[JobResult]) -> list[PromptItem]:
 
 
 def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
-    """Read the spec and every COMPLETE job (result.json present); each generation once."""
-    spec = store.load_spec(tenant, sweep_id)
+    """Read the spec and every COMPLETE job (result.json present); each generation once.
+
+    A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
+    and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
+    is then built from the jobs' own specs, in the spec's or the jobs' order)."""
+    log = structlog.get_logger("decodebench.report")
+    damaged: list[str] = []
+    try:
+        spec = store.load_spec(tenant, sweep_id)
+    except CorruptRecordError as err:
+        log.warning(f"{err}; the report goes on without the sweep's spec")
+        damaged.append(str(err))
+        spec = {}
     results: list[JobResult] = []
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
-    damaged: list[str] = []
     for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
         try:  # a damaged job (a worker killed mid-write, a hand edit) is named and left out, as if missing
             result = store.load_result(tenant, sweep_id, job_id)
             records = store.load_generations(tenant, sweep_id, job_id, result.generations_sha256)
         except CorruptRecordError as err:
-            structlog.get_logger("decodebench.report").warning(f"{err}; job left out of the report")
+            log.warning(f"{err}; job left out of the report")
             damaged.append(str(err))
             continue
         results.append(result)
@@ -124,13 +133,14 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
             if key not in seen:
                 seen.add(key)
                 generations.append(record)
-    planned, order = None, []
-    if store.exists(paths.plan_key(tenant, sweep_id)):
-        plan = store.read_json(paths.plan_key(tenant, sweep_id))
-        jobs = plan.get("jobs", plan) if isinstance(plan, dict) else plan
-        if isinstance(jobs, list):
-            planned = len(jobs)
-            order = list(dict.fromkeys(j["cell"] for j in jobs if isinstance(j, dict) and "cell" in j))
+    try:
+        jobs = store.load_plan(tenant, sweep_id)
+    except CorruptRecordError as err:
+        log.warning(f"{err}; the report goes on without the plan (planned jobs, cell order)")
+        damaged.append(str(err))
+        jobs = None
+    planned = len(jobs) if jobs is not None else None
+    order = list(dict.fromkeys(j["cell"] for j in jobs or []))
     return SweepData(tenant, sweep_id, spec, results, generations, planned, cell_order=order, damaged=damaged)
 
 
