@@ -4,6 +4,7 @@ still writes the report of the rest (exit 1: the report is incomplete)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -120,3 +121,45 @@ def test_a_corrupt_result_file_is_one_warning_line(store_copy, damage):
     result = report(store, sweep)
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert len(warnings_naming(result.output, last / "result.json")) == 1, result.output
+
+
+SWEEP_RECORDS = {
+    "spec-truncated": ("spec.json", lambda data: data[: len(data) // 2], "truncated or not JSON"),
+    "spec-a-list": ("spec.json", lambda data: b"[1, 2]", "not a stored sweep spec (a JSON object)"),
+    "spec-null": ("spec.json", lambda data: b"null", "not a stored sweep spec"),
+    "spec-inner-a-string": ("spec.json", lambda data: b'{"spec": "x"}', "not a stored sweep spec"),
+    "spec-generation-a-number": (
+        "spec.json",
+        lambda data: json.dumps({**json.loads(data), "spec": {**json.loads(data)["spec"], "generation": 5}}).encode(),
+        "spec.generation is not a JSON object",
+    ),
+    "spec-seeds-a-number": (
+        "spec.json",
+        lambda data: json.dumps(
+            {**json.loads(data), "spec": {**json.loads(data)["spec"], "generation": {"seeds": 7}}}
+        ).encode(),
+        "spec.generation.seeds is not a JSON array",
+    ),
+    "plan-truncated": ("plan.json", lambda data: data[: len(data) // 2], "truncated or not JSON"),
+    "plan-null": ("plan.json", lambda data: b"null", 'not a plan (an object with a "jobs" array)'),
+    "plan-cells-unhashable": (
+        "plan.json",
+        lambda data: json.dumps({"jobs": [{"cell": []}]}).encode(),
+        'jobs[0] is not an object with a string "cell"',
+    ),
+    "plan-deep-nesting": ("plan.json", lambda data: b"[" * 100_000, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SWEEP_RECORDS))
+def test_a_damaged_spec_or_plan_is_one_warning_and_the_report_is_still_written(store_copy, case):
+    store, sweep, _ = store_copy
+    name, damage, reason = SWEEP_RECORDS[case]
+    record = store / "default" / "sweeps" / sweep / name
+    record.write_bytes(damage(record.read_bytes()))
+    result = report(store, sweep)
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    named = warnings_naming(result.output, record)
+    assert len(named) == 1 and reason in named[0], result.output
+    summary = (store / "default" / "sweeps" / sweep / "report" / "summary.md").read_text()
+    assert "greedy" in summary and "tiny" in summary  # both jobs, from their own specs

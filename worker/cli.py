@@ -16,7 +16,7 @@ from collections.abc import MutableMapping
 import click
 import structlog
 
-from worker.core import settings
+from worker.core import settings, usage
 from worker.core.errors import DecodebenchError, UsageError
 
 log = structlog.get_logger("decodebench.worker")
@@ -120,7 +120,7 @@ def serve(
     return 0
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=usage.Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("more_queues", nargs=-1, metavar="[QUEUE]...")
 @settings.option("device", help="Device: cpu or cuda:N; required, never falls back.")
 @settings.option(

@@ -13,10 +13,13 @@ import click
 
 from worker.core import settings
 from worker.core.errors import DecodebenchError
+from worker.core.usage import OneLineUsage, one_line
 
 
-class Group(click.Group):
-    """Turns a DecodebenchError into one line on stderr and its exit code (2 for bad input).
+class Group(OneLineUsage, click.Group):
+    """Turns a DecodebenchError into one line on stderr and its exit code (2 for bad input),
+    and so click's own usage errors (an unknown command or option, a missing argument, a bad
+    value): `error: ...`, exit 2. `--help` is click's.
 
     With `--debug` (DECODEBENCH_DEBUG=1) the traceback comes first, for maintainers. Any
     other exception is a bug and keeps its traceback.
@@ -25,6 +28,8 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.UsageError as err:  # raised while parsing the command's arguments
+            one_line(err)
         except DecodebenchError as err:
             if ctx.params.get("debug"):
                 click.echo(traceback.format_exc(), err=True, nl=False)

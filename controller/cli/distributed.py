@@ -153,6 +153,7 @@ def status_dict(s) -> dict:
         "failures": [{"job_id": j, "cell": c, "reason": r} for j, c, r in s.failures],
         "n_failures": s.n_failures,
         "lost": s.lost,
+        "problems": s.problems,
     }
 
 
@@ -197,6 +198,8 @@ def status(
     sweep_id = resolve_sweep(conn, tenant, sweep)
     while True:
         s = read_status(conn, tenant, sweep_id)
+        for problem in s.problems:  # a damaged value in Redis: named, left out, the rest shown
+            click.echo(f"warning: {problem}", err=True)
         click.echo(json.dumps(status_dict(s)) if as_json else render_status(s))
         if not watch or s.complete:
             break

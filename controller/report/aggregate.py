@@ -25,7 +25,6 @@ from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
-from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
@@ -34,22 +33,9 @@ from worker.store import Store
 ID_COLUMNS = ["model", "strategy", "params", "n_prompts", "n_generations", "n_seeds"]
 SPEED_COLUMNS = ["tokens_per_s", "latency_ms_p50", "latency_ms_p95", "ttft_ms_p50", "peak_memory_mb"]
 QUALITY_COLUMNS = [
-    "mean_length",
-    "rep_2",
-    "rep_3",
-    "rep_4",
-    "diversity",
-    "distinct_1",
-    "distinct_2",
-    "distinct_3",
-    "self_bleu_4",
-    "zipf",
-    "perplexity",
-    "bleu",
-    "rouge_1",
-    "rouge_2",
-    "rouge_l",
-]
+    "mean_length", "rep_2", "rep_3", "rep_4", "diversity", "distinct_1", "distinct_2", "distinct_3",
+    "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",
+]  # fmt: skip
 DESIGN_COLUMNS = ID_COLUMNS + SPEED_COLUMNS + QUALITY_COLUMNS
 EXTRA_SPEED_COLUMNS = [
     "decode_ms_per_token",
@@ -79,7 +65,7 @@ class SweepData:
     planned_jobs: int | None = None
     prompts: list[PromptItem] = field(default_factory=list)
     cell_order: list[str] = field(default_factory=list)  # cells in plan order, where known
-    damaged: list[str] = field(default_factory=list)  # one line per complete job whose records are damaged
+    damaged: list[str] = field(default_factory=list)  # one line per damaged record left out (a job, spec, plan)
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -106,18 +92,28 @@ def prompts_of(results: list[JobResult]) -> list[PromptItem]:
 
 
 def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
-    """Read the spec and every COMPLETE job (result.json present); each generation once."""
-    spec = store.load_spec(tenant, sweep_id)
+    """Read the spec and every COMPLETE job (result.json present); each generation once.
+
+    A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
+    and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
+    is then built from the jobs' own specs, in the spec's or the jobs' order)."""
+    log = structlog.get_logger("decodebench.report")
+    damaged: list[str] = []
+    try:
+        spec = store.load_spec(tenant, sweep_id)
+    except CorruptRecordError as err:
+        log.warning(f"{err}; the report goes on without the sweep's spec")
+        damaged.append(str(err))
+        spec = {}
     results: list[JobResult] = []
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
-    damaged: list[str] = []
     for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
         try:  # a damaged job (a worker killed mid-write, a hand edit) is named and left out, as if missing
             result = store.load_result(tenant, sweep_id, job_id)
             records = store.load_generations(tenant, sweep_id, job_id, result.generations_sha256)
         except CorruptRecordError as err:
-            structlog.get_logger("decodebench.report").warning(f"{err}; job left out of the report")
+            log.warning(f"{err}; job left out of the report")
             damaged.append(str(err))
             continue
         results.append(result)
@@ -126,13 +122,14 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
             if key not in seen:
                 seen.add(key)
                 generations.append(record)
-    planned, order = None, []
-    if store.exists(paths.plan_key(tenant, sweep_id)):
-        plan = store.read_json(paths.plan_key(tenant, sweep_id))
-        jobs = plan.get("jobs", plan) if isinstance(plan, dict) else plan
-        if isinstance(jobs, list):
-            planned = len(jobs)
-            order = list(dict.fromkeys(j["cell"] for j in jobs if isinstance(j, dict) and "cell" in j))
+    try:
+        jobs = store.load_plan(tenant, sweep_id)
+    except CorruptRecordError as err:
+        log.warning(f"{err}; the report goes on without the plan (planned jobs, cell order)")
+        damaged.append(str(err))
+        jobs = None
+    planned = len(jobs) if jobs is not None else None
+    order = list(dict.fromkeys(j["cell"] for j in jobs or []))
     return SweepData(tenant, sweep_id, spec, results, generations, planned, cell_order=order, damaged=damaged)
 
 

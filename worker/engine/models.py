@@ -7,6 +7,7 @@ bounded by a count and a parameter-memory budget.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import structlog
 
 from worker.core import settings
 from worker.core.contract import ModelSpec
-from worker.core.errors import PermanentJobError
+from worker.core.errors import PermanentJobError, short, shown
 
 log = structlog.get_logger("decodebench.models")
 
@@ -56,31 +57,110 @@ def content_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+_JSON_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json")
+_JSON_MAX_BYTES = 16 * 2**20
+
+
+def _refused(spec: ModelSpec, what: str) -> PermanentJobError:
+    return PermanentJobError(f"model {short(spec.label)} ({shown(spec.path)}): {what}")
+
+
+def _first(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _check_local(spec: ModelSpec, local: Path) -> None:
+    """What transformers would trip over (or read past) in a local model directory, named."""
+    for name in _JSON_FILES:
+        f = local / name
+        if not f.is_file():
+            if name == "config.json":
+                raise _refused(spec, "no config.json: not a model directory")
+            continue
+        if f.stat().st_size > _JSON_MAX_BYTES:
+            raise _refused(spec, f"{name} is larger than {_JSON_MAX_BYTES >> 20} MiB")
+        try:
+            data = json.loads(f.read_bytes())
+        except ValueError as err:  # JSONDecodeError and UnicodeDecodeError both are
+            raise _refused(spec, f"{name} is not valid JSON ({_first(err)})") from None
+        if not isinstance(data, dict):
+            raise _refused(spec, f"{name} is not a JSON object")
+    names = sorted(p.name for p in local.iterdir() if p.is_file())
+    if not any(n.endswith(".safetensors") for n in names):
+        pickles = [n for n in names if n.endswith(_PICKLE_SUFFIXES)]
+        if not pickles:
+            raise _refused(spec, "no weights file (*.safetensors) in it")
+        if spec.use_safetensors:
+            raise _refused(
+                spec,
+                f"weights only in pickle form ({', '.join(pickles[:3])}); convert them to safetensors, "
+                "or set use_safetensors: false on the model for a checkpoint you trust",
+            )
+
+
+def _check_fit(spec: ModelSpec, model, info: dict, tokenizer) -> None:
+    """Weights that do not match the config (another architecture, other shapes), which
+    transformers would fill with random values, and a tokenizer with no vocabulary."""
+    missing, mismatched = list(info.get("missing_keys") or []), list(info.get("mismatched_keys") or [])
+    if missing or mismatched:
+        example = missing[0] if missing else mismatched[0][0]
+        raise _refused(
+            spec,
+            f"its weights do not fit its config ({type(model).__name__}, model_type {model.config.model_type!r}): "
+            f"{len(missing)} weights missing, {len(mismatched)} of another shape (e.g. {short(example)})",
+        )
+    if len(tokenizer) < 2:
+        raise _refused(spec, f"its tokenizer has {len(tokenizer)} token(s): no tokenizer or vocabulary files?")
+
+
+def _load_tokenizer(spec: ModelSpec, kwargs: dict[str, Any]):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(spec.path, **kwargs)
+    # a tokenizer.json of the wrong shape surfaces as whichever lookup failed on it
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise _refused(spec, f"its tokenizer cannot load: {type(err).__name__}: {_first(err)}") from None
+
+
 def load(spec: ModelSpec, device) -> LoadedModel:
-    """Load tokenizer and model with the Auto classes; a missing model is a permanent job error."""
+    """Load tokenizer and model with the Auto classes; a model that cannot load, or a directory
+    that is not a model, is a permanent job error with one reason line naming the model."""
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
 
     start = time.perf_counter()
     local = Path(spec.path)
     is_local = local.is_dir()
     if spec.path.startswith(("/", ".")) and not is_local:
-        raise PermanentJobError(f"model {spec.label!r}: local path {spec.path} does not exist on this worker")
+        raise _refused(spec, "the local path does not exist on this worker")
+    if is_local:
+        _check_local(spec, local)
     kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
     if spec.revision and not is_local:
         kwargs["revision"] = spec.revision
+    tokenizer = _load_tokenizer(spec, kwargs)
+    dtype = getattr(torch, _DTYPES[spec.dtype]) if spec.dtype != "auto" else "auto"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(spec.path, **kwargs)
-        dtype = getattr(torch, _DTYPES[spec.dtype]) if spec.dtype != "auto" else "auto"
-        model = AutoModelForCausalLM.from_pretrained(
-            spec.path, dtype=dtype, use_safetensors=spec.use_safetensors, **kwargs
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            spec.path,
+            dtype=dtype,
+            use_safetensors=spec.use_safetensors,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported below, in one line, rather than raised
+            **kwargs,
         )
         attention = spec.attention if spec.attention == "eager" or model._supports_sdpa else "eager"
         model.set_attn_implementation(attention)
+    except SafetensorError as err:
+        raise _refused(spec, f"its safetensors weights cannot be read (empty or truncated?): {_first(err)}") from None
     except (OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise PermanentJobError(f"model {spec.label!r} ({spec.path}): cannot load: {first}") from None
+        raise _refused(spec, f"cannot load: {_first(err)}") from None
+    _check_fit(spec, model, loading, tokenizer)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from rq.exceptions import DeserializationError
 
 from worker import sweepstate
 from worker.core import keys
 from worker.core.contract import JobSpec, JobStatus
-from worker.core.errors import DecodebenchError, PermanentJobError, UsageError
+from worker.core.errors import DecodebenchError, PermanentJobError, UsageError, short, shown
 
 log = structlog.get_logger("decodebench.task")
 
@@ -44,6 +45,7 @@ class Lent:
     store: Any
     runtime: Any
     active: threading.Event = field(default_factory=threading.Event)
+    tenant: str = ""  # the tenant of the queue the running job was taken from
 
 
 _lent: ContextVar[Lent | None] = ContextVar("decodebench_lent", default=None)
@@ -58,27 +60,70 @@ def lend(lent: Lent) -> Iterator[Lent]:
         _lent.reset(token)
 
 
+def _payload(job) -> dict | None:
+    """The one JobSpec dict an RQ job's payload passes to decodebench's task, None for any
+    other shape. Raises RQ's DeserializationError if the payload is not readable JSON."""
+    args, kwargs = job.args, job.kwargs
+    if job.instance is not None or kwargs or not isinstance(args, (list, tuple)) or len(args) != 1:
+        return None
+    return args[0] if isinstance(args[0], dict) else None
+
+
 def job_ids(job) -> tuple[str, str, str, str] | None:
     """(tenant, sweep id, job id, cell) of an RQ job's JobSpec payload; None for another kind of job."""
     try:
-        spec = job.args[0]
-        return spec["tenant"], spec["sweep_id"], spec["job_id"], spec["cell"]
-    except Exception:  # not a decodebench job: RQ's own heartbeats still apply
+        spec = _payload(job)
+    except DeserializationError:  # not a decodebench job: RQ's own heartbeats still apply
         return None
+    ids = tuple(spec.get(k) for k in ("tenant", "sweep_id", "job_id", "cell")) if spec else ()
+    return ids if ids and all(isinstance(i, str) for i in ids) else None  # type: ignore[return-value]
 
 
 def refusal(job, tenant: str, policy) -> str | None:
     """Why a job taken from `tenant`'s queue must not run (its payload is the tenant's word);
     `policy` is the tenant's entry of the tenants file, or None."""
-    if job.func_name != keys.RQ_FUNCTION:
-        return f"refused: the job calls {job.func_name!r}, not {keys.RQ_FUNCTION}"
+    try:
+        func, spec = job.func_name, _payload(job)
+    except DeserializationError as err:  # RQ's own, for any payload its serializer cannot load
+        cause = first_line(str(err.__cause__ or err)) or type(err.__cause__ or err).__name__
+        return f"refused: the job's payload is not readable JSON ({shown(cause, 120)})"
+    if func != keys.RQ_FUNCTION:
+        return f"refused: the job calls {short(func)}, not {keys.RQ_FUNCTION}"
+    if spec is None:
+        return "refused: the job's arguments are not one JobSpec object"
     ids = job_ids(job)
-    if ids is None or ids[0] != tenant:
-        return f"refused: a job of tenant {ids[0] if ids else '?'!r} on the queue of tenant {tenant!r}"
-    model = (job.args[0].get("model") or {}).get("path")
-    if policy and policy.models is not None and model not in policy.models:
-        return f"refused: model {model!r} is not among tenant {tenant}'s models"
+    if ids is None:
+        return "refused: the job's payload is not a decodebench job (tenant, sweep_id, job_id, cell: strings)"
+    if ids[0] != tenant:
+        return f"refused: a job of tenant {short(ids[0])} on the queue of tenant {tenant!r}"
+    model = spec.get("model")
+    path = model.get("path") if isinstance(model, dict) else None
+    if policy and policy.models is not None and path not in policy.models:
+        return f"refused: model {short(path)} is not among tenant {tenant}'s models"
     return None
+
+
+def fail_unrunnable(rq_job, tenant: str, reason: str) -> bool:
+    """Fail, for good, a job taken from `tenant`'s queue whose payload cannot be run: RQ keeps
+    the reason in the job's meta, and the sweep that holds its RQ job id (found among the
+    tenant's own sweeps, never by the payload's word) records it as failed with the reason.
+    False if no sweep of the tenant knows the job (nothing to record there)."""
+    rq_job.retries_left = 0
+    if not isinstance(rq_job.meta, dict) or "unserialized" in rq_job.meta:  # RQ's stand-in for unreadable meta
+        rq_job.meta = {}
+    rq_job.meta["reason"] = reason
+    rq_job.save_meta()
+    conn = rq_job.connection
+    sweep_id = sweepstate.find_job_sweep(conn, tenant, rq_job.id)
+    cell = conn.hget(keys.sweep(tenant, sweep_id, "cells"), rq_job.id) if sweep_id else None
+    log.warning("job.unrunnable", job_id=rq_job.id, tenant=tenant, sweep_id=sweep_id, reason=reason)
+    if cell is None:
+        return False
+    live = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED)  # never over a done or cancelled job
+    sweepstate.transition(
+        conn, tenant, sweep_id, rq_job.id, cell.decode(), JobStatus.FAILED, allowed=live, reason=reason
+    )
+    return True
 
 
 def first_line(text: str) -> str:
@@ -95,8 +140,8 @@ def classify(err: BaseException) -> tuple[bool, str]:
         return True, first_line(str(err)) or type(err).__name__
     if isinstance(err, ValidationError):
         e = err.errors()[0]
-        where = ".".join(str(p) for p in e["loc"]) or "job"
-        return True, f"invalid job: {where}: {e['msg']}"
+        where = shown(".".join(str(p) for p in e["loc"]), 80) or "job"  # the keys are the payload's
+        return True, f"invalid job: {where}: {first_line(e['msg'])}"
     if isinstance(err, JobTimeoutException):
         return True, f"job timed out ({first_line(str(err))}); raise job_timeout_s in the sweep spec"
     if isinstance(err, DecodebenchError):
@@ -119,6 +164,7 @@ def _failed(rq_job, ids, err: BaseException) -> None:
 
 def run_queued_job(job: dict) -> dict[str, Any]:
     """Run one job for RQ (a JobSpec as a JSON dict) and keep the sweep's state."""
+    from pydantic import ValidationError
     from rq import get_current_job
 
     from worker.engine.job import run_job
@@ -129,9 +175,10 @@ def run_queued_job(job: dict) -> dict[str, Any]:
     rq_job = get_current_job()
     try:
         spec = JobSpec.model_validate(job)
-    except Exception as err:
-        rq_job.retries_left = 0
-        raise PermanentJobError(classify(err)[1]) from None
+    except ValidationError as err:  # the payload is the tenant's word: fail the job, not the worker
+        reason = classify(err)[1]
+        fail_unrunnable(rq_job, lent.tenant, reason)
+        raise PermanentJobError(reason) from None
     conn = rq_job.connection
     ids = (spec.tenant, spec.sweep_id, spec.job_id, spec.cell)
     startable = ("none", JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED)

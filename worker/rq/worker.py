@@ -32,7 +32,7 @@ import uuid
 import structlog
 from redis.exceptions import RedisError
 from rq import Queue, SimpleWorker
-from rq.exceptions import StopRequested
+from rq.exceptions import DeserializationError, StopRequested
 from rq.intermediate_queue import IntermediateQueue
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
@@ -46,7 +46,7 @@ from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.fair import FairShare
 from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, resolve_queue_names
 from worker.rq.reaper import Timing, enqueue_due_retries, reap
-from worker.rq.task import Interrupted, Lent, job_ids, lend, refusal
+from worker.rq.task import Interrupted, Lent, fail_unrunnable, job_ids, lend, refusal
 from worker.sweepstate import slots
 
 log = structlog.get_logger("decodebench.worker")
@@ -187,19 +187,20 @@ class DecodebenchWorker(SimpleWorker):
 
     # -- running a job ---------------------------------------------------------------------------
     def prepare_job_execution(self, job, remove_from_intermediate_queue: bool = False) -> None:
-        super().prepare_job_execution(job, remove_from_intermediate_queue=True)  # every queue uses it
         why = self._refused.pop(job.id, None)
+        try:
+            super().prepare_job_execution(job, remove_from_intermediate_queue=True)  # every queue uses it
+        except DeserializationError:  # RQ names the job's function after its bookkeeping
+            if not why:
+                raise
         if why:  # fails the job inside RQ's own failure path, never retried, never run
-            job.retries_left = 0
-            job.meta["reason"] = why
+            fail_unrunnable(job, self.lent.tenant, why)
             raise PermanentJobError(why)
 
     def perform_job(self, job, queue, execution) -> bool:
         tenant = queue.tenant
-        try:
-            why = refusal(job, tenant, self._policy(tenant))
-        except Exception as err:  # a payload RQ could not even decode
-            why = f"refused: unreadable job ({type(err).__name__})"
+        self.lent.tenant = tenant
+        why = refusal(job, tenant, self._policy(tenant))
         if why:
             log.warning("job.refused", job_id=job.id, tenant=tenant, reason=why)
             self._refused[job.id] = why

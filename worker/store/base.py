@@ -141,10 +141,39 @@ class Store:
         return records
 
     def load_spec(self, tenant: str, sweep_id: str) -> dict:
+        """spec.json: the sweep's spec under "spec", with its metadata (or the spec alone); a CorruptRecordError
+        naming the file if it does not parse or the spec and the parts a report reads
+        (models, strategies, generation and its seeds) are not of their JSON types."""
         key = paths.spec_key(tenant, sweep_id)
         if not self.exists(key):
             raise UsageError(f"no sweep {sweep_id!r} for tenant {tenant!r} in {self.url}")
-        return self.read_json(key)
+        stored = self.read_json(key)
+        inner = stored.get("spec", stored) if isinstance(stored, dict) else None  # or the spec alone
+        if not isinstance(inner, dict):
+            raise self.damaged(key, "not a stored sweep spec (a JSON object)")
+        generation = inner.get("generation", {})
+        shapes = {"models": (inner.get("models", []), list), "strategies": (inner.get("strategies", []), list)}
+        shapes["generation"] = (generation, dict)
+        shapes["generation.seeds"] = (generation.get("seeds", []) if isinstance(generation, dict) else [], list)
+        for where, (value, kind) in shapes.items():
+            if not isinstance(value, kind):
+                raise self.damaged(key, f"spec.{where} is not a JSON {'array' if kind is list else 'object'}")
+        return stored
+
+    def load_plan(self, tenant: str, sweep_id: str) -> list[dict] | None:
+        """plan.json's jobs (each an object with a string "cell"), None if the sweep has none;
+        a CorruptRecordError naming the file if it does not parse or is not of that shape."""
+        key = paths.plan_key(tenant, sweep_id)
+        if not self.exists(key):
+            return None
+        plan = self.read_json(key)
+        jobs = plan.get("jobs") if isinstance(plan, dict) else plan
+        if not isinstance(jobs, list):
+            raise self.damaged(key, 'not a plan (an object with a "jobs" array)')
+        for n, job in enumerate(jobs):
+            if not isinstance(job, dict) or not isinstance(job.get("cell"), str):
+                raise self.damaged(key, f'jobs[{n}] is not an object with a string "cell"')
+        return jobs
 
     def list_sweeps(self, tenant: str) -> list[str]:
         prefix = paths.sweeps_prefix(tenant)

@@ -3,12 +3,15 @@ nothing here writes (reaping lost jobs is the workers' duty, `worker.rq.reaper`)
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from redis.exceptions import ResponseError
 
 from worker.core import keys
 from worker.core.contract import JobStatus
-from worker.core.errors import UsageError
+from worker.core.errors import UsageError, short
 
 USAGE_WINDOW_S = 3600.0  # `status --all-tenants` shows the share of worker time over the last hour
 
@@ -58,6 +61,7 @@ class SweepStatus:
     recent: list[float]
     cancelled: bool
     lost: int = 0  # times a job was requeued because its worker died
+    problems: list[str] = field(default_factory=list)  # values in Redis that did not decode, one line each
 
     def total(self, state: JobStatus | str) -> int:
         state = state.value if isinstance(state, JobStatus) else state
@@ -89,8 +93,43 @@ class SweepStatus:
         return left / rate if rate and left else (0.0 if not left else None)
 
 
+class _Reader:
+    """Decodes a sweep's Redis values for `read_status`; what does not decode (another
+    process's or a hand's write) is left out and named once in `problems`."""
+
+    def __init__(self, keys_: dict[str, str]) -> None:
+        self.keys = keys_
+        self.problems: list[str] = []
+
+    def reply(self, part: str, value, empty):
+        """A pipeline reply, or `empty` if the key holds another Redis type (WRONGTYPE)."""
+        if not isinstance(value, ResponseError):
+            return value
+        if not str(value).startswith("WRONGTYPE"):
+            raise value  # NOPERM and other refusals are the caller's to see
+        self.problems.append(f"{self.keys[part]} is not of its Redis type; left out")
+        return empty
+
+    def number(self, where: str, raw, kind=float):
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value):
+            self.problems.append(f"{where}: {short(raw)} is not a finite number; left out")
+            return None
+        return value
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode(errors="replace")
+
+
 def read_status(conn, tenant: str, sweep_id: str, *, max_failures: int = 20) -> SweepStatus:
-    """The sweep's counters: O(cells + max_failures) Redis reads, one round trip; changes nothing."""
+    """The sweep's counters: O(cells + max_failures) Redis reads, one round trip; changes nothing.
+
+    Fields that are missing read as unknown; values that do not decode are left out and named
+    in `problems` (one line each)."""
     k = keys.sweep_keys(tenant, sweep_id)
     with conn.pipeline(transaction=False) as pipe:
         pipe.hgetall(k["meta"])
@@ -98,39 +137,60 @@ def read_status(conn, tenant: str, sweep_id: str, *, max_failures: int = 20) -> 
         pipe.hlen(k["failures"])
         pipe.hscan(k["failures"], 0, count=max_failures)
         pipe.lrange(k["recent"], 0, -1)
-        meta_raw, counts_raw, n_failures, (_, failures_raw), recent = pipe.execute()
+        replies = pipe.execute(raise_on_error=False)
+    r = _Reader(k)
+    parts = (("meta", {}), ("counts", {}), ("failures", 0), ("failures", (0, {})), ("recent", []))
+    meta_raw, counts_raw, n_failures, (_, failures_raw), recent = (
+        r.reply(part, value, empty) for (part, empty), value in zip(parts, replies)
+    )
     if not meta_raw:
-        raise UsageError(f"no submitted sweep {sweep_id!r} for tenant {tenant!r}")
-    meta = {a.decode(): b.decode() for a, b in meta_raw.items()}
+        raise UsageError(
+            f"no submitted sweep {sweep_id!r} for tenant {tenant!r}" + "".join(f"; {p}" for p in r.problems)
+        )
+    meta = {_text(a): _text(b) for a, b in meta_raw.items()}
     cells: dict[str, dict[str, int]] = {}
     for f, n in counts_raw.items():
-        cell, state = keys.split_count_field(f.decode())
-        if int(n):
-            cells.setdefault(cell, {})[state] = int(n)
-    failure_ids = [j.decode() for j in list(failures_raw)[:max_failures]]
-    failure_cells = conn.hmget(k["cells"], failure_ids) if failure_ids else []
-    failures = [(j, (c or b"").decode(), failures_raw[j.encode()].decode()) for j, c in zip(failure_ids, failure_cells)]
+        cell, state = keys.split_count_field(_text(f))
+        count = r.number(f"{k['counts']} {short(_text(f))}", _text(n), int)
+        if count:
+            cells.setdefault(cell, {})[state] = count
+    failure_ids = [_text(j) for j in list(failures_raw)[:max_failures]]
+    failure_cells = r.reply("cells", _hmget(conn, k["cells"], failure_ids), [None] * len(failure_ids))
+    failures = [(j, _text(c or b""), _text(failures_raw[j.encode()])) for j, c in zip(failure_ids, failure_cells)]
 
-    def num(name: str) -> float | None:
-        return float(meta[name]) if meta.get(name) else None
+    def num(name: str, kind=float):
+        return r.number(f"{k['meta']} {name}", meta[name], kind) if meta.get(name) else None
 
     return SweepStatus(
         tenant=tenant,
         sweep_id=sweep_id,
         name=meta.get("name", ""),
         queue=meta.get("queue", ""),
-        n_jobs=int(meta.get("n_jobs", 0)),
+        n_jobs=num("n_jobs", int) or 0,
         cells=dict(sorted(cells.items())),
         failures=sorted(failures, key=lambda f: f[1]),
         n_failures=n_failures,
         started_at=num("started_at"),
         last_done_at=num("last_done_at"),
-        new_tokens=int(meta.get("new_tokens", 0)),
-        generations=int(meta.get("generations", 0)),
-        recent=[float(x) for x in recent],
+        new_tokens=num("new_tokens", int) or 0,
+        generations=num("generations", int) or 0,
+        recent=[x for x in (r.number(k["recent"], _text(x)) for x in recent) if x is not None],
         cancelled=bool(meta.get("cancelled")),
-        lost=int(meta.get("lost", 0)),
+        lost=num("lost", int) or 0,
+        problems=r.problems,
     )
+
+
+def _hmget(conn, key: str, fields: list[str]):
+    """HMGET, or the WRONGTYPE error as a value (for `_Reader.reply`)."""
+    if not fields:
+        return []
+    try:
+        return conn.hmget(key, fields)
+    except ResponseError as err:
+        if not str(err).startswith("WRONGTYPE"):
+            raise
+        return err
 
 
 def find_job_sweep(conn, tenant: str, job_id: str) -> str | None:
@@ -199,7 +259,7 @@ def tenant_overview(conn, tenant: str) -> TenantOverview:
     running = conn.zcount(keys.running(tenant), time.time(), "+inf")
     done = 0
     for sweep_id in submitted_sweeps(conn, tenant):
-        for field, n in conn.hgetall(keys.sweep(tenant, sweep_id, "counts")).items():
-            if keys.split_count_field(field.decode())[1] == JobStatus.DONE.value:
+        for name, n in conn.hgetall(keys.sweep(tenant, sweep_id, "counts")).items():
+            if keys.split_count_field(name.decode())[1] == JobStatus.DONE.value:
                 done += int(n)
     return TenantOverview(tenant, queued, running, done, usage_seconds(conn, tenant))
