@@ -145,6 +145,16 @@ def env_of(container: dict) -> dict[str, dict]:
     return {e["name"]: e for e in container.get("env", [])}
 
 
+def password_file_secret(spec: dict, container: dict) -> dict:
+    """The Secret item the container reads its Redis password from (DECODEBENCH_REDIS_PASSWORD_FILE):
+    {"secretName", "key"}, checked to be the file the setting names."""
+    path = env_of(container)["DECODEBENCH_REDIS_PASSWORD_FILE"]["value"]
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    (item,) = [i for i in volume["secret"]["items"] if i["path"] == path.rsplit("/", 1)[1]]
+    return {"secretName": volume["secret"]["secretName"], "key": item["key"]}
+
+
 def pod_specs(docs: list[dict]):
     for d in docs:
         if d["kind"] == "Pod":

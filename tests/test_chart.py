@@ -23,6 +23,7 @@ from tests.helpers_chart import (
     env_of,
     find,
     helm,
+    password_file_secret,
     pod_specs,
     render,
     render_notes,
@@ -155,9 +156,11 @@ def test_secrets_are_referenced_never_inlined(values):
                 if e["name"] in SECRET_ENV:
                     assert "value" not in e and "secretKeyRef" in e["valueFrom"], f"{name}: {e['name']} inlined"
             url = env_of(c).get("DECODEBENCH_REDIS_URL")
-            if url and "@" in url["value"]:
-                assert url["value"].split("://", 1)[1].startswith(":$(DECODEBENCH_REDIS_PASSWORD)@"), url
-    # The only Secret the chart writes is the generated Redis password, used nowhere in clear.
+            if url and "@" in url["value"]:  # a user name at most: the password is read from a file
+                assert ":" not in url["value"].split("://", 1)[1].split("@")[0], url
+                assert "DECODEBENCH_REDIS_PASSWORD_FILE" in env_of(c), name
+            assert "DECODEBENCH_REDIS_PASSWORD" not in env_of(c), name
+    # The only Secret the chart writes is the generated Redis password (none with tenants), used nowhere in clear.
     for secret in find(docs, "Secret"):
         assert secret["metadata"]["name"] == "db-decodebench-redis"
         assert secret["data"]["redis-password"] not in text.replace(secret["data"]["redis-password"], "", 1)
@@ -227,15 +230,10 @@ def test_external_redis_replaces_the_statefulset():
     docs = render(VALUES_BY_NAME["external-redis"])
     assert not find(docs, "StatefulSet") and not find(docs, "Service") and not find(docs, "ConfigMap")
     assert not find(docs, "NetworkPolicy", "db-decodebench-redis")  # the workers' egress policies remain
-    env = env_of(workers(docs)["l4"]["spec"]["template"]["spec"]["containers"][0])
-    assert (
-        env["DECODEBENCH_REDIS_URL"]["value"]
-        == "rediss://:$(DECODEBENCH_REDIS_PASSWORD)@redis.platform.internal:6380/2"
-    )
-    assert env["DECODEBENCH_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
-        "name": "platform-redis",
-        "key": "password",
-    }
+    pod = workers(docs)["l4"]["spec"]["template"]["spec"]
+    env = env_of(pod["containers"][0])
+    assert env["DECODEBENCH_REDIS_URL"]["value"] == "rediss://redis.platform.internal:6380/2"
+    assert password_file_secret(pod, pod["containers"][0]) == {"secretName": "platform-redis", "key": "password"}
     (so,) = find(docs, "ScaledObject")
     meta = so["spec"]["triggers"][0]["metadata"]
     assert (meta["address"], meta["enableTLS"], meta["databaseIndex"]) == ("redis.platform.internal:6380", "true", "2")
@@ -291,10 +289,11 @@ def test_controller_gets_the_settings_and_a_least_privilege_role():
     (ctl,) = find(docs, "Deployment", "db-decodebench-controller")
     spec = ctl["spec"]["template"]["spec"]
     env = env_of(spec["containers"][0])
-    assert (
-        env["DECODEBENCH_REDIS_URL"]["value"]
-        == "redis://:$(DECODEBENCH_REDIS_PASSWORD)@db-decodebench-redis.ml.svc:6379/0"
-    )
+    assert env["DECODEBENCH_REDIS_URL"]["value"] == "redis://db-decodebench-redis.ml.svc:6379/0"
+    assert password_file_secret(spec, spec["containers"][0]) == {
+        "secretName": "db-decodebench-redis",
+        "key": "redis-password",
+    }
     assert env["DECODEBENCH_STORE"]["value"] == "s3://decodebench/runs"
     assert env["DECODEBENCH_S3_ENDPOINT_URL"]["value"] == "http://minio.minio.svc:9000"
     assert env["AWS_REGION"]["value"] == "us-east-1"

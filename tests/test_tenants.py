@@ -155,6 +155,10 @@ def test_keda_reads_queue_lengths_only(acl, tmp_path):
     b = submit_as(acl, "team-b", FileStore(tmp_path / "runs"))
     keda = as_user(acl, "keda")
     assert keda.llen(keys.rq_queue_key(keys.queue_name("team-b"))) == len(b.enqueued)
+    # What KEDA's redis scaler sends for the chart's waiting (list) and running (sorted set) triggers.
+    assert keda.type(keys.rq_queue_key(keys.queue_name("team-b"))) == b"list"
+    assert keda.zcard(keys.rq_registry_key("wip", keys.queue_name("team-b"))) == 0
+    denied(lambda: keda.zrange(keys.rq_registry_key("wip", keys.queue_name("team-b")), 0, -1))
     denied(lambda: keda.lrange(keys.rq_queue_key(keys.queue_name("team-b")), 0, -1))
     denied(lambda: keda.rpush(keys.rq_queue_key(keys.queue_name("team-b")), "x"))
     denied(lambda: keda.hgetall(keys.sweep("team-b", b.sweep_id, "meta")))

@@ -6,7 +6,9 @@
   there, no pub/sub channel (cancel reaches running jobs through the sweep's flag);
 - `worker`: every key and channel, every command but the dangerous ones (FLUSHALL, KEYS,
   CONFIG, ...), plus the few RQ and `rq info` need;
-- `keda`: LLEN on decodebench's queues, read-only;
+- `keda`: read-only TYPE, LLEN and ZCARD on decodebench's queues and started-job registries
+  (KEDA's redis scaler asks a key's TYPE, then LLEN for a list, ZCARD for a sorted set: the
+  chart's ScaledObjects sum waiting and running jobs);
 - the default user off.
 
 Passwords are read from the environment variables the tenants file names and written as
@@ -36,7 +38,7 @@ TENANT_COMMANDS = (
 # Commands a worker may not send (beyond -@dangerous), and those RQ needs from that category.
 WORKER_DENY = ("-@dangerous",)
 WORKER_ALLOW = ("+client|setname", "+client|info", "+client|list", "+info")
-KEDA_COMMANDS = ("ping", "hello", "select", "llen")
+KEDA_COMMANDS = ("ping", "hello", "select", "type", "llen", "zcard")
 
 
 def password_hash(env_var: str | None, who: str) -> str:
@@ -69,6 +71,6 @@ def render_acl(tenants: TenantsFile) -> str:
     lines.append(f"user worker on {worker_pw} ~* &* +@all {' '.join(WORKER_DENY)} {' '.join(WORKER_ALLOW)}")
     keda_pw = password_hash(tenants.keda.redis_password_env, "keda")
     keda_cmds = " ".join(f"+{c}" for c in KEDA_COMMANDS)
-    queues = f"%R~{keys.RQ_QUEUE_PREFIX}{keys.QUEUE_PREFIX}.*"
+    queues = f"%R~{keys.RQ_QUEUE_PREFIX}{keys.QUEUE_PREFIX}.* %R~{keys.rq_registry_key('wip', keys.QUEUE_PREFIX)}.*"
     lines.append(f"user keda on {keda_pw} resetkeys resetchannels -@all {queues} {keda_cmds}")
     return "\n".join(lines) + "\n"

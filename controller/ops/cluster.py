@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from worker.core import keys, settings
 from worker.core.errors import ServiceError, UsageError
-from worker.core.redisconn import redact_url
+from worker.core.redisconn import open_redis, redact_url
 
 POOL_LABEL = "decodebench.io/pool"
 QUEUES_ANNOTATION = "decodebench.io/queues"
@@ -187,12 +187,11 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 def queue_stats(redis_url: str) -> QueueStats:
     """Queue lengths and worker states from RQ. Raises ServiceError when Redis is unreachable."""
-    from redis import Redis
     from redis.exceptions import RedisError
     from rq import Queue, Worker
 
     try:
-        conn = Redis.from_url(redis_url, socket_connect_timeout=3, socket_timeout=5)
+        conn = open_redis(redis_url, socket_connect_timeout=3, socket_timeout=5)
         depth = {q.name: q.count for q in Queue.all(connection=conn)}
         workers = [(w.hostname or "", w.get_state()) for w in Worker.all(connection=conn)]
     except (RedisError, OSError, ValueError) as exc:

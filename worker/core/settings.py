@@ -70,6 +70,11 @@ _SETTINGS = [
     Setting("tenant", DEFAULT_TENANT, "Tenant (team) that owns the sweeps.", scope="controller"),
     Setting("redis_url", DEFAULT_REDIS_URL, "Redis URL (a password in it is never logged)."),
     Setting(
+        "redis_password_file",
+        None,
+        "File holding the Redis password; it replaces the URL's password, the URL's user stays (the chart mounts it).",
+    ),
+    Setting(
         "tenants_file",
         None,
         "Tenants file (YAML): weights, max_running and allowed models the workers enforce.",
@@ -190,9 +195,6 @@ _SETTINGS = [
     ),
     Setting("restart_backoff_max", 300, "Longest wait before restarting a crashed worker process.", int, scope="chart"),
     Setting("pool", None, "Name of the worker pool (labels and logs).", scope="chart"),
-    Setting(
-        "redis_password", None, "Redis password, interpolated into DECODEBENCH_REDIS_URL by the chart.", scope="chart"
-    ),
 ]
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
 

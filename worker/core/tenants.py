@@ -60,9 +60,6 @@ class Tenant(_Strict):
     models: list[str] | None = Field(
         default=None, description="Model paths or hub ids its jobs may use (any if unset)."
     )
-    store: str | None = Field(
-        default=None, description="The tenant's own store URL (e.g. its bucket); its objects live under <name>/."
-    )
     redis_password_env: str | None = Field(
         default=None, description="Environment variable holding the tenant's Redis password (for the ACL file)."
     )

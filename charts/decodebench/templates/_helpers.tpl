@@ -78,24 +78,78 @@ a dict {scheme, host, port, db, secretName, secretKey}; secretName is empty when
 {{- toJson $out }}
 {{- end }}
 
+{{/* Whether the values declare tenants (a tenants file, Redis ACL users). */}}
+{{- define "decodebench.tenantsOn" -}}
+{{- if and .Values.tenants .Values.tenants.tenants }}true{{ end }}
+{{- end }}
+
 {{/*
-Environment of every decodebench program (controller, workers, helm test). The Redis
-password comes from a Secret and is spliced into the URL by Kubernetes' $(VAR) expansion,
-so it never appears in the rendered manifest.
+Who a program logs in to Redis as: {user, secretName, secretKey}. Args: {root, role}; role is
+worker (the `worker` ACL user), controller (the ACL user of the tenant in `tenant`) or keda (`keda`).
+Without tenants: no user, the one Redis password (secretName empty when there is none).
+*/}}
+{{- define "decodebench.redisLogin" -}}
+{{- $root := .root }}
+{{- $redis := include "decodebench.redis" $root | fromJson }}
+{{- $out := dict "user" "" "secretName" $redis.secretName "secretKey" $redis.secretKey }}
+{{- if include "decodebench.tenantsOn" $root }}
+{{- $t := $root.Values.tenants }}
+{{- $_ := set $out "secretKey" "password" }}
+{{- if eq .role "controller" }}
+{{- range $t.tenants }}{{ if eq .name $root.Values.tenant }}{{ $_ := set $out "user" .name }}{{ $_ := set $out "secretName" (dig "secrets" "redis" "" .) }}{{ end }}{{ end }}
+{{- else }}
+{{- $_ := set $out "user" .role }}
+{{- $_ := set $out "secretName" (dig .role "secret" "" $t) }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/* The Redis password as a file (DECODEBENCH_REDIS_PASSWORD_FILE): the pod's volume. Args: {root, role}. */}}
+{{- define "decodebench.redisPasswordVolume" -}}
+{{- $login := include "decodebench.redisLogin" . | fromJson }}
+{{- if $login.secretName }}
+- name: redis-password
+  secret:
+    secretName: {{ $login.secretName }}
+    defaultMode: 0440
+    items:
+      - key: {{ $login.secretKey }}
+        path: password
+{{- end }}
+{{- end }}
+
+{{/* ... and its mount. Args: {root, role}. */}}
+{{- define "decodebench.redisPasswordMount" -}}
+{{- $login := include "decodebench.redisLogin" . | fromJson }}
+{{- if $login.secretName }}
+- name: redis-password
+  mountPath: /run/secrets/decodebench-redis
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+Environment of every decodebench program (controller, workers, helm test). Args: {root, role}.
+The Redis URL names the ACL user (with tenants) but holds no password: the program reads it
+from the Secret mounted as a file (DECODEBENCH_REDIS_PASSWORD_FILE), so it is in no
+environment variable and nowhere in the rendered manifest.
 */}}
 {{- define "decodebench.env" -}}
+{{- $role := .role }}
+{{- $root := .root }}
+{{- with .root }}
 {{- $redis := include "decodebench.redis" . | fromJson }}
-{{- if $redis.secretName }}
-- name: DECODEBENCH_REDIS_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ $redis.secretName }}
-      key: {{ $redis.secretKey }}
+{{- $login := include "decodebench.redisLogin" (dict "root" . "role" $role) | fromJson }}
 - name: DECODEBENCH_REDIS_URL
-  value: {{ printf "%s://:$(DECODEBENCH_REDIS_PASSWORD)@%s:%s/%s" $redis.scheme $redis.host $redis.port $redis.db | quote }}
-{{- else }}
-- name: DECODEBENCH_REDIS_URL
-  value: {{ printf "%s://%s:%s/%s" $redis.scheme $redis.host $redis.port $redis.db | quote }}
+  value: {{ printf "%s://%s%s:%s/%s" $redis.scheme (ternary (printf "%s@" $login.user) "" (ne $login.user "")) $redis.host $redis.port $redis.db | quote }}
+{{- if $login.secretName }}
+- name: DECODEBENCH_REDIS_PASSWORD_FILE
+  value: /run/secrets/decodebench-redis/password
+{{- end }}
+{{- if and (eq $role "worker") (include "decodebench.tenantsOn" .) }}
+- name: DECODEBENCH_TENANTS_FILE
+  value: /etc/decodebench/tenants.yaml
 {{- end }}
 - name: DECODEBENCH_STORE
   value: {{ printf "s3://%s/%s" .Values.store.bucket .Values.store.prefix | trimSuffix "/" | quote }}
@@ -110,12 +164,12 @@ so it never appears in the rendered manifest.
   valueFrom:
     secretKeyRef:
       name: {{ . }}
-      key: {{ $.Values.store.accessKeyIdKey }}
+      key: {{ $root.Values.store.accessKeyIdKey }}
 - name: AWS_SECRET_ACCESS_KEY
   valueFrom:
     secretKeyRef:
       name: {{ . }}
-      key: {{ $.Values.store.secretAccessKeyKey }}
+      key: {{ $root.Values.store.secretAccessKeyKey }}
 {{- end }}
 - name: DECODEBENCH_TENANT
   value: {{ .Values.tenant | quote }}
@@ -136,6 +190,7 @@ so it never appears in the rendered manifest.
   valueFrom:
     fieldRef:
       fieldPath: spec.nodeName
+{{- end }}
 {{- end }}
 
 {{/*
@@ -258,6 +313,7 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- if and $r.enabled (eq (include "decodebench.redisMaxmemory" . | int64) 0) }}
 {{- fail "redis: set redis.resources.limits.memory (or redis.maxmemory below it): without maxmemory a full Redis is OOM-killed instead of refusing writes" }}
 {{- end }}
+{{- include "decodebench.validateTenants" . }}
 {{- $seen := dict }}
 {{- range (include "decodebench.pools" . | fromJson).pools }}
 {{- if hasKey $seen .name }}
@@ -271,6 +327,38 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- if gt (int .autoscaling.minReplicas) (int .autoscaling.maxReplicas) }}
 {{- fail (printf "worker.pools[%d] (%s): autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d)" (int .index) .name (int .autoscaling.minReplicas) (int .autoscaling.maxReplicas)) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Tenants: every password must come from a Secret, under a variable name of its own. */}}
+{{- define "decodebench.validateTenants" -}}
+{{- if include "decodebench.tenantsOn" . }}
+{{- $t := .Values.tenants }}
+{{- $vars := dict }}
+{{- $names := list }}
+{{- range $i, $tenant := $t.tenants }}
+{{- $names = append $names .name }}
+{{- if not (and .redis_password_env (dig "secrets" "redis" "" .)) }}
+{{- fail (printf "tenants.tenants[%d] (%s): set redis_password_env and secrets.redis (a Secret with key `password`): Redis's ACL user of the tenant takes its password from that Secret" $i .name) }}
+{{- end }}
+{{- if hasKey $vars .redis_password_env }}
+{{- fail (printf "tenants.tenants[%d] (%s): redis_password_env %s is already the variable of %s; each password needs a variable of its own" $i .name .redis_password_env (get $vars .redis_password_env)) }}
+{{- end }}
+{{- $_ := set $vars .redis_password_env .name }}
+{{- end }}
+{{- range $who := list "worker" "keda" }}
+{{- $s := index $t $who | default dict }}
+{{- if not (and $s.redis_password_env $s.secret) }}
+{{- fail (printf "tenants.%s: set tenants.%s.secret (a Secret with key `password`) and tenants.%s.redis_password_env: with tenants, the %s Redis user has a password of its own" $who $who $who $who) }}
+{{- end }}
+{{- if hasKey $vars $s.redis_password_env }}
+{{- fail (printf "tenants.%s.redis_password_env: %s is already the variable of %s; each password needs a variable of its own" $who $s.redis_password_env (get $vars $s.redis_password_env)) }}
+{{- end }}
+{{- $_ := set $vars $s.redis_password_env $who }}
+{{- end }}
+{{- if and .Values.controller.enabled (not (has .Values.tenant $names)) }}
+{{- fail (printf "tenant: the controller logs in to Redis as its tenant's ACL user, so `tenant` (%s) must be one of tenants.tenants (%s)" .Values.tenant (join ", " $names)) }}
 {{- end }}
 {{- end }}
 {{- end }}
