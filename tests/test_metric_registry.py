@@ -23,8 +23,8 @@ SUMMARY_METRICS = [
     "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",
 ]  # fmt: skip
 ADDITIVE = [
-    "bleu", "diversity", "eos_rate", "mean_length", "mean_new_tokens", "perplexity", "rep_2", "rep_3", "rep_4",
-    "rouge_1", "rouge_2", "rouge_l",
+    "bleu", "coherence", "diversity", "eos_rate", "mean_length", "mean_new_tokens", "perplexity", "rep_2", "rep_3",
+    "rep_4", "rouge_1", "rouge_2", "rouge_l",
 ]  # fmt: skip
 HALF_SAMPLE = ["distinct_1", "distinct_2", "distinct_3", "self_bleu_4", "zipf"]
 
@@ -55,7 +55,7 @@ def test_metadata_directions_and_needs():
     assert better["rep_2"] is False and better["self_bleu_4"] is False
     assert better["mean_length"] is None and better["zipf"] is None and better["perplexity"] is None
     assert [n for n in METRICS if METRICS.get(n).needs_references] == ["bleu", "rouge_1", "rouge_2", "rouge_l"]
-    assert [n for n in METRICS if METRICS.get(n).needs_model] == ["perplexity"]
+    assert [n for n in METRICS if METRICS.get(n).needs_model] == ["coherence", "perplexity"]
 
 
 def test_every_metric_declares_how_it_aggregates_and_its_interval():

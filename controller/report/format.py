@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from controller.report.aggregate import DESIGN_COLUMNS, KEY_COLUMNS, SweepData, metric_columns
+from controller.report.ratings import RATINGS_NOTE, rating_table
 
 # The terminal table: the columns a reader scans first (empty ones are dropped).
 CONCISE = [
@@ -139,6 +140,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
             + [c for c in metric_columns(summary) if c not in DESIGN_COLUMNS],
             with_ci=bool(ci),
         ),
+        *ratings_markdown(summary),
     ]
     return "\n".join(lines)
 
@@ -156,3 +158,14 @@ def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
         },
         indent=2,
     )
+
+
+def ratings_markdown(summary: pd.DataFrame) -> list[str]:
+    table = rating_table(summary, fmt, params_label)
+    if table is None:
+        return []
+    (_, header), *rows = table
+    lines = ["## Human ratings", "", RATINGS_NOTE, "", "| cell | " + " | ".join(header) + " |"]
+    lines.append("|---|" + "---:|" * len(header))
+    lines += ["| " + " | ".join([label.replace("|", "\\|"), *cells]) + " |" for label, cells in rows]
+    return [*lines, ""]

@@ -29,7 +29,7 @@ from plotly.offline import get_plotlyjs
 from controller.metrics import METRICS
 from controller.metrics.tokenize import WORD_PATTERN
 from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
-from controller.report.format import fmt
+from controller.report.format import fmt, params_label
 from worker.strategies import STRATEGIES
 
 EXAMPLE_PROMPTS = 3
@@ -338,6 +338,8 @@ def metrics_glossary(summary: pd.DataFrame) -> str:
 
 def render_html(summary: pd.DataFrame, data: SweepData) -> str:
     """The whole page as one string."""
+    from controller.report.ratings import rating_table, ratings_html
+
     charts: list[tuple[str, dict]] = []
     scatter = quality_speed_figure(summary)
     if scatter is not None:
@@ -375,7 +377,7 @@ def render_html(summary: pd.DataFrame, data: SweepData) -> str:
 <p class="small">Click a header to sort. Empty: the metric does not apply. Hover a value for its interval.
 Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
-<h2 id="quality-speed">Quality vs speed</h2>
+{ratings_html(rating_table(summary, fmt, params_label))}<h2 id="quality-speed">Quality vs speed</h2>
 <div id="chart-quality-speed" class="chart"></div>
 <h2 id="metrics">Metrics</h2><p class="small">{e(ci_text)} The reference row is brown.</p>
 <div class="grid">{bar_divs}</div>

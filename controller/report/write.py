@@ -60,7 +60,9 @@ def build(store: Store, tenant: str, sweep: str, n_boot: int = 1000) -> tuple[Sw
     data = load_sweep(store, tenant, sweep_id)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet; see `decodebench status {sweep_id}`")
-    return data, summarize(data, n_boot=n_boot)
+    from controller.report.ratings import add_ratings, stored_ratings
+
+    return data, add_ratings(summarize(data, n_boot=n_boot), stored_ratings(store, tenant, sweep_id))
 
 
 def comparison_bytes(fmt_name: str, comparison: pd.DataFrame) -> bytes:

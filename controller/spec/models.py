@@ -148,7 +148,8 @@ class SweepSpec(_Strict):
     generation: Generation = Field(default_factory=Generation, description="Shared generation settings.")
     metrics: list[str] | None = Field(default=None, description="Quality metrics to compute; default: all that apply.")
     scorer: ModelSpec | None = Field(
-        default=None, description="Model that scores perplexity for every cell; default: each cell's own model."
+        default=None,
+        description="Model that scores perplexity and coherence for every cell; default: each cell's own model.",
     )
     job_timeout_s: int = Field(
         default=3600, ge=1, le=JOB_TIMEOUT_MAX, description="Wall-clock limit of one job on a worker (at most a year)."

@@ -140,7 +140,7 @@ class JobSpec(Strict):
     generation: GenerationSettings
     metrics: list[str] = Field(default_factory=list, description="Metrics requested by the sweep.")
     scorer: ModelSpec | None = Field(
-        default=None, description="Model that scores perplexity; None: the generating model."
+        default=None, description="Model that scores perplexity and coherence; None: the generating model."
     )
     timeout_s: int = Field(
         default=3600, ge=1, le=JOB_TIMEOUT_MAX, description="Wall-clock limit of the job on a worker."

@@ -52,3 +52,19 @@ def log_key(tenant: str, sweep_id: str, job_id: str) -> str:
 
 def report_key(tenant: str, sweep_id: str, filename: str) -> str:
     return f"{sweep_prefix(tenant, sweep_id)}/report/{filename}"
+
+
+# Human ratings beside the sweep: the export's key (which hidden item is which cell) and one sheet per rater.
+RATINGS_KEY_FILE = "key.json"
+
+
+def ratings_key(tenant: str, sweep_id: str, filename: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/ratings/{filename}"
+
+
+def rater_sheet_key(tenant: str, sweep_id: str, rater: str) -> str:
+    return ratings_key(tenant, sweep_id, f"sheets/{rater}.json")
+
+
+def rater_sheets_prefix(tenant: str, sweep_id: str) -> str:
+    return ratings_key(tenant, sweep_id, "sheets/")

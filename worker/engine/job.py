@@ -30,7 +30,7 @@ from worker.engine.device import device_info, resolve_device
 from worker.engine.engine_info import auto_batch_size, engine_record
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.sampling import generation_seed
-from worker.engine.scoring import score_nll
+from worker.engine.scoring import SCORED_METRICS, score_nll
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.store import Store, jsonl_bytes
 from worker.strategies import variant_label
@@ -107,7 +107,7 @@ def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Dec
 
 def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size: int):
     """Each generation's (nll_sum, nll_count) under the scorer, and the scorer's info."""
-    if job.metrics and "perplexity" not in job.metrics:
+    if job.metrics and not SCORED_METRICS.intersection(job.metrics):
         return {}, None
     scorer = runtime.cache.get(job.scorer, runtime.device) if job.scorer else lm
     pairs, ids = [], []

@@ -1,10 +1,13 @@
-"""Scoring generations under a model: the token negative log-likelihoods behind perplexity."""
+"""Scoring generations under a model: the token negative log-likelihoods behind perplexity and coherence."""
 
 from __future__ import annotations
 
 import torch
 
 from worker.engine.models import LoadedModel
+
+# The metrics computed from each generation's nll_sum/nll_count: a job asking for any of them is scored.
+SCORED_METRICS = frozenset({"perplexity", "coherence"})
 
 
 def score_nll(

@@ -1,0 +1,137 @@
+"""Blinded rating sheets: sample items across cells, hide which cell each is, one CSV and one HTML per rater.
+
+`export_sheets(data, ...)` is pure: it returns the key (which hidden item id is which cell and
+prompt; stored beside the sweep, never given to raters) and each rater's sheet. Items are drawn
+reproducibly (`seed`) and stratified: `items` generations spread evenly over the cells, so every
+cell is rated; the prompt set's reference for each drawn prompt is mixed in as a control (the
+`reference` row). Each rater sees every item, in an order shuffled for that rater. A sheet
+carries only an opaque item id, the prompt and the text: no model, strategy or cell name.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import random
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from controller.report.aggregate import REFERENCE, SweepData
+from worker.core.errors import UsageError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+SCORES = range(1, 6)
+FIXED_COLUMNS = ["item", "rater", "prompt", "text"]
+
+
+@dataclass
+class Sheets:
+    """An export: the key (item id -> {cell, prompt_id, job_seed}) and each rater's items in their order."""
+
+    key: dict[str, Any]
+    items: dict[str, list[dict[str, str]]]  # rater -> [{"item", "prompt", "text"}]
+
+
+def check_names(kind: str, names: list[str]) -> list[str]:
+    """Raters and criteria: short names of letters, digits, '-' and '_', each once."""
+    bad = [n for n in names if not NAME.match(n)]
+    if bad or not names or len(set(names)) != len(names):
+        raise UsageError(f"{kind}: give distinct names of letters, digits, '-' and '_' (got {', '.join(names)!r})")
+    return names
+
+
+def _quotas(n_items: int, cells: list[str]) -> dict[str, int]:
+    if n_items < len(cells):
+        raise UsageError(f"--items {n_items} is fewer than the sweep's {len(cells)} cells; every cell must be rated")
+    base, extra = divmod(n_items, len(cells))
+    return {c: base + (i < extra) for i, c in enumerate(cells)}
+
+
+def sample_items(data: SweepData, n_items: int, seed: int) -> list[dict[str, Any]]:
+    """Generations drawn per cell (stratified), then the references of the drawn prompts; each with a hidden id."""
+    by_cell: dict[str, list] = defaultdict(list)
+    for g in data.generations:
+        by_cell[g.cell].append(g)
+    cells = sorted(by_cell)
+    if not cells:
+        raise UsageError(f"sweep {data.sweep_id} has no generations to rate")
+    rng = random.Random(seed)
+    drawn = []
+    for cell, quota in _quotas(n_items, cells).items():
+        records = sorted(by_cell[cell], key=lambda g: (g.prompt_id, g.job_seed))
+        drawn += [
+            {"cell": cell, "prompt_id": g.prompt_id, "job_seed": g.job_seed, "prompt": g.prompt, "text": g.text}
+            for g in rng.sample(records, min(quota, len(records)))
+        ]
+    prompts = {p.id: p for p in data.prompts}
+    for pid in sorted({d["prompt_id"] for d in drawn}):
+        if pid in prompts and prompts[pid].reference:
+            p = prompts[pid]
+            drawn.append(
+                {"cell": REFERENCE, "prompt_id": pid, "job_seed": None, "prompt": p.prompt, "text": p.reference}
+            )
+    ids = set()
+    for d in drawn:
+        while (item := f"i{rng.getrandbits(40):010x}") in ids:
+            pass
+        ids.add(item)
+        d["item"] = item
+    return drawn
+
+
+def export_sheets(data: SweepData, n_items: int, raters: list[str], criteria: list[str], seed: int = 0) -> Sheets:
+    """The key and every rater's shuffled items (see the module doc)."""
+    check_names("--raters", raters)
+    check_names("--criteria", criteria)
+    drawn = sample_items(data, n_items, seed)
+    key = {
+        "seed": seed,
+        "criteria": criteria,
+        "raters": raters,
+        "items": {d["item"]: {k: d[k] for k in ("cell", "prompt_id", "job_seed")} for d in drawn},
+    }
+    items: dict[str, list[dict[str, str]]] = {}
+    for rater in raters:
+        order = [{"item": d["item"], "prompt": d["prompt"], "text": d["text"]} for d in drawn]
+        random.Random(f"{seed}:{rater}").shuffle(order)
+        items[rater] = order
+    return Sheets(key, items)
+
+
+def sheet_csv(rater: str, items: list[dict[str, str]], criteria: list[str]) -> bytes:
+    """One rater's sheet: item, rater, prompt, text and an empty column per criterion (1-5 to fill in)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(FIXED_COLUMNS + criteria)
+    for it in items:
+        writer.writerow([it["item"], rater, it["prompt"], it["text"]] + [""] * len(criteria))
+    return buf.getvalue().encode()
+
+
+def sheet_html(rater: str, items: list[dict[str, str]], criteria: list[str]) -> bytes:
+    """An offline page: one item at a time, keys 1-5 score the current criterion, the sheet is exported as CSV."""
+    payload = json.dumps({"rater": rater, "criteria": criteria, "columns": FIXED_COLUMNS, "items": items})
+    payload = payload.replace("<", "\\u003c")  # no '</script>' inside the data
+    script = resources.files("controller.report").joinpath("assets/rating.js").read_text()
+    title = html.escape(f"Rating sheet: {rater}")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font:16px/1.5 system-ui,sans-serif;max-width:48rem;margin:2rem auto;padding:0 1rem}}
+.prompt{{color:#555}}.text{{white-space:pre-wrap;border-left:3px solid #ccc;padding-left:1rem}}
+.crit.cur{{font-weight:bold;background:#ffe}}.small{{color:#666;font-size:.85rem}}</style></head><body>
+<h1>{title}</h1>
+<p class="small">Read the prompt and its continuation. Keys <b>1</b>-<b>5</b> score the highlighted criterion
+(1 worst, 5 best) and move on; <b>←</b>/<b>→</b> go to the previous/next text; <b>e</b> or the button saves
+your scores as a CSV file to send back.</p>
+<div id="pos"></div><p class="prompt" id="prompt"></p><p class="text" id="text"></p><div id="crits"></div>
+<p><button id="export" type="button">Save my scores (CSV)</button> <span id="done" class="small"></span></p>
+<script type="application/json" id="sheet">{payload}</script>
+<script>
+{script}</script>
+</body></html>
+""".encode()
