@@ -13,33 +13,11 @@ import pytest
 
 import controller.report.intervals
 from controller.metrics import INTERVALS, METRICS, CellData, Metric, cell_data, column_sums, compute_metrics, ratio
+from tests.helpers_metrics import ADDITIVE, HALF_SAMPLE, SUMMARY_METRICS, cell, value
 from worker.core.contract import GenerationRecord
 from worker.core.errors import UsageError
 
 pytestmark = pytest.mark.pure
-
-SUMMARY_METRICS = [
-    "mean_length", "rep_2", "rep_3", "rep_4", "diversity", "distinct_1", "distinct_2", "distinct_3",
-    "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",
-]  # fmt: skip
-ADDITIVE = [
-    "bleu", "coherence", "diversity", "eos_rate", "mean_length", "mean_new_tokens", "perplexity", "rep_2", "rep_3",
-    "rep_4", "rouge_1", "rouge_2", "rouge_l",
-]  # fmt: skip
-HALF_SAMPLE = ["distinct_1", "distinct_2", "distinct_3", "self_bleu_4", "zipf"]
-
-
-def cell(*texts: str, **fields) -> CellData:
-    """A cell from plain texts; `fields` are per-generation lists (reference=[...], ...)."""
-    records = [{"text": t} for t in texts]
-    for key, values in fields.items():
-        for record, value in zip(records, values, strict=True):
-            record[key] = value
-    return cell_data(records)
-
-
-def value(name: str, c: CellData) -> float | None:
-    return METRICS.get(name).fn(c)
 
 
 def test_every_summary_metric_is_registered_at_corpus_level():

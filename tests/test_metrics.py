@@ -7,40 +7,14 @@ import random
 
 import pytest
 
-from controller.metrics import METRICS, CellData, cell_data, compute_metrics
+from controller.metrics import compute_metrics
 from controller.metrics.reference import bleu_signature
 from controller.metrics.selfbleu import self_bleu, self_bleu_scores
 from controller.metrics.tokenize import ngrams, word_tokenize
 from controller.metrics.zipf import zipf_coefficient
+from tests.helpers_metrics import cell, value
 
 pytestmark = pytest.mark.pure
-
-SUMMARY_METRICS = [
-    "mean_length", "rep_2", "rep_3", "rep_4", "diversity", "distinct_1", "distinct_2", "distinct_3",
-    "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",
-]  # fmt: skip
-ADDITIVE = [
-    "bleu", "coherence", "diversity", "eos_rate", "mean_length", "mean_new_tokens", "perplexity", "rep_2", "rep_3",
-    "rep_4", "rouge_1", "rouge_2", "rouge_l",
-]  # fmt: skip
-HALF_SAMPLE = ["distinct_1", "distinct_2", "distinct_3", "self_bleu_4", "zipf"]
-
-
-def cell(*texts: str, **fields) -> CellData:
-    """A cell from plain texts; `fields` are per-generation lists (reference=[...], ...)."""
-    records = [{"text": t} for t in texts]
-    for key, values in fields.items():
-        for record, value in zip(records, values, strict=True):
-            record[key] = value
-    return cell_data(records)
-
-
-def value(name: str, c: CellData) -> float | None:
-    return METRICS.get(name).fn(c)
-
-
-# --- registry ---------------------------------------------------------------------------
-
 
 # --- tokenizer ----------------------------------------------------------------------------
 
