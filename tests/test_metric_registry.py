@@ -32,8 +32,8 @@ def test_metadata_directions_and_needs():
     assert better["diversity"] is True and better["distinct_2"] is True and better["bleu"] is True
     assert better["rep_2"] is False and better["self_bleu_4"] is False
     assert better["mean_length"] is None and better["zipf"] is None and better["perplexity"] is None
-    assert [n for n in METRICS if METRICS.get(n).needs_references] == ["bleu", "rouge_1", "rouge_2", "rouge_l"]
-    assert [n for n in METRICS if METRICS.get(n).needs_model] == ["coherence", "perplexity"]
+    assert [n for n in METRICS if METRICS.get(n).needs_references] == ["bleu", "mauve", "rouge_1", "rouge_2", "rouge_l"]
+    assert [n for n in METRICS if METRICS.get(n).needs_model] == ["coherence", "mauve", "perplexity"]
 
 
 def test_every_metric_declares_how_it_aggregates_and_its_interval():

@@ -8,7 +8,16 @@ aggregates with it. How a metric declares its aggregation and interval:
     values = compute_metrics(cell)       # {"rep_2": 0.01, "bleu": None, ...}
 """
 
-from controller.metrics import distinct, length, likelihood, reference, repetition, selfbleu, zipf  # noqa: F401
+from controller.metrics import (  # noqa: F401
+    distinct,
+    divergence,
+    length,
+    likelihood,
+    reference,
+    repetition,
+    selfbleu,
+    zipf,
+)
 from controller.metrics.registry import (
     INTERVALS,
     METRICS,

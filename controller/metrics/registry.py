@@ -59,6 +59,8 @@ class CellData:
     nll_sum: list[float | None] = field(default_factory=list)
     nll_count: list[int | None] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
+    features: list[list[float] | None] = field(default_factory=list)
+    reference_features: list[list[float] | None] = field(default_factory=list)
 
     def subset(self, idx: Sequence[int] | np.ndarray) -> CellData:
         """The cell restricted to the generations `idx`, in that order (repetitions allowed)."""
@@ -75,6 +77,8 @@ class CellData:
             nll_sum=pick(self.nll_sum),
             nll_count=pick(self.nll_count),
             token_ids=pick(self.token_ids),
+            features=pick(self.features),
+            reference_features=pick(self.reference_features),
         )
 
 
@@ -258,8 +262,8 @@ def cell_data(records: Iterable[Mapping[str, Any] | Any]) -> CellData:
     is a function of the whole multiset of generations, so order and sharding do not
     change a value. Only `text` is required. `n_new_tokens`, `stop_reason` and
     `token_ids` are kept only when every record has them (otherwise the metrics that
-    need them are empty); `reference`, `nll_sum` and `nll_count` stay aligned, with None
-    where a record has none.
+    need them are empty); `reference`, `nll_sum`, `nll_count`, `features` and
+    `reference_features` stay aligned, with None where a record has none.
 
     The reference row of a prompt set is `cell_data({"text": ref} for ref in refs)`:
     it has no references of its own, so BLEU/ROUGE are empty for it.
@@ -275,6 +279,8 @@ def cell_data(records: Iterable[Mapping[str, Any] | Any]) -> CellData:
         nll_sum=[_field(r, "nll_sum") for r in recs],
         nll_count=[_field(r, "nll_count") for r in recs],
         token_ids=_all_or_nothing([_field(r, "token_ids") for r in recs]),
+        features=[_field(r, "features") for r in recs],
+        reference_features=[_field(r, "reference_features") for r in recs],
     )
 
 

@@ -159,6 +159,7 @@ def _resolve_paths(spec: SweepSpec, base: Path, check_paths: bool, locate: Locat
     update: dict[str, Any] = {
         "models": [resolve_model(m, ("models", i)) for i, m in enumerate(spec.models)],
         "scorer": resolve_model(spec.scorer, ("scorer",)),
+        "featurizer": resolve_model(spec.featurizer, ("featurizer",)),
         "strategies": [resolve_params(i, e) for i, e in enumerate(spec.strategies)],
     }
     if spec.prompts.path is not None:

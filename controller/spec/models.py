@@ -20,7 +20,16 @@ from pydantic_core import PydanticCustomError
 
 from controller.metrics import METRICS
 from worker.core import settings
-from worker.core.contract import JOB_TIMEOUT_MAX, SEED_MAX, SEED_MIN, GenerationSettings, ModelSpec, PromptItem
+from worker.core.contract import (
+    FEATURIZER_MAX_TOKENS,
+    FEATURIZER_MAX_TOKENS_LIMIT,
+    JOB_TIMEOUT_MAX,
+    SEED_MAX,
+    SEED_MIN,
+    GenerationSettings,
+    ModelSpec,
+    PromptItem,
+)
 from worker.core.errors import short
 from worker.strategies import STRATEGIES
 
@@ -150,6 +159,17 @@ class SweepSpec(_Strict):
     scorer: ModelSpec | None = Field(
         default=None,
         description="Model that scores perplexity and coherence for every cell; default: each cell's own model.",
+    )
+    featurizer: ModelSpec | None = Field(
+        default=None,
+        description="Model whose final hidden state at a text's last token is its MAUVE feature, for every cell "
+        "(a local path or hub id; the published MAUVE numbers used gpt2-large); default: none, MAUVE is empty.",
+    )
+    featurizer_max_tokens: int = Field(
+        default=FEATURIZER_MAX_TOKENS,
+        ge=1,
+        le=FEATURIZER_MAX_TOKENS_LIMIT,
+        description="Prompt + text is cut to its first this many featurizer tokens before featurizing.",
     )
     job_timeout_s: int = Field(
         default=3600, ge=1, le=JOB_TIMEOUT_MAX, description="Wall-clock limit of one job on a worker (at most a year)."

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from controller.spec.models import SweepSpec, expand_grid, over_limit, spec_hash
 from controller.spec.prompts import load_prompts
 from worker.core import settings
-from worker.core.contract import JobSpec, PromptItem, StrategySpec
+from worker.core.contract import FEATURIZER_MAX_TOKENS, JobSpec, PromptItem, StrategySpec
 from worker.core.errors import UsageError
 from worker.core.settings import check_tenant
 from worker.strategies import get_strategy, variant_label
@@ -53,6 +53,13 @@ def check_size(spec: SweepSpec, n_prompts: int) -> int:
 
 
 _LATER_DEFAULTS = [("models", "attention", "sdpa"), ("generation", "static_cache", False)]
+# top-level settings added later: left out of the sweep id while they have their default
+_LATER_TOP_DEFAULTS = [("featurizer", None), ("featurizer_max_tokens", FEATURIZER_MAX_TOKENS)]
+
+
+def _extra_models(normalised: dict) -> list[dict]:
+    """The sweep-wide models besides the cells' own (scorer, featurizer) that are set."""
+    return [normalised[k] for k in ("scorer", "featurizer") if normalised.get(k)]
 
 
 def compute_sweep_id(
@@ -62,7 +69,10 @@ def compute_sweep_id(
     local model paths taken relative to the spec file, defaults filled in."""
     normalised = spec.model_dump(mode="json", exclude={"description"})
     # settings added after sweeps existed count only when set, so those sweeps keep their ids
-    models = normalised["models"] + ([normalised["scorer"]] if normalised["scorer"] else [])
+    for name, default in _LATER_TOP_DEFAULTS:
+        if normalised.get(name) == default:
+            normalised.pop(name, None)
+    models = normalised["models"] + _extra_models(normalised)
     for section, name, default in _LATER_DEFAULTS:
         for entry in models if section == "models" else [normalised[section]]:
             if entry.get(name) == default:
@@ -71,7 +81,7 @@ def compute_sweep_id(
         "items": spec_hash([p.model_dump() for p in prompts]),
         "shard_size": spec.prompts.shard_size,
     }
-    for model in normalised["models"] + ([normalised["scorer"]] if normalised["scorer"] else []):
+    for model in normalised["models"] + _extra_models(normalised):
         model["path"] = spec.portable_path(model["path"])
     normalised["strategies"] = []
     for v in variants(spec) if strategies is None else strategies:
@@ -119,6 +129,8 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
                             generation=settings,
                             metrics=metrics,
                             scorer=spec.scorer,
+                            featurizer=spec.featurizer,
+                            featurizer_max_tokens=spec.featurizer_max_tokens,
                             timeout_s=spec.job_timeout_s,
                         )
                     )

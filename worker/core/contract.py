@@ -20,6 +20,9 @@ SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 MAX_NEW_TOKENS = 2**20
 MAX_BATCH_SIZE = 2**16
 JOB_TIMEOUT_MAX = 365 * 24 * 3600
+# MAUVE features: texts cut to their first FEATURIZER_MAX_TOKENS tokens (mauve-text's default max_text_length).
+FEATURIZER_MAX_TOKENS = 1024
+FEATURIZER_MAX_TOKENS_LIMIT = 2**16
 
 
 class Strict(BaseModel):
@@ -142,6 +145,16 @@ class JobSpec(Strict):
     scorer: ModelSpec | None = Field(
         default=None, description="Model that scores perplexity and coherence; None: the generating model."
     )
+    featurizer: ModelSpec | None = Field(
+        default=None,
+        description="Model whose last-token final hidden state is each text's MAUVE feature; None: no features.",
+    )
+    featurizer_max_tokens: int = Field(
+        default=FEATURIZER_MAX_TOKENS,
+        ge=1,
+        le=FEATURIZER_MAX_TOKENS_LIMIT,
+        description="Texts are cut to their first this many featurizer tokens before featurizing (as mauve does).",
+    )
     timeout_s: int = Field(
         default=3600, ge=1, le=JOB_TIMEOUT_MAX, description="Wall-clock limit of the job on a worker."
     )
@@ -167,6 +180,12 @@ class GenerationRecord(Strict):
     batch: int = Field(description="Index of the batch that produced it within its job.")
     nll_sum: float | None = Field(default=None, description="Sum of token negative log-likelihoods under the scorer.")
     nll_count: int | None = Field(default=None, description="Tokens scored.")
+    features: list[float] | None = Field(
+        default=None, description="MAUVE feature of prompt + text under the sweep's featurizer (None: not computed)."
+    )
+    reference_features: list[float] | None = Field(
+        default=None, description="MAUVE feature of prompt + reference under the featurizer (None: no reference)."
+    )
 
 
 class BatchTiming(Strict):

@@ -28,6 +28,7 @@ from worker.engine import generate as gen
 from worker.engine.batching import AutoBatch, buckets
 from worker.engine.device import device_info, resolve_device
 from worker.engine.engine_info import auto_batch_size, engine_record
+from worker.engine.features import FEATURE_METRICS, featurize
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.sampling import generation_seed
 from worker.engine.scoring import SCORED_METRICS, score_nll
@@ -53,7 +54,9 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
 
-def _provenance(job: JobSpec, runtime: Runtime, model_info: dict, scorer_info: dict | None) -> dict[str, Any]:
+def _provenance(
+    job: JobSpec, runtime: Runtime, model_info: dict, scorer_info: dict | None, featurizer_info: dict | None
+) -> dict[str, Any]:
     import transformers
 
     return {
@@ -70,6 +73,7 @@ def _provenance(job: JobSpec, runtime: Runtime, model_info: dict, scorer_info: d
         "device": runtime.device_info,
         "model": model_info,
         "scorer": scorer_info,
+        "featurizer": featurizer_info,
         "seed": job.seed,
         "seeding": "each generation's seed = sha256(job seed, prompt id); see worker.engine.sampling",
     }
@@ -121,6 +125,20 @@ def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size:
     return dict(zip(ids, score_nll(scorer, pairs, batch_size))), (scorer.info if job.scorer else None)
 
 
+def _features(job: JobSpec, runtime: Runtime, outputs, batch_size: int):
+    """prompt id -> (features of prompt + text, of prompt + reference or None), and the featurizer's info."""
+    if job.featurizer is None or (job.metrics and not FEATURE_METRICS.intersection(job.metrics)):
+        return {}, None
+    featurizer = runtime.cache.get(job.featurizer, runtime.device)
+    items = [(p, text) for prompts, part in outputs for p, text in zip(prompts, part.texts)]
+    refs = [p for p, _ in items if p.reference is not None]
+    feats = featurize(featurizer, [p.prompt + t for p, t in items], job.featurizer_max_tokens, batch_size)
+    ref_feats = featurize(featurizer, [p.prompt + p.reference for p in refs], job.featurizer_max_tokens, batch_size)
+    by_ref = {p.id: f for p, f in zip(refs, ref_feats)}
+    info = {**featurizer.info, "max_tokens": job.featurizer_max_tokens, "feature": "final hidden state, last token"}
+    return {p.id: (f, by_ref.get(p.id)) for (p, _), f in zip(items, feats)}, info
+
+
 def _plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, notes: list[str]):
     """The shard tokenised once, the batch size (fixed or auto), the length-bucketed batches; and their record."""
     ids = lm.tokenizer([p.prompt for p in job.prompts])["input_ids"]
@@ -147,24 +165,13 @@ def _plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen
     return [[job.prompts[i] for i in batch] for batch in order], bs, info
 
 
-def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationRecord]]:
-    """Generate and measure one job; touches no store."""
-    started = _now()
-    lm = runtime.cache.get(job.model, runtime.device)
-    decoding = gen.configure_decoding(lm, job.strategy, job.generation)
-    notes: list[str] = list(decoding.notes)
-    if decoding.assistant_path is not None:
-        decoding.assistant = runtime.cache.get(
-            ModelSpec(path=decoding.assistant_path, dtype=job.model.dtype), runtime.device
-        )
-    seed_of = {p.id: generation_seed(job.seed, p.id) for p in job.prompts}
-    batches, bs, batch_info = _plan_batches(job, runtime, lm, decoding, notes)
-    outputs, memory = _generate(job, runtime, lm, decoding, batches, seed_of, notes)
-    scores, scorer_info = _score(job, runtime, lm, outputs, bs)
+def _records(job: JobSpec, outputs, seed_of: dict, scores: dict, features: dict) -> list[GenerationRecord]:
+    """The job's generation records, with their scores and features, in the shard's order."""
     records = []
     for index, (prompts, part) in enumerate(outputs):
         for p, text, ids, reason in zip(prompts, part.texts, part.token_ids, part.stop_reasons):
             nll_sum, nll_count = scores.get(p.id, (None, None))
+            feats, ref_feats = features.get(p.id, (None, None))
             records.append(
                 GenerationRecord(
                     job_id=job.job_id,
@@ -184,10 +191,31 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
                     batch=index,
                     nll_sum=nll_sum,
                     nll_count=nll_count,
+                    features=feats,
+                    reference_features=ref_feats,
                 )
             )
     position = {p.id: i for i, p in enumerate(job.prompts)}
     records.sort(key=lambda r: position[r.prompt_id])  # the shard's order, whatever the buckets
+    return records
+
+
+def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationRecord]]:
+    """Generate and measure one job; touches no store."""
+    started = _now()
+    lm = runtime.cache.get(job.model, runtime.device)
+    decoding = gen.configure_decoding(lm, job.strategy, job.generation)
+    notes: list[str] = list(decoding.notes)
+    if decoding.assistant_path is not None:
+        decoding.assistant = runtime.cache.get(
+            ModelSpec(path=decoding.assistant_path, dtype=job.model.dtype), runtime.device
+        )
+    seed_of = {p.id: generation_seed(job.seed, p.id) for p in job.prompts}
+    batches, bs, batch_info = _plan_batches(job, runtime, lm, decoding, notes)
+    outputs, memory = _generate(job, runtime, lm, decoding, batches, seed_of, notes)
+    scores, scorer_info = _score(job, runtime, lm, outputs, bs)
+    features, featurizer_info = _features(job, runtime, outputs, bs)
+    records = _records(job, outputs, seed_of, scores, features)
     result = JobResult(
         job=job,
         started_at=started,
@@ -198,7 +226,7 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         n_generations=len(records),
         new_tokens=sum(r.n_new_tokens for r in records),
         memory=memory,
-        provenance=_provenance(job, runtime, lm.info, scorer_info),
+        provenance=_provenance(job, runtime, lm.info, scorer_info, featurizer_info),
         notes=notes,
         engine=engine_record(lm, decoding, runtime, batch_info, [part.timing for _, part in outputs]),
     )
