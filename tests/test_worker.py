@@ -199,7 +199,19 @@ def test_transient_failure_is_retried_with_backoff(conn, store, tiny_model, monk
     assert calls.count(calls[0]) == 2 and first.retries_left == 2
 
 
-def test_sigterm_requeues_the_running_job_and_exits(conn, store, tiny_model):
+def test_sigterm_requeues_the_running_job_and_exits(conn, store, tiny_model, monkeypatch):
+    import worker.engine.job
+
+    real, started = worker.engine.job.run_job, threading.Event()
+
+    def slow_first(job, **kw):
+        """The first job runs until the worker interrupts it (a bundled-model job can end before SIGTERM lands)."""
+        if not started.is_set():
+            started.set()
+            time.sleep(60)
+        return real(job, **kw)
+
+    monkeypatch.setattr(worker.engine.job, "run_job", slow_first)
     out = submit(conn, store, tiny_model)
     victim: list[str] = []
 
