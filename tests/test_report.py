@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from controller.cli import Group
 from controller.cli.report import report
 from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, summarize
-from controller.report.format import markdown_table
+from controller.report.format import markdown_table, summary_markdown
 from controller.report.html import mark_repeats, pareto_front, render_html
 from controller.report.write import write_reports
 from tests.helpers_report import make_sweep, write_sweep
@@ -209,3 +209,18 @@ def test_api_loads_summary_and_generations(tmp_path):
     # ... and recomputed when a job completed since.
     store.delete(paths.result_key(data.tenant, data.sweep_id, data.results[0].job.job_id))
     assert (load_summary(data.sweep_id, store=store, n_boot=0)["tokens_per_s"].dropna() > 0).all()
+
+
+def test_the_report_names_the_models_behind_model_based_metrics():
+    """Perplexity, coherence and MAUVE compare only under the same scorer and featurizer: the report says which."""
+    from controller.report.format import model_based_metrics
+
+    data = make_sweep()
+    assert model_based_metrics(data) == "Perplexity and coherence scored by each cell's own model."
+    data.spec["scorer"] = {"path": "/models/judge-7b"}
+    data.spec["featurizer"] = {"path": "/models/gpt2-large", "name": "gpt2-large"}
+    data.spec["featurizer_max_tokens"] = 512
+    text = model_based_metrics(data)
+    assert text == ("Perplexity and coherence scored by judge-7b. MAUVE features from gpt2-large (at most 512 tokens).")
+    assert text in render_html(summarize(data, n_boot=0), data)  # html.escape leaves this text as it is
+    assert text in summary_markdown(summarize(data, n_boot=0), data)

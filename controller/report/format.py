@@ -107,6 +107,24 @@ def compare_table(comparison: pd.DataFrame) -> str:
     return markdown_table(frame, cols)
 
 
+def model_based_metrics(data: SweepData) -> str:
+    """Which models the model-based metrics used: the scorer (perplexity, coherence) and the
+    MAUVE featurizer with its max length, as the sweep set them (values compare only under the same)."""
+    spec = data.sweep_spec
+
+    def label(model) -> str | None:
+        if not isinstance(model, dict) or not model.get("path"):
+            return None
+        return str(model.get("name") or str(model["path"]).rstrip("/").split("/")[-1])
+
+    scorer = label(spec.get("scorer")) or "each cell's own model"
+    text = f"Perplexity and coherence scored by {scorer}."
+    featurizer = label(spec.get("featurizer"))
+    if featurizer:
+        text += f" MAUVE features from {featurizer} (at most {spec.get('featurizer_max_tokens', 1024)} tokens)."
+    return text
+
+
 def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     name = data.name
     ci = summary.attrs.get("ci")
@@ -116,6 +134,8 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         "",
         f"Tenant `{data.tenant}`, {done}, {len(data.generations)} generation(s). "
         f"Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
+        "",
+        model_based_metrics(data),
         "",
     ]
     if ci:

@@ -29,7 +29,7 @@ from plotly.offline import get_plotlyjs
 from controller.metrics import METRICS
 from controller.metrics.tokenize import WORD_PATTERN
 from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
-from controller.report.format import fmt, params_label
+from controller.report.format import fmt, model_based_metrics, params_label
 from worker.strategies import STRATEGIES
 
 EXAMPLE_PROMPTS = 3
@@ -385,7 +385,7 @@ Columns: {e(columns)}; then extras.</p>
 <p class="small">The first seed's generation of each cell for the same prompt; <mark>marked</mark>: a word
 {MARK_N}-gram repeating an earlier one of the same text.</p>
 {examples(summary, data)}
-<h2 id="glossary">Glossary</h2>{metrics_glossary(summary)}
+<h2 id="glossary">Glossary</h2><p class="small">{e(model_based_metrics(data))}</p>{metrics_glossary(summary)}
 <h2 id="provenance">Spec and provenance</h2>
 <h3>Provenance of the complete jobs</h3>{provenance(data)}
 <h3>Spec</h3><pre>{e(json.dumps(data.spec, indent=2, sort_keys=True, default=str))}</pre>
