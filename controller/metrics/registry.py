@@ -187,21 +187,10 @@ def metric(
 
     Its interval is the delete-half jackknife ("half-sample"), or "none".
     """
-    return registry.decorator(
-        name,
-        lambda fn: Metric(
-            name=name,
-            description=description,
-            level=level,
-            higher_is_better=higher_is_better,
-            needs_references=needs_references,
-            needs_model=needs_model,
-            fn=fn,
-            interval=interval,
-            citation=citation,
-            unit=unit,
-        ),
-    )
+    fields = dict(description=description, level=level, higher_is_better=higher_is_better,
+                  needs_references=needs_references, needs_model=needs_model, interval=interval,
+                  citation=citation, unit=unit)  # fmt: skip
+    return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
 
 
 def additive_metric(
@@ -224,22 +213,10 @@ def additive_metric(
     percentile bootstrap over prompts from the same statistics ("bootstrap"), unless
     declared otherwise.
     """
-    return registry.decorator(
-        name,
-        lambda per_item: Metric(
-            name=name,
-            description=description,
-            level=level,
-            higher_is_better=higher_is_better,
-            needs_references=needs_references,
-            needs_model=needs_model,
-            per_item=per_item,
-            combine=combine,
-            interval=interval,
-            citation=citation,
-            unit=unit,
-        ),
-    )
+    fields = dict(description=description, level=level, higher_is_better=higher_is_better,
+                  needs_references=needs_references, needs_model=needs_model, interval=interval,
+                  citation=citation, unit=unit)  # fmt: skip
+    return registry.decorator(name, lambda per_item: Metric(name=name, per_item=per_item, combine=combine, **fields))
 
 
 def _field(record: Any, name: str) -> Any:
