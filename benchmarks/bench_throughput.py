@@ -2,14 +2,16 @@
 
 `make bench` runs this on the CPU; `--device cuda:0` runs the same comparisons on a GPU and
 adds the GPU section (benchmarks/throughput_gpu.py). Every pair runs interleaved, round
-after round, and the ratios are of medians; each ratio is > 1 where decodebench is faster:
+after round; a ratio is the median of the rounds' ratios (each side's tokens/s is the
+median of its rounds); each ratio is > 1 where decodebench is faster:
 
 - vs_generate: decodebench (local mode's `generate_job`) against a hand-written loop of
   `model.generate()` over the same batches, prompts and settings (greedy; the outputs are
   checked identical);
 - vs_generate_mixed: the same on prompts whose lengths vary 4x, with a stop string so that
   rows end at different steps (where length buckets and compaction pay);
-- vs_pipeline: against the per-prompt loop of `pipeline("text-generation")` (batch size 1);
+- vs_pipeline: against the per-prompt loop of `pipeline("text-generation")` (batch size 1),
+  on the whole bundled held-out prompt set (128 prompts: one job of a sweep cell);
 - auto_vs_best: `batch_size: auto` against the best of several hand-picked batch sizes (the
   probe runs once before the rounds, as it does once per model, device and lengths);
 - sampler_vs_transformers: decodebench's seeded sampling (top-p 0.9, every generation its
@@ -163,7 +165,9 @@ def rounds(sides: dict, n: int, device) -> tuple[dict, dict]:
 
 
 def ratio(a: dict, b: dict) -> float:
-    return round(a["tokens_per_s"] / b["tokens_per_s"], 3)
+    """The median of the per-round ratios: each round's two sides ran back to back, so a
+    machine that slows down or speeds up between rounds moves both sides of a round alike."""
+    return round(statistics.median(x / y for x, y in zip(a["rounds"], b["rounds"])), 3)
 
 
 def environment(device: str, runtime: Runtime) -> dict:
@@ -229,7 +233,8 @@ def compare_pipeline(runtime, lm, model, args) -> dict:
         f"{'vs_pipeline':24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
         f"pipeline() per prompt {stats['pipeline_loop']['tokens_per_s']:9.1f} tok/s   x{r:.2f}"
     )
-    return {"vs_pipeline": {"ratio": r, **stats, "decodebench_batch_size": "auto"}}
+    used = generate_job(job(model, prompts, batch_size="auto", max_new=args.new), runtime)[0].engine["batch_size"]
+    return {"vs_pipeline": {"ratio": r, **stats, "prompts": len(prompts), "decodebench_batch_size": used}}
 
 
 def compare_auto(runtime, lm, model, args) -> dict:
@@ -270,7 +275,7 @@ def main() -> None:
     ap.add_argument("--model", default=str(REPO / "examples/models/austen-small"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--pipeline-prompts", type=int, default=32)
+    ap.add_argument("--pipeline-prompts", type=int, default=128)
     ap.add_argument("--new", type=int, default=48)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32])

@@ -220,7 +220,7 @@ def test_assisted_decoding_equals_greedy(tiny_model, small_model, runtime):
 
 def test_cuda_oom_halves_the_batch_and_says_so(tiny_model, runtime, monkeypatch):
     calls = []
-    real = engine.generate_batch
+    real = engine.run_batch
 
     def flaky(lm, plan, prompts, seeds):
         calls.append(len(prompts))
@@ -228,7 +228,7 @@ def test_cuda_oom_halves_the_batch_and_says_so(tiny_model, runtime, monkeypatch)
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated at batch > 1)")
         return real(lm, plan, prompts, seeds)
 
-    monkeypatch.setattr(engine, "generate_batch", flaky)
+    monkeypatch.setattr(engine, "run_batch", flaky)
     result, records = generate_job(job(tiny_model, "greedy", batch_size=4, prompts=PROMPTS[:4]), runtime)
     assert len(records) == 4 and calls[:3] == [4, 2, 1]
     assert any("halved" in n for n in result.notes)

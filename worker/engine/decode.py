@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.engine.kvcache import preallocated_cache
+
 # GenerationConfig fields that make generate() add processors this loop does not build.
 _UNSUPPORTED_IF_SET = (
     "bad_words_ids",
@@ -59,10 +61,11 @@ class Finished:
 
 @dataclass
 class DecodeOutput:
-    tokens: list[list[int]]  # per original row, every token it was given (cut later at its finish)
+    tokens: torch.Tensor  # (rows, steps) on the CPU: every token a row was given (cut later at its finish)
     finished: Finished
     steps: int  # decoding steps run (the longest row)
     compactions: int  # times finished rows were dropped from the batch
+    kv_cache: str  # "preallocated" (worker.engine.kvcache) or "dynamic" (transformers' own)
 
 
 def _cache_keyword(model) -> str:
@@ -71,23 +74,42 @@ def _cache_keyword(model) -> str:
 
 
 class _Rows:
-    """The live rows of the batch and their per-step state; `keep` compacts them."""
+    """The live rows of the batch and their per-step state; `keep` compacts them.
 
-    def __init__(self, input_ids, attn, eos, pad):
-        batch, device = input_ids.shape[0], input_ids.device
-        self.ids, self.attn = input_ids, attn
+    Token ids and the attention mask live in buffers of the batch's final width (prompt
+    + max_new_tokens) and grow by writing a column, not by concatenation; `ids` and
+    `attn` are views of the filled part.
+    """
+
+    def __init__(self, input_ids, attn, eos, pad, max_new: int):
+        batch, width = input_ids.shape
+        device = input_ids.device
+        self.pad = pad if pad is not None else (eos[0] if eos else 0)
+        self._ids = input_ids.new_full((batch, width + max_new), self.pad)
+        self._attn = attn.new_ones((batch, width + max_new))
+        self._ids[:, :width], self._attn[:, :width] = input_ids, attn
+        self.width = width
+        self.pos = attn.sum(-1, keepdim=True) - 1  # the position of each row's last token
         self.live = torch.arange(batch, device=device)  # original index of each live row
         self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
         self.n_new = torch.full((batch,), -1, dtype=torch.long, device=device)
         self.at_eos = torch.zeros(batch, dtype=torch.bool, device=device)
         self.eos = torch.tensor(eos, dtype=torch.long, device=device)
-        self.pad = pad if pad is not None else (eos[0] if eos else 0)
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return self._ids[:, : self.width]
+
+    @property
+    def attn(self) -> torch.Tensor:
+        return self._attn[:, : self.width]
 
     def advance(self, nxt, scores, step: int, stop) -> torch.Tensor:
         """Append this step's tokens (pad for finished rows), mark rows that end here."""
-        nxt = torch.where(self.unfinished, nxt, torch.full_like(nxt, self.pad))
-        self.ids = torch.cat([self.ids, nxt[:, None]], dim=-1)
-        self.attn = torch.cat([self.attn, self.attn.new_ones(self.attn.shape[0], 1)], dim=-1)
+        nxt = torch.where(self.unfinished, nxt, self.pad)
+        self._ids[:, self.width] = nxt
+        self.width += 1
+        self.pos += 1
         is_eos = torch.isin(nxt, self.eos)
         ends = is_eos | stop(self.ids, scores) if stop is not None else is_eos
         newly = ends & self.unfinished
@@ -97,7 +119,7 @@ class _Rows:
         return nxt
 
     def keep(self, index, cache, sampler) -> None:
-        self.ids, self.attn = self.ids[index], self.attn[index]
+        self._ids, self._attn, self.pos = self._ids[index], self._attn[index], self.pos[index]
         self.live, self.unfinished = self.live[index], self.unfinished[index]
         cache.batch_select_indices(index)
         if sampler is not None:
@@ -106,15 +128,18 @@ class _Rows:
 
 def decode(model, enc, config, *, clock, processors, warpers, sampler, stop, eos, check_every: int) -> DecodeOutput:
     """Greedy search (sampler None) or seeded sampling on one encoded batch, compacting as rows finish."""
-    rows = _Rows(enc["input_ids"], enc["attention_mask"], eos, config.pad_token_id)
-    batch, max_new = rows.ids.shape[0], config.max_new_tokens
+    max_new = config.max_new_tokens
+    rows = _Rows(enc["input_ids"], enc["attention_mask"], eos, config.pad_token_id, max_new)
+    batch = rows.ids.shape[0]
     tokens = torch.full((batch, max_new), rows.pad, dtype=torch.long, device=rows.ids.device)
     cache_kw = _cache_keyword(model)
     extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     steps = compactions = 0
     with torch.inference_mode():
         pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=rows.ids, attention_mask=rows.attn, position_ids=pos, use_cache=True, **extra)
+        prealloc = preallocated_cache(model, rows.width + max_new)
+        first = {cache_kw: prealloc} if prealloc is not None else {}
+        out = model(input_ids=rows.ids, attention_mask=rows.attn, position_ids=pos, use_cache=True, **extra, **first)
         cache = getattr(out, cache_kw)
         for step in range(max_new):
             scores = clock(rows.ids, out.logits[:, -1].to(dtype=torch.float32, copy=True))
@@ -135,14 +160,14 @@ def decode(model, enc, config, *, clock, processors, warpers, sampler, stop, eos
                 if live.numel() < rows.live.numel():
                     rows.keep(live, cache, sampler)
                     compactions += 1
-            pos = rows.attn.sum(-1, keepdim=True) - 1
             out = model(
                 input_ids=rows.ids[:, -1:],
                 attention_mask=rows.attn,
-                position_ids=pos,
+                position_ids=rows.pos,
                 use_cache=True,
                 **{cache_kw: cache},
             )
             cache = getattr(out, cache_kw)
     finished = Finished(rows.n_new.tolist(), rows.at_eos.tolist())
-    return DecodeOutput(tokens[:, :steps].tolist(), finished, steps, compactions)
+    kind = "dynamic" if prealloc is None else "preallocated"
+    return DecodeOutput(tokens[:, :steps].cpu(), finished, steps, compactions, kind)

@@ -20,16 +20,24 @@ from worker.engine.telemetry import EnergyCounter
 
 
 def _cpu_probe(lm: LoadedModel, decoding, job: JobSpec, order: list[int]):
-    """seconds per generated token of a short batch of the longest prompts, at a given size."""
-    steps = min(batching.CPU_PROBE_STEPS, job.generation.max_new_tokens)
+    """Seconds per generated token at a given size, from a short batch of the longest prompts.
+
+    The probe runs a few steps; its prefill and per-step decode times are extrapolated to
+    the job's max_new_tokens (a real batch pays one prefill over many steps, so timing the
+    short run as it is would favour small batches, whose prefill is cheaper).
+    """
+    max_new = job.generation.max_new_tokens
+    steps = min(batching.CPU_PROBE_STEPS, max_new)
     config = decoding.config.__class__(**{**decoding.config.to_dict(), "max_new_tokens": steps})
     config.min_new_tokens = steps
     short = dataclasses.replace(decoding, config=config)
 
     def run(size: int) -> float:
         prompts = [job.prompts[i] for i in order[:size]]
-        best = min(gen.generate_batch(lm, short, prompts, [0] * size).timing.total_s for _ in range(2))
-        return best / (size * steps)
+        timings = [gen.generate_batch(lm, short, prompts, [0] * size).timing for _ in range(2)]
+        prefill = min(t.prefill_s for t in timings)
+        per_step = min(t.decode_s for t in timings) / max(steps - 1, 1)
+        return (prefill + per_step * (max_new - 1)) / (size * max_new)
 
     return run
 
@@ -60,11 +68,14 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
     return runtime.batch_sizes.size(key, probe)
 
 
-def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, timings: list[BatchTiming]) -> dict[str, Any]:
-    """What result.json's `engine` says about how the job ran."""
+def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, parts: list) -> dict[str, Any]:
+    """What result.json's `engine` says about how the job ran (`parts`: the job's BatchOutputs)."""
+    timings: list[BatchTiming] = [part.timing for part in parts]
     compactions = [t.compactions for t in timings if t.compactions is not None]
     energy = [t.energy_j for t in timings]
     cache = decoding.config.cache_implementation or "dynamic"
+    if parts and all(part.kv_cache == "preallocated" for part in parts):
+        cache = "preallocated (worker.engine.kvcache: one buffer per batch, written in place)"
     return {
         "decode_loop": "worker.engine.decode (finished rows dropped)"
         if decoding.own_loop

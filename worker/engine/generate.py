@@ -22,7 +22,7 @@ from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, St
 from worker.engine import decode as own_loop
 from worker.engine.models import LoadedModel
 from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_modifiers, build_warpers
-from worker.engine.timing import StepClock, synchronize
+from worker.engine.timing import StepClock, StepTimes, synchronize
 from worker.strategies import get_strategy
 
 log = structlog.get_logger("decodebench.engine")
@@ -130,6 +130,7 @@ class BatchOutput:
     stop_reasons: list[str]
     prompt_ids: list[list[int]]
     timing: BatchTiming
+    kv_cache: str | None = None  # the own loop's KV cache ("preallocated" or "dynamic"); None: generate()'s
 
 
 def eos_ids(cfg: GenerationConfig) -> list[int]:
@@ -189,7 +190,7 @@ def encode(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem]) -> di
 
 
 def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int]):
-    """The compacting loop (worker.engine.decode): (new token rows, finish recorder, steps, compactions)."""
+    """The compacting loop (worker.engine.decode): its output and a finish recorder of its rows' ends."""
     cfg, device = decoding.config, lm.device
     prompt_len = enc["input_ids"].shape[1]
     sampler = warpers = None
@@ -213,20 +214,35 @@ def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int
     for row, (n, at_eos) in enumerate(zip(out.finished.n_new, out.finished.at_eos)):
         if n > 0:
             recorder.finished[row] = (n, "eos" if at_eos else "stop_string")
-    return out.tokens, recorder, out.steps, out.compactions
+    return out, recorder
 
 
-def generate_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], seeds: list[int]) -> BatchOutput:
-    """One batch of prompts through the compacting loop or generate(), timed."""
-    tok, device = lm.tokenizer, lm.device
+@dataclass
+class RawBatch:
+    """A batch as the device left it: its new tokens and prompts on the CPU, not yet texts."""
+
+    n: int
+    input_ids: torch.Tensor  # (rows, prompt width), CPU
+    attention_mask: torch.Tensor
+    new: torch.Tensor  # (rows, steps), CPU
+    recorder: FinishRecorder | None
+    times: StepTimes
+    steps: int
+    compactions: int | None
+    kv_cache: str | None
+
+
+def run_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], seeds: list[int]) -> RawBatch:
+    """The device half of a batch: one timed pass of the compacting loop or generate(), tokens copied back."""
+    device = lm.device
     enc = encode(lm, decoding, prompts)
     prompt_len = enc["input_ids"].shape[1]
     clock = StepClock(device)
-    compactions = None
     if decoding.own_loop:
         clock.start()
-        new, recorder, steps, compactions = _decode_own(lm, decoding, enc, clock, seeds)
+        out, recorder = _decode_own(lm, decoding, enc, clock, seeds)
         times = clock.stop()
+        new, steps, compactions, kv = out.tokens, out.steps, out.compactions, out.kv_cache
     else:
         processors = LogitsProcessorList([clock])
         if decoding.warpers_cfg is not None:
@@ -235,34 +251,46 @@ def generate_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem
         criteria = StoppingCriteriaList()
         recorder = None
         if decoding.config.num_beams == 1 and decoding.assistant is None:
-            stop = StopStringCriteria(tok, decoding.stop) if decoding.stop else None
+            stop = StopStringCriteria(lm.tokenizer, decoding.stop) if decoding.stop else None
             recorder = FinishRecorder(prompt_len, eos_ids(decoding.config), stop, len(prompts), device)
             criteria.append(recorder)
         clock.start()
         out = _run(lm, decoding, enc, processors, criteria)
         times = clock.stop()
-        new, steps = out[:, prompt_len:].tolist(), out.shape[1] - prompt_len
-    texts, ids, reasons = _finish(tok, decoding, new, recorder)
-    mask = enc["attention_mask"].tolist()
-    prompt_ids = [[t for t, m in zip(r, mr) if m] for r, mr in zip(enc["input_ids"].tolist(), mask)]
+        new, steps, compactions, kv = out[:, prompt_len:].cpu(), out.shape[1] - prompt_len, None, None
+    ids, mask = enc["input_ids"].cpu(), enc["attention_mask"].cpu()
+    return RawBatch(len(prompts), ids, mask, new, recorder, times, steps, compactions, kv)
+
+
+def finish_batch(tok, decoding: Decoding, raw: RawBatch) -> BatchOutput:
+    """The host half of a batch: rows cut at their ends, detokenised, measured (no device work)."""
+    texts, ids, reasons = _finish(tok, decoding, raw.new.tolist(), raw.recorder)
+    mask = raw.attention_mask.tolist()
+    prompt_ids = [[t for t, m in zip(r, mr) if m] for r, mr in zip(raw.input_ids.tolist(), mask)]
+    times = raw.times
     timing = BatchTiming(
-        n=len(prompts),
-        batch_size=len(prompts),
-        input_tokens=int(enc["attention_mask"].sum()),
+        n=raw.n,
+        batch_size=raw.n,
+        input_tokens=int(raw.attention_mask.sum()),
         new_tokens=sum(len(s) for s in ids),
         prefill_s=times.prefill_s,
         total_s=times.total_s,
         decode_s=max(times.total_s - times.prefill_s, 0.0),
-        steps=steps,
-        compactions=compactions,
+        steps=raw.steps,
+        compactions=raw.compactions,
     )
-    return BatchOutput(texts, ids, reasons, prompt_ids, timing)
+    return BatchOutput(texts, ids, reasons, prompt_ids, timing, raw.kv_cache)
 
 
-def generate_with_oom_retry(lm: LoadedModel, decoding: Decoding, prompts, seeds, notes: list[str]) -> list[BatchOutput]:
-    """Generate a batch; on CUDA out-of-memory, halve it and retry each half (recorded in notes)."""
+def generate_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], seeds: list[int]) -> BatchOutput:
+    """One batch of prompts, device and host halves in turn (the job overlaps them: worker.engine.job)."""
+    return finish_batch(lm.tokenizer, decoding, run_batch(lm, decoding, prompts, seeds))
+
+
+def run_with_oom_retry(lm: LoadedModel, decoding: Decoding, prompts, seeds, notes: list[str]) -> list[RawBatch]:
+    """A batch's device half; on CUDA out-of-memory, halve it and retry each half (recorded in notes)."""
     try:
-        return [generate_batch(lm, decoding, prompts, seeds)]
+        return [run_batch(lm, decoding, prompts, seeds)]
     except torch.cuda.OutOfMemoryError:
         if len(prompts) == 1:
             raise
@@ -270,7 +298,7 @@ def generate_with_oom_retry(lm: LoadedModel, decoding: Decoding, prompts, seeds,
         half = len(prompts) // 2
         notes.append(f"CUDA out of memory at batch size {len(prompts)}: halved to {half} and retried")
         log.warning("batch.oom", batch_size=len(prompts), retry_with=half)
-        return generate_with_oom_retry(lm, decoding, prompts[:half], seeds[:half], notes) + generate_with_oom_retry(
+        return run_with_oom_retry(lm, decoding, prompts[:half], seeds[:half], notes) + run_with_oom_retry(
             lm, decoding, prompts[half:], seeds[half:], notes
         )
 

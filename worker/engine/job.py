@@ -9,12 +9,14 @@ retry never doubles a result.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import hashlib
 import os
 import platform
 import socket
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
@@ -80,33 +82,47 @@ def _provenance(
 
 
 def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, batches, seed_of, notes):
-    """Every batch of the job, measured: [(prompts, BatchOutput)] and the memory readings."""
+    """Every batch of the job, measured: [(prompts, BatchOutput)] and the memory readings.
+
+    A batch's host half (copying tokens out, detokenising, cutting at stop strings,
+    measuring) runs on a finisher thread while the device runs the next batch, so the
+    device does not wait for text. The finisher runs in the job's logging context.
+    """
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)
-    outputs = []
     energy = EnergyCounter(runtime.device)
-    with Sampler(runtime.device) as sampler:
+    pending = []
+    with Sampler(runtime.device) as sampler, ThreadPoolExecutor(1, thread_name_prefix="decodebench-finish") as pool:
         for batch in batches:
             before = energy.read()
-            done = gen.generate_with_oom_retry(lm, decoding, batch, [seed_of[p.id] for p in batch], notes)
+            raws = gen.run_with_oom_retry(lm, decoding, batch, [seed_of[p.id] for p in batch], notes)
             joules = energy.joules(before, energy.read())
-            tokens = sum(part.timing.new_tokens for part in done)
-            offset = 0
-            for part in done:
-                if joules is not None:  # an OOM-split batch shares its energy by tokens
-                    part.timing.energy_j = round(joules * part.timing.new_tokens / max(tokens, 1), 4)
-                outputs.append((batch[offset : offset + part.timing.n], part))
-                offset += part.timing.n
-                log.info(
-                    "batch.done",
-                    n=part.timing.n,
-                    new_tokens=part.timing.new_tokens,
-                    total_s=round(part.timing.total_s, 4),
-                    prefill_s=round(part.timing.prefill_s, 4),
-                )
+            context = contextvars.copy_context()
+            pending.append((batch, joules, [pool.submit(context.run, _finish, lm, decoding, raw) for raw in raws]))
+        outputs = [out for batch, joules, parts in pending for out in _split(batch, joules, parts)]
     torch_peak = torch.cuda.max_memory_allocated(runtime.device) / 2**20 if runtime.device.type == "cuda" else None
     memory = {"torch_peak_mb": round(torch_peak, 2) if torch_peak is not None else None, **sampler.summary()}
     return outputs, memory
+
+
+def _finish(lm: LoadedModel, decoding: gen.Decoding, raw: gen.RawBatch) -> gen.BatchOutput:
+    part = gen.finish_batch(lm.tokenizer, decoding, raw)
+    t = part.timing
+    log.info("batch.done", n=t.n, new_tokens=t.new_tokens, total_s=round(t.total_s, 4), prefill_s=round(t.prefill_s, 4))
+    return part
+
+
+def _split(batch, joules: float | None, futures) -> list[tuple[list, gen.BatchOutput]]:
+    """A batch's finished parts with their prompts; an OOM-split batch shares its energy by tokens."""
+    parts = [f.result() for f in futures]
+    tokens = sum(part.timing.new_tokens for part in parts)
+    out, offset = [], 0
+    for part in parts:
+        if joules is not None:
+            part.timing.energy_j = round(joules * part.timing.new_tokens / max(tokens, 1), 4)
+        out.append((batch[offset : offset + part.timing.n], part))
+        offset += part.timing.n
+    return out
 
 
 def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size: int):
@@ -228,7 +244,7 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         memory=memory,
         provenance=_provenance(job, runtime, lm.info, scorer_info, featurizer_info),
         notes=notes,
-        engine=engine_record(lm, decoding, runtime, batch_info, [part.timing for _, part in outputs]),
+        engine=engine_record(lm, decoding, runtime, batch_info, [part for _, part in outputs]),
     )
     return result, records
 

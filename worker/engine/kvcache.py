@@ -1,0 +1,104 @@
+"""A KV cache that is written in place: one allocation per batch instead of one per token.
+
+transformers' `DynamicLayer` grows each layer's keys and values by `torch.cat` at every
+step: every token copies the whole cache of every layer into a fresh allocation, which is
+quadratic in the length and, on CPU, the largest single cost of a decode step for small
+models (measured in docs/performance.md). `PreallocatedLayer` allocates the batch's final
+length once (prompt + max_new_tokens) and writes each step's keys and values into it;
+attention reads a view of the filled part, so the values are the same tensors the
+dynamic layer would hold and greedy outputs are unchanged token for token.
+
+`preallocated_cache(model, length)` returns a `DynamicCache` with such layers where the
+model's layers are plain full-attention layers, and None otherwise (sliding-window,
+linear-attention or hybrid layers keep transformers' own cache).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A full-attention layer's keys and values in buffers of the batch's final length."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        batch, heads, _, dim = key_states.shape
+        self._k = key_states.new_empty(batch, heads, self.capacity, dim)
+        self._v = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+
+    def _grow(self, needed: int) -> None:
+        """Past the planned length (a caller that runs longer): double, as a list would."""
+        self.capacity = max(needed, 2 * self.capacity)
+        k, v = self._k, self._v
+        self._k = k.new_empty(*k.shape[:2], self.capacity, k.shape[-1])
+        self._v = v.new_empty(*v.shape[:2], self.capacity, v.shape[-1])
+        self._k[:, :, : self.length] = k[:, :, : self.length]
+        self._v[:, :, : self.length] = v[:, :, : self.length]
+
+    def _views(self) -> None:
+        self.keys = self._k[:, :, : self.length]
+        self.values = self._v[:, :, : self.length]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            self._grow(end)
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self._views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self._views()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.batch_select_indices(beam_idx.to(self.device))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of tokens to remove")
+        if self.is_initialized and tokens_to_remove:
+            self.length = max(self.length + tokens_to_remove, 0)
+            self._views()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            self._k = self._k.repeat_interleave(repeats, dim=0)
+            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self._views()
+
+    def reset(self) -> None:
+        self._k = self._v = None
+        self.length = 0
+        super().reset()
+
+
+def preallocated_cache(model, length: int) -> DynamicCache | None:
+    """A cache of `PreallocatedLayer`s for `length` positions, or None where the model's layers are not plain."""
+    try:
+        cache = DynamicCache(config=model.config)
+    except Exception:  # a config transformers' cache cannot read: keep its default
+        return None
+    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        return None
+    cache.layers = [PreallocatedLayer(length) for _ in cache.layers]
+    return cache
