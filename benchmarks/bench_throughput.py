@@ -219,22 +219,31 @@ def compare_generate(runtime, lm, model, args) -> dict:
     return out
 
 
-def compare_pipeline(runtime, lm, model, args) -> dict:
-    """decodebench as a sweep runs it (batch_size: auto) against pipeline() one prompt at a time."""
+def pipeline_pair(runtime, model: str, args) -> dict:
+    """One model: decodebench as a sweep runs it (batch_size: auto) against pipeline() one prompt at a time."""
+    lm = runtime.cache.get(ModelSpec(path=model), runtime.device)
     prompts = uniform_prompts(args.pipeline_prompts)
-    generate_job(job(model, prompts, batch_size="auto", max_new=args.new), runtime)  # the probe, once, untimed
+    probe, _ = generate_job(job(model, prompts, batch_size="auto", max_new=args.new), runtime)  # probes once, untimed
     sides = {
         "decodebench": ours(runtime, job(model, prompts, batch_size="auto", max_new=args.new)),
         "pipeline_loop": hand_pipeline(lm, prompts, args.new),
     }
     stats, _ = rounds(sides, args.rounds, runtime.device)
     r = ratio(stats["decodebench"], stats["pipeline_loop"])
+    name = f"vs_pipeline [{Path(model).name}, {lm.info['n_params'] / 1e6:.1f}M]"
     print(
-        f"{'vs_pipeline':24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
+        f"{name:24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
         f"pipeline() per prompt {stats['pipeline_loop']['tokens_per_s']:9.1f} tok/s   x{r:.2f}"
     )
-    used = generate_job(job(model, prompts, batch_size="auto", max_new=args.new), runtime)[0].engine["batch_size"]
-    return {"vs_pipeline": {"ratio": r, **stats, "prompts": len(prompts), "decodebench_batch_size": used}}
+    used = probe.engine["batch_size"]
+    return {"ratio": r, **stats, "model": model, "prompts": len(prompts), "decodebench_batch_size": used}
+
+
+def compare_pipeline(runtime, lm, model, args) -> dict:
+    """vs_pipeline on the benchmark's model; the other bundled models beside it under `by_model`."""
+    main = pipeline_pair(runtime, model, args)
+    others = {Path(m).name: pipeline_pair(runtime, m, args) for m in args.pipeline_also if Path(m) != Path(model)}
+    return {"vs_pipeline": {**main, "by_model": {k: v["ratio"] for k, v in others.items()}, "others": others}}
 
 
 def compare_auto(runtime, lm, model, args) -> dict:
@@ -276,6 +285,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--pipeline-prompts", type=int, default=128)
+    ap.add_argument(
+        "--pipeline-also",
+        nargs="*",
+        default=[str(REPO / "examples/models/austen-tiny")],
+        help="other models for vs_pipeline, reported under details.vs_pipeline.by_model",
+    )
     ap.add_argument("--new", type=int, default=48)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32])

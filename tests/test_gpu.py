@@ -5,7 +5,7 @@ CUDA_VISIBLE_DEVICES), torch peak memory and NVML sampling in results, reduced
 precision, and the throughput engine: compaction, auto batch size, energy, the static
 cache with torch.compile and the GPU benchmark section. (Batch halving on CUDA
 out-of-memory is checked on the CPU in test_engine.py, with the error raised by a fault
-injected into generate_batch.)
+injected into run_batch.)
 """
 
 from __future__ import annotations

@@ -22,11 +22,12 @@ from controller.metrics import METRICS
 from worker.core import settings
 from worker.core.contract import (
     FEATURIZER_MAX_TOKENS,
-    FEATURIZER_MAX_TOKENS_LIMIT,
-    JOB_TIMEOUT_MAX,
+    JOB_TIMEOUT_DEFAULT,
     SEED_MAX,
     SEED_MIN,
+    FeaturizerMaxTokens,
     GenerationSettings,
+    JobTimeoutS,
     ModelSpec,
     PromptItem,
 )
@@ -165,14 +166,12 @@ class SweepSpec(_Strict):
         description="Model whose final hidden state at a text's last token is its MAUVE feature, for every cell "
         "(a local path or hub id; the published MAUVE numbers used gpt2-large); default: none, MAUVE is empty.",
     )
-    featurizer_max_tokens: int = Field(
+    featurizer_max_tokens: FeaturizerMaxTokens = Field(
         default=FEATURIZER_MAX_TOKENS,
-        ge=1,
-        le=FEATURIZER_MAX_TOKENS_LIMIT,
         description="Prompt + text is cut to its first this many featurizer tokens before featurizing.",
     )
-    job_timeout_s: int = Field(
-        default=3600, ge=1, le=JOB_TIMEOUT_MAX, description="Wall-clock limit of one job on a worker (at most a year)."
+    job_timeout_s: JobTimeoutS = Field(
+        default=JOB_TIMEOUT_DEFAULT, description="Wall-clock limit of one job on a worker (at most a year)."
     )
     # The spec file's directory: local paths enter the sweep id relative to it, so the same
     # sweep checked out in two places has one id.

@@ -7,7 +7,7 @@ pickle) through RQ and is recorded verbatim in the job's `result.json`.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -23,6 +23,10 @@ JOB_TIMEOUT_MAX = 365 * 24 * 3600
 # MAUVE features: texts cut to their first FEATURIZER_MAX_TOKENS tokens (mauve-text's default max_text_length).
 FEATURIZER_MAX_TOKENS = 1024
 FEATURIZER_MAX_TOKENS_LIMIT = 2**16
+JOB_TIMEOUT_DEFAULT = 3600
+# The bounds a sweep and a job share (each declares its field with its own description).
+FeaturizerMaxTokens = Annotated[int, Field(ge=1, le=FEATURIZER_MAX_TOKENS_LIMIT)]
+JobTimeoutS = Annotated[int, Field(ge=1, le=JOB_TIMEOUT_MAX)]
 
 
 class Strict(BaseModel):
@@ -149,15 +153,11 @@ class JobSpec(Strict):
         default=None,
         description="Model whose last-token final hidden state is each text's MAUVE feature; None: no features.",
     )
-    featurizer_max_tokens: int = Field(
+    featurizer_max_tokens: FeaturizerMaxTokens = Field(
         default=FEATURIZER_MAX_TOKENS,
-        ge=1,
-        le=FEATURIZER_MAX_TOKENS_LIMIT,
         description="Texts are cut to their first this many featurizer tokens before featurizing (as mauve does).",
     )
-    timeout_s: int = Field(
-        default=3600, ge=1, le=JOB_TIMEOUT_MAX, description="Wall-clock limit of the job on a worker."
-    )
+    timeout_s: JobTimeoutS = Field(default=JOB_TIMEOUT_DEFAULT, description="Wall-clock limit of the job on a worker.")
 
 
 class GenerationRecord(Strict):
