@@ -197,6 +197,40 @@ def test_pickle_weights_load_when_the_sweep_opts_in(tmp_path):
     assert loaded.info["n_params"] > 0 and len(loaded.tokenizer) > 1
 
 
+def _flip_middle(name: str):
+    def damage(d: Path) -> None:
+        data = bytearray((d / name).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (d / name).write_bytes(bytes(data))
+
+    return damage
+
+
+# pickle weights of a sweep that opted in (use_safetensors: false), damaged after conversion
+PICKLE_DAMAGES = {
+    "truncated": (_cut("pytorch_model.bin", lambda n: n // 2), "an incomplete zip archive (truncated?)"),
+    "empty": (_cut("pytorch_model.bin", lambda n: 0), "neither a zip archive"),
+    "altered": (_flip_middle("pytorch_model.bin"), "fails its CRC"),
+    "text": (lambda d: (d / "pytorch_model.bin").write_text("not weights"), "neither a zip archive"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PICKLE_DAMAGES))
+def test_damaged_pickle_weights_of_an_opted_in_sweep_are_one_permanent_reason(tmp_path, name):
+    import torch
+
+    from worker.engine.models import load
+
+    d = damaged(tmp_path, "pickle_only")
+    damage, expected = PICKLE_DAMAGES[name]
+    damage(d)
+    with pytest.raises(PermanentJobError) as info:
+        load(ModelSpec(path=str(d), name=name, use_safetensors=False), torch.device("cpu"))
+    reason = str(info.value)
+    assert "pytorch_model.bin is not a readable torch checkpoint" in reason and expected in reason, reason
+    assert "\n" not in reason and len(reason) < 400, reason
+
+
 def test_jobs_of_broken_models_fail_for_good_and_the_worker_goes_on(conn, store, tiny_model, tmp_path):
     from controller.launch import submit as cq
     from controller.spec.load import parse_spec

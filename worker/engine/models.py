@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,34 @@ def _check_local(spec: ModelSpec, local: Path) -> None:
                 f"weights only in pickle form ({', '.join(pickles[:3])}); convert them to safetensors, "
                 "or set use_safetensors: false on the model for a checkpoint you trust",
             )
+        for name in pickles:
+            problem = _torch_archive_problem(local / name)
+            if problem:
+                raise _refused(spec, f"{name} is not a readable torch checkpoint: {problem}")
+
+
+def _torch_archive_problem(path: Path) -> str | None:
+    """Why a pickle weights file cannot be a torch checkpoint (None: it may be one).
+
+    torch.save writes a zip archive (checked member by member against its CRCs, so a
+    truncated or altered file is named here rather than failing inside torch.load with an
+    error that cannot be told from a device error); the legacy format is a bare pickle
+    (protocol 2 or later, first byte 0x80).
+    """
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+            return f"a damaged zip archive ({_first(err)})"
+        return f"a damaged zip archive (member {bad} fails its CRC)" if bad else None
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head.startswith(b"\x80"):
+        return None
+    if head.startswith(b"PK"):
+        return "an incomplete zip archive (truncated?)"
+    return "neither a zip archive (torch.save) nor a pickle (empty or another format?)"
 
 
 def _check_fit(spec: ModelSpec, model, info: dict, tokenizer) -> None:
