@@ -32,6 +32,8 @@ STRATEGIES = [
 
 def memory_bandwidth(device) -> tuple[float | None, str]:
     """Bytes/s of the device's memory: 2 x memory clock x bus width (double data rate), from torch or NVML."""
+    if torch.device(device).type != "cuda":
+        return None, "not a CUDA device"
     props = torch.cuda.get_device_properties(device)
     clock_khz, bus_bits = getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
     if clock_khz and bus_bits:
@@ -49,12 +51,13 @@ def memory_bandwidth(device) -> tuple[float | None, str]:
         return None, "unknown"
 
 
-def build_model(folder: Path, tokenizer_from: str) -> tuple[str, int]:
-    """A random-weight GPT-2 (124M) in bfloat16 with the bundled tokenizer; its path and weight bytes."""
+def build_model(folder: Path, tokenizer_from: str, **shape) -> tuple[str, int]:
+    """A random-weight GPT-2 (124M, or `shape`'s GPT2Config sizes) in bfloat16 with the bundled tokenizer;
+    its path and weight bytes."""
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    config = GPT2Config(bos_token_id=0, eos_token_id=0, pad_token_id=0, **shape)
     model = GPT2LMHeadModel(config).to(torch.bfloat16)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(folder)
@@ -103,15 +106,21 @@ def _row(result, weight_bytes: int, bandwidth: float | None, batch_size) -> dict
     return row
 
 
-def gpu_section(runtime, tokenizer_from: str, prompts: list[PromptItem], budget_s: float = 240.0, max_new: int = 64):
-    """Every strategy at batch size 1 and auto, within `budget_s` (strategies left over are listed as skipped)."""
+def gpu_section(
+    runtime, tokenizer_from: str, prompts: list[PromptItem], budget_s: float = 240.0, max_new: int = 64, **shape
+):
+    """Every strategy at batch size 1 and auto, within `budget_s` (strategies left over are listed as skipped).
+
+    `shape` (GPT2Config sizes) shrinks the model: the CPU suite runs the section that way, so
+    that its code has run before a GPU host's few minutes are spent on it.
+    """
     start = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="decodebench-gpt2-"))
     try:
-        model, weight_bytes = build_model(folder, tokenizer_from)
+        model, weight_bytes = build_model(folder, tokenizer_from, **shape)
         bandwidth, how = memory_bandwidth(runtime.device)
         out = {
-            "model": "GPT-2 124M from GPT2Config, random weights, bfloat16",
+            "model": "GPT-2 from GPT2Config, random weights, bfloat16" + (f", {shape}" if shape else " (124M)"),
             "weight_bytes": weight_bytes,
             "memory_bandwidth_gb_s": round(bandwidth / 1e9, 1) if bandwidth else None,
             "bandwidth_source": how,

@@ -206,3 +206,18 @@ def test_static_cache_opt_in_is_recorded_and_changes_no_token(tiny_model, runtim
     _, dyn_records = generate_job(job(tiny_model, "greedy", max_new=8, prompts=MIXED[:4]), runtime)
     assert [r.token_ids for r in records] == [r.token_ids for r in dyn_records]
     assert math.isfinite(dynamic.batches[0].total_s)
+
+
+def test_the_gpu_benchmark_section_runs_on_the_cpu_at_a_small_shape(tiny_model, runtime):
+    """The GPU section's code runs here (a 2-layer GPT-2), so a GPU host's minutes go to figures, not typos."""
+    from benchmarks.throughput_gpu import STRATEGIES, gpu_section
+    from worker.core.contract import PromptItem
+
+    prompts = [PromptItem(id=f"b{i}", prompt=p) for i, p in enumerate(AUSTEN_PROMPTS[:3])]
+    out = gpu_section(runtime, tiny_model, prompts, budget_s=120, max_new=3, n_layer=2, n_embd=32, n_head=2)
+    assert not out["skipped"] and set(out["rows"]) == {f"{n}@{b}" for n, _ in STRATEGIES for b in (1, "auto")}
+    assert out["memory_bandwidth_gb_s"] is None and out["bandwidth_source"] == "not a CUDA device"
+    assert all(row["tokens_per_s"] > 0 and row["joules_per_1k_tokens"] is None for row in out["rows"].values())
+    loops = {label: row["decode_loop"] for label, row in out["rows"].items()}
+    assert loops["greedy@1"].startswith("worker.engine.decode") and loops["beam@1"] == "transformers generate()"
+    assert loops["contrastive@1"].startswith("the strategy's own loop")

@@ -68,6 +68,14 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
     return runtime.batch_sizes.size(key, probe)
 
 
+def _loop_name(decoding) -> str:
+    if decoding.own_loop:
+        return "worker.engine.decode (finished rows dropped)"
+    if decoding.loop is not None:
+        return f"the strategy's own loop ({decoding.loop})"
+    return "transformers generate()"
+
+
 def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, parts: list) -> dict[str, Any]:
     """What result.json's `engine` says about how the job ran (`parts`: the job's BatchOutputs)."""
     timings: list[BatchTiming] = [part.timing for part in parts]
@@ -77,9 +85,7 @@ def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, parts: l
     if parts and all(part.kv_cache == "preallocated" for part in parts):
         cache = "preallocated (worker.engine.kvcache: one buffer per batch, written in place)"
     return {
-        "decode_loop": "worker.engine.decode (finished rows dropped)"
-        if decoding.own_loop
-        else "transformers generate()",
+        "decode_loop": _loop_name(decoding),
         "batch_size": batch_info,
         "dtype": lm.info["dtype"],
         "attention": lm.info.get("attention"),
