@@ -80,8 +80,8 @@ def test_worker_pins_by_uuid_and_refuses_missing_device(small_model):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == uuid
     n = torch.cuda.device_count()
-    exe = os.path.join(os.path.dirname(sys.executable), "decodebench-worker")
-    bad = subprocess.run([exe, "--device", f"cuda:{n}", "--burst"], capture_output=True, text=True)
+    worker = [sys.executable, "-m", "worker.cli"]  # decodebench-worker, installed or not
+    bad = subprocess.run([*worker, "--device", f"cuda:{n}", "--burst"], capture_output=True, text=True)
     assert bad.returncode == 2 and f"only {n} CUDA device(s) visible" in bad.stderr
 
 
