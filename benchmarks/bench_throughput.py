@@ -9,7 +9,8 @@ median of its rounds); each ratio is > 1 where decodebench is faster:
   `model.generate()` over the same batches, prompts and settings (greedy; the outputs are
   checked identical);
 - vs_generate_mixed: the same on prompts whose lengths vary 4x, with a stop string so that
-  rows end at different steps (where length buckets and compaction pay);
+  rows end at different steps (where length buckets, compaction and refill pay);
+  both generate() pairs also time decodebench with `refill: false` (`refill_vs_batches`);
 - vs_pipeline: against the per-prompt loop of `pipeline("text-generation")` (batch size 1),
   on the whole bundled held-out prompt set (128 prompts: one job of a sweep cell);
 - auto_vs_best: `batch_size: auto` against the best of several hand-picked batch sizes (the
@@ -196,9 +197,12 @@ def compare_generate(runtime, lm, model, args) -> dict:
         "vs_generate_mixed": (mixed_prompts(lm.tokenizer, args.prompts), (".",)),
     }
     for key, (prompts, stop) in cases.items():
+        spec = job(model, prompts, batch_size=args.batch, max_new=args.new, stop=stop)
+        batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
         sides = {
-            "decodebench": ours(runtime, job(model, prompts, batch_size=args.batch, max_new=args.new, stop=stop)),
+            "decodebench": ours(runtime, spec),
             "generate_loop": hand_generate(lm, prompts, args.batch, args.new, stop=stop),
+            "decodebench_refill_off": ours(runtime, batches),  # what continuous refill itself adds
         }
         stats, outputs = rounds(sides, args.rounds, runtime.device)
         eos = lm.tokenizer.eos_token_id
@@ -210,11 +214,13 @@ def compare_generate(runtime, lm, model, args) -> dict:
             "identical_outputs": f"{same}/{len(prompts)}",
             "prompt_tokens": sorted({len(lm.tokenizer(p.prompt)["input_ids"]) for p in prompts}),
             "stop": list(stop),
+            "refill_vs_batches": ratio(stats["decodebench"], stats["decodebench_refill_off"]),
         }
         print(
             f"{key:24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
             f"generate() loop {stats['generate_loop']['tokens_per_s']:9.1f} tok/s   "
-            f"x{out[key]['ratio']:.2f}   identical greedy outputs {same}/{len(prompts)}"
+            f"x{out[key]['ratio']:.2f}   identical greedy outputs {same}/{len(prompts)}   "
+            f"(refill vs batch after batch x{out[key]['refill_vs_batches']:.2f})"
         )
     return out
 

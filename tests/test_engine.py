@@ -111,8 +111,10 @@ def test_result_records_timings_memory_and_provenance(tiny_model, runtime, monke
     monkeypatch.setenv("DECODEBENCH_IMAGE", "r.example/decodebench-worker:1.0@sha256:" + "a" * 64)
     monkeypatch.setenv("POD_NAME", "db-decodebench-worker-gpu-7d9c6b5f4-x2x7k")
     monkeypatch.setenv("NODE_NAME", "ip-10-0-1-7")
-    _, records, result = texts(runtime, job(tiny_model, "greedy", batch_size=4))
-    assert len(result.batches) == 3  # 9 prompts in batches of 4
+    spec = job(tiny_model, "greedy", batch_size=4)
+    batched = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
+    _, records, result = texts(runtime, batched)
+    assert len(result.batches) == 3  # 9 prompts in batches of 4 (refill: false)
     for b in result.batches:
         assert 0 < b.prefill_s <= b.total_s and math.isclose(b.decode_s, b.total_s - b.prefill_s)
     assert result.memory["rss_peak_mb"] > 0 and result.memory["torch_peak_mb"] is None
@@ -222,11 +224,11 @@ def test_cuda_oom_halves_the_batch_and_says_so(tiny_model, runtime, monkeypatch)
     calls = []
     real = engine.run_batch
 
-    def flaky(lm, plan, prompts, seeds):
+    def flaky(lm, plan, prompts, seeds, slots=None):
         calls.append(len(prompts))
         if len(prompts) > 1:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated at batch > 1)")
-        return real(lm, plan, prompts, seeds)
+        return real(lm, plan, prompts, seeds, slots)
 
     monkeypatch.setattr(engine, "run_batch", flaky)
     result, records = generate_job(job(tiny_model, "greedy", batch_size=4, prompts=PROMPTS[:4]), runtime)

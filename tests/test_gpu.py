@@ -130,6 +130,15 @@ def test_compacting_loop_on_cuda_matches_unbatched_greedy_and_seeded_samples(sma
     assert same >= len(sampled) - 1  # float32 on GPU: a rare near-tie of the CDF may flip one draw
 
 
+def test_continuous_refill_on_cuda_matches_unbatched_greedy(small_model, cuda_runtime):
+    streamed, records = generate_job(engine_job(small_model, batch_size=2), cuda_runtime)
+    (stream,) = streamed.batches
+    assert stream.refills >= 1 and len(stream.latency_s) == len(MIXED)
+    _, alone = generate_job(engine_job(small_model, batch_size=1), cuda_runtime)
+    same = sum(a.token_ids == b.token_ids for a, b in zip(records, alone))
+    assert same >= len(records) - 1  # float32 on GPU: a rare near-tie may flip one row
+
+
 def test_auto_batch_size_probes_cuda_memory_once(small_model, cuda_runtime):
     spec = engine_job(small_model, batch_size="auto")
     result, records = generate_job(spec, cuda_runtime)

@@ -97,10 +97,10 @@ def test_a_batch_is_finished_while_the_next_batch_runs(tiny_model, runtime, monk
     threads: list[str] = []
     real_run, real_finish = engine.run_batch, engine.finish_batch
 
-    def run_batch(lm, decoding, prompts, seeds):
+    def run_batch(lm, decoding, prompts, seeds, slots=None):
         if threads:  # a batch after the first
             next_started.set()
-        return real_run(lm, decoding, prompts, seeds)
+        return real_run(lm, decoding, prompts, seeds, slots)
 
     def finish_batch(tok, decoding, raw):
         threads.append(threading.current_thread().name)
@@ -111,6 +111,7 @@ def test_a_batch_is_finished_while_the_next_batch_runs(tiny_model, runtime, monk
     monkeypatch.setattr(engine, "run_batch", run_batch)
     monkeypatch.setattr(engine, "finish_batch", finish_batch)
     spec = job(tiny_model, "greedy", batch_size=2, max_new=6, prompts=PROMPTS[:4])
+    spec = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
     configure("json")  # the job's log lines are captured for its log.jsonl
     with job_context(job_id="overlap") as lines:
         result, records = generate_job(spec, runtime)

@@ -175,8 +175,9 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
     total_s = sum(b.total_s for b in batches)
     decode_s = sum(b.decode_s for b in batches)
     decode_steps = sum(max(b.steps - 1, 0) for b in batches if b.steps is not None)
-    latency = [b.total_s * 1000.0 for b in batches for _ in range(b.n)]
-    ttft = [b.prefill_s * 1000.0 for b in batches for _ in range(b.n)]
+    # per generation: its own times where the batch recorded them (continuous refill), else the batch's
+    latency = [s * 1000.0 for b in batches for s in (b.latency_s or [b.total_s] * b.n)]
+    ttft = [s * 1000.0 for b in batches for s in (b.ttft_s or [b.prefill_s] * b.n)]
     p50, p95 = _percentiles(latency, [50, 95])
     (ttft50,) = _percentiles(ttft, [50])
 

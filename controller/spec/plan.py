@@ -52,7 +52,11 @@ def check_size(spec: SweepSpec, n_prompts: int) -> int:
     return count
 
 
-_LATER_DEFAULTS = [("models", "attention", "sdpa"), ("generation", "static_cache", False)]
+_LATER_DEFAULTS = [
+    ("models", "attention", "sdpa"),
+    ("generation", "static_cache", False),
+    ("generation", "refill", True),
+]
 # top-level settings added later: left out of the sweep id while they have their default
 _LATER_TOP_DEFAULTS = [("featurizer", None), ("featurizer_max_tokens", FEATURIZER_MAX_TOKENS)]
 

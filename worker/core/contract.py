@@ -116,6 +116,13 @@ class GenerationSettings(Strict):
         "transformers supports it for the model (else the dynamic cache, noted in the result). Rows then run to "
         "the batch's end (no compaction).",
     )
+    refill: bool = Field(
+        default=True,
+        description="Continuous refill: where the engine's own loop decodes (greedy and sampling without penalty "
+        "or minimum-length processors), rows freed by finished generations take the job's next prompts, so the "
+        "job runs as one stream of batch_size rows; each generation then records its own latency and time to "
+        "first token. false: one batch after another.",
+    )
 
     @field_validator("batch_size")
     @classmethod
@@ -209,6 +216,18 @@ class BatchTiming(Strict):
     compactions: int | None = Field(
         default=None,
         description="Times the engine's own loop dropped finished rows from the batch (None: generate() ran it).",
+    )
+    refills: int | None = Field(
+        default=None, description="Times free rows took the job's next prompts (None: no continuous refill)."
+    )
+    latency_s: list[float] | None = Field(
+        default=None,
+        description="Per generation, in the batch's order: its start (prefill) to its finish (with continuous "
+        "refill; None: every generation's latency is total_s).",
+    )
+    ttft_s: list[float] | None = Field(
+        default=None,
+        description="Per generation: its start to its first token (with continuous refill; None: prefill_s).",
     )
 
 

@@ -19,11 +19,13 @@ generate().
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from worker.engine.kvcache import preallocated_cache
+from worker.engine.rows import Rows
 
 # GenerationConfig fields that make generate() add processors this loop does not build.
 _UNSUPPORTED_IF_SET = (
@@ -63,9 +65,11 @@ class Finished:
 class DecodeOutput:
     tokens: torch.Tensor  # (rows, steps) on the CPU: every token a row was given (cut later at its finish)
     finished: Finished
-    steps: int  # decoding steps run (the longest row)
+    steps: int  # decoding steps run (the longest row; with refill, the loop's)
     compactions: int  # times finished rows were dropped from the batch
     kv_cache: str  # "preallocated" (worker.engine.kvcache) or "dynamic" (transformers' own)
+    timeline: Timeline  # per row: start, first token, finish (clock marks)
+    admissions: int | None = None  # times free rows were refilled from the queue (None: no refill)
 
 
 def _cache_keyword(model) -> str:
@@ -73,101 +77,183 @@ def _cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-class _Rows:
-    """The live rows of the batch and their per-step state; `keep` compacts them.
+@dataclass
+class Refill:
+    """Continuous refill: `next(k)` encodes the job's next k prompts (None when none are left)."""
 
-    Token ids and the attention mask live in buffers of the batch's final width (prompt
-    + max_new_tokens) and grow by writing a column, not by concatenation; `ids` and
-    `attn` are views of the filled part.
-    """
-
-    def __init__(self, input_ids, attn, eos, pad, max_new: int):
-        batch, width = input_ids.shape
-        device = input_ids.device
-        self.pad = pad if pad is not None else (eos[0] if eos else 0)
-        self._ids = input_ids.new_full((batch, width + max_new), self.pad)
-        self._attn = attn.new_ones((batch, width + max_new))
-        self._ids[:, :width], self._attn[:, :width] = input_ids, attn
-        self.width = width
-        self.pos = attn.sum(-1, keepdim=True) - 1  # the position of each row's last token
-        self.live = torch.arange(batch, device=device)  # original index of each live row
-        self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
-        self.n_new = torch.full((batch,), -1, dtype=torch.long, device=device)
-        self.at_eos = torch.zeros(batch, dtype=torch.bool, device=device)
-        self.eos = torch.tensor(eos, dtype=torch.long, device=device)
-
-    @property
-    def ids(self) -> torch.Tensor:
-        return self._ids[:, : self.width]
-
-    @property
-    def attn(self) -> torch.Tensor:
-        return self._attn[:, : self.width]
-
-    def advance(self, nxt, scores, step: int, stop) -> torch.Tensor:
-        """Append this step's tokens (pad for finished rows), mark rows that end here."""
-        nxt = torch.where(self.unfinished, nxt, self.pad)
-        self._ids[:, self.width] = nxt
-        self.width += 1
-        self.pos += 1
-        is_eos = torch.isin(nxt, self.eos)
-        ends = is_eos | stop(self.ids, scores) if stop is not None else is_eos
-        newly = ends & self.unfinished
-        self.n_new[self.live] = torch.where(newly, step + 1, self.n_new[self.live])
-        self.at_eos[self.live] |= newly & is_eos
-        self.unfinished &= ~newly
-        return nxt
-
-    def keep(self, index, cache, sampler) -> None:
-        self._ids, self._attn, self.pos = self._ids[index], self._attn[index], self.pos[index]
-        self.live, self.unfinished = self.live[index], self.unfinished[index]
-        cache.batch_select_indices(index)
-        if sampler is not None:
-            sampler.rows = self.live
+    next: Callable[[int], tuple[dict, int] | None]  # k -> (encoded batch, queue index of its first row)
+    total: int  # prompts in the queue
+    slots: int  # rows decoding at once
+    admissions: int = 0
 
 
-def decode(model, enc, config, *, clock, processors, warpers, sampler, stop, eos, check_every: int) -> DecodeOutput:
-    """Greedy search (sampler None) or seeded sampling on one encoded batch, compacting as rows finish."""
+@dataclass
+class _Loop:
+    """What every step of one decode call uses; rows and their KV cache are passed along."""
+
+    model: object
+    clock: object
+    processors: object
+    warpers: object
+    sampler: object
+    stop: object
+    eos: list[int]
+    pad: int | None
+    max_new: int
+    tokens: torch.Tensor  # (queue rows, max_new + 1): the output, one spare column for finished rows
+    timeline: Timeline
+    cache_kw: str = "cache"
+    extra: dict | None = None
+
+    def prefill(self, rows: Rows, prealloc):
+        pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
+        first = {self.cache_kw: prealloc} if prealloc is not None else {}
+        out = self.model(
+            input_ids=rows.ids, attention_mask=rows.attn, position_ids=pos, use_cache=True, **self.extra, **first
+        )
+        return out, getattr(out, self.cache_kw)
+
+    def forward(self, rows: Rows, cache):
+        kwargs = {self.cache_kw: cache}
+        out = self.model(
+            input_ids=rows.ids[:, -1:], attention_mask=rows.attn, position_ids=rows.pos, use_cache=True, **kwargs
+        )
+        return out, getattr(out, self.cache_kw)
+
+    def advance(self, out, rows: Rows, clocked: bool = True) -> None:
+        """Pick each live row's next token from the logits (the clock stamps a loop step), append it."""
+        scores = out.logits[:, -1].to(dtype=torch.float32, copy=True)
+        scores = self.clock(rows.ids, scores) if clocked else scores
+        scores = self.processors(rows.ids, scores)
+        if self.sampler is None:
+            nxt = scores.argmax(dim=-1)
+        else:
+            nxt = self.sampler.pick(self.warpers(rows.ids, scores), rows.steps)
+        nxt, column = rows.advance(nxt, scores, self.stop)
+        self.tokens[rows.live, column] = nxt
+
+    def check(self, rows: Rows, cache, refill: Refill | None):
+        """Drop finished rows (one synchronisation) and refill free ones: (rows, cache, compacted?)."""
+        live = rows.unfinished.nonzero().squeeze(1)
+        compacted = live.numel() < rows.live.numel()
+        if compacted:
+            self.timeline.finished(rows.live[rows.unfinished.logical_not()], self.clock.mark())
+            rows.keep(live, cache, self.sampler)
+        if refill is not None and refill.slots - live.numel() >= max(1, refill.slots // 4):
+            rows, cache = self.admit(refill, rows, cache)
+        return rows, cache, compacted
+
+    def admit(self, refill: Refill, rows: Rows, cache):
+        """Prefill the next prompts into the free rows, pick their first tokens, merge them in."""
+        got = refill.next(refill.slots - rows.live.numel())
+        if got is None:
+            return rows, cache
+        enc, first = got
+        mark = self.clock.mark()
+        new = Rows(
+            enc["input_ids"], enc["attention_mask"], self.eos, self.pad, self.max_new, first=first, total=refill.total
+        )
+        if self.sampler is not None:
+            self.sampler.rows = new.live
+        out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width + self.max_new))
+        self.advance(out, new, clocked=False)
+        self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark())
+        refill.admissions += 1
+        if rows.live.numel() == 0:  # every row had finished: the newcomers are the batch
+            rows.n_new[new.live], rows.at_eos[new.live] = new.n_new[new.live], new.at_eos[new.live]
+            new.n_new, new.at_eos = rows.n_new, rows.at_eos
+            return new, new_cache
+        rows.merge(new, cache, new_cache, self.sampler)
+        return rows, cache
+
+
+def decode(
+    model,
+    enc,
+    config,
+    *,
+    clock,
+    processors,
+    warpers,
+    sampler,
+    stop,
+    eos,
+    check_every: int,
+    refill: Refill | None = None,
+) -> DecodeOutput:
+    """Greedy search (sampler None) or seeded sampling, compacting as rows finish (and refilling them)."""
     max_new = config.max_new_tokens
-    rows = _Rows(enc["input_ids"], enc["attention_mask"], eos, config.pad_token_id, max_new)
-    batch = rows.ids.shape[0]
-    tokens = torch.full((batch, max_new), rows.pad, dtype=torch.long, device=rows.ids.device)
-    cache_kw = _cache_keyword(model)
+    total = refill.total if refill is not None else enc["input_ids"].shape[0]
+    rows = Rows(enc["input_ids"], enc["attention_mask"], eos, config.pad_token_id, max_new, total=total)
+    prealloc = preallocated_cache(model, rows.width + max_new)
+    if refill is not None and prealloc is None:
+        raise ValueError("continuous refill needs the preallocated KV cache")
+    tokens = torch.full((total, max_new + 1), rows.pad, dtype=torch.long, device=rows.ids.device)
     extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    loop = _Loop(
+        model,
+        clock,
+        processors,
+        warpers,
+        sampler,
+        stop,
+        eos,
+        config.pad_token_id,
+        max_new,
+        tokens,
+        Timeline(total),
+        _cache_keyword(model),
+        extra,
+    )
+    if sampler is not None:
+        sampler.rows = rows.live  # the sampler's seeds are the queue's; the live rows are its first
     steps = compactions = 0
     with torch.inference_mode():
-        pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
-        prealloc = preallocated_cache(model, rows.width + max_new)
-        first = {cache_kw: prealloc} if prealloc is not None else {}
-        out = model(input_ids=rows.ids, attention_mask=rows.attn, position_ids=pos, use_cache=True, **extra, **first)
-        cache = getattr(out, cache_kw)
-        for step in range(max_new):
-            scores = clock(rows.ids, out.logits[:, -1].to(dtype=torch.float32, copy=True))
-            scores = processors(rows.ids, scores)
-            if sampler is not None:
-                nxt = sampler.pick(warpers(rows.ids, scores), step)
-            else:
-                nxt = scores.argmax(dim=-1)
-            nxt = rows.advance(nxt, scores, step, stop)
-            tokens[rows.live, step] = nxt
-            steps = step + 1
-            if steps == max_new:
+        out, cache = loop.prefill(rows, prealloc)
+        while True:
+            loop.advance(out, rows)
+            if steps == 0:
+                loop.timeline.started(range(enc["input_ids"].shape[0]), 0, clock.mark())
+            steps += 1
+            if refill is None and steps == max_new:
                 break
             if steps % check_every == 0:
-                live = rows.unfinished.nonzero().squeeze(1)  # the check: one synchronisation
-                if live.numel() == 0:
+                rows, cache, compacted = loop.check(rows, cache, refill)
+                compactions += compacted
+                if rows.live.numel() == 0:
                     break
-                if live.numel() < rows.live.numel():
-                    rows.keep(live, cache, sampler)
-                    compactions += 1
-            out = model(
-                input_ids=rows.ids[:, -1:],
-                attention_mask=rows.attn,
-                position_ids=rows.pos,
-                use_cache=True,
-                **{cache_kw: cache},
-            )
-            cache = getattr(out, cache_kw)
+            out, cache = loop.forward(rows, cache)
+    loop.timeline.finished(rows.live, clock.mark())
+    return _output(loop, rows, steps, compactions, prealloc is not None, refill)
+
+
+def _output(loop: _Loop, rows: Rows, steps: int, compactions: int, preallocated: bool, refill) -> DecodeOutput:
     finished = Finished(rows.n_new.tolist(), rows.at_eos.tolist())
-    kind = "dynamic" if prealloc is None else "preallocated"
-    return DecodeOutput(tokens[:, :steps].cpu(), finished, steps, compactions, kind)
+    kind = "preallocated" if preallocated else "dynamic"
+    width = loop.max_new if refill is not None else steps
+    admissions = refill.admissions if refill is not None else None
+    return DecodeOutput(loop.tokens[:, :width].cpu(), finished, steps, compactions, kind, loop.timeline, admissions)
+
+
+class Timeline:
+    """Per queue row, the clock marks of its start, first token and finish (resolved after the clock stops)."""
+
+    def __init__(self, total: int) -> None:
+        self.start = [0] * total
+        self.first = [0] * total
+        self.end = [None] * total
+
+    def started(self, rows: range, start: int, first: int) -> None:
+        for row in rows:
+            self.start[row], self.first[row] = start, first
+
+    def finished(self, rows: torch.Tensor, mark: int) -> None:
+        for row in rows.tolist():
+            if self.end[row] is None:
+                self.end[row] = mark
+
+    def seconds(self, marks: list[float]) -> tuple[list[float], list[float]]:
+        """(latency, time to first token) per row, in seconds."""
+        latency = [marks[e] - marks[s] for s, e in zip(self.start, self.end)]
+        ttft = [marks[f] - marks[s] for s, f in zip(self.start, self.first)]
+        return latency, ttft

@@ -70,7 +70,7 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
 
 def _loop_name(decoding) -> str:
     if decoding.own_loop:
-        return "worker.engine.decode (finished rows dropped)"
+        return "worker.engine.decode (finished rows dropped" + (", free rows refilled)" if decoding.refill else ")")
     if decoding.loop is not None:
         return f"the strategy's own loop ({decoding.loop})"
     return "transformers generate()"
@@ -93,6 +93,7 @@ def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, parts: l
         "compiled": cache == "static" and runtime.device.type == "cuda",
         "sampler": decoding.describe().get("decodebench_sampler", {}).get("method"),
         "compactions": sum(compactions) if compactions else None,
+        "refills": sum(t.refills for t in timings if t.refills is not None) if decoding.refill else None,
         "energy": EnergyCounter.source if energy and all(e is not None for e in energy) else None,
         "prompt_tokenisation": "once per job",
     }

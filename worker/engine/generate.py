@@ -20,6 +20,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, StrategySpec
 from worker.engine import decode as own_loop
+from worker.engine.kvcache import preallocated_cache
 from worker.engine.models import LoadedModel
 from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_modifiers, build_warpers
 from worker.engine.timing import StepClock, StepTimes, synchronize
@@ -62,6 +63,7 @@ class Decoding:
     assistant_path: str | None = None  # assisted decoding: the draft model to load
     assistant: LoadedModel | None = None
     own_loop: bool = False  # greedy/sampling through worker.engine.decode (compaction) instead of generate()
+    refill: bool = False  # the own loop with continuous refill (no processors that count from a batch's start)
     prompt_ids: dict[str, list[int]] | None = None  # the job's prompts tokenised once, by prompt id
     notes: list[str] = field(default_factory=list)  # what the result's notes should say about the set-up
 
@@ -115,6 +117,13 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
         else:
             decoding.notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
     decoding.own_loop = own_loop.supports(cfg, registered.loop, decoding.assistant_path)
+    # refill needs the preallocated cache (plain full-attention layers) and no processor counting from a batch start
+    decoding.refill = (
+        decoding.own_loop
+        and settings.refill
+        and not build_modifiers(cfg, 0)
+        and preallocated_cache(lm.model, 1) is not None
+    )
     return decoding
 
 
@@ -177,19 +186,39 @@ def _finish(tok, decoding: Decoding, new: list[list[int]], recorder: FinishRecor
 
 def encode(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem]) -> dict[str, torch.Tensor]:
     """The left-padded batch, from the shard's token ids when the job tokenised them once."""
+    return {k: v.to(lm.device) for k, v in _encode_host(lm, decoding, prompts).items()}
+
+
+def _encode_host(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem]) -> dict[str, torch.Tensor]:
     tok = lm.tokenizer
     known = decoding.prompt_ids
     if known is None or any(p.id not in known for p in prompts):
-        return tok([p.prompt for p in prompts], return_tensors="pt", padding=True).to(lm.device)
+        enc = tok([p.prompt for p in prompts], return_tensors="pt", padding=True)
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
     rows = [known[p.id] for p in prompts]
     width = max(len(r) for r in rows)
     pad = tok.pad_token_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
-    return {"input_ids": ids.to(lm.device), "attention_mask": mask.to(lm.device)}
+    return {"input_ids": ids, "attention_mask": mask}
 
 
-def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int]):
+def _refill(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], slots: int) -> own_loop.Refill:
+    """The job's prompts after the first `slots` as a queue the loop draws free rows from."""
+    cursor = [slots]
+
+    def next_rows(k: int):
+        start = cursor[0]
+        if start >= len(prompts) or k <= 0:
+            return None
+        batch = prompts[start : start + k]
+        cursor[0] = start + len(batch)
+        return encode(lm, decoding, batch), start
+
+    return own_loop.Refill(next_rows, total=len(prompts), slots=slots)
+
+
+def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int], refill=None):
     """The compacting loop (worker.engine.decode): its output and a finish recorder of its rows' ends."""
     cfg, device = decoding.config, lm.device
     prompt_len = enc["input_ids"].shape[1]
@@ -209,6 +238,7 @@ def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int
         stop=stop,
         eos=eos_ids(cfg),
         check_every=1 if device.type == "cpu" else 8,
+        refill=refill,
     )
     recorder = FinishRecorder(prompt_len, [], None, len(seeds), "cpu")
     for row, (n, at_eos) in enumerate(zip(out.finished.n_new, out.finished.at_eos)):
@@ -230,19 +260,34 @@ class RawBatch:
     steps: int
     compactions: int | None
     kv_cache: str | None
+    refills: int | None = None  # a stream's admissions of new rows (None: a plain batch)
+    slots: int | None = None  # a stream's rows decoding at once
+    latency_s: list[float] | None = None  # a stream's per-row latency and time to first token
+    ttft_s: list[float] | None = None
 
 
-def run_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], seeds: list[int]) -> RawBatch:
-    """The device half of a batch: one timed pass of the compacting loop or generate(), tokens copied back."""
+def run_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], seeds: list[int], slots=None) -> RawBatch:
+    """The device half of a batch: one timed pass of the compacting loop or generate(), tokens copied back.
+
+    With `slots` below the number of prompts (and `decoding.refill`), the prompts are one
+    stream: `slots` rows decode at once and rows freed by finished generations take the next."""
     device = lm.device
-    enc = encode(lm, decoding, prompts)
+    stream = decoding.refill and slots is not None and slots < len(prompts)
+    enc = encode(lm, decoding, prompts[:slots] if stream else prompts)
     prompt_len = enc["input_ids"].shape[1]
     clock = StepClock(device)
+    timing: dict = {}
     if decoding.own_loop:
         clock.start()
-        out, recorder = _decode_own(lm, decoding, enc, clock, seeds)
+        out, recorder = _decode_own(
+            lm, decoding, enc, clock, seeds, _refill(lm, decoding, prompts, slots) if stream else None
+        )
         times = clock.stop()
         new, steps, compactions, kv = out.tokens, out.steps, out.compactions, out.kv_cache
+        if stream:
+            latency, ttft = out.timeline.seconds(times.marks)
+            timing = {"refills": out.admissions, "slots": slots, "latency_s": latency, "ttft_s": ttft}
+            enc = _encode_host(lm, decoding, prompts)
     else:
         processors = LogitsProcessorList([clock])
         if decoding.warpers_cfg is not None:
@@ -259,7 +304,7 @@ def run_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], se
         times = clock.stop()
         new, steps, compactions, kv = out[:, prompt_len:].cpu(), out.shape[1] - prompt_len, None, None
     ids, mask = enc["input_ids"].cpu(), enc["attention_mask"].cpu()
-    return RawBatch(len(prompts), ids, mask, new, recorder, times, steps, compactions, kv)
+    return RawBatch(len(prompts), ids, mask, new, recorder, times, steps, compactions, kv, **timing)
 
 
 def finish_batch(tok, decoding: Decoding, raw: RawBatch) -> BatchOutput:
@@ -270,7 +315,7 @@ def finish_batch(tok, decoding: Decoding, raw: RawBatch) -> BatchOutput:
     times = raw.times
     timing = BatchTiming(
         n=raw.n,
-        batch_size=raw.n,
+        batch_size=raw.slots if raw.refills is not None else raw.n,
         input_tokens=int(raw.attention_mask.sum()),
         new_tokens=sum(len(s) for s in ids),
         prefill_s=times.prefill_s,
@@ -278,6 +323,9 @@ def finish_batch(tok, decoding: Decoding, raw: RawBatch) -> BatchOutput:
         decode_s=max(times.total_s - times.prefill_s, 0.0),
         steps=raw.steps,
         compactions=raw.compactions,
+        refills=raw.refills,
+        latency_s=[round(x, 6) for x in raw.latency_s] if raw.latency_s is not None else None,
+        ttft_s=[round(x, 6) for x in raw.ttft_s] if raw.ttft_s is not None else None,
     )
     return BatchOutput(texts, ids, reasons, prompt_ids, timing, raw.kv_cache)
 
@@ -287,14 +335,22 @@ def generate_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem
     return finish_batch(lm.tokenizer, decoding, run_batch(lm, decoding, prompts, seeds))
 
 
-def run_with_oom_retry(lm: LoadedModel, decoding: Decoding, prompts, seeds, notes: list[str]) -> list[RawBatch]:
-    """A batch's device half; on CUDA out-of-memory, halve it and retry each half (recorded in notes)."""
+def run_with_oom_retry(
+    lm: LoadedModel, decoding: Decoding, prompts, seeds, notes: list[str], slots=None
+) -> list[RawBatch]:
+    """A batch's device half; on CUDA out-of-memory, halve it and retry each half (recorded in notes).
+
+    A stream (`slots`) retries with half the rows decoding at once."""
     try:
-        return [run_batch(lm, decoding, prompts, seeds)]
+        return [run_batch(lm, decoding, prompts, seeds, slots)]
     except torch.cuda.OutOfMemoryError:
-        if len(prompts) == 1:
+        if (slots or len(prompts)) == 1:
             raise
         torch.cuda.empty_cache()
+        if slots is not None:
+            notes.append(f"CUDA out of memory at {slots} rows: the stream retried with {slots // 2}")
+            log.warning("batch.oom", batch_size=slots, retry_with=slots // 2)
+            return run_with_oom_retry(lm, decoding, prompts, seeds, notes, slots // 2)
         half = len(prompts) // 2
         notes.append(f"CUDA out of memory at batch size {len(prompts)}: halved to {half} and retried")
         log.warning("batch.oom", batch_size=len(prompts), retry_with=half)

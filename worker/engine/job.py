@@ -92,10 +92,13 @@ def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Dec
         torch.cuda.reset_peak_memory_stats(runtime.device)
     energy = EnergyCounter(runtime.device)
     pending = []
+    slots = None
+    if decoding.refill and len(batches) > 1:  # continuous refill: the job is one stream of `slots` rows
+        slots, batches = len(batches[0]), [[p for batch in batches for p in batch]]
     with Sampler(runtime.device) as sampler, ThreadPoolExecutor(1, thread_name_prefix="decodebench-finish") as pool:
         for batch in batches:
             before = energy.read()
-            raws = gen.run_with_oom_retry(lm, decoding, batch, [seed_of[p.id] for p in batch], notes)
+            raws = gen.run_with_oom_retry(lm, decoding, batch, [seed_of[p.id] for p in batch], notes, slots)
             joules = energy.joules(before, energy.read())
             context = contextvars.copy_context()
             pending.append((batch, joules, [pool.submit(context.run, _finish, lm, decoding, raw) for raw in raws]))

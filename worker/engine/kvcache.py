@@ -92,6 +92,40 @@ class PreallocatedLayer(DynamicLayer):
         super().reset()
 
 
+def trim_front(cache: DynamicCache, n: int) -> None:
+    """Drop the first `n` columns of every layer (columns no live row attends to): views, no copy."""
+    for layer in cache.layers:
+        if isinstance(layer, PreallocatedLayer):
+            layer._k, layer._v = layer._k[:, :, n:], layer._v[:, :, n:]
+            layer.length, layer.capacity = layer.length - n, layer.capacity - n
+            layer._views()
+        else:
+            layer.keys, layer.values = layer.keys[:, :, n:], layer.values[:, :, n:]
+
+
+def splice(cache: DynamicCache, other: DynamicCache, parts, capacity: int) -> None:
+    """Append `other`'s rows to `cache`'s, each side's columns from `start` placed at `dest`.
+
+    `parts` is ((start, dest), (start, dest)) for `cache` and `other`; both sides must then
+    end at the same column. Columns before a side's `dest` are zeros that its attention mask
+    hides (zeros, not garbage: a masked NaN would still poison the weighted sum).
+    """
+    for mine, theirs in zip(cache.layers, other.layers):
+        k, v = mine._k, mine._v
+        rows = k.shape[0] + theirs._k.shape[0]
+        new_k = k.new_zeros(rows, k.shape[1], capacity, k.shape[-1])
+        new_v = v.new_zeros(rows, v.shape[1], capacity, v.shape[-1])
+        lo, end = 0, None
+        for layer, (start, dest) in zip((mine, theirs), parts):
+            hi = lo + layer._k.shape[0]
+            n = layer.length - start
+            new_k[lo:hi, :, dest : dest + n] = layer._k[:, :, start : layer.length]
+            new_v[lo:hi, :, dest : dest + n] = layer._v[:, :, start : layer.length]
+            end, lo = dest + n, hi
+        mine._k, mine._v, mine.length, mine.capacity = new_k, new_v, end, capacity
+        mine._views()
+
+
 def preallocated_cache(model, length: int) -> DynamicCache | None:
     """A cache of `PreallocatedLayer`s for `length` positions, or None where the model's layers are not plain."""
     try:

@@ -100,8 +100,13 @@ class SeededSampler(LogitsProcessor):
             col = self.table[:, step]
         return col if self.rows is None else col[self.rows]
 
-    def pick(self, scores: torch.Tensor, step: int) -> torch.Tensor:
-        return inverse_cdf_pick(scores, self.uniforms(step))
+    def pick(self, scores: torch.Tensor, step: int | torch.Tensor) -> torch.Tensor:
+        """Each live row's draw at `step` (one step for all, or each row's own: a tensor)."""
+        if isinstance(step, int):
+            return inverse_cdf_pick(scores, self.uniforms(step))
+        rows = self.rows if self.rows is not None else torch.arange(len(self.seeds), device=self.seeds.device)
+        # a row past max_new_tokens has finished (its pick is discarded): clamped, without a host sync
+        return inverse_cdf_pick(scores, self.table[rows, step.clamp(max=self.table.shape[1] - 1)])
 
     def __call__(self, input_ids, scores):
         picks = self.pick(scores, self.step)

@@ -13,7 +13,7 @@ of stamps is the number of steps. Decode time is derived, total - prefill, not g
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import LogitsProcessor
@@ -26,6 +26,7 @@ class StepTimes:
     prefill_s: float
     total_s: float
     steps: int
+    marks: list[float] = field(default_factory=list)  # seconds from the start to each `mark()`
 
 
 class StepClock(LogitsProcessor):
@@ -49,6 +50,12 @@ class StepClock(LogitsProcessor):
     def start(self) -> None:
         self._steps = []
         self._start = self._stamp()
+        self._marks = [self._start]
+
+    def mark(self) -> int:
+        """Stamp a moment (a row's start, first token or finish); its index into `StepTimes.marks`."""
+        self._marks.append(self._stamp())
+        return len(self._marks) - 1
 
     def __call__(self, input_ids, scores):
         self._steps.append(self._stamp())
@@ -61,7 +68,8 @@ class StepClock(LogitsProcessor):
             end.synchronize()
         total = self._seconds(self._start, end)
         prefill = self._seconds(self._start, self._steps[0]) if self._steps else total
-        return StepTimes(prefill_s=prefill, total_s=total, steps=len(self._steps))
+        marks = [self._seconds(self._start, m) for m in getattr(self, "_marks", [])]
+        return StepTimes(prefill_s=prefill, total_s=total, steps=len(self._steps), marks=marks)
 
 
 def synchronize(device) -> None:

@@ -1,0 +1,147 @@
+"""Continuous refill: a job as one stream of batch_size rows, freed rows taking the next prompts.
+
+What is asserted is what makes the speed honest: every generation of a stream is token for
+token its unbatched run (greedy) or its own seed's sample, whichever rows it shared the
+stream with; each generation's own latency and time to first token are recorded and used by
+the report; `refill: false` and configurations the stream cannot reproduce run batch after
+batch; a CUDA out-of-memory error halves the stream's rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from controller.report.aggregate import speed_columns
+from tests.test_engine import job
+from tests.test_throughput import MIXED
+from worker.core.contract import ModelSpec
+from worker.engine import generate as engine
+from worker.engine.job import generate_job
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def with_generation(spec, **update):
+    return spec.model_copy(update={"generation": spec.generation.model_copy(update=update)})
+
+
+def unbatched_greedy(lm, prompt: str, max_new: int) -> list[int]:
+    enc = lm.tokenizer(prompt, return_tensors="pt")
+    with torch.inference_mode():
+        out = lm.model.generate(**enc, do_sample=False, max_new_tokens=max_new, pad_token_id=lm.tokenizer.pad_token_id)
+    return out[0, enc["input_ids"].shape[1] :].tolist()
+
+
+def test_a_greedy_stream_refills_free_rows_and_every_row_is_its_unbatched_run(small_model, runtime):
+    tiny_model = small_model  # austen-small: the tiny model's greedy choices hide some misalignments
+    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+    spec = job(tiny_model, "greedy", batch_size=3, max_new=30, stop=[","], prompts=MIXED)
+    result, records = generate_job(spec, runtime)
+    (stream,) = result.batches
+    assert stream.n == len(MIXED) and stream.batch_size == 3 and stream.refills >= 2 and stream.compactions >= 2
+    assert result.engine["refills"] == stream.refills and "refilled" in result.engine["decode_loop"]
+    assert [r.prompt_id for r in records] == [f"p{i}" for i in range(len(MIXED))]
+    assert {r.stop_reason for r in records} >= {"stop_string"}
+    for prompt, rec in zip(MIXED, records):
+        assert rec.token_ids == unbatched_greedy(lm, prompt, 30)[: rec.n_new_tokens], prompt
+
+
+def test_newcomers_longer_than_the_batch_so_far_are_aligned(small_model, runtime, monkeypatch):
+    """Prompts shortest first, so rows that join are longer than the running batch's columns."""
+    from worker.engine.rows import Rows
+
+    merges = []
+    real_merge = Rows.merge
+
+    def merge(self, other, *args):
+        merges.append((self.width, other.width))
+        return real_merge(self, other, *args)
+
+    monkeypatch.setattr(Rows, "merge", merge)
+    lm = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
+    spec = job(small_model, "greedy", batch_size=2, max_new=12, stop=[","], prompts=["Anne", "Emma", *MIXED])
+    decoding = engine.configure_decoding(lm, spec.strategy, spec.generation)
+    prompts = sorted(spec.prompts, key=lambda p: len(lm.tokenizer(p.prompt)["input_ids"]))
+    raw = engine.run_batch(lm, decoding, prompts, [0] * len(prompts), slots=2)
+    out = engine.finish_batch(lm.tokenizer, decoding, raw)
+    assert raw.refills >= 3 and any(theirs > mine for mine, theirs in merges), merges
+    for p, ids in zip(prompts, out.token_ids):
+        assert ids == unbatched_greedy(lm, p.prompt, 12)[: len(ids)], p.prompt
+
+
+def test_seeded_samples_of_a_stream_are_their_own_seeds_samples(tiny_model, runtime):
+    def run(batch_size: int, refill: bool = True):
+        spec = job(tiny_model, "top_k", {"k": 20}, seed=5, batch_size=batch_size, max_new=24, stop=["."], prompts=MIXED)
+        return generate_job(with_generation(spec, refill=refill), runtime)
+
+    streamed, records = run(3)
+    assert streamed.batches[0].refills >= 1
+    for other in (run(1)[1], run(3, refill=False)[1], run(len(MIXED))[1]):
+        assert [r.token_ids for r in other] == [r.token_ids for r in records]
+
+
+def test_each_generation_records_its_own_latency_and_the_report_uses_it(tiny_model, runtime):
+    spec = job(tiny_model, "greedy", batch_size=2, max_new=20, stop=[","], prompts=MIXED)
+    result, _ = generate_job(spec, runtime)
+    (stream,) = result.batches
+    assert len(stream.latency_s) == len(stream.ttft_s) == len(MIXED)
+    assert all(0 < t <= lat <= stream.total_s + 1e-6 for t, lat in zip(stream.ttft_s, stream.latency_s))
+    assert len(set(stream.latency_s)) > 1  # rows end at their own times, not the batch's
+    speed = speed_columns([result])
+    latencies = sorted(x * 1000.0 for x in stream.latency_s)
+    assert min(latencies) <= speed["latency_ms_p50"] <= max(latencies)
+    assert speed["latency_ms_p50"] < stream.total_s * 1000.0
+
+
+def test_refill_false_and_processors_that_count_from_a_batch_start_run_batch_after_batch(tiny_model, runtime):
+    spec = job(tiny_model, "greedy", batch_size=3, max_new=8, prompts=MIXED)
+    off, _ = generate_job(with_generation(spec, refill=False), runtime)
+    assert len(off.batches) == 3 and all(b.refills is None and b.latency_s is None for b in off.batches)
+    assert off.engine["refills"] is None and "refilled" not in off.engine["decode_loop"]
+    penalised = job(tiny_model, "greedy", {"repetition_penalty": 1.3}, batch_size=3, max_new=8, prompts=MIXED)
+    at_least = with_generation(spec, min_new_tokens=4)
+    for other in (penalised, at_least):
+        result, _ = generate_job(other, runtime)
+        assert len(result.batches) == 3 and result.engine["decode_loop"].startswith("worker.engine.decode")
+
+
+def test_cuda_out_of_memory_halves_the_streams_rows(tiny_model, runtime, monkeypatch):
+    calls = []
+    real = engine.run_batch
+
+    def flaky(lm, decoding, prompts, seeds, slots=None):
+        calls.append((len(prompts), slots))
+        if slots is not None and slots > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated with more than 1 row)")
+        return real(lm, decoding, prompts, seeds, slots)
+
+    monkeypatch.setattr(engine, "run_batch", flaky)
+    result, records = generate_job(job(tiny_model, "greedy", batch_size=4, max_new=6, prompts=MIXED), runtime)
+    assert calls == [(len(MIXED), 4), (len(MIXED), 2), (len(MIXED), 1)] and len(records) == len(MIXED)
+    assert any("the stream retried with 2" in n for n in result.notes)
+    assert result.batches[0].batch_size == 1
+
+
+def test_a_model_with_sliding_window_layers_runs_batch_after_batch(tiny_model, runtime, tmp_path):
+    """Refill needs the preallocated cache; a sliding-window model keeps transformers' cache and plain batches."""
+    from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=4096,
+        sliding_window=8,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+    MistralForCausalLM(config).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
+    result, records = generate_job(job(str(tmp_path), "greedy", batch_size=2, max_new=4, prompts=MIXED[:4]), runtime)
+    assert len(result.batches) == 2 and result.engine["refills"] is None and len(records) == 4
+    assert result.engine["decode_loop"].startswith("worker.engine.decode") and result.engine["kv_cache"] == "dynamic"

@@ -1,0 +1,125 @@
+"""The live rows of the engine's decoding loop: token ids, attention mask, positions, per-row steps.
+
+`Rows` holds a batch's token ids and attention mask in buffers of their final width, grown
+by writing a column (never by concatenation), with `ids` and `attn` views of the filled part.
+Every row counts its own steps, so rows that joined at different times (continuous refill)
+share one loop: `advance` appends a step's tokens and marks the rows that end (EOS, a stop
+string, or `max_new_tokens` reached), `keep` drops finished rows (compaction) from the
+buffers and the KV cache, and `merge` appends newly prefilled rows, right-aligned to the
+batch's columns, dropping the columns no live row attends to any more.
+
+Row indices (`live`) are positions in the job's queue of prompts, so `n_new`, `at_eos` and the
+output tokens are indexed the same way however rows come and go.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from worker.engine.kvcache import splice, trim_front
+
+
+class Rows:
+    def __init__(self, input_ids, attn, eos, pad, max_new: int, *, first: int = 0, total: int | None = None):
+        batch, width = input_ids.shape
+        device = input_ids.device
+        self.pad = pad if pad is not None else (eos[0] if eos else 0)
+        self.max_new = max_new
+        self._ids = input_ids.new_full((batch, width + max_new), self.pad)
+        self._attn = attn.new_ones((batch, width + max_new))
+        self._ids[:, :width], self._attn[:, :width] = input_ids, attn
+        self.width = width
+        self.pos = attn.sum(-1, keepdim=True) - 1  # the position of each row's last token
+        self.live = torch.arange(first, first + batch, device=device)  # each live row's place in the queue
+        self.steps = torch.zeros(batch, dtype=torch.long, device=device)  # tokens each row has been given
+        self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+        total = first + batch if total is None else total
+        self.n_new = torch.full((total,), -1, dtype=torch.long, device=device)
+        self.at_eos = torch.zeros(total, dtype=torch.bool, device=device)
+        self.eos = torch.tensor(eos, dtype=torch.long, device=device)
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return self._ids[:, : self.width]
+
+    @property
+    def attn(self) -> torch.Tensor:
+        return self._attn[:, : self.width]
+
+    def _room(self, columns: int) -> None:
+        """Buffers with at least `columns` columns (a stream's finished rows may step past their end)."""
+        if columns > self._ids.shape[1]:
+            grow = max(columns, 2 * self._ids.shape[1]) - self._ids.shape[1]
+            self._ids = torch.cat([self._ids, self._ids.new_full((self._ids.shape[0], grow), self.pad)], 1)
+            self._attn = torch.cat([self._attn, self._attn.new_ones((self._attn.shape[0], grow))], 1)
+
+    def advance(self, nxt, scores, stop) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append this step's tokens (pad for finished rows); mark rows that end here.
+
+        Returns the tokens and, per row, the output column to write them to (finished rows
+        write to column max_new_tokens, a spare one, so a write never needs a host sync)."""
+        was = self.unfinished
+        nxt = torch.where(was, nxt, self.pad)
+        self._room(self.width + 1)
+        self._ids[:, self.width] = nxt
+        self.width += 1
+        self.pos += 1
+        column = torch.where(was, self.steps, self.max_new)
+        self.steps += was.long()
+        is_eos = torch.isin(nxt, self.eos)
+        ends = is_eos | stop(self.ids, scores) if stop is not None else is_eos
+        newly = ends & was
+        self.n_new[self.live] = torch.where(newly, self.steps, self.n_new[self.live])
+        self.at_eos[self.live] |= newly & is_eos
+        self.unfinished = was & ~newly & (self.steps < self.max_new)
+        return nxt, column
+
+    def keep(self, index, cache, sampler) -> None:
+        """Only the rows at `index` stay (compaction); leading columns none of them attends to go."""
+        if index.numel():
+            unused = int(self.attn[index].any(0).int().argmax())  # the first column a kept row attends to
+            if unused:
+                trim_front(cache, unused)
+                self._ids, self._attn, self.width = self._ids[:, unused:], self._attn[:, unused:], self.width - unused
+        self._ids, self._attn, self.pos = self._ids[index], self._attn[index], self.pos[index]
+        self.live, self.unfinished, self.steps = self.live[index], self.unfinished[index], self.steps[index]
+        cache.batch_select_indices(index)
+        if sampler is not None:
+            sampler.rows = self.live
+
+    def merge(self, other: Rows, cache, other_cache, sampler) -> None:
+        """Append `other`'s rows (prefilled, one token each), right-aligned; trim unattended columns.
+
+        A row's columns keep their order and its positions are its own, so every row computes
+        what it would in a batch of its own; the columns before the first one any row attends
+        to are dropped, so the width stays near the longest prompt plus max_new_tokens.
+        """
+        width = max(self.width, other.width)
+        offsets = (width - self.width, width - other.width)
+        firsts = [int(r.attn.any(0).nonzero()[0]) if r.attn.shape[0] else r.width for r in (self, other)]
+        start = min(f + o for f, o in zip(firsts, offsets))
+        kept = width - start
+        capacity = kept + self.max_new + 1
+        rows = self.live.numel() + other.live.numel()
+        ids = self._ids.new_full((rows, capacity), self.pad)
+        attn = self._attn.new_ones((rows, capacity))
+        parts = []
+        for r, off, lo in ((self, offsets[0], 0), (other, offsets[1], self.live.numel())):
+            side_start = max(start - off, 0)  # the side's first column that stays
+            dst = side_start + off - start
+            n = r.width - side_start
+            hi = lo + r.live.numel()
+            attn[lo:hi, :dst] = 0
+            ids[lo:hi, dst : dst + n] = r.ids[:, side_start:]
+            attn[lo:hi, dst : dst + n] = r.attn[:, side_start:]
+            parts.append((side_start, dst))
+        splice(cache, other_cache, parts, capacity)
+        self._ids, self._attn, self.width = ids, attn, kept
+        self.pos = torch.cat([self.pos, other.pos])
+        self.live = torch.cat([self.live, other.live])
+        self.steps = torch.cat([self.steps, other.steps])
+        self.unfinished = torch.cat([self.unfinished, other.unfinished])
+        self.n_new[other.live] = other.n_new[other.live]
+        self.at_eos[other.live] = other.at_eos[other.live]
+        if sampler is not None:
+            sampler.rows = self.live
