@@ -98,3 +98,17 @@ def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
         (tmp_path / "a" / "sweep.yaml").read_text().replace("models/m}", "models/m2}")
     )
     assert plan(load_spec(tmp_path / "a" / "sweep.yaml"))[0].sweep_id != ids[0]
+
+
+def test_the_quickstart_keeps_its_sweep_id_as_settings_are_added():
+    """Settings added after sweeps existed (attention, static_cache, refill, featurizer...) count only when set:
+    the quickstart's id is the one it had before them, and setting one changes it."""
+    from pathlib import Path
+
+    from controller.spec.load import load_spec
+
+    quickstart = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+    spec = load_spec(quickstart)
+    assert plan(spec)[0].sweep_id == "cb3dce6badd617dc"
+    batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
+    assert plan(batches)[0].sweep_id != "cb3dce6badd617dc"
