@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.report.aggregate import speed_columns
 from tests.test_engine import job
@@ -145,3 +147,23 @@ def test_a_model_with_sliding_window_layers_runs_batch_after_batch(tiny_model, r
     result, records = generate_job(job(str(tmp_path), "greedy", batch_size=2, max_new=4, prompts=MIXED[:4]), runtime)
     assert len(result.batches) == 2 and result.engine["refills"] is None and len(records) == 4
     assert result.engine["decode_loop"].startswith("worker.engine.decode") and result.engine["kv_cache"] == "dynamic"
+
+
+POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    picks=st.lists(st.integers(0, len(POOL) - 1), min_size=3, max_size=9),
+    slots=st.integers(1, 4),
+    stop=st.sampled_from([[], ["."], [","], [" the"]]),
+    max_new=st.integers(1, 14),
+)
+def test_any_stream_samples_what_each_seed_samples_alone(tiny_model, runtime, picks, slots, stop, max_new):
+    """Random prompt mixes, slot counts, stops and lengths: a stream equals every prompt run on its own."""
+    prompts = [POOL[i] for i in picks]
+    spec = job(tiny_model, "top_k", {"k": 30}, seed=7, batch_size=slots, max_new=max_new, stop=stop, prompts=prompts)
+    _, streamed = generate_job(spec, runtime)
+    _, alone = generate_job(with_generation(spec, batch_size=1, refill=False), runtime)
+    assert [r.token_ids for r in streamed] == [r.token_ids for r in alone]
+    assert [r.stop_reason for r in streamed] == [r.stop_reason for r in alone]
