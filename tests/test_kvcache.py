@@ -72,16 +72,24 @@ def test_crop_and_reset_keep_the_layer_consistent():
     assert layer.get_seq_length() == 0 and not layer.is_initialized
 
 
-def test_models_with_sliding_window_layers_keep_transformers_cache():
-    config = MistralConfig(
+def sliding_window_config(vocab_size: int = 100) -> MistralConfig:
+    """A 2-layer Mistral whose layers are sliding-window ones (ids 0 for bos, eos and pad)."""
+    return MistralConfig(
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        vocab_size=100,
+        vocab_size=vocab_size,
         sliding_window=4,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
     )
+
+
+def test_models_with_sliding_window_layers_keep_transformers_cache():
+    config = sliding_window_config()
 
     class Stub:
         pass

@@ -127,21 +127,12 @@ def test_cuda_out_of_memory_halves_the_streams_rows(tiny_model, runtime, monkeyp
 
 def test_a_model_with_sliding_window_layers_runs_batch_after_batch(tiny_model, runtime, tmp_path):
     """Refill needs the preallocated cache; a sliding-window model keeps transformers' cache and plain batches."""
-    from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
+    from transformers import AutoTokenizer, MistralForCausalLM
+
+    from tests.test_kvcache import sliding_window_config
 
     torch.manual_seed(0)
-    config = MistralConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=4096,
-        sliding_window=8,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
+    config = sliding_window_config(vocab_size=4096)
     MistralForCausalLM(config).save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
     result, records = generate_job(job(str(tmp_path), "greedy", batch_size=2, max_new=4, prompts=MIXED[:4]), runtime)
