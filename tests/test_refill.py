@@ -158,3 +158,20 @@ def test_any_stream_samples_what_each_seed_samples_alone(tiny_model, runtime, pi
     _, alone = generate_job(with_generation(spec, batch_size=1, refill=False), runtime)
     assert [r.token_ids for r in streamed] == [r.token_ids for r in alone]
     assert [r.stop_reason for r in streamed] == [r.stop_reason for r in alone]
+
+
+def test_compaction_keeps_a_sliding_window_models_cache_whole(tiny_model, runtime, tmp_path):
+    """Only the preallocated cache drops leading columns: a sliding-window layer's columns are not the ids'."""
+    from transformers import AutoTokenizer, MistralForCausalLM
+
+    from tests.test_kvcache import sliding_window_config
+
+    torch.manual_seed(1)
+    MistralForCausalLM(sliding_window_config(vocab_size=4096)).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
+    prompts = ["Anne", *MIXED[1:4]]  # one short prompt: its row's padding is what a trim would drop
+    spec = job(str(tmp_path), "greedy", batch_size=len(prompts), max_new=10, stop=["e"], prompts=prompts)
+    result, batched = generate_job(spec, runtime)
+    assert result.batches[0].compactions >= 1
+    _, alone = generate_job(with_generation(spec, batch_size=1), runtime)
+    assert [r.token_ids for r in batched] == [r.token_ids for r in alone]

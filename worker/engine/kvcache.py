@@ -92,15 +92,18 @@ class PreallocatedLayer(DynamicLayer):
         super().reset()
 
 
-def trim_front(cache: DynamicCache, n: int) -> None:
-    """Drop the first `n` columns of every layer (columns no live row attends to): views, no copy."""
+def trim_front(cache: DynamicCache, n: int) -> bool:
+    """Drop the first `n` columns of every layer (columns no live row attends to): views, no copy.
+
+    Only a preallocated cache's columns are the token ids' columns (a sliding-window layer,
+    say, holds the last window): any other cache is left whole, and False says so."""
+    if not all(isinstance(layer, PreallocatedLayer) for layer in cache.layers):
+        return False
     for layer in cache.layers:
-        if isinstance(layer, PreallocatedLayer):
-            layer._k, layer._v = layer._k[:, :, n:], layer._v[:, :, n:]
-            layer.length, layer.capacity = layer.length - n, layer.capacity - n
-            layer._views()
-        else:
-            layer.keys, layer.values = layer.keys[:, :, n:], layer.values[:, :, n:]
+        layer._k, layer._v = layer._k[:, :, n:], layer._v[:, :, n:]
+        layer.length, layer.capacity = layer.length - n, layer.capacity - n
+        layer._views()
+    return True
 
 
 def splice(cache: DynamicCache, other: DynamicCache, parts, capacity: int) -> None:

@@ -78,8 +78,7 @@ class Rows:
         """Only the rows at `index` stay (compaction); leading columns none of them attends to go."""
         if index.numel():
             unused = int(self.attn[index].any(0).int().argmax())  # the first column a kept row attends to
-            if unused:
-                trim_front(cache, unused)
+            if unused and trim_front(cache, unused):
                 self._ids, self._attn, self.width = self._ids[:, unused:], self._attn[:, unused:], self.width - unused
         self._ids, self._attn, self.pos = self._ids[index], self._attn[index], self.pos[index]
         self.live, self.unfinished, self.steps = self.live[index], self.unfinished[index], self.steps[index]
