@@ -63,9 +63,16 @@ def mixed_prompts(tok, n: int) -> list[PromptItem]:
     return out
 
 
-def job(model: str, prompts, strategy="greedy", params=None, batch_size=16, max_new=48, stop=(), min_new=0) -> JobSpec:
+def job(
+    model: str, prompts, strategy="greedy", params=None, batch_size=16, max_new=48, stop=(), min_new=0, **more
+) -> JobSpec:
+    """A one-shard benchmark job; `more`: dtype (default auto) and warmup (default False)."""
     gen = GenerationSettings(
-        max_new_tokens=max_new, min_new_tokens=min_new, batch_size=batch_size, stop=list(stop), warmup=False
+        max_new_tokens=max_new,
+        min_new_tokens=min_new,
+        batch_size=batch_size,
+        stop=list(stop),
+        warmup=more.get("warmup", False),
     )
     return JobSpec(
         tenant="bench",
@@ -73,7 +80,7 @@ def job(model: str, prompts, strategy="greedy", params=None, batch_size=16, max_
         sweep_name="bench",
         job_id=f"bench-{strategy}-{batch_size}",
         cell="bench",
-        model=ModelSpec(path=model),
+        model=ModelSpec(path=model, dtype=more.get("dtype", "auto")),
         strategy=StrategySpec(name=strategy, params=params or {}),
         seed=0,
         shard=0,

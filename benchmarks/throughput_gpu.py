@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from benchmarks.bench_throughput import job
+from worker.core.contract import PromptItem
 from worker.engine.job import generate_job
 
 STRATEGIES = [
@@ -63,26 +64,6 @@ def build_model(folder: Path, tokenizer_from: str, **shape) -> tuple[str, int]:
     AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(folder)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return str(folder), nbytes
-
-
-def _job(model: str, strategy: str, params: dict, batch_size, prompts, max_new: int) -> JobSpec:
-    return JobSpec(
-        tenant="bench",
-        sweep_id="gpu",
-        sweep_name="gpu",
-        job_id=f"gpu-{strategy}-{batch_size}",
-        cell="gpu",
-        model=ModelSpec(path=model, dtype="bfloat16"),
-        strategy=StrategySpec(name=strategy, params=params),
-        seed=0,
-        shard=0,
-        n_shards=1,
-        prompts=prompts,
-        generation=GenerationSettings(
-            max_new_tokens=max_new, min_new_tokens=max_new, batch_size=batch_size, warmup=True
-        ),
-        metrics=["distinct_1"],
-    )
 
 
 def _row(result, weight_bytes: int, bandwidth: float | None, batch_size) -> dict:
@@ -135,7 +116,10 @@ def gpu_section(
                 if time.perf_counter() - start > budget_s:
                     out["skipped"].append(label)
                     continue
-                result, _ = generate_job(_job(model, name, params, batch_size, prompts, max_new), runtime)
+                spec = job(
+                    model, prompts, name, params, batch_size, max_new, min_new=max_new, dtype="bfloat16", warmup=True
+                )
+                result, _ = generate_job(spec, runtime)
                 out["rows"][label] = _row(result, weight_bytes, bandwidth, batch_size)
                 print(f"gpu {label:18s} {out['rows'][label]}")
         out["seconds"] = round(time.perf_counter() - start, 1)

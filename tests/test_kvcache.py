@@ -59,7 +59,7 @@ def test_preallocated_cache_gives_the_logits_of_transformers_dynamic_cache(tiny_
     assert ours.layers[0].capacity >= ours.get_seq_length()
 
 
-def test_crop_and_reset_keep_the_layer_consistent():
+def test_crop_reorder_repeat_and_reset_keep_the_layer_consistent():
     layer = PreallocatedLayer(8)
     k = torch.arange(2 * 1 * 5 * 2, dtype=torch.float32).reshape(2, 1, 5, 2)
     keys, _ = layer.update(k, k + 1)
@@ -68,6 +68,12 @@ def test_crop_and_reset_keep_the_layer_consistent():
     assert torch.equal(layer.keys, k[:, :, :3]) and layer.get_seq_length() == 3
     with pytest.raises(ValueError):
         layer.crop(1)
+    layer.reorder_cache(torch.tensor([1, 0]))  # beam reordering and repetition keep buffer and views together
+    assert torch.equal(layer.keys, k[[1, 0], :, :3]) and torch.equal(layer.values, k[[1, 0], :, :3] + 1)
+    layer.batch_repeat_interleave(2)
+    assert torch.equal(layer.keys, k[[1, 1, 0, 0], :, :3])
+    keys, _ = layer.update(k[[0, 0, 1, 1], :, :1], k[[0, 0, 1, 1], :, :1])  # and the next write lands after them
+    assert torch.equal(keys[:, :, 3], k[[0, 0, 1, 1], :, 0])
     layer.reset()
     assert layer.get_seq_length() == 0 and not layer.is_initialized
 

@@ -152,42 +152,19 @@ def test_report_compare(tmp_path):
             batch.total_s *= 2  # B is twice as slow
     write_sweep(store, a)
     write_sweep(store, b)
-    result = CliRunner().invoke(
-        cli(),
-        [
-            "report",
-            a.sweep_id,
-            "--compare",
-            b.sweep_id,
-            "--store",
-            str(tmp_path),
-            "--format",
-            "csv",
-            "--out",
-            str(tmp_path / "cmp.csv"),
-        ],
-    )
+
+    def compare(fmt: str, out: str):
+        argv = ["report", a.sweep_id, "--compare", b.sweep_id, "--store", str(tmp_path), "--format", fmt]
+        return CliRunner().invoke(cli(), [*argv, "--out", str(tmp_path / out)])
+
+    result = compare("csv", "cmp.csv")
     assert result.exit_code == 0, result.output
     assert "Δ tok/s" in result.stdout.splitlines()[0]
     cmp = pd.read_csv(tmp_path / "cmp.csv")
     greedy = cmp[cmp["strategy"] == "greedy"].iloc[0]
     assert greedy["tokens_per_s_delta"] < 0 and greedy["distinct_2_delta"] == 0
     assert store.exists(paths.report_key(a.tenant, a.sweep_id, f"compare-{b.sweep_id}.csv"))
-    bad = CliRunner().invoke(
-        cli(),
-        [
-            "report",
-            a.sweep_id,
-            "--compare",
-            b.sweep_id,
-            "--store",
-            str(tmp_path),
-            "--format",
-            "html",
-            "--out",
-            str(tmp_path / "x.html"),
-        ],
-    )
+    bad = compare("html", "x.html")
     assert bad.exit_code == 2
 
 

@@ -150,9 +150,7 @@ class _Loop:
             return rows, cache
         enc, first = got
         mark = self.clock.mark()
-        new = Rows(
-            enc["input_ids"], enc["attention_mask"], self.eos, self.pad, self.max_new, first=first, total=refill.total
-        )
+        new = Rows(enc["input_ids"], enc["attention_mask"], self.eos, self.pad, self.max_new, first=first, queue=rows)
         if self.sampler is not None:
             self.sampler.rows = new.live
         out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width + self.max_new))
@@ -160,8 +158,6 @@ class _Loop:
         self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark())
         refill.admissions += 1
         if rows.live.numel() == 0:  # every row had finished: the newcomers are the batch
-            rows.n_new[new.live], rows.at_eos[new.live] = new.n_new[new.live], new.at_eos[new.live]
-            new.n_new, new.at_eos = rows.n_new, rows.at_eos
             return new, new_cache
         rows.merge(new, cache, new_cache, self.sampler)
         return rows, cache

@@ -8,8 +8,9 @@ string, or `max_new_tokens` reached), `keep` drops finished rows (compaction) fr
 buffers and the KV cache, and `merge` appends newly prefilled rows, right-aligned to the
 batch's columns, dropping the columns no live row attends to any more.
 
-Row indices (`live`) are positions in the job's queue of prompts, so `n_new`, `at_eos` and the
-output tokens are indexed the same way however rows come and go.
+Row indices (`live`) are positions in the job's queue of prompts, so `n_new`, `at_eos` (one
+record per queue, shared by the Rows drawn from it) and the output tokens are indexed the same
+way however rows come and go.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from worker.engine.kvcache import splice, trim_front
 
 
 class Rows:
-    def __init__(self, input_ids, attn, eos, pad, max_new: int, *, first: int = 0, total: int | None = None):
+    def __init__(self, input_ids, attn, eos, pad, max_new: int, *, first=0, total=None, queue: Rows | None = None):
+        """`first`: the queue index of the first row; `queue`: the Rows whose per-queue record
+        (`n_new`, `at_eos`) these rows share, else a record of `total` rows (default: these)."""
         batch, width = input_ids.shape
         device = input_ids.device
         self.pad = pad if pad is not None else (eos[0] if eos else 0)
@@ -33,9 +36,12 @@ class Rows:
         self.live = torch.arange(first, first + batch, device=device)  # each live row's place in the queue
         self.steps = torch.zeros(batch, dtype=torch.long, device=device)  # tokens each row has been given
         self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
-        total = first + batch if total is None else total
-        self.n_new = torch.full((total,), -1, dtype=torch.long, device=device)
-        self.at_eos = torch.zeros(total, dtype=torch.bool, device=device)
+        if queue is None:
+            total = first + batch if total is None else total
+            self.n_new = torch.full((total,), -1, dtype=torch.long, device=device)
+            self.at_eos = torch.zeros(total, dtype=torch.bool, device=device)
+        else:  # one record per queue, shared by every Rows drawn from it (never copied)
+            self.n_new, self.at_eos = queue.n_new, queue.at_eos
         self.eos = torch.tensor(eos, dtype=torch.long, device=device)
 
     @property
@@ -118,7 +124,5 @@ class Rows:
         self.live = torch.cat([self.live, other.live])
         self.steps = torch.cat([self.steps, other.steps])
         self.unfinished = torch.cat([self.unfinished, other.unfinished])
-        self.n_new[other.live] = other.n_new[other.live]
-        self.at_eos[other.live] = other.at_eos[other.live]
         if sampler is not None:
             sampler.rows = self.live

@@ -36,6 +36,7 @@ class StepClock(LogitsProcessor):
         self.cuda = device.type == "cuda"
         self._start = None
         self._steps: list = []
+        self._marks: list = []
 
     def _stamp(self):
         if self.cuda:
@@ -68,7 +69,7 @@ class StepClock(LogitsProcessor):
             end.synchronize()
         total = self._seconds(self._start, end)
         prefill = self._seconds(self._start, self._steps[0]) if self._steps else total
-        marks = [self._seconds(self._start, m) for m in getattr(self, "_marks", [])]
+        marks = [self._seconds(self._start, m) for m in self._marks]
         return StepTimes(prefill_s=prefill, total_s=total, steps=len(self._steps), marks=marks)
 
 
