@@ -8,7 +8,8 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from tests.services import AUSTEN_PROMPTS
-from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from tests.test_engine import job as engine_job
+from worker.core.contract import ModelSpec
 from worker.engine.job import generate_job
 from worker.engine.loops.diverse_beam import generate, search
 from worker.strategies import get_strategy
@@ -62,21 +63,7 @@ def new_tokens(out, enc, eos) -> list[list[int]]:
 
 
 def job(model, strategy, params, batch_size, max_new, prompts=PROMPTS):
-    return JobSpec(
-        tenant="default",
-        sweep_id="s",
-        sweep_name="t",
-        job_id=f"j-{strategy}-{batch_size}",
-        cell=f"m::{strategy}",
-        model=ModelSpec(path=model),
-        strategy=StrategySpec(name=strategy, params=params),
-        seed=0,
-        shard=0,
-        n_shards=1,
-        prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
-        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size),
-        metrics=["distinct_1"],
-    )
+    return engine_job(model, strategy, params, batch_size=batch_size, max_new=max_new, prompts=prompts)
 
 
 def test_one_group_without_penalty_is_transformers_beam_search_through_the_engine(tiny_model, runtime, lm):
