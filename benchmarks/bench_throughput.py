@@ -8,9 +8,13 @@ median of its rounds); each ratio is > 1 where decodebench is faster:
 - vs_generate: decodebench (local mode's `generate_job`) against a hand-written loop of
   `model.generate()` over the same batches, prompts and settings (greedy; the outputs are
   checked identical);
-- vs_generate_mixed: the same on prompts whose lengths vary 4x, with a stop string so that
-  rows end at different steps (where length buckets, compaction and refill pay);
-  both generate() pairs also time decodebench with `refill: false` (`refill_vs_batches`);
+- vs_generate_mixed: the same on prompts whose lengths vary 4x, with the stop string "." so
+  that rows end at different steps (where length buckets, compaction and refill pay);
+- vs_generate_ragged: the mixed prompts with the stop string ",", so that most rows end well
+  before max_new_tokens while some run to it;
+  the generate() pairs also time decodebench with `refill: false` (`refill_vs_batches`), and
+  report the generate() loop's `packing_bound`: the rows x steps it computed per token kept,
+  which is what an engine that wasted no row-step could gain at the same cost per step;
 - vs_pipeline: against the per-prompt loop of `pipeline("text-generation")` (batch size 1),
   on the whole bundled held-out prompt set (128 prompts: one job of a sweep cell);
 - auto_vs_best: `batch_size: auto` against the best of several hand-picked batch sizes (the
@@ -102,21 +106,25 @@ def ours(runtime: Runtime, spec: JobSpec):
 
 
 def hand_generate(lm, prompts, batch_size: int, max_new: int, stop=(), min_new=0, sample=None):
-    """The hand-written loop: batches in the given order, left-padded, one generate() each, texts decoded."""
+    """The hand-written loop: batches in the given order, left-padded, one generate() each, texts decoded.
+
+    `run.row_steps` counts the rows x steps its last run computed (finished rows included)."""
     tok, eos = lm.tokenizer, lm.tokenizer.eos_token_id
     kwargs = {"do_sample": False} if sample is None else {"do_sample": True, **sample}
     if stop:
         kwargs.update(stop_strings=list(stop), tokenizer=tok)
 
     def run():
-        tokens, ids = 0, []
+        tokens, ids, run.row_steps = 0, [], 0
         for i in range(0, len(prompts), batch_size):
             enc = tok([p.prompt for p in prompts[i : i + batch_size]], return_tensors="pt", padding=True).to(lm.device)
             with torch.inference_mode():
                 out = lm.model.generate(
                     **enc, max_new_tokens=max_new, min_new_tokens=min_new or None, pad_token_id=eos, **kwargs
                 )
-            for row in out[:, enc["input_ids"].shape[1] :].tolist():
+            new = out[:, enc["input_ids"].shape[1] :]
+            run.row_steps += new.numel()
+            for row in new.tolist():
                 row = row[: row.index(eos) + 1] if eos in row else row
                 ids.append(row)
                 tokens += len(strip(row, eos))  # a row cut by a stop string is padded with eos (= pad)
@@ -202,19 +210,22 @@ def compare_generate(runtime, lm, model, args) -> dict:
     cases = {
         "vs_generate": (uniform_prompts(args.prompts), ()),
         "vs_generate_mixed": (mixed_prompts(lm.tokenizer, args.prompts), (".",)),
+        "vs_generate_ragged": (mixed_prompts(lm.tokenizer, args.prompts), (",",)),
     }
     for key, (prompts, stop) in cases.items():
         spec = job(model, prompts, batch_size=args.batch, max_new=args.new, stop=stop)
         batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
+        loop = hand_generate(lm, prompts, args.batch, args.new, stop=stop)
         sides = {
             "decodebench": ours(runtime, spec),
-            "generate_loop": hand_generate(lm, prompts, args.batch, args.new, stop=stop),
+            "generate_loop": loop,
             "decodebench_refill_off": ours(runtime, batches),  # what continuous refill itself adds
         }
         stats, outputs = rounds(sides, args.rounds, runtime.device)
         eos = lm.tokenizer.eos_token_id
         pairs = zip(outputs["decodebench"], outputs["generate_loop"])
         same = sum(strip(a, eos) == strip(b, eos) for a, b in pairs)
+        tokens = sum(len(strip(row, eos)) for row in outputs["generate_loop"])
         out[key] = {
             "ratio": ratio(stats["decodebench"], stats["generate_loop"]),
             **stats,
@@ -222,12 +233,16 @@ def compare_generate(runtime, lm, model, args) -> dict:
             "prompt_tokens": sorted({len(lm.tokenizer(p.prompt)["input_ids"]) for p in prompts}),
             "stop": list(stop),
             "refill_vs_batches": ratio(stats["decodebench"], stats["decodebench_refill_off"]),
+            # rows x steps the generate() loop computed per token it kept: the ratio of an engine that
+            # computed full rows of kept tokens only, at the same cost per step (prefill aside)
+            "packing_bound": round(loop.row_steps / tokens, 3),
         }
         print(
             f"{key:24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
             f"generate() loop {stats['generate_loop']['tokens_per_s']:9.1f} tok/s   "
             f"x{out[key]['ratio']:.2f}   identical greedy outputs {same}/{len(prompts)}   "
-            f"(refill vs batch after batch x{out[key]['refill_vs_batches']:.2f})"
+            f"(refill vs batch after batch x{out[key]['refill_vs_batches']:.2f}; "
+            f"packing bound x{out[key]['packing_bound']:.2f})"
         )
     return out
 

@@ -130,6 +130,30 @@ def test_compacting_loop_on_cuda_matches_unbatched_greedy_and_seeded_samples(sma
     assert same >= len(sampled) - 1  # float32 on GPU: a rare near-tie of the CDF may flip one draw
 
 
+def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runtime, monkeypatch):
+    """A step's forward and token pick queue kernels only (the prepared mask spares transformers' padding check);
+    the loop waits for the GPU at its checks, every 8 steps, and nowhere else."""
+    from worker.engine import decode
+
+    steps = []
+
+    def no_sync(method):
+        def run(self, *args):
+            steps.append(method.__name__)
+            torch.cuda.set_sync_debug_mode("error")  # a synchronising CUDA call raises here
+            try:
+                return method(self, *args)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+
+        return run
+
+    for name in ("forward", "advance"):
+        monkeypatch.setattr(decode._Loop, name, no_sync(getattr(decode._Loop, name)))
+    result, records = generate_job(engine_job(small_model, batch_size=2, max_new_tokens=32), cuda_runtime)
+    assert steps.count("forward") >= 32 and result.batches[0].refills >= 1 and len(records) == len(MIXED)
+
+
 def test_continuous_refill_on_cuda_matches_unbatched_greedy(small_model, cuda_runtime):
     streamed, records = generate_job(engine_job(small_model, batch_size=2), cuda_runtime)
     (stream,) = streamed.batches

@@ -175,3 +175,62 @@ def test_compaction_keeps_a_sliding_window_models_cache_whole(tiny_model, runtim
     assert result.batches[0].compactions >= 1
     _, alone = generate_job(with_generation(spec, batch_size=1), runtime)
     assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
+
+
+def small_config(family: str):
+    """A 2-layer random-weight config of `family` over the bundled tokenizer's 4096 ids (0: bos, eos, pad)."""
+    from transformers import GPTNeoXConfig, LlamaConfig, Qwen2Config
+
+    shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=4096)
+    ids = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    if family == "gpt_neox":
+        return GPTNeoXConfig(**shape, **ids)
+    return {"llama": LlamaConfig, "qwen2": Qwen2Config}[family](**shape, num_key_value_heads=2, **ids)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt_neox"])
+def test_decode_steps_pass_sdpa_a_prepared_mask_and_each_row_is_its_unbatched_run(
+    family, tiny_model, runtime, tmp_path, monkeypatch
+):
+    """The ready 4D mask (no per-step rebuild, no host sync on CUDA) computes what generate() computes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from worker.engine import decode
+
+    torch.manual_seed(3)
+    AutoModelForCausalLM.from_config(small_config(family)).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
+    masks = []
+    real_forward = decode._Loop.forward
+
+    def forward(self, rows, cache):
+        masks.append(self.mask4d)
+        return real_forward(self, rows, cache)
+
+    monkeypatch.setattr(decode._Loop, "forward", forward)
+    lm = runtime.cache.get(ModelSpec(path=str(tmp_path)), runtime.device)
+    spec = job(str(tmp_path), "greedy", batch_size=3, max_new=12, stop=["e"], prompts=MIXED)
+    result, records = generate_job(spec, runtime)
+    assert masks and all(masks) and result.engine["refills"] >= 2
+    assert result.batches[0].compactions >= 1  # rows ended apart: compaction and merges ran with the mask
+    for prompt, rec in zip(MIXED, records):
+        assert rec.token_ids == unbatched_greedy(lm, prompt, 12)[: rec.n_new_tokens], prompt
+
+
+def test_the_prepared_mask_only_where_transformers_would_build_the_same_one(tiny_model, runtime):
+    from transformers import AutoModelForCausalLM, MistralForCausalLM, OPTConfig
+
+    from tests.test_kvcache import sliding_window_config
+    from worker.engine.decode import prepared_mask
+    from worker.engine.kvcache import preallocated_cache
+
+    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+    assert prepared_mask(lm.model, preallocated_cache(lm.model, 8))  # gpt2, sdpa, plain layers
+    assert not prepared_mask(lm.model, None)  # transformers' own cache (e.g. sliding-window layers)
+    sliding = MistralForCausalLM(sliding_window_config())
+    assert not prepared_mask(sliding, preallocated_cache(sliding, 8))
+    eager = AutoModelForCausalLM.from_config(small_config("llama"), attn_implementation="eager")
+    assert not prepared_mask(eager, preallocated_cache(eager, 8))  # eager attention adds transformers' float mask
+    opt_config = OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=64)
+    opt = AutoModelForCausalLM.from_config(opt_config)
+    assert not prepared_mask(opt, preallocated_cache(opt, 8))  # OPT also reads positions from the 2D mask

@@ -221,3 +221,27 @@ def test_the_gpu_benchmark_section_runs_on_the_cpu_at_a_small_shape(tiny_model, 
     loops = {label: row["decode_loop"] for label, row in out["rows"].items()}
     assert loops["greedy@1"].startswith("worker.engine.decode") and loops["beam@1"] == "transformers generate()"
     assert loops["contrastive@1"].startswith("the strategy's own loop")
+
+
+def test_the_benchmark_runner_writes_every_ratio_with_its_sides_and_provenance(tmp_path):
+    """`make bench`'s runner, at its smoke size: the keys the results file promises, outputs checked identical."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "results.json"
+    run = subprocess.run(
+        [sys.executable, "benchmarks/bench_throughput.py", "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    keys = ("vs_generate", "vs_generate_mixed", "vs_generate_ragged", "vs_pipeline", "auto_vs_best")
+    assert all(report[k] > 0 for k in (*keys, "sampler_vs_transformers"))
+    for key in keys[:3]:
+        pair = report["details"][key]
+        assert pair["identical_outputs"] == "8/8" and pair["packing_bound"] >= 1
+        assert pair["decodebench"]["tokens_per_s"] > 0 and pair["generate_loop"]["tokens_per_s"] > 0
+    assert report["torch"] and report["transformers"] and report["git_commit"] and report["device"]

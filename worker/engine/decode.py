@@ -40,6 +40,30 @@ _UNSUPPORTED_IF_SET = (
 )
 
 
+# Model families whose forward uses the attention mask only to build its causal mask (read in
+# transformers 5.24's modeling files), so a ready 4D boolean mask passes through unchanged.
+_MASK_PASSTHROUGH = frozenset(
+    {"gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "phi3", "gemma", "olmo2", "smollm3"}
+)
+
+
+def prepared_mask(model, prealloc) -> bool:
+    """Whether decode steps give SDPA its boolean mask ready-made (rows.attn as (rows, 1, 1, columns)).
+
+    transformers rebuilds the mask from the 2D one at every step, and for SDPA checks whether it
+    has any padding (`fast_all`): a host synchronisation per token on CUDA, and on the CPU about
+    a tenth of a small model's step. The prepared mask is the same mask: logits are bit-identical
+    (tests/test_refill.py). Plain full-attention layers only (the preallocated cache): a
+    sliding-window layer needs transformers' own mask.
+    """
+    config = model.config
+    return (
+        prealloc is not None
+        and getattr(config, "_attn_implementation", None) == "sdpa"
+        and getattr(config, "model_type", None) in _MASK_PASSTHROUGH
+    )
+
+
 def supports(config, loop: str | None, assistant) -> bool:
     """Whether the compacting loop reproduces generate() for this configuration."""
     if loop is not None or assistant is not None or config.num_beams != 1 or config.do_sample:
@@ -104,6 +128,7 @@ class _Loop:
     timeline: Timeline
     cache_kw: str = "cache"
     extra: dict | None = None
+    mask4d: bool = False  # decode steps pass the prepared 4D mask (`prepared_mask`)
 
     def prefill(self, rows: Rows, prealloc):
         pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
@@ -115,8 +140,9 @@ class _Loop:
 
     def forward(self, rows: Rows, cache):
         kwargs = {self.cache_kw: cache}
+        mask = rows.attn[:, None, None, :].bool() if self.mask4d else rows.attn
         out = self.model(
-            input_ids=rows.ids[:, -1:], attention_mask=rows.attn, position_ids=rows.pos, use_cache=True, **kwargs
+            input_ids=rows.ids[:, -1:], attention_mask=mask, position_ids=rows.pos, use_cache=True, **kwargs
         )
         return out, getattr(out, self.cache_kw)
 
@@ -200,6 +226,7 @@ def decode(
         Timeline(total),
         _cache_keyword(model),
         extra,
+        prepared_mask(model, prealloc),
     )
     if sampler is not None:
         sampler.rows = rows.live  # the sampler's seeds are the queue's; the live rows are its first
