@@ -17,10 +17,10 @@ from controller.report.aggregate import (
     SweepData,
     load_sweep,
     metric_columns,
-    speed_columns,
     summarize,
 )
 from controller.report.compare import compare
+from controller.report.speed import speed_columns
 from tests.helpers_report import make_sweep, registry, toy_metrics, write_sweep
 from worker.core import paths
 from worker.core.contract import BatchTiming

@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.report.aggregate import speed_columns
+from controller.report.speed import speed_columns
 from tests.test_engine import job
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
@@ -94,6 +94,47 @@ def test_each_generation_records_its_own_latency_and_the_report_uses_it(tiny_mod
     latencies = sorted(x * 1000.0 for x in stream.latency_s)
     assert min(latencies) <= speed["latency_ms_p50"] <= max(latencies)
     assert speed["latency_ms_p50"] < stream.total_s * 1000.0
+
+
+def test_a_rows_finish_is_the_step_that_picked_its_last_token_though_the_loop_looks_every_8(
+    small_model, runtime, monkeypatch
+):
+    """As on CUDA: finished rows are found at every 8th step, yet each generation's latency and TPOT are its own."""
+    from worker.engine import decode
+
+    monkeypatch.setattr(engine, "check_every", lambda device: 8)
+    stamps = {}
+    real_seconds = decode.Timeline.seconds
+
+    def seconds(self, times, n_new, max_new):
+        stamps.update(step_s=times.step_s, marks=times.marks, n_new=n_new, second=self.second, start=self.start)
+        return real_seconds(self, times, n_new, max_new)
+
+    monkeypatch.setattr(decode.Timeline, "seconds", seconds)
+    spec = job(small_model, "greedy", batch_size=3, max_new=30, stop=[","], prompts=MIXED)
+    result, records = generate_job(spec, runtime)
+    (stream,) = result.batches
+    assert stream.refills >= 1
+    n = [k if k > 0 else 30 for k in stamps["n_new"]]  # tokens each row was given, in the stream's order
+    assert sorted(n) == sorted(len(r.token_ids) + (r.stop_reason == "eos") for r in records)
+    firsts = [i for i, s in enumerate(stamps["second"]) if s == 1]  # the rows of the first prefill
+    by_n = {}
+    for i in firsts:
+        by_n.setdefault(n[i], set()).add(stream.latency_s[i])
+    assert len(by_n) >= 2 and all(len(v) == 1 for v in by_n.values())  # same start: latency is a function of n
+    ordered = [min(v) for _, v in sorted(by_n.items())]
+    assert ordered == sorted(ordered) and len(set(ordered)) == len(ordered)  # more tokens, later finish
+    for i in range(len(n)):
+        end = stamps["step_s"][stamps["second"][i] + n[i] - 2] if n[i] > 1 else None
+        if end is not None:  # the stamp of the step that picked the row's last token
+            assert stream.latency_s[i] == pytest.approx(end - stamps["marks"][stamps["start"][i]], abs=2e-6)
+            tpot = (stream.latency_s[i] - stream.ttft_s[i]) / (n[i] - 1)
+            assert stream.tpot_s[i] == pytest.approx(tpot, abs=2e-6)
+        else:
+            assert stream.tpot_s[i] is None
+    speed = speed_columns([result])
+    tpots = [t for t in stream.tpot_s if t is not None]
+    assert speed["decode_ms_per_token"] == pytest.approx(1000 * sum(tpots) / len(tpots))
 
 
 def test_refill_false_and_processors_that_count_from_a_batch_start_run_batch_after_batch(tiny_model, runtime):

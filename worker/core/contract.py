@@ -222,12 +222,18 @@ class BatchTiming(Strict):
     )
     latency_s: list[float] | None = Field(
         default=None,
-        description="Per generation, in the batch's order: its start (prefill) to its finish (with continuous "
-        "refill; None: every generation's latency is total_s).",
+        description="Per generation, in the batch's order: its start (prefill) to the step that picked its last "
+        "token (with continuous refill; None: every generation's latency is total_s).",
     )
     ttft_s: list[float] | None = Field(
         default=None,
         description="Per generation: its start to its first token (with continuous refill; None: prefill_s).",
+    )
+    tpot_s: list[float | None] | None = Field(
+        default=None,
+        description="Per generation: (latency - ttft) / (its tokens - 1), the time per output token after the "
+        "first as that generation saw it, other rows' prefills included (with continuous refill; None for a "
+        "one-token generation; absent: decode_s / (steps - 1) for every row).",
     )
 
 

@@ -92,7 +92,7 @@ class DecodeOutput:
     steps: int  # decoding steps run (the longest row; with refill, the loop's)
     compactions: int  # times finished rows were dropped from the batch
     kv_cache: str  # "preallocated" (worker.engine.kvcache) or "dynamic" (transformers' own)
-    timeline: Timeline  # per row: start, first token, finish (clock marks)
+    timeline: Timeline  # per row: its start, first token and the loop step of its second (clock marks, steps)
     admissions: int | None = None  # times free rows were refilled from the queue (None: no refill)
 
 
@@ -158,19 +158,20 @@ class _Loop:
         nxt, column = rows.advance(nxt, scores, self.stop)
         self.tokens[rows.live, column] = nxt
 
-    def check(self, rows: Rows, cache, refill: Refill | None):
+    def check(self, rows: Rows, cache, refill: Refill | None, steps: int):
         """Drop finished rows (one synchronisation) and refill free ones: (rows, cache, compacted?)."""
         live = rows.unfinished.nonzero().squeeze(1)
         compacted = live.numel() < rows.live.numel()
         if compacted:
-            self.timeline.finished(rows.live[rows.unfinished.logical_not()], self.clock.mark())
             rows.keep(live, cache, self.sampler)
         if refill is not None and refill.slots - live.numel() >= max(1, refill.slots // 4):
-            rows, cache = self.admit(refill, rows, cache)
+            rows, cache = self.admit(refill, rows, cache, steps)
         return rows, cache, compacted
 
-    def admit(self, refill: Refill, rows: Rows, cache):
-        """Prefill the next prompts into the free rows, pick their first tokens, merge them in."""
+    def admit(self, refill: Refill, rows: Rows, cache, steps: int):
+        """Prefill the next prompts into the free rows, pick their first tokens, merge them in.
+
+        `steps`: the loop steps so far; the newcomers' second tokens come from the next one."""
         got = refill.next(refill.slots - rows.live.numel())
         if got is None:
             return rows, cache
@@ -181,7 +182,7 @@ class _Loop:
             self.sampler.rows = new.live
         out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width + self.max_new))
         self.advance(out, new, clocked=False)
-        self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark())
+        self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark(), steps)
         refill.admissions += 1
         if rows.live.numel() == 0:  # every row had finished: the newcomers are the batch
             return new, new_cache
@@ -236,17 +237,16 @@ def decode(
         while True:
             loop.advance(out, rows)
             if steps == 0:
-                loop.timeline.started(range(enc["input_ids"].shape[0]), 0, clock.mark())
+                loop.timeline.started(range(enc["input_ids"].shape[0]), 0, clock.mark(), 1)
             steps += 1
             if refill is None and steps == max_new:
                 break
             if steps % check_every == 0:
-                rows, cache, compacted = loop.check(rows, cache, refill)
+                rows, cache, compacted = loop.check(rows, cache, refill, steps)
                 compactions += compacted
                 if rows.live.numel() == 0:
                     break
             out, cache = loop.forward(rows, cache)
-    loop.timeline.finished(rows.live, clock.mark())
     return _output(loop, rows, steps, compactions, prealloc is not None, refill)
 
 
@@ -259,24 +259,30 @@ def _output(loop: _Loop, rows: Rows, steps: int, compactions: int, preallocated:
 
 
 class Timeline:
-    """Per queue row, the clock marks of its start, first token and finish (resolved after the clock stops)."""
+    """Per queue row: the clock marks of its start and first token, and the loop step of its second token.
+
+    A row's n-th token is picked at loop step `second + n - 2`, so its finish is that step's
+    stamp: exact to the step, although the loop looks for finished rows only at its checks."""
 
     def __init__(self, total: int) -> None:
         self.start = [0] * total
         self.first = [0] * total
-        self.end = [None] * total
+        self.second = [1] * total
 
-    def started(self, rows: range, start: int, first: int) -> None:
+    def started(self, rows: range, start: int, first: int, second: int) -> None:
         for row in rows:
-            self.start[row], self.first[row] = start, first
+            self.start[row], self.first[row], self.second[row] = start, first, second
 
-    def finished(self, rows: torch.Tensor, mark: int) -> None:
-        for row in rows.tolist():
-            if self.end[row] is None:
-                self.end[row] = mark
-
-    def seconds(self, marks: list[float]) -> tuple[list[float], list[float]]:
-        """(latency, time to first token) per row, in seconds."""
-        latency = [marks[e] - marks[s] for s, e in zip(self.start, self.end)]
-        ttft = [marks[f] - marks[s] for s, f in zip(self.start, self.first)]
-        return latency, ttft
+    def seconds(self, times, n_new: list[int], max_new: int) -> tuple[list[float], list[float], list[float | None]]:
+        """Per row, in seconds: latency, time to first token and time per output token after the
+        first (None for a one-token generation). `times`: the clock's StepTimes; `n_new`: each
+        row's tokens (-1: it ran to max_new)."""
+        latency, ttft, tpot = [], [], []
+        for start, first, second, n in zip(self.start, self.first, self.second, n_new):
+            n = n if n > 0 else max_new
+            t0, t1 = times.marks[start], times.marks[first]
+            end = times.step_s[second + n - 2] if n > 1 else t1
+            latency.append(end - t0)
+            ttft.append(t1 - t0)
+            tpot.append((end - t1) / (n - 1) if n > 1 else None)
+        return latency, ttft, tpot

@@ -27,6 +27,7 @@ class StepTimes:
     total_s: float
     steps: int
     marks: list[float] = field(default_factory=list)  # seconds from the start to each `mark()`
+    step_s: list[float] = field(default_factory=list)  # seconds from the start to each step's stamp
 
 
 class StepClock(LogitsProcessor):
@@ -70,7 +71,8 @@ class StepClock(LogitsProcessor):
         total = self._seconds(self._start, end)
         prefill = self._seconds(self._start, self._steps[0]) if self._steps else total
         marks = [self._seconds(self._start, m) for m in self._marks]
-        return StepTimes(prefill_s=prefill, total_s=total, steps=len(self._steps), marks=marks)
+        step_s = [self._seconds(self._start, s) for s in self._steps]
+        return StepTimes(prefill_s=prefill, total_s=total, steps=len(self._steps), marks=marks, step_s=step_s)
 
 
 def synchronize(device) -> None:

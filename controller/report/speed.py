@@ -1,0 +1,87 @@
+"""A cell's speed and memory columns, from the raw per-batch timings of its jobs.
+
+Percentiles are taken over generations (a batch of n contributes n values) only here, at
+report time; a continuous-refill stream contributes each generation's own latency, time to
+first token and time per output token (docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from worker.core.contract import JobResult
+
+
+def _percentiles(values: list[float], qs: list[float]) -> list[float]:
+    if not values:
+        return [math.nan] * len(qs)
+    return [float(v) for v in np.percentile(np.asarray(values, dtype=float), qs)]
+
+
+def _tpot_ms(batches) -> float | None:
+    """The mean over generations of their own TPOT where a stream recorded it (None: no stream).
+
+    A plain batch's rows each count its per-step time (decode_s / (steps - 1))."""
+    if not any(b.tpot_s for b in batches):
+        return None
+    per_row = []
+    for b in batches:
+        if b.tpot_s is not None:
+            per_row += [t for t in b.tpot_s if t is not None]
+        elif b.steps and b.steps > 1:
+            per_row += [b.decode_s / (b.steps - 1)] * b.n
+    return 1000.0 * float(np.mean(per_row)) if per_row else math.nan
+
+
+def speed_columns(results: list[JobResult]) -> dict[str, Any]:
+    """Speed and memory of a cell from the raw per-batch values of all its jobs."""
+    batches = [b for r in results for b in r.batches]
+    new_tokens = sum(b.new_tokens for b in batches)
+    total_s = sum(b.total_s for b in batches)
+    decode_s = sum(b.decode_s for b in batches)
+    decode_steps = sum(max(b.steps - 1, 0) for b in batches if b.steps is not None)
+    tpot_ms = _tpot_ms(batches)
+    if tpot_ms is None:  # batches only: every row advances one token per decoding step
+        tpot_ms = decode_s * 1000.0 / decode_steps if decode_steps > 0 else math.nan
+    # per generation: its own times where the batch recorded them (continuous refill), else the batch's
+    latency = [s * 1000.0 for b in batches for s in (b.latency_s or [b.total_s] * b.n)]
+    ttft = [s * 1000.0 for b in batches for s in (b.ttft_s or [b.prefill_s] * b.n)]
+    p50, p95 = _percentiles(latency, [50, 95])
+    (ttft50,) = _percentiles(ttft, [50])
+
+    def values(key: str) -> list[float]:
+        return [float(r.memory[key]) for r in results if r.memory.get(key) is not None]
+
+    torch_peak, rss_peak = values("torch_peak_mb"), values("rss_peak_mb")
+    peak, kind = (max(torch_peak), "torch") if torch_peak else (max(rss_peak), "rss") if rss_peak else (math.nan, None)
+    nvml_peak = values("nvml_peak_mb")
+    # energy only where every batch has an NVML energy reading: empty (NaN), never zero, elsewhere
+    energy = [b.energy_j for b in batches]
+    joules = sum(energy) / new_tokens if batches and new_tokens > 0 and None not in energy else math.nan
+
+    def time_weighted(key: str) -> float:
+        pairs = [
+            (float(r.memory[key]), sum(b.total_s for b in r.batches)) for r in results if r.memory.get(key) is not None
+        ]
+        weight = sum(w for _, w in pairs)
+        if not pairs:
+            return math.nan
+        return sum(v * w for v, w in pairs) / weight if weight > 0 else float(np.mean([v for v, _ in pairs]))
+
+    return {
+        "tokens_per_s": new_tokens / total_s if total_s > 0 else math.nan,
+        "latency_ms_p50": p50,
+        "latency_ms_p95": p95,
+        "ttft_ms_p50": ttft50,
+        "peak_memory_mb": peak,
+        "decode_ms_per_token": tpot_ms,  # time per output token after the first (TPOT)
+        "joules_per_token": joules,
+        "joules_per_1k_tokens": joules * 1000.0,
+        "nvml_peak_mb": max(nvml_peak) if nvml_peak else math.nan,
+        "nvml_mean_mb": time_weighted("nvml_mean_mb"),
+        "gpu_util_mean": time_weighted("gpu_util_mean"),
+        "memory_kind": kind,
+    }
