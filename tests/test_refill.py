@@ -201,6 +201,46 @@ def test_any_stream_samples_what_each_seed_samples_alone(tiny_model, runtime, pi
     assert [r.stop_reason for r in streamed] == [r.stop_reason for r in alone]
 
 
+@pytest.fixture(scope="module")
+def random_llama(tiny_model, tmp_path_factory):
+    """A 2-layer random-weight Llama over the bundled tokenizer: grouped-query attention, rotary positions."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = tmp_path_factory.mktemp("llama")
+    torch.manual_seed(5)
+    AutoModelForCausalLM.from_config(small_config("llama")).save_pretrained(path)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(path)
+    return str(path)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    picks=st.lists(st.integers(0, len(POOL) - 1), min_size=3, max_size=9),
+    slots=st.integers(1, 4),
+    stop=st.sampled_from([[], ["."], [","], ["e"]]),
+    max_new=st.integers(1, 14),
+    family=st.sampled_from(["austen", "llama"]),
+)
+def test_any_greedy_stream_is_every_prompts_unbatched_generate(
+    small_model, random_llama, runtime, picks, slots, stop, max_new, family
+):
+    """Random prompt mixes, slots, stops and lengths on two families: each row is transformers' unbatched run,
+    and its timings are ordered (TTFT <= latency <= the stream's wall time; TPOT only after a second token)."""
+    model = small_model if family == "austen" else random_llama
+    lm = runtime.cache.get(ModelSpec(path=model), runtime.device)
+    prompts = [POOL[i] for i in picks]
+    spec = job(model, "greedy", batch_size=slots, max_new=max_new, stop=stop, prompts=prompts)
+    result, streamed = generate_job(spec, runtime)
+    for prompt, rec in zip(prompts, streamed):
+        assert rec.token_ids == unbatched_greedy(lm, prompt, max_new)[: rec.n_new_tokens], prompt
+    _, alone = generate_job(with_generation(spec, batch_size=1, refill=False), runtime)
+    assert [(r.token_ids, r.stop_reason) for r in streamed] == [(r.token_ids, r.stop_reason) for r in alone]
+    for b in result.batches:
+        if b.latency_s is not None:
+            assert all(0 < t <= lat <= b.total_s + 1e-6 for t, lat in zip(b.ttft_s, b.latency_s))
+            assert all(x is None or x > 0 for x in b.tpot_s)
+
+
 def test_compaction_keeps_a_sliding_window_models_cache_whole(tiny_model, runtime, tmp_path):
     """Only the preallocated cache drops leading columns: a sliding-window layer's columns are not the ids'."""
     from transformers import AutoTokenizer, MistralForCausalLM
