@@ -2,8 +2,9 @@
 
 `make bench` runs this on the CPU; `--device cuda:0` runs the same comparisons on a GPU and
 adds the GPU section (benchmarks/throughput_gpu.py). Every pair runs interleaved, round
-after round; a ratio is the median of the rounds' ratios (each side's tokens/s is the
-median of its rounds); each ratio is > 1 where decodebench is faster:
+after round (odd rounds in reverse order); a ratio is the median of the rounds' ratios
+(each side's tokens/s is the median of its rounds); each ratio is > 1 where decodebench is
+faster:
 
 - vs_generate: decodebench (local mode's `generate_job`) against a hand-written loop of
   `model.generate()` over the same batches, prompts and settings (greedy; the outputs are
@@ -160,11 +161,14 @@ def hand_pipeline(lm, prompts, max_new: int):
 
 
 def rounds(sides: dict, n: int, device) -> tuple[dict, dict]:
-    """Run every side once per round, interleaved; per side the median tokens/s (and each round's), last outputs."""
+    """Run every side once per round, interleaved; per side the median tokens/s (and each round's), last outputs.
+
+    Odd rounds run the sides in reverse order, so a side is not always first after another's
+    work (or always last): position effects cancel over the rounds."""
     rates: dict[str, list[float]] = {k: [] for k in sides}
     outputs = {}
-    for _ in range(n):
-        for name, run in sides.items():
+    for i in range(n):
+        for name, run in sides.items() if i % 2 == 0 else reversed(sides.items()):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
