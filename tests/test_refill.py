@@ -190,9 +190,13 @@ POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
     slots=st.integers(1, 4),
     stop=st.sampled_from([[], ["."], [","], [" the"]]),
     max_new=st.integers(1, 14),
+    every=st.sampled_from([1, 8]),
 )
-def test_any_stream_samples_what_each_seed_samples_alone(tiny_model, runtime, picks, slots, stop, max_new):
-    """Random prompt mixes, slot counts, stops and lengths: a stream equals every prompt run on its own."""
+def test_any_stream_samples_what_each_seed_samples_alone(
+    tiny_model, runtime, monkeypatch, picks, slots, stop, max_new, every
+):
+    """Random prompt mixes, slot counts, stops, lengths and check intervals: a stream equals every prompt alone."""
+    monkeypatch.setattr(engine, "check_every", lambda device: every)
     prompts = [POOL[i] for i in picks]
     spec = job(tiny_model, "top_k", {"k": 30}, seed=7, batch_size=slots, max_new=max_new, stop=stop, prompts=prompts)
     _, streamed = generate_job(spec, runtime)
@@ -213,19 +217,21 @@ def random_llama(tiny_model, tmp_path_factory):
     return str(path)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     picks=st.lists(st.integers(0, len(POOL) - 1), min_size=3, max_size=9),
     slots=st.integers(1, 4),
     stop=st.sampled_from([[], ["."], [","], ["e"]]),
     max_new=st.integers(1, 14),
     family=st.sampled_from(["austen", "llama"]),
+    every=st.sampled_from([1, 8]),
 )
 def test_any_greedy_stream_is_every_prompts_unbatched_generate(
-    small_model, random_llama, runtime, picks, slots, stop, max_new, family
+    small_model, random_llama, runtime, monkeypatch, picks, slots, stop, max_new, family, every
 ):
-    """Random prompt mixes, slots, stops and lengths on two families: each row is transformers' unbatched run,
-    and its timings are ordered (TTFT <= latency <= the stream's wall time; TPOT only after a second token)."""
+    """Random prompt mixes, slots, stops, lengths and check intervals (8: CUDA's) on two families: each row is
+    transformers' unbatched run, its timings ordered (TTFT <= latency <= wall time; TPOT after a second token)."""
+    monkeypatch.setattr(engine, "check_every", lambda device: every)
     model = small_model if family == "austen" else random_llama
     lm = runtime.cache.get(ModelSpec(path=model), runtime.device)
     prompts = [POOL[i] for i in picks]
