@@ -28,10 +28,12 @@ def with_generation(spec, **update):
     return spec.model_copy(update={"generation": spec.generation.model_copy(update=update)})
 
 
-def unbatched_greedy(lm, prompt: str, max_new: int) -> list[int]:
+def unbatched_greedy(lm, prompt: str, max_new: int, **settings) -> list[int]:
+    """transformers' generate() on the prompt alone (`settings`: more generate() arguments, e.g. penalties)."""
     enc = lm.tokenizer(prompt, return_tensors="pt")
+    pad = lm.tokenizer.pad_token_id
     with torch.inference_mode():
-        out = lm.model.generate(**enc, do_sample=False, max_new_tokens=max_new, pad_token_id=lm.tokenizer.pad_token_id)
+        out = lm.model.generate(**enc, do_sample=False, max_new_tokens=max_new, pad_token_id=pad, **settings)
     return out[0, enc["input_ids"].shape[1] :].tolist()
 
 
@@ -137,16 +139,17 @@ def test_a_rows_finish_is_the_step_that_picked_its_last_token_though_the_loop_lo
     assert speed["decode_ms_per_token"] == pytest.approx(1000 * sum(tpots) / len(tpots))
 
 
-def test_refill_false_and_processors_that_count_from_a_batch_start_run_batch_after_batch(tiny_model, runtime):
+def test_refill_false_runs_batch_after_batch_and_penalties_stream_like_the_rest(tiny_model, runtime):
     spec = job(tiny_model, "greedy", batch_size=3, max_new=8, prompts=MIXED)
     off, _ = generate_job(with_generation(spec, refill=False), runtime)
     assert len(off.batches) == 3 and all(b.refills is None and b.latency_s is None for b in off.batches)
     assert off.engine["refills"] is None and "refilled" not in off.engine["decode_loop"]
     penalised = job(tiny_model, "greedy", {"repetition_penalty": 1.3}, batch_size=3, max_new=8, prompts=MIXED)
-    at_least = with_generation(spec, min_new_tokens=4)
+    at_least = with_generation(spec, min_new_tokens=4)  # penalties and minimum lengths apply row by row
     for other in (penalised, at_least):
         result, _ = generate_job(other, runtime)
-        assert len(result.batches) == 3 and result.engine["decode_loop"].startswith("worker.engine.decode")
+        (stream,) = result.batches
+        assert stream.refills >= 1 and "refilled" in result.engine["decode_loop"]
 
 
 def test_cuda_out_of_memory_halves_the_streams_rows(tiny_model, runtime, monkeypatch):

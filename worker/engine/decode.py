@@ -3,8 +3,8 @@
 `decode(...)` runs one left-padded batch like transformers' generate() does for greedy
 search and sampling (prefill with the last position's logits only, then one token per
 step over a KV cache, positions from the attention mask), with decodebench's pieces
-plugged in: the step clock, the penalty processors, transformers' warpers and the
-vectorised seeded sampler. What it adds is **compaction**: at a check every
+plugged in: the step clock, the penalties applied row by row (worker.engine.modifiers),
+transformers' warpers and the vectorised seeded sampler. What it adds is **compaction**: at a check every
 `check_every` steps (every step on CPU, where a check costs nothing; every 8 on CUDA,
 so that there is no host synchronisation per token) the rows that have finished (EOS or
 a stop string) are dropped from the batch: from the token ids, the attention mask and
@@ -117,7 +117,7 @@ class _Loop:
 
     model: object
     clock: object
-    processors: object
+    processors: object  # RowModifiers: (rows, scores) -> scores
     warpers: object
     sampler: object
     stop: object
@@ -150,7 +150,7 @@ class _Loop:
         """Pick each live row's next token from the logits (the clock stamps a loop step), append it."""
         scores = out.logits[:, -1].to(dtype=torch.float32, copy=True)
         scores = self.clock(rows.ids, scores) if clocked else scores
-        scores = self.processors(rows.ids, scores)
+        scores = self.processors(rows, scores)
         if self.sampler is None:
             nxt = scores.argmax(dim=-1)
         else:

@@ -22,7 +22,8 @@ from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, St
 from worker.engine import decode as own_loop
 from worker.engine.kvcache import preallocated_cache
 from worker.engine.models import LoadedModel
-from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_modifiers, build_warpers
+from worker.engine.modifiers import RowModifiers, build_modifiers
+from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_warpers
 from worker.engine.timing import StepClock, StepTimes, synchronize
 from worker.strategies import get_strategy
 
@@ -63,7 +64,7 @@ class Decoding:
     assistant_path: str | None = None  # assisted decoding: the draft model to load
     assistant: LoadedModel | None = None
     own_loop: bool = False  # greedy/sampling through worker.engine.decode (compaction) instead of generate()
-    refill: bool = False  # the own loop with continuous refill (no processors that count from a batch's start)
+    refill: bool = False  # the own loop with continuous refill
     prompt_ids: dict[str, list[int]] | None = None  # the job's prompts tokenised once, by prompt id
     notes: list[str] = field(default_factory=list)  # what the result's notes should say about the set-up
 
@@ -117,13 +118,8 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
         else:
             decoding.notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
     decoding.own_loop = own_loop.supports(cfg, registered.loop, decoding.assistant_path)
-    # refill needs the preallocated cache (plain full-attention layers) and no processor counting from a batch start
-    decoding.refill = (
-        decoding.own_loop
-        and settings.refill
-        and not build_modifiers(cfg, 0)
-        and preallocated_cache(lm.model, 1) is not None
-    )
+    # refill needs the preallocated cache (plain full-attention layers); penalties apply row by row
+    decoding.refill = decoding.own_loop and settings.refill and preallocated_cache(lm.model, 1) is not None
     return decoding
 
 
@@ -150,7 +146,7 @@ def eos_ids(cfg: GenerationConfig) -> list[int]:
 def _run(lm: LoadedModel, decoding: Decoding, enc, processors, criteria):
     """The generate() call, or the strategy's own loop, on one encoded batch."""
     if decoding.loop is not None:
-        processors.extend(build_modifiers(decoding.config, enc["input_ids"].shape[1]))
+        processors.extend(build_modifiers(decoding.config, enc["input_ids"].shape[1], enc["attention_mask"]))
         return _import(decoding.loop)(lm.model, enc, decoding.config, decoding.loop_params, processors, criteria)
     with torch.inference_mode():
         return lm.model.generate(
@@ -238,7 +234,7 @@ def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int
         enc,
         cfg,
         clock=clock,
-        processors=LogitsProcessorList(build_modifiers(cfg, prompt_len)),
+        processors=RowModifiers(cfg),
         warpers=warpers,
         sampler=sampler,
         stop=stop,

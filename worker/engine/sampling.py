@@ -15,7 +15,7 @@ import hashlib
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor
+from transformers import LogitsProcessor
 from transformers.generation import logits_process as lp
 
 SAMPLING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
@@ -133,15 +133,3 @@ def build_warpers(cfg: dict[str, Any]) -> list[LogitsProcessor]:
     if cfg.get("eta_cutoff"):
         w.append(lp.EtaLogitsWarper(epsilon=cfg["eta_cutoff"], device=cfg["_device"]))
     return w
-
-
-def build_modifiers(cfg: GenerationConfig, prompt_len: int) -> list[LogitsProcessor]:
-    """The processors generate() would add for penalties and minimum length (for custom loops)."""
-    m: list[LogitsProcessor] = []
-    if cfg.min_new_tokens:
-        m.append(lp.MinNewTokensLengthLogitsProcessor(prompt_len, cfg.min_new_tokens, cfg.eos_token_id))
-    if cfg.repetition_penalty not in (None, 1.0):
-        m.append(lp.RepetitionPenaltyLogitsProcessor(penalty=cfg.repetition_penalty))
-    if cfg.no_repeat_ngram_size:
-        m.append(lp.NoRepeatNGramLogitsProcessor(cfg.no_repeat_ngram_size))
-    return m

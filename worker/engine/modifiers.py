@@ -1,0 +1,101 @@
+"""Repetition penalty, no-repeat n-grams and a minimum length, row by row, for the engine's own loop.
+
+transformers' processors see a padded batch as one tensor: the repetition penalty counts
+the pad id as a token of every padded row (with pad = EOS, as in GPT-2 style tokenizers,
+a padded row's EOS is penalised and it ends later than it would alone), the n-gram ban
+counts windows that start in the padding, and the minimum length counts from the batch's
+start. `RowModifiers` applies the same three rules to each row's own tokens: the columns
+its attention mask hides (left padding, the gap before a row that joined a stream) are not
+its tokens, and its length is its own step counter. So a row computes what it computes
+alone, in any batch and in a continuous-refill stream, where rows start at different steps.
+
+Everything is vectorised over the batch (no loop over rows, no host synchronisation), and
+a row alone gets exactly transformers' processors (`tests/test_modifiers.py`).
+
+`build_modifiers` gives the strategies' own loops (contrastive search, diverse beam search)
+transformers' processors, with the repetition penalty skipping each row's left padding as
+transformers' generate() does; their rows start together, so a batch-wide minimum length is
+right for them.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.generation import logits_process as lp
+
+
+def build_modifiers(cfg, prompt_len: int, attention_mask: torch.Tensor | None = None) -> list:
+    """The processors generate() adds for penalties and a minimum length, for the strategies' own loops."""
+    m: list = []
+    if cfg.min_new_tokens:
+        m.append(lp.MinNewTokensLengthLogitsProcessor(prompt_len, cfg.min_new_tokens, cfg.eos_token_id))
+    if cfg.repetition_penalty not in (None, 1.0):
+        m.append(PaddedRepetitionPenalty(cfg.repetition_penalty, attention_mask))
+    if cfg.no_repeat_ngram_size:
+        m.append(lp.NoRepeatNGramLogitsProcessor(cfg.no_repeat_ngram_size))
+    return m
+
+
+class PaddedRepetitionPenalty(lp.LogitsProcessor):
+    """transformers' repetition penalty without each row's left padding (as generate() builds it), for
+    loops whose rows are the prompts' rows each repeated (beams, candidates): the mask repeats to match."""
+
+    def __init__(self, penalty: float, attention_mask: torch.Tensor | None) -> None:
+        self.penalty = lp.RepetitionPenaltyLogitsProcessor(penalty)
+        self.mask = attention_mask.bool() if attention_mask is not None else None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.mask is not None:
+            mask = self.mask.repeat_interleave(input_ids.shape[0] // self.mask.shape[0], dim=0)
+            width = mask.shape[-1]  # the prompt's columns; generated ones are the row's own
+            prompt = torch.where(mask, input_ids[:, :width], input_ids[:, -1:])
+            input_ids = torch.cat([prompt, input_ids[:, width:]], dim=-1)
+        return self.penalty(input_ids, scores)
+
+
+class RowModifiers:
+    """The modifiers of a GenerationConfig, applied per row: `modifiers(rows, scores)`."""
+
+    def __init__(self, config) -> None:
+        penalty = config.repetition_penalty
+        self.penalty = lp.RepetitionPenaltyLogitsProcessor(penalty) if penalty not in (None, 1.0) else None
+        self.ngram = config.no_repeat_ngram_size or 0
+        self.min_new = config.min_new_tokens or 0
+        eos = config.eos_token_id
+        self.eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+    def __bool__(self) -> bool:
+        return bool(self.penalty or self.ngram or (self.min_new and self.eos))
+
+    def __call__(self, rows, scores: torch.Tensor) -> torch.Tensor:
+        """`rows`: the loop's Rows (ids, attention mask, per-row steps); returns the modified scores."""
+        if self.min_new and self.eos:
+            short = (rows.steps < self.min_new)[:, None]
+            eos = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+            eos[self.eos] = True
+            scores = scores.masked_fill(short & eos, -float("inf"))
+        if not (self.penalty or self.ngram):
+            return scores
+        mine = rows.attn.bool()
+        if self.penalty is not None:
+            # a hidden column stands in as the row's last token, already among its own: the set is the row's
+            scores = self.penalty(torch.where(mine, rows.ids, rows.ids[:, -1:]), scores)
+        if self.ngram:
+            scores = self._ban_repeats(rows.ids, mine, scores)
+        return scores
+
+    def _ban_repeats(self, ids: torch.Tensor, mine: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """transformers' NoRepeatNGram (match the last n-1 tokens against every window, ban the window's
+        last token), with only the windows wholly inside the row's own tokens."""
+        n = self.ngram
+        width = ids.shape[-1]
+        if width < n:
+            return scores
+        prefix = ids[:, width + 1 - n :]
+        windows = ids.unfold(1, n, 1)
+        matches = (windows[..., :-1] == prefix.unsqueeze(1)).all(-1) & mine.unfold(1, n, 1).all(-1)
+        # a row with fewer than n tokens of its own has no whole window, and so no ban: as alone
+        vocab = scores.shape[-1]
+        banned = scores.new_zeros((scores.shape[0], vocab + 1), dtype=torch.bool)
+        banned.scatter_(1, torch.where(matches, windows[..., -1].clamp(max=vocab), vocab), True)
+        return scores.masked_fill(banned[:, :vocab], -float("inf"))
