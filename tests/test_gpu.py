@@ -130,7 +130,15 @@ def test_compacting_loop_on_cuda_matches_unbatched_greedy_and_seeded_samples(sma
     assert same >= len(sampled) - 1  # float32 on GPU: a rare near-tie of the CDF may flip one draw
 
 
-@pytest.mark.parametrize("strategy,params", [("greedy", None), ("top_p", {"p": 0.9}), ("min_p", {"p": 0.1})])
+@pytest.mark.parametrize(
+    "strategy,params",
+    [
+        ("greedy", None),
+        ("top_p", {"p": 0.9}),
+        ("min_p", {"p": 0.1}),
+        ("greedy", {"repetition_penalty": 1.2, "no_repeat_ngram_size": 3}),  # penalties row by row
+    ],
+)
 def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runtime, monkeypatch, strategy, params):
     """A step's forward and token pick queue kernels only (the prepared mask spares transformers' padding check);
     the loop waits for the GPU at its checks, every 8 steps, and nowhere else."""
@@ -151,7 +159,7 @@ def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runti
 
     for name in ("forward", "advance"):
         monkeypatch.setattr(decode._Loop, name, no_sync(getattr(decode._Loop, name)))
-    spec = engine_job(small_model, strategy, params, batch_size=2, max_new_tokens=32)
+    spec = engine_job(small_model, strategy, params, batch_size=2, max_new_tokens=32, min_new_tokens=4)
     result, records = generate_job(spec, cuda_runtime)
     assert steps.count("forward") >= 32 and result.batches[0].refills >= 1 and len(records) == len(MIXED)
 

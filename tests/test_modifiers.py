@@ -95,6 +95,7 @@ def test_a_penalised_stream_is_each_prompts_unbatched_generate(small_model, runt
     result, records = generate_job(spec, runtime)
     (stream,) = result.batches
     assert stream.refills >= 1 and "refilled" in result.engine["decode_loop"]
+    assert result.engine["modifiers"].startswith("per row")
     for prompt, rec in zip(MIXED, records):
         want = unbatched_greedy(lm, prompt, 24, **params, min_new_tokens=3)
         assert rec.token_ids == want[: rec.n_new_tokens], prompt

@@ -182,6 +182,7 @@ def test_a_model_with_sliding_window_layers_runs_batch_after_batch(tiny_model, r
     result, records = generate_job(job(str(tmp_path), "greedy", batch_size=2, max_new=4, prompts=MIXED[:4]), runtime)
     assert len(result.batches) == 2 and result.engine["refills"] is None and len(records) == 4
     assert result.engine["decode_loop"].startswith("worker.engine.decode") and result.engine["kv_cache"] == "dynamic"
+    assert result.engine["decode_mask"] is None  # its layers need transformers' sliding-window mask
 
 
 POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
@@ -302,6 +303,7 @@ def test_decode_steps_pass_sdpa_a_prepared_mask_and_each_row_is_its_unbatched_ru
     spec = job(str(tmp_path), "greedy", batch_size=3, max_new=12, stop=["e"], prompts=MIXED)
     result, records = generate_job(spec, runtime)
     assert masks and all(masks) and result.engine["refills"] >= 2
+    assert result.engine["decode_mask"].startswith("prepared")
     assert result.batches[0].compactions >= 1  # rows ended apart: compaction and merges ran with the mask
     for prompt, rec in zip(MIXED, records):
         assert rec.token_ids == unbatched_greedy(lm, prompt, 12)[: rec.n_new_tokens], prompt
@@ -315,12 +317,10 @@ def test_the_prepared_mask_only_where_transformers_would_build_the_same_one(tiny
     from worker.engine.kvcache import preallocated_cache
 
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
-    assert prepared_mask(lm.model, preallocated_cache(lm.model, 8))  # gpt2, sdpa, plain layers
-    assert not prepared_mask(lm.model, None)  # transformers' own cache (e.g. sliding-window layers)
+    assert prepared_mask(lm.model) and preallocated_cache(lm.model, 8) is not None  # gpt2, sdpa, plain layers
     sliding = MistralForCausalLM(sliding_window_config())
-    assert not prepared_mask(sliding, preallocated_cache(sliding, 8))
+    assert preallocated_cache(sliding, 8) is None  # no preallocated cache: the loop keeps transformers' mask
     eager = AutoModelForCausalLM.from_config(small_config("llama"), attn_implementation="eager")
-    assert not prepared_mask(eager, preallocated_cache(eager, 8))  # eager attention adds transformers' float mask
+    assert not prepared_mask(eager)  # eager attention adds transformers' float mask
     opt_config = OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=64)
-    opt = AutoModelForCausalLM.from_config(opt_config)
-    assert not prepared_mask(opt, preallocated_cache(opt, 8))  # OPT also reads positions from the 2D mask
+    assert not prepared_mask(AutoModelForCausalLM.from_config(opt_config))  # OPT reads positions from the 2D mask

@@ -47,19 +47,19 @@ _MASK_PASSTHROUGH = frozenset(
 )
 
 
-def prepared_mask(model, prealloc) -> bool:
-    """Whether decode steps give SDPA its boolean mask ready-made (rows.attn as (rows, 1, 1, columns)).
+def prepared_mask(model) -> bool:
+    """Whether decode steps give SDPA its boolean mask ready-made (rows.attn as (rows, 1, 1, columns)),
+    given the preallocated cache (plain full-attention layers: a sliding-window layer needs
+    transformers' own mask).
 
     transformers rebuilds the mask from the 2D one at every step, and for SDPA checks whether it
-    has any padding (`fast_all`): a host synchronisation per token on CUDA, and on the CPU about
-    a tenth of a small model's step. The prepared mask is the same mask: logits are bit-identical
-    (tests/test_refill.py). Plain full-attention layers only (the preallocated cache): a
-    sliding-window layer needs transformers' own mask.
+    has any padding (`fast_all`): a host synchronisation per token on CUDA, and on the CPU a
+    little of a small model's step. The prepared mask is the same mask: logits are bit-identical
+    (tests/test_refill.py).
     """
     config = model.config
     return (
-        prealloc is not None
-        and getattr(config, "_attn_implementation", None) == "sdpa"
+        getattr(config, "_attn_implementation", None) == "sdpa"
         and getattr(config, "model_type", None) in _MASK_PASSTHROUGH
     )
 
@@ -128,7 +128,7 @@ class _Loop:
     timeline: Timeline
     cache_kw: str = "cache"
     extra: dict | None = None
-    mask4d: bool = False  # decode steps pass the prepared 4D mask (`prepared_mask`)
+    mask4d: bool = False  # decode steps pass the prepared 4D mask (`prepared_mask`, with the preallocated cache)
 
     def prefill(self, rows: Rows, prealloc):
         pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
@@ -227,7 +227,7 @@ def decode(
         Timeline(total),
         _cache_keyword(model),
         extra,
-        prepared_mask(model, prealloc),
+        prealloc is not None and prepared_mask(model),
     )
     if sampler is not None:
         sampler.rows = rows.live  # the sampler's seeds are the queue's; the live rows are its first

@@ -15,6 +15,7 @@ from worker.core import settings
 from worker.core.contract import BatchTiming, JobSpec
 from worker.engine import batching
 from worker.engine import generate as gen
+from worker.engine.decode import prepared_mask
 from worker.engine.models import LoadedModel
 from worker.engine.telemetry import EnergyCounter
 
@@ -76,13 +77,25 @@ def _loop_name(decoding) -> str:
     return "transformers generate()"
 
 
+def _modifiers(decoding) -> str | None:
+    cfg = decoding.config
+    if cfg.repetition_penalty in (None, 1.0) and not cfg.no_repeat_ngram_size and not cfg.min_new_tokens:
+        return None
+    if decoding.own_loop:
+        return "per row: each generation's own tokens and steps (worker.engine.modifiers)"
+    if decoding.loop is not None:
+        return "transformers' processors, repetition penalty without the padding (worker.engine.modifiers)"
+    return "transformers generate()"
+
+
 def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, parts: list) -> dict[str, Any]:
     """What result.json's `engine` says about how the job ran (`parts`: the job's BatchOutputs)."""
     timings: list[BatchTiming] = [part.timing for part in parts]
     compactions = [t.compactions for t in timings if t.compactions is not None]
     energy = [t.energy_j for t in timings]
     cache = decoding.config.cache_implementation or "dynamic"
-    if parts and all(part.kv_cache == "preallocated" for part in parts):
+    preallocated = bool(parts) and all(part.kv_cache == "preallocated" for part in parts)
+    if preallocated:
         cache = "preallocated (worker.engine.kvcache: one buffer per batch, written in place)"
     return {
         "decode_loop": _loop_name(decoding),
@@ -95,5 +108,9 @@ def engine_record(lm: LoadedModel, decoding, runtime, batch_info: dict, parts: l
         "compactions": sum(compactions) if compactions else None,
         "refills": sum(t.refills for t in timings if t.refills is not None) if decoding.refill else None,
         "energy": EnergyCounter.source if energy and all(e is not None for e in energy) else None,
+        "modifiers": _modifiers(decoding),
+        "decode_mask": "prepared 4D boolean (no per-step rebuild)"
+        if preallocated and prepared_mask(lm.model)
+        else None,
         "prompt_tokenisation": "once per job",
     }

@@ -63,6 +63,7 @@ class RowModifiers:
         self.min_new = config.min_new_tokens or 0
         eos = config.eos_token_id
         self.eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        self._eos: torch.Tensor | None = None
 
     def __bool__(self) -> bool:
         return bool(self.penalty or self.ngram or (self.min_new and self.eos))
@@ -71,9 +72,7 @@ class RowModifiers:
         """`rows`: the loop's Rows (ids, attention mask, per-row steps); returns the modified scores."""
         if self.min_new and self.eos:
             short = (rows.steps < self.min_new)[:, None]
-            eos = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
-            eos[self.eos] = True
-            scores = scores.masked_fill(short & eos, -float("inf"))
+            scores = scores.masked_fill(short & self._eos_mask(scores), -float("inf"))
         if not (self.penalty or self.ngram):
             return scores
         mine = rows.attn.bool()
@@ -83,6 +82,15 @@ class RowModifiers:
         if self.ngram:
             scores = self._ban_repeats(rows.ids, mine, scores)
         return scores
+
+    def _eos_mask(self, scores: torch.Tensor) -> torch.Tensor:
+        """The vocabulary's EOS ids as a mask, made once on the scores' device (no copy per step)."""
+        if self._eos is None or self._eos.shape[0] != scores.shape[-1]:
+            self._eos = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+            for e in self.eos:  # one fill each: no index tensor copied to the device
+                if e < scores.shape[-1]:
+                    self._eos[e] = True
+        return self._eos
 
     def _ban_repeats(self, ids: torch.Tensor, mine: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """transformers' NoRepeatNGram (match the last n-1 tokens against every window, ban the window's
