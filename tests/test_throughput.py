@@ -247,3 +247,26 @@ def test_the_benchmark_runner_writes_every_ratio_with_its_sides_and_provenance(t
         assert pair["identical_outputs"] == "8/8" and pair["packing_bound"] >= 1
         assert pair["decodebench"]["tokens_per_s"] > 0 and pair["generate_loop"]["tokens_per_s"] > 0
     assert report["torch"] and report["transformers"] and report["git_commit"] and report["device"]
+
+
+def test_the_cuda_probe_of_a_stream_fits_twice_the_new_tokens(tiny_model, runtime, monkeypatch):
+    """A stream's KV buffer can span its oldest row's history plus a newcomer's max_new_tokens: the probe
+    plans for that length, and refill and batch jobs are cached apart."""
+    from types import SimpleNamespace
+
+    from worker.engine import engine_info
+
+    fitted = []
+    monkeypatch.setattr(batching, "cuda_fit", lambda model, dev, length, rows, cap: fitted.append(length) or (8, {}))
+    cuda = SimpleNamespace(device=SimpleNamespace(type="cuda"), cache=runtime.cache, batch_sizes=batching.AutoBatch())
+    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+    spec = job(tiny_model, "greedy", max_new=40)
+    lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
+    for refill in (True, False):
+        settings = spec.generation.model_copy(update={"refill": refill})
+        decoding = engine.configure_decoding(lm, spec.strategy, settings)
+        assert decoding.refill is refill
+        size, info = engine_info.auto_batch_size(cuda, lm, decoding, spec, lengths)
+        assert size == 8 and not info["cached"] and ("stream" in info["how"]) is refill
+    bucket = batching.length_bucket(max(lengths))
+    assert fitted == [bucket + 80, bucket + 40]

@@ -43,6 +43,13 @@ def _cpu_probe(lm: LoadedModel, decoding, job: JobSpec, order: list[int]):
     return run
 
 
+def probe_length(decoding, longest: int, max_new: int) -> int:
+    """The sequence length the CUDA probe fits: the longest prompt's bucket plus the new tokens, twice
+    them for a continuous-refill stream, whose KV buffer holds its oldest live row's history and
+    room for a newcomer's max_new_tokens (docs/performance.md)."""
+    return batching.length_bucket(longest) + (2 if decoding.refill else 1) * max_new
+
+
 def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: list[int]) -> tuple[int, dict]:
     """`batch_size: auto`: the probed size for this model, device and lengths (cached in the runtime)."""
     cap = max(1, min(len(lengths), settings.get("auto_batch_max")))
@@ -55,13 +62,16 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
         max_new,
         rows_each,
         cap,
+        decoding.refill,
     )
 
     def probe() -> tuple[int, dict[str, Any]]:
         if runtime.device.type == "cuda":
-            length = batching.length_bucket(longest) + max_new
+            length = probe_length(decoding, longest, max_new)
             size, probed = batching.cuda_fit(lm.model, runtime.device, length, rows_each, cap)
-            return size, {"how": "largest batch whose forward pass of prompt + new tokens fits", "fits": probed}
+            how = "largest batch whose forward pass of prompt + new tokens fits"
+            how += " (new tokens twice: a stream's span)" if decoding.refill else ""
+            return size, {"how": how, "fits": probed}
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
         size, rates = batching.cpu_fastest(_cpu_probe(lm, decoding, job, order), cap)
         return size, {"how": "fastest tokens/s in a short probe of the longest prompts", "tokens_per_s": rates}
