@@ -4,11 +4,11 @@
 search and sampling (prefill with the last position's logits only, then one token per
 step over a KV cache, positions from the attention mask), with decodebench's pieces
 plugged in: the step clock, the penalties applied row by row (worker.engine.modifiers),
-transformers' warpers and the vectorised seeded sampler. What it adds is **compaction**: at a check every
-`check_every` steps (every step on CPU, where a check costs nothing; every 8 on CUDA,
-so that there is no host synchronisation per token) the rows that have finished (EOS or
-a stop string) are dropped from the batch: from the token ids, the attention mask and
-every layer of the KV cache. The remaining rows compute exactly what they computed
+transformers' warpers and the vectorised seeded sampler. What it adds is **compaction**:
+at a check every `check_every` steps (every step on CPU, where a check costs nothing;
+every 8 on CUDA, so that there is no host synchronisation per token) the rows that have
+finished (EOS or a stop string) are dropped from the batch: from the token ids, the
+attention mask and every layer of the KV cache. The remaining rows compute exactly what they computed
 before, so greedy outputs are those of the unbatched run, and a sampled row draws with
 its own (seed, step) uniforms whichever rows remain.
 
