@@ -79,10 +79,10 @@ def test_transformers_penalises_a_padded_rows_pad_id_which_is_its_eos_and_the_ro
     assert torch.equal(ours[1, 5:7], theirs[1, 5:7]) and ours[1, 6] < 2.0
 
 
-def test_no_modifiers_is_falsy_and_changes_nothing():
-    assert not RowModifiers(config()) and not RowModifiers(GenerationConfig(min_new_tokens=3))  # no EOS to hold
+def test_no_modifiers_or_a_minimum_without_eos_changes_nothing():
     scores = torch.randn(2, VOCAB)
-    assert torch.equal(RowModifiers(config())(rows_of([[1, 2], [3]], [0, 0]), scores), scores)
+    for cfg in (config(), GenerationConfig(min_new_tokens=3)):
+        assert torch.equal(RowModifiers(cfg)(rows_of([[1, 2], [3]], [0, 0]), scores), scores)
 
 
 @pytest.mark.parametrize("params", PENALTIES)

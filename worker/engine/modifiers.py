@@ -1,10 +1,11 @@
 """Repetition penalty, no-repeat n-grams and a minimum length, row by row, for the engine's own loop.
 
-transformers' processors see a padded batch as one tensor: the repetition penalty counts
-the pad id as a token of every padded row (with pad = EOS, as in GPT-2 style tokenizers,
-a padded row's EOS is penalised and it ends later than it would alone), the n-gram ban
-counts windows that start in the padding, and the minimum length counts from the batch's
-start. `RowModifiers` applies the same three rules to each row's own tokens: the columns
+transformers' processors, called on a padded batch as a custom loop calls them, see it as
+one tensor: the repetition penalty counts the pad id as a token of every padded row (with
+pad = EOS, as in GPT-2 style tokenizers, a padded row's EOS is penalised and it ends later
+than it would alone; generate() itself passes the padding lengths to the penalty), the
+n-gram ban counts windows that start in the padding, and the minimum length counts from
+the batch's start. `RowModifiers` applies the same three rules to each row's own tokens: the columns
 its attention mask hides (left padding, the gap before a row that joined a stream) are not
 its tokens, and its length is its own step counter. So a row computes what it computes
 alone, in any batch and in a continuous-refill stream, where rows start at different steps.
@@ -64,9 +65,6 @@ class RowModifiers:
         eos = config.eos_token_id
         self.eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         self._eos: torch.Tensor | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.penalty or self.ngram or (self.min_new and self.eos))
 
     def __call__(self, rows, scores: torch.Tensor) -> torch.Tensor:
         """`rows`: the loop's Rows (ids, attention mask, per-row steps); returns the modified scores."""
