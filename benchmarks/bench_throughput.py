@@ -45,7 +45,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec  # noqa: E402
+from benchmarks.jobs import job  # noqa: E402
+from worker.core.contract import JobSpec, ModelSpec, PromptItem  # noqa: E402
 from worker.core.logs import configure  # noqa: E402
 from worker.engine.job import Runtime, generate_job  # noqa: E402
 
@@ -66,34 +67,6 @@ def mixed_prompts(tok, n: int) -> list[PromptItem]:
         ids = tok(row["prompt"] + " " + (row["reference"] or ""))["input_ids"][: 10 * (1 + i % 4)]
         out.append(PromptItem(id=row["id"], prompt=tok.decode(ids)))
     return out
-
-
-def job(
-    model: str, prompts, strategy="greedy", params=None, batch_size=16, max_new=48, stop=(), min_new=0, **more
-) -> JobSpec:
-    """A one-shard benchmark job; `more`: dtype (default auto) and warmup (default False)."""
-    gen = GenerationSettings(
-        max_new_tokens=max_new,
-        min_new_tokens=min_new,
-        batch_size=batch_size,
-        stop=list(stop),
-        warmup=more.get("warmup", False),
-    )
-    return JobSpec(
-        tenant="bench",
-        sweep_id="bench",
-        sweep_name="bench",
-        job_id=f"bench-{strategy}-{batch_size}",
-        cell="bench",
-        model=ModelSpec(path=model, dtype=more.get("dtype", "auto")),
-        strategy=StrategySpec(name=strategy, params=params or {}),
-        seed=0,
-        shard=0,
-        n_shards=1,
-        prompts=prompts,
-        generation=gen,
-        metrics=["distinct_1"],  # no perplexity scoring: generation only, as the hand-written loops
-    )
 
 
 def ours(runtime: Runtime, spec: JobSpec):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_throughput import job
+from benchmarks.jobs import job
 from worker.core.contract import PromptItem
 from worker.engine.job import generate_job
 
