@@ -195,14 +195,19 @@ POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
     stop=st.sampled_from([[], ["."], [","], [" the"]]),
     max_new=st.integers(1, 14),
     every=st.sampled_from([1, 8]),
+    modifiers=st.sampled_from([{}, {"repetition_penalty": 1.3}, {"no_repeat_ngram_size": 2}]),
+    min_new=st.integers(0, 3),
 )
 def test_any_stream_samples_what_each_seed_samples_alone(
-    tiny_model, runtime, monkeypatch, picks, slots, stop, max_new, every
+    tiny_model, runtime, monkeypatch, picks, slots, stop, max_new, every, modifiers, min_new
 ):
-    """Random prompt mixes, slot counts, stops, lengths and check intervals: a stream equals every prompt alone."""
+    """Random prompt mixes, slot counts, stops, lengths, check intervals and penalties: a stream equals every
+    prompt alone."""
     monkeypatch.setattr(engine, "check_every", lambda device: every)
     prompts = [POOL[i] for i in picks]
-    spec = job(tiny_model, "top_k", {"k": 30}, seed=7, batch_size=slots, max_new=max_new, stop=stop, prompts=prompts)
+    params = {"k": 30, **modifiers}
+    spec = job(tiny_model, "top_k", params, seed=7, batch_size=slots, max_new=max_new, stop=stop, prompts=prompts)
+    spec = with_generation(spec, min_new_tokens=min(min_new, max_new))
     _, streamed = generate_job(spec, runtime)
     _, alone = generate_job(with_generation(spec, batch_size=1, refill=False), runtime)
     assert [r.token_ids for r in streamed] == [r.token_ids for r in alone]
