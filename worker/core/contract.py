@@ -118,8 +118,8 @@ class GenerationSettings(Strict):
     )
     refill: bool = Field(
         default=True,
-        description="Continuous refill: where the engine's own loop decodes (greedy and sampling without penalty "
-        "or minimum-length processors), rows freed by finished generations take the job's next prompts, so the "
+        description="Continuous refill: where the engine's own loop decodes (greedy and sampling, penalties and "
+        "minimum lengths applied row by row), rows freed by finished generations take the job's next prompts, so the "
         "job runs as one stream of batch_size rows; each generation then records its own latency and time to "
         "first token. false: one batch after another.",
     )
