@@ -19,6 +19,7 @@ from tests.test_engine import job
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
 from worker.engine import generate as engine
+from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH
 from worker.engine.job import generate_job
 
 pytestmark = pytest.mark.timeout(180)
@@ -275,13 +276,16 @@ def test_compaction_keeps_a_sliding_window_models_cache_whole(tiny_model, runtim
 
 def small_config(family: str):
     """A 2-layer random-weight config of `family` over the bundled tokenizer's 4096 ids (0: bos, eos, pad)."""
-    from transformers import GPTNeoXConfig, LlamaConfig, Qwen2Config
+    from transformers import AutoConfig
 
     shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=4096)
     ids = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    if family == "gpt2":
+        return AutoConfig.for_model("gpt2", n_embd=32, n_layer=2, n_head=4, vocab_size=4096, **ids)
     if family == "gpt_neox":
-        return GPTNeoXConfig(**shape, **ids)
-    return {"llama": LlamaConfig, "qwen2": Qwen2Config}[family](**shape, num_key_value_heads=2, **ids)
+        return AutoConfig.for_model(family, **shape, **ids)
+    extra = {"sliding_window": None} if family == "mistral" else {}
+    return AutoConfig.for_model(family, **shape, num_key_value_heads=2, head_dim=8, **extra, **ids)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt_neox"])
@@ -312,6 +316,40 @@ def test_decode_steps_pass_sdpa_a_prepared_mask_and_each_row_is_its_unbatched_ru
     assert result.batches[0].compactions >= 1  # rows ended apart: compaction and merges ran with the mask
     for prompt, rec in zip(MIXED, records):
         assert rec.token_ids == unbatched_greedy(lm, prompt, 12)[: rec.n_new_tokens], prompt
+
+
+@pytest.mark.parametrize("family", sorted(MASK_PASSTHROUGH))
+def test_every_listed_family_gives_identical_logits_with_the_prepared_mask(family):
+    """The list of families is checked against the installed transformers: a padded decode step of a
+    random-weight model of each gives bit-identical logits with either mask."""
+    from transformers import AutoModelForCausalLM
+
+    from worker.engine.decode import prepared_mask
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(small_config(family)).eval()
+    assert model.config._attn_implementation == "sdpa" and prepared_mask(model), family
+
+
+def test_a_forward_that_reads_the_prepared_mask_otherwise_keeps_transformers_mask():
+    import functools
+
+    from transformers import AutoModelForCausalLM
+
+    from worker.engine.decode import prepared_mask
+
+    model = AutoModelForCausalLM.from_config(small_config("llama")).eval()
+    real = model.forward
+
+    @functools.wraps(real)
+    def forward(*args, attention_mask=None, **kwargs):  # as a release whose forward used the mask for more
+        out = real(*args, attention_mask=attention_mask, **kwargs)
+        if attention_mask is not None and attention_mask.dim() == 4:
+            out.logits = out.logits + 1e-3
+        return out
+
+    model.forward = forward
+    assert not prepared_mask(model)
 
 
 def test_the_prepared_mask_only_where_transformers_would_build_the_same_one(tiny_model, runtime):

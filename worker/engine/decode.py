@@ -54,14 +54,48 @@ def prepared_mask(model) -> bool:
 
     transformers rebuilds the mask from the 2D one at every step, and for SDPA checks whether it
     has any padding (`fast_all`): a host synchronisation per token on CUDA, and on the CPU a
-    little of a small model's step. The prepared mask is the same mask: logits are bit-identical
-    (tests/test_refill.py).
+    little of a small model's step. The prepared mask is the same mask. The families listed were
+    read in transformers 5.24; a model of one is also checked once, when first asked (another
+    transformers release may read the mask otherwise): a decode step of a padded batch must give
+    bit-identical logits with either mask, or the loop keeps transformers' mask for it.
     """
     config = model.config
-    return (
-        getattr(config, "_attn_implementation", None) == "sdpa"
-        and getattr(config, "model_type", None) in _MASK_PASSTHROUGH
-    )
+    if getattr(config, "_attn_implementation", None) != "sdpa" or config.model_type not in _MASK_PASSTHROUGH:
+        return False
+    ok = getattr(model, "_decodebench_mask_ok", None)
+    if ok is None:
+        ok = _same_logits_either_mask(model)
+        model._decodebench_mask_ok = ok  # once per loaded model
+    return ok
+
+
+def _same_logits_either_mask(model) -> bool:
+    """One decode step of a two-row batch, one row left-padded, with transformers' mask and with the
+    prepared one: whether the logits are bit-identical."""
+    if preallocated_cache(model, 4) is None:
+        return False
+    device, keyword = model.device, _cache_keyword(model)
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]], device=device) % model.config.vocab_size
+    attn = torch.tensor([[0, 1, 1], [1, 1, 1]], device=device)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    step = torch.cat([attn, attn.new_ones(2, 1)], dim=-1)
+    logits = []
+    try:
+        with torch.inference_mode():
+            for mask in (step, step[:, None, None, :].bool()):
+                cache = preallocated_cache(model, 4)
+                model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{keyword: cache})
+                out = model(
+                    input_ids=ids[:, -1:],
+                    attention_mask=mask,
+                    position_ids=pos[:, -1:] + 1,
+                    use_cache=True,
+                    **{keyword: cache},
+                )
+                logits.append(out.logits[:, -1])
+    except Exception:  # a forward that refuses the prepared mask: transformers' own, then
+        return False
+    return torch.equal(*logits)
 
 
 def supports(config, loop: str | None, assistant) -> bool:
