@@ -176,3 +176,19 @@ def test_num_beams_must_be_divisible_by_num_beam_groups(lm):
     with pytest.raises(ValueError, match=message):  # and in the loop itself
         run(lm, PROMPTS[:1], 2, num_beams=4, num_beam_groups=3)
     assert get_strategy("diverse_beam").validate({"num_beams": 6, "num_beam_groups": 3})["num_beam_groups"] == 3
+
+
+def test_one_group_ends_hypotheses_at_stop_strings_as_transformers_beam_search_does(tiny_model, runtime):
+    """Stop strings end hypotheses inside the search (not a cut of the finished text), as in generate()."""
+    params = {"num_beams": 3, "num_beam_groups": 1, "diversity_penalty": 0.0, "length_penalty": 1.0}
+    stop = [","]
+    diverse = engine_job(tiny_model, "diverse_beam", params, batch_size=4, max_new=16, stop=stop, prompts=PROMPTS[:4])
+    beam = engine_job(tiny_model, "beam", {"num_beams": 3}, batch_size=4, max_new=16, stop=stop, prompts=PROMPTS[:4])
+    _, ours = generate_job(diverse, runtime)
+    _, theirs = generate_job(beam, runtime)
+    assert {r.stop_reason for r in theirs} >= {"stop_string"}
+
+    def outputs(records):
+        return [(r.token_ids, r.text, r.stop_reason) for r in records]
+
+    assert outputs(ours) == outputs(theirs)

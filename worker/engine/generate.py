@@ -302,6 +302,8 @@ def run_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], se
             stop = StopStringCriteria(lm.tokenizer, decoding.stop) if decoding.stop else None
             recorder = FinishRecorder(prompt_len, eos_ids(decoding.config), stop, len(prompts), device)
             criteria.append(recorder)
+        elif decoding.loop is not None and decoding.stop:  # a beam loop's hypotheses end at stop strings too
+            criteria.append(StopStringCriteria(lm.tokenizer, decoding.stop))
         clock.start()
         out = _run(lm, decoding, enc, processors, criteria)
         times = clock.stop()
