@@ -187,6 +187,9 @@ def test_one_group_ends_hypotheses_at_stop_strings_as_transformers_beam_search_d
     _, ours = generate_job(diverse, runtime)
     _, theirs = generate_job(beam, runtime)
     assert {r.stop_reason for r in theirs} >= {"stop_string"}
+    eos = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device).tokenizer.eos_token_id
+    ended = [r for r in theirs if r.stop_reason == "stop_string"]
+    assert all(r.token_ids[-1] != eos and r.n_new_tokens == len(r.token_ids) for r in ended)  # no padding counted
 
     def outputs(records):
         return [(r.token_ids, r.text, r.stop_reason) for r in records]

@@ -174,6 +174,8 @@ def _finish(tok, decoding: Decoding, new: list[list[int]], recorder: FinishRecor
         cut = min((text.find(s) for s in decoding.stop if s in text), default=-1)
         if cut >= 0:
             text, reason = text[:cut], "stop_string"
+            if recorder is None and seq and seq[-1] in eos:  # generate() padded after the stop string: not a token
+                seq = seq[:-1]
         texts.append(text)
         ids.append(seq)
         reasons.append(reason)
