@@ -331,6 +331,15 @@ def test_every_listed_family_gives_identical_logits_with_the_prepared_mask(famil
     assert model.config._attn_implementation == "sdpa" and prepared_mask(model), family
 
 
+def test_the_mask_check_runs_when_a_job_is_configured_not_inside_a_timed_batch(tiny_model, runtime):
+    from worker.core.contract import GenerationSettings, StrategySpec
+
+    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+    lm.model.__dict__.pop("_decodebench_mask_ok", None)
+    engine.configure_decoding(lm, StrategySpec(name="greedy"), GenerationSettings())
+    assert lm.model._decodebench_mask_ok is True
+
+
 def test_a_forward_that_reads_the_prepared_mask_otherwise_keeps_transformers_mask():
     import functools
 

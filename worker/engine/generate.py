@@ -118,6 +118,8 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
         else:
             decoding.notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
     decoding.own_loop = own_loop.supports(cfg, registered.loop, decoding.assistant_path)
+    if decoding.own_loop:
+        own_loop.prepared_mask(lm.model)  # its once-per-model check runs here, outside any timed batch
     # refill needs the preallocated cache (plain full-attention layers); penalties apply row by row
     decoding.refill = decoding.own_loop and settings.refill and preallocated_cache(lm.model, 1) is not None
     return decoding
