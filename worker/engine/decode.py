@@ -74,13 +74,13 @@ def _same_logits_either_mask(model) -> bool:
     prepared one: whether the logits are bit-identical."""
     if preallocated_cache(model, 4) is None:
         return False
-    device, keyword = model.device, _cache_keyword(model)
-    ids = torch.tensor([[1, 2, 3], [4, 5, 6]], device=device) % model.config.vocab_size
-    attn = torch.tensor([[0, 1, 1], [1, 1, 1]], device=device)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    step = torch.cat([attn, attn.new_ones(2, 1)], dim=-1)
     logits = []
     try:
+        device, keyword = model.device, _cache_keyword(model)
+        ids = torch.tensor([[1, 2, 3], [4, 5, 6]], device=device) % model.config.vocab_size
+        attn = torch.tensor([[0, 1, 1], [1, 1, 1]], device=device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        step = torch.cat([attn, attn.new_ones(2, 1)], dim=-1)
         with torch.inference_mode():
             for mask in (step, step[:, None, None, :].bool()):
                 cache = preallocated_cache(model, 4)
@@ -93,7 +93,7 @@ def _same_logits_either_mask(model) -> bool:
                     **{keyword: cache},
                 )
                 logits.append(out.logits[:, -1])
-    except Exception:  # a forward that refuses the prepared mask: transformers' own, then
+    except Exception:  # a model this probe cannot run, or one that refuses the prepared mask: transformers' own
         return False
     return torch.equal(*logits)
 
