@@ -69,6 +69,11 @@ def prepared_mask(model) -> bool:
     return ok
 
 
+def _sdpa_mask(attn: torch.Tensor) -> torch.Tensor:
+    """A decode step's prepared mask: the 2D mask as (rows, 1, 1, columns) booleans, True = attend."""
+    return attn[:, None, None, :].bool()
+
+
 def _same_logits_either_mask(model) -> bool:
     """One decode step of a two-row batch, one row left-padded, with transformers' mask and with the
     prepared one: whether the logits are bit-identical."""
@@ -82,7 +87,7 @@ def _same_logits_either_mask(model) -> bool:
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         step = torch.cat([attn, attn.new_ones(2, 1)], dim=-1)
         with torch.inference_mode():
-            for mask in (step, step[:, None, None, :].bool()):
+            for mask in (step, _sdpa_mask(step)):
                 cache = preallocated_cache(model, 4)
                 model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{keyword: cache})
                 out = model(
@@ -174,7 +179,7 @@ class _Loop:
 
     def forward(self, rows: Rows, cache):
         kwargs = {self.cache_kw: cache}
-        mask = rows.attn[:, None, None, :].bool() if self.mask4d else rows.attn
+        mask = _sdpa_mask(rows.attn) if self.mask4d else rows.attn
         out = self.model(
             input_ids=rows.ids[:, -1:], attention_mask=mask, position_ids=rows.pos, use_cache=True, **kwargs
         )

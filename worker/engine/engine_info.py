@@ -17,6 +17,7 @@ from worker.engine import batching
 from worker.engine import generate as gen
 from worker.engine.decode import prepared_mask
 from worker.engine.models import LoadedModel
+from worker.engine.modifiers import build_modifiers
 from worker.engine.telemetry import EnergyCounter
 
 
@@ -88,8 +89,7 @@ def _loop_name(decoding) -> str:
 
 
 def _modifiers(decoding) -> str | None:
-    cfg = decoding.config
-    if cfg.repetition_penalty in (None, 1.0) and not cfg.no_repeat_ngram_size and not cfg.min_new_tokens:
+    if not build_modifiers(decoding.config, 0):  # no penalty and no minimum length set
         return None
     if decoding.own_loop:
         return "per row: each generation's own tokens and steps (worker.engine.modifiers)"

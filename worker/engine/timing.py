@@ -55,7 +55,7 @@ class StepClock(LogitsProcessor):
         self._marks = [self._start]
 
     def mark(self) -> int:
-        """Stamp a moment (a row's start, first token or finish); its index into `StepTimes.marks`."""
+        """Stamp a moment (a row's start or first token); its index into `StepTimes.marks`."""
         self._marks.append(self._stamp())
         return len(self._marks) - 1
 
@@ -69,10 +69,10 @@ class StepClock(LogitsProcessor):
         if self.cuda:
             end.synchronize()
         total = self._seconds(self._start, end)
-        prefill = self._seconds(self._start, self._steps[0]) if self._steps else total
         marks = [self._seconds(self._start, m) for m in self._marks]
         step_s = [self._seconds(self._start, s) for s in self._steps]
-        return StepTimes(prefill_s=prefill, total_s=total, steps=len(self._steps), marks=marks, step_s=step_s)
+        prefill = step_s[0] if step_s else total  # the first step's stamp is the first logits
+        return StepTimes(prefill_s=prefill, total_s=total, steps=len(step_s), marks=marks, step_s=step_s)
 
 
 def synchronize(device) -> None:
