@@ -195,3 +195,44 @@ def test_one_group_ends_hypotheses_at_stop_strings_as_transformers_beam_search_d
         return [(r.token_ids, r.text, r.stop_reason) for r in records]
 
     assert outputs(ours) == outputs(theirs)
+
+
+class CountingModel:
+    """The model, recording the rows of every forward pass (prefill first)."""
+
+    def __init__(self, model) -> None:
+        self.model, self.rows = model, []
+
+    @property
+    def forward(self):
+        return self.model.forward
+
+    def __call__(self, **kwargs):
+        self.rows.append(kwargs["input_ids"].shape[0])
+        return self.model(**kwargs)
+
+
+@pytest.mark.parametrize("groups,penalty,length_penalty", [(2, 0.5, 1.0), (1, 0.0, 0.0)])
+def test_prompts_whose_search_is_over_leave_the_forward_pass_and_each_prompt_is_as_if_alone(
+    lm, groups, penalty, length_penalty
+):
+    """Compaction: the forward pass shrinks as prompts finish, and no prompt's hypotheses change."""
+    tok, eos = lm.tokenizer, comma_id(lm.tokenizer)  # a frequent EOS: prompts finish at different steps
+    cfg = GenerationConfig(max_new_tokens=32, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    params = {"num_beams": 4, "num_beam_groups": groups, "diversity_penalty": penalty, "length_penalty": length_penalty}
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    counting = CountingModel(lm.model)
+    hyps, scores, lens = search(counting, enc, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+    batch_rows = len(PROMPTS) * 4
+    assert counting.rows[0] == len(PROMPTS) and counting.rows[1] == batch_rows
+    assert all(a >= b for a, b in zip(counting.rows[1:], counting.rows[2:])), counting.rows
+    assert 0 < counting.rows[-1] < batch_rows, counting.rows  # some prompts left the pass before the last step
+    start = enc["input_ids"].shape[1]
+    for b, prompt in enumerate(PROMPTS):
+        one = tok([prompt], return_tensors="pt")
+        h1, s1, l1 = search(lm.model, one, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+        assert torch.equal(lens[b], l1[0]), prompt
+        for j in range(4):
+            n = int(l1[0, j])
+            assert hyps[b, j, start : start + n].tolist() == h1[0, j, one["input_ids"].shape[1] :][:n].tolist(), prompt
+        assert torch.allclose(scores[b], s1[0], atol=1e-4), prompt

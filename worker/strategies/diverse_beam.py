@@ -20,8 +20,9 @@ The answer is the best finished hypothesis over all groups. With one group this 
 exactly transformers' beam search (a test checks it token for token).
 
 transformers 5 moved group beam search out of its core, so this is decodebench's own
-loop: one forward pass per step of all batch * num_beams rows over one KV cache, whose
-rows are reordered to the surviving beams' parents. Registration is light: the loop is
+loop: one forward pass per step of the num_beams rows of every prompt still searched over
+one KV cache, whose rows are reordered to the surviving beams' parents (a prompt whose
+groups can no longer improve leaves the pass). Registration is light: the loop is
 `worker.engine.loops.diverse_beam`.
 """
 

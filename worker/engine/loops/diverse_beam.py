@@ -2,6 +2,13 @@
 
 A documented kernel: `search` is one long function on purpose, so that each step's
 bookkeeping reads top to bottom as in transformers' `_beam_search`.
+
+Prompts whose search is over leave the forward pass (compaction): a prompt is over once
+none of its groups can improve, or once every candidate of every group stopped (nothing
+can run on). The KV cache, the mask and the fed tokens keep only the live prompts' beams;
+the bookkeeping (scores, pools, the processors' view of the token ids) stays batch-wide,
+where a prompt that is over changes nothing, so every prompt's hypotheses are the ones it
+gets searched alone, whatever the batch.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ def search(model, enc, config, params, processors, criteria):
     fin_len = torch.zeros((batch, groups, k), dtype=torch.long, device=dev)
     is_done = torch.zeros((batch, groups, k), dtype=torch.bool, device=dev)
     improvable = torch.ones((batch, groups), dtype=torch.bool, device=dev)
+    live = torch.arange(batch, device=dev)  # the prompts still searched: their beams are the cache's rows
 
     with torch.inference_mode():
         # Prefill once per prompt, then copy the cache to the prompt's N beams.
@@ -73,7 +81,7 @@ def search(model, enc, config, params, processors, criteria):
             chosen = logp.new_zeros(batch, vocab)  # per prompt: how many earlier-group beams picked each token now
             parents = torch.empty((batch, groups, k), dtype=torch.long, device=dev)
             tokens = torch.empty((batch, groups, k), dtype=torch.long, device=dev)
-            all_stop = torch.ones((), dtype=torch.bool, device=dev)  # every candidate stopped: nothing can run on
+            all_stop = torch.ones(batch, dtype=torch.bool, device=dev)  # per prompt: every candidate stopped
             for g in range(groups):
                 step_scores = logp[:, g]
                 if penalty and g:  # Hamming diversity against groups 0..g-1 at this step
@@ -85,7 +93,7 @@ def search(model, enc, config, params, processors, criteria):
                 cand_ids = torch.cat([seqs[cand_rows.reshape(-1)], cand_tok.reshape(-1, 1)], dim=-1)
                 stops = torch.isin(cand_tok, eos) | criteria(cand_ids, None).view(batch, n_cand)
                 ends = stops | last  # at the length limit every candidate is a hypothesis
-                all_stop &= stops.all()
+                all_stop &= stops.all(dim=-1)
 
                 # The K best candidates that do not stop run on (and are this group's picks for the Hamming term).
                 kept_scores, keep = (cand_scores - 1e9 * stops.float()).topk(k, dim=-1)
@@ -114,22 +122,52 @@ def search(model, enc, config, params, processors, criteria):
             # an empty slot or its best running beam, length-penalised at the current length, beats the worst.
             best_running = run_scores[..., :1] / (step + 1) ** length_penalty
             worst = torch.where(is_done, fin_scores.min(dim=-1, keepdim=True).values, -1e9)
-            improvable &= (best_running > worst).any(dim=-1)
-            if last or bool(all_stop | ~improvable.any()):
+            improvable &= (best_running > worst).any(dim=-1) & ~all_stop[:, None]  # nothing runs on: over
+            if last:
+                break
+            searched = improvable.any(dim=-1)
+            still = int(searched.sum())  # the step's one synchronisation
+            if still == 0:
                 break
 
-            # Advance every beam by its token: reorder the cache to the parents, one forward pass.
+            # Advance every beam by its token: one index reorders the live prompts' beams in the cache to
+            # their parents and drops the prompts whose search is over (compaction), one forward pass.
             flat_parents = parents.view(-1)
             seqs = torch.cat([seqs[flat_parents], tokens.view(-1, 1)], dim=-1)
-            past.reorder_cache(flat_parents)
             attn = torch.cat([attn, attn.new_ones(batch * n, 1)], dim=-1)  # a prompt's beams share its mask
-            out = model(
-                input_ids=tokens.view(-1, 1),
-                attention_mask=attn,
-                position_ids=attn.sum(-1, keepdim=True) - 1,
-                use_cache=True,
-                **{cache_kw: past},
-            )
-            past = getattr(out, cache_kw)
-            logits = out.logits[:, -1, :]
+            place = torch.arange(live.numel(), device=dev)  # each live prompt's place among the cache's
+            if still < live.numel():
+                place = searched[live].nonzero().squeeze(1)
+                live = live[place]
+            past.reorder_cache(_cache_rows(parents[live], live, place, n))
+            if live.numel() == batch:  # no prompt is over yet: the cache's rows are the batch's
+                past, logits = _forward(model, cache_kw, past, tokens, attn)
+            else:
+                rows = _beam_rows(live, n)
+                past, step_logits = _forward(model, cache_kw, past, tokens[live], attn[rows])
+                logits = logits.index_copy(0, rows, step_logits)
     return fin_ids.view(batch, n, width), fin_scores.view(batch, n), fin_len.view(batch, n)
+
+
+def _beam_rows(prompts: torch.Tensor, n: int) -> torch.Tensor:
+    """The rows of these prompts' n beams each, prompt after prompt."""
+    return (prompts[:, None] * n + torch.arange(n, device=prompts.device)).view(-1)
+
+
+def _cache_rows(parents: torch.Tensor, live: torch.Tensor, place: torch.Tensor, n: int) -> torch.Tensor:
+    """The parents of the `live` prompts' beams (batch-wide rows) as rows of the cache, where prompt
+    `live[i]`'s beams are rows place[i]*n ..: one index both reorders the beams and drops the prompts
+    that are over (a beam's parent is always one of its own prompt's beams)."""
+    return (parents - live[:, None, None] * n + place[:, None, None] * n).view(-1)
+
+
+def _forward(model, cache_kw: str, past, tokens: torch.Tensor, attn: torch.Tensor):
+    """One decoding step of the cache's rows: (the cache, each row's last logits)."""
+    out = model(
+        input_ids=tokens.reshape(-1, 1),
+        attention_mask=attn,
+        position_ids=attn.sum(-1, keepdim=True) - 1,
+        use_cache=True,
+        **{cache_kw: past},
+    )
+    return getattr(out, cache_kw), out.logits[:, -1, :]
