@@ -16,6 +16,9 @@ faster:
   the generate() pairs also time decodebench with `refill: false` (`refill_vs_batches`), and
   report the generate() loop's `packing_bound`: the rows x steps it computed per token kept,
   which is what an engine that wasted no row-step could gain at the same cost per step;
+- beam_vs_generate: the `beam` strategy (4 beams, the mixed prompts, stop string ",") in
+  decodebench's beam loop against the hand-written generate() loop with the same beams (the
+  outputs are checked identical);
 - vs_pipeline: against the per-prompt loop of `pipeline("text-generation")` (batch size 1),
   on the whole bundled held-out prompt set (128 prompts: one job of a sweep cell);
 - auto_vs_best: `batch_size: auto` against the best of several hand-picked batch sizes (the
@@ -79,12 +82,14 @@ def ours(runtime: Runtime, spec: JobSpec):
     return run
 
 
-def hand_generate(lm, prompts, batch_size: int, max_new: int, stop=(), min_new=0, sample=None):
+def hand_generate(lm, prompts, batch_size: int, max_new: int, stop=(), min_new=0, sample=None, num_beams=1):
     """The hand-written loop: batches in the given order, left-padded, one generate() each, texts decoded.
 
     `run.row_steps` counts the rows x steps its last run computed (finished rows included)."""
     tok, eos = lm.tokenizer, lm.tokenizer.eos_token_id
     kwargs = {"do_sample": False} if sample is None else {"do_sample": True, **sample}
+    if num_beams > 1:
+        kwargs.update(num_beams=num_beams, early_stopping=False, length_penalty=1.0)
     if stop:
         kwargs.update(stop_strings=list(stop), tokenizer=tok)
 
@@ -224,6 +229,26 @@ def compare_generate(runtime, lm, model, args) -> dict:
     return out
 
 
+def compare_beam(runtime, lm, model, args) -> dict:
+    """beam_vs_generate: beam search in decodebench's beam loop against the hand-written generate() loop."""
+    prompts, stop = mixed_prompts(lm.tokenizer, args.prompts), (",",)
+    spec = job(model, prompts, "beam", {"num_beams": 4}, batch_size=args.beam_batch, max_new=args.new, stop=stop)
+    sides = {
+        "decodebench": ours(runtime, spec),
+        "generate_loop": hand_generate(lm, prompts, args.beam_batch, args.new, stop=stop, num_beams=4),
+    }
+    stats, outputs = rounds(sides, args.rounds, runtime.device)
+    eos = lm.tokenizer.eos_token_id
+    same = sum(strip(a, eos) == strip(b, eos) for a, b in zip(outputs["decodebench"], outputs["generate_loop"]))
+    r = ratio(stats["decodebench"], stats["generate_loop"])
+    print(
+        f"{'beam_vs_generate':24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
+        f"generate() loop {stats['generate_loop']['tokens_per_s']:9.1f} tok/s   x{r:.2f}   "
+        f"identical outputs {same}/{len(prompts)}   (4 beams, batch {args.beam_batch}, stop ',')"
+    )
+    return {"beam_vs_generate": {"ratio": r, **stats, "identical_outputs": f"{same}/{len(prompts)}", "stop": [","]}}
+
+
 def pipeline_pair(runtime, model: str, args) -> dict:
     """One model: decodebench as a sweep runs it (batch_size: auto) against pipeline() one prompt at a time."""
     lm = runtime.cache.get(ModelSpec(path=model), runtime.device)
@@ -298,6 +323,7 @@ def main() -> None:
     )
     ap.add_argument("--new", type=int, default=48)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--beam-batch", type=int, default=8, help="prompts per batch of beam_vs_generate (x 4 beams)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="a smoke run: few prompts, tokens and rounds")
@@ -317,6 +343,7 @@ def main() -> None:
     )
     results: dict = {}
     results.update(compare_generate(runtime, lm, args.model, args))
+    results.update(compare_beam(runtime, lm, args.model, args))
     results.update(compare_pipeline(runtime, lm, args.model, args))
     results.update(compare_auto(runtime, lm, args.model, args))
     results.update(compare_sampler(runtime, lm, args.model, args))

@@ -221,8 +221,9 @@ def test_the_gpu_benchmark_section_runs_on_the_cpu_at_a_small_shape(tiny_model, 
     assert out["memory_bandwidth_gb_s"] is None and out["bandwidth_source"] == "not a CUDA device"
     assert all(row["tokens_per_s"] > 0 and row["joules_per_1k_tokens"] is None for row in out["rows"].values())
     loops = {label: row["decode_loop"] for label, row in out["rows"].items()}
-    assert loops["greedy@1"].startswith("worker.engine.decode") and loops["beam@1"] == "transformers generate()"
-    assert loops["contrastive@1"].startswith("the strategy's own loop")
+    assert loops["greedy@1"].startswith("worker.engine.decode")
+    assert loops["beam@1"] == "decodebench's own loop (worker.engine.loops.beam:generate)"
+    assert loops["contrastive@1"] == "decodebench's own loop (worker.engine.loops.contrastive:generate)"
 
 
 def test_the_benchmark_runner_writes_every_ratio_with_its_sides_and_provenance(tmp_path):
@@ -246,6 +247,7 @@ def test_the_benchmark_runner_writes_every_ratio_with_its_sides_and_provenance(t
         pair = report["details"][key]
         assert pair["identical_outputs"] == "8/8" and pair["packing_bound"] >= 1
         assert pair["decodebench"]["tokens_per_s"] > 0 and pair["generate_loop"]["tokens_per_s"] > 0
+    assert report["details"]["beam_vs_generate"]["identical_outputs"] == "8/8" and report["beam_vs_generate"] > 0
     assert report["torch"] and report["transformers"] and report["git_commit"] and report["device"]
 
 

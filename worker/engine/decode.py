@@ -25,20 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from worker.engine.kvcache import preallocated_cache
+from worker.engine.modifiers import only_modifiers
 from worker.engine.rows import Rows
-
-# GenerationConfig fields that make generate() add processors this loop does not build.
-_UNSUPPORTED_IF_SET = (
-    "bad_words_ids",
-    "begin_suppress_tokens",
-    "suppress_tokens",
-    "sequence_bias",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "exponential_decay_length_penalty",
-    "top_h",
-)
-
 
 # Model families whose forward uses the attention mask only to build its causal mask (read in
 # transformers 5.24's modeling files), so a ready 4D boolean mask passes through unchanged.
@@ -109,11 +97,7 @@ def supports(config, loop: str | None, assistant) -> bool:
         return False
     if getattr(config, "cache_implementation", None) not in (None, "dynamic"):
         return False
-    if any(getattr(config, name, None) for name in _UNSUPPORTED_IF_SET):
-        return False
-    if (config.guidance_scale or 1.0) != 1.0 or (config.encoder_repetition_penalty or 1.0) != 1.0:
-        return False
-    return not (config.min_length or config.encoder_no_repeat_ngram_size or config.remove_invalid_values)
+    return only_modifiers(config)
 
 
 @dataclass

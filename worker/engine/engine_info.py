@@ -84,7 +84,7 @@ def _loop_name(decoding) -> str:
     if decoding.own_loop:
         return "worker.engine.decode (finished rows dropped" + (", free rows refilled)" if decoding.refill else ")")
     if decoding.loop is not None:
-        return f"the strategy's own loop ({decoding.loop})"
+        return f"decodebench's own loop ({decoding.loop})"
     return "transformers generate()"
 
 

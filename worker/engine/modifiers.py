@@ -13,7 +13,7 @@ alone, in any batch and in a continuous-refill stream, where rows start at diffe
 Everything is vectorised over the batch (no loop over rows, no host synchronisation), and
 a row alone gets exactly transformers' processors (`tests/test_modifiers.py`).
 
-`build_modifiers` gives the strategies' own loops (contrastive search, diverse beam search)
+`build_modifiers` gives the strategies' own loops (contrastive search, the beam loop)
 transformers' processors, with the repetition penalty skipping each row's left padding as
 transformers' generate() does; their rows start together, so a batch-wide minimum length is
 right for them.
@@ -23,6 +23,30 @@ from __future__ import annotations
 
 import torch
 from transformers.generation import logits_process as lp
+
+# GenerationConfig fields that make generate() add processors the own loops do not build.
+_UNSUPPORTED_IF_SET = (
+    "bad_words_ids",
+    "begin_suppress_tokens",
+    "suppress_tokens",
+    "sequence_bias",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "exponential_decay_length_penalty",
+    "top_h",
+    "watermarking_config",
+    "renormalize_logits",
+)
+
+
+def only_modifiers(config) -> bool:
+    """Whether generate() would apply no processor to this configuration beyond the repetition
+    penalty, the no-repeat n-gram ban and the minimum new tokens (what the own loops rebuild)."""
+    if any(getattr(config, name, None) for name in _UNSUPPORTED_IF_SET):
+        return False
+    if (config.guidance_scale or 1.0) != 1.0 or (config.encoder_repetition_penalty or 1.0) != 1.0:
+        return False
+    return not (config.min_length or config.encoder_no_repeat_ngram_size or config.remove_invalid_values)
 
 
 def build_modifiers(cfg, prompt_len: int, attention_mask: torch.Tensor | None = None) -> list:

@@ -23,7 +23,7 @@ transformers 5 moved group beam search out of its core, so this is decodebench's
 loop: one forward pass per step of the num_beams rows of every prompt still searched over
 one KV cache, whose rows are reordered to the surviving beams' parents (a prompt whose
 groups can no longer improve leaves the pass). Registration is light: the loop is
-`worker.engine.loops.diverse_beam`.
+`worker.engine.loops.beam`.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ register(
             "length_penalty": p["length_penalty"],
             "early_stopping": False,
         },
-        loop="worker.engine.loops.diverse_beam:generate",
+        loop="worker.engine.loops.beam:generate",
         citation="Vijayakumar et al. 2018",
     )
 )

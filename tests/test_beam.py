@@ -1,5 +1,7 @@
-"""Diverse (group) beam search: transformers' beam search as a special case, the Hamming
-diversity term, a cache-free implementation from the paper, and the parameter check."""
+"""Beam search in the engine's beam loop (token for token generate()'s, prompts that are done
+dropping out of the forward pass) and diverse (group) beam search: transformers' beam search
+as its one-group case, the Hamming diversity term, a cache-free implementation from the
+paper, and the parameter check."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from tests.services import AUSTEN_PROMPTS
 from tests.test_engine import job as engine_job
 from worker.core.contract import ModelSpec
 from worker.engine.job import generate_job
-from worker.engine.loops.diverse_beam import generate, search
+from worker.engine.loops import beam as beam_loop
+from worker.engine.loops.beam import generate, search
 from worker.strategies import get_strategy
 
 PROMPTS = AUSTEN_PROMPTS[:5] + ["Anne"]
@@ -44,14 +47,14 @@ def run(lm, prompts, max_new, eos=None, **params):
     return enc, *search(*args), generate(*args)
 
 
-def hf_beam(lm, enc, num_beams, max_new, eos, length_penalty=1.0):
+def hf_beam(lm, enc, num_beams, max_new, eos, length_penalty=1.0, early_stopping=False):
     with torch.inference_mode():
         return lm.model.generate(
             **enc,
             num_beams=num_beams,
             do_sample=False,
             length_penalty=length_penalty,
-            early_stopping=False,
+            early_stopping=early_stopping,
             max_new_tokens=max_new,
             eos_token_id=eos,
             pad_token_id=lm.tokenizer.pad_token_id,
@@ -76,8 +79,8 @@ def test_one_group_without_penalty_is_transformers_beam_search_through_the_engin
         assert rec.token_ids == new_tokens(hf_beam(lm, enc, 3, 12, eos), enc, eos)[0], prompt
 
 
-@pytest.mark.parametrize("num_beams,length_penalty", [(4, 2.0), (3, -0.5)])
-def test_one_group_matches_beam_search_when_hypotheses_finish_early(lm, num_beams, length_penalty):
+@pytest.mark.parametrize("num_beams,length_penalty,early_stopping", [(4, 2.0, False), (3, -0.5, False), (3, 1.0, True)])
+def test_one_group_matches_beam_search_when_hypotheses_finish_early(lm, num_beams, length_penalty, early_stopping):
     # a frequent token as EOS exercises finished hypotheses, the length penalty and early stopping
     eos = comma_id(lm.tokenizer)
     enc, _, _, _, best = run(
@@ -89,8 +92,10 @@ def test_one_group_matches_beam_search_when_hypotheses_finish_early(lm, num_beam
         num_beam_groups=1,
         diversity_penalty=0.0,
         length_penalty=length_penalty,
+        early_stopping=early_stopping,
     )
-    assert new_tokens(best, enc, eos) == new_tokens(hf_beam(lm, enc, num_beams, 10, eos, length_penalty), enc, eos)
+    expected = hf_beam(lm, enc, num_beams, 10, eos, length_penalty, early_stopping)
+    assert new_tokens(best, enc, eos) == new_tokens(expected, enc, eos)
 
 
 def test_groups_without_penalty_repeat_and_a_large_penalty_diversifies(lm):
@@ -178,23 +183,73 @@ def test_num_beams_must_be_divisible_by_num_beam_groups(lm):
     assert get_strategy("diverse_beam").validate({"num_beams": 6, "num_beam_groups": 3})["num_beam_groups"] == 3
 
 
-def test_one_group_ends_hypotheses_at_stop_strings_as_transformers_beam_search_does(tiny_model, runtime):
-    """Stop strings end hypotheses inside the search (not a cut of the finished text), as in generate()."""
+def generate_path(monkeypatch):
+    """The `beam` strategy through transformers' generate() (the engine's beam loop switched off)."""
+    monkeypatch.setattr(beam_loop, "supports", lambda config: False)
+
+
+def outputs(records):
+    return [(r.token_ids, r.text, r.stop_reason, r.n_new_tokens) for r in records]
+
+
+BEAM_CASES = [  # (beam params, stop strings, max new tokens, min new tokens)
+    ({"num_beams": 3}, [","], 16, 0),
+    ({"num_beams": 4, "length_penalty": 2.0, "early_stopping": True}, [], 12, 0),
+    ({"num_beams": 3, "early_stopping": True}, [","], 16, 0),
+    ({"num_beams": 3, "length_penalty": -0.5, "repetition_penalty": 1.3, "no_repeat_ngram_size": 2}, ["."], 14, 4),
+]
+
+
+@pytest.mark.parametrize("params,stop,max_new,min_new", BEAM_CASES)
+def test_the_beam_strategy_runs_in_the_beam_loop_and_equals_generate(
+    tiny_model, runtime, monkeypatch, params, stop, max_new, min_new
+):
+    """`beam` runs in the engine's beam loop, token for token what generate()'s beam search gives:
+    stop strings end hypotheses inside the search, early stopping, length and repetition penalties,
+    n-gram bans and a minimum length included."""
+    spec = engine_job(tiny_model, "beam", params, batch_size=4, max_new=max_new, stop=stop, prompts=PROMPTS)
+    spec = spec.model_copy(update={"generation": spec.generation.model_copy(update={"min_new_tokens": min_new})})
+    ours_result, ours = generate_job(spec, runtime)
+    assert "worker.engine.loops.beam" in ours_result.engine["decode_loop"]
+    generate_path(monkeypatch)
+    theirs_result, theirs = generate_job(spec, runtime)
+    assert theirs_result.engine["decode_loop"] == "transformers generate()"
+    assert outputs(ours) == outputs(theirs)
+    if stop == [","]:
+        assert {r.stop_reason for r in theirs} >= {"stop_string"}
+        eos = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device).tokenizer.eos_token_id
+        ended = [r for r in ours if r.stop_reason == "stop_string"]
+        assert all(r.token_ids[-1] != eos and r.n_new_tokens == len(r.token_ids) for r in ended)  # no padding counted
+
+
+def test_one_group_ends_hypotheses_at_stop_strings_as_transformers_beam_search_does(tiny_model, runtime, monkeypatch):
+    """Stop strings end diverse beam search's hypotheses inside the search (not a cut of the finished
+    text), as in generate(): one group without penalty is generate()'s beam search."""
     params = {"num_beams": 3, "num_beam_groups": 1, "diversity_penalty": 0.0, "length_penalty": 1.0}
     stop = [","]
     diverse = engine_job(tiny_model, "diverse_beam", params, batch_size=4, max_new=16, stop=stop, prompts=PROMPTS[:4])
     beam = engine_job(tiny_model, "beam", {"num_beams": 3}, batch_size=4, max_new=16, stop=stop, prompts=PROMPTS[:4])
     _, ours = generate_job(diverse, runtime)
+    generate_path(monkeypatch)
     _, theirs = generate_job(beam, runtime)
     assert {r.stop_reason for r in theirs} >= {"stop_string"}
-    eos = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device).tokenizer.eos_token_id
-    ended = [r for r in theirs if r.stop_reason == "stop_string"]
-    assert all(r.token_ids[-1] != eos and r.n_new_tokens == len(r.token_ids) for r in ended)  # no padding counted
-
-    def outputs(records):
-        return [(r.token_ids, r.text, r.stop_reason) for r in records]
-
     assert outputs(ours) == outputs(theirs)
+
+
+def test_the_beam_loop_takes_only_what_it_reproduces():
+    base = {"num_beams": 4, "do_sample": False, "early_stopping": False}
+    assert beam_loop.supports(GenerationConfig(**base))
+    assert beam_loop.supports(GenerationConfig(**{**base, "early_stopping": True, "repetition_penalty": 1.2}))
+    for other in (
+        {"early_stopping": "never"},  # estimates the best length from max_length
+        {"num_return_sequences": 2},
+        {"do_sample": True},  # beam sampling
+        {"num_beams": 1},
+        {"cache_implementation": "static"},
+        {"bad_words_ids": [[5]]},
+        {"renormalize_logits": True},
+    ):
+        assert not beam_loop.supports(GenerationConfig(**{**base, **other})), other
 
 
 class CountingModel:
@@ -236,3 +291,11 @@ def test_prompts_whose_search_is_over_leave_the_forward_pass_and_each_prompt_is_
             n = int(l1[0, j])
             assert hyps[b, j, start : start + n].tolist() == h1[0, j, one["input_ids"].shape[1] :][:n].tolist(), prompt
         assert torch.allclose(scores[b], s1[0], atol=1e-4), prompt
+
+
+def test_beam_with_the_static_cache_opt_in_keeps_generate(tiny_model, runtime):
+    """static_cache: true asks for transformers' static cache (compiled on CUDA): generate() runs it."""
+    spec = engine_job(tiny_model, "beam", {"num_beams": 2}, batch_size=2, max_new=4, prompts=PROMPTS[:2])
+    spec = spec.model_copy(update={"generation": spec.generation.model_copy(update={"static_cache": True})})
+    result, records = generate_job(spec, runtime)
+    assert result.engine["decode_loop"] == "transformers generate()" and len(records) == 2

@@ -1,7 +1,13 @@
-"""Diverse (group) beam search's decoding loop (see `worker.strategies.diverse_beam` for the method).
+"""Beam search's decoding loop, with groups: diverse beam search (`worker.strategies.diverse_beam`
+has the method) and, with one group and no diversity penalty, transformers' beam search.
 
 A documented kernel: `search` is one long function on purpose, so that each step's
 bookkeeping reads top to bottom as in transformers' `_beam_search`.
+
+The `beam` strategy runs here too where this loop reproduces generate()'s beam search
+(`supports`: early_stopping True or False, one sequence returned, no processor beyond the
+penalties and the minimum length, transformers' dynamic cache); the engine picks it in
+`configure_decoding`, as it picks its own loop for greedy search and sampling.
 
 Prompts whose search is over leave the forward pass (compaction): a prompt is over once
 none of its groups can improve, or once every candidate of every group stopped (nothing
@@ -17,11 +23,36 @@ import inspect
 
 import torch
 
+from worker.engine.modifiers import only_modifiers
 from worker.strategies.diverse_beam import check_groups
+
+LOOP = "worker.engine.loops.beam:generate"
+
+
+def supports(config) -> bool:
+    """Whether this loop reproduces generate()'s beam search for the configuration."""
+    if config.num_beams <= 1 or config.do_sample or (config.num_return_sequences or 1) != 1:
+        return False
+    if config.early_stopping not in (True, False):  # "never" estimates the best length otherwise
+        return False
+    if getattr(config, "cache_implementation", None) not in (None, "dynamic"):
+        return False
+    return only_modifiers(config)
+
+
+def beam_params(config) -> dict:
+    """The loop's parameters for plain beam search: one group, no diversity penalty."""
+    return {
+        "num_beams": config.num_beams,
+        "num_beam_groups": 1,
+        "diversity_penalty": 0.0,
+        "length_penalty": config.length_penalty,
+        "early_stopping": config.early_stopping,
+    }
 
 
 def generate(model, enc, config, params, processors, criteria):
-    """Run diverse beam search; returns each prompt's best hypothesis, (batch, prompt + new), padded after EOS."""
+    """Run (diverse) beam search; returns each prompt's best hypothesis, (batch, prompt + new), padded after EOS."""
     hyps, scores, lengths = search(model, enc, config, params, processors, criteria)
     best = scores.argmax(dim=-1)  # (B,)
     rows = torch.arange(hyps.shape[0], device=hyps.device)
@@ -38,6 +69,7 @@ def search(model, enc, config, params, processors, criteria):
     check_groups(n, groups)
     k = n // groups
     penalty, length_penalty = params.get("diversity_penalty", 0.0), params.get("length_penalty", 1.0)
+    full_stops = params.get("early_stopping", False) is True  # a group with K hypotheses is done (as generate())
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     input_ids, prompt_attn = enc["input_ids"], enc["attention_mask"]
@@ -123,6 +155,8 @@ def search(model, enc, config, params, processors, criteria):
             best_running = run_scores[..., :1] / (step + 1) ** length_penalty
             worst = torch.where(is_done, fin_scores.min(dim=-1, keepdim=True).values, -1e9)
             improvable &= (best_running > worst).any(dim=-1) & ~all_stop[:, None]  # nothing runs on: over
+            if full_stops:
+                improvable &= ~is_done.all(dim=-1)
             if last:
                 break
             searched = improvable.any(dim=-1)
