@@ -299,3 +299,41 @@ def test_beam_with_the_static_cache_opt_in_keeps_generate(tiny_model, runtime):
     spec = spec.model_copy(update={"generation": spec.generation.model_copy(update={"static_cache": True})})
     result, records = generate_job(spec, runtime)
     assert result.engine["decode_loop"] == "transformers generate()" and len(records) == 2
+
+
+def test_a_sliding_window_model_runs_beam_search_in_the_loop_as_generate_does(
+    tiny_model, runtime, monkeypatch, tmp_path
+):
+    """Sliding-window layers repeat, reorder and select like full ones: the loop takes them, token for token."""
+    from transformers import AutoTokenizer, MistralForCausalLM
+
+    from tests.test_kvcache import sliding_window_config
+
+    torch.manual_seed(0)
+    MistralForCausalLM(sliding_window_config(vocab_size=4096)).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
+    spec = engine_job(str(tmp_path), "beam", {"num_beams": 3}, batch_size=4, max_new=10, prompts=PROMPTS)
+    ours_result, ours = generate_job(spec, runtime)
+    assert "worker.engine.loops.beam" in ours_result.engine["decode_loop"]
+    generate_path(monkeypatch)
+    assert outputs(ours) == outputs(generate_job(spec, runtime)[1])
+
+
+def test_a_model_without_transformers_plain_cache_keeps_generate():
+    from types import SimpleNamespace
+
+    from transformers import GPT2Config
+
+    from worker.engine.kvcache import reorderable
+
+    class OwnCache:  # as a model class transformers gives no default dynamic cache (rwkv, xlstm, ...)
+        config = GPT2Config(n_layer=2)
+
+        @classmethod
+        def _supports_default_dynamic_cache(cls):
+            return False
+
+    assert not reorderable(OwnCache())
+    assert not reorderable(SimpleNamespace(config=None))  # no layer types to check
+    assert not reorderable(SimpleNamespace(config=object()))  # a config transformers' cache cannot read
+    assert reorderable(SimpleNamespace(config=GPT2Config(n_layer=2)))

@@ -20,7 +20,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, StrategySpec
 from worker.engine import decode as own_loop
-from worker.engine.kvcache import preallocated_cache
+from worker.engine.kvcache import preallocated_cache, reorderable
 from worker.engine.loops import beam as beam_loop
 from worker.engine.models import LoadedModel
 from worker.engine.modifiers import RowModifiers, build_modifiers
@@ -119,7 +119,12 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
         else:
             decoding.notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
     decoding.own_loop = own_loop.supports(cfg, registered.loop, decoding.assistant_path)
-    if registered.loop is None and decoding.assistant_path is None and beam_loop.supports(cfg):
+    if (
+        registered.loop is None
+        and decoding.assistant_path is None
+        and beam_loop.supports(cfg)
+        and reorderable(lm.model)
+    ):
         # beam search in the engine's beam loop, where prompts that are done leave the forward pass
         decoding.loop, decoding.loop_params = beam_loop.LOOP, beam_loop.beam_params(cfg)
     if decoding.own_loop:

@@ -10,14 +10,16 @@ dynamic layer would hold and greedy outputs are unchanged token for token.
 
 `preallocated_cache(model, length)` returns a `DynamicCache` with such layers where the
 model's layers are plain full-attention layers, and None otherwise (sliding-window,
-linear-attention or hybrid layers keep transformers' own cache).
+linear-attention or hybrid layers keep transformers' own cache). `reorderable(model)` says
+whether transformers' own cache is plain attention layers (full or sliding window), which
+the beam loop needs.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -139,3 +141,18 @@ def preallocated_cache(model, length: int) -> DynamicCache | None:
         return None
     cache.layers = [PreallocatedLayer(length) for _ in cache.layers]
     return cache
+
+
+def reorderable(model) -> bool:
+    """Whether transformers' default cache for the model is plain attention layers (full or sliding
+    window), whose rows the beam loop repeats, reorders and selects as generate() does."""
+    supported = getattr(type(model), "_supports_default_dynamic_cache", None)
+    if supported is not None and not supported():
+        return False
+    try:
+        cache = DynamicCache(config=model.config)
+    except Exception:  # a config transformers' cache cannot read
+        return False
+    return bool(cache.layers) and all(
+        type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in cache.layers
+    )

@@ -6,8 +6,9 @@ bookkeeping reads top to bottom as in transformers' `_beam_search`.
 
 The `beam` strategy runs here too where this loop reproduces generate()'s beam search
 (`supports`: early_stopping True or False, one sequence returned, no processor beyond the
-penalties and the minimum length, transformers' dynamic cache); the engine picks it in
-`configure_decoding`, as it picks its own loop for greedy search and sampling.
+penalties and the minimum length, transformers' dynamic cache; and `kvcache.reorderable`:
+the model's cache is plain full or sliding-window attention layers); the engine picks it
+in `configure_decoding`, as it picks its own loop for greedy search and sampling.
 
 Prompts whose search is over leave the forward pass (compaction): a prompt is over once
 none of its groups can improve, or once every candidate of every group stopped (nothing
