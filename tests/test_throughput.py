@@ -251,6 +251,24 @@ def test_the_benchmark_runner_writes_every_ratio_with_its_sides_and_provenance(t
     assert report["torch"] and report["transformers"] and report["git_commit"] and report["device"]
 
 
+def test_the_schedule_benchmark_costs_both_schedules():
+    """benchmarks/bench_schedule.py at a smoke size: both schedules recorded and costed, a bound printed."""
+    import re
+    import subprocess
+    import sys
+
+    args = ["--prompts", "8", "--new", "6", "--batch", "4", "--rounds", "1"]
+    run = subprocess.run(
+        [sys.executable, "benchmarks/bench_schedule.py", *args], capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    ours = re.search(r"decodebench\s+(\d+) decode steps,\s+(\d+) row-steps", run.stdout)
+    theirs = re.search(r"generate\(\) loop\s+(\d+) decode steps,\s+(\d+) row-steps", run.stdout)
+    assert ours and theirs, run.stdout
+    assert 0 < int(ours.group(2)) <= int(theirs.group(2)) == 4 * int(theirs.group(1))  # full rows on their side
+    assert float(re.search(r"schedule bound .*: x([\d.]+)", run.stdout).group(1)) > 0
+
+
 def test_the_cuda_probe_of_a_stream_fits_twice_the_new_tokens(tiny_model, runtime, monkeypatch):
     """A stream's KV buffer can span its oldest row's history plus a newcomer's max_new_tokens: the probe
     plans for that length, and refill and batch jobs are cached apart."""
