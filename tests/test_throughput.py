@@ -173,6 +173,24 @@ def test_cuda_fit_doubles_then_backs_off_to_the_largest_size_that_fits(monkeypat
     assert size == 50  # everything fits: the cap
 
 
+def test_the_cpu_probe_times_a_size_again_before_one_slow_reading_stops_the_doubling():
+    """Seconds per token fall with size up to 32; the first reading of 32 is slowed by a neighbour."""
+    true = {1: 8.0, 2: 4.0, 4: 2.0, 8: 1.2, 16: 1.0, 32: 0.8, 64: 1.5}
+    readings = {32: [1.4]}  # one noisy reading, then the true cost
+    calls = []
+
+    def run(size):
+        calls.append(size)
+        return readings.get(size, []).pop(0) if readings.get(size) else true[size]
+
+    best, rates = batching.cpu_fastest(run, cap=64)
+    assert best == 32 and rates[32] == 1.25
+    # 32 looked slower than 16: both timed again, then doubling went on past it, as without the noise
+    assert calls == [1, 2, 4, 8, 16, 32, 16, 32, 64, 32, 64]
+    best, _ = batching.cpu_fastest(lambda size: {1: 2.0, 2: 1.0, 4: 1.5}[size], cap=4)
+    assert best == 2  # a size that stays slower when timed again still ends the search
+
+
 def test_auto_batch_size_is_probed_cached_and_recorded(tiny_model, runtime, monkeypatch):
     monkeypatch.setenv("DECODEBENCH_AUTO_BATCH_MAX", "4")
     spec = job(tiny_model, "greedy", batch_size=4, max_new=6).model_copy(

@@ -13,7 +13,8 @@ variant and one set of generation settings, so a batch never mixes settings.
   generation peaks at; doubling from 1 until out-of-memory, then bisecting back
   (backoff) between the last size that fitted and the first that did not;
 - on CPU, where memory is not what limits, the size with the best tokens/s in a short
-  timed probe (a few decoding steps of the longest prompts), doubling while it improves.
+  timed probe (a few decoding steps of the longest prompts), doubling while it improves
+  (a size that looks no faster is timed again with the best before the search stops).
 
 Both stop at the shard's size and at `DECODEBENCH_AUTO_BATCH_MAX`. The answer is cached
 per (model, device, prompt-length bucket, max_new_tokens, rows per prompt) in the
@@ -89,19 +90,30 @@ def cuda_fit(model, device, length: int, rows_each: int, cap: int) -> tuple[int,
 
 
 def cpu_fastest(run: Callable[[int], float], cap: int) -> tuple[int, dict[int, float]]:
-    """The size with the best tokens/s from `run(size)` (seconds per token), doubling while it improves."""
-    rates: dict[int, float] = {}
+    """The size with the best tokens/s from `run(size)` (seconds per token), doubling while it improves.
+
+    A size that looks no faster than the best so far is timed again, and the best with it,
+    before the search decides (each keeps its fastest time): a single probe on a shared CPU
+    can be slowed by a neighbour, and one slow reading would stop the doubling early."""
+    secs: dict[int, float] = {}
+
+    def measure(size: int) -> None:
+        secs[size] = min(secs.get(size, float("inf")), run(size))
+
     size, best = 1, 1
     while size <= cap:
-        rates[size] = round(1.0 / run(size), 2)
-        if rates[size] > rates[best]:
+        measure(size)
+        if size != best and secs[size] >= secs[best]:
+            measure(best)
+            measure(size)
+        if secs[size] < secs[best]:
             best = size
-        elif rates[size] < 0.9 * rates[best]:
+        elif secs[size] > secs[best] / 0.9:  # clearly slower (under 90% of the best tokens/s): stop doubling
             break
         if size == cap:
             break
         size = min(size * 2, cap)
-    return best, rates
+    return best, {s: round(1.0 / t, 2) for s, t in secs.items()}
 
 
 class AutoBatch:
