@@ -173,6 +173,20 @@ def test_continuous_refill_on_cuda_matches_unbatched_greedy(small_model, cuda_ru
     assert same >= len(records) - 1  # float32 on GPU: a rare near-tie may flip one row
 
 
+def test_beam_search_in_the_beam_loop_on_cuda_matches_generate(small_model, cuda_runtime, monkeypatch):
+    """The `beam` strategy in the engine's beam loop (prompts that are done leave the pass) against
+    generate()'s beam search, float32 on CUDA."""
+    from worker.engine.loops import beam as beam_loop
+
+    spec = engine_job(small_model, "beam", {"num_beams": 4}, stop=[","])
+    ours_result, ours = generate_job(spec, cuda_runtime)
+    assert "worker.engine.loops.beam" in ours_result.engine["decode_loop"]
+    monkeypatch.setattr(beam_loop, "supports", lambda config: False)
+    _, theirs = generate_job(spec, cuda_runtime)
+    same = sum(a.token_ids == b.token_ids for a, b in zip(ours, theirs))
+    assert same >= len(ours) - 1  # float32 on GPU: the loop's smaller batches may flip a near-tie
+
+
 def test_auto_batch_size_probes_cuda_memory_once(small_model, cuda_runtime):
     spec = engine_job(small_model, batch_size="auto")
     result, records = generate_job(spec, cuda_runtime)
