@@ -16,7 +16,6 @@ from typing import Any
 import structlog
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
-from transformers.generation.stopping_criteria import StopStringCriteria
 
 from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, StrategySpec
 from worker.engine import decode as own_loop
@@ -25,6 +24,7 @@ from worker.engine.loops import beam as beam_loop
 from worker.engine.models import LoadedModel
 from worker.engine.modifiers import RowModifiers, build_modifiers
 from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_warpers
+from worker.engine.stops import StopStrings
 from worker.engine.timing import StepClock, StepTimes, synchronize
 from worker.strategies import get_strategy
 
@@ -34,9 +34,7 @@ log = structlog.get_logger("decodebench.engine")
 class FinishRecorder(StoppingCriteria):
     """Marks a row done at EOS or a stop string and records the step at which it finished."""
 
-    def __init__(
-        self, prompt_len: int, eos_ids: list[int], stop: StopStringCriteria | None, batch: int, device
-    ) -> None:
+    def __init__(self, prompt_len: int, eos_ids: list[int], stop: StopStrings | None, batch: int, device) -> None:
         self.prompt_len = prompt_len
         self.eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         self.stop = stop
@@ -241,7 +239,7 @@ def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int
     if decoding.warpers_cfg is not None:
         warpers = LogitsProcessorList(build_warpers(decoding.warpers_cfg))
         sampler = SeededSampler(seeds, device, max_steps=cfg.max_new_tokens)
-    stop = StopStringCriteria(lm.tokenizer, decoding.stop) if decoding.stop else None
+    stop = StopStrings(lm.tokenizer, decoding.stop) if decoding.stop else None
     out = own_loop.decode(
         lm.model,
         enc,
@@ -312,11 +310,11 @@ def run_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], se
         criteria = StoppingCriteriaList()
         recorder = None
         if decoding.config.num_beams == 1 and decoding.assistant is None:
-            stop = StopStringCriteria(lm.tokenizer, decoding.stop) if decoding.stop else None
+            stop = StopStrings(lm.tokenizer, decoding.stop) if decoding.stop else None
             recorder = FinishRecorder(prompt_len, eos_ids(decoding.config), stop, len(prompts), device)
             criteria.append(recorder)
         elif decoding.loop is not None and decoding.stop:  # a beam loop's hypotheses end at stop strings too
-            criteria.append(StopStringCriteria(lm.tokenizer, decoding.stop))
+            criteria.append(StopStrings(lm.tokenizer, decoding.stop))
         clock.start()
         out = _run(lm, decoding, enc, processors, criteria)
         times = clock.stop()
