@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from tests.services import AUSTEN_PROMPTS
@@ -337,3 +339,39 @@ def test_a_model_without_transformers_plain_cache_keeps_generate():
     assert not reorderable(SimpleNamespace(config=None))  # no layer types to check
     assert not reorderable(SimpleNamespace(config=object()))  # a config transformers' cache cannot read
     assert reorderable(SimpleNamespace(config=GPT2Config(n_layer=2)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    picks=st.lists(st.integers(0, len(PROMPTS) - 1), min_size=2, max_size=5),
+    groups=st.sampled_from([1, 2]),
+    beams_each=st.integers(1, 3),
+    length_penalty=st.sampled_from([-0.5, 0.0, 1.0, 2.0]),
+    early_stopping=st.booleans(),
+    max_new=st.integers(2, 20),
+)
+def test_any_batch_gives_every_prompt_its_search_alone(
+    lm, picks, groups, beams_each, length_penalty, early_stopping, max_new
+):
+    """However prompts finish and leave the forward pass, each one's hypotheses are those of its search alone."""
+    tok, eos = lm.tokenizer, comma_id(lm.tokenizer)
+    prompts = [PROMPTS[i] for i in picks]
+    cfg = GenerationConfig(max_new_tokens=max_new, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    params = {
+        "num_beams": groups * max(beams_each, 2 // groups),
+        "num_beam_groups": groups,
+        "diversity_penalty": 0.5 if groups > 1 else 0.0,
+        "length_penalty": length_penalty,
+        "early_stopping": early_stopping,
+    }
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    hyps, scores, lens = search(lm.model, enc, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+    start, n = enc["input_ids"].shape[1], params["num_beams"]
+    for b, prompt in enumerate(prompts):
+        one = tok([prompt], return_tensors="pt")
+        h1, s1, l1 = search(lm.model, one, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+        assert torch.equal(lens[b], l1[0]), prompt
+        for j in range(n):
+            m = int(l1[0, j])
+            assert hyps[b, j, start : start + m].tolist() == h1[0, j, one["input_ids"].shape[1] :][:m].tolist()
+        assert torch.allclose(scores[b], s1[0], atol=1e-4), prompt
