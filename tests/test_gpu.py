@@ -187,6 +187,22 @@ def test_beam_search_in_the_beam_loop_on_cuda_matches_generate(small_model, cuda
     assert same >= len(ours) - 1  # float32 on GPU: the loop's smaller batches may flip a near-tie
 
 
+@pytest.mark.parametrize("stop", [["."], [".", " the"]], ids=repr)
+def test_stop_strings_by_lookup_on_cuda_answer_as_transformers_criteria(small_model, stop):
+    """On CUDA there is no host shortcut: the lookup where exact, transformers' check otherwise."""
+    from transformers import AutoTokenizer
+    from transformers.generation.stopping_criteria import StopStringCriteria
+
+    from worker.engine.stops import StopStrings
+
+    tok = AutoTokenizer.from_pretrained(small_model)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.cat([torch.randint(0, len(tok), (len(tok), 7), generator=gen), torch.arange(len(tok))[:, None]], 1)
+    theirs = StopStringCriteria(tok, stop)(ids, None)
+    ours = StopStrings(tok, stop)(ids.cuda(), None)
+    assert ours.is_cuda and torch.equal(ours.cpu(), theirs) and bool(theirs.any())
+
+
 def test_auto_batch_size_probes_cuda_memory_once(small_model, cuda_runtime):
     spec = engine_job(small_model, batch_size="auto")
     result, records = generate_job(spec, cuda_runtime)
