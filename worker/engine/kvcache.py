@@ -131,13 +131,19 @@ def splice(cache: DynamicCache, other: DynamicCache, parts, capacity: int) -> No
         mine._views()
 
 
-def preallocated_cache(model, length: int) -> DynamicCache | None:
-    """A cache of `PreallocatedLayer`s for `length` positions, or None where the model's layers are not plain."""
+def _default_cache(model) -> DynamicCache | None:
+    """transformers' default cache for the model's config (its layers say what kind each layer is), or
+    None where that cache cannot read the config."""
     try:
-        cache = DynamicCache(config=model.config)
+        return DynamicCache(config=model.config)
     except Exception:  # a config transformers' cache cannot read: keep its default
         return None
-    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
+
+
+def preallocated_cache(model, length: int) -> DynamicCache | None:
+    """A cache of `PreallocatedLayer`s for `length` positions, or None where the model's layers are not plain."""
+    cache = _default_cache(model)
+    if cache is None or not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
         return None
     cache.layers = [PreallocatedLayer(length) for _ in cache.layers]
     return cache
@@ -149,10 +155,6 @@ def reorderable(model) -> bool:
     supported = getattr(type(model), "_supports_default_dynamic_cache", None)
     if supported is not None and not supported():
         return False
-    try:
-        cache = DynamicCache(config=model.config)
-    except Exception:  # a config transformers' cache cannot read
-        return False
-    return bool(cache.layers) and all(
-        type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in cache.layers
-    )
+    cache = _default_cache(model)
+    plain = (DynamicLayer, DynamicSlidingWindowLayer)
+    return cache is not None and bool(cache.layers) and all(type(layer) in plain for layer in cache.layers)
