@@ -308,32 +308,3 @@ def test_the_cuda_probe_of_a_stream_fits_twice_the_new_tokens(tiny_model, runtim
         assert size == 8 and not info["cached"] and ("stream" in info["how"]) is refill
     bucket = batching.length_bucket(max(lengths))
     assert fitted == [bucket + 80, bucket + 40]
-
-
-def test_contrastive_search_drops_finished_rows_from_its_candidate_pass(small_model, runtime, monkeypatch):
-    """Rows that end (a stop string) leave the k-candidate forward; every row is still its unbatched run."""
-    import functools
-
-    lm = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
-    rows_seen = []
-    real_forward = lm.model.forward
-
-    @functools.wraps(real_forward)
-    def forward(*args, **kwargs):
-        rows_seen.append(kwargs["input_ids"].shape[0])
-        return real_forward(*args, **kwargs)
-
-    monkeypatch.setattr(lm.model, "forward", forward)
-
-    def contrastive(prompts, batch_size):
-        params = {"k": 4, "alpha": 0.6}
-        spec = job(small_model, "contrastive", params, batch_size, max_new=16, stop=[","], prompts=prompts)
-        spec = spec.model_copy(update={"generation": spec.generation.model_copy(update={"warmup": False})})
-        return generate_job(spec, runtime)[1]
-
-    batched = contrastive(MIXED, len(MIXED))
-    candidate_rows = rows_seen[1:]  # after the prefill: live rows x k
-    assert candidate_rows[0] == 4 * len(MIXED) and min(candidate_rows) < candidate_rows[0]
-    assert {r.stop_reason for r in batched} >= {"stop_string"}
-    alone = [contrastive([p], 1)[0] for p in MIXED]
-    assert [(r.token_ids, r.stop_reason) for r in batched] == [(r.token_ids, r.stop_reason) for r in alone]

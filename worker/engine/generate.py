@@ -125,7 +125,7 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
     ):
         # beam search in the engine's beam loop, where prompts that are done leave the forward pass
         decoding.loop, decoding.loop_params = beam_loop.LOOP, beam_loop.beam_params(cfg)
-    if decoding.own_loop:
+    if decoding.own_loop or decoding.loop is not None:  # the own loop and contrastive search's use the mask
         own_loop.prepared_mask(lm.model)  # its once-per-model check runs here, outside any timed batch
     # refill needs the preallocated cache (plain full-attention layers); penalties apply row by row
     decoding.refill = decoding.own_loop and settings.refill and preallocated_cache(lm.model, 1) is not None

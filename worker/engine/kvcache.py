@@ -12,7 +12,8 @@ dynamic layer would hold and greedy outputs are unchanged token for token.
 model's layers are plain full-attention layers, and None otherwise (sliding-window,
 linear-attention or hybrid layers keep transformers' own cache). `reorderable(model)` says
 whether transformers' own cache is plain attention layers (full or sliding window), which
-the beam loop needs.
+the beam loop needs. `keep_candidate` keeps one of the k candidate columns contrastive search
+appends to each row.
 """
 
 from __future__ import annotations
@@ -129,6 +130,18 @@ def splice(cache: DynamicCache, other: DynamicCache, parts, capacity: int) -> No
             end, lo = dest + n, hi
         mine._k, mine._v, mine.length, mine.capacity = new_k, new_v, end, capacity
         mine._views()
+
+
+def keep_candidate(cache: DynamicCache, best: torch.Tensor, k: int) -> None:
+    """The last k columns of every layer are k candidates per row: keep row i's candidate best[i] as the
+    row's next column and drop the rest (contrastive search's shared-cache step)."""
+    rows = torch.arange(best.shape[0], device=best.device)
+    for layer in cache.layers:
+        start = layer.length - k
+        layer._k[:, :, start] = layer._k[rows, :, start + best]
+        layer._v[:, :, start] = layer._v[rows, :, start + best]
+        layer.length = start + 1
+        layer._views()
 
 
 def _default_cache(model) -> DynamicCache | None:

@@ -1,7 +1,16 @@
 """Contrastive search's decoding loop (see `worker.strategies.contrastive` for the method).
 
-One forward pass of B*k candidate tokens per step, with the KV cache repeated k times
-and the winners' rows selected back, as the original implementation does.
+One forward pass of the B*k candidate tokens per step. The original implementation (and
+this loop's fallback, `_repeated`) repeats the KV cache k times, runs B*k rows of one
+token each, and selects the winners' rows back: every step copies the whole cache k
+times, and attention reads it k times. Where the model takes a prepared 4D mask and the
+preallocated cache (`decode.prepared_mask`), `_shared` runs the k candidates of a row as
+k tokens of that row instead, all at the same position, each seeing the row's past and
+itself only (a diagonal block in the mask): the cache is read once per row and never
+copied, and the winner's keys and values are moved into place afterwards
+(`kvcache.keep_candidate`). The logits and hidden states are the same up to float
+rounding (the tests compare tokens with the repeated path and with a cache-free
+implementation written from the paper).
 """
 
 from __future__ import annotations
@@ -9,6 +18,9 @@ from __future__ import annotations
 import inspect
 
 import torch
+
+from worker.engine.decode import prepared_mask
+from worker.engine.kvcache import keep_candidate, preallocated_cache
 
 
 def generate(model, enc, config, params, processors, criteria):
@@ -26,10 +38,19 @@ def generate(model, enc, config, params, processors, criteria):
     pad = config.pad_token_id
     live = torch.arange(batch, device=input_ids.device)  # the batch rows still decoding
 
+    shared = prepared_mask(model)  # candidates as tokens of their row, over the preallocated cache
+    first = {cache_kw: preallocated_cache(model, input_ids.shape[1] + config.max_new_tokens + k)} if shared else {}
+    candidates, choose = (_shared, keep_candidate) if shared else (_repeated, _keep_repeated)
+
     with torch.inference_mode():
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         out = model(
-            input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True, output_hidden_states=True
+            input_ids=input_ids,
+            attention_mask=attn,
+            position_ids=pos,
+            use_cache=True,
+            output_hidden_states=True,
+            **first,
         )
         past = getattr(out, cache_kw)
         context = out.hidden_states[-1]  # (live, T, D)
@@ -42,13 +63,10 @@ def generate(model, enc, config, params, processors, criteria):
             n = live.numel()
             rows = torch.arange(n, device=live.device)
 
-            cand, hidden = _candidates(model, cache_kw, past, attn, top_ids)
+            past, cand_logits, hidden = candidates(model, cache_kw, past, attn, top_ids)  # (live, k, .)
             best = _best(hidden, context, context_mask, top_p, alpha)  # (live,)
-
-            chosen = rows * k + best
-            past = getattr(cand, cache_kw)
-            past.batch_select_indices(chosen)
-            logits = logits.index_copy(0, live, cand.logits[chosen, -1, :].to(logits.dtype))
+            choose(past, best, k)
+            logits = logits.index_copy(0, live, cand_logits[rows, best].to(logits.dtype))
             next_tokens = torch.full((batch,), pad, dtype=input_ids.dtype, device=input_ids.device)
             next_tokens[live] = top_ids[rows, best]
             context = torch.cat([context, hidden[rows, best][:, None, :]], dim=1)
@@ -66,9 +84,9 @@ def generate(model, enc, config, params, processors, criteria):
     return input_ids
 
 
-def _candidates(model, cache_kw: str, past, attn, top_ids):
+def _repeated(model, cache_kw: str, past, attn, top_ids):
     """One forward pass of every live row's k candidates over its cache repeated k times:
-    the output and the candidates' last hidden states (live, k, D)."""
+    (the cache, the candidates' logits (live, k, V) and last hidden states (live, k, D))."""
     n, k = top_ids.shape
     past.batch_repeat_interleave(k)
     cand_attn = torch.cat([attn, attn.new_ones(n, 1)], dim=-1).repeat_interleave(k, dim=0)
@@ -81,7 +99,30 @@ def _candidates(model, cache_kw: str, past, attn, top_ids):
         output_hidden_states=True,
         **{cache_kw: past},
     )
-    return cand, cand.hidden_states[-1][:, -1, :].reshape(n, k, -1)
+    hidden = cand.hidden_states[-1][:, -1, :].reshape(n, k, -1)
+    return getattr(cand, cache_kw), cand.logits[:, -1, :].reshape(n, k, -1), hidden
+
+
+def _keep_repeated(past, best, k: int) -> None:
+    """Each row's winning copy of the repeated cache."""
+    past.batch_select_indices(torch.arange(best.shape[0], device=best.device) * k + best)
+
+
+def _shared(model, cache_kw: str, past, attn, top_ids):
+    """One forward pass of every live row's k candidates as k tokens of the row, all at its next
+    position, each attending to the row's past and to itself only: as `_repeated`, without copies."""
+    n, k = top_ids.shape
+    own = torch.eye(k, dtype=torch.bool, device=attn.device)[None, None].expand(n, 1, k, k)
+    mask = torch.cat([attn.bool()[:, None, None, :].expand(n, 1, k, attn.shape[1]), own], dim=-1)
+    cand = model(
+        input_ids=top_ids,
+        attention_mask=mask,
+        position_ids=attn.sum(-1, keepdim=True).expand(n, k),
+        use_cache=True,
+        output_hidden_states=True,
+        **{cache_kw: past},
+    )
+    return getattr(cand, cache_kw), cand.logits, cand.hidden_states[-1]
 
 
 def _best(hidden, context, context_mask, top_p, alpha: float):
