@@ -187,6 +187,21 @@ def test_beam_search_in_the_beam_loop_on_cuda_matches_generate(small_model, cuda
     assert same >= len(ours) - 1  # float32 on GPU: the loop's smaller batches may flip a near-tie
 
 
+def test_contrastive_candidates_over_their_rows_cache_on_cuda_choose_as_repeated_caches(
+    small_model, cuda_runtime, monkeypatch
+):
+    """Contrastive search's shared-cache step (k candidates as tokens of their row) against the repeated
+    cache of the original implementation, float32 on CUDA."""
+    from worker.engine.loops import contrastive
+
+    spec = engine_job(small_model, "contrastive", {"k": 4, "alpha": 0.6}, stop=[","])
+    _, shared = generate_job(spec, cuda_runtime)
+    monkeypatch.setattr(contrastive, "prepared_mask", lambda model: False)
+    _, repeated = generate_job(spec, cuda_runtime)
+    same = sum(a.token_ids == b.token_ids for a, b in zip(shared, repeated))
+    assert same >= len(shared) - 1  # float32 on GPU: the two steps' rounding may flip a near-tie
+
+
 @pytest.mark.parametrize("stop", [["."], [".", " the"]], ids=repr)
 def test_stop_strings_by_lookup_on_cuda_answer_as_transformers_criteria(small_model, stop):
     """On CUDA there is no host shortcut: the lookup where exact, transformers' check otherwise."""
