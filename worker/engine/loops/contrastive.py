@@ -53,8 +53,7 @@ def generate(model, enc, config, params, processors, criteria):
             **first,
         )
         past = getattr(out, cache_kw)
-        context = out.hidden_states[-1]  # (live, T, D)
-        context_mask = attn.bool()
+        context = _Context(out.hidden_states[-1], attn.bool(), config.max_new_tokens)  # (live, T, D) and growing
         logits = out.logits[:, -1, :]  # (batch, vocab): a finished row keeps its last, unused
         unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
         for _ in range(config.max_new_tokens):
@@ -64,13 +63,12 @@ def generate(model, enc, config, params, processors, criteria):
             rows = torch.arange(n, device=live.device)
 
             past, cand_logits, hidden = candidates(model, cache_kw, past, attn, top_ids)  # (live, k, .)
-            best = _best(hidden, context, context_mask, top_p, alpha)  # (live,)
+            best = _best(hidden, *context.view(), top_p, alpha)  # (live,)
             choose(past, best, k)
             logits = logits.index_copy(0, live, cand_logits[rows, best].to(logits.dtype))
             next_tokens = torch.full((batch,), pad, dtype=input_ids.dtype, device=input_ids.device)
             next_tokens[live] = top_ids[rows, best]
-            context = torch.cat([context, hidden[rows, best][:, None, :]], dim=1)
-            context_mask = torch.cat([context_mask, context_mask.new_ones(n, 1)], dim=-1)
+            context.append(hidden[rows, best])
             attn = torch.cat([attn, attn.new_ones(n, 1)], dim=-1)
             input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
             unfinished &= ~criteria(input_ids, scores)
@@ -79,7 +77,8 @@ def generate(model, enc, config, params, processors, criteria):
                 if not bool(keep.any()):
                     break
                 kept = keep.nonzero().squeeze(1)
-                live, context, context_mask, attn = live[kept], context[kept], context_mask[kept], attn[kept]
+                live, attn = live[kept], attn[kept]
+                context.keep(kept)
                 past.batch_select_indices(kept)
     return input_ids
 
@@ -123,6 +122,27 @@ def _shared(model, cache_kw: str, past, attn, top_ids):
         **{cache_kw: past},
     )
     return getattr(cand, cache_kw), cand.logits, cand.hidden_states[-1]
+
+
+class _Context:
+    """The live rows' hidden states so far (the degeneration penalty's context) and their mask, in
+    buffers of the final length written one column per step: no copy of the whole context per token."""
+
+    def __init__(self, hidden: torch.Tensor, mask: torch.Tensor, max_new: int) -> None:
+        rows, self.length, dim = hidden.shape
+        self.hidden = hidden.new_empty(rows, self.length + max_new, dim)
+        self.mask = mask.new_ones(rows, self.length + max_new)
+        self.hidden[:, : self.length], self.mask[:, : self.length] = hidden, mask
+
+    def view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.hidden[:, : self.length], self.mask[:, : self.length]
+
+    def append(self, hidden: torch.Tensor) -> None:
+        self.hidden[:, self.length] = hidden
+        self.length += 1
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.hidden, self.mask = self.hidden[rows], self.mask[rows]
 
 
 def _best(hidden, context, context_mask, top_p, alpha: float):
