@@ -11,6 +11,7 @@ from tests.test_engine import job
 from tests.test_refill import small_config
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
+from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH
 from worker.engine.job import generate_job
 
 
@@ -46,7 +47,7 @@ def test_contrastive_search_drops_finished_rows_from_its_candidate_pass(small_mo
     assert [(r.token_ids, r.stop_reason) for r in batched] == [(r.token_ids, r.stop_reason) for r in alone]
 
 
-@pytest.mark.parametrize("family", ["austen", "llama", "qwen2", "gpt_neox"])
+@pytest.mark.parametrize("family", ["austen", *sorted(MASK_PASSTHROUGH)])
 def test_contrastive_candidates_as_tokens_of_their_row_choose_what_repeated_caches_choose(
     family, small_model, tiny_model, runtime, tmp_path, monkeypatch
 ):
