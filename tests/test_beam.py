@@ -375,3 +375,22 @@ def test_any_batch_gives_every_prompt_its_search_alone(
             m = int(l1[0, j])
             assert hyps[b, j, start : start + m].tolist() == h1[0, j, one["input_ids"].shape[1] :][:m].tolist()
         assert torch.allclose(scores[b], s1[0], atol=1e-4), prompt
+
+
+def test_looking_for_finished_prompts_every_8_steps_as_on_cuda_changes_no_hypothesis(lm):
+    """On CUDA the beam loop looks for prompts that are over every 8 steps (a host synchronisation): they
+    leave the forward pass only then, and every hypothesis is what looking every step gives."""
+    tok, eos = lm.tokenizer, comma_id(lm.tokenizer)
+    cfg = GenerationConfig(max_new_tokens=32, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    params = {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5, "length_penalty": 0.0}
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    args = (enc, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+    every_step = search(lm.model, *args)
+    counting = CountingModel(lm.model)
+    every_8 = search(counting, *args, check_every=8)
+    passes = counting.rows[1:]  # the forward pass after step j (0-based) feeds step j + 1
+    changes = [j for j in range(1, len(passes)) if passes[j] != passes[j - 1]]
+    assert changes and all((j + 1) % 8 == 0 for j in changes), passes  # right after the checks at steps 8, 16...
+    (hyps, scores, lens), (hyps1, scores1, lens1) = every_8, every_step
+    assert torch.equal(hyps, hyps1) and torch.equal(lens, lens1)
+    assert torch.allclose(scores, scores1, atol=1e-4)  # the batch's rows differ between the two: float rounding

@@ -75,3 +75,34 @@ def test_contrastive_candidates_as_tokens_of_their_row_choose_what_repeated_cach
     _, repeated = generate_job(spec, runtime)
     assert steps and set(steps) == {"_repeated"}  # one token per row, the cache repeated 4 times
     assert [(r.token_ids, r.stop_reason) for r in shared] == [(r.token_ids, r.stop_reason) for r in repeated]
+
+
+def test_looking_for_finished_rows_every_8_steps_as_on_cuda_changes_no_output(small_model, runtime, monkeypatch):
+    """On CUDA the loop looks for finished rows every 8 steps (a look is a host synchronisation): rows leave
+    the candidate pass only then, and every generation is what looking every step gives."""
+    import functools
+
+    from worker.engine import generate as engine
+    from worker.engine.decode import prepared_mask
+
+    lm = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
+    prepared_mask(lm.model)
+    spec = job(small_model, "contrastive", {"k": 4, "alpha": 0.6}, len(MIXED), max_new=20, stop=[","], prompts=MIXED)
+    _, every_step = generate_job(spec, runtime)
+    tokens = []
+    real_forward = lm.model.forward
+
+    @functools.wraps(real_forward)
+    def forward(*args, **kwargs):
+        tokens.append(kwargs["input_ids"].numel())
+        return real_forward(*args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "forward", forward)
+    monkeypatch.setattr(engine, "check_every", lambda device: 8)
+    _, every_8 = generate_job(spec, runtime)
+    passes = tokens[1:]  # after the prefill: the candidate passes, one per step
+    changes = [i for i in range(1, len(passes)) if passes[i] != passes[i - 1]]
+    assert changes and all(i % 8 == 0 for i in changes), passes
+    assert [(r.token_ids, r.stop_reason, r.n_new_tokens) for r in every_8] == [
+        (r.token_ids, r.stop_reason, r.n_new_tokens) for r in every_step
+    ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, StrategySpec
 from worker.engine import decode as own_loop
@@ -24,31 +24,11 @@ from worker.engine.loops import beam as beam_loop
 from worker.engine.models import LoadedModel
 from worker.engine.modifiers import RowModifiers, build_modifiers
 from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_warpers
-from worker.engine.stops import StopStrings
+from worker.engine.stops import FinishRecorder, StopStrings
 from worker.engine.timing import StepClock, StepTimes, synchronize
 from worker.strategies import get_strategy
 
 log = structlog.get_logger("decodebench.engine")
-
-
-class FinishRecorder(StoppingCriteria):
-    """Marks a row done at EOS or a stop string and records the step at which it finished."""
-
-    def __init__(self, prompt_len: int, eos_ids: list[int], stop: StopStrings | None, batch: int, device) -> None:
-        self.prompt_len = prompt_len
-        self.eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
-        self.stop = stop
-        self.finished: list[tuple[int, str] | None] = [None] * batch
-
-    def __call__(self, input_ids, scores, **kwargs):
-        last = input_ids[:, -1]
-        is_eos = torch.isin(last, self.eos)
-        is_stop = self.stop(input_ids, scores) if self.stop is not None else torch.zeros_like(is_eos)
-        n_new = input_ids.shape[1] - self.prompt_len
-        for row in torch.nonzero(is_eos | is_stop).flatten().tolist():
-            if self.finished[row] is None:
-                self.finished[row] = (n_new, "eos" if bool(is_eos[row]) else "stop_string")
-        return is_eos | is_stop
 
 
 @dataclass
@@ -156,7 +136,8 @@ def _run(lm: LoadedModel, decoding: Decoding, enc, processors, criteria):
     """The generate() call, or the strategy's own loop, on one encoded batch."""
     if decoding.loop is not None:
         processors.extend(build_modifiers(decoding.config, enc["input_ids"].shape[1], enc["attention_mask"]))
-        return _import(decoding.loop)(lm.model, enc, decoding.config, decoding.loop_params, processors, criteria)
+        loop = _import(decoding.loop)
+        return loop(lm.model, enc, decoding.config, decoding.loop_params, processors, criteria, check_every(lm.device))
     with torch.inference_mode():
         return lm.model.generate(
             **enc,

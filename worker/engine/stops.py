@@ -1,4 +1,5 @@
-"""Stop strings checked at the cost of one table lookup wherever that is exact.
+"""Where generations end: stop strings checked at the cost of one table lookup wherever that is
+exact, and the finish recorder of the loops that run whole batches.
 
 transformers' `StopStringCriteria` matches stop strings on token ids with tensor operations
 only (no decoding), which is what a decoding loop needs, but each call is some twenty
@@ -17,6 +18,9 @@ such as ".", "," or "\\n", or any set where that holds), the check is `alone[las
 exact, one gather per step. Otherwise transformers' check runs; on the CPU only when some
 row's last token may end a match (there the branch costs no synchronisation). A test runs
 both over every token of the vocabulary as the last one, with several stop-string sets.
+
+`FinishRecorder` is the stopping criterion that records, per row, the step at which it
+ended (EOS or a stop string), on the device, read once after the batch.
 """
 
 from __future__ import annotations
@@ -48,3 +52,35 @@ class StopStrings(StoppingCriteria):
         if input_ids.device.type == "cpu" and not bool(self.maybe[last].any()):
             return torch.zeros(input_ids.shape[0], dtype=torch.bool)
         return self.criteria(input_ids, scores)
+
+
+class FinishRecorder(StoppingCriteria):
+    """Marks a row done at EOS or a stop string and records the step at which it finished.
+
+    The record stays on the device until `finished` is read after the batch (no host
+    synchronisation per step): per row, its new tokens at the finish (-1: not yet) and
+    whether the finish was EOS."""
+
+    def __init__(self, prompt_len: int, eos_ids: list[int], stop: StopStrings | None, batch: int, device) -> None:
+        self.prompt_len = prompt_len
+        self.eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+        self.stop = stop
+        self._n_new = torch.full((batch,), -1, dtype=torch.long, device=device)
+        self._at_eos = torch.zeros(batch, dtype=torch.bool, device=device)
+        self._finished: list[tuple[int, str] | None] | None = None
+
+    def __call__(self, input_ids, scores, **kwargs):
+        is_eos = torch.isin(input_ids[:, -1], self.eos)
+        ends = is_eos | self.stop(input_ids, scores) if self.stop is not None else is_eos
+        newly = ends & (self._n_new < 0)
+        self._n_new = torch.where(newly, input_ids.shape[1] - self.prompt_len, self._n_new)
+        self._at_eos = torch.where(newly, is_eos, self._at_eos)
+        return ends
+
+    @property
+    def finished(self) -> list[tuple[int, str] | None]:
+        """Per row: (new tokens, "eos" or "stop_string") where it finished, else None (read once, after the batch)."""
+        if self._finished is None:
+            rows = zip(self._n_new.tolist(), self._at_eos.tolist())
+            self._finished = [(n, "eos" if eos else "stop_string") if n >= 0 else None for n, eos in rows]
+        return self._finished
