@@ -106,3 +106,17 @@ def test_looking_for_finished_rows_every_8_steps_as_on_cuda_changes_no_output(sm
     assert [(r.token_ids, r.stop_reason, r.n_new_tokens) for r in every_8] == [
         (r.token_ids, r.stop_reason, r.n_new_tokens) for r in every_step
     ]
+
+
+def test_the_loop_benchmark_runs_both_steps_and_checks_their_outputs_identical():
+    """benchmarks/bench_loops.py at a smoke size: four pairs, each with identical outputs."""
+    import subprocess
+    import sys
+
+    args = ["--prompts", "4", "--new", "4", "--rounds", "1"]
+    run = subprocess.run(
+        [sys.executable, "benchmarks/bench_loops.py", *args], capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    pairs = [line for line in run.stdout.splitlines() if line.startswith("shared_vs_repeated")]
+    assert len(pairs) == 4 and all(line.endswith("identical 4/4") for line in pairs), run.stdout
