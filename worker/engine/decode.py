@@ -69,7 +69,7 @@ def _same_logits_either_mask(model) -> bool:
         return False
     logits = []
     try:
-        device, keyword = model.device, _cache_keyword(model)
+        device, keyword = model.device, cache_keyword(model)
         ids = torch.tensor([[1, 2, 3], [4, 5, 6]], device=device) % model.config.vocab_size
         attn = torch.tensor([[0, 1, 1], [1, 1, 1]], device=device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
@@ -119,7 +119,7 @@ class DecodeOutput:
     admissions: int | None = None  # times free rows were refilled from the queue (None: no refill)
 
 
-def _cache_keyword(model) -> str:
+def cache_keyword(model) -> str:
     # transformers >= 5.2x names the KV cache `cache`; earlier releases `past_key_values`
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -248,7 +248,7 @@ def decode(
         max_new,
         tokens,
         Timeline(total),
-        _cache_keyword(model),
+        cache_keyword(model),
         extra,
         prealloc is not None and prepared_mask(model),
     )

@@ -35,7 +35,6 @@ class StopStrings(StoppingCriteria):
 
     def __init__(self, tokenizer, stop_strings: list[str]) -> None:
         self.criteria = StopStringCriteria(tokenizer, stop_strings)
-        self.stop_strings = list(stop_strings)
         table = self.criteria.embedding_vec  # per token: valid positions | end lengths | token length
         strings, positions = self.criteria.num_stop_strings, self.criteria.max_valid_positions
         ends = table[:, positions * strings : -1].unflatten(-1, (strings, -1))  # (tokens, strings, end lengths)

@@ -20,10 +20,9 @@ gets searched alone, whatever the batch.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
+from worker.engine.decode import cache_keyword
 from worker.engine.modifiers import only_modifiers
 from worker.strategies.diverse_beam import check_groups
 
@@ -73,7 +72,7 @@ def search(model, enc, config, params, processors, criteria, check_every: int = 
     k = n // groups
     penalty, length_penalty = params.get("diversity_penalty", 0.0), params.get("length_penalty", 1.0)
     full_stops = params.get("early_stopping", False) is True  # a group with K hypotheses is done (as generate())
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_kw = cache_keyword(model)  # `cache` in transformers >= 5.2x, `past_key_values` before
 
     input_ids, prompt_attn = enc["input_ids"], enc["attention_mask"]
     batch, prompt_len = input_ids.shape

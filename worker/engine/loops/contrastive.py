@@ -15,11 +15,9 @@ implementation written from the paper).
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
-from worker.engine.decode import prepared_mask
+from worker.engine.decode import cache_keyword, prepared_mask
 from worker.engine.kvcache import keep_candidate, preallocated_cache
 
 
@@ -31,8 +29,7 @@ def generate(model, enc, config, params, processors, criteria, check_every: int 
     them a finished row runs on, cut later at its recorded end, changing no other row. The
     processors and stopping criteria see the whole batch (rows that left get pad tokens)."""
     k, alpha = params["k"], params["alpha"]
-    # transformers >= 5.2x names the KV cache `cache`; earlier releases `past_key_values`
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_kw = cache_keyword(model)  # `cache` in transformers >= 5.2x, `past_key_values` before
     input_ids, attn = enc["input_ids"], enc["attention_mask"]
     batch = input_ids.shape[0]
     pad = config.pad_token_id
