@@ -173,6 +173,19 @@ def test_continuous_refill_on_cuda_matches_unbatched_greedy(small_model, cuda_ru
     assert same >= len(records) - 1  # float32 on GPU: a rare near-tie may flip one row
 
 
+def test_a_stream_on_cuda_slides_its_kv_window_within_buffers_that_never_grow(small_model, cuda_runtime):
+    """The stream's buffers with the fewest columns its bound allows (the window slides whenever it can),
+    checks every 8 steps as on any CUDA run: no buffer grows, and rows are still their unbatched runs."""
+    from tests.test_refill import forbid_growth
+
+    with forbid_growth(tight=True) as slides:
+        streamed, records = generate_job(engine_job(small_model, batch_size=2, max_new_tokens=32), cuda_runtime)
+    assert streamed.batches[0].refills >= 1 and any(slides)
+    _, alone = generate_job(engine_job(small_model, batch_size=1, max_new_tokens=32), cuda_runtime)
+    same = sum(a.token_ids == b.token_ids for a, b in zip(records, alone))
+    assert same >= len(records) - 1  # float32 on GPU: a rare near-tie may flip one row
+
+
 def test_beam_search_in_the_beam_loop_on_cuda_matches_generate(small_model, cuda_runtime, monkeypatch):
     """The `beam` strategy in the engine's beam loop (prompts that are done leave the pass) against
     generate()'s beam search, float32 on CUDA."""

@@ -78,6 +78,34 @@ def test_crop_reorder_repeat_and_reset_keep_the_layer_consistent():
     assert layer.get_seq_length() == 0 and not layer.is_initialized
 
 
+def test_compaction_newcomers_and_slides_stay_in_the_layers_buffers():
+    """Rows dropped, newcomers appended, the window trimmed and slid: the same two buffers throughout,
+    and every view holds the keys and values it would hold in a fresh layer."""
+    layer = PreallocatedLayer(12, rows=4)
+    k = torch.arange(3 * 1 * 5 * 2, dtype=torch.float32).reshape(3, 1, 5, 2)
+    layer.update(k, -k)
+    buffers = (layer._k.data_ptr(), layer._v.data_ptr())
+    assert layer._k.shape == (4, 1, 12, 2) and not layer._k[3].any()  # zeros where no row has written
+    layer.batch_select_indices(torch.tensor([2, 0]))  # compaction: rows 2 and 0, in place
+    assert torch.equal(layer.keys, k[[2, 0]]) and torch.equal(layer.values, -k[[2, 0]])
+    layer.lo += 2  # as kvcache.trim_front does: leading columns no row attends to
+    layer._views()
+    new = PreallocatedLayer(4)
+    n = torch.full((2, 1, 4, 2), 100.0)
+    new.update(n, -n)
+    layer.append_rows(new)  # a stream's newcomers: 4 columns ending where the live rows' end
+    assert layer.n == 4 and (layer.lo, layer.hi) == (1, 5)
+    assert torch.equal(layer.keys[2:], n) and torch.equal(layer.keys[:2, :, 1:], k[[2, 0], :, 2:])
+    step = torch.full((4, 1, 1, 2), 7.0)
+    for _ in range(8):  # past the buffers' end: the window slides to the front instead of growing
+        layer.update(step, -step)
+    assert (layer.lo, layer.hi) == (0, 12) and (layer._k.data_ptr(), layer._v.data_ptr()) == buffers
+    assert torch.equal(layer.keys[2:, :, :4], n) and torch.equal(layer.keys[:2, :, 1:4], k[[2, 0], :, 2:])
+    assert torch.equal(layer.keys[:, :, 4:], step.expand(4, 1, 8, 2))
+    layer.update(torch.ones(4, 1, 2, 2), torch.ones(4, 1, 2, 2))  # no room left: it grows, keeping the values
+    assert layer.capacity == 24 and layer.get_seq_length() == 14 and torch.equal(layer.keys[2:, :, :4], n)
+
+
 def sliding_window_config(vocab_size: int = 100) -> MistralConfig:
     """A 2-layer Mistral whose layers are sliding-window ones (ids 0 for bos, eos and pad)."""
     return MistralConfig(

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig
 from transformers.generation import logits_process as lp
 
+from tests.helpers_engine import unbatched_greedy
 from tests.test_engine import job
-from tests.test_refill import unbatched_greedy
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
 from worker.engine.job import generate_job
@@ -110,7 +110,7 @@ def eos_model(tiny_model, tmp_path_factory):
     of SHORT's padding in a batch (as a processor without the mask would) lets another token win instead."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tests.test_refill import small_config
+    from tests.helpers_engine import small_config
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     torch.manual_seed(0)

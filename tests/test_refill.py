@@ -9,33 +9,22 @@ batch; a CUDA out-of-memory error halves the stream's rows.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.report.speed import speed_columns
+from tests.helpers_engine import small_config, unbatched_greedy, with_generation
 from tests.test_engine import job
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
 from worker.engine import generate as engine
-from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH
 from worker.engine.job import generate_job
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def with_generation(spec, **update):
-    return spec.model_copy(update={"generation": spec.generation.model_copy(update=update)})
-
-
-def unbatched_greedy(lm, prompt: str, max_new: int, **settings) -> list[int]:
-    """transformers' generate() on the prompt alone (`settings`: more generate() arguments, e.g. penalties)."""
-    enc = lm.tokenizer(prompt, return_tensors="pt")
-    pad = lm.tokenizer.pad_token_id
-    with torch.inference_mode():
-        out = lm.model.generate(**enc, do_sample=False, max_new_tokens=max_new, pad_token_id=pad, **settings)
-    return out[0, enc["input_ids"].shape[1] :].tolist()
 
 
 def test_a_greedy_stream_refills_free_rows_and_every_row_is_its_unbatched_run(small_model, runtime):
@@ -189,6 +178,62 @@ def test_a_model_with_sliding_window_layers_runs_batch_after_batch(tiny_model, r
 POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
 
 
+@contextmanager
+def forbid_growth(tight: bool):
+    """KV buffers that must never grow (a stream's are planned: decode.stream_span); with `tight`, the
+    fewest columns the stream's bound allows (decode.stream_span without its reserve and spare columns),
+    so that the window slides whenever it can. Yields the list that records each check's slide (True) or
+    not."""
+    from worker.engine import decode, kvcache
+
+    def grow(self, rows, columns):
+        raise AssertionError(f"a KV buffer grew to {rows} x {columns} (capacity {self.capacity})")
+
+    slides, real_room = [], decode.room
+
+    def room(cache, steps):
+        slides.append(real_room(cache, steps))
+        return slides[-1]
+
+    with pytest.MonkeyPatch.context() as patch:  # undone after each hypothesis example
+        patch.setattr(kvcache.PreallocatedLayer, "_resize", grow)
+        patch.setattr(decode, "room", room)
+        if tight:
+            patch.setattr(decode, "stream_span", lambda longest, max_new, every: longest + max(max_new - 2, 0) + every)
+        yield slides
+
+
+def test_a_stream_allocates_its_kv_buffers_once_and_slides_within_them(small_model, runtime, monkeypatch):
+    """One pair of buffers per layer for the stream's slots and decode.stream_span columns: newcomers are
+    written into them, the columns finished rows free are reclaimed by sliding the window to the front,
+    nothing grows (the old layout needed the longest prompt plus twice max_new); rows are still their
+    unbatched runs."""
+    from worker.engine import decode, kvcache
+
+    allocated = []
+    real_init = kvcache.PreallocatedLayer.lazy_initialization
+
+    def init(self, keys, values):
+        real_init(self, keys, values)
+        allocated.append(tuple(self._k.shape))
+
+    monkeypatch.setattr(kvcache.PreallocatedLayer, "lazy_initialization", init)
+    lm = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
+    layers, prompts = lm.model.config.n_layer, [*MIXED, *POOL]
+    spec = job(small_model, "greedy", batch_size=3, max_new=30, stop=[","], prompts=prompts)
+    with forbid_growth(tight=False) as slides:
+        result, records = generate_job(spec, runtime)
+    (stream,) = result.batches
+    longest = max(len(lm.tokenizer(p)["input_ids"]) for p in prompts)
+    span = decode.stream_span(longest, 30, 1)
+    assert span < longest + 2 * 30 and stream.refills >= 4 and sum(slides) >= 1
+    heads, dim = lm.model.config.n_head, lm.model.config.n_embd // lm.model.config.n_head
+    assert allocated.count((3, heads, span, dim)) == layers  # the stream's, once
+    assert all(shape[2] <= longest for shape in allocated if shape[2] != span)  # the rest: newcomers' prompts
+    for prompt, rec in zip(prompts, records):
+        assert rec.token_ids == unbatched_greedy(lm, prompt, 30)[: rec.n_new_tokens], prompt
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     picks=st.lists(st.integers(0, len(POOL) - 1), min_size=3, max_size=9),
@@ -198,18 +243,20 @@ POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
     every=st.sampled_from([1, 8]),
     modifiers=st.sampled_from([{}, {"repetition_penalty": 1.3}, {"no_repeat_ngram_size": 2}]),
     min_new=st.integers(0, 3),
+    tight=st.booleans(),
 )
 def test_any_stream_samples_what_each_seed_samples_alone(
-    tiny_model, runtime, monkeypatch, picks, slots, stop, max_new, every, modifiers, min_new
+    tiny_model, runtime, monkeypatch, picks, slots, stop, max_new, every, modifiers, min_new, tight
 ):
-    """Random prompt mixes, slot counts, stops, lengths, check intervals and penalties: a stream equals every
-    prompt alone."""
+    """Random prompt mixes, slot counts, stops, lengths, check intervals, penalties and KV spans (tight: the
+    window slides whenever it can): a stream equals every prompt alone, and no KV buffer grows."""
     monkeypatch.setattr(engine, "check_every", lambda device: every)
     prompts = [POOL[i] for i in picks]
     params = {"k": 30, **modifiers}
     spec = job(tiny_model, "top_k", params, seed=7, batch_size=slots, max_new=max_new, stop=stop, prompts=prompts)
     spec = with_generation(spec, min_new_tokens=min(min_new, max_new))
-    _, streamed = generate_job(spec, runtime)
+    with forbid_growth(tight):
+        _, streamed = generate_job(spec, runtime)
     _, alone = generate_job(with_generation(spec, batch_size=1, refill=False), runtime)
     assert [r.token_ids for r in streamed] == [r.token_ids for r in alone]
     assert [r.stop_reason for r in streamed] == [r.stop_reason for r in alone]
@@ -235,18 +282,21 @@ def random_llama(tiny_model, tmp_path_factory):
     max_new=st.integers(1, 14),
     family=st.sampled_from(["austen", "llama"]),
     every=st.sampled_from([1, 8]),
+    tight=st.booleans(),
 )
 def test_any_greedy_stream_is_every_prompts_unbatched_generate(
-    small_model, random_llama, runtime, monkeypatch, picks, slots, stop, max_new, family, every
+    small_model, random_llama, runtime, monkeypatch, picks, slots, stop, max_new, family, every, tight
 ):
-    """Random prompt mixes, slots, stops, lengths and check intervals (8: CUDA's) on two families: each row is
-    transformers' unbatched run, its timings ordered (TTFT <= latency <= wall time; TPOT after a second token)."""
+    """Random prompt mixes, slots, stops, lengths, check intervals (8: CUDA's) and KV spans on two families:
+    each row is transformers' unbatched run, its timings ordered (TTFT <= latency <= wall time; TPOT after a
+    second token), and no KV buffer grows."""
     monkeypatch.setattr(engine, "check_every", lambda device: every)
     model = small_model if family == "austen" else random_llama
     lm = runtime.cache.get(ModelSpec(path=model), runtime.device)
     prompts = [POOL[i] for i in picks]
     spec = job(model, "greedy", batch_size=slots, max_new=max_new, stop=stop, prompts=prompts)
-    result, streamed = generate_job(spec, runtime)
+    with forbid_growth(tight):
+        result, streamed = generate_job(spec, runtime)
     for prompt, rec in zip(prompts, streamed):
         assert rec.token_ids == unbatched_greedy(lm, prompt, max_new)[: rec.n_new_tokens], prompt
     _, alone = generate_job(with_generation(spec, batch_size=1, refill=False), runtime)
@@ -272,107 +322,3 @@ def test_compaction_keeps_a_sliding_window_models_cache_whole(tiny_model, runtim
     assert result.batches[0].compactions >= 1
     _, alone = generate_job(with_generation(spec, batch_size=1), runtime)
     assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
-
-
-def small_config(family: str):
-    """A 2-layer random-weight config of `family` over the bundled tokenizer's 4096 ids (0: bos, eos, pad)."""
-    from transformers import AutoConfig
-
-    shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=4096)
-    ids = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    if family == "gpt2":
-        return AutoConfig.for_model("gpt2", n_embd=32, n_layer=2, n_head=4, vocab_size=4096, **ids)
-    if family == "gpt_neox":
-        return AutoConfig.for_model(family, **shape, **ids)
-    extra = {"sliding_window": None} if family == "mistral" else {}
-    return AutoConfig.for_model(family, **shape, num_key_value_heads=2, head_dim=8, **extra, **ids)
-
-
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt_neox"])
-def test_decode_steps_pass_sdpa_a_prepared_mask_and_each_row_is_its_unbatched_run(
-    family, tiny_model, runtime, tmp_path, monkeypatch
-):
-    """The ready 4D mask (no per-step rebuild, no host sync on CUDA) computes what generate() computes."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from worker.engine import decode
-
-    torch.manual_seed(3)
-    AutoModelForCausalLM.from_config(small_config(family)).save_pretrained(tmp_path)
-    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
-    masks = []
-    real_forward = decode._Loop.forward
-
-    def forward(self, rows, cache):
-        masks.append(self.mask4d)
-        return real_forward(self, rows, cache)
-
-    monkeypatch.setattr(decode._Loop, "forward", forward)
-    lm = runtime.cache.get(ModelSpec(path=str(tmp_path)), runtime.device)
-    spec = job(str(tmp_path), "greedy", batch_size=3, max_new=12, stop=["e"], prompts=MIXED)
-    result, records = generate_job(spec, runtime)
-    assert masks and all(masks) and result.engine["refills"] >= 2
-    assert result.engine["decode_mask"].startswith("prepared")
-    assert result.batches[0].compactions >= 1  # rows ended apart: compaction and merges ran with the mask
-    for prompt, rec in zip(MIXED, records):
-        assert rec.token_ids == unbatched_greedy(lm, prompt, 12)[: rec.n_new_tokens], prompt
-
-
-@pytest.mark.parametrize("family", sorted(MASK_PASSTHROUGH))
-def test_every_listed_family_gives_identical_logits_with_the_prepared_mask(family):
-    """The list of families is checked against the installed transformers: a padded decode step of a
-    random-weight model of each gives bit-identical logits with either mask."""
-    from transformers import AutoModelForCausalLM
-
-    from worker.engine.decode import prepared_mask
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(small_config(family)).eval()
-    assert model.config._attn_implementation == "sdpa" and prepared_mask(model), family
-
-
-def test_the_mask_check_runs_when_a_job_is_configured_not_inside_a_timed_batch(tiny_model, runtime):
-    from worker.core.contract import GenerationSettings, StrategySpec
-
-    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
-    lm.model.__dict__.pop("_decodebench_mask_ok", None)
-    engine.configure_decoding(lm, StrategySpec(name="greedy"), GenerationSettings())
-    assert lm.model._decodebench_mask_ok is True
-
-
-def test_a_forward_that_reads_the_prepared_mask_otherwise_keeps_transformers_mask():
-    import functools
-
-    from transformers import AutoModelForCausalLM
-
-    from worker.engine.decode import prepared_mask
-
-    model = AutoModelForCausalLM.from_config(small_config("llama")).eval()
-    real = model.forward
-
-    @functools.wraps(real)
-    def forward(*args, attention_mask=None, **kwargs):  # as a release whose forward used the mask for more
-        out = real(*args, attention_mask=attention_mask, **kwargs)
-        if attention_mask is not None and attention_mask.dim() == 4:
-            out.logits = out.logits + 1e-3
-        return out
-
-    model.forward = forward
-    assert not prepared_mask(model)
-
-
-def test_the_prepared_mask_only_where_transformers_would_build_the_same_one(tiny_model, runtime):
-    from transformers import AutoModelForCausalLM, MistralForCausalLM, OPTConfig
-
-    from tests.test_kvcache import sliding_window_config
-    from worker.engine.decode import prepared_mask
-    from worker.engine.kvcache import preallocated_cache
-
-    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
-    assert prepared_mask(lm.model) and preallocated_cache(lm.model, 8) is not None  # gpt2, sdpa, plain layers
-    sliding = MistralForCausalLM(sliding_window_config())
-    assert preallocated_cache(sliding, 8) is None  # no preallocated cache: the loop keeps transformers' mask
-    eager = AutoModelForCausalLM.from_config(small_config("llama"), attn_implementation="eager")
-    assert not prepared_mask(eager)  # eager attention adds transformers' float mask
-    opt_config = OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=64)
-    assert not prepared_mask(AutoModelForCausalLM.from_config(opt_config))  # OPT reads positions from the 2D mask

@@ -287,9 +287,10 @@ def test_the_schedule_benchmark_costs_both_schedules():
     assert float(re.search(r"schedule bound .*: x([\d.]+)", run.stdout).group(1)) > 0
 
 
-def test_the_cuda_probe_of_a_stream_fits_twice_the_new_tokens(tiny_model, runtime, monkeypatch):
-    """A stream's KV buffer can span its oldest row's history plus a newcomer's max_new_tokens: the probe
-    plans for that length, and refill and batch jobs are cached apart."""
+def test_the_cuda_probe_of_a_stream_fits_the_streams_kv_buffers(tiny_model, runtime, monkeypatch):
+    """A stream's KV buffers hold its longest prompt, max_new_tokens, the steps between checks (8 on CUDA)
+    and the reserve that makes slides rare: the probe plans for that length, and refill and batch jobs are
+    cached apart."""
     from types import SimpleNamespace
 
     from worker.engine import engine_info
@@ -307,4 +308,4 @@ def test_the_cuda_probe_of_a_stream_fits_twice_the_new_tokens(tiny_model, runtim
         size, info = engine_info.auto_batch_size(cuda, lm, decoding, spec, lengths)
         assert size == 8 and not info["cached"] and ("stream" in info["how"]) is refill
     bucket = batching.length_bucket(max(lengths))
-    assert fitted == [bucket + 80, bucket + 40]
+    assert fitted == [bucket + 40 + 8 + 16, bucket + 40]  # reserve: max(2 x 8, 40 // 4)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from worker.engine.kvcache import preallocated_cache
+from worker.engine.kvcache import preallocated_cache, room
 from worker.engine.modifiers import only_modifiers
 from worker.engine.rows import Rows
 
@@ -124,6 +124,21 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def stream_span(longest: int, max_new: int, every: int) -> int:
+    """Columns of a continuous-refill stream's KV buffers (allocated once, `slots` rows).
+
+    Right after a check, every row has at most its prompt and the tokens it has been given in
+    the cache: rows join right-aligned, the columns no row attends to are dropped, and the
+    finished rows are gone, so the others have had at most max_new - 1 tokens, the last not
+    yet in the cache (newcomers: their prompt). The live columns are then at most
+    `longest + max(max_new - 2, 0)`, and the `every` steps to the next check add as many.
+    Before those steps the window slides to the front of the buffers where their end is
+    that near (kvcache.room): a reserve of `max(2 * every, max_new // 4)` columns makes a slide
+    (one copy of the live cache) rare. Without the slide the buffers would need room for a
+    newcomer's max_new after an old row's whole history: longest + 2 * max_new."""
+    return longest + max_new + every + max(2 * every, max_new // 4)
+
+
 @dataclass
 class Refill:
     """Continuous refill: `next(k)` encodes the job's next k prompts (None when none are left)."""
@@ -131,7 +146,9 @@ class Refill:
     next: Callable[[int], tuple[dict, int] | None]  # k -> (encoded batch, queue index of its first row)
     total: int  # prompts in the queue
     slots: int  # rows decoding at once
+    longest: int  # the longest prompt of the queue, in tokens
     admissions: int = 0
+    slides: int = 0  # times the KV window slid to the front of its buffers (kvcache.room)
 
 
 @dataclass
@@ -152,6 +169,7 @@ class _Loop:
     cache_kw: str = "cache"
     extra: dict | None = None
     mask4d: bool = False  # decode steps pass the prepared 4D mask (`prepared_mask`, with the preallocated cache)
+    every: int = 1  # steps between checks
 
     def prefill(self, rows: Rows, prealloc):
         pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
@@ -187,30 +205,31 @@ class _Loop:
         compacted = live.numel() < rows.live.numel()
         if compacted:
             rows.keep(live, cache, self.sampler)
-        if refill is not None and refill.slots - live.numel() >= max(1, refill.slots // 4):
-            rows, cache = self.admit(refill, rows, cache, steps)
+        if refill is not None:
+            if refill.slots - live.numel() >= max(1, refill.slots // 4):
+                rows = self.admit(refill, rows, cache, steps)
+            refill.slides += room(cache, self.every)
         return rows, cache, compacted
 
     def admit(self, refill: Refill, rows: Rows, cache, steps: int):
-        """Prefill the next prompts into the free rows, pick their first tokens, merge them in.
+        """Prefill the next prompts into the free rows, pick their first tokens, merge them in (rows and
+        the stream's KV buffers): the rows.
 
         `steps`: the loop steps so far; the newcomers' second tokens come from the next one."""
         got = refill.next(refill.slots - rows.live.numel())
         if got is None:
-            return rows, cache
+            return rows
         enc, first = got
         mark = self.clock.mark()
         new = Rows(enc["input_ids"], enc["attention_mask"], self.eos, self.pad, self.max_new, first=first, queue=rows)
         if self.sampler is not None:
             self.sampler.rows = new.live
-        out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width + self.max_new))
+        out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width))  # copied in by merge
         self.advance(out, new, clocked=False)
         self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark(), steps)
         refill.admissions += 1
-        if rows.live.numel() == 0:  # every row had finished: the newcomers are the batch
-            return new, new_cache
         rows.merge(new, cache, new_cache, self.sampler)
-        return rows, cache
+        return rows
 
 
 def decode(
@@ -231,7 +250,7 @@ def decode(
     max_new = config.max_new_tokens
     total = refill.total if refill is not None else enc["input_ids"].shape[0]
     rows = Rows(enc["input_ids"], enc["attention_mask"], eos, config.pad_token_id, max_new, total=total)
-    prealloc = preallocated_cache(model, rows.width + max_new)
+    prealloc = _buffers(model, rows.width, max_new, refill, check_every)
     if refill is not None and prealloc is None:
         raise ValueError("continuous refill needs the preallocated KV cache")
     tokens = torch.full((total, max_new + 1), rows.pad, dtype=torch.long, device=rows.ids.device)
@@ -251,6 +270,7 @@ def decode(
         cache_keyword(model),
         extra,
         prealloc is not None and prepared_mask(model),
+        check_every,
     )
     if sampler is not None:
         sampler.rows = rows.live  # the sampler's seeds are the queue's; the live rows are its first
@@ -271,6 +291,14 @@ def decode(
                     break
             out, cache = loop.forward(rows, cache)
     return _output(loop, rows, steps, compactions, prealloc is not None, refill)
+
+
+def _buffers(model, width: int, max_new: int, refill: Refill | None, every: int):
+    """The preallocated KV cache of a batch (prompt + max_new columns) or of a stream (its slots and
+    stream_span columns); None where the model's layers are not plain."""
+    if refill is None:
+        return preallocated_cache(model, width + max_new)
+    return preallocated_cache(model, stream_span(max(refill.longest, width), max_new, every), rows=refill.slots)
 
 
 def _output(loop: _Loop, rows: Rows, steps: int, compactions: int, preallocated: bool, refill) -> DecodeOutput:

@@ -15,7 +15,7 @@ from worker.core import settings
 from worker.core.contract import BatchTiming, JobSpec
 from worker.engine import batching
 from worker.engine import generate as gen
-from worker.engine.decode import prepared_mask
+from worker.engine.decode import prepared_mask, stream_span
 from worker.engine.models import LoadedModel
 from worker.engine.modifiers import build_modifiers
 from worker.engine.telemetry import EnergyCounter
@@ -44,11 +44,12 @@ def _cpu_probe(lm: LoadedModel, decoding, job: JobSpec, order: list[int]):
     return run
 
 
-def probe_length(decoding, longest: int, max_new: int) -> int:
-    """The sequence length the CUDA probe fits: the longest prompt's bucket plus the new tokens, twice
-    them for a continuous-refill stream, whose KV buffer holds its oldest live row's history and
-    room for a newcomer's max_new_tokens (docs/performance.md)."""
-    return batching.length_bucket(longest) + (2 if decoding.refill else 1) * max_new
+def probe_length(decoding, longest: int, max_new: int, every: int) -> int:
+    """The sequence length the CUDA probe fits: the longest prompt's bucket plus the new tokens, or
+    for a continuous-refill stream the columns of its KV buffers (decode.stream_span; `every`: steps
+    between the loop's checks)."""
+    bucket = batching.length_bucket(longest)
+    return stream_span(bucket, max_new, every) if decoding.refill else bucket + max_new
 
 
 def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: list[int]) -> tuple[int, dict]:
@@ -68,10 +69,10 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
 
     def probe() -> tuple[int, dict[str, Any]]:
         if runtime.device.type == "cuda":
-            length = probe_length(decoding, longest, max_new)
+            length = probe_length(decoding, longest, max_new, gen.check_every(runtime.device))
             size, probed = batching.cuda_fit(lm.model, runtime.device, length, rows_each, cap)
             how = "largest batch whose forward pass of prompt + new tokens fits"
-            how += " (new tokens twice: a stream's span)" if decoding.refill else ""
+            how += f" (a stream's KV buffers: {length} columns)" if decoding.refill else ""
             return size, {"how": how, "fits": probed}
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
         size, rates = batching.cpu_fastest(_cpu_probe(lm, decoding, job, order), cap)

@@ -203,7 +203,12 @@ def _refill(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], slot
         cursor[0] = start + len(batch)
         return encode(lm, decoding, batch), start
 
-    return own_loop.Refill(next_rows, total=len(prompts), slots=slots)
+    return own_loop.Refill(next_rows, total=len(prompts), slots=slots, longest=_longest(lm, decoding, prompts))
+
+
+def _longest(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem]) -> int:
+    """The longest of the prompts in tokens: the width of their left-padded batch."""
+    return _encode_host(lm, decoding, prompts)["input_ids"].shape[1]
 
 
 def check_every(device) -> int:

@@ -8,7 +8,13 @@ length once (prompt + max_new_tokens) and writes each step's keys and values int
 attention reads a view of the filled part, so the values are the same tensors the
 dynamic layer would hold and greedy outputs are unchanged token for token.
 
-`preallocated_cache(model, length)` returns a `DynamicCache` with such layers where the
+Everything else the own loop does to the cache also happens inside those buffers: compaction
+(`batch_select_indices`), dropping leading columns no row attends to (`trim_front`), a
+continuous-refill stream's newcomers (`append_rows`) and the slide of the window of columns
+back to the buffers' front that reclaims the columns finished rows freed (`room`). A stream
+allocates its buffers once, for its slots and `decode.stream_span` columns.
+
+`preallocated_cache(model, length, rows)` returns a `DynamicCache` with such layers where the
 model's layers are plain full-attention layers, and None otherwise (sliding-window,
 linear-attention or hybrid layers keep transformers' own cache). `reorderable(model)` says
 whether transformers' own cache is plain attention layers (full or sliding window), which
@@ -24,44 +30,82 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 class PreallocatedLayer(DynamicLayer):
-    """A full-attention layer's keys and values in buffers of the batch's final length."""
+    """A full-attention layer's keys and values in buffers allocated once: (rows, heads, capacity, dim).
 
-    def __init__(self, capacity: int) -> None:
+    The layer's keys and values are the view of its `n` live rows and the columns [lo, hi) of
+    the buffers. Every change a decoding loop makes happens inside the buffers, so a batch
+    allocates its cache once: a step writes column `hi`; compaction moves the kept rows to the
+    front (`batch_select_indices`); dropping leading columns no row attends to moves `lo`
+    (`trim_front`); `append_rows` writes a continuous-refill stream's newcomers into free rows;
+    `move` slides the window of columns (a stream reclaims the columns its finished rows freed).
+    Only a caller that writes past the planned capacity makes the layer grow (it first slides
+    the window to the front where that makes room). Every temporary copy holds one layer's
+    live part, never a second cache.
+    """
+
+    def __init__(self, capacity: int, rows: int | None = None) -> None:
         super().__init__()
-        self.capacity = capacity
-        self.length = 0
+        self.capacity = capacity  # columns of the buffers
+        self.rows = rows  # rows of the buffers (a stream's slots); default: the first write's batch
+        self.n = self.lo = self.hi = 0
         self._k: torch.Tensor | None = None
         self._v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return self.hi - self.lo
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
         batch, heads, _, dim = key_states.shape
-        self._k = key_states.new_empty(batch, heads, self.capacity, dim)
-        self._v = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+        rows = max(self.rows or 0, batch)
+        # zeros, not garbage: columns a row does not attend to are masked, and a masked NaN would
+        # still poison attention's weighted sum
+        self._k = key_states.new_zeros(rows, heads, self.capacity, dim)
+        self._v = value_states.new_zeros(rows, heads, self.capacity, value_states.shape[-1])
+        self.n = batch
         self.is_initialized = True
 
-    def _grow(self, needed: int) -> None:
-        """Past the planned length (a caller that runs longer): double, as a list would."""
-        self.capacity = max(needed, 2 * self.capacity)
+    def _resize(self, rows: int, columns: int) -> None:
+        """New buffers of at least rows x columns (doubling, as a list would), the live part at column 0."""
+        rows, columns = max(rows, self._k.shape[0]), max(columns, 2 * self.capacity)
         k, v = self._k, self._v
-        self._k = k.new_empty(*k.shape[:2], self.capacity, k.shape[-1])
-        self._v = v.new_empty(*v.shape[:2], self.capacity, v.shape[-1])
-        self._k[:, :, : self.length] = k[:, :, : self.length]
-        self._v[:, :, : self.length] = v[:, :, : self.length]
+        self._k = k.new_zeros(rows, k.shape[1], columns, k.shape[-1])
+        self._v = v.new_zeros(rows, v.shape[1], columns, v.shape[-1])
+        self._k[: self.n, :, : self.length] = k[: self.n, :, self.lo : self.hi]
+        self._v[: self.n, :, : self.length] = v[: self.n, :, self.lo : self.hi]
+        self.lo, self.hi, self.capacity = 0, self.length, columns
+
+    def move(self, lo: int) -> None:
+        """Slide the window of columns to start at `lo` (through a copy of the live part)."""
+        if lo == self.lo or not self.is_initialized:
+            return
+        if lo + self.length > self.capacity:
+            self._resize(self.n, lo + self.length)
+        end = lo + self.length
+        for buf in (self._k, self._v):
+            part = buf[: self.n, :, self.lo : self.hi].clone()
+            buf[: self.n, :, lo:end] = part
+        self.lo, self.hi = lo, end
+        self._views()
 
     def _views(self) -> None:
-        self.keys = self._k[:, :, : self.length]
-        self.values = self._v[:, :, : self.length]
+        self.keys = self._k[: self.n, :, self.lo : self.hi]
+        self.values = self._v[: self.n, :, self.lo : self.hi]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if end > self.capacity:
-            self._grow(end)
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
-        self.length = end
+        end = self.hi + key_states.shape[-2]
+        if end > self.capacity:  # past the planned length: to the front if that makes room, else grow
+            if self.lo and self.length + key_states.shape[-2] <= self.capacity:
+                self.move(0)
+            else:
+                self._resize(self.n, self.length + key_states.shape[-2])
+            end = self.hi + key_states.shape[-2]
+        self._k[: self.n, :, self.hi : end] = key_states
+        self._v[: self.n, :, self.hi : end] = value_states
+        self.hi = end
         self._views()
         return self.keys, self.values
 
@@ -69,9 +113,31 @@ class PreallocatedLayer(DynamicLayer):
         return self.length
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            self._k, self._v = self._k[indices], self._v[indices]
-            self._views()
+        """Keep the rows at `indices`, in that order, as rows 0..len-1 of the same buffers."""
+        if not self.is_initialized:
+            return
+        m = indices.shape[0]
+        if m > self._k.shape[0]:
+            self._resize(m, self.capacity)
+        indices = indices.to(self.device)
+        for buf in (self._k, self._v):
+            part = buf[indices, :, self.lo : self.hi]  # a gather: a copy of the kept rows' live part
+            buf[:m, :, self.lo : self.hi] = part
+        self.n = m
+        self._views()
+
+    def append_rows(self, other: PreallocatedLayer) -> None:
+        """Write `other`'s rows after the live ones, their columns ending at `hi` (which must leave
+        room for them: `other.length <= hi`); the window widens to the left where they need it."""
+        k = other.n
+        if self.n + k > self._k.shape[0]:
+            self._resize(self.n + k, self.capacity)
+        start = self.hi - other.length
+        for buf, theirs in ((self._k, other._k), (self._v, other._v)):
+            buf[self.n : self.n + k, :, start : self.hi] = theirs[:k, :, other.lo : other.hi]
+        self.n += k
+        self.lo = min(self.lo, start)
+        self._views()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self.batch_select_indices(beam_idx.to(self.device))
@@ -80,56 +146,62 @@ class PreallocatedLayer(DynamicLayer):
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative number of tokens to remove")
         if self.is_initialized and tokens_to_remove:
-            self.length = max(self.length + tokens_to_remove, 0)
+            self.hi = max(self.hi + tokens_to_remove, self.lo)
             self._views()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.is_initialized:
-            self._k = self._k.repeat_interleave(repeats, dim=0)
-            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self._k = self._k[: self.n].repeat_interleave(repeats, dim=0)
+            self._v = self._v[: self.n].repeat_interleave(repeats, dim=0)
+            self.n *= repeats
             self._views()
 
     def reset(self) -> None:
         self._k = self._v = None
-        self.length = 0
+        self.n = self.lo = self.hi = 0
         super().reset()
 
 
-def trim_front(cache: DynamicCache, n: int) -> bool:
-    """Drop the first `n` columns of every layer (columns no live row attends to): views, no copy.
+def _layers(cache: DynamicCache) -> list[PreallocatedLayer] | None:
+    """The cache's layers where every one is a PreallocatedLayer (whose columns are the token ids'
+    columns: a sliding-window layer, say, holds the last window), else None."""
+    layers = list(cache.layers)
+    return layers if all(isinstance(layer, PreallocatedLayer) for layer in layers) else None
 
-    Only a preallocated cache's columns are the token ids' columns (a sliding-window layer,
-    say, holds the last window): any other cache is left whole, and False says so."""
-    if not all(isinstance(layer, PreallocatedLayer) for layer in cache.layers):
+
+def trim_front(cache: DynamicCache, n: int) -> bool:
+    """Drop the first `n` columns of every layer (columns no live row attends to): no copy.
+
+    Any cache but a preallocated one is left whole, and False says so."""
+    layers = _layers(cache)
+    if layers is None:
         return False
-    for layer in cache.layers:
-        layer._k, layer._v = layer._k[:, :, n:], layer._v[:, :, n:]
-        layer.length, layer.capacity = layer.length - n, layer.capacity - n
+    for layer in layers:
+        layer.lo = min(layer.lo + n, layer.hi)
         layer._views()
     return True
 
 
-def splice(cache: DynamicCache, other: DynamicCache, parts, capacity: int) -> None:
-    """Append `other`'s rows to `cache`'s, each side's columns from `start` placed at `dest`.
+def room(cache: DynamicCache, steps: int) -> bool:
+    """Make room for `steps` more columns without growing, sliding the window to the front if its
+    end is that near the buffers' (a stream's finished rows free its leading columns): True if it
+    moved (one copy of the live cache)."""
+    layers = _layers(cache)
+    if layers is None or not layers[0].is_initialized or layers[0].hi + steps <= layers[0].capacity:
+        return False
+    for layer in layers:
+        layer.move(0)
+    return True
 
-    `parts` is ((start, dest), (start, dest)) for `cache` and `other`; both sides must then
-    end at the same column. Columns before a side's `dest` are zeros that its attention mask
-    hides (zeros, not garbage: a masked NaN would still poison the weighted sum).
-    """
+
+def append_rows(cache: DynamicCache, other: DynamicCache, columns: int) -> None:
+    """Append `other`'s rows (a newcomer's prefilled prompts: `columns` columns, right-aligned with
+    the live rows' end) to `cache`'s buffers, sliding the window right first where the live rows'
+    columns are fewer than the newcomers'. The columns before each row's own are masked for it."""
     for mine, theirs in zip(cache.layers, other.layers):
-        k, v = mine._k, mine._v
-        rows = k.shape[0] + theirs._k.shape[0]
-        new_k = k.new_zeros(rows, k.shape[1], capacity, k.shape[-1])
-        new_v = v.new_zeros(rows, v.shape[1], capacity, v.shape[-1])
-        lo, end = 0, None
-        for layer, (start, dest) in zip((mine, theirs), parts):
-            hi = lo + layer._k.shape[0]
-            n = layer.length - start
-            new_k[lo:hi, :, dest : dest + n] = layer._k[:, :, start : layer.length]
-            new_v[lo:hi, :, dest : dest + n] = layer._v[:, :, start : layer.length]
-            end, lo = dest + n, hi
-        mine._k, mine._v, mine.length, mine.capacity = new_k, new_v, end, capacity
-        mine._views()
+        if mine.hi < columns:
+            mine.move(mine.lo + columns - mine.hi)
+        mine.append_rows(theirs)
 
 
 def keep_candidate(cache: DynamicCache, best: torch.Tensor, k: int) -> None:
@@ -137,10 +209,10 @@ def keep_candidate(cache: DynamicCache, best: torch.Tensor, k: int) -> None:
     row's next column and drop the rest (contrastive search's shared-cache step)."""
     rows = torch.arange(best.shape[0], device=best.device)
     for layer in cache.layers:
-        start = layer.length - k
-        layer._k[:, :, start] = layer._k[rows, :, start + best]
-        layer._v[:, :, start] = layer._v[rows, :, start + best]
-        layer.length = start + 1
+        start = layer.hi - k
+        layer._k[rows, :, start] = layer._k[rows, :, start + best]
+        layer._v[rows, :, start] = layer._v[rows, :, start + best]
+        layer.hi = start + 1
         layer._views()
 
 
@@ -153,12 +225,13 @@ def _default_cache(model) -> DynamicCache | None:
         return None
 
 
-def preallocated_cache(model, length: int) -> DynamicCache | None:
-    """A cache of `PreallocatedLayer`s for `length` positions, or None where the model's layers are not plain."""
+def preallocated_cache(model, length: int, rows: int | None = None) -> DynamicCache | None:
+    """A cache of `PreallocatedLayer`s for `length` positions (and `rows` rows: a stream's slots), or
+    None where the model's layers are not plain."""
     cache = _default_cache(model)
     if cache is None or not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
         return None
-    cache.layers = [PreallocatedLayer(length) for _ in cache.layers]
+    cache.layers = [PreallocatedLayer(length, rows) for _ in cache.layers]
     return cache
 
 

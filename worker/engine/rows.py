@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from worker.engine.kvcache import splice, trim_front
+from worker.engine.kvcache import append_rows, trim_front
 
 
 class Rows:
@@ -97,7 +97,8 @@ class Rows:
 
         A row's columns keep their order and its positions are its own, so every row computes
         what it would in a batch of its own; the columns before the first one any row attends
-        to are dropped, so the width stays near the longest prompt plus max_new_tokens.
+        to are dropped, so the width stays within the longest prompt plus max_new_tokens. The
+        newcomers' keys and values are written into the stream's own buffers (kvcache.append_rows).
         """
         width = max(self.width, other.width)
         offsets = (width - self.width, width - other.width)
@@ -108,17 +109,15 @@ class Rows:
         rows = self.live.numel() + other.live.numel()
         ids = self._ids.new_full((rows, capacity), self.pad)
         attn = self._attn.new_ones((rows, capacity))
-        parts = []
         for r, off, lo in ((self, offsets[0], 0), (other, offsets[1], self.live.numel())):
             side_start = max(start - off, 0)  # the side's first column that stays
             dst = side_start + off - start
-            n = r.width - side_start
             hi = lo + r.live.numel()
             attn[lo:hi, :dst] = 0
-            ids[lo:hi, dst : dst + n] = r.ids[:, side_start:]
-            attn[lo:hi, dst : dst + n] = r.attn[:, side_start:]
-            parts.append((side_start, dst))
-        splice(cache, other_cache, parts, capacity)
+            ids[lo:hi, dst : dst + r.width - side_start] = r.ids[:, side_start:]
+            attn[lo:hi, dst : dst + r.width - side_start] = r.attn[:, side_start:]
+        append_rows(cache, other_cache, other.width - 1)  # the newcomers' last token is not in the cache yet
+        trim_front(cache, start)
         self._ids, self._attn, self.width = ids, attn, kept
         self.pos = torch.cat([self.pos, other.pos])
         self.live = torch.cat([self.live, other.live])

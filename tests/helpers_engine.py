@@ -1,0 +1,34 @@
+"""Shared pieces of the engine's tests: a spec with other generation settings, transformers' unbatched
+greedy run of one prompt (what every batched, compacted or streamed row must equal), and small
+random-weight configs of the model families the engine supports."""
+
+from __future__ import annotations
+
+import torch
+
+
+def with_generation(spec, **update):
+    return spec.model_copy(update={"generation": spec.generation.model_copy(update=update)})
+
+
+def unbatched_greedy(lm, prompt: str, max_new: int, **settings) -> list[int]:
+    """transformers' generate() on the prompt alone (`settings`: more generate() arguments, e.g. penalties)."""
+    enc = lm.tokenizer(prompt, return_tensors="pt")
+    pad = lm.tokenizer.pad_token_id
+    with torch.inference_mode():
+        out = lm.model.generate(**enc, do_sample=False, max_new_tokens=max_new, pad_token_id=pad, **settings)
+    return out[0, enc["input_ids"].shape[1] :].tolist()
+
+
+def small_config(family: str):
+    """A 2-layer random-weight config of `family` over the bundled tokenizer's 4096 ids (0: bos, eos, pad)."""
+    from transformers import AutoConfig
+
+    shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=4096)
+    ids = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    if family == "gpt2":
+        return AutoConfig.for_model("gpt2", n_embd=32, n_layer=2, n_head=4, vocab_size=4096, **ids)
+    if family == "gpt_neox":
+        return AutoConfig.for_model(family, **shape, **ids)
+    extra = {"sliding_window": None} if family == "mistral" else {}
+    return AutoConfig.for_model(family, **shape, num_key_value_heads=2, head_dim=8, **extra, **ids)
