@@ -23,13 +23,14 @@ runtime, and what was probed is recorded in the result.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 import torch
+
+from worker.engine.decode import last_logits_only
 
 log = structlog.get_logger("decodebench.batching")
 
@@ -56,7 +57,7 @@ def rows_per_prompt(config, params: dict[str, Any]) -> int:
 def _fits(model, rows: int, length: int, device) -> bool:
     """One forward pass of `rows` x `length` tokens with a cache: False on CUDA out-of-memory."""
     ids = torch.zeros((rows, length), dtype=torch.long, device=device)
-    extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    extra = last_logits_only(model)
     try:
         with torch.inference_mode():
             model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **extra)

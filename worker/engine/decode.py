@@ -124,6 +124,11 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def last_logits_only(model) -> dict:
+    """The forward keyword that computes the logits of the last position only, where the model has it."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
 def stream_span(longest: int, max_new: int, every: int) -> int:
     """Columns of a continuous-refill stream's KV buffers (allocated once, `slots` rows).
 
@@ -254,7 +259,7 @@ def decode(
     if refill is not None and prealloc is None:
         raise ValueError("continuous refill needs the preallocated KV cache")
     tokens = torch.full((total, max_new + 1), rows.pad, dtype=torch.long, device=rows.ids.device)
-    extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    extra = last_logits_only(model)
     loop = _Loop(
         model,
         clock,
