@@ -164,6 +164,46 @@ def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runti
     assert steps.count("forward") >= 32 and result.batches[0].refills >= 1 and len(records) == len(MIXED)
 
 
+def _syncs(run) -> int:
+    """How many synchronising CUDA calls `run()` makes (torch's sync debug mode, set to warn)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize(
+    "strategy,params,stop",
+    [
+        ("greedy", None, ["."]),
+        ("top_p", {"p": 0.9}, []),
+        ("beam", {"num_beams": 4}, [","]),
+        ("diverse_beam", {"num_beams": 4, "num_beam_groups": 2}, []),
+        ("contrastive", {"k": 4, "alpha": 0.6}, ["."]),
+    ],
+)
+def test_no_loop_synchronises_the_host_per_step_on_cuda(small_model, cuda_runtime, strategy, params, stop):
+    """Every loop of the engine (the own loop, the beam loop, contrastive search), the whole job around it
+    included: 32 more decode steps add at most the synchronisations of the 4 more checks (a look every 8
+    steps), never one per step. Measured as the difference between a 48- and a 16-token job of the same
+    prompts, so the job's fixed synchronisations (prefill, copies back, the clock's one) cancel."""
+
+    def job_of(n: int):
+        spec = engine_job(small_model, strategy, params, max_new_tokens=n, min_new_tokens=n, stop=stop)
+        return lambda: generate_job(spec, cuda_runtime)
+
+    assert _syncs(lambda: torch.ones(1, device=cuda_runtime.device).item()) >= 1  # the count sees a sync
+    job_of(16)()  # warm: kernels, the mask check, the stop table on the device
+    extra = _syncs(job_of(48)) - _syncs(job_of(16))
+    assert extra <= 16, f"{extra} more synchronisations for 32 more steps"  # one per step would add >= 32
+
+
 def test_continuous_refill_on_cuda_matches_unbatched_greedy(small_model, cuda_runtime):
     streamed, records = generate_job(engine_job(small_model, batch_size=2), cuda_runtime)
     (stream,) = streamed.batches
