@@ -1,13 +1,21 @@
-"""Contrastive search's shared-cache step against the original repeated-cache step, side by side.
+"""Contrastive search's loops and steps against each other, side by side.
 
-contrastive_shared_vs_repeated: contrastive search with a row's k candidates run as k tokens
-of that row over its own cache, against the original step that repeats the cache k times and
-selects the winners' rows back (the same loop with the prepared mask refused, so the two
-sides differ in that step only). Both run interleaved, 5 rounds (odd rounds reversed), on
-the mixed and on the uniform prompts of bench_throughput.py, without a stop string and with
-".". A ratio is the median of the rounds' ratios, > 1 where the shared step is faster; the
-outputs of the two sides are checked identical. (The compaction figures in
-docs/performance.md were measured against the loops of earlier commits, named there.)
+Four ways to run the same contrastive-search job (k = 4, alpha = 0.6, batch 16), interleaved,
+5 rounds (odd rounds reversed), on the mixed and on the uniform prompts of bench_throughput.py,
+without a stop string and with ".":
+
+- own: the default, contrastive search as a step of the engine's own loop (worker.engine.decode:
+  compaction, continuous refill, a row's k candidates as k tokens over the row's own cache);
+- own_batches: the same with `refill: false` (batch after batch, compaction only);
+- loop_shared: the strategy's own batch loop (worker.engine.loops.contrastive:generate) with
+  the same shared-cache step;
+- loop_repeated: that loop with the original step, which repeats the cache k times and
+  selects the winners' rows back (the prepared mask refused).
+
+Printed ratios (medians of the rounds' ratios, > 1 where the first side is faster):
+own_vs_loop (own / loop_shared: what the own loop adds), refill_vs_batches (own /
+own_batches) and shared_vs_repeated (loop_shared / loop_repeated: the step alone). The
+outputs of all four sides are checked identical.
 
     python benchmarks/bench_loops.py [--model M] [--prompts 32] [--new 48] [--rounds 5]
 """
@@ -28,31 +36,46 @@ from worker.core.logs import configure  # noqa: E402
 from worker.engine.decode import prepared_mask  # noqa: E402
 from worker.engine.job import Runtime, generate_job  # noqa: E402
 from worker.engine.loops import contrastive  # noqa: E402
+from worker.engine.loops.contrastive import runs_in_own_loop  # noqa: E402
 
 
-def side(runtime, spec, shared: bool):
-    """A run of the job with contrastive search's shared-cache step on or off."""
+def side(runtime, spec, way: str):
+    """A run of the job one of the four ways (see the module's docstring)."""
 
     def run():
-        contrastive.prepared_mask = prepared_mask if shared else (lambda model: False)
+        if way == "loop_shared":
+            contrastive.runs_in_own_loop = lambda model, config: False
+        if way == "loop_repeated":
+            contrastive.prepared_mask = lambda model: False
         try:
-            result, records = generate_job(spec, runtime)
+            result, records = generate_job(batches if way == "own_batches" else spec, runtime)
         finally:
-            contrastive.prepared_mask = prepared_mask
+            contrastive.prepared_mask, contrastive.runs_in_own_loop = prepared_mask, runs_in_own_loop
         return result.new_tokens, [r.token_ids for r in records]
 
+    batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
     return run
 
 
-def pair(runtime, name: str, fast, slow, n_rounds: int) -> dict:
-    stats, outputs = rounds({"fast": fast, "slow": slow}, n_rounds, runtime.device)
-    same = sum(a == b for a, b in zip(outputs["fast"], outputs["slow"]))
-    r = ratio(stats["fast"], stats["slow"])
+WAYS = ("own", "own_batches", "loop_shared", "loop_repeated")
+PAIRS = {
+    "own_vs_loop": ("own", "loop_shared"),
+    "refill_vs_batches": ("own", "own_batches"),
+    "shared_vs_repeated": ("loop_shared", "loop_repeated"),
+}
+
+
+def compare(runtime, label: str, spec, n_rounds: int) -> dict:
+    stats, outputs = rounds({way: side(runtime, spec, way) for way in WAYS}, n_rounds, runtime.device)
+    same = sum(all(o == outputs["own"][i] for o in (outputs[w][i] for w in WAYS)) for i in range(len(outputs["own"])))
+    ratios = {name: ratio(stats[a], stats[b]) for name, (a, b) in PAIRS.items()}
+    rates = "   ".join(f"{way} {stats[way]['tokens_per_s']:7.1f}" for way in WAYS)
     print(
-        f"{name:32s} on {stats['fast']['tokens_per_s']:8.1f} tok/s   off {stats['slow']['tokens_per_s']:8.1f} tok/s"
-        f"   x{r:.2f}   identical {same}/{len(outputs['fast'])}"
+        f"{label:20s} {rates} tok/s   "
+        + "   ".join(f"{name} x{r:.2f}" for name, r in ratios.items())
+        + f"   identical {same}/{len(outputs['own'])}"
     )
-    return {"ratio": r, **stats, "identical_outputs": f"{same}/{len(outputs['fast'])}"}
+    return {**ratios, **stats, "identical_outputs": f"{same}/{len(outputs['own'])}"}
 
 
 def main() -> None:
@@ -72,8 +95,7 @@ def main() -> None:
     for name, prompts in sets.items():
         for stop in ((), (".",)):
             spec = job(args.model, prompts, "contrastive", params, batch_size=16, max_new=args.new, stop=stop)
-            label = f"shared_vs_repeated {name}" + (f" stop {stop[0]!r}" if stop else "")
-            pair(runtime, label, side(runtime, spec, True), side(runtime, spec, False), args.rounds)
+            compare(runtime, name + (f" stop {stop[0]!r}" if stop else ""), spec, args.rounds)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def engine_schedule(runtime, spec) -> tuple[list[tuple[int, int]], list[tuple[in
     """One engine run's decode steps (live rows, columns) and prefills (rows, width), recorded."""
     steps: list[tuple[int, int]] = []
     prefills: list[tuple[int, int]] = []
-    forward, prefill = decode._Loop.forward, decode._Loop.prefill
+    forward, prefill = decode.Loop.forward, decode.Loop.prefill
 
     def recorded_forward(self, rows, cache):
         steps.append((rows.live.numel(), rows.width))
@@ -47,11 +47,11 @@ def engine_schedule(runtime, spec) -> tuple[list[tuple[int, int]], list[tuple[in
         prefills.append(tuple(rows.ids.shape))
         return prefill(self, rows, prealloc)
 
-    decode._Loop.forward, decode._Loop.prefill = recorded_forward, recorded_prefill
+    decode.Loop.forward, decode.Loop.prefill = recorded_forward, recorded_prefill
     try:
         generate_job(spec, runtime)
     finally:
-        decode._Loop.forward, decode._Loop.prefill = forward, prefill
+        decode.Loop.forward, decode.Loop.prefill = forward, prefill
     return steps, prefills
 
 

@@ -1,14 +1,18 @@
-"""Contrastive search's loop: finished rows leave the candidate pass, and a row's candidates run over the
-row's own cache (k tokens, a diagonal mask) where the model takes the prepared mask, choosing what the
-original repeated-cache step chooses. (The paper's cache-free check is in test_engine.)"""
+"""Contrastive search: finished rows leave the candidate pass, and a row's candidates run over the row's own
+cache (k tokens, a diagonal mask) where the model takes the prepared mask, choosing what the original
+repeated-cache step chooses; there it is a step of the engine's own loop, with continuous refill, and a
+stream chooses what each prompt alone chooses. (The paper's cache-free check is in test_engine.)"""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.helpers_engine import small_config
+from tests.helpers_engine import small_config, with_generation
 from tests.test_engine import job
+from tests.test_refill import POOL, forbid_growth
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
 from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH
@@ -109,7 +113,7 @@ def test_looking_for_finished_rows_every_8_steps_as_on_cuda_changes_no_output(sm
 
 
 def test_the_loop_benchmark_runs_both_steps_and_checks_their_outputs_identical():
-    """benchmarks/bench_loops.py at a smoke size: four pairs, each with identical outputs."""
+    """benchmarks/bench_loops.py at a smoke size: four sets of four sides, each with identical outputs."""
     import subprocess
     import sys
 
@@ -118,5 +122,81 @@ def test_the_loop_benchmark_runs_both_steps_and_checks_their_outputs_identical()
         [sys.executable, "benchmarks/bench_loops.py", *args], capture_output=True, text=True, timeout=240
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    pairs = [line for line in run.stdout.splitlines() if line.startswith("shared_vs_repeated")]
-    assert len(pairs) == 4 and all(line.endswith("identical 4/4") for line in pairs), run.stdout
+    sets = [line for line in run.stdout.splitlines() if line.startswith(("mixed", "uniform"))]
+    assert len(sets) == 4 and all(line.endswith("identical 4/4") for line in sets), run.stdout
+    assert all(name in line for line in sets for name in ("own_vs_loop x", "refill_vs_batches x", "shared_vs_rep"))
+
+
+def test_contrastive_search_runs_in_the_own_loop_with_refill_and_chooses_what_the_old_loop_chooses(
+    small_model, runtime, monkeypatch
+):
+    """Where its candidates share their row's cache, contrastive search is a step of the engine's own loop
+    (compaction, continuous refill, per-row penalties): a stream of 3 rows over 10 prompts gives each prompt
+    what the strategy's own batch loop gives it, penalties included, and the result says which loop ran."""
+    from worker.engine.loops import contrastive
+
+    params = {"k": 4, "alpha": 0.6, "repetition_penalty": 1.2}
+    spec = job(small_model, "contrastive", params, batch_size=3, max_new=16, stop=[","], prompts=MIXED)
+    result, own = generate_job(spec, runtime)
+    (stream,) = result.batches
+    assert stream.refills >= 2 and stream.compactions >= 2 and len(stream.latency_s) == len(MIXED)
+    assert result.engine["decode_loop"].startswith("worker.engine.decode (contrastive search's step")
+    assert "per row" in result.engine["modifiers"]
+    monkeypatch.setattr(contrastive, "runs_in_own_loop", lambda model, config: False)
+    result, theirs = generate_job(spec, runtime)
+    assert result.engine["decode_loop"] == f"decodebench's own loop ({contrastive.LOOP})"
+    assert [(r.token_ids, r.stop_reason) for r in own] == [(r.token_ids, r.stop_reason) for r in theirs]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    picks=st.lists(st.integers(0, len(POOL) - 1), min_size=3, max_size=8),
+    slots=st.integers(1, 4),
+    stop=st.sampled_from([[], ["."], [","]]),
+    max_new=st.integers(1, 12),
+    every=st.sampled_from([1, 8]),
+    k=st.integers(1, 5),
+    tight=st.booleans(),
+)
+def test_any_contrastive_stream_is_every_prompt_alone(
+    small_model, runtime, monkeypatch, picks, slots, stop, max_new, every, k, tight
+):
+    """Random prompt mixes, slots, stops, lengths, check intervals (8: CUDA's), candidate counts and KV spans
+    (tight: the window slides whenever it can): each generation of a contrastive stream is its run alone,
+    and no KV buffer grows (the stream's buffers hold the k candidate columns too)."""
+    from worker.engine import generate as engine
+
+    monkeypatch.setattr(engine, "check_every", lambda device: every)
+    prompts = [POOL[i] for i in picks]
+    params = {"k": k, "alpha": 0.6}
+    spec = job(small_model, "contrastive", params, batch_size=slots, max_new=max_new, stop=stop, prompts=prompts)
+    with forbid_growth(tight):
+        _, streamed = generate_job(spec, runtime)
+        _, alone = generate_job(with_generation(spec, batch_size=1, refill=False), runtime)
+    assert [(r.token_ids, r.stop_reason) for r in streamed] == [(r.token_ids, r.stop_reason) for r in alone]
+
+
+def test_the_cuda_probe_plans_one_cache_row_per_prompt_for_the_own_loops_contrastive_step(
+    tiny_model, runtime, monkeypatch
+):
+    """The own loop's candidates are k tokens of their row, not k rows: the probe fits batch x 1 rows (the
+    strategy's loop, which repeats the cache k times where the mask is refused, keeps batch x k)."""
+    from types import SimpleNamespace
+
+    from worker.engine import batching, engine_info
+    from worker.engine import generate as engine
+    from worker.engine.loops import contrastive
+
+    rows = []
+    monkeypatch.setattr(batching, "cuda_fit", lambda model, dev, length, each, cap: rows.append(each) or (4, {}))
+    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+    spec = job(tiny_model, "contrastive", {"k": 5, "alpha": 0.6}, max_new=8)
+    lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
+    for own in (True, False):
+        monkeypatch.setattr(contrastive, "runs_in_own_loop", lambda model, config, own=own: own)
+        decoding = engine.configure_decoding(lm, spec.strategy, spec.generation)
+        cuda = SimpleNamespace(
+            device=SimpleNamespace(type="cuda"), cache=runtime.cache, batch_sizes=batching.AutoBatch()
+        )
+        engine_info.auto_batch_size(cuda, lm, decoding, spec, lengths)
+    assert rows == [1, 5]

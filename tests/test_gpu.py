@@ -158,7 +158,7 @@ def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runti
         return run
 
     for name in ("forward", "advance"):
-        monkeypatch.setattr(decode._Loop, name, no_sync(getattr(decode._Loop, name)))
+        monkeypatch.setattr(decode.Loop, name, no_sync(getattr(decode.Loop, name)))
     spec = engine_job(small_model, strategy, params, batch_size=2, max_new_tokens=32, min_new_tokens=4)
     result, records = generate_job(spec, cuda_runtime)
     assert steps.count("forward") >= 32 and result.batches[0].refills >= 1 and len(records) == len(MIXED)

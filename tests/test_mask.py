@@ -37,13 +37,13 @@ def test_decode_steps_pass_sdpa_a_prepared_mask_and_each_row_is_its_unbatched_ru
     AutoModelForCausalLM.from_config(small_config(family)).save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
     masks = []
-    real_forward = decode._Loop.forward
+    real_forward = decode.Loop.forward
 
     def forward(self, rows, cache):
         masks.append(self.mask4d)
         return real_forward(self, rows, cache)
 
-    monkeypatch.setattr(decode._Loop, "forward", forward)
+    monkeypatch.setattr(decode.Loop, "forward", forward)
     lm = runtime.cache.get(ModelSpec(path=str(tmp_path)), runtime.device)
     spec = job(str(tmp_path), "greedy", batch_size=3, max_new=12, stop=["e"], prompts=MIXED)
     result, records = generate_job(spec, runtime)

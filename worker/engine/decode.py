@@ -12,6 +12,11 @@ attention mask and every layer of the KV cache. The remaining rows compute exact
 before, so greedy outputs are those of the unbatched run, and a sampled row draws with
 its own (seed, step) uniforms whichever rows remain.
 
+With a `Refill`, the job's prompts are one stream: rows freed by finished generations are
+prefilled from the queue and merged in (continuous refill), in KV buffers allocated once
+(`stream_span`). A `Loop` subclass can pick tokens otherwise and still get compaction and
+refill: contrastive search's `Step` (worker.engine.loops.contrastive).
+
 Configurations whose processors the loop does not rebuild (`supports`) keep using
 generate().
 """
@@ -157,7 +162,7 @@ class Refill:
 
 
 @dataclass
-class _Loop:
+class Loop:
     """What every step of one decode call uses; rows and their KV cache are passed along."""
 
     model: object
@@ -175,6 +180,11 @@ class _Loop:
     extra: dict | None = None
     mask4d: bool = False  # decode steps pass the prepared 4D mask (`prepared_mask`, with the preallocated cache)
     every: int = 1  # steps between checks
+
+    @property
+    def spare(self) -> int:
+        """KV columns a step needs beyond this loop's one per token (a loop whose step writes more)."""
+        return 0
 
     def prefill(self, rows: Rows, prealloc):
         pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
@@ -213,7 +223,7 @@ class _Loop:
         if refill is not None:
             if refill.slots - live.numel() >= max(1, refill.slots // 4):
                 rows = self.admit(refill, rows, cache, steps)
-            refill.slides += room(cache, self.every)
+            refill.slides += room(cache, self.every + self.spare)
         return rows, cache, compacted
 
     def admit(self, refill: Refill, rows: Rows, cache, steps: int):
@@ -229,7 +239,7 @@ class _Loop:
         new = Rows(enc["input_ids"], enc["attention_mask"], self.eos, self.pad, self.max_new, first=first, queue=rows)
         if self.sampler is not None:
             self.sampler.rows = new.live
-        out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width))  # copied in by merge
+        out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width + self.spare))  # merge copies it
         self.advance(out, new, clocked=False)
         self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark(), steps)
         refill.admissions += 1
@@ -250,33 +260,20 @@ def decode(
     eos,
     check_every: int,
     refill: Refill | None = None,
+    step=None,
+    step_params: dict | None = None,
 ) -> DecodeOutput:
-    """Greedy search (sampler None) or seeded sampling, compacting as rows finish (and refilling them)."""
+    """Greedy search (sampler None) or seeded sampling, compacting as rows finish (and refilling them);
+    `step`: a Loop subclass whose steps pick tokens otherwise (contrastive search), with `step_params`."""
     max_new = config.max_new_tokens
     total = refill.total if refill is not None else enc["input_ids"].shape[0]
     rows = Rows(enc["input_ids"], enc["attention_mask"], eos, config.pad_token_id, max_new, total=total)
-    prealloc = _buffers(model, rows.width, max_new, refill, check_every)
+    parts = (clock, processors, warpers, sampler, stop, eos, config.pad_token_id, max_new)
+    loop = _new_loop(step or Loop, model, parts, rows, total, check_every, step_params or {})
+    prealloc = _buffers(model, rows.width, max_new, refill, check_every, loop.spare)
     if refill is not None and prealloc is None:
         raise ValueError("continuous refill needs the preallocated KV cache")
-    tokens = torch.full((total, max_new + 1), rows.pad, dtype=torch.long, device=rows.ids.device)
-    extra = last_logits_only(model)
-    loop = _Loop(
-        model,
-        clock,
-        processors,
-        warpers,
-        sampler,
-        stop,
-        eos,
-        config.pad_token_id,
-        max_new,
-        tokens,
-        Timeline(total),
-        cache_keyword(model),
-        extra,
-        prealloc is not None and prepared_mask(model),
-        check_every,
-    )
+    loop.mask4d = prealloc is not None and prepared_mask(model)
     if sampler is not None:
         sampler.rows = rows.live  # the sampler's seeds are the queue's; the live rows are its first
     steps = compactions = 0
@@ -298,15 +295,23 @@ def decode(
     return _output(loop, rows, steps, compactions, prealloc is not None, refill)
 
 
-def _buffers(model, width: int, max_new: int, refill: Refill | None, every: int):
+def _new_loop(kind, model, parts: tuple, rows: Rows, total: int, every: int, params: dict) -> Loop:
+    """The loop of one decode call: its parts, an output row per queued prompt, the model's keywords."""
+    tokens = torch.full((total, parts[-1] + 1), rows.pad, dtype=torch.long, device=rows.ids.device)
+    keywords = (cache_keyword(model), last_logits_only(model))
+    return kind(model, *parts, tokens, Timeline(total), *keywords, every=every, **params)
+
+
+def _buffers(model, width: int, max_new: int, refill: Refill | None, every: int, spare: int):
     """The preallocated KV cache of a batch (prompt + max_new columns) or of a stream (its slots and
-    stream_span columns); None where the model's layers are not plain."""
+    stream_span columns), each with the loop's spare columns; None where the model's layers are not plain."""
     if refill is None:
-        return preallocated_cache(model, width + max_new)
-    return preallocated_cache(model, stream_span(max(refill.longest, width), max_new, every), rows=refill.slots)
+        return preallocated_cache(model, width + max_new + spare)
+    span = stream_span(max(refill.longest, width), max_new, every) + spare
+    return preallocated_cache(model, span, rows=refill.slots)
 
 
-def _output(loop: _Loop, rows: Rows, steps: int, compactions: int, preallocated: bool, refill) -> DecodeOutput:
+def _output(loop: Loop, rows: Rows, steps: int, compactions: int, preallocated: bool, refill) -> DecodeOutput:
     finished = Finished(rows.n_new.tolist(), rows.at_eos.tolist())
     kind = "preallocated" if preallocated else "dynamic"
     width = loop.max_new if refill is not None else steps

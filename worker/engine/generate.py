@@ -21,6 +21,7 @@ from worker.core.contract import BatchTiming, GenerationSettings, PromptItem, St
 from worker.engine import decode as own_loop
 from worker.engine.kvcache import preallocated_cache, reorderable
 from worker.engine.loops import beam as beam_loop
+from worker.engine.loops import contrastive
 from worker.engine.models import LoadedModel
 from worker.engine.modifiers import RowModifiers, build_modifiers
 from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_warpers
@@ -42,7 +43,8 @@ class Decoding:
     loop_params: dict[str, Any] | None = None
     assistant_path: str | None = None  # assisted decoding: the draft model to load
     assistant: LoadedModel | None = None
-    own_loop: bool = False  # greedy/sampling through worker.engine.decode (compaction) instead of generate()
+    own_loop: bool = False  # through worker.engine.decode (compaction, refill) instead of generate() or `loop`
+    step: Any = None  # the own loop's step where it is not greedy/sampling's (contrastive.Step)
     refill: bool = False  # the own loop with continuous refill
     prompt_ids: dict[str, list[int]] | None = None  # the job's prompts tokenised once, by prompt id
     notes: list[str] = field(default_factory=list)  # what the result's notes should say about the set-up
@@ -97,6 +99,8 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
         else:
             decoding.notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
     decoding.own_loop = own_loop.supports(cfg, registered.loop, decoding.assistant_path)
+    if registered.loop == contrastive.LOOP and contrastive.runs_in_own_loop(lm.model, cfg):
+        decoding.own_loop, decoding.step = True, contrastive.Step  # candidates over their rows' own cache
     if (
         registered.loop is None
         and decoding.assistant_path is None
@@ -238,6 +242,8 @@ def _decode_own(lm: LoadedModel, decoding: Decoding, enc, clock, seeds: list[int
         eos=eos_ids(cfg),
         check_every=check_every(device),
         refill=refill,
+        step=decoding.step,
+        step_params=decoding.step.params(decoding.loop_params) if decoding.step is not None else None,
     )
     recorder = FinishRecorder(prompt_len, [], None, len(seeds), "cpu")
     for row, (n, at_eos) in enumerate(zip(out.finished.n_new, out.finished.at_eos)):

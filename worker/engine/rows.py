@@ -43,6 +43,8 @@ class Rows:
         else:  # one record per queue, shared by every Rows drawn from it (never copied)
             self.n_new, self.at_eos = queue.n_new, queue.at_eos
         self.eos = torch.tensor(eos, dtype=torch.long, device=device)
+        self._ctx: torch.Tensor | None = None  # per column, a vector (contrastive search: the hidden states)
+        self.carry: torch.Tensor | None = None  # per row, what a loop carries to its next step (logits)
 
     @property
     def ids(self) -> torch.Tensor:
@@ -52,12 +54,28 @@ class Rows:
     def attn(self) -> torch.Tensor:
         return self._attn[:, : self.width]
 
+    @property
+    def context(self) -> torch.Tensor:
+        return self._ctx[:, : self.width]
+
+    def set_context(self, vectors: torch.Tensor) -> None:
+        """A vector per column of the filled part (rows, width, dim), kept in a buffer as wide as the ids'."""
+        self._ctx = vectors.new_zeros(vectors.shape[0], self._ids.shape[1], vectors.shape[-1])
+        self._ctx[:, : self.width] = vectors
+
+    def set_last_context(self, vectors: torch.Tensor) -> None:
+        """The vector of each row's last column (rows, dim)."""
+        self._ctx[:, self.width - 1] = vectors
+
     def _room(self, columns: int) -> None:
         """Buffers with at least `columns` columns (a stream's finished rows may step past their end)."""
         if columns > self._ids.shape[1]:
             grow = max(columns, 2 * self._ids.shape[1]) - self._ids.shape[1]
             self._ids = torch.cat([self._ids, self._ids.new_full((self._ids.shape[0], grow), self.pad)], 1)
             self._attn = torch.cat([self._attn, self._attn.new_ones((self._attn.shape[0], grow))], 1)
+            if self._ctx is not None:
+                more = self._ctx.new_zeros(self._ctx.shape[0], grow, self._ctx.shape[-1])
+                self._ctx = torch.cat([self._ctx, more], 1)
 
     def advance(self, nxt, scores, stop) -> tuple[torch.Tensor, torch.Tensor]:
         """Append this step's tokens (pad for finished rows); mark rows that end here.
@@ -86,8 +104,11 @@ class Rows:
             unused = int(self.attn[index].any(0).int().argmax())  # the first column a kept row attends to
             if unused and trim_front(cache, unused):
                 self._ids, self._attn, self.width = self._ids[:, unused:], self._attn[:, unused:], self.width - unused
+                self._ctx = self._ctx[:, unused:] if self._ctx is not None else None
         self._ids, self._attn, self.pos = self._ids[index], self._attn[index], self.pos[index]
         self.live, self.unfinished, self.steps = self.live[index], self.unfinished[index], self.steps[index]
+        self._ctx = self._ctx[index] if self._ctx is not None else None
+        self.carry = self.carry[index] if self.carry is not None else None
         cache.batch_select_indices(index)
         if sampler is not None:
             sampler.rows = self.live
@@ -109,6 +130,7 @@ class Rows:
         rows = self.live.numel() + other.live.numel()
         ids = self._ids.new_full((rows, capacity), self.pad)
         attn = self._attn.new_ones((rows, capacity))
+        ctx = None if other._ctx is None else other._ctx.new_zeros(rows, capacity, other._ctx.shape[-1])
         for r, off, lo in ((self, offsets[0], 0), (other, offsets[1], self.live.numel())):
             side_start = max(start - off, 0)  # the side's first column that stays
             dst = side_start + off - start
@@ -116,9 +138,13 @@ class Rows:
             attn[lo:hi, :dst] = 0
             ids[lo:hi, dst : dst + r.width - side_start] = r.ids[:, side_start:]
             attn[lo:hi, dst : dst + r.width - side_start] = r.attn[:, side_start:]
-        append_rows(cache, other_cache, other.width - 1)  # the newcomers' last token is not in the cache yet
+            if ctx is not None and r.live.numel():
+                ctx[lo:hi, dst : dst + r.width - side_start] = r.context[:, side_start:]
+        append_rows(cache, other_cache, other_cache.get_seq_length())  # both sides' caches end at one column
         trim_front(cache, start)
-        self._ids, self._attn, self.width = ids, attn, kept
+        self._ids, self._attn, self._ctx, self.width = ids, attn, ctx, kept
+        if other.carry is not None:
+            self.carry = other.carry if self.carry is None else torch.cat([self.carry, other.carry])
         self.pos = torch.cat([self.pos, other.pos])
         self.live = torch.cat([self.live, other.live])
         self.steps = torch.cat([self.steps, other.steps])

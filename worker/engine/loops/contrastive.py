@@ -15,10 +15,16 @@ implementation written from the paper).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import torch
 
-from worker.engine.decode import cache_keyword, prepared_mask
+from worker.engine.decode import Loop, cache_keyword, prepared_mask
 from worker.engine.kvcache import keep_candidate, preallocated_cache
+from worker.engine.modifiers import only_modifiers
+
+LOOP = "worker.engine.loops.contrastive:generate"
 
 
 def generate(model, enc, config, params, processors, criteria, check_every: int = 1):
@@ -153,3 +159,75 @@ def _best(hidden, context, context_mask, top_p, alpha: float):
     ).masked_fill(~context_mask[:, None, :], -float("inf"))
     penalty = sim.max(dim=-1).values  # (live, k)
     return ((1 - alpha) * top_p - alpha * penalty).argmax(dim=-1)
+
+
+def runs_in_own_loop(model, config) -> bool:
+    """Whether contrastive search can run as a step of the engine's own loop (worker.engine.decode:
+    compaction, continuous refill, per-row penalties): where the candidates share their row's cache
+    (`prepared_mask`, with the preallocated cache) and no processor beyond the penalties is set."""
+    return config.num_beams == 1 and not config.do_sample and only_modifiers(config) and prepared_mask(model)
+
+
+class _Picked(NamedTuple):
+    tokens: torch.Tensor  # (rows,) each row's winner
+    hidden: torch.Tensor  # (rows, D) its last hidden state: the row's context from now on
+    scores: torch.Tensor  # (rows, V) the processed scores it was chosen from
+
+
+@dataclass
+class Step(Loop):
+    """Contrastive search as the step of the engine's own loop: every step is one pass of each live
+    row's k candidates over the row's own cache (`_shared`), its winner's keys and values kept in
+    place. The rows carry the logits of their last token (`Rows.carry`) and the hidden states of
+    their columns (`Rows.context`, the degeneration penalty's context), so that compaction and
+    refill move them with the rows. Unlike the greedy loop's, a row's last token is already in the
+    cache after a step (the winner's column): the stream's buffers hold `spare` = k more columns."""
+
+    k: int = 4
+    alpha: float = 0.6
+
+    @staticmethod
+    def params(strategy_params: dict) -> dict:
+        return {"k": strategy_params["k"], "alpha": strategy_params["alpha"]}
+
+    @property
+    def spare(self) -> int:
+        return self.k
+
+    def prefill(self, rows, prealloc):
+        pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
+        first = {self.cache_kw: prealloc} if prealloc is not None else {}
+        out = self.model(
+            input_ids=rows.ids,
+            attention_mask=rows.attn,
+            position_ids=pos,
+            use_cache=True,
+            output_hidden_states=True,
+            **self.extra,
+            **first,
+        )
+        cache = getattr(out, self.cache_kw)
+        rows.set_context(out.hidden_states[-1])
+        rows.carry = out.logits[:, -1]
+        return self._candidates(rows, cache), cache
+
+    def forward(self, rows, cache):
+        return self._candidates(rows, cache), cache
+
+    def _candidates(self, rows, cache) -> _Picked:
+        scores = self.processors(rows, rows.carry.to(dtype=torch.float32, copy=True))
+        top_p, top_ids = torch.softmax(scores, dim=-1).topk(self.k, dim=-1)
+        cache, logits, hidden = _shared(self.model, self.cache_kw, cache, rows.attn, top_ids)
+        best = _best(hidden, rows.context, rows.attn.bool(), top_p, self.alpha)
+        keep_candidate(cache, best, self.k)
+        n = torch.arange(best.shape[0], device=best.device)
+        rows.carry = logits[n, best]
+        return _Picked(top_ids[n, best], hidden[n, best], scores)
+
+    def advance(self, out: _Picked, rows, clocked: bool = True) -> None:
+        """Append each live row's winner and its hidden state (the clock stamps a loop step)."""
+        if clocked:
+            self.clock(rows.ids, out.scores)
+        nxt, column = rows.advance(out.tokens, out.scores, self.stop)
+        self.tokens[rows.live, column] = nxt
+        rows.set_last_context(out.hidden)
