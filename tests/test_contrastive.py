@@ -106,7 +106,7 @@ def test_looking_for_finished_rows_every_8_steps_as_on_cuda_changes_no_output(sm
     _, every_8 = generate_job(spec, runtime)
     passes = tokens[1:]  # after the prefill: the candidate passes, one per step
     changes = [i for i in range(1, len(passes)) if passes[i] != passes[i - 1]]
-    assert changes and all(i % 8 == 0 for i in changes), passes
+    assert changes and all(i % 8 == 0 or i == 1 for i in changes), passes  # the checks: after tokens 1, 8, 16...
     assert [(r.token_ids, r.stop_reason, r.n_new_tokens) for r in every_8] == [
         (r.token_ids, r.stop_reason, r.n_new_tokens) for r in every_step
     ]

@@ -6,7 +6,8 @@ step over a KV cache, positions from the attention mask), with decodebench's pie
 plugged in: the step clock, the penalties applied row by row (worker.engine.modifiers),
 transformers' warpers and the vectorised seeded sampler. What it adds is **compaction**:
 at a check every `check_every` steps (every step on CPU, where a check costs nothing;
-every 8 on CUDA, so that there is no host synchronisation per token) the rows that have
+every 8 on CUDA, so that there is no host synchronisation per token), and once after the
+first token (rows that end at once, say at max_new_tokens 1, take no step), the rows that have
 finished (EOS or a stop string) are dropped from the batch: from the token ids, the
 attention mask and every layer of the KV cache. The remaining rows compute exactly what they computed
 before, so greedy outputs are those of the unbatched run, and a sampled row draws with
@@ -221,19 +222,21 @@ class Loop:
         if compacted:
             rows.keep(live, cache, self.sampler)
         if refill is not None:
-            if refill.slots - live.numel() >= max(1, refill.slots // 4):
-                rows = self.admit(refill, rows, cache, steps)
+            while refill.slots - rows.live.numel() >= max(1, refill.slots // 4) and self.admit(
+                refill, rows, cache, steps
+            ):
+                pass  # until the free rows are filled (newcomers that end at their first token never join)
             refill.slides += room(cache, self.every + self.spare)
         return rows, cache, compacted
 
-    def admit(self, refill: Refill, rows: Rows, cache, steps: int):
-        """Prefill the next prompts into the free rows, pick their first tokens, merge them in (rows and
-        the stream's KV buffers): the rows.
+    def admit(self, refill: Refill, rows: Rows, cache, steps: int) -> bool:
+        """Prefill the next prompts into the free rows, pick their first tokens, merge those that go on
+        into `rows` and the stream's KV buffers: False when the queue is empty.
 
         `steps`: the loop steps so far; the newcomers' second tokens come from the next one."""
         got = refill.next(refill.slots - rows.live.numel())
         if got is None:
-            return rows
+            return False
         enc, first = got
         mark = self.clock.mark()
         new = Rows(enc["input_ids"], enc["attention_mask"], self.eos, self.pad, self.max_new, first=first, queue=rows)
@@ -243,8 +246,14 @@ class Loop:
         self.advance(out, new, clocked=False)
         self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark(), steps)
         refill.admissions += 1
-        rows.merge(new, cache, new_cache, self.sampler)
-        return rows
+        going = new.unfinished.nonzero().squeeze(1)  # not those that ended at once (EOS, a stop, max_new 1)
+        if going.numel() < new.live.numel():
+            new.keep(going, new_cache, None)
+        if going.numel():
+            rows.merge(new, cache, new_cache, self.sampler)
+        elif self.sampler is not None:
+            self.sampler.rows = rows.live
+        return True
 
 
 def decode(
@@ -286,7 +295,7 @@ def decode(
             steps += 1
             if refill is None and steps == max_new:
                 break
-            if steps % check_every == 0:
+            if steps % check_every == 0 or steps == 1:  # and after the first token: rows that end at once go
                 rows, cache, compacted = loop.check(rows, cache, refill, steps)
                 compactions += compacted
                 if rows.live.numel() == 0:
