@@ -305,7 +305,8 @@ def decode(
 
 
 def _new_loop(kind, model, parts: tuple, rows: Rows, total: int, every: int, params: dict) -> Loop:
-    """The loop of one decode call: its parts, an output row per queued prompt, the model's keywords."""
+    """The loop of one decode call: its parts (ending with max_new), an output row per queued prompt
+    (max_new + 1 columns: one spare for finished rows), the model's keywords."""
     tokens = torch.full((total, parts[-1] + 1), rows.pad, dtype=torch.long, device=rows.ids.device)
     keywords = (cache_keyword(model), last_logits_only(model))
     return kind(model, *parts, tokens, Timeline(total), *keywords, every=every, **params)

@@ -11,6 +11,11 @@ copied, and the winner's keys and values are moved into place afterwards
 (`kvcache.keep_candidate`). The logits and hidden states are the same up to float
 rounding (the tests compare tokens with the repeated path and with a cache-free
 implementation written from the paper).
+
+Where `_shared` applies and no processor beyond the penalties is set (`runs_in_own_loop`),
+contrastive search runs as `Step`, a step of the engine's own loop (worker.engine.decode):
+compaction, continuous refill and per-row penalties come from there, and `generate`, the
+batch loop, serves the other models and configurations.
 """
 
 from __future__ import annotations
