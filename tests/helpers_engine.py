@@ -1,10 +1,18 @@
 """Shared pieces of the engine's tests: a spec with other generation settings, transformers' unbatched
-greedy run of one prompt (what every batched, compacted or streamed row must equal), and small
-random-weight configs of the model families the engine supports."""
+greedy run of one prompt (what every batched, compacted or streamed row must equal), small
+random-weight configs of the model families the engine supports, the prompt pool of the stream
+property tests and the guard that no KV buffer grows."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+import pytest
 import torch
+
+from tests.test_throughput import MIXED
+
+POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
 
 
 def with_generation(spec, **update):
@@ -32,3 +40,28 @@ def small_config(family: str):
         return AutoConfig.for_model(family, **shape, **ids)
     extra = {"sliding_window": None} if family == "mistral" else {}
     return AutoConfig.for_model(family, **shape, num_key_value_heads=2, head_dim=8, **extra, **ids)
+
+
+@contextmanager
+def forbid_growth(tight: bool):
+    """KV buffers that must never grow (a stream's are planned: decode.stream_span); with `tight`, the
+    fewest columns the stream's bound allows (decode.stream_span without its reserve and spare columns),
+    so that the window slides whenever it can. Yields the list that records each check's slide (True) or
+    not."""
+    from worker.engine import decode, kvcache
+
+    def grow(self, rows, columns):
+        raise AssertionError(f"a KV buffer grew to {rows} x {columns} (capacity {self.capacity})")
+
+    slides, real_room = [], decode.room
+
+    def room(cache, steps):
+        slides.append(real_room(cache, steps))
+        return slides[-1]
+
+    with pytest.MonkeyPatch.context() as patch:  # undone after each hypothesis example
+        patch.setattr(kvcache.PreallocatedLayer, "_resize", grow)
+        patch.setattr(decode, "room", room)
+        if tight:
+            patch.setattr(decode, "stream_span", lambda longest, max_new, every: longest + max(max_new - 2, 0) + every)
+        yield slides

@@ -10,9 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers_engine import small_config, with_generation
+from tests.helpers_engine import POOL, forbid_growth, small_config, with_generation
 from tests.test_engine import job
-from tests.test_refill import POOL, forbid_growth
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
 from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH

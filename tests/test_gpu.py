@@ -216,7 +216,7 @@ def test_continuous_refill_on_cuda_matches_unbatched_greedy(small_model, cuda_ru
 def test_a_stream_on_cuda_slides_its_kv_window_within_buffers_that_never_grow(small_model, cuda_runtime):
     """The stream's buffers with the fewest columns its bound allows (the window slides whenever it can),
     checks every 8 steps as on any CUDA run: no buffer grows, and rows are still their unbatched runs."""
-    from tests.test_refill import forbid_growth
+    from tests.helpers_engine import forbid_growth
 
     with forbid_growth(tight=True) as slides:
         streamed, records = generate_job(engine_job(small_model, batch_size=2, max_new_tokens=32), cuda_runtime)

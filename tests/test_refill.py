@@ -9,15 +9,13 @@ batch; a CUDA out-of-memory error halves the stream's rows.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.report.speed import speed_columns
-from tests.helpers_engine import small_config, unbatched_greedy, with_generation
+from tests.helpers_engine import POOL, forbid_growth, small_config, unbatched_greedy, with_generation
 from tests.test_engine import job
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
@@ -173,34 +171,6 @@ def test_a_model_with_sliding_window_layers_runs_batch_after_batch(tiny_model, r
     assert len(result.batches) == 2 and result.engine["refills"] is None and len(records) == 4
     assert result.engine["decode_loop"].startswith("worker.engine.decode") and result.engine["kv_cache"] == "dynamic"
     assert result.engine["decode_mask"] is None  # its layers need transformers' sliding-window mask
-
-
-POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
-
-
-@contextmanager
-def forbid_growth(tight: bool):
-    """KV buffers that must never grow (a stream's are planned: decode.stream_span); with `tight`, the
-    fewest columns the stream's bound allows (decode.stream_span without its reserve and spare columns),
-    so that the window slides whenever it can. Yields the list that records each check's slide (True) or
-    not."""
-    from worker.engine import decode, kvcache
-
-    def grow(self, rows, columns):
-        raise AssertionError(f"a KV buffer grew to {rows} x {columns} (capacity {self.capacity})")
-
-    slides, real_room = [], decode.room
-
-    def room(cache, steps):
-        slides.append(real_room(cache, steps))
-        return slides[-1]
-
-    with pytest.MonkeyPatch.context() as patch:  # undone after each hypothesis example
-        patch.setattr(kvcache.PreallocatedLayer, "_resize", grow)
-        patch.setattr(decode, "room", room)
-        if tight:
-            patch.setattr(decode, "stream_span", lambda longest, max_new, every: longest + max(max_new - 2, 0) + every)
-        yield slides
 
 
 def test_a_stream_allocates_its_kv_buffers_once_and_slides_within_them(small_model, runtime, monkeypatch):
