@@ -43,9 +43,9 @@ def engine_schedule(runtime, spec) -> tuple[list[tuple[int, int]], list[tuple[in
         steps.append((rows.live.numel(), rows.width))
         return forward(self, rows, cache)
 
-    def recorded_prefill(self, rows, prealloc):
+    def recorded_prefill(self, rows, prealloc, **more):
         prefills.append(tuple(rows.ids.shape))
-        return prefill(self, rows, prealloc)
+        return prefill(self, rows, prealloc, **more)
 
     decode.Loop.forward, decode.Loop.prefill = recorded_forward, recorded_prefill
     try:

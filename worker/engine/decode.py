@@ -159,7 +159,6 @@ class Refill:
     slots: int  # rows decoding at once
     longest: int  # the longest prompt of the queue, in tokens
     admissions: int = 0
-    slides: int = 0  # times the KV window slid to the front of its buffers (kvcache.room)
 
 
 @dataclass
@@ -187,11 +186,18 @@ class Loop:
         """KV columns a step needs beyond this loop's one per token (a loop whose step writes more)."""
         return 0
 
-    def prefill(self, rows: Rows, prealloc):
+    def prefill(self, rows: Rows, prealloc, **more):
+        """The rows' prompts through the model into `prealloc` (or transformers' cache): (output, cache)."""
         pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
         first = {self.cache_kw: prealloc} if prealloc is not None else {}
         out = self.model(
-            input_ids=rows.ids, attention_mask=rows.attn, position_ids=pos, use_cache=True, **self.extra, **first
+            input_ids=rows.ids,
+            attention_mask=rows.attn,
+            position_ids=pos,
+            use_cache=True,
+            **self.extra,
+            **first,
+            **more,
         )
         return out, getattr(out, self.cache_kw)
 
@@ -215,19 +221,23 @@ class Loop:
         nxt, column = rows.advance(nxt, scores, self.stop)
         self.tokens[rows.live, column] = nxt
 
-    def check(self, rows: Rows, cache, refill: Refill | None, steps: int):
-        """Drop finished rows (one synchronisation) and refill free ones: (rows, cache, compacted?)."""
+    def check(self, rows: Rows, cache, refill: Refill | None, steps: int) -> bool:
+        """Drop finished rows (one synchronisation) and refill free ones; whether rows were dropped."""
         live = rows.unfinished.nonzero().squeeze(1)
         compacted = live.numel() < rows.live.numel()
         if compacted:
             rows.keep(live, cache, self.sampler)
         if refill is not None:
-            while refill.slots - rows.live.numel() >= max(1, refill.slots // 4) and self.admit(
-                refill, rows, cache, steps
-            ):
-                pass  # until the free rows are filled (newcomers that end at their first token never join)
-            refill.slides += room(cache, self.every + self.spare)
-        return rows, cache, compacted
+            self.fill(refill, rows, cache, steps)
+            room(cache, self.every + self.spare)  # the next checks' steps fit without growing
+        return compacted
+
+    def fill(self, refill: Refill, rows: Rows, cache, steps: int) -> None:
+        """Admit the queue's next prompts while a quarter of the rows (at least one) is free: several
+        admissions where newcomers end at their first token (they never join)."""
+        while refill.slots - rows.live.numel() >= max(1, refill.slots // 4):
+            if not self.admit(refill, rows, cache, steps):
+                return
 
     def admit(self, refill: Refill, rows: Rows, cache, steps: int) -> bool:
         """Prefill the next prompts into the free rows, pick their first tokens, merge those that go on
@@ -296,8 +306,7 @@ def decode(
             if refill is None and steps == max_new:
                 break
             if steps % check_every == 0 or steps == 1:  # and after the first token: rows that end at once go
-                rows, cache, compacted = loop.check(rows, cache, refill, steps)
-                compactions += compacted
+                compactions += loop.check(rows, cache, refill, steps)
                 if rows.live.numel() == 0:
                     break
             out, cache = loop.forward(rows, cache)

@@ -194,13 +194,13 @@ def room(cache: DynamicCache, steps: int) -> bool:
     return True
 
 
-def append_rows(cache: DynamicCache, other: DynamicCache, columns: int) -> None:
-    """Append `other`'s rows (a newcomer's prefilled prompts: `columns` columns, right-aligned with
-    the live rows' end) to `cache`'s buffers, sliding the window right first where the live rows'
-    columns are fewer than the newcomers'. The columns before each row's own are masked for it."""
+def append_rows(cache: DynamicCache, other: DynamicCache) -> None:
+    """Append `other`'s rows (newcomers' prefilled prompts) to `cache`'s buffers, their columns ending
+    where the live rows' end, sliding the window right first where the live rows' columns are fewer
+    than the newcomers'. The columns before each row's own are masked for it."""
     for mine, theirs in zip(cache.layers, other.layers):
-        if mine.hi < columns:
-            mine.move(mine.lo + columns - mine.hi)
+        if mine.hi < theirs.length:
+            mine.move(mine.lo + theirs.length - mine.hi)
         mine.append_rows(theirs)
 
 

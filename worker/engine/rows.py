@@ -140,7 +140,7 @@ class Rows:
             attn[lo:hi, dst : dst + r.width - side_start] = r.attn[:, side_start:]
             if ctx is not None and r.live.numel():
                 ctx[lo:hi, dst : dst + r.width - side_start] = r.context[:, side_start:]
-        append_rows(cache, other_cache, other_cache.get_seq_length())  # both sides' caches end at one column
+        append_rows(cache, other_cache)  # both sides' caches end at one column
         trim_front(cache, start)
         self._ids, self._attn, self._ctx, self.width = ids, attn, ctx, kept
         if other.carry is not None:

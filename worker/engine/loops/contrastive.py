@@ -200,18 +200,8 @@ class Step(Loop):
         return self.k
 
     def prefill(self, rows, prealloc):
-        pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
-        first = {self.cache_kw: prealloc} if prealloc is not None else {}
-        out = self.model(
-            input_ids=rows.ids,
-            attention_mask=rows.attn,
-            position_ids=pos,
-            use_cache=True,
-            output_hidden_states=True,
-            **self.extra,
-            **first,
-        )
-        cache = getattr(out, self.cache_kw)
+        """The prompts (their hidden states are the rows' first context), then the first candidate pass."""
+        out, cache = super().prefill(rows, prealloc, output_hidden_states=True)
         rows.set_context(out.hidden_states[-1])
         rows.carry = out.logits[:, -1]
         return self._candidates(rows, cache), cache
