@@ -112,6 +112,12 @@ class Finished:
 
     n_new: list[int]
     at_eos: list[bool]
+    steps: list[int] | None = None  # per row, the loop steps it took where that differs from n_new (beams)
+
+    @property
+    def timed(self) -> list[int]:
+        """Per row, the tokens up to its finish as the clock sees it (its end's loop step)."""
+        return self.steps if self.steps is not None else self.n_new
 
 
 @dataclass
@@ -186,6 +192,16 @@ class Loop:
         """KV columns a step needs beyond this loop's one per token (a loop whose step writes more)."""
         return 0
 
+    @property
+    def rows_each(self) -> int:
+        """Rows one prompt occupies (beam search: its beams)."""
+        return 1
+
+    def finish(self, rows: Rows) -> Finished:
+        """Each queued prompt's end, once the loop is over (a loop that picks its outputs at the end
+        writes them here)."""
+        return Finished(rows.n_new.tolist(), rows.at_eos.tolist())
+
     def prefill(self, rows: Rows, prealloc, **more):
         """The rows' prompts through the model into `prealloc` (or transformers' cache): (output, cache)."""
         pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
@@ -235,7 +251,7 @@ class Loop:
     def fill(self, refill: Refill, rows: Rows, cache, steps: int) -> None:
         """Admit the queue's next prompts while a quarter of the rows (at least one) is free: several
         admissions where newcomers end at their first token (they never join)."""
-        while refill.slots - rows.live.numel() >= max(1, refill.slots // 4):
+        while refill.slots - rows.live.numel() // self.rows_each >= max(1, refill.slots // 4):
             if not self.admit(refill, rows, cache, steps):
                 return
 
@@ -244,7 +260,7 @@ class Loop:
         into `rows` and the stream's KV buffers: False when the queue is empty.
 
         `steps`: the loop steps so far; the newcomers' second tokens come from the next one."""
-        got = refill.next(refill.slots - rows.live.numel())
+        got = refill.next(refill.slots - rows.live.numel() // self.rows_each)
         if got is None:
             return False
         enc, first = got
@@ -252,7 +268,8 @@ class Loop:
         new = Rows(enc["input_ids"], enc["attention_mask"], self.eos, self.pad, self.max_new, first=first, queue=rows)
         if self.sampler is not None:
             self.sampler.rows = new.live
-        out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width + self.spare))  # merge copies it
+        rows_new = enc["input_ids"].shape[0] * self.rows_each
+        out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width + self.spare, rows=rows_new))
         self.advance(out, new, clocked=False)
         self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark(), steps)
         refill.admissions += 1
@@ -289,7 +306,7 @@ def decode(
     rows = Rows(enc["input_ids"], enc["attention_mask"], eos, config.pad_token_id, max_new, total=total)
     parts = (clock, processors, warpers, sampler, stop, eos, config.pad_token_id, max_new)
     loop = _new_loop(step or Loop, model, parts, rows, total, check_every, step_params or {})
-    prealloc = _buffers(model, rows.width, max_new, refill, check_every, loop.spare)
+    prealloc = _buffers(model, rows, max_new, refill, check_every, loop)
     if refill is not None and prealloc is None:
         raise ValueError("continuous refill needs the preallocated KV cache")
     loop.mask4d = prealloc is not None and prepared_mask(model)
@@ -321,17 +338,18 @@ def _new_loop(kind, model, parts: tuple, rows: Rows, total: int, every: int, par
     return kind(model, *parts, tokens, Timeline(total), *keywords, every=every, **params)
 
 
-def _buffers(model, width: int, max_new: int, refill: Refill | None, every: int, spare: int):
+def _buffers(model, rows: Rows, max_new: int, refill: Refill | None, every: int, loop: Loop):
     """The preallocated KV cache of a batch (prompt + max_new columns) or of a stream (its slots and
-    stream_span columns), each with the loop's spare columns; None where the model's layers are not plain."""
+    stream_span columns), each with the loop's spare columns and its rows per prompt; None where the
+    model's layers are not plain."""
     if refill is None:
-        return preallocated_cache(model, width + max_new + spare)
-    span = stream_span(max(refill.longest, width), max_new, every) + spare
-    return preallocated_cache(model, span, rows=refill.slots)
+        return preallocated_cache(model, rows.width + max_new + loop.spare, rows=rows.live.numel() * loop.rows_each)
+    span = stream_span(max(refill.longest, rows.width), max_new, every) + loop.spare
+    return preallocated_cache(model, span, rows=refill.slots * loop.rows_each)
 
 
 def _output(loop: Loop, rows: Rows, steps: int, compactions: int, preallocated: bool, refill) -> DecodeOutput:
-    finished = Finished(rows.n_new.tolist(), rows.at_eos.tolist())
+    finished = loop.finish(rows)
     kind = "preallocated" if preallocated else "dynamic"
     width = loop.max_new if refill is not None else steps
     admissions = refill.admissions if refill is not None else None

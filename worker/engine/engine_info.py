@@ -56,8 +56,9 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
     """`batch_size: auto`: the probed size for this model, device and lengths (cached in the runtime)."""
     cap = max(1, min(len(lengths), settings.get("auto_batch_max")))
     longest = max(lengths)
-    # contrastive search's own-loop step runs a row's candidates over the row's cache: one cache row each
-    rows_each = 1 if decoding.step is not None else batching.rows_per_prompt(decoding.config, job.strategy.params)
+    # a step of the own loop may say otherwise (contrastive search's candidates share their row's cache)
+    each = getattr(decoding.step, "cache_rows", None)
+    rows_each = each or batching.rows_per_prompt(decoding.config, job.strategy.params)
     max_new = job.generation.max_new_tokens
     key = (
         runtime.cache.key(job.model, runtime.device),
@@ -84,7 +85,7 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
 
 def _loop_name(decoding) -> str:
     if decoding.own_loop:
-        step = "contrastive search's step (worker.engine.loops.contrastive); " if decoding.step else ""
+        step = f"{decoding.step.describe}; " if decoding.step else ""
         refilled = ", free rows refilled" if decoding.refill else ""
         return f"worker.engine.decode ({step}finished rows dropped{refilled})"
     if decoding.loop is not None:

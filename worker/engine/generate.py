@@ -22,8 +22,9 @@ from worker.engine import decode as own_loop
 from worker.engine.kvcache import preallocated_cache, reorderable
 from worker.engine.loops import beam as beam_loop
 from worker.engine.loops import contrastive
+from worker.engine.loops.beam_step import BeamStep
 from worker.engine.models import LoadedModel
-from worker.engine.modifiers import RowModifiers, build_modifiers
+from worker.engine.modifiers import RowModifiers, build_modifiers, only_modifiers
 from worker.engine.sampling import SAMPLING_KEYS, SeededSampler, build_warpers
 from worker.engine.stops import FinishRecorder, StopStrings
 from worker.engine.timing import StepClock, StepTimes, synchronize
@@ -99,8 +100,6 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
         else:
             decoding.notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
     decoding.own_loop = own_loop.supports(cfg, registered.loop, decoding.assistant_path)
-    if registered.loop == contrastive.LOOP and contrastive.runs_in_own_loop(lm.model, cfg):
-        decoding.own_loop, decoding.step = True, contrastive.Step  # candidates over their rows' own cache
     if (
         registered.loop is None
         and decoding.assistant_path is None
@@ -109,11 +108,27 @@ def configure_decoding(lm: LoadedModel, strategy: StrategySpec, settings: Genera
     ):
         # beam search in the engine's beam loop, where prompts that are done leave the forward pass
         decoding.loop, decoding.loop_params = beam_loop.LOOP, beam_loop.beam_params(cfg)
+    decoding.step = _own_step(lm, decoding)
+    decoding.own_loop = decoding.own_loop or decoding.step is not None
     if decoding.own_loop or decoding.loop is not None:  # the own loop and contrastive search's use the mask
         own_loop.prepared_mask(lm.model)  # its once-per-model check runs here, outside any timed batch
     # refill needs the preallocated cache (plain full-attention layers); penalties apply row by row
     decoding.refill = decoding.own_loop and settings.refill and preallocated_cache(lm.model, 1) is not None
     return decoding
+
+
+def _own_step(lm: LoadedModel, decoding: Decoding):
+    """The own loop's step for a strategy loop that has one, where it applies: contrastive search where
+    its candidates share their row's cache; beam search (and diverse) with the preallocated cache."""
+    if decoding.loop == contrastive.LOOP and contrastive.runs_in_own_loop(lm.model, decoding.config):
+        return contrastive.Step
+    if (
+        decoding.loop == beam_loop.LOOP
+        and only_modifiers(decoding.config)
+        and preallocated_cache(lm.model, 1) is not None
+    ):
+        return BeamStep
+    return None
 
 
 def _import(target: str):
@@ -291,7 +306,7 @@ def run_batch(lm: LoadedModel, decoding: Decoding, prompts: list[PromptItem], se
         times = clock.stop()
         new, steps, compactions, kv = out.tokens, out.steps, out.compactions, out.kv_cache
         if stream:
-            latency, ttft, tpot = out.timeline.seconds(times, out.finished.n_new, decoding.config.max_new_tokens)
+            latency, ttft, tpot = out.timeline.seconds(times, out.finished.timed, decoding.config.max_new_tokens)
             timing = {"refills": out.admissions, "slots": slots, "latency_s": latency, "ttft_s": ttft, "tpot_s": tpot}
             enc = _encode_host(lm, decoding, prompts)
     else:

@@ -121,7 +121,7 @@ class PreallocatedLayer(DynamicLayer):
             self._resize(m, self.capacity)
         indices = indices.to(self.device)
         for buf in (self._k, self._v):
-            part = buf[indices, :, self.lo : self.hi]  # a gather: a copy of the kept rows' live part
+            part = buf[:, :, self.lo : self.hi].index_select(0, indices)  # a copy of the kept rows' live part
             buf[:m, :, self.lo : self.hi] = part
         self.n = m
         self._views()

@@ -105,13 +105,26 @@ class Rows:
             if unused and trim_front(cache, unused):
                 self._ids, self._attn, self.width = self._ids[:, unused:], self._attn[:, unused:], self.width - unused
                 self._ctx = self._ctx[:, unused:] if self._ctx is not None else None
+        self.reorder(index, cache)
+        if sampler is not None:
+            sampler.rows = self.live
+
+    def reorder(self, index, cache) -> None:
+        """The rows at `index`, in that order (repeats allowed: beams copied from their parents), in the
+        buffers and the KV cache; no host synchronisation."""
         self._ids, self._attn, self.pos = self._ids[index], self._attn[index], self.pos[index]
         self.live, self.unfinished, self.steps = self.live[index], self.unfinished[index], self.steps[index]
         self._ctx = self._ctx[index] if self._ctx is not None else None
         self.carry = self.carry[index] if self.carry is not None else None
         cache.batch_select_indices(index)
-        if sampler is not None:
-            sampler.rows = self.live
+
+    def append(self, nxt: torch.Tensor) -> None:
+        """A column of tokens, one per row, for a loop that keeps its own record of ends (beam search)."""
+        self._room(self.width + 1)
+        self._ids[:, self.width] = nxt
+        self.width += 1
+        self.pos += 1
+        self.steps += 1
 
     def merge(self, other: Rows, cache, other_cache, sampler) -> None:
         """Append `other`'s rows (prefilled, one token each), right-aligned; trim unattended columns.

@@ -191,6 +191,9 @@ class Step(Loop):
     k: int = 4
     alpha: float = 0.6
 
+    describe = "contrastive search's step (worker.engine.loops.contrastive)"
+    cache_rows = 1  # KV-cache rows per prompt: the candidates are tokens of their row, not rows
+
     @staticmethod
     def params(strategy_params: dict) -> dict:
         return {"k": strategy_params["k"], "alpha": strategy_params["alpha"]}
