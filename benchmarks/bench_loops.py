@@ -1,21 +1,24 @@
-"""Contrastive search's loops and steps against each other, side by side.
+"""The strategies' steps in the engine's own loop against their batch loops, side by side.
 
-Four ways to run the same contrastive-search job (k = 4, alpha = 0.6, batch 16), interleaved,
-5 rounds (odd rounds reversed), on the mixed and on the uniform prompts of bench_throughput.py,
-without a stop string and with ".":
+Contrastive search (k = 4, alpha = 0.6, batch 16), four ways:
 
-- own: the default, contrastive search as a step of the engine's own loop (worker.engine.decode:
-  compaction, continuous refill, a row's k candidates as k tokens over the row's own cache);
+- own: the default, a step of the engine's own loop (worker.engine.decode: compaction,
+  continuous refill, a row's k candidates as k tokens over the row's own cache);
 - own_batches: the same with `refill: false` (batch after batch, compaction only);
-- loop_shared: the strategy's own batch loop (worker.engine.loops.contrastive:generate) with
-  the same shared-cache step;
+- loop_shared: the strategy's batch loop (worker.engine.loops.contrastive:generate) with the
+  same shared-cache step;
 - loop_repeated: that loop with the original step, which repeats the cache k times and
   selects the winners' rows back (the prepared mask refused).
 
-Printed ratios (medians of the rounds' ratios, > 1 where the first side is faster):
-own_vs_loop (own / loop_shared: what the own loop adds), refill_vs_batches (own /
-own_batches) and shared_vs_repeated (loop_shared / loop_repeated: the step alone). The
-outputs of all four sides are checked identical.
+Beam search (4 beams, batch 8 prompts), three ways: own (loops.beam_step in the own loop,
+with refill), own_batches, and loop (the batch loop, worker.engine.loops.beam:generate).
+
+Every set runs interleaved, 5 rounds (odd rounds reversed), on the mixed and the uniform
+prompts of bench_throughput.py, without a stop string and with one ("." for contrastive
+search; "," and "." for beam search). Printed ratios are medians of the rounds' ratios, > 1
+where the first side is faster: own_vs_loop (what the own loop adds), refill_vs_batches and,
+for contrastive search, shared_vs_repeated (the step alone). The outputs of every side are
+checked identical.
 
     python benchmarks/bench_loops.py [--model M] [--prompts 32] [--new 48] [--rounds 5]
 """
@@ -33,45 +36,60 @@ from benchmarks.bench_throughput import mixed_prompts, ratio, rounds, uniform_pr
 from benchmarks.jobs import job  # noqa: E402
 from worker.core.contract import ModelSpec  # noqa: E402
 from worker.core.logs import configure  # noqa: E402
+from worker.engine import generate as engine  # noqa: E402
 from worker.engine.decode import prepared_mask  # noqa: E402
 from worker.engine.job import Runtime, generate_job  # noqa: E402
 from worker.engine.loops import contrastive  # noqa: E402
 from worker.engine.loops.contrastive import runs_in_own_loop  # noqa: E402
 
+own_step = engine._own_step
+
 
 def side(runtime, spec, way: str):
-    """A run of the job one of the four ways (see the module's docstring)."""
+    """A run of the job one of the ways (see the module's docstring)."""
 
     def run():
         if way == "loop_shared":
             contrastive.runs_in_own_loop = lambda model, config: False
         if way == "loop_repeated":
             contrastive.prepared_mask = lambda model: False
+        if way == "loop":
+            engine._own_step = lambda lm, d: None if d.loop == engine.beam_loop.LOOP else own_step(lm, d)
         try:
             result, records = generate_job(batches if way == "own_batches" else spec, runtime)
         finally:
             contrastive.prepared_mask, contrastive.runs_in_own_loop = prepared_mask, runs_in_own_loop
+            engine._own_step = own_step
         return result.new_tokens, [r.token_ids for r in records]
 
     batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
     return run
 
 
-WAYS = ("own", "own_batches", "loop_shared", "loop_repeated")
-PAIRS = {
-    "own_vs_loop": ("own", "loop_shared"),
-    "refill_vs_batches": ("own", "own_batches"),
-    "shared_vs_repeated": ("loop_shared", "loop_repeated"),
+FAMILIES = {
+    "contrastive": (
+        ("own", "own_batches", "loop_shared", "loop_repeated"),
+        {
+            "own_vs_loop": ("own", "loop_shared"),
+            "refill_vs_batches": ("own", "own_batches"),
+            "shared_vs_repeated": ("loop_shared", "loop_repeated"),
+        },
+    ),
+    "beam": (
+        ("own", "own_batches", "loop"),
+        {"own_vs_loop": ("own", "loop"), "refill_vs_batches": ("own", "own_batches")},
+    ),
 }
 
 
-def compare(runtime, label: str, spec, n_rounds: int) -> dict:
-    stats, outputs = rounds({way: side(runtime, spec, way) for way in WAYS}, n_rounds, runtime.device)
-    same = sum(all(o == outputs["own"][i] for o in (outputs[w][i] for w in WAYS)) for i in range(len(outputs["own"])))
-    ratios = {name: ratio(stats[a], stats[b]) for name, (a, b) in PAIRS.items()}
-    rates = "   ".join(f"{way} {stats[way]['tokens_per_s']:7.1f}" for way in WAYS)
+def compare(runtime, label: str, spec, family: str, n_rounds: int) -> dict:
+    ways, pairs = FAMILIES[family]
+    stats, outputs = rounds({way: side(runtime, spec, way) for way in ways}, n_rounds, runtime.device)
+    same = sum(all(o == outputs["own"][i] for o in (outputs[w][i] for w in ways)) for i in range(len(outputs["own"])))
+    ratios = {name: ratio(stats[a], stats[b]) for name, (a, b) in pairs.items()}
+    rates = "   ".join(f"{way} {stats[way]['tokens_per_s']:7.1f}" for way in ways)
     print(
-        f"{label:20s} {rates} tok/s   "
+        f"{label:32s} {rates} tok/s   "
         + "   ".join(f"{name} x{r:.2f}" for name, r in ratios.items())
         + f"   identical {same}/{len(outputs['own'])}"
     )
@@ -88,14 +106,18 @@ def main() -> None:
     configure(level="warning")
     runtime = Runtime("cpu")
     lm = runtime.cache.get(ModelSpec(path=args.model), runtime.device)
-    prompts = mixed_prompts(lm.tokenizer, args.prompts)
-    params = {"k": 4, "alpha": 0.6}
-    print(f"model {args.model}, {args.prompts} prompts x {args.new} new tokens, batch 16, {args.rounds} rounds")
+    print(f"model {args.model}, {args.prompts} prompts x {args.new} new tokens, {args.rounds} rounds")
     sets = {"mixed": mixed_prompts(lm.tokenizer, args.prompts), "uniform": uniform_prompts(args.prompts)}
-    for name, prompts in sets.items():
-        for stop in ((), (".",)):
-            spec = job(args.model, prompts, "contrastive", params, batch_size=16, max_new=args.new, stop=stop)
-            compare(runtime, name + (f" stop {stop[0]!r}" if stop else ""), spec, args.rounds)
+    jobs = [
+        ("contrastive", {"k": 4, "alpha": 0.6}, 16, ((), (".",))),
+        ("beam", {"num_beams": 4}, 8, ((), (",",), (".",))),
+    ]
+    for family, params, batch, stops in jobs:
+        for name, prompts in sets.items():
+            for stop in stops:
+                spec = job(args.model, prompts, family, params, batch_size=batch, max_new=args.new, stop=stop)
+                label = f"{family} {name}" + (f" stop {stop[0]!r}" if stop else "")
+                compare(runtime, label, spec, family, args.rounds)
 
 
 if __name__ == "__main__":

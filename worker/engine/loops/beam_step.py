@@ -107,9 +107,9 @@ class BeamStep(Loop):
             cand_scores, flat = (run[:, g, :, None] + scores).reshape(p, k * vocab).topk(n_cand, dim=-1)
             cand_rows = row_base + g * k + flat // vocab
             cand_tok = flat % vocab
-            cand_ids = torch.cat([rows.ids[cand_rows.reshape(-1)], cand_tok.reshape(-1, 1)], dim=-1)
             stops = torch.isin(cand_tok, self.eos_ids)
             if self.stop is not None:
+                cand_ids = torch.cat([rows.ids[cand_rows.reshape(-1)], cand_tok.reshape(-1, 1)], dim=-1)
                 stops = stops | self.stop(cand_ids, None).view(p, n_cand)
             all_stop &= stops.all(dim=-1)
             kept, keep = (cand_scores - 1e9 * stops.float()).topk(k, dim=-1)  # the k best that run on
@@ -121,8 +121,13 @@ class BeamStep(Loop):
             merged = torch.cat([hyp_score[:, g], scored], dim=1)
             top = merged.topk(k, dim=-1).indices
             hyp_score[:, g] = merged.gather(1, top)
-            pool = torch.cat([hyp[:, g], self._new_tokens(rows, cand_rows, cand_tok, t)], dim=1)
-            hyp[:, g] = pool[torch.arange(p, device=dev)[:, None], top]
+            new = (top - k).clamp(min=0)  # where a kept slot is a new hypothesis: which candidate
+            fresh = self._new_tokens(rows, cand_rows.gather(1, new), cand_tok.gather(1, new), t)
+            hyp[:, g] = torch.where(
+                (top >= k)[..., None],
+                fresh,
+                hyp[:, g].gather(1, top.clamp(max=k - 1)[..., None].expand(-1, -1, self.max_new)),
+            )
             hyp_len[:, g] = torch.cat([hyp_len[:, g], (t + 1)[:, None].expand(p, n_cand)], dim=1).gather(1, top)
             done[:, g] = torch.cat([done[:, g], finishing], dim=1).gather(1, top)
             if self.diversity_penalty:  # this group's picks count against the later groups while it matters
