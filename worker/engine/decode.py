@@ -16,7 +16,8 @@ its own (seed, step) uniforms whichever rows remain.
 With a `Refill`, the job's prompts are one stream: rows freed by finished generations are
 prefilled from the queue and merged in (continuous refill), in KV buffers allocated once
 (`stream_span`). A `Loop` subclass can pick tokens otherwise and still get compaction and
-refill: contrastive search's `Step` (worker.engine.loops.contrastive).
+refill: contrastive search's `Step` (worker.engine.loops.contrastive) and beam search's
+`BeamStep` (worker.engine.loops.beam_step), whose prompts occupy `rows_each` rows each.
 
 Configurations whose processors the loop does not rebuild (`supports`) keep using
 generate().

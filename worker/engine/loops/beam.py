@@ -8,7 +8,9 @@ The `beam` strategy runs here too where this loop reproduces generate()'s beam s
 (`supports`: early_stopping True or False, one sequence returned, no processor beyond the
 penalties and the minimum length, transformers' dynamic cache; and `kvcache.reorderable`:
 the model's cache is plain full or sliding-window attention layers); the engine picks it
-in `configure_decoding`, as it picks its own loop for greedy search and sampling.
+in `configure_decoding`, as it picks its own loop for greedy search and sampling. Where the
+model takes the preallocated cache, the same search runs as a step of the own loop instead
+(`beam_step.BeamStep`: compaction and continuous refill), and this loop serves the rest.
 
 Prompts whose search is over leave the forward pass (compaction): a prompt is over once
 none of its groups can improve, or once every candidate of every group stopped (nothing
