@@ -31,6 +31,9 @@ class _Stepped(NamedTuple):
 
 @dataclass
 class BeamStep(Loop):
+    """(Diverse) beam search's step of the own loop: `num_beams` rows a prompt, the search's state per
+    queued prompt, every prompt's best hypothesis written out by `finish`."""
+
     num_beams: int = 4
     num_beam_groups: int = 1
     diversity_penalty: float = 0.0
