@@ -15,9 +15,13 @@ way however rows come and go.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from worker.engine.kvcache import append_rows, trim_front
+
+_SERIAL = itertools.count()  # tells Rows objects apart (an id() may be reused once one is freed)
 
 
 class Rows:
@@ -43,6 +47,7 @@ class Rows:
         else:  # one record per queue, shared by every Rows drawn from it (never copied)
             self.n_new, self.at_eos = queue.n_new, queue.at_eos
         self.eos = torch.tensor(eos, dtype=torch.long, device=device)
+        self.layout = (next(_SERIAL), 0)  # changes when rows leave or join, not when they are reordered
         self._ctx: torch.Tensor | None = None  # per column, a vector (contrastive search: the hidden states)
         self.carry: torch.Tensor | None = None  # per row, what a loop carries to its next step (logits)
 
@@ -106,6 +111,7 @@ class Rows:
                 self._ids, self._attn, self.width = self._ids[:, unused:], self._attn[:, unused:], self.width - unused
                 self._ctx = self._ctx[:, unused:] if self._ctx is not None else None
         self.reorder(index, cache)
+        self.layout = (self.layout[0], self.layout[1] + 1)
         if sampler is not None:
             sampler.rows = self.live
 
@@ -162,5 +168,6 @@ class Rows:
         self.live = torch.cat([self.live, other.live])
         self.steps = torch.cat([self.steps, other.steps])
         self.unfinished = torch.cat([self.unfinished, other.unfinished])
+        self.layout = (self.layout[0], self.layout[1] + 1)
         if sampler is not None:
             sampler.rows = self.live

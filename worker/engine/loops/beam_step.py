@@ -63,6 +63,7 @@ class BeamStep(Loop):
         self.improvable = torch.ones((total, g), dtype=torch.bool, device=dev)
         self.used = torch.full((total,), -1, dtype=torch.long, device=dev)  # steps until the search ended
         self.eos_ids = torch.tensor(self.eos, dtype=torch.long, device=dev)
+        self._work = None  # (the rows' layout, their prompts, the prompts' state)
 
     def _pad(self) -> int:
         return self.pad if self.pad is not None else (self.eos[0] if self.eos else 0)
@@ -100,7 +101,7 @@ class BeamStep(Loop):
         row_base = (torch.arange(p, device=dev) * self.num_beams)[:, None]
         last = t == self.max_new - 1
         norm = (t + 1).float()[:, None] ** self.length_penalty  # (p, 1): the length penalty at this step
-        run, improvable, hyp, hyp_score, hyp_len, done = (pool[prompts] for pool in self._pools())
+        run, improvable, hyp, hyp_score, hyp_len, done, used = self._working(rows, prompts)
         chosen = logp.new_zeros(p, vocab)  # per prompt: how many earlier-group beams picked each token now
         parents = torch.empty((p, groups, k), dtype=torch.long, device=dev)
         tokens = torch.empty((p, groups, k), dtype=torch.long, device=dev)
@@ -143,16 +144,31 @@ class BeamStep(Loop):
             improvable &= ~done.all(dim=-1)
         improvable &= ~last[:, None]  # at the length limit a search is over, for good
         searched = improvable.any(dim=-1)
-        for pool, part in zip(self._pools(), (run, improvable, hyp, hyp_score, hyp_len, done)):
-            pool[prompts] = part
-        ended = ~searched & (self.used[prompts] < 0)  # the step this prompt's search ended, recorded once
-        self.used[prompts] = torch.where(ended, t + 1, self.used[prompts])
+        used.copy_(torch.where(~searched & (used < 0), t + 1, used))  # the step its search ended, once
         return parents, tokens, searched
 
     def _pools(self) -> tuple[torch.Tensor, ...]:
         """The per-prompt state of the search, in one order: running scores, whether each group can still
-        improve, and each group's finished hypotheses (tokens, scores, lengths, real or empty slots)."""
-        return self.run, self.improvable, self.hyp, self.hyp_score, self.hyp_len, self.done
+        improve, each group's finished hypotheses (tokens, scores, lengths, real or empty slots), and the
+        step its search ended at (-1: not yet)."""
+        return self.run, self.improvable, self.hyp, self.hyp_score, self.hyp_len, self.done, self.used
+
+    def _working(self, rows, prompts) -> tuple[torch.Tensor, ...]:
+        """The live prompts' state, changed in place by the steps. It is gathered from the per-queue pools
+        only when the prompts changed (rows left or joined, or another Rows: a refill's newcomers), and
+        written back to them then and at the end: not at every step."""
+        key = rows.layout
+        if self._work is None or self._work[0] != key:
+            self._flush()
+            self._work = (key, prompts, tuple(pool[prompts] for pool in self._pools()))
+        return self._work[2]
+
+    def _flush(self) -> None:
+        if self._work is not None:
+            _, prompts, parts = self._work
+            for pool, part in zip(self._pools(), parts):
+                pool[prompts] = part
+            self._work = None
 
     def _new_tokens(self, rows, cand_rows, cand_tok, t):
         """Each candidate's new tokens (its parent's t, then its own), padded to max_new: (p, n_cand, max_new)."""
@@ -166,6 +182,7 @@ class BeamStep(Loop):
 
     def finish(self, rows) -> Finished:
         """Each prompt's best hypothesis as its output; its end is the hypothesis's, its time the search's."""
+        self._flush()
         total = self.tokens.shape[0]
         scores = self.hyp_score.view(total, -1)
         best = scores.argmax(dim=-1)
