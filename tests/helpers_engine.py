@@ -65,3 +65,27 @@ def forbid_growth(tight: bool):
         if tight:
             patch.setattr(decode, "stream_span", lambda longest, max_new, every: longest + max(max_new - 2, 0) + every)
         yield slides
+
+
+def forward_widths(lm, spec, runtime, monkeypatch):
+    """One run of the job after a warm-up run (the model's own warm-up generate() takes decode steps of its
+    own), recording the width of every input the model is given: (result, records, widths)."""
+    import functools
+
+    from worker.engine.job import generate_job
+
+    generate_job(spec, runtime)
+    widths = []
+    real_forward = lm.model.forward
+
+    @functools.wraps(real_forward)
+    def forward(*args, **kwargs):
+        widths.append(kwargs["input_ids"].shape[1])
+        return real_forward(*args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "forward", forward)
+    try:
+        result, records = generate_job(spec, runtime)
+    finally:
+        monkeypatch.setattr(lm.model, "forward", real_forward)
+    return result, records, widths

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers_engine import POOL, forbid_growth
+from tests.helpers_engine import POOL, forbid_growth, forward_widths
 from tests.test_engine import job
 from tests.test_throughput import MIXED
 from worker.engine import generate as engine
@@ -60,24 +60,11 @@ def test_a_beam_stream_refills_and_every_prompt_gets_the_batch_loops_search(
 
 def test_a_prompt_whose_search_ends_at_its_first_step_never_joins_the_stream(small_model, runtime, monkeypatch):
     """max_new_tokens 1: every search is over after the prefill's step; no decode step runs."""
-    import functools
-
     from worker.core.contract import ModelSpec
 
     lm = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
     spec = job(small_model, "beam", {"num_beams": 4}, batch_size=2, max_new=1, prompts=MIXED)
-    generate_job(spec, runtime)  # the model's one warm-up generate() is done
-    widths = []
-    real_forward = lm.model.forward
-
-    @functools.wraps(real_forward)
-    def forward(*args, **kwargs):
-        widths.append(kwargs["input_ids"].shape[1])
-        return real_forward(*args, **kwargs)
-
-    monkeypatch.setattr(lm.model, "forward", forward)
-    result, ours = generate_job(spec, runtime)
-    monkeypatch.setattr(lm.model, "forward", real_forward)
+    result, ours, widths = forward_widths(lm, spec, runtime, monkeypatch)
     assert result.batches[0].refills >= 3 and 1 not in widths  # prefills only
     assert outputs(ours) == outputs(batch_loop(monkeypatch, spec, runtime)[1])
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.report.speed import speed_columns
-from tests.helpers_engine import POOL, forbid_growth, small_config, unbatched_greedy, with_generation
+from tests.helpers_engine import POOL, forbid_growth, forward_widths, small_config, unbatched_greedy, with_generation
 from tests.test_engine import job
 from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
@@ -297,23 +297,10 @@ def test_compaction_keeps_a_sliding_window_models_cache_whole(tiny_model, runtim
 def test_generations_that_end_at_their_first_token_never_take_a_decode_step(tiny_model, runtime, monkeypatch):
     """max_new_tokens 1 in a stream that looks every 8 steps, as on CUDA: a look right after the first token
     drops the first rows, and newcomers that end at once are not merged, so no decode step runs at all."""
-    import functools
-
     monkeypatch.setattr(engine, "check_every", lambda device: 8)
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
-    widths = []
-    real_forward = lm.model.forward
-
-    @functools.wraps(real_forward)
-    def forward(*args, **kwargs):
-        widths.append(kwargs["input_ids"].shape[1])
-        return real_forward(*args, **kwargs)
-
     spec = job(tiny_model, "greedy", batch_size=3, max_new=1, prompts=MIXED)
-    generate_job(spec, runtime)  # the model's one warm-up generate() (decode steps of its own) is done
-    monkeypatch.setattr(lm.model, "forward", forward)
-    result, records = generate_job(spec, runtime)
-    monkeypatch.setattr(lm.model, "forward", real_forward)
+    result, records, widths = forward_widths(lm, spec, runtime, monkeypatch)
     assert result.batches[0].refills == 2 and len(widths) == 3  # three prefills, no decode step
     _, alone = generate_job(with_generation(spec, batch_size=1, refill=False), runtime)
     assert [(r.token_ids, r.stop_reason) for r in records] == [(r.token_ids, r.stop_reason) for r in alone]
