@@ -10,7 +10,16 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from tests.test_throughput import MIXED
+from tests.services import AUSTEN_PROMPTS
+
+# prompts of very different lengths (1 to about 30 tokens)
+MIXED = [
+    "Anne",
+    "It was a truth universally acknowledged, that a single man in possession of a good fortune, must be in want",
+    "She had never seen",
+    *AUSTEN_PROMPTS[1:6],
+    "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed",
+]
 
 POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
 
@@ -89,3 +98,28 @@ def forward_widths(lm, spec, runtime, monkeypatch):
     finally:
         monkeypatch.setattr(lm.model, "forward", real_forward)
     return result, records, widths
+
+
+class CudaProbe:
+    """`batch_size: auto` as a CUDA runtime answers it, with the fit probe recorded instead of run (it says
+    8 fit): `probe(lm, decoding, spec)` -> (size, info); `asked` lists each probe's (length, rows per
+    prompt). One instance is one runtime's cache of sizes."""
+
+    def __init__(self, runtime, monkeypatch) -> None:
+        from types import SimpleNamespace
+
+        from worker.engine import batching
+
+        self.asked: list[tuple[int, int]] = []
+        monkeypatch.setattr(
+            batching, "cuda_fit", lambda model, dev, length, each, cap: self.asked.append((length, each)) or (8, {})
+        )
+        self.runtime = SimpleNamespace(
+            device=SimpleNamespace(type="cuda"), cache=runtime.cache, batch_sizes=batching.AutoBatch()
+        )
+
+    def probe(self, lm, decoding, spec):
+        from worker.engine import engine_info
+
+        lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
+        return engine_info.auto_batch_size(self.runtime, lm, decoding, spec, lengths)

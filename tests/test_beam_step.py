@@ -8,13 +8,11 @@ grows; each prompt's latency runs to the end of its search."""
 from __future__ import annotations
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers_engine import POOL, forbid_growth, forward_widths
+from tests.helpers_engine import MIXED, POOL, CudaProbe, forbid_growth, forward_widths
 from tests.test_engine import job
-from tests.test_throughput import MIXED
 from worker.engine import generate as engine
 from worker.engine.job import generate_job
 
@@ -103,20 +101,13 @@ def test_any_beam_stream_gives_every_prompt_the_batch_loops_search(
 
 
 def test_the_cuda_probe_plans_num_beams_cache_rows_per_prompt_for_the_beam_step(tiny_model, runtime, monkeypatch):
-    from types import SimpleNamespace
-
     from worker.core.contract import ModelSpec
-    from worker.engine import batching, engine_info
 
-    rows = []
-    monkeypatch.setattr(batching, "cuda_fit", lambda model, dev, length, each, cap: rows.append(each) or (4, {}))
+    cuda = CudaProbe(runtime, monkeypatch)
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     spec = job(tiny_model, "beam", {"num_beams": 3}, max_new=8)
     decoding = engine.configure_decoding(lm, spec.strategy, spec.generation)
     assert decoding.step is engine.BeamStep and decoding.refill
-    cuda = SimpleNamespace(device=torch.device("cuda"), cache=runtime.cache, batch_sizes=None)
-    cuda.batch_sizes = engine_info.batching.AutoBatch()
-    engine_info.auto_batch_size(
-        cuda, lm, decoding, spec, [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
-    )
+    cuda.probe(lm, decoding, spec)
+    rows = [each for _, each in cuda.asked]
     assert rows == [3]

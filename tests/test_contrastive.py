@@ -10,9 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers_engine import POOL, forbid_growth, small_config, with_generation
+from tests.helpers_engine import MIXED, POOL, CudaProbe, forbid_growth, small_config, with_generation
 from tests.test_engine import job
-from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
 from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH
 from worker.engine.job import generate_job
@@ -181,22 +180,14 @@ def test_the_cuda_probe_plans_one_cache_row_per_prompt_for_the_own_loops_contras
 ):
     """The own loop's candidates are k tokens of their row, not k rows: the probe fits batch x 1 rows (the
     strategy's loop, which repeats the cache k times where the mask is refused, keeps batch x k)."""
-    from types import SimpleNamespace
-
-    from worker.engine import batching, engine_info
     from worker.engine import generate as engine
     from worker.engine.loops import contrastive
 
-    rows = []
-    monkeypatch.setattr(batching, "cuda_fit", lambda model, dev, length, each, cap: rows.append(each) or (4, {}))
+    cuda = CudaProbe(runtime, monkeypatch)
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     spec = job(tiny_model, "contrastive", {"k": 5, "alpha": 0.6}, max_new=8)
-    lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
     for own in (True, False):
         monkeypatch.setattr(contrastive, "runs_in_own_loop", lambda model, config, own=own: own)
-        decoding = engine.configure_decoding(lm, spec.strategy, spec.generation)
-        cuda = SimpleNamespace(
-            device=SimpleNamespace(type="cuda"), cache=runtime.cache, batch_sizes=batching.AutoBatch()
-        )
-        engine_info.auto_batch_size(cuda, lm, decoding, spec, lengths)
+        cuda.probe(lm, engine.configure_decoding(lm, spec.strategy, spec.generation), spec)
+    rows = [each for _, each in cuda.asked]
     assert rows == [1, 5]

@@ -13,9 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers_engine import small_config, unbatched_greedy
+from tests.helpers_engine import MIXED, small_config, unbatched_greedy
 from tests.test_engine import job
-from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
 from worker.engine import generate as engine
 from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH

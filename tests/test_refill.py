@@ -15,9 +15,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.report.speed import speed_columns
-from tests.helpers_engine import POOL, forbid_growth, forward_widths, small_config, unbatched_greedy, with_generation
+from tests.helpers_engine import (
+    MIXED,
+    POOL,
+    forbid_growth,
+    forward_widths,
+    small_config,
+    unbatched_greedy,
+    with_generation,
+)
 from tests.test_engine import job
-from tests.test_throughput import MIXED
 from worker.core.contract import ModelSpec
 from worker.engine import generate as engine
 from worker.engine.job import generate_job

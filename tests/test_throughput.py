@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from tests.helpers_engine import MIXED, CudaProbe
 from tests.services import AUSTEN_PROMPTS
 from tests.test_engine import job, texts
 from worker.core.contract import GenerationSettings, ModelSpec, StrategySpec
@@ -22,13 +23,6 @@ from worker.engine.job import generate_job
 from worker.engine.sampling import SeededSampler, build_warpers, counter_uniforms, generation_seed, inverse_cdf_pick
 
 # lengths vary about 4x, so the buckets reorder them
-MIXED = [
-    "Anne",
-    "It was a truth universally acknowledged, that a single man in possession of a good fortune, must be in want",
-    "She had never seen",
-    *AUSTEN_PROMPTS[1:6],
-    "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed",
-]
 
 
 def test_buckets_sort_longest_first_and_keep_ties_in_order():
@@ -291,13 +285,7 @@ def test_the_cuda_probe_of_a_stream_fits_the_streams_kv_buffers(tiny_model, runt
     """A stream's KV buffers hold its longest prompt, max_new_tokens, the steps between checks (8 on CUDA)
     and the reserve that makes slides rare: the probe plans for that length, and refill and batch jobs are
     cached apart."""
-    from types import SimpleNamespace
-
-    from worker.engine import engine_info
-
-    fitted = []
-    monkeypatch.setattr(batching, "cuda_fit", lambda model, dev, length, rows, cap: fitted.append(length) or (8, {}))
-    cuda = SimpleNamespace(device=SimpleNamespace(type="cuda"), cache=runtime.cache, batch_sizes=batching.AutoBatch())
+    cuda = CudaProbe(runtime, monkeypatch)
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     spec = job(tiny_model, "greedy", max_new=40)
     lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
@@ -305,7 +293,8 @@ def test_the_cuda_probe_of_a_stream_fits_the_streams_kv_buffers(tiny_model, runt
         settings = spec.generation.model_copy(update={"refill": refill})
         decoding = engine.configure_decoding(lm, spec.strategy, settings)
         assert decoding.refill is refill
-        size, info = engine_info.auto_batch_size(cuda, lm, decoding, spec, lengths)
+        size, info = cuda.probe(lm, decoding, spec)
         assert size == 8 and not info["cached"] and ("stream" in info["how"]) is refill
     bucket = batching.length_bucket(max(lengths))
+    fitted = [length for length, _ in cuda.asked]
     assert fitted == [bucket + 40 + 8 + 16, bucket + 40]  # reserve: max(2 x 8, 40 // 4)
