@@ -352,7 +352,9 @@ def main() -> None:
     if runtime.device.type == "cuda":
         from benchmarks.throughput_gpu import gpu_section
 
-        report["gpu"] = gpu_section(runtime, args.model, uniform_prompts(16), budget_s=args.gpu_minutes * 60)
+        report["gpu"] = gpu_section(
+            runtime, args.model, uniform_prompts(16), budget_s=args.gpu_minutes * 60, auto_prompts=uniform_prompts(128)
+        )
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print("ratios (> 1: decodebench faster): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     print(f"wrote {args.out}")

@@ -3,8 +3,9 @@
 A GPT-2-sized model (GPT2Config's defaults: 12 layers, 768 wide, 50,257-token vocabulary,
 124M parameters) built from its config with random weights, saved in bfloat16 with the
 bundled tokenizer (its ids are a subset of the vocabulary; generated ids beyond it decode
-to nothing, which changes no timing). For several strategies, at batch size 1 and at
-`batch_size: auto`: tokens/s, ms per token (decode time per step, after the first
+to nothing, which changes no timing). For several strategies, at batch size 1 (on a few
+prompts) and at `batch_size: auto` (on more: a job of a sweep cell, so that auto can pick a
+batch larger than a handful of prompts): tokens/s, ms per token (decode time per step, after the first
 token), peak torch memory, and at batch size 1 the fraction of the memory-bandwidth bound
 (weight bytes x tokens/s / the device's memory bandwidth): decoding one row reads every
 weight once per token, so that fraction says how close the engine is to the hardware.
@@ -79,6 +80,8 @@ def _row(result, weight_bytes: int, bandwidth: float | None, batch_size) -> dict
         "joules_per_1k_tokens": None,
         "decode_loop": result.engine["decode_loop"],
     }
+    if "groups" in result.engine["batch_size"]:  # auto sized the job's length buckets apart
+        row["batch_groups"] = result.engine["batch_size"]["groups"]
     energy = [b.energy_j for b in batches]
     if energy and None not in energy and result.new_tokens:
         row["joules_per_1k_tokens"] = round(sum(energy) * 1000 / result.new_tokens, 3)
@@ -88,9 +91,16 @@ def _row(result, weight_bytes: int, bandwidth: float | None, batch_size) -> dict
 
 
 def gpu_section(
-    runtime, tokenizer_from: str, prompts: list[PromptItem], budget_s: float = 240.0, max_new: int = 64, **shape
+    runtime,
+    tokenizer_from: str,
+    prompts: list[PromptItem],
+    budget_s: float = 240.0,
+    max_new: int = 64,
+    auto_prompts: list[PromptItem] | None = None,
+    **shape,
 ):
-    """Every strategy at batch size 1 and auto, within `budget_s` (strategies left over are listed as skipped).
+    """Every strategy at batch size 1 on `prompts` and at auto on `auto_prompts` (default: the same), within
+    `budget_s` (strategies left over are listed as skipped).
 
     `shape` (GPT2Config sizes) shrinks the model: the CPU suite runs the section that way, so
     that its code has run before a GPU host's few minutes are spent on it.
@@ -106,7 +116,7 @@ def gpu_section(
             "memory_bandwidth_gb_s": round(bandwidth / 1e9, 1) if bandwidth else None,
             "bandwidth_source": how,
             "new_tokens_per_prompt": max_new,
-            "prompts": len(prompts),
+            "prompts": {"1": len(prompts), "auto": len(auto_prompts or prompts)},
             "rows": {},
             "skipped": [],
         }
@@ -116,8 +126,9 @@ def gpu_section(
                 if time.perf_counter() - start > budget_s:
                     out["skipped"].append(label)
                     continue
+                these = prompts if batch_size == 1 else (auto_prompts or prompts)
                 spec = job(
-                    model, prompts, name, params, batch_size, max_new, min_new=max_new, dtype="bfloat16", warmup=True
+                    model, these, name, params, batch_size, max_new, min_new=max_new, dtype="bfloat16", warmup=True
                 )
                 result, _ = generate_job(spec, runtime)
                 out["rows"][label] = _row(result, weight_bytes, bandwidth, batch_size)

@@ -101,19 +101,23 @@ def forward_widths(lm, spec, runtime, monkeypatch):
 
 
 class CudaProbe:
-    """`batch_size: auto` as a CUDA runtime answers it, with the fit probe recorded instead of run (it says
-    8 fit): `probe(lm, decoding, spec)` -> (size, info); `asked` lists each probe's (length, rows per
-    prompt). One instance is one runtime's cache of sizes."""
+    """`batch_size: auto` as a CUDA runtime answers it, with the fit probe recorded instead of run: it says
+    `fit(length, cap)` rows fit (default 8): `probe(lm, decoding, spec)` -> (size, info) and
+    `plan(lm, decoding, spec)` -> the job's planned groups, the scorer's size and the record; `asked`
+    lists each probe's (length, rows per prompt). One instance is one runtime's cache of sizes."""
 
-    def __init__(self, runtime, monkeypatch) -> None:
+    def __init__(self, runtime, monkeypatch, fit=lambda length, cap: 8) -> None:
         from types import SimpleNamespace
 
         from worker.engine import batching
 
         self.asked: list[tuple[int, int]] = []
-        monkeypatch.setattr(
-            batching, "cuda_fit", lambda model, dev, length, each, cap: self.asked.append((length, each)) or (8, {})
-        )
+
+        def cuda_fit(model, dev, length, each, cap):
+            self.asked.append((length, each))
+            return fit(length, cap), {}
+
+        monkeypatch.setattr(batching, "cuda_fit", cuda_fit)
         self.runtime = SimpleNamespace(
             device=SimpleNamespace(type="cuda"), cache=runtime.cache, batch_sizes=batching.AutoBatch()
         )
@@ -123,3 +127,8 @@ class CudaProbe:
 
         lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
         return engine_info.auto_batch_size(self.runtime, lm, decoding, spec, lengths)
+
+    def plan(self, lm, decoding, spec):
+        from worker.engine.job import _plan_batches
+
+        return _plan_batches(spec, self.runtime, lm, decoding, [])

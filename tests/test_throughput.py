@@ -227,9 +227,14 @@ def test_the_gpu_benchmark_section_runs_on_the_cpu_at_a_small_shape(tiny_model, 
     from benchmarks.throughput_gpu import STRATEGIES, gpu_section
     from worker.core.contract import PromptItem
 
-    prompts = [PromptItem(id=f"b{i}", prompt=p) for i, p in enumerate(AUSTEN_PROMPTS[:3])]
-    out = gpu_section(runtime, tiny_model, prompts, budget_s=120, max_new=3, n_layer=2, n_embd=32, n_head=2)
-    assert not out["skipped"] and set(out["rows"]) == {f"{n}@{b}" for n, _ in STRATEGIES for b in (1, "auto")}
+    prompts = [PromptItem(id=f"b{i}", prompt=p) for i, p in enumerate(AUSTEN_PROMPTS)]
+    shape = dict(n_layer=2, n_embd=32, n_head=2)
+    out = gpu_section(runtime, tiny_model, prompts[:3], budget_s=120, max_new=3, auto_prompts=prompts, **shape)
+    assert (
+        out["prompts"] == {"1": 3, "auto": len(AUSTEN_PROMPTS)}
+        and not out["skipped"]
+        and set(out["rows"]) == {f"{n}@{b}" for n, _ in STRATEGIES for b in (1, "auto")}
+    )
     assert out["memory_bandwidth_gb_s"] is None and out["bandwidth_source"] == "not a CUDA device"
     assert all(row["tokens_per_s"] > 0 and row["joules_per_1k_tokens"] is None for row in out["rows"].values())
     loops = {label: row["decode_loop"] for label, row in out["rows"].items()}

@@ -19,6 +19,11 @@ variant and one set of generation settings, so a batch never mixes settings.
 Both stop at the shard's size and at `DECODEBENCH_AUTO_BATCH_MAX`. The answer is cached
 per (model, device, prompt-length bucket, max_new_tokens, rows per prompt) in the
 runtime, and what was probed is recorded in the result.
+
+On CUDA a job's prompts are probed per length bucket as well (`length_groups`): where the
+rest of the job fits clearly more rows than its longest prompts, it runs as a group of its
+own at that size (each group its own batches or stream), so that one long prompt does not
+set the batch size of a job of short ones.
 """
 
 from __future__ import annotations
@@ -37,15 +42,51 @@ log = structlog.get_logger("decodebench.batching")
 CPU_PROBE_STEPS = 8
 
 
+def longest_first(lengths: list[int]) -> list[int]:
+    """Indices of the prompts, longest first, ties in the shard's order."""
+    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+
+
 def buckets(lengths: list[int], size: int) -> list[list[int]]:
     """Indices of the prompts, sorted longest first, cut into batches of `size`."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    order = longest_first(lengths)
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def length_bucket(n: int) -> int:
     """The power of two at or above n: prompts of similar length share a cached batch size."""
     return 1 << max(n - 1, 0).bit_length()
+
+
+def length_groups(lengths: list[int], size_for: Callable[[list[int]], int]) -> list[tuple[int, list[int]]]:
+    """The prompts, longest first, in groups that each run at their own batch size: (size, indices).
+
+    Where memory sets the batch size (CUDA), shorter prompts fit more rows. The sorted prompts
+    are cut at each change of length bucket; `size_for(lengths)` is the size that fits the
+    bucket's prompts and every shorter one (the probe plans for the bucket's longest). A
+    bucket starts a group of its own only where that pays: a new group costs about one
+    generation's steps (the group before it drains: its last rows finish while no prompt
+    comes to replace them), and running the n prompts left at size S' instead of the current
+    S saves about n/S - n/S' generations' steps. So a bucket with a larger size starts a group
+    where n (1/S - 1/S') >= 1; any other joins the group before it, whose rows its shorter
+    prompts fit.
+    """
+    order = longest_first(lengths)
+    starts = [
+        i
+        for i in range(len(order))
+        if i == 0 or length_bucket(lengths[order[i]]) != length_bucket(lengths[order[i - 1]])
+    ]
+    groups: list[tuple[int, list[int]]] = []
+    for start, end in zip(starts, [*starts[1:], len(order)]):
+        rest = order[start:]
+        if not groups or len(rest) > groups[-1][0]:  # else n <= S: no size saves a generation's steps
+            size = size_for([lengths[i] for i in rest])
+            if not groups or len(rest) * (size - groups[-1][0]) >= groups[-1][0] * size:  # n (1/S - 1/S') >= 1
+                groups.append((size, order[start:end]))
+                continue
+        groups[-1][1].extend(order[start:end])
+    return groups
 
 
 def rows_per_prompt(config, params: dict[str, Any]) -> int:

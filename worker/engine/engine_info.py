@@ -1,6 +1,6 @@
 """The engine's choices for a job: `batch_size: auto` on the loaded model, and their record in result.json.
 
-`auto_batch_size` wires `worker.engine.batching`'s probes to a loaded model and the job's
+`auto_batch_size` and `auto_groups` wire `worker.engine.batching`'s probes to a loaded model and the job's
 lengths; `engine_record` writes down every choice that makes cells comparable (decoding
 loop, batch size, bucketing, dtype, attention kernels, KV cache, compilation, sampler,
 compactions, energy source).
@@ -53,7 +53,10 @@ def probe_length(decoding, longest: int, max_new: int, every: int) -> int:
 
 
 def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: list[int]) -> tuple[int, dict]:
-    """`batch_size: auto`: the probed size for this model, device and lengths (cached in the runtime)."""
+    """`batch_size: auto`: the probed size for this model, device and lengths (cached in the runtime).
+
+    `lengths`: the job's prompts' token lengths; on CUDA, whose probe reads only the longest and how
+    many there are, those of any part of the job (auto_groups asks per length bucket)."""
     cap = max(1, min(len(lengths), settings.get("auto_batch_max")))
     longest = max(lengths)
     # a step of the own loop may say otherwise (contrastive search's candidates share their row's cache)
@@ -76,11 +79,36 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
             how = "largest batch whose forward pass of prompt + new tokens fits"
             how += f" (a stream's KV buffers: {length} columns)" if decoding.refill else ""
             return size, {"how": how, "fits": probed}
-        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        order = batching.longest_first(lengths)  # indices into job.prompts: the CPU probe times them
         size, rates = batching.cpu_fastest(_cpu_probe(lm, decoding, job, order), cap)
         return size, {"how": "fastest tokens/s in a short probe of the longest prompts", "tokens_per_s": rates}
 
     return runtime.batch_sizes.size(key, probe)
+
+
+def auto_groups(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: list[int]):
+    """`batch_size: auto` for a job: its prompts' indices in groups with their sizes, longest first, and the
+    record. On CUDA each length bucket is probed and may start a group (batching.length_groups); on the
+    CPU, where speed and not memory sets the size, one probe of the longest prompts sizes the job."""
+    if runtime.device.type != "cuda":
+        size, probe = auto_batch_size(runtime, lm, decoding, job, lengths)
+        return [(size, batching.longest_first(lengths))], {"auto": probe, "used": size}
+    probes: list[tuple[int, int, dict]] = []
+
+    def size_for(rest: list[int]) -> int:
+        size, probe = auto_batch_size(runtime, lm, decoding, job, rest)
+        probes.append((max(rest), size, probe))
+        return size
+
+    groups = batching.length_groups(lengths, size_for)
+    info: dict[str, Any] = {"auto": probes[0][2], "used": max(size for size, _ in groups)}
+    if len(probes) > 1:
+        info["buckets"] = [{"longest": n, "batch_size": size, "fits": p.get("fits")} for n, size, p in probes]
+    if len(groups) > 1:
+        info["groups"] = [
+            {"batch_size": size, "prompts": len(ix), "longest": max(lengths[i] for i in ix)} for size, ix in groups
+        ]
+    return groups, info
 
 
 def _loop_name(decoding) -> str:

@@ -29,7 +29,7 @@ from worker.core.logs import job_context
 from worker.engine import generate as gen
 from worker.engine.batching import AutoBatch, buckets
 from worker.engine.device import device_info, resolve_device
-from worker.engine.engine_info import auto_batch_size, engine_record
+from worker.engine.engine_info import auto_groups, engine_record
 from worker.engine.features import FEATURE_METRICS, featurize
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.sampling import generation_seed
@@ -81,8 +81,20 @@ def _provenance(
     }
 
 
-def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, batches, seed_of, notes):
-    """Every batch of the job, measured: [(prompts, BatchOutput)] and the memory readings.
+def _runs(groups, refill: bool) -> list[tuple[list, int | None]]:
+    """What the device runs, in order: (prompts, stream slots or None for a batch). With continuous
+    refill each group of more than one batch is one stream of its batch size's rows."""
+    runs = []
+    for size, batches in groups:
+        if refill and len(batches) > 1:
+            runs.append(([p for batch in batches for p in batch], size))
+        else:
+            runs.extend((batch, None) for batch in batches)
+    return runs
+
+
+def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, groups, seed_of, notes):
+    """Every batch (or stream) of the job, measured: [(prompts, BatchOutput)] and the memory readings.
 
     A batch's host half (copying tokens out, detokenising, cutting at stop strings,
     measuring) runs on a finisher thread while the device runs the next batch, so the
@@ -92,11 +104,8 @@ def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Dec
         torch.cuda.reset_peak_memory_stats(runtime.device)
     energy = EnergyCounter(runtime.device)
     pending = []
-    slots = None
-    if decoding.refill and len(batches) > 1:  # continuous refill: the job is one stream of `slots` rows
-        slots, batches = len(batches[0]), [[p for batch in batches for p in batch]]
     with Sampler(runtime.device) as sampler, ThreadPoolExecutor(1, thread_name_prefix="decodebench-finish") as pool:
-        for batch in batches:
+        for batch, slots in _runs(groups, decoding.refill):
             before = energy.read()
             raws = gen.run_with_oom_retry(lm, decoding, batch, [seed_of[p.id] for p in batch], notes, slots)
             joules = energy.joules(before, energy.read())
@@ -159,7 +168,9 @@ def _features(job: JobSpec, runtime: Runtime, outputs, batch_size: int):
 
 
 def _plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, notes: list[str]):
-    """The shard tokenised once, the batch size (fixed or auto), the length-bucketed batches; and their record."""
+    """The shard tokenised once, the batch size (fixed or auto) and the length-bucketed batches: groups of
+    (size, batches), longest prompts first (several groups only where auto sizes length buckets apart);
+    the size of the first (the longest prompts', which the scorer's batches use) and their record."""
     ids = lm.tokenizer([p.prompt for p in job.prompts])["input_ids"]
     decoding.prompt_ids = {p.id: row for p, row in zip(job.prompts, ids)}
     lengths = [len(row) for row in ids]
@@ -172,16 +183,16 @@ def _plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen
     if decoding.assistant is not None:
         if requested != 1:
             notes.append(f"assisted decoding runs one prompt at a time in transformers: batch_size {requested} -> 1")
-        bs = 1
+        groups, info["used"] = [(1, buckets(lengths, 1))], 1
     elif requested == "auto":
-        bs, probe = auto_batch_size(runtime, lm, decoding, job, lengths)
-        info["auto"] = probe
+        sized, more = auto_groups(runtime, lm, decoding, job, lengths)
+        groups = [(size, [ix[i : i + size] for i in range(0, len(ix), size)]) for size, ix in sized]
+        info.update(more)
     else:
-        bs = requested
-    info["used"] = bs
-    order = buckets(lengths, bs)
+        groups, info["used"] = [(requested, buckets(lengths, requested))], requested
     info["bucketing"] = "prompts sorted by token length (longest first); generations in the shard's order"
-    return [[job.prompts[i] for i in batch] for batch in order], bs, info
+    planned = [(size, [[job.prompts[i] for i in batch] for batch in batches]) for size, batches in groups]
+    return planned, groups[0][0], info
 
 
 def _records(job: JobSpec, outputs, seed_of: dict, scores: dict, features: dict) -> list[GenerationRecord]:
@@ -230,8 +241,8 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
             ModelSpec(path=decoding.assistant_path, dtype=job.model.dtype), runtime.device
         )
     seed_of = {p.id: generation_seed(job.seed, p.id) for p in job.prompts}
-    batches, bs, batch_info = _plan_batches(job, runtime, lm, decoding, notes)
-    outputs, memory = _generate(job, runtime, lm, decoding, batches, seed_of, notes)
+    groups, bs, batch_info = _plan_batches(job, runtime, lm, decoding, notes)
+    outputs, memory = _generate(job, runtime, lm, decoding, groups, seed_of, notes)
     scores, scorer_info = _score(job, runtime, lm, outputs, bs)
     features, featurizer_info = _features(job, runtime, outputs, bs)
     records = _records(job, outputs, seed_of, scores, features)
