@@ -16,6 +16,9 @@ faster:
   the generate() pairs also time decodebench with `refill: false` (`refill_vs_batches`), and
   report the generate() loop's `packing_bound`: the rows x steps it computed per token kept,
   which is what an engine that wasted no row-step could gain at the same cost per step;
+- vs_transformers_cb: against transformers' own continuous batching (`generate_batch`, a
+  paged KV cache) at the same number of requests at once, on the mixed prompts without a
+  stop string (benchmarks/transformers_cb.py; outputs checked identical);
 - beam_vs_generate: the `beam` strategy (4 beams, the mixed prompts, stop string ",") in
   decodebench's beam loop against the hand-written generate() loop with the same beams (the
   outputs are checked identical);
@@ -168,6 +171,19 @@ def ratio(a: dict, b: dict) -> float:
     return round(statistics.median(x / y for x, y in zip(a["rounds"], b["rounds"])), 3)
 
 
+def against(key: str, stats: dict, outputs: dict, other: str, label: str, eos: int, note: str) -> tuple[float, str]:
+    """A pair's ratio (decodebench against `other`) and how many outputs were identical ("same/all"),
+    printed as one line with `note`."""
+    same = sum(strip(a, eos) == strip(b, eos) for a, b in zip(outputs["decodebench"], outputs[other]))
+    identical = f"{same}/{len(outputs[other])}"
+    r = ratio(stats["decodebench"], stats[other])
+    print(
+        f"{key:24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
+        f"{label} {stats[other]['tokens_per_s']:9.1f} tok/s   x{r:.2f}   identical outputs {identical}   {note}"
+    )
+    return r, identical
+
+
 def environment(device: str, runtime: Runtime) -> dict:
     import transformers
 
@@ -205,27 +221,22 @@ def compare_generate(runtime, lm, model, args) -> dict:
         }
         stats, outputs = rounds(sides, args.rounds, runtime.device)
         eos = lm.tokenizer.eos_token_id
-        pairs = zip(outputs["decodebench"], outputs["generate_loop"])
-        same = sum(strip(a, eos) == strip(b, eos) for a, b in pairs)
         tokens = sum(len(strip(row, eos)) for row in outputs["generate_loop"])
+        refill = ratio(stats["decodebench"], stats["decodebench_refill_off"])
+        # rows x steps the generate() loop computed per token it kept: the ratio of an engine that
+        # computed full rows of kept tokens only, at the same cost per step (prefill aside)
+        bound = round(loop.row_steps / tokens, 3)
+        note = f"(refill vs batch after batch x{refill:.2f}; packing bound x{bound:.2f})"
+        r, identical = against(key, stats, outputs, "generate_loop", "generate() loop", eos, note)
         out[key] = {
-            "ratio": ratio(stats["decodebench"], stats["generate_loop"]),
+            "ratio": r,
             **stats,
-            "identical_outputs": f"{same}/{len(prompts)}",
+            "identical_outputs": identical,
             "prompt_tokens": sorted({len(lm.tokenizer(p.prompt)["input_ids"]) for p in prompts}),
             "stop": list(stop),
-            "refill_vs_batches": ratio(stats["decodebench"], stats["decodebench_refill_off"]),
-            # rows x steps the generate() loop computed per token it kept: the ratio of an engine that
-            # computed full rows of kept tokens only, at the same cost per step (prefill aside)
-            "packing_bound": round(loop.row_steps / tokens, 3),
+            "refill_vs_batches": refill,
+            "packing_bound": bound,
         }
-        print(
-            f"{key:24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
-            f"generate() loop {stats['generate_loop']['tokens_per_s']:9.1f} tok/s   "
-            f"x{out[key]['ratio']:.2f}   identical greedy outputs {same}/{len(prompts)}   "
-            f"(refill vs batch after batch x{out[key]['refill_vs_batches']:.2f}; "
-            f"packing bound x{out[key]['packing_bound']:.2f})"
-        )
     return out
 
 
@@ -238,15 +249,10 @@ def compare_beam(runtime, lm, model, args) -> dict:
         "generate_loop": hand_generate(lm, prompts, args.beam_batch, args.new, stop=stop, num_beams=4),
     }
     stats, outputs = rounds(sides, args.rounds, runtime.device)
+    note = f"(4 beams, batch {args.beam_batch}, stop ',')"
     eos = lm.tokenizer.eos_token_id
-    same = sum(strip(a, eos) == strip(b, eos) for a, b in zip(outputs["decodebench"], outputs["generate_loop"]))
-    r = ratio(stats["decodebench"], stats["generate_loop"])
-    print(
-        f"{'beam_vs_generate':24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
-        f"generate() loop {stats['generate_loop']['tokens_per_s']:9.1f} tok/s   x{r:.2f}   "
-        f"identical outputs {same}/{len(prompts)}   (4 beams, batch {args.beam_batch}, stop ',')"
-    )
-    return {"beam_vs_generate": {"ratio": r, **stats, "identical_outputs": f"{same}/{len(prompts)}", "stop": [","]}}
+    r, identical = against("beam_vs_generate", stats, outputs, "generate_loop", "generate() loop", eos, note)
+    return {"beam_vs_generate": {"ratio": r, **stats, "identical_outputs": identical, "stop": [","]}}
 
 
 def pipeline_pair(runtime, model: str, args) -> dict:
@@ -341,23 +347,37 @@ def main() -> None:
         f"{args.prompts} prompts x {args.new} new tokens, batch {args.batch}, "
         f"median of {args.rounds} interleaved rounds"
     )
-    results: dict = {}
-    results.update(compare_generate(runtime, lm, args.model, args))
-    results.update(compare_beam(runtime, lm, args.model, args))
-    results.update(compare_pipeline(runtime, lm, args.model, args))
-    results.update(compare_auto(runtime, lm, args.model, args))
-    results.update(compare_sampler(runtime, lm, args.model, args))
-    ratios = {k: v["ratio"] for k, v in results.items()}
-    report = {**ratios, "details": results, "settings": vars(args), **environment(args.device, runtime)}
-    if runtime.device.type == "cuda":
-        from benchmarks.throughput_gpu import gpu_section
+    from benchmarks.transformers_cb import compare_cb  # it imports this module's helpers
 
-        report["gpu"] = gpu_section(
-            runtime, args.model, uniform_prompts(16), budget_s=args.gpu_minutes * 60, auto_prompts=uniform_prompts(128)
-        )
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print("ratios (> 1: decodebench faster): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    sections = [compare_generate, compare_beam, compare_pipeline, compare_auto, compare_sampler]
+    if runtime.device.type == "cuda":
+        sections.append(gpu)
+    sections.append(compare_cb)  # last: another library's baseline, the likeliest to fail on another release
+    results: dict = {}
+    for section in sections:  # the file is rewritten after each: a run cut short keeps what it measured
+        results.update(section(runtime, lm, args.model, args))
+        ratios = write_report(args, runtime, results, complete=section is sections[-1])
+    print("ratios (> 1: decodebench faster): " + ", ".join(f"{k} {v or float('nan'):.2f}" for k, v in ratios.items()))
     print(f"wrote {args.out}")
+
+
+def gpu(runtime, lm, model, args) -> dict:
+    """The GPU section (benchmarks/throughput_gpu.py), on a CUDA device only."""
+    from benchmarks.throughput_gpu import gpu_section
+
+    budget = args.gpu_minutes * 60
+    return {"gpu": gpu_section(runtime, model, uniform_prompts(16), budget, auto_prompts=uniform_prompts(128))}
+
+
+def write_report(args, runtime, results: dict, complete: bool) -> dict:
+    """benchmarks/results.json (or --out) from the sections so far; the ratios."""
+    details = {k: v for k, v in results.items() if k != "gpu"}
+    ratios = {k: v["ratio"] for k, v in details.items()}
+    report = {**ratios, "details": details, "settings": vars(args), **environment(args.device, runtime)}
+    report.update({"gpu": results["gpu"]} if "gpu" in results else {})
+    report["complete"] = complete  # False: a run cut short (e.g. by scripts/device-checks.sh's time limit)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    return ratios
 
 
 if __name__ == "__main__":

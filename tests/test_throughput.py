@@ -265,7 +265,10 @@ def test_the_benchmark_runner_writes_every_ratio_with_its_sides_and_provenance(t
         assert pair["identical_outputs"] == "8/8" and pair["packing_bound"] >= 1
         assert pair["decodebench"]["tokens_per_s"] > 0 and pair["generate_loop"]["tokens_per_s"] > 0
     assert report["details"]["beam_vs_generate"]["identical_outputs"] == "8/8" and report["beam_vs_generate"] > 0
+    cb = report["details"]["vs_transformers_cb"]  # transformers' continuous batching, the manager destroyed after
+    assert cb["identical_outputs"] == "8/8" and report["vs_transformers_cb"] > 0 and "error" not in cb
     assert report["torch"] and report["transformers"] and report["git_commit"] and report["device"]
+    assert report["complete"] is True  # rewritten after each section; False only in a run cut short
 
 
 def test_the_schedule_benchmark_costs_both_schedules():
