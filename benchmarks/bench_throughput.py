@@ -354,9 +354,10 @@ def main() -> None:
         sections.append(gpu)
     sections.append(compare_cb)  # last: another library's baseline, the likeliest to fail on another release
     results: dict = {}
+    env = environment(args.device, runtime)  # before the first write: the commit and tree the run measures
     for section in sections:  # the file is rewritten after each: a run cut short keeps what it measured
         results.update(section(runtime, lm, args.model, args))
-        ratios = write_report(args, runtime, results, complete=section is sections[-1])
+        ratios = write_report(args, env, results, complete=section is sections[-1])
     print("ratios (> 1: decodebench faster): " + ", ".join(f"{k} {v or float('nan'):.2f}" for k, v in ratios.items()))
     print(f"wrote {args.out}")
 
@@ -369,11 +370,11 @@ def gpu(runtime, lm, model, args) -> dict:
     return {"gpu": gpu_section(runtime, model, uniform_prompts(16), budget, auto_prompts=uniform_prompts(128))}
 
 
-def write_report(args, runtime, results: dict, complete: bool) -> dict:
+def write_report(args, env: dict, results: dict, complete: bool) -> dict:
     """benchmarks/results.json (or --out) from the sections so far; the ratios."""
     details = {k: v for k, v in results.items() if k != "gpu"}
     ratios = {k: v["ratio"] for k, v in details.items()}
-    report = {**ratios, "details": details, "settings": vars(args), **environment(args.device, runtime)}
+    report = {**ratios, "details": details, "settings": vars(args), **env}
     report.update({"gpu": results["gpu"]} if "gpu" in results else {})
     report["complete"] = complete  # False: a run cut short (e.g. by scripts/device-checks.sh's time limit)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
