@@ -280,6 +280,29 @@ def test_auto_batch_size_probes_cuda_memory_once(small_model, cuda_runtime):
     assert generate_job(spec, cuda_runtime)[0].engine["batch_size"]["auto"]["cached"]
 
 
+def test_auto_on_cuda_sizes_length_buckets_apart_and_changes_no_token(small_model, cuda_runtime, monkeypatch):
+    """The fit probes run on this GPU, capped (1 row for the longest prompt's bucket, 2 for the rest) so that
+    the job runs in two groups, the second a stream of 2 rows: every token is the fixed batch's."""
+    from worker.engine import batching
+    from worker.engine.decode import stream_span
+
+    real = batching.cuda_fit
+    long = stream_span(32, 20, 8)  # the probe's length for the bucket of MIXED's longest prompt
+
+    def capped(model, device, length, each, cap):
+        return real(model, device, length, each, min(cap, 1 if length >= long else 2))
+
+    monkeypatch.setattr(batching, "cuda_fit", capped)
+    _, fixed = generate_job(engine_job(small_model, max_new_tokens=20), cuda_runtime)
+    result, grouped = generate_job(engine_job(small_model, max_new_tokens=20, batch_size="auto"), cuda_runtime)
+    info = result.engine["batch_size"]
+    # buckets 32, 16, 8 and 4 probed (the last two could still have fitted 3 or 4 rows); 2 and 1 not
+    assert [g["batch_size"] for g in info["groups"]] == [1, 2]
+    assert [b["batch_size"] for b in info["buckets"]] == [1, 2, 2, 2]
+    assert [b.batch_size for b in result.batches] == [1, 2]
+    assert [r.token_ids for r in grouped] == [r.token_ids for r in fixed]
+
+
 def test_energy_per_batch_from_nvml_where_the_gpu_counts_it(small_model, cuda_runtime):
     from worker.engine.telemetry import EnergyCounter
 
