@@ -37,7 +37,9 @@ def hand_cb(lm, prompts, requests: int, max_new: int):
     config = ContinuousBatchingConfig(
         page_size=PAGE,
         num_blocks=2 * pages,
-        max_batch_tokens=max(256, 4 * requests),
+        # tokens a forward pass may take (prefill chunks and decode rows): on this CPU 256 was the best of
+        # 256-4,096 in a quick sweep (docs/performance.md); a GPU takes whole prefills in one pass
+        max_batch_tokens=2048 if lm.device.type == "cuda" else 256,
         max_requests_per_batch=requests,
         auto_switch_to_flash=False,
     )
