@@ -5,8 +5,8 @@ A GPT-2-sized model (GPT2Config's defaults: 12 layers, 768 wide, 50,257-token vo
 bundled tokenizer (its ids are a subset of the vocabulary; generated ids beyond it decode
 to nothing, which changes no timing). For several strategies, at batch size 1 (on a few
 prompts) and at `batch_size: auto` (on more: a job of a sweep cell, so that auto can pick a
-batch larger than a handful of prompts): tokens/s, ms per token (decode time per step, after the first
-token), peak torch memory, and at batch size 1 the fraction of the memory-bandwidth bound
+batch larger than a handful of prompts): tokens/s, ms per token (decode time per step,
+after the first token), peak torch memory, and at batch size 1 the fraction of the memory-bandwidth bound
 (weight bytes x tokens/s / the device's memory bandwidth): decoding one row reads every
 weight once per token, so that fraction says how close the engine is to the hardware.
 """

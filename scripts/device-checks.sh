@@ -31,9 +31,9 @@ $PY -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__v
 $PY -c "from controller.cli import main; main()" doctor --local --require-gpu 2>&1 | tee "$out/doctor.txt"
 $PY -m pytest tests/test_gpu.py -q -rs -p no:cacheprovider 2>&1 | tee "$out/test_gpu.txt"
 # vs_pipeline at batch 1 on 32 prompts only (the per-prompt loop is slow by design); GPU section 3 minutes.
-# At most 7 minutes (SIGINT, then SIGKILL 30 s later): the results file is rewritten after each section, so a run cut short keeps
-# what it measured ("complete": false); transformers' continuous batching, the last section, is the one
-# most likely to overrun.
+# At most 7 minutes (SIGINT, then SIGKILL 30 s later): the results file is rewritten after each section,
+# so a run cut short keeps what it measured ("complete": false); transformers' continuous batching, the
+# last section, is the one most likely to overrun.
 timeout --signal=INT --kill-after=30 420 $PY benchmarks/bench_throughput.py --device cuda:0 --rounds 3 --batch 32 \
   --pipeline-prompts 32 --pipeline-also --gpu-minutes 3 --out "$out/results_cuda.json" 2>&1 \
   | tee "$out/bench_throughput_cuda.txt"
