@@ -104,7 +104,8 @@ class CudaProbe:
     """`batch_size: auto` as a CUDA runtime answers it, with the fit probe recorded instead of run: it says
     `fit(length, cap)` rows fit (default 8): `probe(lm, decoding, spec)` -> (size, info) and
     `plan(lm, decoding, spec)` -> the job's planned groups, the scorer's size and the record; `asked`
-    lists each probe's (length, rows per prompt). One instance is one runtime's cache of sizes."""
+    lists each probe's (length, rows per prompt), `peaks` its own-loop peak. One instance is one
+    runtime's cache of sizes."""
 
     def __init__(self, runtime, monkeypatch, fit=lambda length, cap: 8) -> None:
         from types import SimpleNamespace
@@ -112,9 +113,11 @@ class CudaProbe:
         from worker.engine import batching
 
         self.asked: list[tuple[int, int]] = []
+        self.peaks: list = []  # each probe's batching.LoopPeak (None: generate()'s one-pass probe)
 
-        def cuda_fit(model, dev, length, each, cap):
+        def cuda_fit(model, dev, length, each, cap, peak=None):
             self.asked.append((length, each))
+            self.peaks.append(peak)
             return fit(length, cap), {}
 
         monkeypatch.setattr(batching, "cuda_fit", cuda_fit)

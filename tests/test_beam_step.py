@@ -110,4 +110,4 @@ def test_the_cuda_probe_plans_num_beams_cache_rows_per_prompt_for_the_beam_step(
     assert decoding.step is engine.BeamStep and decoding.refill
     cuda.probe(lm, decoding, spec)
     rows = [each for _, each in cuda.asked]
-    assert rows == [3]
+    assert rows == [3] and cuda.peaks[0] is not None  # beams' rows, the prompt prefilled into their buffers

@@ -191,3 +191,5 @@ def test_the_cuda_probe_plans_one_cache_row_per_prompt_for_the_own_loops_contras
         cuda.probe(lm, engine.configure_decoding(lm, spec.strategy, spec.generation), spec)
     rows = [each for _, each in cuda.asked]
     assert rows == [1, 5]
+    # the own loop's probe prefills the longest prompt's bucket into its buffers; the batch loop's is one pass
+    assert cuda.peaks[0] is not None and cuda.peaks[1] is None

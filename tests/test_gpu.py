@@ -289,8 +289,8 @@ def test_auto_on_cuda_sizes_length_buckets_apart_and_changes_no_token(small_mode
     real = batching.cuda_fit
     long = stream_span(32, 20, 8)  # the probe's length for the bucket of MIXED's longest prompt
 
-    def capped(model, device, length, each, cap):
-        return real(model, device, length, each, min(cap, 1 if length >= long else 2))
+    def capped(model, device, length, each, cap, peak=None):
+        return real(model, device, length, each, min(cap, 1 if length >= long else 2), peak)
 
     monkeypatch.setattr(batching, "cuda_fit", capped)
     _, fixed = generate_job(engine_job(small_model, max_new_tokens=20), cuda_runtime)

@@ -160,11 +160,26 @@ def test_sampler_distribution_matches_transformers_sampling_chi_square(tiny_mode
 
 
 def test_cuda_fit_doubles_then_backs_off_to_the_largest_size_that_fits(monkeypatch):
-    monkeypatch.setattr(batching, "_fits", lambda model, rows, length, device: rows <= 37 * 2)
+    monkeypatch.setattr(batching, "_fits", lambda model, rows, length, device, peak=None: rows <= 37 * 2)
     size, probed = batching.cuda_fit(None, None, 128, rows_each=2, cap=256)
     assert size == 37 and probed[32] and not probed[64] and not probed[38]
     size, _ = batching.cuda_fit(None, None, 128, rows_each=1, cap=50)
     assert size == 50  # everything fits: the cap
+    # the own loop's probe holds its real peak: a batch takes 90% of the rows that fitted, unless the cap stopped it
+    peak = batching.LoopPeak(prompt=64)
+    assert batching.cuda_fit(None, None, 128, rows_each=2, cap=256, peak=peak)[0] == 33
+    assert batching.cuda_fit(None, None, 128, rows_each=1, cap=50, peak=peak)[0] == 50
+
+
+def test_the_own_loops_probe_fills_its_kv_buffers_and_takes_a_decode_step(tiny_model, runtime):
+    """The CUDA probe's forward passes, run here on the CPU: the own loop's buffers of the planned columns for
+    every row, a prefill and one decode step in them; generate()'s probe is one pass of the whole length."""
+    lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+    for stream in (False, True):  # a stream's probe also prefills an admission into a cache of its own
+        cache = batching.probe_step(lm.model, 6, 40, batching.LoopPeak(16, stream), runtime.device)
+        for layer in cache.layers:
+            assert layer._k.shape[0] == 6 and layer._k.shape[2] == 40 and (layer.lo, layer.hi) == (0, 17)
+    assert batching.probe_step(lm.model, 6, 40, None, runtime.device) is None
 
 
 def test_the_cpu_probe_times_a_size_again_before_one_slow_reading_stops_the_doubling():
@@ -306,3 +321,5 @@ def test_the_cuda_probe_of_a_stream_fits_the_streams_kv_buffers(tiny_model, runt
     bucket = batching.length_bucket(max(lengths))
     fitted = [length for length, _ in cuda.asked]
     assert fitted == [bucket + 40 + 8 + 16, bucket + 40]  # reserve: max(2 x 8, 40 // 4)
+    # the own loop's probe prefills the bucket into those buffers (a stream's, an admission's too)
+    assert cuda.peaks == [batching.LoopPeak(bucket, stream=True), batching.LoopPeak(bucket, stream=False)]

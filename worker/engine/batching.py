@@ -7,11 +7,16 @@ variant and one set of generation settings, so a batch never mixes settings.
 
 `auto_batch_size(...)` finds the batch size for `batch_size: auto`:
 
-- on CUDA, the largest batch that fits: a probe forward pass of B copies of the longest
-  prompt padded to its full length (prompt + max_new_tokens, times the beams or
-  candidates a row carries), which holds at least the KV cache and activations the real
-  generation peaks at; doubling from 1 until out-of-memory, then bisecting back
-  (backoff) between the last size that fitted and the first that did not;
+- on CUDA, the largest batch that fits, doubling from 1 until out-of-memory, then bisecting
+  back (backoff) between the last size that fitted and the first that did not. Where the
+  engine's own loop decodes into its preallocated KV cache, the probe is that loop's peak
+  (`probe_step`): B rows of buffers of the planned columns (times the beams a prompt
+  carries), a prefill of the longest prompt's bucket into them (for a stream, an
+  admission's prefill into a cache of its own as well), a decode step and the sampling
+  step's vocabulary-sized tensors; the batch then takes HEADROOM (90%) of what
+  fitted. Elsewhere (generate(), a strategy's batch loop) it is one forward pass of B
+  copies of the longest prompt padded to prompt + max_new_tokens, which holds more than
+  that cache and its activations ever do;
 - on CPU, where memory is not what limits, the size with the best tokens/s in a short
   timed probe (a few decoding steps of the longest prompts), doubling while it improves
   (a size that looks no faster is timed again with the best before the search stops).
@@ -30,12 +35,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 import torch
 
-from worker.engine.decode import last_logits_only
+from worker.engine.decode import cache_keyword, last_logits_only
+from worker.engine.kvcache import preallocated_cache
 
 log = structlog.get_logger("decodebench.batching")
 
@@ -95,39 +102,90 @@ def rows_per_prompt(config, params: dict[str, Any]) -> int:
     return max(int(config.num_beams or 1), int(params.get("num_beams", 1)), candidates)
 
 
-def _fits(model, rows: int, length: int, device) -> bool:
-    """One forward pass of `rows` x `length` tokens with a cache: False on CUDA out-of-memory."""
-    ids = torch.zeros((rows, length), dtype=torch.long, device=device)
+@dataclass(frozen=True)
+class LoopPeak:
+    """What the engine's own loop holds at its peak besides its KV buffers: a prefill of `prompt` tokens
+    (the longest prompt's bucket) and, for a continuous-refill stream, the newcomers' own cache of their
+    prompts beside the stream's buffers (an admission, before the merge copies them in)."""
+
+    prompt: int
+    stream: bool = False
+
+
+def probe_step(model, rows: int, length: int, peak: LoopPeak | None, device):
+    """What a batch of `rows` rows holds at its peak, allocated and run once; the KV cache it filled (with
+    `peak`; None without), for a look.
+
+    With `peak` (the engine's own loop, whose KV cache is allocated once: kvcache), the
+    buffers of `length` columns, a prefill of the prompt into them, for a stream a second
+    prefill into the newcomers' own cache while the buffers are held, one decode step, and
+    the sampling step's vocabulary-sized tensors (the float64 CDF, a sort's values and
+    indices). Without (generate(), whose cache grows by concatenation, and the strategies'
+    batch loops), one forward pass of `length` tokens, which holds more than that cache and
+    its activations ever do.
+    """
     extra = last_logits_only(model)
-    try:
-        with torch.inference_mode():
+    with torch.inference_mode():
+        if peak is None:
+            ids = torch.zeros((rows, length), dtype=torch.long, device=device)
             model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **extra)
+            return None
+        keyword, cache = cache_keyword(model), preallocated_cache(model, length, rows)
+        ids = torch.zeros((rows, peak.prompt), dtype=torch.long, device=device)
+        prefill = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": True, **extra}
+        model(**prefill, **{keyword: cache})
+        if peak.stream:  # an admission of `rows` newcomers, whose prefill goes to a cache of their own
+            model(**prefill, **{keyword: preallocated_cache(model, peak.prompt, rows)})
+        attn = torch.ones((rows, peak.prompt + 1), dtype=torch.long, device=device)
+        position = torch.full((rows, 1), peak.prompt, dtype=torch.long, device=device)
+        step = {"attention_mask": attn, "position_ids": position, "use_cache": True, keyword: cache}
+        out = model(input_ids=ids[:, :1], **step)
+        logits = out.logits[:, -1].float()
+        ranked = torch.sort(logits, dim=-1)
+        cdf = logits.double().cumsum(dim=-1)
+        del ranked, cdf
+        return cache
+
+
+def _fits(model, rows: int, length: int, device, peak: LoopPeak | None = None) -> bool:
+    """`probe_step` on a CUDA device: False on out-of-memory."""
+    try:
+        probe_step(model, rows, length, peak, device)
         torch.cuda.synchronize(device)
         return True
     except torch.cuda.OutOfMemoryError:
         return False
     finally:
-        del ids
         torch.cuda.empty_cache()
 
 
-def cuda_fit(model, device, length: int, rows_each: int, cap: int) -> tuple[int, dict[int, bool]]:
-    """The largest batch (<= cap) whose probe fits, doubling then bisecting; and what was probed."""
+HEADROOM = 0.9  # of the rows that fitted the own loop's peak, what a batch uses (see cuda_fit)
+
+
+def cuda_fit(model, device, length: int, rows_each: int, cap: int, peak: LoopPeak | None = None):
+    """The largest batch (<= cap) whose probe fits, doubling then bisecting; and what was probed.
+
+    With `peak`, the probe holds the own loop's real peak (`probe_step`), not a bound above
+    it, so where memory and not the cap stops the search, the batch takes HEADROOM of the
+    rows that fitted: room for what the probe does not hold (the allocator's fragmentation
+    over a stream's admissions, the host copies of finished batches)."""
     probed: dict[int, bool] = {}
     good, bad, size = 0, None, 1
     while size <= cap:
-        probed[size] = _fits(model, size * rows_each, length, device)
+        probed[size] = _fits(model, size * rows_each, length, device, peak)
         if not probed[size]:
             bad = size
             break
         good, size = size, size * 2
     if bad is None and good < cap:  # the cap itself, if doubling stepped over it
-        probed[cap] = _fits(model, cap * rows_each, length, device)
+        probed[cap] = _fits(model, cap * rows_each, length, device, peak)
         good, bad = (cap, None) if probed[cap] else (good, cap)
     while bad is not None and bad - good > 1:  # backoff: bisect between what fitted and what did not
         mid = (good + bad) // 2
-        probed[mid] = _fits(model, mid * rows_each, length, device)
+        probed[mid] = _fits(model, mid * rows_each, length, device, peak)
         good, bad = (mid, bad) if probed[mid] else (good, mid)
+    if bad is not None and peak is not None:
+        good = int(good * HEADROOM)
     return max(good, 1), probed
 
 

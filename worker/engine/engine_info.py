@@ -16,6 +16,7 @@ from worker.core.contract import BatchTiming, JobSpec
 from worker.engine import batching
 from worker.engine import generate as gen
 from worker.engine.decode import prepared_mask, stream_span
+from worker.engine.kvcache import preallocated_cache
 from worker.engine.models import LoadedModel
 from worker.engine.modifiers import build_modifiers
 from worker.engine.telemetry import EnergyCounter
@@ -52,6 +53,16 @@ def probe_length(decoding, longest: int, max_new: int, every: int) -> int:
     return stream_span(bucket, max_new, every) if decoding.refill else bucket + max_new
 
 
+def loop_peak(lm: LoadedModel, decoding, longest: int) -> batching.LoopPeak | None:
+    """What the CUDA probe runs in the own loop's preallocated KV buffers (a prefill of the longest prompt's
+    bucket; for a stream, an admission's too), or None where the job runs elsewhere (generate(), a
+    strategy's batch loop) or the model's cache is transformers' own: there the probe is one forward
+    pass of the whole length."""
+    if not decoding.own_loop or preallocated_cache(lm.model, 1) is None:
+        return None
+    return batching.LoopPeak(batching.length_bucket(longest), stream=decoding.refill)
+
+
 def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: list[int]) -> tuple[int, dict]:
     """`batch_size: auto`: the probed size for this model, device and lengths (cached in the runtime).
 
@@ -75,9 +86,17 @@ def auto_batch_size(runtime, lm: LoadedModel, decoding, job: JobSpec, lengths: l
     def probe() -> tuple[int, dict[str, Any]]:
         if runtime.device.type == "cuda":
             length = probe_length(decoding, longest, max_new, gen.check_every(runtime.device))
-            size, probed = batching.cuda_fit(lm.model, runtime.device, length, rows_each, cap)
-            how = "largest batch whose forward pass of prompt + new tokens fits"
-            how += f" (a stream's KV buffers: {length} columns)" if decoding.refill else ""
+            peak = loop_peak(lm, decoding, longest)
+            size, probed = batching.cuda_fit(lm.model, runtime.device, length, rows_each, cap, peak)
+            if peak is None:
+                how = "largest batch whose forward pass of prompt + new tokens fits"
+            else:
+                admission = ", an admission's prefill" if peak.stream else ""
+                how = (
+                    f"{batching.HEADROOM:.0%} of the largest batch that fits its KV buffers of {length} columns,"
+                    f" a prefill of {peak.prompt} tokens{admission}, a decode step and the sampling tensors"
+                )
+            how += " (a stream's KV buffers)" if decoding.refill else ""
             return size, {"how": how, "fits": probed}
         order = batching.longest_first(lengths)  # indices into job.prompts: the CPU probe times them
         size, rates = batching.cpu_fastest(_cpu_probe(lm, decoding, job, order), cap)
