@@ -61,8 +61,8 @@ def hand_cb(lm, prompts, requests: int, max_new: int):
 def compare_cb(runtime, lm, model, args) -> dict:
     """vs_transformers_cb: decodebench (continuous refill, batch `args.batch`) against generate_batch."""
     prompts = mixed_prompts(lm.tokenizer, args.prompts)
-    theirs = hand_cb(lm, prompts, args.batch, args.new)
-    try:
+    try:  # building the side imports transformers' continuous batching: inside, so a release without it is recorded
+        theirs = hand_cb(lm, prompts, args.batch, args.new)
         theirs()  # builds and warms the manager, untimed (as decodebench's model warm-up is)
         sides = {"decodebench": ours(runtime, job(model, prompts, batch_size=args.batch, max_new=args.new))}
         sides["transformers_cb"] = theirs
@@ -71,7 +71,9 @@ def compare_cb(runtime, lm, model, args) -> dict:
         print(f"{'vs_transformers_cb':24s} not run: {type(err).__name__}: {err}")
         return {"vs_transformers_cb": {"ratio": None, "error": f"{type(err).__name__}: {err}"}}
     finally:
-        lm.model.destroy_cached_continuous_batching_manager()
+        destroy = getattr(lm.model, "destroy_cached_continuous_batching_manager", None)
+        if destroy is not None:
+            destroy()
     note = f"({args.batch} requests at once, no stop string)"
     eos = lm.tokenizer.eos_token_id
     r, identical = against("vs_transformers_cb", stats, outputs, "transformers_cb", "generate_batch", eos, note)

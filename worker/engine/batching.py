@@ -54,10 +54,14 @@ def longest_first(lengths: list[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
 
 
+def cut(order: list[int], size: int) -> list[list[int]]:
+    """`order` in batches of `size` (the last may be smaller)."""
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
 def buckets(lengths: list[int], size: int) -> list[list[int]]:
     """Indices of the prompts, sorted longest first, cut into batches of `size`."""
-    order = longest_first(lengths)
-    return [order[i : i + size] for i in range(0, len(order), size)]
+    return cut(longest_first(lengths), size)
 
 
 def length_bucket(n: int) -> int:

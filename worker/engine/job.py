@@ -27,7 +27,7 @@ from worker.core import paths, settings
 from worker.core.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
 from worker.core.logs import job_context
 from worker.engine import generate as gen
-from worker.engine.batching import AutoBatch, buckets
+from worker.engine.batching import AutoBatch, buckets, cut
 from worker.engine.device import device_info, resolve_device
 from worker.engine.engine_info import auto_groups, engine_record
 from worker.engine.features import FEATURE_METRICS, featurize
@@ -186,7 +186,7 @@ def _plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen
         groups, info["used"] = [(1, buckets(lengths, 1))], 1
     elif requested == "auto":
         sized, more = auto_groups(runtime, lm, decoding, job, lengths)
-        groups = [(size, [ix[i : i + size] for i in range(0, len(ix), size)]) for size, ix in sized]
+        groups = [(size, cut(ix, size)) for size, ix in sized]
         info.update(more)
     else:
         groups, info["used"] = [(requested, buckets(lengths, requested))], requested
