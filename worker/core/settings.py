@@ -29,7 +29,7 @@ _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 def check_tenant(tenant: str) -> str:
     """Tenants name a store prefix and a queue: keep them to safe characters (ValueError if not)."""
-    if not isinstance(tenant, str) or not _TENANT.match(tenant):
+    if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):  # fullmatch: `$` would pass "team-a\n"
         raise ValueError(f"tenant {tenant!r} must be 1-63 letters, digits, '.', '_' or '-'")
     return tenant
 

@@ -4,7 +4,10 @@
       - name: team-a
         weight: 3                      # share of worker time against the other tenants
         max_running: 4                 # jobs running at once, across all workers
-        models: [/models/austen-tiny]  # optional: the only model paths its jobs may use
+        models: [/models/austen-tiny, gpt2@e7da7f2]  # optional: the only models (path[@revision]) its jobs may load
+        trust_remote_code: false       # may its jobs run a checkpoint's own code
+        quota: {queued_jobs: 20000, queued_mb: 512, sweeps_in_flight: 20}
+        rate_limit: 600                # requests a minute per token at the submission server
         redis_password_env: TEAM_A_REDIS_PASSWORD
         secrets: {redis: team-a-redis, s3: team-a-s3}
     worker: {redis_password_env: WORKER_REDIS_PASSWORD, secret: decodebench-worker-redis}
@@ -13,7 +16,11 @@
 Credentials are referenced (an environment variable name, a Kubernetes Secret name), never
 written inline: an unknown key such as `password:` is refused like any other. A bad file is
 one line naming the field (UsageError, exit 2). The worker reads weights, quotas and allowed
-models from it (DECODEBENCH_TENANTS_FILE); `decodebench tenants acl` renders Redis users.
+models from it (DECODEBENCH_TENANTS_FILE); the submission server its quotas, rate limit and
+policy; `decodebench tenants acl` renders Redis users.
+
+A tenant's name is its store prefix and queue name: 1-63 letters, digits, '.', '_', '-', the
+whole string (no trailing newline), and none of the names of the deployment's own Redis users.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from worker.core.errors import UsageError
 from worker.core.settings import check_tenant
 
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The deployment's own Redis users (and Redis's `default`): never a tenant's name.
+RESERVED = ("default", "server", "worker", "keda", "exporter")
 _SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a Kubernetes object name
 
 
@@ -53,13 +62,32 @@ class Secrets(_Strict):
     _names = field_validator("redis", "s3")(classmethod(lambda cls, v: _secret_name(v)))
 
 
+class Quota(_Strict):
+    """What a tenant may hold in the shared Redis at once, checked by the submission server at submit."""
+
+    queued_jobs: int = Field(default=100_000, ge=1, description="Jobs queued (not yet started) at once.")
+    queued_mb: float = Field(default=1024.0, gt=0, description="MiB of queued job payloads (prompts included) at once.")
+    sweeps_in_flight: int = Field(default=50, ge=1, description="Sweeps with jobs still queued or running.")
+
+    @property
+    def queued_bytes(self) -> int:
+        return int(self.queued_mb * 1024 * 1024)
+
+
 class Tenant(_Strict):
     name: str = Field(description="Tenant name: queues decodebench.<name>.*, keys decodebench:<name>:*, store <name>/.")
     weight: float = Field(default=1.0, gt=0, description="Share of worker time relative to the other tenants.")
     max_running: int | None = Field(default=None, ge=1, description="Jobs running at once across all workers.")
     models: list[str] | None = Field(
-        default=None, description="Model paths or hub ids its jobs may use (any if unset)."
+        default=None,
+        description="Models its jobs may load as model, scorer, assistant or featurizer: a path or hub id (any "
+        "revision) or `path@revision` (that revision only). Unset: any.",
     )
+    trust_remote_code: bool = Field(
+        default=False, description="Whether its jobs may load a model with trust_remote_code (a checkpoint's code)."
+    )
+    quota: Quota = Field(default_factory=Quota, description="Queued jobs, payload bytes and sweeps it may hold.")
+    rate_limit: int = Field(default=600, ge=1, description="Requests a minute per token at the submission server.")
     redis_password_env: str | None = Field(
         default=None, description="Environment variable holding the tenant's Redis password (for the ACL file)."
     )
@@ -70,7 +98,15 @@ class Tenant(_Strict):
     def _name(cls, value: str) -> str:
         if "/" in value:
             raise ValueError("must not contain '/' (it names a store prefix)")
+        if value in RESERVED:
+            raise ValueError(f"{value!r} is reserved (the names {', '.join(RESERVED)} are the deployment's own)")
         return check_tenant(value)
+
+    def allows_model(self, path: str, revision: str | None) -> bool:
+        """Whether `path` at `revision` is among its models (`path` or `path@revision`; unset: any)."""
+        if self.models is None:
+            return True
+        return path in self.models or (revision is not None and f"{path}@{revision}" in self.models)
 
     _env = field_validator("redis_password_env")(classmethod(lambda cls, v: _env_name(v)))
 
