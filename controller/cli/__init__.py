@@ -49,9 +49,9 @@ def main(log_format: str, log_level: str, debug: bool) -> None:
     configure(log_format, log_level)
 
 
-from controller.cli import distributed, local, ops, rate, report, tenants  # noqa: E402  (the commands)
+from controller.cli import distributed, local, ops, rate, report, serve, tenants  # noqa: E402  (the commands)
 
-for _module in (local, distributed, report, rate, ops, tenants):
+for _module in (local, distributed, report, rate, ops, tenants, serve):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

@@ -28,8 +28,11 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) 
         return
     if not spec_path:
         raise UsageError("validate: give a SPEC file (or --schema)")
+    from controller.spec.context import check_context
+
     spec = load_spec(spec_path)
     jobs = plan(spec, tenant)
+    check_context(jobs)
     s = summarize_plan(jobs)
     click.echo(f"{spec_path}: valid")
     click.echo(

@@ -17,14 +17,15 @@ from worker.core.errors import ServiceError, UsageError
 @options.tenant
 @click.option("--require-gpu", is_flag=True, help="Fail when CUDA or NVML is not available (on GPU workers).")
 @click.option("--local", is_flag=True, help="Local mode only: Redis is not required.")
+@options.api
 @options.redis_url
 @options.store
-def doctor(tenant: str, require_gpu: bool, local: bool, redis_url: str, store: str) -> None:
-    """Check torch/CUDA, NVML, GPUs and their free memory, Redis and the store."""
+def doctor(tenant: str, require_gpu: bool, local: bool, api: str | None, redis_url: str, store: str) -> None:
+    """Check torch/CUDA, NVML, GPUs and their free memory, Redis (or the submission server) and the store."""
     from controller.ops.doctor import FAIL, NOTE, check_nvml, check_redis, check_store, check_torch
 
     results = [*check_torch(require_gpu), *check_nvml(require_gpu)]
-    redis_check = check_redis(redis_url, tenant)
+    redis_check = _check_server(api) if api else check_redis(redis_url, tenant)
     if local and redis_check[0] == FAIL:
         redis_check = (NOTE, "redis", redis_check[2] + " (not needed with --local)")
     results += [redis_check, check_store(store)]
@@ -35,6 +36,22 @@ def doctor(tenant: str, require_gpu: bool, local: bool, redis_url: str, store: s
     click.echo(f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "all required checks passed")
     if failed:
         sys.exit(1)
+
+
+def _check_server(api: str) -> tuple[str, str, str]:
+    """With --api a tenant has no Redis credentials: the server must answer and know the token."""
+    from controller.ops.doctor import FAIL, PASS
+    from controller.server.client import connect
+    from worker.core.errors import DecodebenchError
+
+    try:
+        with connect(api) as client:
+            who = client.call("GET", "/v1/whoami")
+            client.call("GET", "/readyz")
+    except DecodebenchError as err:
+        return FAIL, "server", str(err)
+    acts = f"tenant {who['tenant']}" if who.get("tenant") else "no tenant"
+    return PASS, "server", f"{api} ready; token {who['token_id']} acts for {acts}{' (admin)' if who['admin'] else ''}"
 
 
 _namespace = settings.option("namespace", "--namespace", "-n")

@@ -21,3 +21,6 @@ priority = click.option(
     show_default=True,
     help="Queue priority: workers take high before normal before low.",
 )
+api = settings.option(
+    "api_url", "--api", "api", help="Submission server URL (DECODEBENCH_API_URL); the tenant comes from your token."
+)

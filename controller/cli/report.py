@@ -40,12 +40,25 @@ FORMATS = tuple(paths.REPORT_FILES)
 )
 @settings.option("store", "--store", "store_url")
 @options.tenant
+@options.api
 def report(
-    sweep: str, fmt_name: str, out: Path | None, compare_to: str | None, n_boot: int, store_url: str, tenant: str
+    sweep: str,
+    fmt_name: str,
+    out: Path | None,
+    compare_to: str | None,
+    n_boot: int,
+    store_url: str,
+    tenant: str,
+    api: str | None,
 ) -> None:
-    """Aggregate SWEEP's complete jobs into report/summary.* and report/report.html."""
+    """Aggregate SWEEP's complete jobs into report/summary.* and report/report.html.
+
+    The results are read from the store with your own credentials; with --api, the server
+    says which tenant your token acts as (the store prefix to read)."""
     if compare_to is not None and fmt_name == "html":
         raise UsageError("--compare writes md, csv, json or parquet, not html")
+    if api:
+        tenant = _token_tenant(api)
     from controller.report.compare import compare
     from controller.report.format import compare_table, markdown_table
     from controller.report.write import build, comparison_bytes, render, write_comparison, write_reports
@@ -74,3 +87,15 @@ def report(
 
 
 COMMANDS = [report]
+
+
+def _token_tenant(api: str) -> str:
+    from controller.cli.backend import no_tenant_flag
+    from controller.server.client import connect
+
+    no_tenant_flag()
+    with connect(api) as client:
+        who = client.call("GET", "/v1/whoami")
+    if not who.get("tenant"):
+        raise UsageError(f"token {who.get('token_id')!r} acts for no tenant: it cannot read sweeps")
+    return settings.tenant(who["tenant"])

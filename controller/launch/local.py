@@ -12,6 +12,7 @@ from pathlib import Path
 
 import structlog
 
+from controller.spec.context import check_context
 from controller.spec.load import load_spec
 from controller.spec.models import SweepSpec
 from controller.spec.plan import plan, summarize_plan
@@ -70,6 +71,7 @@ def run_sweep(
         spec = load_spec(spec)
     runtime = Runtime(device)  # a device that does not exist fails before anything is written
     jobs = plan(spec, tenant)
+    check_context(jobs)
     outcome = RunOutcome(jobs[0].sweep_id)
     save_sweep(store, spec, jobs, tenant, mode="local")
     complete = store.complete_job_ids(tenant, outcome.sweep_id)

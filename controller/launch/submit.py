@@ -9,10 +9,11 @@ the enqueue, so `decodebench status` reads a few counters whatever the sweep's s
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worker import sweepstate
-from worker.core import keys, settings
+from worker.core import keys, settings, signing
 from worker.core.contract import JobSpec, JobStatus
 from worker.core.errors import UsageError
 from worker.sweepstate.transitions import CHUNK, Lua
@@ -89,7 +90,7 @@ def _to_enqueue(
     return todo
 
 
-def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy) -> list[str]:
+def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy, key: bytes) -> list[str]:
     """Mark the jobs queued and write their RQ jobs, CHUNK jobs per round trip; their ids."""
     enqueued: list[str] = []
     template = rq_template(queue, policy)
@@ -104,7 +105,7 @@ def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy) -> list[str]:
                 JobStatus.QUEUED,
                 pipeline=pipe,
             )
-            bulk_enqueue(conn, queue, template, [job for job, _ in part], pipeline=pipe)
+            bulk_enqueue(conn, queue, template, [job for job, _ in part], pipeline=pipe, key=key)
             pipe.execute()
         enqueued += [job.job_id for job, _ in part]
     return enqueued
@@ -127,13 +128,18 @@ def enqueue_jobs(
     tenant: str,
     priority: str = "normal",
     *,
+    key: bytes,
     retry_failed: bool = False,
     retries: int | None = None,
     name: str = "",
+    admit: Callable[[list[JobSpec]], None] | None = None,
 ) -> SubmitOutcome:
-    """Record the sweep in Redis and enqueue the jobs that are missing (or failed, with retry_failed).
+    """Record the sweep in Redis and enqueue the jobs that are missing (or failed, with retry_failed),
+    each signed with `key` (`worker.core.signing`: workers run only signed jobs).
 
-    Idempotent: a job that is done, queued or running is not enqueued again.
+    Idempotent: a job that is done, queued or running is not enqueued again. `admit`, if
+    given, sees the jobs about to be enqueued before anything is written and may refuse them
+    by raising (the submission server's quota).
     """
     from rq import Queue
     from rq.serializers import JSONSerializer
@@ -146,6 +152,8 @@ def enqueue_jobs(
     todo = _to_enqueue(conn, jobs, tenant, out, retry_failed)
     if out.cancelled and not retry_failed:
         return out  # a cancelled sweep resumes only on purpose
+    if admit is not None:
+        admit([job for job, _ in todo])
     retry_from = [j.job_id for j, s in todo if s in (JobStatus.FAILED, JobStatus.CANCELLED)]
     queue = Queue(qname, connection=conn, serializer=JSONSerializer, job_class=keys.rq_job_class(tenant))
     sweepstate.prune_expired_sweeps(conn, tenant)
@@ -168,7 +176,7 @@ def enqueue_jobs(
         _drop_from_registries(pipe, tenant, retry_from)
         sweepstate.forget_losses(pipe, tenant, retry_from)
         pipe.execute()
-    out.enqueued = _enqueue(conn, queue, todo, retry_policy(retries))
+    out.enqueued = _enqueue(conn, queue, todo, retry_policy(retries), key)
     sweepstate.expire_sweep(conn, tenant, sweep_id, int(settings.get("sweep_ttl_days") * 86400))
     return out
 
@@ -176,18 +184,20 @@ def enqueue_jobs(
 # RQ's own enqueue_many builds a Job object per job (~0.5 ms of CPU each): too slow for
 # 100,000 jobs. bulk_enqueue writes the very hashes RQ would: the fields common to all jobs
 # come from RQ's Job.to_dict() of a template job, the per-job ones (data, description, meta,
-# timeout) are serialised as Job.to_dict() does, and one Lua call per chunk stores them and
-# pushes the ids. tests/test_queue.py checks the result against RQ's enqueue_many.
+# timeout) are serialised as Job.to_dict() does, and one Lua call per chunk stores them, with
+# the signature of each job's stored data (`decodebench_sig`), and pushes the ids.
+# tests/test_queue.py checks the result against RQ's enqueue_many.
 _BULK_ENQUEUE = Lua("""
 local n = tonumber(ARGV[1])
 local template = {}
 for i = 2, 2 * n + 1 do template[#template + 1] = ARGV[i] end
 local ids = {}
-for i = 2 * n + 2, #ARGV, 6 do
+for i = 2 * n + 2, #ARGV, 7 do
   local key = ARGV[i]
   redis.call('DEL', key)
   redis.call('HSET', key, unpack(template))
-  redis.call('HSET', key, 'data', ARGV[i + 2], 'description', ARGV[i + 3], 'meta', ARGV[i + 4], 'timeout', ARGV[i + 5])
+  redis.call('HSET', key, 'data', ARGV[i + 2], 'description', ARGV[i + 3], 'meta', ARGV[i + 4], 'timeout', ARGV[i + 5],
+    'decodebench_sig', ARGV[i + 6])
   ids[#ids + 1] = ARGV[i + 1]
   if #ids == 1000 then
     redis.call('RPUSH', KEYS[1], unpack(ids))
@@ -197,7 +207,7 @@ end
 if #ids > 0 then redis.call('RPUSH', KEYS[1], unpack(ids)) end
 return 1
 """)
-PER_JOB_FIELDS = ("data", "description", "meta", "timeout")
+PER_JOB_FIELDS = ("data", "description", "meta", "timeout", signing.SIG_FIELD)
 
 
 def rq_template(queue, policy) -> dict:
@@ -218,32 +228,42 @@ def rq_template(queue, policy) -> dict:
     return {k: v for k, v in fields.items() if k not in PER_JOB_FIELDS}
 
 
-def rq_job_fields(job: JobSpec) -> tuple[bytes, str, bytes, int]:
-    """(data, description, meta, timeout) of one job, serialised as RQ's JSONSerializer and to_dict do."""
+def rq_job_fields(job: JobSpec, key: bytes) -> tuple[bytes, str, bytes, int, str]:
+    """(data, description, meta, timeout, signature) of one job, serialised as RQ's JSONSerializer and
+    to_dict do; the signature covers the stored (compressed) data, the tenant and the job id."""
     import json
     import zlib
 
     data = b'["' + keys.RQ_FUNCTION.encode() + b'", null, [' + job.model_dump_json().encode() + b"], {}]"
     meta = json.dumps({"tenant": job.tenant, "sweep_id": job.sweep_id, "cell": job.cell}).encode()
     description = f"decodebench {job.cell} seed={job.seed} shard={job.shard + 1}/{job.n_shards}"
-    return zlib.compress(data, 1), description, meta, job_timeout(job)
+    stored = zlib.compress(data, 1)
+    return stored, description, meta, job_timeout(job), signing.sign(key, job.tenant, job.job_id, stored)
 
 
-def bulk_enqueue(conn, queue, template: dict, jobs: list[JobSpec], *, pipeline) -> None:
+def bulk_enqueue(conn, queue, template: dict, jobs: list[JobSpec], *, pipeline, key: bytes) -> None:
     """One Lua call writes the jobs' hashes (`queue.job_class`'s keys) and pushes their ids; the
     queue joins RQ's queue set by a plain SADD (a tenant's Redis user may only SADD that set)."""
     args: list = [len(template)]
     for k, v in template.items():
         args += [k, v]
     for job in jobs:
-        args += [queue.job_class.key_for(job.job_id), job.job_id, *rq_job_fields(job)]
+        args += [queue.job_class.key_for(job.job_id), job.job_id, *rq_job_fields(job, key)]
     client = pipeline or conn
     _BULK_ENQUEUE(client, [queue.key], args)
     client.sadd(queue.redis_queues_keys, queue.key)
 
 
 def submit(
-    conn, store, spec, tenant: str, priority: str = "normal", *, retry_failed: bool = False, retries: int | None = None
+    conn,
+    store,
+    spec,
+    tenant: str,
+    priority: str = "normal",
+    *,
+    key: bytes,
+    retry_failed: bool = False,
+    retries: int | None = None,
 ) -> SubmitOutcome:
     """Plan the sweep, store its spec and plan (once), enqueue its jobs grouped by model."""
     from controller.launch.local import save_sweep
@@ -251,13 +271,25 @@ def submit(
 
     jobs = plan(spec, tenant)
     save_sweep(store, spec, jobs, tenant, mode="distributed")
-    return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=retry_failed, retries=retries, name=spec.name)
+    return enqueue_jobs(
+        conn, jobs, tenant, priority, key=key, retry_failed=retry_failed, retries=retries, name=spec.name
+    )
 
 
 def retry(
-    conn, store, tenant: str, sweep_id: str, priority: str = "normal", retries: int | None = None
+    conn,
+    store,
+    tenant: str,
+    sweep_id: str,
+    priority: str = "normal",
+    retries: int | None = None,
+    *,
+    key: bytes,
+    admit: Callable[[list[JobSpec]], None] | None = None,
+    check: Callable[[list[JobSpec]], None] | None = None,
 ) -> SubmitOutcome:
-    """Enqueue the failed and cancelled jobs of a submitted sweep again (from its stored spec)."""
+    """Enqueue the failed and cancelled jobs of a submitted sweep again (from its stored spec);
+    `check` sees the re-planned jobs first (the server's policy), `admit` those to enqueue."""
     from controller.spec.load import stored_spec
     from controller.spec.plan import plan
 
@@ -267,4 +299,6 @@ def retry(
         raise UsageError(
             f"sweep {sweep_id}: its prompts changed since it was submitted (now {jobs[0].sweep_id}); submit it again"
         )
-    return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=True, retries=retries, name=spec.name)
+    if check is not None:
+        check(jobs)
+    return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=True, retries=retries, name=spec.name, admit=admit)

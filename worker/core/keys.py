@@ -9,12 +9,18 @@ all live under `decodebench:<tenant>:…`:
     decodebench:<t>:doctor                   string  probe written by `decodebench doctor` (expires)
     decodebench:<t>:slots                    zset  job id -> deadline: the tenant's running slots (max_running)
     decodebench:<t>:usage                    zset  "<start> <end> <job>" -> end: worker time of the last hour
+    decodebench:<t>:submit                   string  the submission server's lock on the tenant's quota (expires)
     decodebench:<t>:sweep:<id>:meta          hash  name, queue, n_jobs, created/started/finished, tokens, cancelled
     decodebench:<t>:sweep:<id>:state         hash  job id -> queued|running|done|failed|cancelled
     decodebench:<t>:sweep:<id>:cells         hash  job id -> cell
     decodebench:<t>:sweep:<id>:counts        hash  "<cell>|<state>" -> number of jobs
     decodebench:<t>:sweep:<id>:failures      hash  job id -> first line of the failure reason
     decodebench:<t>:sweep:<id>:recent        list  finish times of the last jobs (throughput, ETA)
+
+The submission server's own keys live under `decodebench:server:…` (`server` is a reserved
+tenant name, so they never meet a tenant's):
+
+    decodebench:server:rate:<token id>:<minute>  string  requests of one token in one minute (expires)
 
 A sweep's keys expire DECODEBENCH_SWEEP_TTL_DAYS (default 30) after its last submit or retry.
 RQ queues are named `decodebench.<tenant>.<priority>` (the Helm chart relies on it).
@@ -67,6 +73,16 @@ def usage(tenant: str) -> str:
 def doctor(tenant: str) -> str:
     """Probe key written and deleted by `decodebench doctor`."""
     return f"{_t(tenant)}:doctor"
+
+
+def submit_lock(tenant: str) -> str:
+    """Held by the submission server while it checks the tenant's quota and enqueues."""
+    return f"{_t(tenant)}:submit"
+
+
+def rate(token_id: str, minute: int) -> str:
+    """Requests of one token in one minute (the server's rate limit)."""
+    return f"{PREFIX}:server:rate:{token_id}:{minute}"
 
 
 def sweep(tenant: str, sweep_id: str, part: str) -> str:

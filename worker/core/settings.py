@@ -77,9 +77,27 @@ _SETTINGS = [
     Setting(
         "tenants_file",
         None,
-        "Tenants file (YAML): weights, max_running and allowed models the workers enforce.",
+        "Tenants file (YAML): the weights, quotas and model policy the workers and the submission server enforce.",
+        scope="both",
+    ),
+    Setting(
+        "signing_key_file",
+        None,
+        "File holding the key (32+ bytes) that signs job payloads; shared by the submission server and the "
+        "workers (the chart mounts a Secret). Workers refuse to start without it.",
+    ),
+    Setting(
+        "max_job_mb",
+        16,
+        "Largest job payload a worker inflates, in MiB (decompressed); a larger one fails for good.",
+        int,
         scope="worker",
     ),
+    # per-job cost limits (worker.core.policy), applied by validate, the submission server and the workers
+    Setting("max_num_beams", 64, "Most beams a job may keep (beam, diverse_beam num_beams).", int),
+    Setting("max_candidates", 64, "Most candidate tokens per step of contrastive search (k).", int),
+    Setting("max_beam_groups", 16, "Most beam groups of diverse beam search (num_beam_groups).", int),
+    Setting("max_assistant_tokens", 64, "Most tokens an assisted job's draft model proposes per step.", int),
     # logging
     Setting("log_format", "console", "Log format: console or json."),
     Setting("log_level", "info", "Console log level (a job's log.jsonl keeps its info lines)."),
@@ -157,6 +175,41 @@ _SETTINGS = [
         "sweep_ttl_days",
         30.0,
         "Days a sweep's Redis keys live after its last submit or retry.",
+        float,
+        scope="controller",
+    ),
+    # the submission server (`decodebench serve`) and its clients (`--api`)
+    Setting(
+        "api_url",
+        None,
+        "URL of the submission server; with it, submit/status/cancel/retry/failures/logs/report go through it.",
+        scope="controller",
+    ),
+    Setting(
+        "token",
+        None,
+        "Bearer token for the submission server (prefer DECODEBENCH_TOKEN_FILE); never logged.",
+        scope="controller",
+    ),
+    Setting("token_file", None, "File holding the bearer token for the submission server.", scope="controller"),
+    Setting(
+        "tokens_file",
+        None,
+        "The server's tokens file (YAML: id, tenant or admin, sha256 of each token); re-read when it changes.",
+        scope="controller",
+    ),
+    Setting(
+        "api_retries",
+        5,
+        "Retries of a request the submission server could not answer (backoff 0.5 s, doubling).",
+        int,
+        scope="controller",
+    ),
+    Setting("api_max_request_mb", 64.0, "Largest request body the server reads, in MiB.", float, scope="controller"),
+    Setting(
+        "submit_lock_s",
+        30.0,
+        "Seconds a submit holds its tenant's quota lock at most (a killed server's lock frees itself then).",
         float,
         scope="controller",
     ),

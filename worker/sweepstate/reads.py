@@ -263,3 +263,43 @@ def tenant_overview(conn, tenant: str) -> TenantOverview:
             if keys.split_count_field(name.decode())[1] == JobStatus.DONE.value:
                 done += int(n)
     return TenantOverview(tenant, queued, running, done, usage_seconds(conn, tenant))
+
+
+# -- what a tenant holds in Redis (the submission server's quotas) ---------------------------
+
+
+def queued_jobs(conn, tenant: str) -> int:
+    """Job ids waiting in the tenant's queues."""
+    with conn.pipeline(transaction=False) as pipe:
+        for q in keys.tenant_queues(tenant):
+            pipe.llen(keys.rq_queue_key(q))
+        return sum(pipe.execute())
+
+
+def queued_payload_bytes(conn, tenant: str, chunk: int = 5000) -> int:
+    """Bytes of the stored (compressed) payloads of the jobs waiting in the tenant's queues."""
+    total = 0
+    for q in keys.tenant_queues(tenant):
+        key, start = keys.rq_queue_key(q), 0
+        while ids := conn.lrange(key, start, start + chunk - 1):
+            with conn.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.hstrlen(keys.rq_job_key(tenant, job_id.decode()), "data")
+                total += sum(pipe.execute())
+            start += chunk
+    return total
+
+
+def sweeps_in_flight(conn, tenant: str) -> list[str]:
+    """The tenant's live sweeps with a job still queued or running."""
+    live = submitted_sweeps(conn, tenant)
+    with conn.pipeline(transaction=False) as pipe:
+        for sweep_id in live:
+            pipe.hgetall(keys.sweep(tenant, sweep_id, "counts"))
+        counts = pipe.execute()
+    busy = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+    out = []
+    for sweep_id, fields in zip(live, counts):
+        if any(keys.split_count_field(f.decode())[1] in busy and int(n) > 0 for f, n in fields.items()):
+            out.append(sweep_id)
+    return out

@@ -1,0 +1,169 @@
+"""Where a distributed-mode command goes: the submission server (`--api`), or Redis directly.
+
+Both answer with the same JSON, from the same code: `Remote` sends the request to the server,
+which runs `controller.server.service`; `Direct` runs that very service in this process as
+the operator (the Redis user of DECODEBENCH_REDIS_URL, the signing key of
+DECODEBENCH_SIGNING_KEY_FILE), with the same validation, policy and quotas, and logs the
+audit line the server would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import click
+
+from worker.core import settings
+from worker.core.errors import UsageError
+
+
+def no_tenant_flag() -> None:
+    """With --api the tenant comes from the token: a --tenant on the command line is a mistake."""
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("tenant") == click.core.ParameterSource.COMMANDLINE:
+        raise UsageError("--tenant: with --api the tenant comes from your token; drop --tenant")
+
+
+class Remote:
+    def __init__(self, api: str) -> None:
+        from controller.server.client import connect
+
+        no_tenant_flag()
+        self.where = f"through {api}"
+        self.client = connect(api)
+
+    def submit(self, body: dict) -> dict:
+        return self.client.call("POST", "/v1/sweeps", body)
+
+    def status(self, sweep: str) -> dict:
+        return self.client.call("GET", f"/v1/sweeps/{quote(sweep, safe='')}")
+
+    def failures(self, sweep: str) -> dict:
+        return self.client.call("GET", f"/v1/sweeps/{quote(sweep, safe='')}/failures")
+
+    def cancel(self, sweep: str) -> dict:
+        return self.client.call("POST", f"/v1/sweeps/{quote(sweep, safe='')}/cancel")
+
+    def retry(self, sweep: str, priority: str) -> dict:
+        return self.client.call("POST", f"/v1/sweeps/{quote(sweep, safe='')}/retry", {"priority": priority})
+
+    def job_log(self, sweep: str | None, job: str) -> list[dict]:
+        query = f"?sweep={quote(sweep, safe='')}" if sweep else ""
+        return self.client.call("GET", f"/v1/jobs/{quote(job, safe='')}/log{query}")
+
+    def tenants(self) -> list[dict]:
+        return self.client.call("GET", "/v1/tenants")
+
+    def sweeps(self) -> list[dict]:
+        return self.client.call("GET", "/v1/sweeps")
+
+
+class Direct:
+    """The service in-process, as the operator acting for `tenant`."""
+
+    def __init__(self, redis_url: str, store_url: str, tenant: str) -> None:
+        from controller.server.service import Context
+        from controller.server.tokens import Identity
+        from worker.core import policy
+        from worker.core.redisconn import connect, redis_user
+        from worker.core.tenants import load_tenants
+        from worker.store import open_store
+
+        path = settings.get("tenants_file")
+        self.redis_url, self.tenant = redis_url, tenant
+        self._store_url = store_url
+        self.ctx = Context(
+            conn=connect(redis_url),
+            store=None,
+            signing_key=b"",
+            tenants=load_tenants(path) if path else None,
+            limits=policy.Limits.from_settings(),
+            lock_s=settings.get("submit_lock_s"),
+        )
+        self._open_store = open_store
+        self.who = Identity(token_id=_operator(redis_user(redis_url)), tenant=tenant, admin=True)
+
+    @property
+    def where(self) -> str:
+        return f"store {self._store().url}"
+
+    def _store(self):
+        if self.ctx.store is None:
+            self.ctx.store = self._open_store(self._store_url)
+        return self.ctx.store
+
+    def _signed(self) -> None:
+        from worker.core.signing import load_key
+
+        path = settings.get("signing_key_file")
+        if not path:
+            raise UsageError("DECODEBENCH_SIGNING_KEY_FILE is not set: workers run only jobs signed with that key")
+        self.ctx.signing_key = load_key(path)
+        self._store()
+
+    def _audit(self, action: str, sweep_id: str, **fields: Any) -> None:
+        import structlog
+
+        structlog.get_logger("decodebench.audit").info(
+            "audit", action=action, tenant=self.tenant, user=self.who.token_id, sweep_id=sweep_id, **fields
+        )
+
+    def submit(self, body: dict) -> dict:
+        from controller.server import service
+
+        self._signed()
+        out = service.submit(self.ctx, self.who, service.SubmitRequest.model_validate(body))
+        self._audit("submit", out["sweep_id"], enqueued=out["enqueued"], queue=out["queue"])
+        return out
+
+    def status(self, sweep: str) -> dict:
+        from controller.server import service
+
+        return service.status(self.ctx, self.who, sweep)
+
+    def failures(self, sweep: str) -> dict:
+        from controller.server import service
+
+        return service.failures(self.ctx, self.who, sweep)
+
+    def cancel(self, sweep: str) -> dict:
+        from controller.server import service
+
+        out = service.cancel(self.ctx, self.who, sweep)
+        self._audit("cancel", out["sweep_id"], dropped=out["dropped"], stopping=out["stopping"])
+        return out
+
+    def retry(self, sweep: str, priority: str) -> dict:
+        from controller.server import service
+
+        self._signed()
+        out = service.retry(self.ctx, self.who, sweep, service.RetryRequest(priority=priority))
+        self._audit("retry", out["sweep_id"], enqueued=out["enqueued"])
+        return out
+
+    def job_log(self, sweep: str | None, job: str) -> list[dict]:
+        from controller.server import service
+
+        self._store()
+        return service.job_log(self.ctx, self.who, sweep, job)
+
+    def tenants(self) -> list[dict]:
+        from controller.server import service
+
+        return service.tenants_overview(self.ctx, self.who)
+
+    def sweeps(self) -> list[dict]:
+        from controller.server import service
+
+        return service.list_sweeps(self.ctx, self.who)
+
+
+def _operator(user: str | None) -> str:
+    import getpass
+
+    return f"redis:{user}" if user else f"os:{getpass.getuser()}"
+
+
+def backend(api: str | None, redis_url: str, store: str, tenant: str) -> Remote | Direct:
+    return Remote(api) if api else Direct(redis_url, store, tenant)

@@ -1,0 +1,329 @@
+"""What the submission server does for a request, as plain functions over Redis and the store.
+
+Every operation acts for one `Identity` (from its token): the tenant comes from the token,
+never from the request. A submit is validated exactly as `decodebench validate` validates a
+file, then held to the tenant's policy (every model a job loads, trust_remote_code, the cost
+limits) and quota (queued jobs, queued payload bytes, sweeps in flight) before anything is
+written; the check and the enqueue run under the tenant's submit lock, so two concurrent
+submits cannot both pass the same quota.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controller.server.errors import Busy, Forbidden, NotFound, OverQuota, TooLarge
+from controller.server.tokens import Identity
+from worker import sweepstate
+from worker.core import paths
+from worker.core.contract import JobSpec, JobStatus
+from worker.core.errors import UsageError
+from worker.core.settings import DEFAULT_TENANT
+from worker.core.tenants import Tenant, TenantsFile
+from worker.sweepstate import admission
+from worker.sweepstate import reads as state_reads
+
+_JOB_ID = re.compile(r"[0-9a-f]{16}")
+MAX_FAILURES = 10_000  # failure reasons one `failures` answer lists at most
+
+
+class SubmitRequest(BaseModel):
+    """POST /v1/sweeps: a sweep already validated by the client, its prompts inline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: dict[str, Any] = Field(description="The sweep spec as JSON, prompts inline (`prompts.inline`).")
+    base_dir: str | None = Field(
+        default=None,
+        description="The spec file's absolute directory on the client: local model paths are "
+        "taken relative to it in the sweep id, so a sweep has the same id however it is submitted.",
+    )
+    priority: Literal["high", "normal", "low"] = Field(default="normal", description="Queue priority.")
+    retry_failed: bool = Field(default=False, description="Also enqueue the sweep's failed and cancelled jobs.")
+    retries: int | None = Field(
+        default=None, ge=0, le=10, description="Retries of a transient failure (default: DECODEBENCH_RETRY_INTERVALS)."
+    )
+
+
+class RetryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    priority: Literal["high", "normal", "low"] = Field(default="normal", description="Queue priority.")
+
+
+@dataclass
+class Context:
+    """What every request runs with: Redis (as the server's user), the store, the signing key,
+    the tenants file (None: one tenant, `default`) and the cost limits."""
+
+    conn: Any
+    store: Any
+    signing_key: bytes
+    tenants: TenantsFile | None
+    limits: Any
+    lock_s: float = 30.0
+
+    def policy(self, tenant: str) -> Tenant:
+        found = self.tenants.get(tenant) if self.tenants else None
+        if found is None:  # a token's tenant is checked against the tenants file when tokens are read
+            return Tenant.model_construct(name=DEFAULT_TENANT)  # every default: no allowlist, default quota
+        return found
+
+
+def tenant_of(who: Identity) -> str:
+    if who.tenant is None:
+        raise Forbidden(f"token {who.token_id!r} is an admin token without a tenant: it cannot act on sweeps")
+    return who.tenant
+
+
+# -- submit and retry ------------------------------------------------------------------------
+
+
+def parse_submission(req: SubmitRequest):
+    """The request's spec, validated as `decodebench validate` does; the server reads no file a client names."""
+    from controller.spec.load import parse_spec
+
+    prompts = req.spec.get("prompts")
+    if isinstance(prompts, dict) and prompts.get("path") is not None:
+        raise UsageError(
+            "prompts.path: the server reads no file a client names; send the prompts inline "
+            "(`decodebench submit --api` does)"
+        )
+    spec = parse_spec(req.spec, "sweep")  # no base_dir: nothing on the server's disk is resolved
+    if req.base_dir is not None:
+        if not req.base_dir.startswith("/") or "\x00" in req.base_dir or len(req.base_dir) > 4096:
+            raise UsageError("base_dir: must be an absolute path of at most 4096 characters")
+        spec.base_dir = PurePosixPath(req.base_dir)
+    return spec
+
+
+def check_policy(ctx: Context, tenant: str, jobs: list[JobSpec]) -> None:
+    """Every cell's first job against the tenant's policy and the cost limits (Forbidden, one line)."""
+    from worker.core import policy
+
+    policy_of = ctx.tenants.get(tenant) if ctx.tenants else None  # no tenants file: the cost limits only
+    seen: set[str] = set()
+    for job in jobs:
+        if job.cell in seen:
+            continue
+        seen.add(job.cell)
+        why = policy.job_refusal(job, policy_of, ctx.limits)
+        if why:
+            raise Forbidden(f"cell {job.cell}: {why}")
+
+
+def _admit(ctx: Context, tenant: str, sweep_id: str, todo: list[JobSpec]) -> None:
+    """Refuse, before anything is written, a submit that would take the tenant over its quota."""
+    if not todo:
+        return
+    quota = ctx.policy(tenant).quota
+    conn = ctx.conn
+    queued = state_reads.queued_jobs(conn, tenant)
+    if queued + len(todo) > quota.queued_jobs:
+        raise OverQuota(
+            f"over quota: tenant {tenant} has {queued} jobs queued, this sweep adds {len(todo)}; "
+            f"quota.queued_jobs is {quota.queued_jobs}"
+        )
+    in_flight = state_reads.sweeps_in_flight(conn, tenant)
+    if sweep_id not in in_flight and len(in_flight) >= quota.sweeps_in_flight:
+        raise OverQuota(
+            f"over quota: tenant {tenant} has {len(in_flight)} sweeps in flight; "
+            f"quota.sweeps_in_flight is {quota.sweeps_in_flight}"
+        )
+    new_bytes = sum(len(j.model_dump_json()) for j in todo)  # uncompressed: an upper bound of what is stored
+    held = state_reads.queued_payload_bytes(conn, tenant)
+    if held + new_bytes > quota.queued_bytes:
+        raise TooLarge(
+            f"over quota: tenant {tenant} holds {held / 2**20:.1f} MiB of queued payloads, this sweep adds up to "
+            f"{new_bytes / 2**20:.1f} MiB; quota.queued_mb is {quota.queued_mb:g}"
+        )
+
+
+class _Locked:
+    """The tenant's submit lock for the block: concurrent submits of a tenant take turns, each
+    waiting up to the lock's lifetime; Busy (409, retry) if it is still held after that."""
+
+    POLL_S = 0.02
+
+    def __init__(self, ctx: Context, tenant: str) -> None:
+        self.ctx, self.tenant, self.owner = ctx, tenant, None
+
+    def __enter__(self) -> None:
+        deadline = time.monotonic() + self.ctx.lock_s
+        while (owner := admission.take_submit_lock(self.ctx.conn, self.tenant, self.ctx.lock_s)) is None:
+            if time.monotonic() >= deadline:
+                raise Busy(f"another submit of tenant {self.tenant} is in progress; try again", retry_after=1.0)
+            time.sleep(self.POLL_S)
+        self.owner = owner
+
+    def __exit__(self, *exc) -> None:
+        admission.release_submit_lock(self.ctx.conn, self.tenant, self.owner)
+
+
+def outcome(out) -> dict[str, Any]:
+    return {
+        "sweep_id": out.sweep_id,
+        "queue": out.queue,
+        "jobs": out.jobs,
+        "enqueued": len(out.enqueued),
+        "done": out.done,
+        "pending": out.pending,
+        "failed": out.failed,
+        "new": out.new,
+        "cancelled": out.cancelled,
+    }
+
+
+def submit(ctx: Context, who: Identity, req: SubmitRequest) -> dict[str, Any]:
+    from controller.launch.local import save_sweep
+    from controller.launch.submit import enqueue_jobs
+    from controller.spec.context import check_context
+    from controller.spec.plan import plan
+
+    tenant = tenant_of(who)
+    spec = parse_submission(req)
+    jobs = plan(spec, tenant)
+    check_policy(ctx, tenant, jobs)
+    check_context(jobs)  # where the model's files are readable here; the worker checks again
+    sweep_id = jobs[0].sweep_id
+
+    def admit(todo: list[JobSpec]) -> None:
+        _admit(ctx, tenant, sweep_id, todo)
+        save_sweep(ctx.store, spec, jobs, tenant, mode="distributed")
+
+    with _Locked(ctx, tenant):
+        out = enqueue_jobs(
+            ctx.conn,
+            jobs,
+            tenant,
+            req.priority,
+            retry_failed=req.retry_failed,
+            retries=req.retries,
+            name=spec.name,
+            key=ctx.signing_key,
+            admit=admit,
+        )
+    return {"tenant": tenant, **outcome(out)}
+
+
+def retry(ctx: Context, who: Identity, sweep: str, req: RetryRequest) -> dict[str, Any]:
+    from controller.launch.submit import retry as do_retry
+
+    tenant = tenant_of(who)
+    sweep_id = resolve(ctx, tenant, sweep)
+    with _Locked(ctx, tenant):
+        out = do_retry(
+            ctx.conn,
+            ctx.store,
+            tenant,
+            sweep_id,
+            req.priority,
+            key=ctx.signing_key,
+            admit=lambda todo: _admit(ctx, tenant, sweep_id, todo),
+            check=lambda jobs: check_policy(ctx, tenant, jobs),
+        )
+    return {"tenant": tenant, **outcome(out)}
+
+
+# -- reads and cancel --------------------------------------------------------------------------
+
+
+def resolve(ctx: Context, tenant: str, sweep: str) -> str:
+    if not sweep or len(sweep) > 64:
+        raise NotFound(f"no submitted sweep {sweep[:64]!r} for tenant {tenant!r}")
+    try:
+        return sweepstate.resolve_sweep(ctx.conn, tenant, sweep)
+    except UsageError as err:
+        if "ambiguous" in str(err):
+            raise
+        raise NotFound(str(err)) from None
+
+
+def status_dict(s) -> dict[str, Any]:
+    states = [x.value for x in JobStatus]
+    return {
+        "sweep_id": s.sweep_id,
+        "name": s.name,
+        "tenant": s.tenant,
+        "queue": s.queue,
+        "jobs": s.n_jobs,
+        "cancelled": s.cancelled,
+        "complete": s.complete,
+        "cells": s.cells,
+        "totals": {x: s.total(x) for x in states},
+        "jobs_per_s": s.jobs_per_s,
+        "tokens_per_s": s.tokens_per_s,
+        "eta_s": s.eta_s,
+        "failures": [{"job_id": j, "cell": c, "reason": r} for j, c, r in s.failures],
+        "n_failures": s.n_failures,
+        "lost": s.lost,
+        "problems": s.problems,
+    }
+
+
+def status(ctx: Context, who: Identity, sweep: str, max_failures: int = 20) -> dict[str, Any]:
+    tenant = tenant_of(who)
+    sweep_id = resolve(ctx, tenant, sweep)
+    return status_dict(sweepstate.read_status(ctx.conn, tenant, sweep_id, max_failures=max_failures))
+
+
+def failures(ctx: Context, who: Identity, sweep: str) -> dict[str, Any]:
+    out = status(ctx, who, sweep, max_failures=MAX_FAILURES)
+    return {"sweep_id": out["sweep_id"], "n_failures": out["n_failures"], "failures": out["failures"]}
+
+
+def list_sweeps(ctx: Context, who: Identity) -> list[dict[str, Any]]:
+    tenant = tenant_of(who)
+    rows = []
+    for sweep_id in sweepstate.submitted_sweeps(ctx.conn, tenant):
+        meta = sweepstate.sweep_meta(ctx.conn, tenant, sweep_id)
+        rows.append(
+            {
+                "sweep_id": sweep_id,
+                "name": meta.get("name", ""),
+                "jobs": int(meta.get("n_jobs", 0) or 0),
+                "created_at": meta.get("created_at", ""),
+                "cancelled": bool(meta.get("cancelled")),
+            }
+        )
+    return rows
+
+
+def cancel(ctx: Context, who: Identity, sweep: str) -> dict[str, Any]:
+    tenant = tenant_of(who)
+    sweep_id = resolve(ctx, tenant, sweep)
+    out = sweepstate.cancel_sweep(ctx.conn, tenant, sweep_id)
+    return {"sweep_id": sweep_id, "dropped": out.cancelled, "stopping": len(out.stopping)}
+
+
+def job_log(ctx: Context, who: Identity, sweep: str | None, job: str) -> list[dict[str, Any]]:
+    tenant = tenant_of(who)
+    if not _JOB_ID.fullmatch(job or ""):
+        raise NotFound(f"no job {job[:40]!r} (a job id is 16 hex digits)")
+    if sweep is None:
+        sweep_id = sweepstate.find_job_sweep(ctx.conn, tenant, job)
+        if sweep_id is None:
+            raise NotFound(f"job {job} is not in any submitted sweep of tenant {tenant!r}; give its sweep")
+    else:
+        sweep_id = resolve(ctx, tenant, sweep)
+    key = paths.log_key(tenant, sweep_id, job)
+    if not ctx.store.exists(key):
+        state = sweepstate.job_state(ctx.conn, tenant, sweep_id, job)
+        raise NotFound(f"job {job} of sweep {sweep_id} has no log yet" + (f" (state: {state})" if state else ""))
+    return list(ctx.store.read_jsonl(key))
+
+
+def tenants_overview(ctx: Context, who: Identity) -> list[dict[str, Any]]:
+    from dataclasses import asdict
+
+    if not who.admin:
+        raise Forbidden(f"token {who.token_id!r} is not an admin token: only an admin reads every tenant's shares")
+    # Declared tenants; a single-team deployment has whatever tenants its operator used.
+    names = [t.name for t in ctx.tenants.tenants] if ctx.tenants else state_reads.known_tenants(ctx.conn)
+    return [asdict(state_reads.tenant_overview(ctx.conn, t)) for t in names]

@@ -1,0 +1,57 @@
+"""Does every generation fit its model? The longest prompt plus max_new_tokens against the
+model's positions, checked at validation where the model's files can be read here.
+
+A model past its positions fails on a GPU with a device-side assert (on CPU an IndexError)
+after it has been loaded, and would be retried: the check refuses such a sweep before any
+job exists. It reads the model directory's `config.json` and, where there is one, its fast
+tokenizer (`tokenizer.json`, with the `tokenizers` library: no torch). A hub id, or a path
+that only the workers can see, is checked by the worker before it allocates anything
+(`worker.core.policy.context_refusal`, the same rule).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from worker.core.contract import JobSpec, PromptItem
+from worker.core.errors import UsageError
+
+
+def _read_config(path: str) -> dict | None:
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None  # a hub id or a path seen only by the workers: the worker checks
+    return config if isinstance(config, dict) else None
+
+
+def _longest_prompt(path: str, prompts: list[PromptItem]) -> int:
+    """Tokens of the longest prompt under the model's fast tokenizer; 0 where it cannot be read here."""
+    file = Path(path) / "tokenizer.json"
+    try:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(file))
+    except Exception:  # not installed, no such file, or a file tokenizers cannot read (its own error type)
+        return 0
+    encodings = tokenizer.encode_batch([p.prompt for p in prompts], add_special_tokens=True)
+    return max((len(e.ids) for e in encodings), default=0)
+
+
+def check_context(jobs: list[JobSpec]) -> None:
+    """UsageError naming the first model whose positions the longest prompt plus max_new_tokens exceed."""
+    from worker.core import policy
+
+    models = {j.model.path: j.model for j in jobs}.values()
+    prompts = list({p.id: p for j in jobs for p in j.prompts}.values())
+    max_new_tokens = jobs[0].generation.max_new_tokens
+    for model in models:
+        config = _read_config(model.path)
+        positions = policy.model_positions(config) if config else None
+        if positions is None:
+            continue
+        longest = _longest_prompt(model.path, prompts)
+        why = policy.context_refusal(positions, longest, max_new_tokens, model.label)
+        if why:
+            raise UsageError(f"generation.max_new_tokens: {why}")
