@@ -13,6 +13,7 @@ import click
 
 from worker.core import settings
 from worker.core.errors import DecodebenchError
+from worker.core.safetext import terminal
 from worker.core.usage import OneLineUsage, one_line
 
 
@@ -33,7 +34,7 @@ class Group(OneLineUsage, click.Group):
         except DecodebenchError as err:
             if ctx.params.get("debug"):
                 click.echo(traceback.format_exc(), err=True, nl=False)
-            click.echo(f"error: {err}", err=True)
+            click.echo(f"error: {terminal(err)}", err=True)  # names in it are user input
             ctx.exit(err.exit_code)
 
 

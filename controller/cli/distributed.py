@@ -15,6 +15,7 @@ import click
 from controller.cli import options
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError
+from worker.core.safetext import terminal
 
 STATES = tuple(s.value for s in JobStatus)
 
@@ -112,14 +113,16 @@ def submit(
 
 def render_status(s) -> str:
     states = STATES
-    width = max([len("cell"), *(len(c) for c in s.cells)])
+    cells = {terminal(c): counts for c, counts in s.cells.items()}  # names are user input: never interpreted
+    width = max([len("cell"), *(len(c) for c in cells)])
     lines = [
-        f"sweep {s.sweep_id} ({s.name}), tenant {s.tenant}, queue {s.queue}{'  [CANCELLED]' if s.cancelled else ''}"
+        f"sweep {s.sweep_id} ({terminal(s.name)}), tenant {s.tenant}, queue {s.queue}"
+        + ("  [CANCELLED]" if s.cancelled else "")
     ]
     done = s.total(JobStatus.DONE)
     lines.append(f"{done}/{s.n_jobs} jobs done, " + ", ".join(f"{s.total(x)} {x}" for x in states if x != "done"))
     lines.append(f"  {'cell':<{width}}  " + "  ".join(f"{x:>9}" for x in states))
-    for cell, counts in s.cells.items():
+    for cell, counts in cells.items():
         lines.append(f"  {cell:<{width}}  " + "  ".join(f"{counts.get(x, 0):>9}" for x in states))
     rate, tps = s.jobs_per_s, s.tokens_per_s
     speed = f"{rate * 60:.1f} jobs/min" if rate else "no job finished yet"
@@ -132,7 +135,7 @@ def render_status(s) -> str:
     if s.n_failures:
         lines.append(f"failures ({len(s.failures)} of {s.n_failures} shown):")
         for job_id, cell, reason in s.failures:
-            lines.append(f"  {job_id}  {cell}: {reason}")
+            lines.append(f"  {terminal(job_id)}  {terminal(cell)}: {terminal(reason)}")
     return "\n".join(lines)
 
 
@@ -199,7 +202,7 @@ def status(
     while True:
         s = read_status(conn, tenant, sweep_id)
         for problem in s.problems:  # a damaged value in Redis: named, left out, the rest shown
-            click.echo(f"warning: {problem}", err=True)
+            click.echo(f"warning: {terminal(problem)}", err=True)
         click.echo(json.dumps(status_dict(s)) if as_json else render_status(s))
         if not watch or s.complete:
             break
@@ -254,7 +257,7 @@ def retry(sweep: str, failed: bool, tenant: str, priority: str, redis_url: str, 
 def format_log_line(row: dict) -> str:
     skip = {"timestamp", "level", "event", "tenant", "sweep_id", "job_id", "model", "strategy"}
     extra = " ".join(f"{k}={v}" for k, v in row.items() if k not in skip)
-    return f"{row.get('timestamp', '')} {row.get('level', ''):<7} {row.get('event', '')} {extra}".rstrip()
+    return terminal(f"{row.get('timestamp', '')} {row.get('level', ''):<7} {row.get('event', '')} {extra}".rstrip())
 
 
 @click.command()

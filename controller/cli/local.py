@@ -10,6 +10,7 @@ import click
 from controller.cli import options
 from worker.core import settings
 from worker.core.errors import UsageError
+from worker.core.safetext import terminal
 
 
 @click.command()
@@ -31,7 +32,7 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) 
     spec = load_spec(spec_path)
     jobs = plan(spec, tenant)
     s = summarize_plan(jobs)
-    click.echo(f"{spec_path}: valid")
+    click.echo(f"{terminal(spec_path)}: valid")
     click.echo(
         f"sweep {s.sweep_id}: {s.cells} cells, {s.jobs} jobs, {s.prompts} prompts, "
         f"{s.generations} generations, up to {s.tokens_to_generate:,} tokens to generate"
@@ -42,7 +43,7 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) 
         cells.setdefault(j.cell, []).append(j)
     for cell, cjobs in cells.items():
         seeds = sorted({j.seed for j in cjobs})
-        click.echo(f"  {cell}: {len(cjobs)} jobs, seeds {seeds}")
+        click.echo(f"  {terminal(cell)}: {len(cjobs)} jobs, seeds {seeds}")
         if show_jobs:
             for j in cjobs:
                 click.echo(f"    {j.job_id}  seed={j.seed} shard={j.shard}/{j.n_shards} prompts={len(j.prompts)}")
@@ -77,7 +78,7 @@ def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool)
         write_reports(opened, tenant, outcome.sweep_id, summary, data)
         click.echo(markdown_table(summary))
     for job_id, reason in outcome.failed.items():
-        click.echo(f"failed {job_id}: {reason}", err=True)
+        click.echo(f"failed {job_id}: {terminal(reason)}", err=True)
     if outcome.failed:
         sys.exit(1)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from controller.report.aggregate import REFERENCE, SweepData
 from worker.core.errors import UsageError
+from worker.core.safetext import csv_row
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 SCORES = range(1, 6)
@@ -109,7 +110,7 @@ def sheet_csv(rater: str, items: list[dict[str, str]], criteria: list[str]) -> b
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(FIXED_COLUMNS + criteria)
     for it in items:
-        writer.writerow([it["item"], rater, it["prompt"], it["text"]] + [""] * len(criteria))
+        writer.writerow(csv_row([it["item"], rater, it["prompt"], it["text"]]) + [""] * len(criteria))
     return buf.getvalue().encode()
 
 
