@@ -21,3 +21,18 @@ priority = click.option(
     show_default=True,
     help="Queue priority: workers take high before normal before low.",
 )
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`word` or its plural for `n` (`1 job`, `2 jobs`, `0 jobs`); `words` where it is not `word` + s."""
+    return word if n == 1 else (words or word + "s")
+
+
+def store_flag(url: str) -> str:
+    """` --store URL` for a command to print as the next step, or nothing for the default store."""
+    import shlex
+
+    from worker.core.safetext import terminal
+
+    same = url in (None, "") or url == settings.get("store")  # what the next command finds by itself
+    return "" if same else f" --store {terminal(shlex.quote(str(url)))}"

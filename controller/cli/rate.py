@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from controller.cli import options
+from controller.cli.options import plural, store_flag
 from worker.core import settings
 from worker.core.errors import UsageError
 
@@ -67,14 +68,17 @@ def export(sweep, n_items, raters, rater_names, criteria, seed, out, store_url, 
 @options.tenant
 def import_(sweep, files, store_url, tenant) -> None:
     """Validate returned sheets (all or none) and store them beside the sweep; `report` then shows them."""
-    from controller.report.ratings import import_sheets
+    from controller.report.ratings import import_sheets, read_sheet_file
+    from worker.core.safetext import terminal
     from worker.store import open_store
 
     store = open_store(store_url)
     sweep_id = store.resolve_sweep(tenant, sweep)
-    counts = import_sheets(store, tenant, sweep_id, [(str(f), f.read_bytes()) for f in files])
-    for rater, n in sorted(counts.items()):
-        click.echo(f"{rater}: {n} items")
+    imported = import_sheets(store, tenant, sweep_id, [read_sheet_file(f) for f in files])
+    for rater, (n, replaced) in sorted(imported.items()):
+        again = f" (replaces the sheet imported from {terminal(replaced)})" if replaced else ""
+        click.echo(f"{rater}: {n} {plural(n, 'item')}{again}")
+    click.echo(f"next: decodebench report {sweep_id}{store_flag(store_url)} (adds the ratings to the report)")
 
 
 COMMANDS = [rate]
