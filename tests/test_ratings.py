@@ -222,3 +222,44 @@ def test_a_sheet_over_the_size_limit_is_refused_before_it_is_read(sweep, monkeyp
     monkeypatch.setenv("DECODEBENCH_RATING_SHEET_MAX_MB", "2")
     res = import_(store, data, big)
     assert res.exit_code == 2 and "over the limit of 2 MiB for a rating sheet" in res.output, res.output
+
+
+def test_export_says_what_was_added_and_defines_each_criterion(sweep):
+    store, data, tmp = sweep
+    res = run(store, "rate", "export", data.sweep_id, "--items", "7", "--raters", "2", "--criteria",
+              "fluency,coherence,wit", "--define", "wit=Is it witty?", "--out", str(tmp / "s"))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    key = store.read_json(paths.ratings_key(data.tenant, data.sweep_id, paths.RATINGS_KEY_FILE))
+    controls = sum(1 for w in key["items"].values() if w["cell"] == "reference")
+    assert controls > 0
+    assert (
+        f"{len(key['items'])} items for 2 raters in {tmp / 's'}/: 7 generations over 3 cells, and {controls} "
+        "reference texts of the same prompts mixed in as controls"
+    ) in res.output
+    assert f"next: send each rater their sheet; then decodebench rate import {data.sweep_id} FILES..." in res.output
+    text = (tmp / "s" / "instructions.txt").read_text()
+    assert "fluency: Is the text well-formed language" in text and "coherence: Does the text hang together" in text
+    assert "wit: Is it witty?" in text and "1 = very poor" in text
+    page = (tmp / "s" / "sheet-r1.html").read_text()
+    assert "<dt>fluency</dt><dd>Is the text well-formed language" in page and "<dt>wit</dt><dd>Is it witty?" in page
+
+
+def test_the_ratings_table_counts_items_and_marks_alpha_on_too_few(sweep):
+    store, data, tmp = sweep
+    export(store, data, tmp / "s", raters=2)
+    files = []
+    for r in ("r1", "r2"):
+        (tmp / f"{r}.csv").write_bytes(fill(tmp / "s" / f"sheet-{r}.csv", r))
+        files.append(str(tmp / f"{r}.csv"))
+    assert run(store, "rate", "import", data.sweep_id, *files).exit_code == 0
+    loaded, summary = build(store, data.tenant, data.sweep_id, n_boot=0)
+    rated = summary[summary["rating_fluency_n"].notna()]
+    assert rated["rating_fluency_n"].sum() == 12 and (rated["rating_fluency_n"] < 10).all()
+    defined = rated[rated["rating_fluency_alpha"].notna()]
+    assert len(defined)  # α with its interval around it, where the bootstrap defines one
+    for _, row in defined[defined["rating_fluency_alpha_ci_low"].notna()].iterrows():
+        assert row["rating_fluency_alpha_ci_low"] <= row["rating_fluency_alpha"] <= row["rating_fluency_alpha_ci_high"]
+    md = render("md", summary, loaded).decode()
+    section = md.split("## Human ratings", 1)[1]
+    assert " · n 2 · α " in section or " · n 3 · α " in section or " · n 4 · α " in section
+    assert "(too few items)" in section and "below 10 items" in section

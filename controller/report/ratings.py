@@ -5,8 +5,10 @@ a duplicate row, a missing or unknown rater: a `UsageError` naming the file and 
 `import_sheets` validates every file before it writes anything, so a refused import loses
 nothing already imported. `rating_columns(key, sheets)` adds per cell and criterion c:
 `rating_c` (the mean of all its scores), `rating_c_ci_low/high` (95% percentile bootstrap over
-items, each item with all its raters' scores) and `rating_c_alpha` (Krippendorff's α, ordinal,
-over that cell's items; empty with fewer than two raters or no variation).
+items, each item with all its raters' scores), `rating_c_n` (the cell's items with a score),
+`rating_c_alpha` (Krippendorff's α, ordinal, over that cell's items; empty with fewer than two
+raters or no variation) and `rating_c_alpha_ci_low/high` (95% percentile bootstrap of α over
+the cell's items). The tables mark α "too few items" below `MIN_ALPHA_ITEMS` items.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from worker.core.errors import UsageError, short
 from worker.store import Store
 
 N_BOOT = 1000
+N_BOOT_ALPHA = 500  # α is recomputed per replicate: fewer draws, still a stable 95% interval
+MIN_ALPHA_ITEMS = 10  # below this, α is shown marked "too few items"
 
 
 _SCORE_TEXT = {str(v): v for v in SCORES}
@@ -187,6 +191,19 @@ def _bootstrap(per_item: list[list[int]], rng: np.random.Generator) -> tuple[flo
     return float(lo), float(hi)
 
 
+def _alpha_interval(matrix: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+    """95% percentile bootstrap of α over items (columns); NaN where fewer than half the draws define it."""
+    n = matrix.shape[1]
+    if matrix.shape[0] < 2 or n < 2:
+        return math.nan, math.nan
+    draws = [alpha(matrix[:, idx]) for idx in rng.integers(0, n, size=(N_BOOT_ALPHA, n))]
+    finite = [a for a in draws if not math.isnan(a)]
+    if len(finite) < N_BOOT_ALPHA / 2:
+        return math.nan, math.nan
+    lo, hi = np.percentile(finite, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
 def rating_columns(key: dict[str, Any], sheets: dict[str, dict[str, dict[str, int]]], seed: int = 0) -> pd.DataFrame:
     """One row per rated cell: `cell`, and per criterion c: rating_c, rating_c_ci_low/high, rating_c_alpha."""
     raters = sorted(sheets)
@@ -206,7 +223,10 @@ def rating_columns(key: dict[str, Any], sheets: dict[str, dict[str, dict[str, in
             row[f"rating_{c}"] = float(np.mean(scores)) if scores else math.nan
             lo, hi = _bootstrap(per_item, np.random.default_rng([seed, len(rows)])) if scores else (math.nan,) * 2
             row[f"rating_{c}_ci_low"], row[f"rating_{c}_ci_high"] = lo, hi
+            row[f"rating_{c}_n"] = len(per_item)
             row[f"rating_{c}_alpha"] = alpha(matrix)
+            alo, ahi = _alpha_interval(matrix, np.random.default_rng([seed, len(rows), 1]))
+            row[f"rating_{c}_alpha_ci_low"], row[f"rating_{c}_alpha_ci_high"] = alo, ahi
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -227,8 +247,28 @@ def stored_ratings(store: Store, tenant: str, sweep_id: str) -> pd.DataFrame | N
     return rating_columns(key, sheets) if key is not None and sheets else None
 
 
+def _alpha_text(row, c: str, fmt) -> str:
+    value = row.get(f"rating_{c}_alpha")
+    if value is None or pd.isna(value):
+        return "α –"
+    text = f"α {fmt(value)}"
+    lo, hi = row.get(f"rating_{c}_alpha_ci_low"), row.get(f"rating_{c}_alpha_ci_high")
+    if lo is not None and not pd.isna(lo):
+        text += f" [{fmt(lo)}, {fmt(hi)}]"
+    n = row.get(f"rating_{c}_n")
+    if n is not None and not pd.isna(n) and n < MIN_ALPHA_ITEMS:
+        text += " (too few items)"
+    return text
+
+
+def _n_text(row, c: str) -> str:
+    n = row.get(f"rating_{c}_n")
+    return "" if n is None or pd.isna(n) else f" · n {int(n)}"
+
+
 def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, list[str]]] | None:
-    """("cell", criteria), then (row label, ["mean [low, high] · α value" per criterion]) of the rated rows.
+    """("cell", criteria), then (row label, ["mean [low, high] · n items · α value [low, high]" per
+    criterion]) of the rated rows; α is marked "(too few items)" below MIN_ALPHA_ITEMS items.
 
     `fmt` and `params_label` are controller.report.format's (passed in: format imports this module)."""
     criteria = [
@@ -243,7 +283,7 @@ def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, li
         label = " ".join(x for x in (row["model"], row["strategy"], params_label(row["params"])) if x and x != "{}")
         cells = [
             f"{fmt(row[f'rating_{c}'])} [{fmt(row[f'rating_{c}_ci_low'])}, {fmt(row[f'rating_{c}_ci_high'])}]"
-            f" · α {fmt(row[f'rating_{c}_alpha']) or '–'}"
+            f"{_n_text(row, c)} · {_alpha_text(row, c, fmt)}"
             for c in criteria
         ]
         table.append((label, cells))
@@ -251,8 +291,10 @@ def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, li
 
 
 RATINGS_NOTE = (
-    "Human ratings (1-5): mean of every score of the cell's rated items, 95% bootstrap interval over items, "
-    "Krippendorff's α (ordinal) between raters; the reference row is the control."
+    "Human ratings (1-5): mean of every score of the cell's rated items, 95% bootstrap interval over items; "
+    "n: the cell's rated items; Krippendorff's α (ordinal) between raters with its 95% bootstrap interval over "
+    f"items, marked (too few items) below {MIN_ALPHA_ITEMS} items, where it says little; "
+    "the reference row is the control."
 )
 
 
