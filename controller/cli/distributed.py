@@ -13,6 +13,7 @@ import time
 import click
 
 from controller.cli import options
+from controller.cli.options import plural
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal
@@ -97,11 +98,12 @@ def submit(
     st = _store(store)
     out = do_submit(conn, st, spec, tenant, priority, retry_failed=retry_failed, retries=retries)
     if out.new:
-        click.echo(f"sweep {out.sweep_id} submitted: {len(out.enqueued)} jobs on {out.queue}; store {st.url}")
+        n = len(out.enqueued)
+        click.echo(f"sweep {out.sweep_id} submitted: {n} {plural(n, 'job')} on {out.queue}; store {st.url}")
     else:
         click.echo(
             f"sweep {out.sweep_id} already submitted: {out.done} done, {out.pending} queued or running, "
-            f"{out.failed} failed or cancelled; {len(out.enqueued)} jobs enqueued now"
+            f"{out.failed} failed or cancelled; {len(out.enqueued)} {plural(len(out.enqueued), 'job')} enqueued now"
         )
         if out.cancelled and not retry_failed:
             click.echo("  the sweep was cancelled: pass --retry-failed to resume it", err=True)
@@ -120,7 +122,8 @@ def render_status(s) -> str:
         + ("  [CANCELLED]" if s.cancelled else "")
     ]
     done = s.total(JobStatus.DONE)
-    lines.append(f"{done}/{s.n_jobs} jobs done, " + ", ".join(f"{s.total(x)} {x}" for x in states if x != "done"))
+    others = ", ".join(f"{s.total(x)} {x}" for x in states if x != "done")
+    lines.append(f"{done}/{s.n_jobs} {plural(s.n_jobs, 'job')} done, " + others)
     lines.append(f"  {'cell':<{width}}  " + "  ".join(f"{x:>9}" for x in states))
     for cell, counts in cells.items():
         lines.append(f"  {cell:<{width}}  " + "  ".join(f"{counts.get(x, 0):>9}" for x in states))

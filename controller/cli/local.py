@@ -40,8 +40,9 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, 
     s = summarize_plan(jobs)
     click.echo(f"{terminal(spec_path)}: valid")
     click.echo(
-        f"sweep {s.sweep_id}: {s.cells} cells, {s.jobs} jobs, {s.prompts} prompts, "
-        f"{s.generations} generations, up to {s.tokens_to_generate:,} tokens to generate"
+        f"sweep {s.sweep_id}: {s.cells} {plural(s.cells, 'cell')}, {s.jobs} {plural(s.jobs, 'job')}, "
+        f"{s.prompts} {plural(s.prompts, 'prompt')}, {s.generations} {plural(s.generations, 'generation')}, "
+        f"up to {s.tokens_to_generate:,} {plural(s.tokens_to_generate, 'token')} to generate"
     )
     click.echo(f"limit: {settings.get('max_jobs'):,} jobs per sweep (DECODEBENCH_MAX_JOBS)")
     cells: dict[str, list] = {}
