@@ -99,7 +99,7 @@ def submit(
     out = do_submit(conn, st, spec, tenant, priority, retry_failed=retry_failed, retries=retries)
     if out.new:
         n = len(out.enqueued)
-        click.echo(f"sweep {out.sweep_id} submitted: {n} {plural(n, 'job')} on {out.queue}; store {st.url}")
+        click.echo(f"sweep {out.sweep_id} submitted: {n} {plural(n, 'job')} on {out.queue}; store {terminal(st.url)}")
     else:
         click.echo(
             f"sweep {out.sweep_id} already submitted: {out.done} done, {out.pending} queued or running, "

@@ -8,7 +8,7 @@ import sys
 import click
 
 from controller.cli import options
-from controller.cli.options import plural, store_flag
+from controller.cli.options import location, plural, store_flag
 from worker.core import settings
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal
@@ -108,7 +108,6 @@ def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool,
 
 def _report(store, tenant: str, sweep_id: str) -> None:
     """The table, the report's path and how to open it (nothing before the first complete job)."""
-    import os
     import shlex
 
     from controller.report.aggregate import load_sweep, summarize
@@ -122,16 +121,11 @@ def _report(store, tenant: str, sweep_id: str) -> None:
     summary = summarize(data)
     keys = write_reports(store, tenant, sweep_id, summary, data)
     click.echo(markdown_table(summary))
-    where = f"{store.url}/{keys.get('html', paths.report_key(tenant, sweep_id, 'report.html'))}"
-    if where.startswith("file://"):
-        where = where[len("file://") :]
-        relative = os.path.relpath(where)
-        where = relative if not relative.startswith("..") else where
+    where = location(store, keys.get("html", paths.report_key(tenant, sweep_id, "report.html")))
+    click.echo(f"report: {where}")
+    if store.url.startswith("file://"):
         opener = {"darwin": "open", "win32": "start"}.get(sys.platform, "xdg-open")
-        click.echo(f"report: {terminal(where)}")
-        click.echo(f"open it in a browser (it works offline): {opener} {terminal(shlex.quote(where))}")
-    else:
-        click.echo(f"report: {terminal(where)}")
+        click.echo(f"open it in a browser (it works offline): {opener} {shlex.quote(where)}")
 
 
 def _failures(outcome) -> None:

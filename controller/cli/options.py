@@ -36,3 +36,18 @@ def store_flag(url: str) -> str:
 
     same = url in (None, "") or url == settings.get("store")  # what the next command finds by itself
     return "" if same else f" --store {terminal(shlex.quote(str(url)))}"
+
+
+def location(store, key: str) -> str:
+    """Where a stored object is, for people: a local path (relative when under the working
+    directory) for a file store, else the store's URL; escape sequences made visible."""
+    import os
+
+    from worker.core.safetext import terminal
+
+    where = f"{store.url}/{key}"
+    if where.startswith("file://"):
+        where = where[len("file://") :]
+        relative = os.path.relpath(where)
+        where = where if relative.startswith("..") else relative
+    return terminal(where)
