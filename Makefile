@@ -17,9 +17,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[worker,dev]'
 	touch $@
 
+# Progress on stderr (a bar on a terminal, else a line per tenth of the jobs); then the table,
+# the path of report.html and how to open it. Put decodebench on the PATH: source .venv/bin/activate
 demo: install
-	$(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
-	@echo "HTML report: decodebench report <sweep-id> --store runs/demo --format html (written under runs/demo/default/sweeps/*/report/)"
+	@$(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
 
 # Everything: lint, layering contracts, then the whole suite (what .ci/run calls).
 test: install lint

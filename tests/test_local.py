@@ -116,6 +116,25 @@ def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, tiny_mo
     assert len(prompt_ids) == len(set(prompt_ids)) == 16 + 16 * 2
 
 
+@pytest.mark.slow
+def test_ctrl_c_says_how_to_resume(tmp_path, tiny_model, prompts_file):
+    spec = write_spec(tmp_path, tiny_model, prompts_file, limit=16, shard=2)
+    out = tmp_path / "runs"
+    cmd = [str(Path(sys.executable).with_name("decodebench")), "run", str(spec), "--out", str(out)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not list(out.glob("default/sweeps/*/jobs/*/result.json")):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted (Ctrl-C); complete jobs are kept, run the same command again to resume: ")
+    assert f"decodebench run {spec}" in last  # (with --store where the default store is another)
+
+
 def test_result_pins_its_generations(tmp_path, tiny_model, prompts_file):
     """A generations file that does not match its result.json is reported, not silently aggregated."""
     spec = write_spec(tmp_path, tiny_model, prompts_file, limit=4, shard=4)

@@ -28,6 +28,9 @@ def test_quickstart_sweep_summary_and_html(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "60 jobs run, 0 already complete, 0 failed" in result.output
+    *_, where, how = result.output.rstrip().splitlines()  # make demo ends with the report and how to open it
+    assert where.startswith("report: ") and where.endswith("/report/report.html")
+    assert how.startswith("open it in a browser (it works offline): ") and how.endswith("report.html")
     (report,) = out.glob("default/sweeps/*/report")
     summary = pd.read_csv(report / "summary.csv")
     assert list(summary.columns[: len(DESIGN_COLUMNS)]) == DESIGN_COLUMNS

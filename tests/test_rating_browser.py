@@ -12,6 +12,7 @@ from controller.report.ratings import parse_sheet
 from tests.test_html_browser import browse
 
 ITEMS = [{"item": f"i{n:010x}", "prompt": f'Prompt {n}, "quoted"', "text": f"Text {n}\nline"} for n in range(3)]
+ITEMS[2] = {**ITEMS[2], "prompt": '=HYPERLINK("http://evil.example","x")', "text": "@SUM(1+1)"}  # formulas
 # Presses real keys, then clicks "Save" and writes the downloaded file's text into the page.
 DRIVER = """<script>
 HTMLAnchorElement.prototype.click = function () {
@@ -39,5 +40,6 @@ def test_keyboard_scores_are_saved_as_an_importable_csv(tmp_path):
     # 1 5 scored the first text, 3 4 the second, ← went back and 2 2 re-scored it; the third is unscored
     assert [(r["fluency"], r["coherence"]) for r in rows] == [("1", "5"), ("2", "2"), ("", "")]
     assert rows[0]["prompt"] == ITEMS[0]["prompt"] and rows[0]["text"] == ITEMS[0]["text"]
+    assert rows[2]["prompt"] == "'" + ITEMS[2]["prompt"] and rows[2]["text"] == "'@SUM(1+1)"  # shown, never run
     key = {"criteria": ["fluency", "coherence"], "raters": ["r1"], "items": {i["item"]: {} for i in ITEMS}}
     assert parse_sheet(name, body.encode(), key)["r1"][ITEMS[1]["item"]] == {"fluency": 2, "coherence": 2}

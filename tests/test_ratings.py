@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from pathlib import Path
 
 import krippendorff
 import numpy as np
@@ -117,12 +118,20 @@ def test_perfect_agreement_gives_alpha_one(sweep):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda rows: rows[1].__setitem__(0, "ideadbeef00"), "row 2: unknown item 'ideadbeef00'"),
-        (lambda rows: rows[2].__setitem__(4, "6"), "row 3: fluency score '6' is outside 1-5"),
-        (lambda rows: rows[2].__setitem__(5, "0"), "row 3: coherence score '0' is outside 1-5"),
-        (lambda rows: rows.append(list(rows[1])), "duplicate row for item"),
-        (lambda rows: rows[3].__setitem__(1, ""), "row 4: missing rater"),
+        (lambda rows: rows[1].__setitem__(0, "ideadbeef00"), "row 2, column item: unknown item 'ideadbeef00'"),
+        (lambda rows: rows[2].__setitem__(4, "6"), "row 3, column fluency: score '6' is not one of 1-5"),
+        (lambda rows: rows[2].__setitem__(5, "0"), "row 3, column coherence: score '0' is not one of 1-5"),
+        (lambda rows: rows[2].__setitem__(4, "²"), "row 3, column fluency: score '²' is not one of 1-5"),
+        (lambda rows: rows[2].__setitem__(4, "٣"), "row 3, column fluency: score '٣' is not one of 1-5"),
+        (lambda rows: rows[2].__setitem__(5, "4.0"), "row 3, column coherence: score '4.0' is not one of 1-5"),
+        (lambda rows: rows.append(list(rows[1])), "column item: duplicate row for item"),
+        (lambda rows: rows[3].__setitem__(1, ""), "row 4, column rater: missing rater"),
+        (
+            lambda rows: rows[3].__setitem__(1, "r1"),
+            "row 4, column rater: rater 'r1', but this file is r2's sheet (row 2)",
+        ),
     ],
+    ids=["item", "six", "zero", "superscript", "arabic-digit", "decimal", "duplicate", "no-rater", "other-rater"],
 )
 def test_bad_sheets_are_refused_and_nothing_imported_is_lost(sweep, edit, message):
     store, data, tmp = sweep
@@ -149,3 +158,108 @@ def test_too_few_items_for_the_cells_is_a_usage_error(sweep):
         main, ["rate", "export", data.sweep_id, "--items", "2", "--raters", "2", "--store", store.url]
     )
     assert res.exit_code == 2 and "every cell must be rated" in res.output
+
+
+def import_(store, data, *files: Path):
+    return CliRunner().invoke(main, ["rate", "import", data.sweep_id, *map(str, files), "--store", store.url])
+
+
+def test_import_says_what_it_replaced_and_what_to_run_next(sweep):
+    store, data, tmp = sweep
+    export(store, data, tmp / "s")
+    first = tmp / "first.csv"
+    first.write_bytes(fill(tmp / "s" / "sheet-r1.csv", "r1"))
+    res = import_(store, data, first)
+    assert res.exit_code == 0, res.output
+    assert "r1: 12 items\n" in res.output and f"next: decodebench report {data.sweep_id} --store" in res.output
+    again = import_(store, data, tmp / "s" / "sheet-r1.csv")  # the blank sheet, returned by mistake
+    assert "r1: 12 items (replaces the sheet imported from " + str(first) + ")" in again.output
+
+
+def test_a_file_named_for_one_rater_may_not_carry_another(sweep):
+    store, data, tmp = sweep
+    export(store, data, tmp / "s")
+    forged = tmp / "sheet-r1.csv"  # r1's file name, r2's rows
+    forged.write_bytes(fill(tmp / "s" / "sheet-r2.csv", "r2"))
+    res = import_(store, data, forged)
+    assert (
+        res.exit_code == 2
+        and "row 2, column rater: rater 'r2', but this file is r1's sheet (its file name)" in res.output
+    )
+    assert not store.exists(paths.rater_sheet_key(data.tenant, data.sweep_id, "r2"))
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8-sig"])
+def test_sheets_in_the_encodings_of_prompt_files_import(sweep, encoding):
+    store, data, tmp = sweep
+    export(store, data, tmp / "s")
+    sheet = tmp / "r1.csv"
+    sheet.write_bytes(fill(tmp / "s" / "sheet-r1.csv", "r1").decode().encode(encoding))  # as spreadsheets save
+    res = import_(store, data, sheet)
+    assert res.exit_code == 0, res.output
+    assert len(store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "r1"))["scores"]) == 12
+
+
+def test_utf16_without_a_bom_and_latin1_are_one_line(sweep):
+    store, data, tmp = sweep
+    export(store, data, tmp / "s")
+    text = fill(tmp / "s" / "sheet-r1.csv", "r1").decode()
+    (tmp / "a.csv").write_bytes(text.encode("utf-16-le"))
+    (tmp / "b.csv").write_bytes(text.encode() + "café".encode("latin-1"))
+    for name, expected in (("a.csv", "a NUL byte at byte 1"), ("b.csv", "not UTF-8 text at byte")):
+        res = import_(store, data, tmp / name)
+        lines = res.output.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1 and expected in lines[0], res.output
+
+
+def test_a_sheet_over_the_size_limit_is_refused_before_it_is_read(sweep, monkeypatch):
+    store, data, tmp = sweep
+    export(store, data, tmp / "s")
+    big = tmp / "big.csv"
+    with big.open("wb") as f:
+        f.write(fill(tmp / "s" / "sheet-r1.csv", "r1"))
+        f.truncate(2 * 2**20 + 1)  # sparse: 2 MiB without writing them
+    monkeypatch.setenv("DECODEBENCH_RATING_SHEET_MAX_MB", "2")
+    res = import_(store, data, big)
+    assert res.exit_code == 2 and "over the limit of 2 MiB for a rating sheet" in res.output, res.output
+
+
+def test_export_says_what_was_added_and_defines_each_criterion(sweep):
+    store, data, tmp = sweep
+    res = run(store, "rate", "export", data.sweep_id, "--items", "7", "--raters", "2", "--criteria",
+              "fluency,coherence,wit", "--define", "wit=Is it witty?", "--out", str(tmp / "s"))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    key = store.read_json(paths.ratings_key(data.tenant, data.sweep_id, paths.RATINGS_KEY_FILE))
+    controls = sum(1 for w in key["items"].values() if w["cell"] == "reference")
+    assert controls > 0
+    assert (
+        f"{len(key['items'])} items for 2 raters in {tmp / 's'}/: 7 generations over 3 cells, and {controls} "
+        "reference texts of the same prompts mixed in as controls"
+    ) in res.output
+    assert f"next: send each rater their sheet; then decodebench rate import {data.sweep_id} FILES..." in res.output
+    text = (tmp / "s" / "instructions.txt").read_text()
+    assert "fluency: Is the text well-formed language" in text and "coherence: Does the text hang together" in text
+    assert "wit: Is it witty?" in text and "1 = very poor" in text
+    page = (tmp / "s" / "sheet-r1.html").read_text()
+    assert "<dt>fluency</dt><dd>Is the text well-formed language" in page and "<dt>wit</dt><dd>Is it witty?" in page
+
+
+def test_the_ratings_table_counts_items_and_marks_alpha_on_too_few(sweep):
+    store, data, tmp = sweep
+    export(store, data, tmp / "s", raters=2)
+    files = []
+    for r in ("r1", "r2"):
+        (tmp / f"{r}.csv").write_bytes(fill(tmp / "s" / f"sheet-{r}.csv", r))
+        files.append(str(tmp / f"{r}.csv"))
+    assert run(store, "rate", "import", data.sweep_id, *files).exit_code == 0
+    loaded, summary = build(store, data.tenant, data.sweep_id, n_boot=0)
+    rated = summary[summary["rating_fluency_n"].notna()]
+    assert rated["rating_fluency_n"].sum() == 12 and (rated["rating_fluency_n"] < 10).all()
+    defined = rated[rated["rating_fluency_alpha"].notna()]
+    assert len(defined)  # α with its interval around it, where the bootstrap defines one
+    for _, row in defined[defined["rating_fluency_alpha_ci_low"].notna()].iterrows():
+        assert row["rating_fluency_alpha_ci_low"] <= row["rating_fluency_alpha"] <= row["rating_fluency_alpha_ci_high"]
+    md = render("md", summary, loaded).decode()
+    section = md.split("## Human ratings", 1)[1]
+    assert " · n 2 · α " in section or " · n 3 · α " in section or " · n 4 · α " in section
+    assert "(too few items)" in section and "below 10 items" in section

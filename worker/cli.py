@@ -18,6 +18,7 @@ import structlog
 
 from worker.core import settings, usage
 from worker.core.errors import DecodebenchError, UsageError
+from worker.core.safetext import terminal
 
 log = structlog.get_logger("decodebench.worker")
 
@@ -153,7 +154,7 @@ def main(log_format: str, log_level: str, more_queues: tuple[str, ...], **option
     try:
         code = serve(queues=queues or ("*",), log_level=log_level, **options)
     except DecodebenchError as err:
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"error: {terminal(err)}", err=True)
         code = err.exit_code
     sys.exit(code)
 

@@ -7,12 +7,14 @@ Each command module imports only click and the settings at import time, so that
 
 from __future__ import annotations
 
+import errno
 import traceback
 
 import click
 
 from worker.core import settings
-from worker.core.errors import DecodebenchError
+from worker.core.errors import DecodebenchError, quote
+from worker.core.safetext import terminal
 from worker.core.usage import OneLineUsage, one_line
 
 
@@ -33,8 +35,15 @@ class Group(OneLineUsage, click.Group):
         except DecodebenchError as err:
             if ctx.params.get("debug"):
                 click.echo(traceback.format_exc(), err=True, nl=False)
-            click.echo(f"error: {err}", err=True)
+            click.echo(f"error: {terminal(err)}", err=True)  # names in it are user input
             ctx.exit(err.exit_code)
+        except OSError as err:  # a path given on the command line (--out) that no file system takes
+            if err.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+                raise
+            if ctx.params.get("debug"):
+                click.echo(traceback.format_exc(), err=True, nl=False)
+            click.echo(f"error: {quote(str(err.filename or ''), 80)}: {err.strerror}", err=True)
+            ctx.exit(2)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -16,6 +16,7 @@ import click
 
 from worker.core import settings
 from worker.core.errors import UsageError
+from worker.core.safetext import terminal
 
 
 def no_tenant_flag() -> None:
@@ -30,7 +31,7 @@ class Remote:
         from controller.server.client import connect
 
         no_tenant_flag()
-        self.where = f"through {api}"
+        self.where = f"through {terminal(api)}"
         self.client = connect(api)
 
     def submit(self, body: dict) -> dict:
@@ -60,47 +61,47 @@ class Remote:
 
 
 class Direct:
-    """The service in-process, as the operator acting for `tenant`."""
+    """The service in-process, as the operator acting for `tenant`. Redis, the store and the
+    signing key are opened when a command needs them (`logs --sweep` reads the store only)."""
 
     def __init__(self, redis_url: str, store_url: str, tenant: str) -> None:
         from controller.server.service import Context
         from controller.server.tokens import Identity
         from worker.core import policy
-        from worker.core.redisconn import connect, redis_user
+        from worker.core.redisconn import redis_user
         from worker.core.tenants import load_tenants
-        from worker.store import open_store
 
         path = settings.get("tenants_file")
-        self.redis_url, self.tenant = redis_url, tenant
-        self._store_url = store_url
+        self.redis_url, self.store_url, self.tenant = redis_url, store_url, tenant
         self.ctx = Context(
-            conn=connect(redis_url),
+            conn=None,
             store=None,
             signing_key=b"",
             tenants=load_tenants(path) if path else None,
             limits=policy.Limits.from_settings(),
             lock_s=settings.get("submit_lock_s"),
         )
-        self._open_store = open_store
         self.who = Identity(token_id=_operator(redis_user(redis_url)), tenant=tenant, admin=True)
 
     @property
     def where(self) -> str:
-        return f"store {self._store().url}"
+        return f"store {terminal(self._with(store=True).store.url)}"
 
-    def _store(self):
-        if self.ctx.store is None:
-            self.ctx.store = self._open_store(self._store_url)
-        return self.ctx.store
+    def _with(self, *, redis: bool = False, store: bool = False, key: bool = False):
+        """The context, with what the command needs opened."""
+        if redis and self.ctx.conn is None:
+            from worker.core.redisconn import connect
 
-    def _signed(self) -> None:
-        from worker.core.signing import load_key
+            self.ctx.conn = connect(self.redis_url)
+        if store and self.ctx.store is None:
+            from worker.store import open_store
 
-        path = settings.get("signing_key_file")
-        if not path:
-            raise UsageError("DECODEBENCH_SIGNING_KEY_FILE is not set: workers run only jobs signed with that key")
-        self.ctx.signing_key = load_key(path)
-        self._store()
+            self.ctx.store = open_store(self.store_url)
+        if key and not self.ctx.signing_key:
+            from worker.core.signing import load_key
+
+            self.ctx.signing_key = load_key(settings.get("signing_key_file"))
+        return self.ctx
 
     def _audit(self, action: str, sweep_id: str, **fields: Any) -> None:
         import structlog
@@ -112,51 +113,50 @@ class Direct:
     def submit(self, body: dict) -> dict:
         from controller.server import service
 
-        self._signed()
-        out = service.submit(self.ctx, self.who, service.SubmitRequest.model_validate(body))
+        ctx = self._with(redis=True, store=True, key=True)
+        out = service.submit(ctx, self.who, service.SubmitRequest.model_validate(body))
         self._audit("submit", out["sweep_id"], enqueued=out["enqueued"], queue=out["queue"])
         return out
 
     def status(self, sweep: str) -> dict:
         from controller.server import service
 
-        return service.status(self.ctx, self.who, sweep)
+        return service.status(self._with(redis=True), self.who, sweep)
 
     def failures(self, sweep: str) -> dict:
         from controller.server import service
 
-        return service.failures(self.ctx, self.who, sweep)
+        return service.failures(self._with(redis=True), self.who, sweep)
 
     def cancel(self, sweep: str) -> dict:
         from controller.server import service
 
-        out = service.cancel(self.ctx, self.who, sweep)
+        out = service.cancel(self._with(redis=True), self.who, sweep)
         self._audit("cancel", out["sweep_id"], dropped=out["dropped"], stopping=out["stopping"])
         return out
 
     def retry(self, sweep: str, priority: str) -> dict:
         from controller.server import service
 
-        self._signed()
-        out = service.retry(self.ctx, self.who, sweep, service.RetryRequest(priority=priority))
+        ctx = self._with(redis=True, store=True, key=True)
+        out = service.retry(ctx, self.who, sweep, service.RetryRequest(priority=priority))
         self._audit("retry", out["sweep_id"], enqueued=out["enqueued"])
         return out
 
     def job_log(self, sweep: str | None, job: str) -> list[dict]:
         from controller.server import service
 
-        self._store()
-        return service.job_log(self.ctx, self.who, sweep, job)
+        return service.job_log(self._with(redis=sweep is None, store=True), self.who, sweep, job)
 
     def tenants(self) -> list[dict]:
         from controller.server import service
 
-        return service.tenants_overview(self.ctx, self.who)
+        return service.tenants_overview(self._with(redis=True), self.who)
 
     def sweeps(self) -> list[dict]:
         from controller.server import service
 
-        return service.list_sweeps(self.ctx, self.who)
+        return service.list_sweeps(self._with(redis=True), self.who)
 
 
 def _operator(user: str | None) -> str:

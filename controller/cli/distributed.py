@@ -17,8 +17,10 @@ import click
 
 from controller.cli import options
 from controller.cli.backend import backend
+from controller.cli.options import plural
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError
+from worker.core.safetext import terminal
 
 STATES = tuple(s.value for s in JobStatus)
 
@@ -70,12 +72,13 @@ def submit(
     to = backend(api, redis_url, store, tenant)
     body = submission(spec, priority, retry_failed, retries)
     out = to.submit(body)
+    n = out["enqueued"]
     if out["new"]:
-        click.echo(f"sweep {out['sweep_id']} submitted: {out['enqueued']} jobs on {out['queue']}; {to.where}")
+        click.echo(f"sweep {out['sweep_id']} submitted: {n} {plural(n, 'job')} on {out['queue']}; {to.where}")
     else:
         click.echo(
             f"sweep {out['sweep_id']} already submitted: {out['done']} done, {out['pending']} queued or running, "
-            f"{out['failed']} failed or cancelled; {out['enqueued']} jobs enqueued now"
+            f"{out['failed']} failed or cancelled; {n} {plural(n, 'job')} enqueued now"
         )
         if out["cancelled"] and not retry_failed:
             click.echo("  the sweep was cancelled: pass --retry-failed to resume it", err=True)
@@ -86,16 +89,15 @@ def submit(
 
 def render_status(s: dict) -> str:
     """The status answer (`controller.server.service.status_dict`) as the terminal shows it."""
-    cells = s["cells"]
+    cells = {terminal(c): counts for c, counts in s["cells"].items()}  # names are user input: never interpreted
     width = max([len("cell"), *(len(c) for c in cells)])
     lines = [
-        f"sweep {s['sweep_id']} ({s['name']}), tenant {s['tenant']}, queue {s['queue']}"
+        f"sweep {s['sweep_id']} ({terminal(s['name'])}), tenant {s['tenant']}, queue {s['queue']}"
         + ("  [CANCELLED]" if s["cancelled"] else "")
     ]
     totals = s["totals"]
-    lines.append(
-        f"{totals['done']}/{s['jobs']} jobs done, " + ", ".join(f"{totals[x]} {x}" for x in STATES if x != "done")
-    )
+    others = ", ".join(f"{totals[x]} {x}" for x in STATES if x != "done")
+    lines.append(f"{totals['done']}/{s['jobs']} {plural(s['jobs'], 'job')} done, " + others)
     lines.append(f"  {'cell':<{width}}  " + "  ".join(f"{x:>9}" for x in STATES))
     for cell, counts in cells.items():
         lines.append(f"  {cell:<{width}}  " + "  ".join(f"{counts.get(x, 0):>9}" for x in STATES))
@@ -110,7 +112,7 @@ def render_status(s: dict) -> str:
     if s["n_failures"]:
         lines.append(f"failures ({len(s['failures'])} of {s['n_failures']} shown):")
         for f in s["failures"]:
-            lines.append(f"  {f['job_id']}  {f['cell']}: {f['reason']}")
+            lines.append(f"  {terminal(f['job_id'])}  {terminal(f['cell'])}: {terminal(f['reason'])}")
     return "\n".join(lines)
 
 
@@ -119,7 +121,7 @@ def render_tenants(rows: list[dict]) -> str:
     lines = [f"{'tenant':<20} {'queued':>8} {'running':>8} {'done':>8} {'share (1h)':>11}"]
     for r in rows:
         share = f"{100 * r['worker_s'] / total:.1f}%" if total else "-"
-        lines.append(f"{r['tenant']:<20} {r['queued']:>8} {r['running']:>8} {r['done']:>8} {share:>11}")
+        lines.append(f"{terminal(r['tenant']):<20} {r['queued']:>8} {r['running']:>8} {r['done']:>8} {share:>11}")
     return "\n".join(lines)
 
 
@@ -153,7 +155,7 @@ def status(
     while True:
         s = to.status(sweep)
         for problem in s["problems"]:  # a damaged value in Redis: named, left out, the rest shown
-            click.echo(f"warning: {problem}", err=True)
+            click.echo(f"warning: {terminal(problem)}", err=True)
         click.echo(json.dumps(s) if as_json else render_status(s))
         if not watch or s["complete"]:
             break
@@ -176,9 +178,9 @@ def failures(sweep: str, tenant: str, as_json: bool, api: str | None, redis_url:
     if as_json:
         click.echo(json.dumps(out))
         return
-    click.echo(f"sweep {out['sweep_id']}: {out['n_failures']} failed job(s)")
+    click.echo(f"sweep {out['sweep_id']}: {out['n_failures']} failed {plural(out['n_failures'], 'job')}")
     for f in out["failures"]:
-        click.echo(f"  {f['job_id']}  {f['cell']}: {f['reason']}")
+        click.echo(f"  {terminal(f['job_id'])}  {terminal(f['cell'])}: {terminal(f['reason'])}")
 
 
 @click.command()
@@ -217,7 +219,7 @@ def retry(sweep: str, failed: bool, tenant: str, priority: str, api: str | None,
 def format_log_line(row: dict) -> str:
     skip = {"timestamp", "level", "event", "tenant", "sweep_id", "job_id", "model", "strategy"}
     extra = " ".join(f"{k}={v}" for k, v in row.items() if k not in skip)
-    return f"{row.get('timestamp', '')} {row.get('level', ''):<7} {row.get('event', '')} {extra}".rstrip()
+    return terminal(f"{row.get('timestamp', '')} {row.get('level', ''):<7} {row.get('event', '')} {extra}".rstrip())
 
 
 @click.command()

@@ -8,8 +8,10 @@ import sys
 import click
 
 from controller.cli import options
+from controller.cli.options import location, plural, store_flag
 from worker.core import settings
 from worker.core.errors import UsageError
+from worker.core.safetext import terminal
 
 
 @click.command()
@@ -17,7 +19,12 @@ from worker.core.errors import UsageError
 @click.option("--schema", is_flag=True, help="Print the JSON schema of sweep specs and exit.")
 @options.tenant
 @click.option("--jobs", "show_jobs", is_flag=True, help="List every job.")
-def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) -> None:
+@click.option(
+    "--check-models",
+    is_flag=True,
+    help="Also resolve every model (a hub id: in the local cache or on the hub) without loading weights.",
+)
+def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, check_models: bool) -> None:
     """Check a sweep spec and print its job plan."""
     from controller.spec.load import load_spec
     from controller.spec.models import json_schema
@@ -34,10 +41,11 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) 
     jobs = plan(spec, tenant)
     check_context(jobs)
     s = summarize_plan(jobs)
-    click.echo(f"{spec_path}: valid")
+    click.echo(f"{terminal(spec_path)}: valid")
     click.echo(
-        f"sweep {s.sweep_id}: {s.cells} cells, {s.jobs} jobs, {s.prompts} prompts, "
-        f"{s.generations} generations, up to {s.tokens_to_generate:,} tokens to generate"
+        f"sweep {s.sweep_id}: {s.cells} {plural(s.cells, 'cell')}, {s.jobs} {plural(s.jobs, 'job')}, "
+        f"{s.prompts} {plural(s.prompts, 'prompt')}, {s.generations} {plural(s.generations, 'generation')}, "
+        f"up to {s.tokens_to_generate:,} {plural(s.tokens_to_generate, 'token')} to generate"
     )
     click.echo(f"limit: {settings.get('max_jobs'):,} jobs per sweep (DECODEBENCH_MAX_JOBS)")
     cells: dict[str, list] = {}
@@ -45,10 +53,23 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) 
         cells.setdefault(j.cell, []).append(j)
     for cell, cjobs in cells.items():
         seeds = sorted({j.seed for j in cjobs})
-        click.echo(f"  {cell}: {len(cjobs)} jobs, seeds {seeds}")
+        click.echo(f"  {terminal(cell)}: {len(cjobs)} {plural(len(cjobs), 'job')}, seeds {seeds}")
         if show_jobs:
             for j in cjobs:
                 click.echo(f"    {j.job_id}  seed={j.seed} shard={j.shard}/{j.n_shards} prompts={len(j.prompts)}")
+    if check_models:
+        _check_models(jobs)
+
+
+def _check_models(jobs) -> None:
+    from controller.launch.models import check_models
+
+    checks = check_models(jobs)
+    for c in checks:
+        click.echo(f"  {terminal(c.line)}")
+    bad = sum(1 for c in checks if c.reason)
+    if bad:
+        raise UsageError(f"{bad} of {len(checks)} {plural(len(checks), 'model')} unavailable (see above)")
 
 
 @click.command()
@@ -56,33 +77,71 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool) 
 @settings.option("store", "--store", "--out")
 @settings.option("device", default="cpu", help="Device: cpu or cuda:N; never falls back silently.")
 @options.tenant
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
-def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool) -> None:
-    """Run a sweep locally, in-process, then print the comparison."""
+@click.option("--no-progress", is_flag=True, help="No progress bar (without a TTY: no progress lines).")
+@click.option("--no-check-models", is_flag=True, help="Do not resolve every model before the first job.")
+def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool, no_check_models: bool) -> None:
+    """Run a sweep locally, in-process, then print the comparison and the report's path."""
     from controller.launch.local import run_sweep
-    from controller.report.aggregate import load_sweep, summarize
-    from controller.report.format import markdown_table
-    from controller.report.write import write_reports
     from controller.spec.load import load_spec
     from worker.store import open_store
 
     settings.parse_device(device)
     spec = load_spec(spec_path)
     opened = open_store(store)
-    outcome = run_sweep(spec, opened, tenant=tenant, device=device, progress=not no_progress and sys.stderr.isatty())
+    bar = False if no_progress else (True if sys.stderr.isatty() else None)  # None: a line per tenth of the jobs
+    resume = f"run the same command again to resume: decodebench run {terminal(spec_path)}{store_flag(store)}"
+    try:
+        outcome = run_sweep(spec, opened, tenant=tenant, device=device, progress=bar, check=not no_check_models)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted before the first job; {resume}", err=True)
+        sys.exit(130)
+    n = len(outcome.ran)
     click.echo(
-        f"sweep {outcome.sweep_id}: {len(outcome.ran)} jobs run, {len(outcome.skipped)} already complete, "
-        f"{len(outcome.failed)} failed; store {opened.url}"
+        f"sweep {outcome.sweep_id}: {n} {plural(n, 'job')} run, {len(outcome.skipped)} already complete, "
+        f"{outcome.n_failed} failed"
     )
-    data = load_sweep(opened, tenant, outcome.sweep_id)
-    if data.results:
-        summary = summarize(data)
-        write_reports(opened, tenant, outcome.sweep_id, summary, data)
-        click.echo(markdown_table(summary))
-    for job_id, reason in outcome.failed.items():
-        click.echo(f"failed {job_id}: {reason}", err=True)
-    if outcome.failed:
+    if outcome.interrupted:
+        click.echo(f"interrupted (Ctrl-C); complete jobs are kept, {resume}", err=True)
+        sys.exit(130)
+    _report(opened, tenant, outcome.sweep_id)
+    _failures(outcome)
+    if outcome.n_failed:
         sys.exit(1)
+
+
+def _report(store, tenant: str, sweep_id: str) -> None:
+    """The table, the report's path and how to open it (nothing before the first complete job)."""
+    import shlex
+
+    from controller.report.aggregate import load_sweep, summarize
+    from controller.report.format import markdown_table
+    from controller.report.write import write_reports
+    from worker.core import paths
+
+    data = load_sweep(store, tenant, sweep_id)
+    if not data.results:
+        return
+    summary = summarize(data)
+    keys = write_reports(store, tenant, sweep_id, summary, data)
+    click.echo(markdown_table(summary))
+    where = location(store, keys.get("html", paths.report_key(tenant, sweep_id, "report.html")))
+    click.echo(f"report: {where}")
+    if store.url.startswith("file://"):
+        opener = {"darwin": "open", "win32": "start"}.get(sys.platform, "xdg-open")
+        click.echo(f"open it in a browser (it works offline): {opener} {shlex.quote(where)}")
+
+
+def _failures(outcome) -> None:
+    """Each unavailable model once, with its skipped jobs counted; other failures grouped by reason."""
+    for path, reason in outcome.unavailable.items():
+        n = sum(1 for p in outcome.blocked.values() if p == path)
+        click.echo(f"{terminal(reason)}; {n} {plural(n, 'job')} skipped", err=True)
+    by_reason: dict[str, list[str]] = {}
+    for job_id, reason in outcome.failed.items():
+        by_reason.setdefault(reason, []).append(job_id)
+    for reason, jobs in by_reason.items():
+        ids = ", ".join(jobs[:3]) + (", ..." if len(jobs) > 3 else "")
+        click.echo(f"failed {len(jobs)} {plural(len(jobs), 'job')} ({ids}): {terminal(reason)}", err=True)
 
 
 @click.command()

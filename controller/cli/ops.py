@@ -11,6 +11,7 @@ import click
 from controller.cli import options
 from worker.core import settings
 from worker.core.errors import ServiceError, UsageError
+from worker.core.safetext import terminal
 
 
 @click.command()
@@ -31,7 +32,7 @@ def doctor(tenant: str, require_gpu: bool, local: bool, api: str | None, redis_u
     results += [redis_check, check_store(store)]
     width = max(len(name) for _, name, _ in results)
     for level, name, detail in results:
-        click.echo(f"{level}  {name:<{width}}  {detail}")
+        click.echo(f"{level}  {name:<{width}}  {terminal(detail)}")
     failed = [name for level, name, _ in results if level == FAIL]
     click.echo(f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "all required checks passed")
     if failed:

@@ -24,3 +24,33 @@ priority = click.option(
 api = settings.option(
     "api_url", "--api", "api", help="Submission server URL (DECODEBENCH_API_URL); the tenant comes from your token."
 )
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`word` or its plural for `n` (`1 job`, `2 jobs`, `0 jobs`); `words` where it is not `word` + s."""
+    return word if n == 1 else (words or word + "s")
+
+
+def store_flag(url: str) -> str:
+    """` --store URL` for a command to print as the next step, or nothing for the default store."""
+    import shlex
+
+    from worker.core.safetext import terminal
+
+    same = url in (None, "") or url == settings.get("store")  # what the next command finds by itself
+    return "" if same else f" --store {terminal(shlex.quote(str(url)))}"
+
+
+def location(store, key: str) -> str:
+    """Where a stored object is, for people: a local path (relative when under the working
+    directory) for a file store, else the store's URL; escape sequences made visible."""
+    import os
+
+    from worker.core.safetext import terminal
+
+    where = f"{store.url}/{key}"
+    if where.startswith("file://"):
+        where = where[len("file://") :]
+        relative = os.path.relpath(where)
+        where = where if relative.startswith("..") else relative
+    return terminal(where)

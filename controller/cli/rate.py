@@ -7,8 +7,10 @@ from pathlib import Path
 import click
 
 from controller.cli import options
+from controller.cli.options import plural, store_flag
 from worker.core import settings
 from worker.core.errors import UsageError
+from worker.core.safetext import terminal
 
 
 @click.group("rate")
@@ -26,6 +28,13 @@ def _names(value: str) -> list[str]:
 @click.option("--raters", type=click.IntRange(min=1), default=None, help="Number of raters (named r1..rN).")
 @click.option("--rater-names", default=None, help="Comma-separated rater names instead of --raters.")
 @click.option("--criteria", default="fluency,coherence", show_default=True, help="Comma-separated criteria (1-5).")
+@click.option(
+    "--define",
+    "defines",
+    multiple=True,
+    metavar="NAME=TEXT",
+    help="What a criterion asks, shown on the sheets (fluency and coherence have one built in).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample and the orders.")
 @click.option(
     "--out",
@@ -35,15 +44,18 @@ def _names(value: str) -> list[str]:
 )
 @settings.option("store", "--store", "store_url")
 @options.tenant
-def export(sweep, n_items, raters, rater_names, criteria, seed, out, store_url, tenant) -> None:
+def export(sweep, n_items, raters, rater_names, criteria, defines, seed, out, store_url, tenant) -> None:
     """Write blinded sheets (CSV and an offline HTML page per rater); the key stays beside the sweep."""
-    from controller.report.aggregate import load_sweep
-    from controller.report.rating_sheets import export_sheets, sheet_csv, sheet_html
+    from controller.report.aggregate import REFERENCE, load_sweep
+    from controller.report.rating_sheets import definitions_for, export_sheets, instructions, sheet_csv, sheet_html
     from controller.report.ratings import load_sheets
     from worker.core import paths
     from worker.store import open_store
 
     names = _names(rater_names) if rater_names else [f"r{i}" for i in range(1, (raters or 0) + 1)]
+    given = dict(d.split("=", 1) for d in defines if "=" in d)
+    if len(given) != len(defines):
+        raise UsageError("--define takes NAME=TEXT")
     if not names:
         raise UsageError("give --raters N or --rater-names a,b,...")
     store = open_store(store_url)
@@ -54,10 +66,23 @@ def export(sweep, n_items, raters, rater_names, criteria, seed, out, store_url, 
     store.write_json(paths.ratings_key(tenant, sweep_id, paths.RATINGS_KEY_FILE), sheets.key)
     out = out or Path(f"ratings-{sweep_id}")
     out.mkdir(parents=True, exist_ok=True)
+    crits = sheets.key["criteria"]
+    defined = definitions_for(crits, given)
     for rater, items in sheets.items.items():
-        (out / f"sheet-{rater}.csv").write_bytes(sheet_csv(rater, items, sheets.key["criteria"]))
-        (out / f"sheet-{rater}.html").write_bytes(sheet_html(rater, items, sheets.key["criteria"]))
-    click.echo(f"{len(sheets.key['items'])} items for {len(names)} raters in {out}/")
+        (out / f"sheet-{rater}.csv").write_bytes(sheet_csv(rater, items, crits))
+        (out / f"sheet-{rater}.html").write_bytes(sheet_html(rater, items, crits, defined))
+    n = len(sheets.key["items"])
+    (out / "instructions.txt").write_text(instructions(crits, defined, n))
+    controls = sum(1 for where in sheets.key["items"].values() if where["cell"] == REFERENCE)
+    cells = len({where["cell"] for where in sheets.key["items"].values()} - {REFERENCE})
+    click.echo(
+        f"{n} {plural(n, 'item')} for {len(names)} {plural(len(names), 'rater')} in {terminal(str(out))}/: "
+        f"{n - controls} {plural(n - controls, 'generation')} over {cells} {plural(cells, 'cell')}, and "
+        f"{controls} reference {plural(controls, 'text')} of the same prompts mixed in as controls"
+    )
+    click.echo(f"criteria and scale: {terminal(str(out / 'instructions.txt'))}")
+    then = f"decodebench rate import {sweep_id} FILES...{store_flag(store_url)}"
+    click.echo(f"next: send each rater their sheet; then {then}")
 
 
 @rate.command("import")
@@ -67,14 +92,16 @@ def export(sweep, n_items, raters, rater_names, criteria, seed, out, store_url, 
 @options.tenant
 def import_(sweep, files, store_url, tenant) -> None:
     """Validate returned sheets (all or none) and store them beside the sweep; `report` then shows them."""
-    from controller.report.ratings import import_sheets
+    from controller.report.ratings import import_sheets, read_sheet_file
     from worker.store import open_store
 
     store = open_store(store_url)
     sweep_id = store.resolve_sweep(tenant, sweep)
-    counts = import_sheets(store, tenant, sweep_id, [(str(f), f.read_bytes()) for f in files])
-    for rater, n in sorted(counts.items()):
-        click.echo(f"{rater}: {n} items")
+    imported = import_sheets(store, tenant, sweep_id, [read_sheet_file(f) for f in files])
+    for rater, (n, replaced) in sorted(imported.items()):
+        again = f" (replaces the sheet imported from {terminal(replaced)})" if replaced else ""
+        click.echo(f"{rater}: {n} {plural(n, 'item')}{again}")
+    click.echo(f"next: decodebench report {sweep_id}{store_flag(store_url)} (adds the ratings to the report)")
 
 
 COMMANDS = [rate]

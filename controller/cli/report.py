@@ -7,8 +7,10 @@ from pathlib import Path
 import click
 
 from controller.cli import options
+from controller.cli.options import location
 from worker.core import paths, settings
 from worker.core.errors import UsageError
+from worker.core.safetext import terminal
 
 FORMATS = tuple(paths.REPORT_FILES)
 
@@ -80,8 +82,8 @@ def report(
     if out is not None and body is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(body)
-        click.echo(f"wrote {out}", err=True)
-    click.echo(f"report: {store.url}/{paths.report_key(tenant, data.sweep_id, '')}", err=True)
+        click.echo(f"wrote {terminal(str(out))}", err=True)
+    click.echo(f"report: {location(store, paths.report_key(tenant, data.sweep_id, 'report.html'))}", err=True)
     if data.damaged:  # the report is written without them; the exit code says it is incomplete
         raise SystemExit(1)
 

@@ -2,23 +2,31 @@
 
 The executor calls the same `worker.engine.job.run_job` as the RQ task. Jobs that already
 have a complete result are skipped, so an interrupted run resumes where it stopped.
+
+A model that cannot be had fails once: every model is resolved before any job runs
+(`controller.launch.models`), and a model that still fails to load marks itself unavailable
+(`ModelUnavailableError`); the other jobs that need it are skipped with that one reason.
+Ctrl-C stops after the running job's interruption and returns what was done.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
+from controller.launch.models import check_models, models_of
 from controller.spec.context import check_context
 from controller.spec.load import load_spec
 from controller.spec.models import SweepSpec
 from controller.spec.plan import plan, summarize_plan
 from worker.core import paths
 from worker.core.contract import JobSpec
-from worker.core.errors import DecodebenchError, UsageError
+from worker.core.errors import DecodebenchError, ModelUnavailableError, UsageError
 from worker.store import Store
 
 log = structlog.get_logger("decodebench.local")
@@ -30,6 +38,14 @@ class RunOutcome:
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    # a model that cannot be had: its path -> the one reason; and the jobs skipped for it
+    unavailable: dict[str, str] = field(default_factory=dict)
+    blocked: dict[str, str] = field(default_factory=dict)  # job id -> model path
+    interrupted: bool = False  # Ctrl-C: the jobs not run are left for the next run
+
+    @property
+    def n_failed(self) -> int:
+        return len(self.failed) + len(self.blocked)
 
 
 def save_sweep(store: Store, spec: SweepSpec, jobs: list[JobSpec], tenant: str, mode: str) -> None:
@@ -62,9 +78,18 @@ def save_sweep(store: Store, spec: SweepSpec, jobs: list[JobSpec], tenant: str, 
 
 
 def run_sweep(
-    spec: SweepSpec | str | Path, store: Store, tenant: str = "default", device: str = "cpu", progress: bool = True
+    spec: SweepSpec | str | Path,
+    store: Store,
+    tenant: str = "default",
+    device: str = "cpu",
+    progress: bool | None = True,
+    *,
+    check: bool = True,
 ) -> RunOutcome:
-    """Run every job of the sweep that is not yet complete; return what happened."""
+    """Run every job of the sweep that is not yet complete; return what happened.
+
+    `progress`: True a live bar, None a line per tenth of the jobs on stderr, False nothing.
+    `check`: resolve every model before the first job (see the module doc)."""
     from worker.engine.job import Runtime, run_job  # the one place the controller hosts the engine
 
     if not isinstance(spec, SweepSpec):
@@ -79,28 +104,49 @@ def run_sweep(
     outcome.skipped = [j.job_id for j in jobs if j.job_id in complete]
     summary = summarize_plan(jobs)
     log.info("sweep.start", sweep_id=outcome.sweep_id, jobs=summary.jobs, todo=len(todo), cells=summary.cells)
+    if check and todo:
+        for c in check_models(todo):
+            if c.reason:
+                outcome.unavailable[c.model.path] = c.line
     with _progress(progress, len(todo)) as advance:
-        for job in todo:
-            try:
-                run_job(job, store=store, runtime=runtime)
-                outcome.ran.append(job.job_id)
-            except UsageError:
-                raise
-            except DecodebenchError as err:
-                outcome.failed[job.job_id] = str(err)
-            except Exception as err:  # a job's crash must not lose the other jobs
-                outcome.failed[job.job_id] = f"{type(err).__name__}: {err}".splitlines()[0]
-            advance(job.cell)
+        try:
+            for job in todo:
+                _run_one(job, store, runtime, outcome, run_job)
+                advance(job.cell)
+        except KeyboardInterrupt:
+            outcome.interrupted = True
     return outcome
 
 
-class _progress:
-    """A rich progress bar (or nothing) with an `advance(label)` callback."""
+def _run_one(job: JobSpec, store: Store, runtime, outcome: RunOutcome, run_job) -> None:
+    down = next((m.path for m in models_of(job) if m.path in outcome.unavailable), None)
+    if down is not None:  # its model failed once already: skipped, with that reason
+        outcome.blocked[job.job_id] = down
+        return
+    try:
+        run_job(job, store=store, runtime=runtime)
+        outcome.ran.append(job.job_id)
+    except UsageError:
+        raise
+    except ModelUnavailableError as err:
+        outcome.unavailable[err.model or job.model.path] = str(err)
+        outcome.blocked[job.job_id] = err.model or job.model.path
+    except DecodebenchError as err:
+        outcome.failed[job.job_id] = str(err)
+    except Exception as err:  # a job's crash must not lose the other jobs
+        outcome.failed[job.job_id] = f"{type(err).__name__}: {err}".splitlines()[0]
 
-    def __init__(self, enabled: bool, total: int) -> None:
+
+class _progress:
+    """A rich progress bar, a line per tenth of the jobs (`enabled` None: no TTY), or nothing,
+    with an `advance(label)` callback."""
+
+    def __init__(self, enabled: bool | None, total: int) -> None:
         self.enabled, self.total = enabled, total
 
     def __enter__(self):
+        if self.enabled is None:
+            return _lines(self.total)
         if not self.enabled:
             return lambda label: None
         from rich.progress import (
@@ -127,3 +173,17 @@ class _progress:
     def __exit__(self, *exc) -> None:
         if self.enabled:
             self.bar.stop()
+
+
+def _lines(total: int):
+    """Without a TTY: `jobs 6/60 done (0m41s)` on stderr every tenth of the jobs, and at the end."""
+    start, done = time.monotonic(), [0]
+    every = max(1, -(-total // 10))
+
+    def advance(label: str) -> None:
+        done[0] += 1
+        if done[0] % every == 0 or done[0] == total:
+            m, s = divmod(int(time.monotonic() - start), 60)
+            print(f"jobs {done[0]}/{total} done ({m}m{s:02d}s)", file=sys.stderr, flush=True)
+
+    return advance

@@ -11,6 +11,7 @@ import pandas as pd
 
 from controller.report.aggregate import DESIGN_COLUMNS, KEY_COLUMNS, SweepData, metric_columns
 from controller.report.ratings import RATINGS_NOTE, rating_table
+from worker.core.safetext import markdown
 
 # The terminal table: the columns a reader scans first (empty ones are dropped).
 CONCISE = [
@@ -69,10 +70,6 @@ def params_label(params: str | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in loaded.items()) if isinstance(loaded, dict) else str(params)
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, with_ci: bool = False) -> str:
     """A GitHub Markdown table; by default the concise columns, all-empty ones dropped."""
     if columns is None:
@@ -91,7 +88,7 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
             lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
             if with_ci and text and lo is not None and not pd.isna(lo):
                 text += f" [{fmt(lo)}, {fmt(hi)}]"
-            cells.append(_md_escape(text))
+            cells.append(markdown(text))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -118,10 +115,11 @@ def model_based_metrics(data: SweepData) -> str:
         return str(model.get("name") or str(model["path"]).rstrip("/").split("/")[-1])
 
     scorer = label(spec.get("scorer")) or "each cell's own model"
-    text = f"Perplexity and coherence scored by {scorer}."
+    text = f"Perplexity and coherence scored by {markdown(scorer)}."
     featurizer = label(spec.get("featurizer"))
     if featurizer:
-        text += f" MAUVE features from {featurizer} (at most {spec.get('featurizer_max_tokens', 1024)} tokens)."
+        limit = spec.get("featurizer_max_tokens", 1024)
+        text += f" MAUVE features from {markdown(featurizer)} (at most {limit} tokens)."
     return text
 
 
@@ -130,7 +128,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     ci = summary.attrs.get("ci")
     done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
     lines = [
-        f"# decodebench report: {name} ({data.sweep_id})",
+        f"# decodebench report: {markdown(name)} ({data.sweep_id})",
         "",
         f"Tenant `{data.tenant}`, {done}, {len(data.generations)} generation(s). "
         f"Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
@@ -187,5 +185,5 @@ def ratings_markdown(summary: pd.DataFrame) -> list[str]:
     (_, header), *rows = table
     lines = ["## Human ratings", "", RATINGS_NOTE, "", "| cell | " + " | ".join(header) + " |"]
     lines.append("|---|" + "---:|" * len(header))
-    lines += ["| " + " | ".join([label.replace("|", "\\|"), *cells]) + " |" for label, cells in rows]
+    lines += ["| " + " | ".join([markdown(label), *cells]) + " |" for label, cells in rows]
     return [*lines, ""]

@@ -23,10 +23,41 @@ from typing import Any
 
 from controller.report.aggregate import REFERENCE, SweepData
 from worker.core.errors import UsageError
+from worker.core.safetext import csv_row
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 SCORES = range(1, 6)
 FIXED_COLUMNS = ["item", "rater", "prompt", "text"]
+# What each built-in criterion asks (shown on the HTML sheet and in instructions.txt); other
+# criteria are defined with `rate export --define NAME=TEXT`.
+DEFINITIONS = {
+    "fluency": "Is the text well-formed language, read sentence by sentence: grammatical, natural word "
+    "choice, no garbled or broken phrases? Judge the language only, not whether it fits the prompt.",
+    "coherence": "Does the text hang together and follow from the prompt: on topic, its ideas connected, "
+    "no contradictions, loops or abrupt jumps? Judge the whole text, not its grammar.",
+}
+SCALE = "1 = very poor, 2 = poor, 3 = acceptable, 4 = good, 5 = very good"
+
+
+def definitions_for(criteria: list[str], given: dict[str, str] | None = None) -> dict[str, str]:
+    """Each criterion's definition: given, built in, or a request to agree on one before rating."""
+    given = given or {}
+    return {
+        c: given.get(c) or DEFINITIONS.get(c) or "(no definition given: agree on one before rating)" for c in criteria
+    }
+
+
+def instructions(criteria: list[str], definitions: dict[str, str], n_items: int) -> str:
+    """instructions.txt of an export: the criteria, the scale and how to return a sheet."""
+    lines = [
+        f"Rate each of the {n_items} texts on each criterion, {SCALE}.",
+        "Open your sheet-<name>.html in a browser (keys 1-5 score, arrows move, e saves a CSV),",
+        "or fill the criterion columns of your sheet-<name>.csv. Return the CSV file.",
+        "",
+        *(f"{c}: {definitions[c]}" for c in criteria),
+        "",
+    ]
+    return "\n".join(lines)
 
 
 @dataclass
@@ -109,12 +140,16 @@ def sheet_csv(rater: str, items: list[dict[str, str]], criteria: list[str]) -> b
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(FIXED_COLUMNS + criteria)
     for it in items:
-        writer.writerow([it["item"], rater, it["prompt"], it["text"]] + [""] * len(criteria))
+        writer.writerow(csv_row([it["item"], rater, it["prompt"], it["text"]]) + [""] * len(criteria))
     return buf.getvalue().encode()
 
 
-def sheet_html(rater: str, items: list[dict[str, str]], criteria: list[str]) -> bytes:
+def sheet_html(
+    rater: str, items: list[dict[str, str]], criteria: list[str], definitions: dict[str, str] | None = None
+) -> bytes:
     """An offline page: one item at a time, keys 1-5 score the current criterion, the sheet is exported as CSV."""
+    defined = definitions_for(criteria, definitions)
+    terms = "".join(f"<dt>{html.escape(c)}</dt><dd>{html.escape(defined[c])}</dd>" for c in criteria)
     payload = json.dumps({"rater": rater, "criteria": criteria, "columns": FIXED_COLUMNS, "items": items})
     payload = payload.replace("<", "\\u003c")  # no '</script>' inside the data
     script = resources.files("controller.report").joinpath("assets/rating.js").read_text()
@@ -128,6 +163,7 @@ def sheet_html(rater: str, items: list[dict[str, str]], criteria: list[str]) -> 
 <p class="small">Read the prompt and its continuation. Keys <b>1</b>-<b>5</b> score the highlighted criterion
 (1 worst, 5 best) and move on; <b>←</b>/<b>→</b> go to the previous/next text; <b>e</b> or the button saves
 your scores as a CSV file to send back.</p>
+<dl class="small">{terms}<dt>scale</dt><dd>{html.escape(SCALE)}</dd></dl>
 <div id="pos"></div><p class="prompt" id="prompt"></p><p class="text" id="text"></p><div id="crits"></div>
 <p><button id="export" type="button">Save my scores (CSV)</button> <span id="done" class="small"></span></p>
 <script type="application/json" id="sheet">{payload}</script>

@@ -5,8 +5,10 @@ a duplicate row, a missing or unknown rater: a `UsageError` naming the file and 
 `import_sheets` validates every file before it writes anything, so a refused import loses
 nothing already imported. `rating_columns(key, sheets)` adds per cell and criterion c:
 `rating_c` (the mean of all its scores), `rating_c_ci_low/high` (95% percentile bootstrap over
-items, each item with all its raters' scores) and `rating_c_alpha` (Krippendorff's α, ordinal,
-over that cell's items; empty with fewer than two raters or no variation).
+items, each item with all its raters' scores), `rating_c_n` (the cell's items with a score),
+`rating_c_alpha` (Krippendorff's α, ordinal, over that cell's items; empty with fewer than two
+raters or no variation) and `rating_c_alpha_ci_low/high` (95% percentile bootstrap of α over
+the cell's items). The tables mark α "too few items" below `MIN_ALPHA_ITEMS` items.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import krippendorff
@@ -22,47 +26,93 @@ import numpy as np
 import pandas as pd
 
 from controller.report.rating_sheets import FIXED_COLUMNS, SCORES
-from worker.core import paths
-from worker.core.errors import UsageError
+from controller.spec.prompts import sniff_encoding
+from worker.core import paths, settings
+from worker.core.errors import UsageError, short
 from worker.store import Store
 
 N_BOOT = 1000
+N_BOOT_ALPHA = 500  # α is recomputed per replicate: fewer draws, still a stable 95% interval
+MIN_ALPHA_ITEMS = 10  # below this, α is shown marked "too few items"
+
+
+_SCORE_TEXT = {str(v): v for v in SCORES}
+_FILE_RATER = re.compile(r"^(?:sheet|ratings)-(.+)\.csv$")
+_ENCODINGS = "rating sheets, like prompt files, must be UTF-8, UTF-8 with a BOM or UTF-16 with a BOM"
+
+
+def sheet_text(name: str, body: bytes) -> str:
+    """A returned sheet's text: at most DECODEBENCH_RATING_SHEET_MAX_MB, decoded as its BOM says."""
+    limit_mb = settings.get("rating_sheet_max_mb")
+    if len(body) > limit_mb * 2**20:
+        raise UsageError(
+            f"{name}: {len(body):,} bytes, over the limit of {limit_mb} MiB for a rating sheet "
+            "(DECODEBENCH_RATING_SHEET_MAX_MB)"
+        )
+    encoding, offset = sniff_encoding(body[:3])
+    nul = body.find(b"\0") if encoding == "utf-8" else -1
+    if nul >= 0:  # UTF-16 without a BOM, or a binary file
+        raise UsageError(f"{name}: a NUL byte at byte {nul}; {_ENCODINGS}")
+    try:
+        return body[offset:].decode(encoding)
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"{name}: not {encoding.upper()[:6]} text at byte {offset + err.start}; {_ENCODINGS}"
+        ) from None
+
+
+def _rows(name: str, text: str) -> list[list[str]]:
+    try:
+        return list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as err:
+        raise UsageError(f"{name}: not a CSV rating sheet ({err})") from None
 
 
 def parse_sheet(name: str, body: bytes, key: dict[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
-    """rater -> item -> {criterion: score} of one returned CSV; blank scores are not rated."""
-    try:
-        rows = list(csv.reader(io.StringIO(body.decode("utf-8-sig"))))
-    except (UnicodeDecodeError, csv.Error) as err:
-        raise UsageError(f"{name}: not a CSV rating sheet ({err})") from None
+    """{rater: {item: {criterion: score}}} of one returned sheet; blank scores are not rated.
+
+    A file is one rater's sheet: every row names the same rater, and a file named as exported
+    (`sheet-<rater>.csv`, or `ratings-<rater>.csv` from the HTML page) names that rater too.
+    Every bad value is a `UsageError` naming the file, the row and the column."""
+    rows = _rows(name, sheet_text(name, body))
     criteria = key["criteria"]
     if not rows or rows[0][: len(FIXED_COLUMNS)] != FIXED_COLUMNS or not set(criteria) <= set(rows[0]):
         raise UsageError(f"{name}: row 1: the header must be {','.join(FIXED_COLUMNS + criteria)}")
     header = rows[0]
-    out: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+    named = _FILE_RATER.match(Path(name).name)
+    file_rater = named.group(1) if named and named.group(1) in key["raters"] else None
+    rater_row = 0
+    scores: dict[str, dict[str, int]] = {}
     for n, row in enumerate(rows[1:], start=2):
         if not any(v.strip() for v in row):
             continue
         rec = dict(zip(header, row))
         item, rater = rec.get("item", "").strip(), rec.get("rater", "").strip()
+        at = f"{name}: row {n}"
         if not rater:
-            raise UsageError(f"{name}: row {n}: missing rater")
+            raise UsageError(f"{at}, column rater: missing rater")
         if rater not in key["raters"]:
-            raise UsageError(f"{name}: row {n}: unknown rater {rater!r}; exported: {', '.join(key['raters'])}")
+            raise UsageError(f"{at}, column rater: unknown rater {short(rater)}; exported: {', '.join(key['raters'])}")
+        if file_rater is None:
+            file_rater, rater_row = rater, n
+        elif rater != file_rater:
+            whose = f"row {rater_row}" if rater_row else "its file name"
+            raise UsageError(
+                f"{at}, column rater: rater {short(rater)}, but this file is {file_rater}'s sheet ({whose}); "
+                "one file per rater"
+            )
         if item not in key["items"]:
-            raise UsageError(f"{name}: row {n}: unknown item {item!r}")
-        if item in out[rater]:
-            raise UsageError(f"{name}: row {n}: duplicate row for item {item!r} and rater {rater!r}")
-        scores = {}
+            raise UsageError(f"{at}, column item: unknown item {short(item)}")
+        if item in scores:
+            raise UsageError(f"{at}, column item: duplicate row for item {short(item)} and rater {short(rater)}")
+        scores[item] = {}
         for c in criteria:
             raw = (rec.get(c) or "").strip()
-            if not raw:
-                continue
-            if not raw.isdigit() or int(raw) not in SCORES:
-                raise UsageError(f"{name}: row {n}: {c} score {raw!r} is outside 1-5")
-            scores[c] = int(raw)
-        out[rater][item] = scores
-    return dict(out)
+            if raw and raw not in _SCORE_TEXT:
+                raise UsageError(f"{at}, column {c}: score {short(raw, 40)} is not one of 1-5")
+            if raw:
+                scores[item][c] = _SCORE_TEXT[raw]
+    return {file_rater: scores} if file_rater is not None and scores else {}
 
 
 def load_key(store: Store, tenant: str, sweep_id: str) -> dict[str, Any] | None:
@@ -79,8 +129,27 @@ def load_sheets(store: Store, tenant: str, sweep_id: str) -> dict[str, dict[str,
     return sheets
 
 
-def import_sheets(store: Store, tenant: str, sweep_id: str, files: list[tuple[str, bytes]]) -> dict[str, int]:
-    """Validate every file, then store one sheet per rater (a rater's new sheet replaces theirs); rater -> rows."""
+def read_sheet_file(path: Path) -> tuple[str, bytes]:
+    """(name, bytes) of a returned sheet on disk, its size checked before it is read."""
+    limit_mb = settings.get("rating_sheet_max_mb")
+    try:
+        size = path.stat().st_size
+        if size > limit_mb * 2**20:
+            raise UsageError(
+                f"{path}: {size:,} bytes, over the limit of {limit_mb} MiB for a rating sheet "
+                "(DECODEBENCH_RATING_SHEET_MAX_MB)"
+            )
+        return str(path), path.read_bytes()
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the rating sheet ({err.strerror or err})") from None
+
+
+def import_sheets(
+    store: Store, tenant: str, sweep_id: str, files: list[tuple[str, bytes]]
+) -> dict[str, tuple[int, str | None]]:
+    """Validate every file, then store one sheet per rater (a rater's new sheet replaces theirs).
+
+    Returns rater -> (items in the sheet, the source of the sheet it replaced, or None)."""
     key = load_key(store, tenant, sweep_id)
     if key is None:
         raise UsageError(f"sweep {sweep_id} has no exported rating sheets; run `decodebench rate export` first")
@@ -90,11 +159,13 @@ def import_sheets(store: Store, tenant: str, sweep_id: str, files: list[tuple[st
             if rater in merged:
                 raise UsageError(f"{name}: rater {rater!r} also returned {merged[rater][0]}: duplicate sheet")
             merged[rater] = (name, scores)
+    out = {}
     for rater, (name, scores) in merged.items():
-        store.write_json(
-            paths.rater_sheet_key(tenant, sweep_id, rater), {"rater": rater, "source": name, "scores": scores}
-        )
-    return {rater: len(scores) for rater, (_, scores) in merged.items()}
+        sheet_key = paths.rater_sheet_key(tenant, sweep_id, rater)
+        replaced = store.read_json(sheet_key).get("source", "?") if store.exists(sheet_key) else None
+        store.write_json(sheet_key, {"rater": rater, "source": name, "scores": scores})
+        out[rater] = (len(scores), replaced)
+    return out
 
 
 def alpha(matrix: np.ndarray) -> float:
@@ -120,6 +191,19 @@ def _bootstrap(per_item: list[list[int]], rng: np.random.Generator) -> tuple[flo
     return float(lo), float(hi)
 
 
+def _alpha_interval(matrix: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+    """95% percentile bootstrap of α over items (columns); NaN where fewer than half the draws define it."""
+    n = matrix.shape[1]
+    if matrix.shape[0] < 2 or n < 2:
+        return math.nan, math.nan
+    draws = [alpha(matrix[:, idx]) for idx in rng.integers(0, n, size=(N_BOOT_ALPHA, n))]
+    finite = [a for a in draws if not math.isnan(a)]
+    if len(finite) < N_BOOT_ALPHA / 2:
+        return math.nan, math.nan
+    lo, hi = np.percentile(finite, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
 def rating_columns(key: dict[str, Any], sheets: dict[str, dict[str, dict[str, int]]], seed: int = 0) -> pd.DataFrame:
     """One row per rated cell: `cell`, and per criterion c: rating_c, rating_c_ci_low/high, rating_c_alpha."""
     raters = sorted(sheets)
@@ -139,7 +223,10 @@ def rating_columns(key: dict[str, Any], sheets: dict[str, dict[str, dict[str, in
             row[f"rating_{c}"] = float(np.mean(scores)) if scores else math.nan
             lo, hi = _bootstrap(per_item, np.random.default_rng([seed, len(rows)])) if scores else (math.nan,) * 2
             row[f"rating_{c}_ci_low"], row[f"rating_{c}_ci_high"] = lo, hi
+            row[f"rating_{c}_n"] = len(per_item)
             row[f"rating_{c}_alpha"] = alpha(matrix)
+            alo, ahi = _alpha_interval(matrix, np.random.default_rng([seed, len(rows), 1]))
+            row[f"rating_{c}_alpha_ci_low"], row[f"rating_{c}_alpha_ci_high"] = alo, ahi
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -160,8 +247,28 @@ def stored_ratings(store: Store, tenant: str, sweep_id: str) -> pd.DataFrame | N
     return rating_columns(key, sheets) if key is not None and sheets else None
 
 
+def _alpha_text(row, c: str, fmt) -> str:
+    value = row.get(f"rating_{c}_alpha")
+    if value is None or pd.isna(value):
+        return "α –"
+    text = f"α {fmt(value)}"
+    lo, hi = row.get(f"rating_{c}_alpha_ci_low"), row.get(f"rating_{c}_alpha_ci_high")
+    if lo is not None and not pd.isna(lo):
+        text += f" [{fmt(lo)}, {fmt(hi)}]"
+    n = row.get(f"rating_{c}_n")
+    if n is not None and not pd.isna(n) and n < MIN_ALPHA_ITEMS:
+        text += " (too few items)"
+    return text
+
+
+def _n_text(row, c: str) -> str:
+    n = row.get(f"rating_{c}_n")
+    return "" if n is None or pd.isna(n) else f" · n {int(n)}"
+
+
 def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, list[str]]] | None:
-    """("cell", criteria), then (row label, ["mean [low, high] · α value" per criterion]) of the rated rows.
+    """("cell", criteria), then (row label, ["mean [low, high] · n items · α value [low, high]" per
+    criterion]) of the rated rows; α is marked "(too few items)" below MIN_ALPHA_ITEMS items.
 
     `fmt` and `params_label` are controller.report.format's (passed in: format imports this module)."""
     criteria = [
@@ -176,7 +283,7 @@ def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, li
         label = " ".join(x for x in (row["model"], row["strategy"], params_label(row["params"])) if x and x != "{}")
         cells = [
             f"{fmt(row[f'rating_{c}'])} [{fmt(row[f'rating_{c}_ci_low'])}, {fmt(row[f'rating_{c}_ci_high'])}]"
-            f" · α {fmt(row[f'rating_{c}_alpha']) or '–'}"
+            f"{_n_text(row, c)} · {_alpha_text(row, c, fmt)}"
             for c in criteria
         ]
         table.append((label, cells))
@@ -184,8 +291,10 @@ def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, li
 
 
 RATINGS_NOTE = (
-    "Human ratings (1-5): mean of every score of the cell's rated items, 95% bootstrap interval over items, "
-    "Krippendorff's α (ordinal) between raters; the reference row is the control."
+    "Human ratings (1-5): mean of every score of the cell's rated items, 95% bootstrap interval over items; "
+    "n: the cell's rated items; Krippendorff's α (ordinal) between raters with its 95% bootstrap interval over "
+    f"items, marked (too few items) below {MIN_ALPHA_ITEMS} items, where it says little; "
+    "the reference row is the control."
 )
 
 

@@ -11,14 +11,25 @@ from controller.report.aggregate import SweepData, load_sweep, summarize
 from controller.report.format import compare_table, summary_json, summary_markdown
 from worker.core import paths
 from worker.core.errors import UsageError
+from worker.core.safetext import csv_cell
 from worker.store import Store
 
 FORMATS = tuple(paths.REPORT_FILES)
 
 
+def csv_bytes(frame: pd.DataFrame) -> bytes:
+    """A DataFrame as CSV that a spreadsheet opens safely: every text cell through `csv_cell`
+    (a name, params or prompt starting with `=`, `+`, `-`, `@` gets a leading `'`); numbers stay numbers."""
+    safe = frame.copy()
+    for col in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[col]):
+            safe[col] = safe[col].map(csv_cell)
+    return safe.to_csv(index=False).encode()
+
+
 def render(fmt_name: str, summary: pd.DataFrame, data: SweepData) -> bytes:
     if fmt_name == "csv":
-        return summary.to_csv(index=False).encode()
+        return csv_bytes(summary)
     if fmt_name == "parquet":
         buf = io.BytesIO()
         summary.to_parquet(buf, index=False)
@@ -48,7 +59,7 @@ def write_reports(
 
 def write_comparison(store: Store, tenant: str, sweep_a: str, sweep_b: str, comparison: pd.DataFrame) -> dict[str, str]:
     keys = {}
-    for name, body in (("csv", comparison.to_csv(index=False).encode()), ("md", compare_table(comparison).encode())):
+    for name, body in (("csv", csv_bytes(comparison)), ("md", compare_table(comparison).encode())):
         key = paths.report_key(tenant, sweep_a, f"compare-{sweep_b}.{name}")
         store.write_bytes(key, body)
         keys[name] = key
@@ -67,7 +78,7 @@ def build(store: Store, tenant: str, sweep: str, n_boot: int = 1000) -> tuple[Sw
 
 def comparison_bytes(fmt_name: str, comparison: pd.DataFrame) -> bytes:
     if fmt_name == "csv":
-        return comparison.to_csv(index=False).encode()
+        return csv_bytes(comparison)
     if fmt_name == "json":
         return comparison.to_json(orient="records", indent=2, double_precision=15).encode()
     if fmt_name == "parquet":

@@ -10,7 +10,6 @@ submits cannot both pass the same quota.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -29,7 +28,6 @@ from worker.core.tenants import Tenant, TenantsFile
 from worker.sweepstate import admission
 from worker.sweepstate import reads as state_reads
 
-_JOB_ID = re.compile(r"[0-9a-f]{16}")
 MAX_FAILURES = 10_000  # failure reasons one `failures` answer lists at most
 
 
@@ -235,8 +233,7 @@ def retry(ctx: Context, who: Identity, sweep: str, req: RetryRequest) -> dict[st
 
 
 def resolve(ctx: Context, tenant: str, sweep: str) -> str:
-    if not sweep or len(sweep) > 64:
-        raise NotFound(f"no submitted sweep {sweep[:64]!r} for tenant {tenant!r}")
+    paths.check_id("sweep", sweep)  # UsageError (400, exit 2) for what no sweep id looks like
     try:
         return sweepstate.resolve_sweep(ctx.conn, tenant, sweep)
     except UsageError as err:
@@ -303,19 +300,18 @@ def cancel(ctx: Context, who: Identity, sweep: str) -> dict[str, Any]:
 
 
 def job_log(ctx: Context, who: Identity, sweep: str | None, job: str) -> list[dict[str, Any]]:
+    """A job's log lines from the store. Given its sweep, the store alone answers (logs outlive
+    a sweep's Redis keys); else the sweep is looked up among the tenant's submitted sweeps."""
     tenant = tenant_of(who)
-    if not _JOB_ID.fullmatch(job or ""):
-        raise NotFound(f"no job {job[:40]!r} (a job id is 16 hex digits)")
+    paths.check_id("job", job)
     if sweep is None:
-        sweep_id = sweepstate.find_job_sweep(ctx.conn, tenant, job)
-        if sweep_id is None:
+        sweep = sweepstate.find_job_sweep(ctx.conn, tenant, job)
+        if sweep is None:
             raise NotFound(f"job {job} is not in any submitted sweep of tenant {tenant!r}; give its sweep")
-    else:
-        sweep_id = resolve(ctx, tenant, sweep)
-    key = paths.log_key(tenant, sweep_id, job)
+    key = paths.log_key(tenant, sweep, job)  # both ids checked: the key stays in the tenant's prefix
     if not ctx.store.exists(key):
-        state = sweepstate.job_state(ctx.conn, tenant, sweep_id, job)
-        raise NotFound(f"job {job} of sweep {sweep_id} has no log yet" + (f" (state: {state})" if state else ""))
+        state = sweepstate.job_state(ctx.conn, tenant, sweep, job) if ctx.conn is not None else None
+        raise NotFound(f"job {job} of sweep {sweep} has no log yet" + (f" (state: {state})" if state else ""))
     return list(ctx.store.read_jsonl(key))
 
 

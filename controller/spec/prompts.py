@@ -29,6 +29,12 @@ _ENCODINGS = "prompt files must be UTF-8, UTF-8 with a BOM or UTF-16 with a BOM"
 FIELDS = ("id", "prompt", "reference")
 
 
+def sniff_encoding(head: bytes) -> tuple[str, int]:
+    """(encoding, BOM length) of a text file from its first bytes: a UTF-8 or UTF-16 BOM, else UTF-8.
+    Prompt files and returned rating sheets accept the same encodings."""
+    return next(((enc, len(bom)) for bom, enc in _BOMS if head.startswith(bom)), ("utf-8", 0))
+
+
 def _open(path: Path, name: str):
     try:
         f = path.open("rb")
@@ -54,7 +60,7 @@ def text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
     max_chars = settings.get("prompt_line_max_chars")
     with _open(path, name) as f:
         head = f.read(3)
-        encoding, offset = next(((enc, len(bom)) for bom, enc in _BOMS if head.startswith(bom)), ("utf-8", 0))
+        encoding, offset = sniff_encoding(head)
         f.seek(offset)
         decoder = codecs.getincrementaldecoder(encoding)("strict")
         pending, n = "", 0

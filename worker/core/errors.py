@@ -29,6 +29,16 @@ class PermanentJobError(DecodebenchError):
     exit_code = 1
 
 
+class ModelUnavailableError(PermanentJobError):
+    """A model (or its tokenizer) that cannot load: every job that needs it would fail the same way.
+
+    `model` is its path or hub id, so that a sweep runner can skip the model's other jobs."""
+
+    def __init__(self, message: str, model: str | None = None) -> None:
+        super().__init__(message)
+        self.model = model
+
+
 class StoreError(ServiceError):
     """The store failed to read or write an object."""
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import structlog
 
 from worker.core import settings
+from worker.core.safetext import terminal, terminal_lines
 
 _capture: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar("decodebench_log_capture", default=None)
 _SECRET_KEYS = ("password", "secret", "token", "access_key", "credentials", "authorization")
@@ -36,6 +37,15 @@ def _tee_to_job(logger, method, event: dict) -> dict:
     if buf is not None:
         buf.append(json.loads(json.dumps(event, default=str)))
     return event
+
+
+def _visible(logger, method, event: dict) -> dict:
+    """On the console, names and reasons (user input) have their escape sequences shown, not run.
+    (JSON escapes them by itself.)"""
+    return {
+        k: (terminal_lines(v) if k in ("exception", "stack") else terminal(v)) if isinstance(v, str) else v
+        for k, v in event.items()
+    }
 
 
 class _Stderr:
@@ -61,9 +71,9 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
         return event
 
     renderer = (
-        structlog.processors.JSONRenderer()
+        [structlog.processors.JSONRenderer()]
         if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        else [_visible, structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
     )
     structlog.configure(
         processors=[
@@ -73,7 +83,7 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
             _redact,
             _tee_to_job,
             console_filter,
-            renderer,
+            *renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(min(console_level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),

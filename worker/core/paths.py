@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
+from worker.core.errors import UsageError, quote
 from worker.core.settings import check_tenant
+
+# Sweep and job ids are content hashes (16 hex digits); a given one may be a prefix. Anything
+# else is refused in one line before it reaches a file name (a 5,000-character id would be
+# an OSError "File name too long") or a message.
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # The report's files under <sweep>/report/, by format (`decodebench report --format`).
 REPORT_FILES = {
@@ -14,8 +22,16 @@ REPORT_FILES = {
 }
 
 
+def check_id(kind: str, value: str) -> str:
+    """A sweep or job id (or a prefix of one) as given by a user: up to 64 letters, digits, '_'
+    or '-'; else a UsageError (one line, exit 2)."""
+    if not isinstance(value, str) or not _ID.match(value):
+        raise UsageError(f"{kind} {quote(str(value), 40)} is not a {kind} id (up to 64 letters, digits, '_', '-')")
+    return value
+
+
 def sweep_prefix(tenant: str, sweep_id: str) -> str:
-    return f"{check_tenant(tenant)}/sweeps/{sweep_id}"
+    return f"{check_tenant(tenant)}/sweeps/{check_id('sweep', sweep_id)}"
 
 
 def sweeps_prefix(tenant: str) -> str:
@@ -35,7 +51,7 @@ def jobs_prefix(tenant: str, sweep_id: str) -> str:
 
 
 def job_prefix(tenant: str, sweep_id: str, job_id: str) -> str:
-    return f"{sweep_prefix(tenant, sweep_id)}/jobs/{job_id}"
+    return f"{sweep_prefix(tenant, sweep_id)}/jobs/{check_id('job', job_id)}"
 
 
 def result_key(tenant: str, sweep_id: str, job_id: str) -> str:

@@ -163,6 +163,13 @@ _SETTINGS = [
     Setting("spec_max_kb", 256, "Largest sweep file read, in KiB.", int, scope="controller"),
     Setting("prompt_file_max_mb", 100, "Largest prompt file (JSONL or CSV) read, in MiB.", int, scope="controller"),
     Setting(
+        "rating_sheet_max_mb",
+        20,
+        "Largest returned rating sheet read by `rate import`, in MiB.",
+        int,
+        scope="controller",
+    ),
+    Setting(
         "prompt_line_max_chars",
         1_000_000,
         "Longest line (JSONL) or field (CSV) of a prompt file, in characters.",

@@ -19,7 +19,8 @@ import structlog
 
 from worker.core import settings
 from worker.core.contract import ModelSpec
-from worker.core.errors import PermanentJobError, short, shown
+from worker.core.errors import ModelUnavailableError, short, shown
+from worker.core.hub import unavailable_reason
 
 log = structlog.get_logger("decodebench.models")
 
@@ -63,8 +64,8 @@ _JSON_FILES = ("config.json", "generation_config.json", "tokenizer_config.json",
 _JSON_MAX_BYTES = 16 * 2**20
 
 
-def _refused(spec: ModelSpec, what: str) -> PermanentJobError:
-    return PermanentJobError(f"model {short(spec.label)} ({shown(spec.path)}): {what}")
+def _refused(spec: ModelSpec, what: str) -> ModelUnavailableError:
+    return ModelUnavailableError(f"model {short(spec.label)} ({shown(spec.path)}): {what}", spec.path)
 
 
 def _first(err: BaseException) -> str:
@@ -151,7 +152,8 @@ def _load_tokenizer(spec: ModelSpec, kwargs: dict[str, Any]):
         return AutoTokenizer.from_pretrained(spec.path, **kwargs)
     # a tokenizer.json of the wrong shape surfaces as whichever lookup failed on it
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise _refused(spec, f"its tokenizer cannot load: {type(err).__name__}: {_first(err)}") from None
+        hub = unavailable_reason(err)  # the hub, not the tokenizer, is what failed: say so, with the fix
+        raise _refused(spec, hub or f"its tokenizer cannot load: {type(err).__name__}: {_first(err)}") from None
 
 
 def load(spec: ModelSpec, device) -> LoadedModel:
@@ -188,7 +190,7 @@ def load(spec: ModelSpec, device) -> LoadedModel:
     except SafetensorError as err:
         raise _refused(spec, f"its safetensors weights cannot be read (empty or truncated?): {_first(err)}") from None
     except (OSError, ValueError) as err:
-        raise _refused(spec, f"cannot load: {_first(err)}") from None
+        raise _refused(spec, unavailable_reason(err) or f"cannot load: {_first(err)}") from None
     _check_fit(spec, model, loading, tokenizer)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:

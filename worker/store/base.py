@@ -181,6 +181,7 @@ class Store:
 
     def resolve_sweep(self, tenant: str, sweep: str) -> str:
         """A sweep id or a unique prefix of one."""
+        paths.check_id("sweep", sweep)
         if self.exists(paths.spec_key(tenant, sweep)):
             return sweep
         matches = [s for s in self.list_sweeps(tenant) if s.startswith(sweep)]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import ResponseError
 
-from worker.core import keys
+from worker.core import keys, paths
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError, short
 
@@ -33,6 +33,7 @@ def submitted_sweeps(conn, tenant: str) -> list[str]:
 
 def resolve_sweep(conn, tenant: str, sweep: str) -> str:
     """A submitted sweep id, or a unique prefix of one."""
+    paths.check_id("sweep", sweep)
     members = submitted_sweeps(conn, tenant)
     if sweep in members:
         return sweep

@@ -27,7 +27,10 @@
     });
     el("done").textContent = rated() + " of " + sheet.items.length + " texts fully scored";
   }
+  // A CSV cell, spreadsheet-safe as worker/core/safetext.py's csv_cell (OWASP): text that starts
+  // with = + - @, a tab or a carriage return gets a leading ' so it is never run as a formula.
   function cell(v) {
+    if (typeof v === "string" && /^[=+\-@\t\r]/.test(v)) { v = "'" + v; }
     v = v === undefined || v === null ? "" : String(v);
     return /[",\n\r]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v;
   }
