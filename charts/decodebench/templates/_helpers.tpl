@@ -28,13 +28,28 @@ Names. Kubernetes names and label values stop at 63 characters.
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels every object carries. */}}
+{{/* Labels every object's metadata carries (pod templates: decodebench.podLabels). */}}
 {{- define "decodebench.labels" -}}
 helm.sh/chart: {{ include "decodebench.chart" . }}
-{{ include "decodebench.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{ include "decodebench.podLabels" . }}
+{{- end }}
+
+{{/*
+Labels of pod templates: no chart or app version, so that a chart upgrade rolls only the pods
+whose spec changed (a new image, new settings), not every GPU pool and Redis. commonLabels
+(values) go everywhere; they cannot replace the chart's own.
+*/}}
+{{- define "decodebench.podLabels" -}}
+{{ include "decodebench.selectorLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: decodebench
+{{- include "decodebench.stringMap" (omit (.Values.commonLabels | default dict) "helm.sh/chart" "app.kubernetes.io/version" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/managed-by" "app.kubernetes.io/part-of" "app.kubernetes.io/component") }}
+{{- end }}
+
+{{/* The checksum of what a pod reads from a ConfigMap of this chart: its `data`, not its labels. Args: {root, template}. */}}
+{{- define "decodebench.dataChecksum" -}}
+{{- (include (print .root.Template.BasePath "/" .template) .root | fromYaml).data | toJson | sha256sum }}
 {{- end }}
 
 {{/* Labels that select this release's pods; the NetworkPolicy admits exactly these to Redis. */}}
