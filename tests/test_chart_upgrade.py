@@ -14,7 +14,11 @@ import yaml
 
 from tests.helpers_chart import CHART, VALUES_BY_NAME, find, render
 
-PINNED = {"worker": {"image": {"tag": "1.4.2"}}, "controller": {"image": {"tag": "1.4.2"}}}
+PINNED = {
+    "worker": {"image": {"tag": "1.4.2"}},
+    "controller": {"image": {"tag": "1.4.2"}},
+    "redis": {"aclImage": {"tag": "1.4.2"}},
+}
 
 
 def bumped_chart(tmp_path: Path, version: str = "9.9.9", app_version: str | None = None) -> Path:
@@ -53,6 +57,12 @@ def test_a_new_app_version_rolls_only_the_pods_whose_image_follows_it(tmp_path):
     changed = {name for name in before if before[name] != after[name]}
     assert changed == {"db-decodebench-worker-gpu", "db-decodebench-controller"}
     assert "db-decodebench-redis" not in changed  # its image has its own tag: the queues stay up
+
+
+def test_redis_acl_init_container_runs_the_light_acl_image():
+    (sts,) = find(render(VALUES_BY_NAME["tenants"]), "StatefulSet")
+    (init,) = sts["spec"]["template"]["spec"]["initContainers"]
+    assert init["image"] == "ghcr.io/decodebench/decodebench-acl:0.1.0"  # Dockerfile.controller --target acl
 
 
 def redis_checksums(*values) -> dict[str, str]:
