@@ -74,7 +74,9 @@ def test_seeded_sampling_reproducible_on_gpu(small_model, cuda_runtime):
 
 
 def test_worker_pins_by_uuid_and_refuses_missing_device(small_model):
-    uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
+    from worker.engine.device import device_info
+
+    uuid = device_info(torch.device("cuda", 0))["uuid"]  # GPU-… or, on a MIG slice, MIG-…
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": uuid}
     code = "from worker.engine.job import Runtime; r = Runtime('cuda:0'); print(r.device_info['uuid'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
