@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
+import structlog.testing
 import torch
 
 from controller.ops.doctor import FAIL, PASS, check_nvml
@@ -160,10 +161,13 @@ def test_on_a_whole_gpu_everything_is_sampled(on_cuda):
     }
 
 
-def test_a_uuid_nvml_does_not_know_is_logged_not_silent(on_cuda, capsys):
+def test_a_uuid_nvml_does_not_know_is_logged_not_silent(on_cuda):
     nv, device = on_cuda(mig=True, uuid="GPU-00000000-0000-0000-0000-000000000000")
-    assert telemetry.nvml_handle(device) is None
-    assert "nvml.device_not_found" in capsys.readouterr().out
+    with structlog.testing.capture_logs() as logs:
+        assert telemetry.nvml_handle(device) is None
+    (entry,) = logs
+    assert entry["event"] == "nvml.device_not_found" and entry["log_level"] == "warning"
+    assert entry["cuda_uuid"] == "00000000-0000-0000-0000-000000000000" and "NotFound" in entry["error"]
     assert telemetry.telemetry_scope(device)["nvml_uuid"] is None
 
 
