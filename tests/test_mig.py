@@ -199,6 +199,19 @@ def test_doctor_in_a_mig_container_lists_its_slices_without_reading_the_parent(m
     assert by_name["gpu 0 mig 1"][0] == PASS and SLICES[3] in by_name["gpu 0 mig 1"][1]
 
 
+def test_doctor_finds_the_slices_when_the_parents_mig_mode_is_not_ours_to_ask(monkeypatch):
+    nv = fake_nvml(mig=True)
+
+    def refused(h):
+        raise error(pynvml.NVML_ERROR_NO_PERMISSION)
+
+    nv.nvmlDeviceGetMigMode = refused
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    rows = check_nvml(require_gpu=True)
+    assert FAIL not in [level for level, _name, _detail in rows]
+    assert [name for _level, name, _detail in rows] == ["nvml", "gpu 0", "gpu 0 mig 0", "gpu 0 mig 1"]
+
+
 def test_doctor_on_a_whole_gpu_and_when_nothing_is_readable(monkeypatch):
     nv = fake_nvml(mig=False)
     monkeypatch.setitem(sys.modules, "pynvml", nv)
@@ -212,3 +225,6 @@ def test_doctor_on_a_whole_gpu_and_when_nothing_is_readable(monkeypatch):
     rows = check_nvml(require_gpu=True)
     assert rows[-1] == (FAIL, "nvml", "no GPU or MIG device usable through NVML")
     assert "NVMLError_NoPermission" in rows[1][2]
+    nv.nvmlDeviceGetName = lambda h: h.name
+    nv.nvmlDeviceGetMemoryInfo = refused  # listed, but no memory to read: not usable
+    assert check_nvml(require_gpu=True)[-1] == (FAIL, "nvml", "no GPU or MIG device usable through NVML")

@@ -70,12 +70,13 @@ def is_mig(nv, handle) -> bool:
         return False
 
 
-def memory_line(nv, handle) -> str:
+def memory_line(nv, handle) -> tuple[str, bool]:
+    """Free of total memory, and whether NVML let this process read it."""
     try:
         mem = nv.nvmlDeviceGetMemoryInfo(handle)
     except nv.NVMLError as err:
-        return f"memory not readable here ({type(err).__name__})"
-    return f"{mem.free / 2**30:.1f} GiB free of {mem.total / 2**30:.1f} GiB"
+        return f"memory not readable here ({type(err).__name__})", False
+    return f"{mem.free / 2**30:.1f} GiB free of {mem.total / 2**30:.1f} GiB", True
 
 
 def mig_enabled(nv, handle) -> bool:
@@ -115,10 +116,11 @@ def inventory(nv) -> list[tuple[str, str, bool]]:
         except nv.NVMLError as err:
             rows.append((f"gpu {i}", f"not readable ({type(err).__name__}: {err})", False))
             continue
-        if not mig_enabled(nv, gpu):
-            rows.append((f"gpu {i}", f"{name} ({uuid}): {memory_line(nv, gpu)}", True))
+        slices = mig_devices(nv, gpu)  # also where a MIG container may not ask the parent's MIG mode
+        if not slices and not mig_enabled(nv, gpu):
+            memory, readable = memory_line(nv, gpu)
+            rows.append((f"gpu {i}", f"{name} ({uuid}): {memory}", readable))
             continue
-        slices = mig_devices(nv, gpu)
         rows.append((f"gpu {i}", f"{name} ({uuid}): MIG mode, {len(slices)} MIG device(s) visible here", False))
         for j, mig in enumerate(slices):
             try:
@@ -126,5 +128,6 @@ def inventory(nv) -> list[tuple[str, str, bool]]:
             except nv.NVMLError as err:
                 rows.append((f"gpu {i} mig {j}", f"not readable ({type(err).__name__})", False))
                 continue
-            rows.append((f"gpu {i} mig {j}", f"{mig_name} ({mig_uuid}): {memory_line(nv, mig)}", True))
+            memory, readable = memory_line(nv, mig)
+            rows.append((f"gpu {i} mig {j}", f"{mig_name} ({mig_uuid}): {memory}", readable))
     return rows
