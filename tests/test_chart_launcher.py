@@ -43,8 +43,10 @@ MIG_LIST = (
     "  MIG 3g.40gb     Device  1: (UUID: MIG-aaaa-1)\n"
 )
 
-# `nvidia-smi -L` inside pods, as NVIDIA's MIG documents show it (GPU Operator with MIG, MIG User
-# Guide; the UUIDs are theirs). A container given MIG slices lists their parent GPU too.
+# `nvidia-smi -L` inside pods given MIG slices, UUIDs as published: the R470+ format as the AKS MIG
+# guide prints it from its single- and mixed-strategy example pods (an A100 40GB PCIe in 1g.5gb
+# slices), the older one from NVIDIA's "GPU Operator with MIG" (cloud-native-docs). A container
+# given MIG slices lists their parent GPU too.
 A100_PARENT = "GPU 0: NVIDIA A100 40GB PCIe (UUID: GPU-48aeb943-9458-4282-da24-e5f49e0db44b)\n"
 SLICE_0 = "  MIG 1g.5gb     Device  0: (UUID: MIG-fb42055e-9e53-5764-9278-438605a3014c)\n"
 SLICE_1 = "  MIG 1g.5gb     Device  1: (UUID: MIG-3d4db13e-c42d-5555-98f4-8b50389791bc)\n"

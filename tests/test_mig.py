@@ -23,7 +23,8 @@ from worker.engine import telemetry
 
 pytestmark = pytest.mark.pure
 
-# UUIDs from NVIDIA's MIG examples (an A100 40GB PCIe in 1g.5gb slices)
+# UUIDs as published in the AKS MIG guide's example pods (an A100 40GB PCIe in 1g.5gb slices), and
+# NVIDIA's "GPU Operator with MIG" (a whole A100-SXM4-40GB)
 PARENT = "GPU-48aeb943-9458-4282-da24-e5f49e0db44b"
 SLICES = {0: "MIG-fb42055e-9e53-5764-9278-438605a3014c", 3: "MIG-3d4db13e-c42d-5555-98f4-8b50389791bc"}
 WHOLE = "GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f"
