@@ -7,8 +7,9 @@ utilisation and energy belong to every slice on it. So:
 
 - a device is looked up by both prefixes and NVML says which it found (`nvmlDeviceIsMigDeviceHandle`);
 - a slice's memory is read from its own MIG device handle;
-- utilisation (NVML has none per slice) and energy (the whole GPU's counter) are not attributed to a
-  slice: `UNATTRIBUTABLE` says why, and results record it instead of a number.
+- utilisation (NVML has none per slice: "On MIG-enabled GPUs, querying device utilization rates is
+  not currently supported", nvmlDeviceGetUtilizationRates) and energy (the whole GPU's counter) are
+  not attributed to a slice: `UNATTRIBUTABLE` says why, and results record it instead of a number.
 
 Every function takes the `pynvml` module (nvidia-ml-py) as `nv`, so the tests can stand a fake in
 at exactly this boundary. No torch here: the controller's `doctor` uses it too.
