@@ -5,7 +5,8 @@
 #   bash scripts/device-checks.sh      # there, with .whl carried; logs and results under ${OUT:-/tmp/decodebench-device}
 # On a host whose python3 has a CUDA torch it uses that torch, the carried wheels (--target
 # /tmp/site) and the checkout on PYTHONPATH; elsewhere it builds a venv with the pinned torch.
-# It runs tests/test_gpu.py, `decodebench doctor --local --require-gpu` and the throughput
+# It runs tests/test_gpu.py (on a MIG slice too: NVML by the MIG UUID, the launcher reading the real
+# `nvidia-smi -L`), `decodebench doctor --local --require-gpu` and the throughput
 # benchmark on cuda:0 with its GPU section (a GPT-2-sized random-weight model in bfloat16),
 # in about 8 minutes on an H200 (the device lease is 15 minutes, start-up included).
 set -uo pipefail

@@ -43,6 +43,20 @@ MIG_LIST = (
     "  MIG 3g.40gb     Device  1: (UUID: MIG-aaaa-1)\n"
 )
 
+# `nvidia-smi -L` inside pods given MIG slices, UUIDs as published: the R470+ format as the AKS MIG
+# guide prints it from its single- and mixed-strategy example pods (an A100 40GB PCIe in 1g.5gb
+# slices), the older one from NVIDIA's "GPU Operator with MIG" (cloud-native-docs). A container
+# given MIG slices lists their parent GPU too.
+A100_PARENT = "GPU 0: NVIDIA A100 40GB PCIe (UUID: GPU-48aeb943-9458-4282-da24-e5f49e0db44b)\n"
+SLICE_0 = "  MIG 1g.5gb     Device  0: (UUID: MIG-fb42055e-9e53-5764-9278-438605a3014c)\n"
+SLICE_1 = "  MIG 1g.5gb     Device  1: (UUID: MIG-3d4db13e-c42d-5555-98f4-8b50389791bc)\n"
+# drivers before R470 wrote a slice's UUID as MIG-<parent GPU UUID>/<GPU instance>/<compute instance>
+OLD_FORMAT = (
+    "GPU 0: A100-SXM4-40GB (UUID: GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f)\n"
+    "  MIG 1g.5gb Device 0: (UUID: MIG-GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f/7/0)\n"
+    "  MIG 1g.5gb Device 1: (UUID: MIG-GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f/8/0)\n"
+)
+
 
 def container(pool: str = "h100", values=None) -> dict:
     docs = render(values or VALUES_BY_NAME["gpu-two-pools"])
@@ -146,6 +160,52 @@ def test_mig_slices_are_pinned_one_per_process(tmp_path):
     ]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+
+
+def pinned(tmp_path, processes: int, kind: str, gpus: str) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES of each process the launcher started for this `nvidia-smi -L`."""
+    tmp_path.mkdir()
+    proc, log = launch(tmp_path, processes=processes, kind=kind, gpus=gpus)
+    try:
+        wait_for(lambda: len(starts(log)) == processes or proc.poll() is not None)
+        assert proc.poll() is None, proc.stderr.read()
+        return sorted(s[1] for s in starts(log))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+def test_single_strategy_slices_advertised_as_gpus_are_pinned_as_slices_not_their_parent(tmp_path):
+    # `single`: a pool asking nvidia.com/gpu: 2 on a MIG node gets two slices; the parent is listed too
+    assert pinned(tmp_path / "two", 2, "cuda", A100_PARENT + SLICE_0 + SLICE_1) == [
+        "MIG-3d4db13e-c42d-5555-98f4-8b50389791bc",
+        "MIG-fb42055e-9e53-5764-9278-438605a3014c",
+    ]
+    # one slice: pinned to it, not to the parent GPU
+    assert pinned(tmp_path / "one", 1, "cuda", A100_PARENT + SLICE_1) == ["MIG-3d4db13e-c42d-5555-98f4-8b50389791bc"]
+    # slices of two parents, and the UUID format of drivers before R470
+    two_parents = OLD_FORMAT + A100_PARENT.replace("GPU 0", "GPU 1") + SLICE_0
+    assert pinned(tmp_path / "old", 3, "cuda", two_parents) == [
+        "MIG-GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f/7/0",
+        "MIG-GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f/8/0",
+        "MIG-fb42055e-9e53-5764-9278-438605a3014c",
+    ]
+
+
+def test_mixed_strategy_a_mig_profile_gets_its_slice_and_nvidia_gpu_its_whole_gpus(tmp_path):
+    # `mixed`: nvidia.com/mig-1g.5gb: 1, as in NVIDIA's example pod
+    assert pinned(tmp_path / "mig", 1, "mig", A100_PARENT + SLICE_0) == ["MIG-fb42055e-9e53-5764-9278-438605a3014c"]
+    # nvidia.com/gpu on a mixed node: GPUs without MIG mode, listed without slices
+    assert pinned(tmp_path / "gpu", 2, "cuda", gpu_list(2)) == ["GPU-0000-uuid", "GPU-0001-uuid"]
+
+
+def test_a_mig_pool_given_whole_gpus_fails_clearly(tmp_path):
+    proc, log = launch(tmp_path, processes=1, kind="mig", gpus=gpu_list(1))
+    assert proc.wait(timeout=20) == 3
+    assert "asks for MIG slices (gpuResource nvidia.com/mig-...) but nvidia-smi -L lists 1 whole GPU(s)" in (
+        proc.stderr.read()
+    )
+    assert not starts(log)
 
 
 def test_a_device_count_that_does_not_match_the_pool_fails_clearly(tmp_path):

@@ -237,18 +237,24 @@ def test_every_result_can_record_image_pod_and_node():
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
-def test_helm_test_checks_a_gpu_on_a_gpu_pool():
-    (pod,) = find(render(VALUES_BY_NAME["gpu-two-pools"]), "Pod", "db-decodebench-gpu-doctor")
+def test_helm_test_checks_a_gpu_on_a_gpu_pool_when_asked():
+    assert not find(render(VALUES_BY_NAME["gpu-two-pools"]), "Pod", "db-decodebench-gpu-doctor")  # opt-in
+    on = {"helmTest": {"gpuDoctor": True}}
+    (pod,) = find(render(VALUES_BY_NAME["gpu-two-pools"], on), "Pod", "db-decodebench-gpu-doctor")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     c = pod["spec"]["containers"][0]
     assert c["command"] == ["decodebench", "doctor", "--require-gpu"] and "decodebench-worker" in c["image"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}  # the first GPU pool
-    (mig,) = find(render(MIG), "Pod", "db-decodebench-gpu-doctor")
+    (mig,) = find(render(MIG, on), "Pod", "db-decodebench-gpu-doctor")
     assert mig["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == 1
-    assert not find(render(VALUES_BY_NAME["cpu-only"]), "Pod", "db-decodebench-gpu-doctor")
+    # the pool's labels: Kueue admits the test pod through the pool's queue, as it admits the pool
+    assert mig["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-batch"
+    assert not find(render(VALUES_BY_NAME["cpu-only"], on), "Pod", "db-decodebench-gpu-doctor")
     (a10g,) = find(
-        render(VALUES_BY_NAME["gpu-two-pools"], {"helmTest": {"gpuPool": "a10g"}}), "Pod", "db-decodebench-gpu-doctor"
+        render(VALUES_BY_NAME["gpu-two-pools"], {"helmTest": {"gpuDoctor": True, "gpuPool": "a10g"}}),
+        "Pod",
+        "db-decodebench-gpu-doctor",
     )
     assert a10g["metadata"]["labels"]["decodebench.io/pool"] == "a10g"
 

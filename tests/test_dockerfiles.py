@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -131,7 +134,68 @@ def test_controller_image_installs_no_torch():
     assert "torch" not in base and "transformers" not in base
     installs = [r for r in instructions(df, "RUN") if "pip install" in r]
     assert installs and all("[" not in r and "torch" not in r for r in installs), installs
-    assert re.match(r"^python:3\.11[\w.-]*-slim", df.parent_images[-1])
+
+
+def test_controller_and_worker_run_the_same_python_and_lock_for_it():
+    """The worker's python3 is its Ubuntu's (24.04: 3.12); the controller's base image and both locks agree."""
+    worker_base = parse("Dockerfile.worker").parent_images[-1]
+    assert re.match(r"^nvidia/cuda:[\w.-]+-ubuntu24\.04@", worker_base), "a new Ubuntu: check its python3 here"
+    python = "3.12"
+    assert all(
+        re.match(rf"^python:{re.escape(python)}\.\d+-slim", i) for i in parse("Dockerfile.controller").parent_images
+    )
+    for script in ("lock-worker.sh", "lock-controller.sh"):
+        assert f"--python-version {python}" in (ROOT / "scripts" / script).read_text(), script
+
+
+CONTROLLER_LOCK = ROOT / "requirements" / "controller.lock.txt"
+ACL_LOCK = ROOT / "requirements" / "acl.lock.txt"
+STALE = (
+    "requirements/controller.lock.txt is stale: run scripts/lock-controller.sh (needs uv: pip install uv), "
+    "after scripts/lock-worker.sh if the worker lock is stale too (the controller lock takes the worker's pins)"
+)
+
+
+def test_the_controller_lock_pins_every_dependency_with_hashes_as_the_worker_does():
+    pins = lock_pins(CONTROLLER_LOCK)
+    for req in map(Requirement, PYPROJECT["dependencies"]):
+        name = req.name.lower().replace("_", "-")
+        assert name in pins, f"{req.name} is not locked. {STALE}"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req}: locked {pins[name]}. {STALE}"
+    worker = lock_pins(LOCK)
+    differ = {n: (v, worker[n]) for n, v in pins.items() if n in worker and worker[n] != v}
+    assert not differ, f"controller and worker locks disagree (controller, worker): {differ}. {STALE}"
+    acl = lock_pins(ACL_LOCK)
+    assert {n: pins.get(n) for n in acl} == acl, f"requirements/acl.lock.txt differs from the controller's. {STALE}"
+
+
+def test_the_acl_image_holds_all_that_decodebench_tenants_acl_imports(tmp_path):
+    """Redis's init container runs `decodebench tenants acl` in the `acl` image: only the acl lock's
+    packages (and the standard library) importable, as there."""
+    allowed = sorted({n.replace("-", "_") for n in lock_pins(ACL_LOCK)} | {"yaml"})
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(
+        "tenants: [{name: team-a, redis_password_env: A, secrets: {redis: a}}]\n"
+        "worker: {redis_password_env: W, secret: w}\nkeda: {redis_password_env: K, secret: k}\n"
+    )
+    code = f"""
+import importlib.abc, sys
+ALLOWED = set({allowed!r}) | {{"controller", "worker"}}
+class OnlyTheAclImage(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        top = name.split(".")[0]
+        if top in ALLOWED or top in sys.stdlib_module_names or top.startswith("_"):
+            return None
+        raise ImportError(f"{{name}} is not in the acl image (requirements/acl.lock.txt)")
+sys.meta_path.insert(0, OnlyTheAclImage())
+sys.argv = ["decodebench", "tenants", "acl", {str(tenants)!r}]
+from controller.cli import main
+main()
+"""
+    env = {"PATH": os.environ["PATH"], "A": "a", "W": "w", "K": "k", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("user default off") and "user team-a on #" in out.stdout
 
 
 def _glob(pattern: str) -> re.Pattern:
@@ -219,27 +283,36 @@ def test_the_torch_29_cuda_128_reference_variant_exists():
     assert "torch2.9-cu128.args" in (ROOT / "docs" / "deploy.md").read_text()
 
 
-def test_dependencies_install_from_the_hashed_lock_before_the_source_is_copied():
-    steps = [(i["instruction"], i["value"]) for i in parse("Dockerfile.worker").structure]
-    lock_copy = next(n for n, (k, v) in enumerate(steps) if k == "COPY" and "worker.lock.txt" in v)
+@pytest.mark.parametrize(
+    "name,lock", [("Dockerfile.worker", "worker.lock.txt"), ("Dockerfile.controller", "controller")]
+)
+def test_dependencies_install_from_the_hashed_lock_before_the_source_is_copied(name, lock):
+    steps = [(i["instruction"], i["value"]) for i in parse(name).structure]
+    lock_copy = next(n for n, (k, v) in enumerate(steps) if k == "COPY" and lock in v)
     lock_install = next(n for n, (k, v) in enumerate(steps) if k == "RUN" and "--require-hashes" in v)
     source = next(n for n, (k, v) in enumerate(steps) if k == "COPY" and v.startswith("worker/"))
     assert lock_copy < lock_install < source, steps
-    project = next(v for k, v in steps if k == "RUN" and '".[worker]"' in v)
+    project = next(v for k, v in steps if k == "RUN" and "pip install --no" in v and "-r " not in v)
     assert "--no-deps" in project and "pip check" in project  # nothing resolved after the lock
 
 
-def test_the_lock_pins_every_dependency_with_hashes():
-    text = LOCK.read_text().replace("\\\n", " ")
+def lock_pins(path: Path) -> dict[str, str]:
+    """A hashed lock's pins, name -> version; every entry `==` with its sha256 hashes."""
+    text = path.read_text().replace("\\\n", " ")
     pins = {}
     for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         req = Requirement(line.split(" --hash")[0].strip())
-        assert "--hash=sha256:" in line, f"{req.name} has no hash"
+        assert "--hash=sha256:" in line, f"{path.name}: {req.name} has no hash"
         (spec,) = req.specifier
         assert spec.operator == "==", req
         pins[req.name.lower().replace("_", "-")] = spec.version
+    return pins
+
+
+def test_the_lock_pins_every_dependency_with_hashes():
+    pins = lock_pins(LOCK)
     wanted = [Requirement(r) for r in PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["worker"]]
     for req in wanted:
         name = req.name.lower().replace("_", "-")

@@ -74,7 +74,9 @@ def test_seeded_sampling_reproducible_on_gpu(small_model, cuda_runtime):
 
 
 def test_worker_pins_by_uuid_and_refuses_missing_device(small_model):
-    uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
+    from worker.engine.device import device_info
+
+    uuid = device_info(torch.device("cuda", 0))["uuid"]  # GPU-… or, on a MIG slice, MIG-…
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": uuid}
     code = "from worker.engine.job import Runtime; r = Runtime('cuda:0'); print(r.device_info['uuid'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -330,3 +332,23 @@ def test_gpu_benchmark_section_reports_speed_memory_and_bandwidth_fraction(small
     assert len(out["rows"]) + len(out["skipped"]) == 2 * len(STRATEGIES)
     row = out["rows"]["greedy@1"]
     assert row["tokens_per_s"] > 0 and row["peak_memory_mb"] > 0 and 0 < row["bandwidth_bound_fraction"] < 1.5
+
+
+def test_nvml_and_the_launcher_find_this_device_by_the_uuid_cuda_reports():
+    """Whole GPU or MIG slice: NVML finds cuda:0 by CUDA's UUID (worker.core.nvml) and the pod launcher's
+    reading of this host's real `nvidia-smi -L` lists that UUID (tests/test_mig.py fakes both on the CPU)."""
+    from worker.engine.telemetry import Sampler, telemetry_scope
+
+    device = torch.device("cuda", 0)
+    scope = telemetry_scope(device)
+    assert scope["nvml_uuid"] and scope["nvml_uuid"].endswith(str(torch.cuda.get_device_properties(0).uuid))
+    assert scope["nvml_uuid"].startswith("MIG-" if scope["mig"] else "GPU-")
+    with Sampler(device) as sampler:
+        pass
+    summary = sampler.summary()
+    assert summary["nvml_peak_mb"] is not None
+    assert (summary["gpu_util_mean"] is None) == scope["mig"]  # none on a slice, sampled on a whole GPU
+    launcher = "charts/decodebench/files/launch-workers.sh"
+    script = f"source <(sed -n '/^list_devices()/,/^}}/p' {launcher}); nvidia-smi -L | list_devices"
+    listed = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert scope["nvml_uuid"] in listed

@@ -33,7 +33,8 @@ def check_torch(require_gpu: bool) -> list[tuple[str, str, str]]:
     out.append((PASS, "cuda", f"CUDA {torch.version.cuda}, {count} device(s){where}"))
     for i in range(count):
         props = torch.cuda.get_device_properties(i)
-        uuid = f"GPU-{props.uuid}" if getattr(props, "uuid", None) else "?"
+        mig = " MIG " in f" {props.name} "  # CUDA names a MIG slice "<GPU> MIG <profile>"
+        uuid = f"{'MIG' if mig else 'GPU'}-{props.uuid}" if getattr(props, "uuid", None) else "?"
         try:
             free, total = torch.cuda.mem_get_info(i)
             mem = f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB"
@@ -44,7 +45,13 @@ def check_torch(require_gpu: bool) -> list[tuple[str, str, str]]:
 
 
 def check_nvml(require_gpu: bool) -> list[tuple[str, str, str]]:
-    """NVML (nvidia-ml-py): GPU telemetry. Missing is a note unless --require-gpu."""
+    """NVML (nvidia-ml-py): GPU telemetry. Missing is a note unless --require-gpu.
+
+    Inside a MIG container NVML shows the parent GPU, whose memory the container may not read:
+    the parent is listed without it and each visible MIG slice with its own (worker.core.nvml).
+    """
+    from worker.core import nvml
+
     level = FAIL if require_gpu else NOTE
     try:
         import pynvml
@@ -52,23 +59,14 @@ def check_nvml(require_gpu: bool) -> list[tuple[str, str, str]]:
         return [(level, "nvml", "nvidia-ml-py not installed: no GPU memory/utilisation telemetry")]
     try:
         pynvml.nvmlInit()
+        driver, count = nvml.text(pynvml.nvmlSystemGetDriverVersion()), pynvml.nvmlDeviceGetCount()
     except Exception as err:
         return [(level, "nvml", f"NVML unavailable ({type(err).__name__}: {err}): no GPU telemetry")]
-    driver = pynvml.nvmlSystemGetDriverVersion()
-    count = pynvml.nvmlDeviceGetCount()
-    out = [(PASS, "nvml", f"driver {driver.decode() if isinstance(driver, bytes) else driver}, {count} GPU(s)")]
-    for i in range(count):
-        h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        name, uuid = pynvml.nvmlDeviceGetName(h), pynvml.nvmlDeviceGetUUID(h)
-        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-        text = lambda v: v.decode() if isinstance(v, bytes) else v
-        out.append(
-            (
-                PASS,
-                f"gpu {i}",
-                f"{text(name)} ({text(uuid)}): {mem.free / 2**30:.1f} GiB free of {mem.total / 2**30:.1f} GiB",
-            )
-        )
+    rows = nvml.inventory(pynvml)
+    out = [(PASS, "nvml", f"driver {driver}, {count} GPU(s)")]
+    out += [(PASS if usable else NOTE, name, detail) for name, detail, usable in rows]
+    if require_gpu and not any(usable for _name, _detail, usable in rows):
+        out.append((FAIL, "nvml", "no GPU or MIG device usable through NVML"))
     return out
 
 

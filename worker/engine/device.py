@@ -34,17 +34,19 @@ def device_info(device) -> dict[str, Any]:
 
     info: dict[str, Any] = {"device": str(device), "type": device.type}
     if device.type == "cuda":
+        from worker.engine.telemetry import nvml_driver_version, telemetry_scope
+
         props = torch.cuda.get_device_properties(device)
+        scope = telemetry_scope(device)  # what NVML measures here: the GPU, or a MIG slice (its memory only)
         info.update(
             name=props.name,
-            uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None,
+            uuid=(scope or {}).get("nvml_uuid") or _prefixed_uuid(props),
             total_memory_mb=round(props.total_memory / 2**20),
             capability=f"{props.major}.{props.minor}",
             cuda=torch.version.cuda,
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            telemetry=scope,
         )
-        from worker.engine.telemetry import nvml_driver_version
-
         info["driver"] = nvml_driver_version()
     else:
         import platform
@@ -52,3 +54,11 @@ def device_info(device) -> dict[str, Any]:
         info.update(name=platform.processor() or platform.machine(), uuid=None, cuda=None, driver=None)
         info["threads"] = torch.get_num_threads()
     return info
+
+
+def _prefixed_uuid(props) -> str | None:
+    """The UUID as nvidia-smi writes it, without NVML: CUDA names a MIG slice "<GPU> MIG <profile>"."""
+    uuid = getattr(props, "uuid", None)
+    if not uuid:
+        return None
+    return f"{'MIG' if ' MIG ' in f' {props.name} ' else 'GPU'}-{uuid}"

@@ -3,12 +3,21 @@
 A thread samples the process RSS (psutil) and, on CUDA, the device's memory and
 utilisation through NVML (nvidia-ml-py). NVML absent or failing: those fields are
 None and the job still runs. NVML values are device-level (every process on the GPU).
+The device is found by the UUID CUDA reports, a MIG slice included (worker.core.nvml): a slice's
+memory is its own; its utilisation and energy are not sampled (NVML has none per slice; the energy
+counter is the whole GPU's), and `telemetry_scope` says so in every result's provenance.
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Any
+
+import structlog
+
+from worker.core import nvml
+
+log = structlog.get_logger("decodebench.telemetry")
 
 
 def _nvml():
@@ -32,20 +41,45 @@ def nvml_driver_version() -> str | None:
         return None
 
 
-def nvml_handle(device) -> Any:
-    """The NVML handle of a torch CUDA device, matched by UUID (robust to CUDA_VISIBLE_DEVICES)."""
+def nvml_device(device) -> nvml.NvmlDevice | None:
+    """The NVML device of a torch CUDA device, matched by the UUID CUDA reports (GPU- or MIG-).
+
+    None without NVML, on the CPU, or when NVML does not know the UUID (logged: the memory,
+    utilisation and energy fields of the job's results then stay empty).
+    """
     nv = _nvml()
     if nv is None or device.type != "cuda":
         return None
+    uuid = None
     try:
         import torch
 
         uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
         if uuid is not None:
-            return nv.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode())
-        return nv.nvmlDeviceGetHandleByIndex(device.index or 0)
-    except Exception:
+            return nvml.lookup(nv, str(uuid))
+        handle = nv.nvmlDeviceGetHandleByIndex(device.index or 0)  # a torch without UUIDs
+        return nvml.NvmlDevice(handle, nvml.text(nv.nvmlDeviceGetUUID(handle)), nvml.is_mig(nv, handle))
+    except Exception as err:
+        log.warning(
+            "nvml.device_not_found", device=str(device), cuda_uuid=str(uuid), error=f"{type(err).__name__}: {err}"
+        )
         return None
+
+
+def nvml_handle(device) -> Any:
+    """The NVML handle of a torch CUDA device (a MIG device handle on a MIG slice), or None."""
+    found = nvml_device(device)
+    return found.handle if found is not None else None
+
+
+def telemetry_scope(device) -> dict[str, Any] | None:
+    """What the NVML fields of a result measure on this device, or why they are empty (provenance)."""
+    if device.type != "cuda":
+        return None
+    found = nvml_device(device)
+    if found is None:
+        return {"nvml_uuid": None, "memory": "unavailable: NVML missing or the device not found by its UUID"}
+    return found.scope()
 
 
 class Sampler:
@@ -53,7 +87,9 @@ class Sampler:
 
     def __init__(self, device=None, interval_s: float = 0.05) -> None:
         self.interval_s = interval_s
-        self.handle = nvml_handle(device) if device is not None else None
+        found = nvml_device(device) if device is not None else None
+        self.handle = found.handle if found is not None else None
+        self.mig = found is not None and found.mig  # a MIG slice: memory only (worker.core.nvml)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="decodebench-telemetry", daemon=True)
         self.rss: list[float] = []
@@ -69,7 +105,8 @@ class Sampler:
                 import pynvml
 
                 self.gpu_mem.append(pynvml.nvmlDeviceGetMemoryInfo(self.handle).used / 2**20)
-                self.gpu_util.append(float(pynvml.nvmlDeviceGetUtilizationRates(self.handle).gpu))
+                if not self.mig:
+                    self.gpu_util.append(float(pynvml.nvmlDeviceGetUtilizationRates(self.handle).gpu))
             except Exception:
                 self.handle = None
 
@@ -103,14 +140,17 @@ class Sampler:
 class EnergyCounter:
     """The device's NVML total-energy counter (millijoules since the driver loaded), read around a batch.
 
-    `read()` is None where there is no counter (CPU, no NVML, a GPU without the counter);
+    `read()` is None where there is no counter (CPU, no NVML, a GPU without the counter) or where
+    it is not the device's own (a MIG slice);
     the difference of two readings is the energy the whole device used meanwhile.
     """
 
     source = "nvml total energy counter (device-level)"
 
     def __init__(self, device) -> None:
-        self.handle = nvml_handle(device) if device is not None else None
+        found = nvml_device(device) if device is not None else None
+        # a MIG slice: the counter is the whole GPU's, never attributed to the slice (nvml.UNATTRIBUTABLE)
+        self.handle = found.handle if found is not None and not found.mig else None
 
     def read(self) -> float | None:
         if self.handle is None:

@@ -2,7 +2,8 @@
 # Start one decodebench-worker per device of this pod and supervise them.
 #
 #   DECODEBENCH_WORKER_PROCESSES  how many processes: the pod's GPUs or MIG slices (1 on a CPU pool)
-#   DECODEBENCH_WORKER_DEVICE     cuda (whole GPUs), mig (MIG slices) or cpu
+#   DECODEBENCH_WORKER_DEVICE     cuda (nvidia.com/gpu: whole GPUs, or MIG slices under the device
+#                                 plugin's `single` strategy), mig (a MIG profile: `mixed` strategy) or cpu
 #   DECODEBENCH_HEARTBEAT_DIR     process i touches <dir>/worker-i on every heartbeat (the probes read them)
 #   DECODEBENCH_RESTART_BACKOFF   seconds before restarting a crashed process, doubling per crash
 #   DECODEBENCH_RESTART_BACKOFF_MAX   the most it waits
@@ -11,7 +12,9 @@
 # Pinning: the devices the container was given are listed by `nvidia-smi -L` in NVML (PCI bus)
 # order; process i gets CUDA_VISIBLE_DEVICES=<UUID of device i> and `--device cuda:0`, so it sees
 # exactly one GPU or MIG slice (CUDA enumerates one MIG device per process) and never depends on
-# the order in which the device plugin listed them.
+# the order in which the device plugin listed them. A GPU listed with MIG devices under it is in
+# MIG mode: its slices are the devices, never the GPU itself (the container was given slices,
+# whichever way the device plugin advertised them); a GPU without any is a device itself.
 #
 # Supervision: a process that exits on its own is restarted in place after a backoff (5 s, 10 s,
 # ... up to the maximum; reset after 10 minutes of running), while the others keep taking jobs.
@@ -39,12 +42,41 @@ stop_all() {
 }
 trap stop_all TERM INT
 
+# The devices in `nvidia-smi -L` (stdin), one UUID a line: each GPU's MIG devices where it lists
+# any (indented "MIG <profile> Device N: (UUID: MIG-...)" lines after it), else the GPU itself.
+list_devices() {
+  local line uuid gpu="" slices=0 re='[(]UUID: ([^)]+)[)]'
+  while IFS= read -r line; do
+    [[ "${line}" =~ ${re} ]] || continue
+    uuid="${BASH_REMATCH[1]}"
+    if [[ "${line}" == GPU\ * ]]; then
+      ((slices == 0)) && [[ -n "${gpu}" ]] && echo "${gpu}"
+      gpu="${uuid}" slices=0
+    elif [[ "${line}" =~ ^[[:space:]]*MIG\  ]]; then
+      echo "${uuid}"
+      slices=$((slices + 1))
+    fi
+  done
+  ((slices == 0)) && [[ -n "${gpu}" ]] && echo "${gpu}"
+  return 0
+}
+
 if [[ "${kind}" != cpu ]]; then
-  if [[ "${kind}" == mig ]]; then prefix=MIG-; else prefix=GPU-; fi
-  mapfile -t uuids < <(nvidia-smi -L 2>/dev/null | sed -n "s/.*(UUID: \(${prefix}[^)]*\)).*/\1/p")
+  mapfile -t uuids < <(nvidia-smi -L 2>/dev/null | list_devices)
   if ((${#uuids[@]} != processes)); then
     log "expected ${processes} ${kind} devices, nvidia-smi -L lists ${#uuids[@]}: check the pool's gpus and gpuResource"
     exit 3
+  fi
+  whole=0 slices=0
+  for uuid in "${uuids[@]}"; do
+    if [[ "${uuid}" == MIG-* ]]; then slices=$((slices + 1)); else whole=$((whole + 1)); fi
+  done
+  if [[ "${kind}" == mig ]] && ((whole > 0)); then
+    log "the pool asks for MIG slices (gpuResource nvidia.com/mig-...) but nvidia-smi -L lists ${whole} whole GPU(s)"
+    exit 3
+  fi
+  if [[ "${kind}" == cuda ]] && ((slices > 0)); then
+    log "${slices} of ${processes} devices are MIG slices advertised as nvidia.com/gpu (device plugin strategy single)"
   fi
 fi
 mkdir -p "${beats}"

@@ -28,13 +28,28 @@ Names. Kubernetes names and label values stop at 63 characters.
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels every object carries. */}}
+{{/* Labels every object's metadata carries (pod templates: decodebench.podLabels). */}}
 {{- define "decodebench.labels" -}}
 helm.sh/chart: {{ include "decodebench.chart" . }}
-{{ include "decodebench.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{ include "decodebench.podLabels" . }}
+{{- end }}
+
+{{/*
+Labels of pod templates: no chart or app version, so that a chart upgrade rolls only the pods
+whose spec changed (a new image, new settings), not every GPU pool and Redis. commonLabels
+(values) go everywhere; they cannot replace the chart's own.
+*/}}
+{{- define "decodebench.podLabels" -}}
+{{ include "decodebench.selectorLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: decodebench
+{{- include "decodebench.stringMap" (omit (.Values.commonLabels | default dict) "helm.sh/chart" "app.kubernetes.io/version" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/managed-by" "app.kubernetes.io/part-of" "app.kubernetes.io/component") }}
+{{- end }}
+
+{{/* The checksum of what a pod reads from a ConfigMap of this chart: its `data`, not its labels. Args: {root, template}. */}}
+{{- define "decodebench.dataChecksum" -}}
+{{- (include (print .root.Template.BasePath "/" .template) .root | fromYaml).data | toJson | sha256sum }}
 {{- end }}
 
 {{/* Labels that select this release's pods; the NetworkPolicy admits exactly these to Redis. */}}
@@ -43,13 +58,51 @@ app.kubernetes.io/name: {{ include "decodebench.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{/* image reference: repository:tag[@digest]; tag defaults to the chart's appVersion. Args: {root, image}. */}}
+{{/*
+image reference: repository:tag[@digest]; tag defaults to the chart's appVersion. Args: {root, image}.
+global.imageRegistry replaces the repository's registry (its first part when that names a host:
+has a '.' or ':' or is localhost), as a mirror keeping the paths expects (docker.io/library/redis
+-> mirror.example/library/redis).
+*/}}
 {{- define "decodebench.image" -}}
 {{- $tag := default .root.Chart.AppVersion .image.tag }}
+{{- $repo := .image.repository }}
+{{- with (.root.Values.global | default dict).imageRegistry }}
+{{- $parts := splitList "/" $repo }}
+{{- $host := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $host) (contains ":" $host) (eq $host "localhost")) }}
+{{- $repo = rest $parts | join "/" }}
+{{- end }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
 {{- if .image.digest }}
-{{- printf "%s:%s@%s" .image.repository $tag .image.digest }}
+{{- printf "%s:%s@%s" $repo $tag .image.digest }}
 {{- else }}
-{{- printf "%s:%s" .image.repository $tag }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+{{- end }}
+
+{{/* A pod's imagePullSecrets: global.imagePullSecrets (names or {name}) and imagePullSecrets, once each. Args: root. */}}
+{{- define "decodebench.imagePullSecrets" -}}
+{{- $names := list }}
+{{- range concat ((.Values.global | default dict).imagePullSecrets | default list) (.Values.imagePullSecrets | default list) }}
+{{- if kindIs "string" . }}{{ $names = append $names . }}{{ else }}{{ $names = append $names .name }}{{ end }}
+{{- end }}
+{{- with uniq $names }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount of a component's pods (serviceAccount.create/name). Args: {root, component}. */}}
+{{- define "decodebench.serviceAccountName" -}}
+{{- $sa := (index .root.Values .component).serviceAccount }}
+{{- if $sa.create }}
+{{- default (include "decodebench.componentName" (dict "root" .root "suffix" .component)) $sa.name }}
+{{- else }}
+{{- default "default" $sa.name }}
 {{- end }}
 {{- end }}
 
@@ -173,6 +226,17 @@ environment variable and nowhere in the rendered manifest.
 {{- end }}
 - name: DECODEBENCH_TENANT
   value: {{ .Values.tenant | quote }}
+{{- with .Values.networkPolicy.egress.proxy }}{{ if .url }}
+{{- $direct := list ".svc" ".cluster.local" "localhost" "127.0.0.1" }}
+{{- with $root.Values.store.endpointUrl }}{{ $direct = append $direct (splitList ":" (urlParse .).host | first) }}{{ end }}
+# S3 and the Hugging Face Hub through the egress proxy (networkPolicy.egress.proxy).
+- name: HTTPS_PROXY
+  value: {{ .url | quote }}
+- name: HTTP_PROXY
+  value: {{ .url | quote }}
+- name: NO_PROXY
+  value: {{ concat $direct (.noProxy | default list) | uniq | join "," | quote }}
+{{- end }}{{ end }}
 - name: DECODEBENCH_LOG_FORMAT
   value: {{ .Values.logFormat | quote }}
 - name: DECODEBENCH_JOB_TIMEOUT
@@ -314,6 +378,10 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- fail "redis: set redis.resources.limits.memory (or redis.maxmemory below it): without maxmemory a full Redis is OOM-killed instead of refusing writes" }}
 {{- end }}
 {{- include "decodebench.validateTenants" . }}
+{{- $proxy := .Values.networkPolicy.egress.proxy }}
+{{- if and .Values.networkPolicy.enabled $proxy.url (not $proxy.to) }}
+{{- fail "networkPolicy.egress.proxy: set `to` (the proxy's NetworkPolicy peers) with `url`: S3 and the Hub are reached through the proxy only" }}
+{{- end }}
 {{- $seen := dict }}
 {{- range (include "decodebench.pools" . | fromJson).pools }}
 {{- if hasKey $seen .name }}
