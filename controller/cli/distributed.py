@@ -25,7 +25,7 @@ def _conn(url: str, tenant: str | None = None):
     from worker.core.redisconn import connect, redis_user
 
     user = redis_user(url)
-    if tenant is not None and user not in (None, "default", "worker", tenant):
+    if tenant is not None and user not in (None, "default", "server", "worker", tenant):
         raise UsageError(f"connected to Redis as tenant {user!r}: it may not act on the sweeps of tenant {tenant!r}")
     return connect(url)
 
