@@ -108,6 +108,15 @@ def test_acl_file_shape(acl):
         redis.Redis.from_url(acl["urls"]["anonymous"]).set("x", 1)
 
 
+def test_the_acl_lines_in_docs_are_the_generated_ones(acl_redis):
+    from pathlib import Path
+
+    r = CliRunner().invoke(cli, ["tenants", "acl", str(acl_redis["tenants"])], env=acl_redis["env"])
+    generated = re.sub(r"#[0-9a-f]{64}", "#<sha256>", r.output).splitlines()
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "tenants.md").read_text()
+    assert generated == [line for line in doc.splitlines() if line.startswith("user ")]
+
+
 def test_a_tenant_cannot_log_in_at_all(acl):
     port = acl["port"]
     for user in ("team-a", "team-b", "default"):
