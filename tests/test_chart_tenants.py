@@ -246,7 +246,7 @@ _SERVICES = {
     "server": {"secret": "s"},
     "worker": {"secret": "w"},
 }
-_OK = {"server": {"tokens": {"existingSecret": "tok"}}, "controller": {"tokenSecret": "ctl"}}
+_OK = {"tenant": "team-a", "server": {"tokens": {"existingSecret": "tok"}}, "controller": {"tokenSecret": "ctl"}}
 BAD = {
     "tenant-redis-env": (
         {**_OK, "tenants": {"tenants": [{"name": "team-a", "redis_password_env": "A_PW"}], **_SERVICES}},
@@ -272,6 +272,10 @@ BAD = {
     "no-controller-token": (
         {"server": {"tokens": {"existingSecret": "tok"}}, "tenants": {"tenants": [{"name": "team-a"}], **_SERVICES}},
         "controller.tokenSecret: with tenants",
+    ),
+    "controller-tenant": (
+        {**_OK, "tenant": "team-z", "tenants": {"tenants": [{"name": "team-a"}], **_SERVICES}},
+        "`tenant` (team-z), which must be one of tenants.tenants (team-a)",
     ),
     "same-variable": (
         {

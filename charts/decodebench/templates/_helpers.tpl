@@ -393,6 +393,10 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- if and .Values.controller.enabled (not .Values.controller.tokenSecret) }}
 {{- fail "controller.tokenSecret: with tenants, name a Secret (key `token`) holding the controller pod's token for the server, or set controller.enabled=false" }}
 {{- end }}
+{{- $names := list }}{{ range $t.tenants }}{{ $names = append $names .name }}{{ end }}
+{{- if and .Values.controller.enabled (not (has .Values.tenant $names)) }}
+{{- fail (printf "tenant: the controller pod submits as `tenant` (%s), which must be one of tenants.tenants (%s)" .Values.tenant (join ", " $names)) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
