@@ -1,6 +1,6 @@
 """Canary secrets over a full distributed run (issue 9, "Audit and secrets").
 
-Random canaries are planted in every credential: the Redis passwords of the tenant, worker and
+Random canaries are planted in every credential: the Redis passwords of the server, worker and
 keda ACL users (in the URLs the programs get, and the worker's also in a password file), the S3
 access key and secret key of the moto endpoint, and a Hugging Face token. Then, as real
 subprocesses, `decodebench submit`, a `decodebench-worker --burst`, `status`, `report`, `logs`,
@@ -34,7 +34,7 @@ def canary(what: str) -> str:
 
 
 CANARIES = {
-    "team-a": canary("tenantpw"),
+    "server": canary("serverpw"),
     "worker": canary("workerpw"),
     "keda": canary("kedapw"),
     "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
@@ -43,7 +43,8 @@ CANARIES = {
 }
 TENANTS = """
 tenants:
-  - {name: team-a, max_running: 2, redis_password_env: TEAM_A_PW}
+  - {name: team-a, max_running: 2}
+server: {redis_password_env: SERVER_PW}
 worker: {redis_password_env: WORKER_PW}
 keda: {redis_password_env: KEDA_PW}
 """
@@ -81,7 +82,7 @@ def base_env(tmp: Path, endpoint: str) -> dict[str, str]:
 
 def acl_file(tmp: Path) -> Path:
     (tmp / "tenants.yaml").write_text(TENANTS)
-    env = {"TEAM_A_PW": CANARIES["team-a"], "WORKER_PW": CANARIES["worker"], "KEDA_PW": CANARIES["keda"]}
+    env = {"SERVER_PW": CANARIES["server"], "WORKER_PW": CANARIES["worker"], "KEDA_PW": CANARIES["keda"]}
     r = CliRunner().invoke(cli, ["tenants", "acl", str(tmp / "tenants.yaml")], env=env)
     assert r.exit_code == 0, r.output
     (tmp / "users.acl").write_text(r.output)
@@ -122,7 +123,7 @@ def test_no_canary_in_any_output_log_or_stored_object(tmp_path, tiny_model, prom
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
         hostport = url.removeprefix("redis://")
         env = base_env(tmp_path, endpoint)
-        ctl = {**env, "DECODEBENCH_REDIS_URL": f"redis://team-a:{CANARIES['team-a']}@{hostport}"}
+        ctl = {**env, "DECODEBENCH_REDIS_URL": f"redis://server:{CANARIES['server']}@{hostport}"}
         (tmp_path / "worker-pw").write_text(CANARIES["worker"] + "\n")
         wrk = {
             **env,
@@ -146,7 +147,7 @@ def test_no_canary_in_any_output_log_or_stored_object(tmp_path, tiny_model, prom
         job = json.loads(bucket_objects(endpoint)[f"runs/team-a/sweeps/{sweep_id}/plan.json"])["jobs"][0]["job_id"]
         outputs["logs"] = run(["decodebench", "logs", job, "--json"], ctl)
         outputs["doctor"] = run(["decodebench", "doctor"], ctl)
-        wrong = {**ctl, "DECODEBENCH_REDIS_URL": f"redis://team-a:{CANARIES['worker']}@{hostport}"}
+        wrong = {**ctl, "DECODEBENCH_REDIS_URL": f"redis://server:{CANARIES['worker']}@{hostport}"}
         outputs["wrong-password"] = run(["decodebench", "status", sweep_id], wrong, ok=False)
         no_s3 = {**ctl, "DECODEBENCH_S3_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
         outputs["no-s3"] = run(["decodebench", "report", sweep_id, "--n-boot", "0"], no_s3, ok=False)

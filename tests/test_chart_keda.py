@@ -15,9 +15,10 @@ import ast
 import math
 
 import pytest
+import yaml
 from redis import Redis
 from rq import Queue
-from rq.registry import StartedJobRegistry
+from rq.registry import ScheduledJobRegistry, StartedJobRegistry
 
 from tests.helpers_chart import VALUES_BY_NAME, find, render
 from worker.core import keys
@@ -117,3 +118,21 @@ def test_the_keys_are_the_ones_rq_and_decodebench_use():
         name = keys.queue_name(tenant, priority)
         assert Queue(name, connection=conn).key == waiting(tenant, priority)
         assert StartedJobRegistry(name, connection=conn).key == running(tenant, priority)
+
+
+def test_jobs_waiting_for_a_retry_count_only_when_asked():
+    """countScheduled: RQ's scheduled registry (retries not yet due) keeps a pool from scaling to 0."""
+    retrying = {f"rq:scheduled:decodebench.team-a.{p}": 3 for p in PRIORITIES}
+    (plain,) = find(render(VALUES_BY_NAME["keda"]), "ScaledObject")
+    assert desired_replicas(plain, retrying, 0) == 0
+    values = yaml.safe_load(VALUES_BY_NAME["keda"].read_text())
+    for pool in values["worker"]["pools"]:
+        if pool.get("autoscaling", {}).get("enabled"):
+            pool["autoscaling"]["countScheduled"] = True
+    (so,) = find(render(values), "ScaledObject")
+    assert len(so["spec"]["triggers"]) == 18  # 2 tenants x 3 priorities x (waiting, running, scheduled)
+    assert desired_replicas(so, retrying, 0) == 2
+    conn = Redis()
+    assert (
+        ScheduledJobRegistry(keys.queue_name("team-a"), connection=conn).key == "rq:scheduled:decodebench.team-a.normal"
+    )

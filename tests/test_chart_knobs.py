@@ -22,7 +22,7 @@ def test_a_registry_mirror_serves_every_image_paths_kept():
     found = dict(images(docs))
     assert all(image.startswith("registry.internal.example:5000/") for image in found.values()), found
     assert found["db-decodebench-redis/redis"].startswith(
-        "registry.internal.example:5000/library/redis:7.4.5-alpine@sha256:"
+        "registry.internal.example:5000/library/redis:7.4.6-alpine@sha256:"
     )
     assert (
         found["db-decodebench-worker-h100/worker"]

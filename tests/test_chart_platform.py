@@ -186,7 +186,8 @@ def test_redis_password_from_an_existing_secret_and_an_optional_exporter():
     docs = render(VALUES_BY_NAME["no-networkpolicy"])
     (sts,) = find(docs, "StatefulSet")
     (password,) = [v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "password"]
-    assert password["secret"]["secretName"] == "decodebench-redis" and not find(docs, "Secret")
+    assert password["secret"]["secretName"] == "decodebench-redis"
+    assert "db-decodebench-redis" not in {d["metadata"]["name"] for d in find(docs, "Secret")}
     assert [c["name"] for c in sts["spec"]["template"]["spec"]["containers"]] == ["redis"]
     docs = render(MIG)
     (sts,) = find(docs, "StatefulSet")
@@ -207,15 +208,24 @@ def egress_ports(policy: dict) -> set[tuple[str, int]]:
     return {(p["protocol"], p["port"]) for rule in policy["spec"]["egress"] for p in rule.get("ports", [])}
 
 
-def test_workers_and_controller_get_only_the_egress_they_need():
+def test_workers_server_and_controller_get_only_the_egress_they_need():
     docs = render(VALUES_BY_NAME["keda"])  # MinIO at http://minio.minio.svc:9000
     (worker,) = find(docs, "NetworkPolicy", "db-decodebench-worker")
+    (server,) = find(docs, "NetworkPolicy", "db-decodebench-server")
     (controller,) = find(docs, "NetworkPolicy", "db-decodebench-controller")
     for policy in (worker, controller):
         assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and policy["spec"]["ingress"] == []
+    for policy in (worker, server):
         assert {("UDP", 53), ("TCP", 53), ("TCP", 6379), ("TCP", 9000)} <= egress_ports(policy)
+    # The controller reaches the server, never Redis.
+    assert {("UDP", 53), ("TCP", 53), ("TCP", 8080), ("TCP", 9000)} <= egress_ports(controller)
+    assert ("TCP", 6379) not in egress_ports(controller)
+    server_rule = next(r for r in controller["spec"]["egress"] if {"protocol": "TCP", "port": 8080} in r["ports"])
+    assert server_rule["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "server"
     assert ("TCP", 443) in egress_ports(worker)  # the Hugging Face Hub
     assert {("TCP", 443), ("TCP", 6443)} <= egress_ports(controller)  # the Kubernetes API
+    # The server takes connections on 8080 from its namespace.
+    assert server["spec"]["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 8080}]}]
     (expr,) = worker["spec"]["podSelector"]["matchExpressions"]
     assert expr["values"] == ["worker", "test"]  # helm test pods too
     redis_rule = next(r for r in worker["spec"]["egress"] if {"protocol": "TCP", "port": 6379} in r["ports"])

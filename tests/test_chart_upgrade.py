@@ -55,7 +55,7 @@ def test_a_new_app_version_rolls_only_the_pods_whose_image_follows_it(tmp_path):
     before = templates(render())  # image tags left empty: they default to the appVersion
     after = templates(render(chart=bumped_chart(tmp_path, app_version="9.9.9")))
     changed = {name for name in before if before[name] != after[name]}
-    assert changed == {"db-decodebench-worker-gpu", "db-decodebench-controller"}
+    assert changed == {"db-decodebench-worker-gpu", "db-decodebench-controller", "db-decodebench-server"}
     assert "db-decodebench-redis" not in changed  # its image has its own tag: the queues stay up
 
 
@@ -73,7 +73,7 @@ def redis_checksums(*values) -> dict[str, str]:
 
 def test_redis_restarts_for_a_new_config_or_new_tenants_only():
     base = redis_checksums(VALUES_BY_NAME["tenants"])
-    assert set(base) == {"checksum/config", "checksum/tenants"}
+    assert set(base) == {"checksum/config", "checksum/tenants", "checksum/acl"}
     assert redis_checksums(VALUES_BY_NAME["tenants"], {"redis": {"extraConfig": "slowlog-max-len 256"}}) != base
     more = yaml.safe_load(VALUES_BY_NAME["tenants"].read_text())["tenants"]
     more["tenants"][1]["weight"] = 2

@@ -1,18 +1,26 @@
 """`decodebench tenants acl`: the Redis ACL file of a tenants file.
 
-- one user per tenant: only its own keys (`worker.core.keys.acl_keys`: exact queue and
-  registry names, globs only after a ':'), only the commands the controller's submit,
-  status, cancel, retry, logs and doctor send, SADD on RQ's queue set and nothing else
-  there, no pub/sub channel (cancel reaches running jobs through the sweep's flag);
+Tenants hold no Redis credentials: the submission server (`decodebench serve`) is their only
+door. The users are the deployment's own:
+
+- `server`: decodebench's keys and RQ's keys of decodebench's queues (`worker.core.keys.
+  server_acl_keys`), only the commands submit, status, cancel, retry, failures, logs and list
+  send (`SERVER_COMMANDS`; a test runs those code paths as this user), no pub/sub channel
+  (cancel reaches running jobs through the sweep's flag). The server's code is trusted: it
+  may load its own Lua scripts;
 - `worker`: every key and channel, every command but the dangerous ones (FLUSHALL, KEYS,
   CONFIG, ...), plus the few RQ and `rq info` need;
-- `keda`: read-only TYPE, LLEN and ZCARD on decodebench's queues and started-job registries
-  (KEDA's redis scaler asks a key's TYPE, then LLEN for a list, ZCARD for a sorted set: the
-  chart's ScaledObjects sum waiting and running jobs);
+- `keda`: KEDA's redis scaler, which sends one EVAL of a script that asks a key's TYPE, then
+  its ZCARD, SCARD, HLEN or LLEN. EVAL declares its keys read-write, so the key patterns
+  (`keys.keda_acl_keys`: queues, started and scheduled registries) are `~`, not `%R~`; the only
+  commands the script can call are those five, none of which writes;
+- `exporter`: what redis_exporter sends by default (INFO, CONFIG GET, SLOWLOG, LATENCY, ...),
+  no key and no channel;
 - the default user off.
 
 Passwords are read from the environment variables the tenants file names and written as
-SHA-256 hashes (`#<hex>`), never in clear.
+SHA-256 hashes (`#<hex>`), never in clear. `keda` and `exporter` get a user only when the
+file names their variable (no autoscaling, no metrics: no user).
 """
 
 from __future__ import annotations
@@ -24,21 +32,33 @@ from worker.core import keys
 from worker.core.errors import UsageError
 from worker.core.tenants import TenantsFile
 
-# What the controller sends (redis-py and RQ included): a test runs submit, status,
-# cancel, retry, logs and doctor as a tenant user under exactly this list.
-TENANT_COMMANDS = (
+# What the server sends (redis-py and RQ included) for submit, status, cancel, retry, failures,
+# logs and list: tests/test_tenants.py runs those code paths as `server` under exactly this list.
+SERVER_COMMANDS = (
     "ping", "echo", "multi", "exec", "discard",
     "evalsha", "script|load", "script|exists",
     "exists", "del", "expire", "ttl", "type",
-    "get", "set",
-    "hget", "hset", "hsetnx", "hdel", "hgetall", "hmget", "hlen", "hscan", "hexists", "hincrby",
-    "zadd", "zrem", "zrange", "zrangebyscore", "zcard", "zscore",
+    "get", "set", "incr",
+    "hget", "hset", "hsetnx", "hdel", "hgetall", "hmget", "hlen", "hscan", "hexists", "hincrby", "hstrlen",
+    "zadd", "zrem", "zrange", "zrangebyscore", "zcard", "zscore", "zcount",
     "lrange", "llen", "rpush", "lpush", "ltrim",
+    "sadd", "smembers",
 )  # fmt: skip
 # Commands a worker may not send (beyond -@dangerous), and those RQ needs from that category.
 WORKER_DENY = ("-@dangerous",)
 WORKER_ALLOW = ("+client|setname", "+client|info", "+client|list", "+info")
-KEDA_COMMANDS = ("ping", "hello", "select", "type", "llen", "zcard")
+# KEDA (go-redis): HELLO/AUTH, SELECT when databaseIndex > 0, PING, and EVAL of the scaler's
+# script, which calls TYPE and one of ZCARD, SCARD, HLEN, LLEN (kedacore/keda
+# pkg/scalers/redis_scaler.go). Not CLIENT SETINFO (Redis >= 7.2 only, so the file still loads
+# into an older Redis): go-redis and redis-py ignore its refusal.
+KEDA_COMMANDS = ("ping", "hello", "select", "eval", "type", "zcard", "scard", "hlen", "llen")
+# redis_exporter (oliver006/redis_exporter, exporter/*.go) with its default flags. CONFIG GET
+# cannot be narrowed to one parameter by an ACL; the chart's redis.conf holds no password (ACL
+# users live in the aclfile, hashed). MEMORY STATS for a person debugging with this user.
+EXPORTER_COMMANDS = (
+    "ping", "hello", "client|setname", "info", "config|get",
+    "slowlog|get", "slowlog|len", "latency|latest", "latency|histogram", "memory|stats",
+)  # fmt: skip
 
 
 def password_hash(env_var: str | None, who: str) -> str:
@@ -51,26 +71,36 @@ def password_hash(env_var: str | None, who: str) -> str:
     return "#" + hashlib.sha256(value.encode()).hexdigest()
 
 
-def tenant_rule(name: str, pw: str) -> str:
-    k = keys.acl_keys(name)
-    patterns = [f"~{p}" for p in k["rw"]] + [f"%R~{p}" for p in k["r"]]
-    commands = " ".join(f"+{c}" for c in TENANT_COMMANDS)
-    # A selector grants SADD on RQ's queue set and nothing else on that key.
-    return (
-        f"user {name} on {pw} resetkeys resetchannels -@all {' '.join(patterns)} {commands} (~{keys.RQ_QUEUES} +sadd)"
-    )
+def _plus(commands) -> str:
+    return " ".join(f"+{c}" for c in commands)
+
+
+def server_rule(pw: str) -> str:
+    patterns = " ".join(f"~{p}" for p in keys.server_acl_keys())
+    return f"user server on {pw} resetkeys resetchannels -@all {patterns} {_plus(SERVER_COMMANDS)}"
+
+
+def worker_rule(pw: str) -> str:
+    return f"user worker on {pw} ~* &* +@all {' '.join(WORKER_DENY)} {' '.join(WORKER_ALLOW)}"
+
+
+def keda_rule(pw: str) -> str:
+    patterns = " ".join(f"~{p}" for p in keys.keda_acl_keys())
+    return f"user keda on {pw} resetkeys resetchannels -@all {patterns} {_plus(KEDA_COMMANDS)}"
+
+
+def exporter_rule(pw: str) -> str:
+    return f"user exporter on {pw} resetkeys resetchannels -@all {_plus(EXPORTER_COMMANDS)}"
 
 
 def render_acl(tenants: TenantsFile) -> str:
     """The ACL file (one `user` line each), passwords hashed from the referenced variables."""
     lines = []  # an ACL file holds `user` lines only (no comments)
     lines.append("user default off resetpass resetkeys resetchannels -@all")
-    for t in tenants.tenants:
-        lines.append(tenant_rule(t.name, password_hash(t.redis_password_env, f"tenant {t.name}")))
-    worker_pw = password_hash(tenants.worker.redis_password_env, "worker")
-    lines.append(f"user worker on {worker_pw} ~* &* +@all {' '.join(WORKER_DENY)} {' '.join(WORKER_ALLOW)}")
-    keda_pw = password_hash(tenants.keda.redis_password_env, "keda")
-    keda_cmds = " ".join(f"+{c}" for c in KEDA_COMMANDS)
-    queues = f"%R~{keys.RQ_QUEUE_PREFIX}{keys.QUEUE_PREFIX}.* %R~{keys.rq_registry_key('wip', keys.QUEUE_PREFIX)}.*"
-    lines.append(f"user keda on {keda_pw} resetkeys resetchannels -@all {queues} {keda_cmds}")
+    lines.append(server_rule(password_hash(tenants.server.redis_password_env, "server")))
+    lines.append(worker_rule(password_hash(tenants.worker.redis_password_env, "worker")))
+    if tenants.keda.redis_password_env:
+        lines.append(keda_rule(password_hash(tenants.keda.redis_password_env, "keda")))
+    if tenants.exporter.redis_password_env:
+        lines.append(exporter_rule(password_hash(tenants.exporter.redis_password_env, "exporter")))
     return "\n".join(lines) + "\n"

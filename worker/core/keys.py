@@ -24,9 +24,9 @@ tenant name, so they never meet a tenant's):
 
 A sweep's keys expire DECODEBENCH_SWEEP_TTL_DAYS (default 30) after its last submit or retry.
 RQ queues are named `decodebench.<tenant>.<priority>` (the Helm chart relies on it).
-RQ job hashes are per tenant, `rq:job:<tenant>:<job id>` (`rq_job_class`): a Redis ACL
-pattern `rq:job:<tenant>:*` then confines a tenant to its own jobs (':' is never in a
-tenant name). `acl_keys` lists every key a tenant's controller may touch.
+RQ job hashes are per tenant, `rq:job:<tenant>:<job id>` (`rq_job_class`; ':' is never in a
+tenant name). `server_acl_keys` and `keda_acl_keys` are the key patterns of the submission
+server's and KEDA's Redis users (controller/ops/acl.py).
 """
 
 from __future__ import annotations
@@ -176,16 +176,23 @@ def rq_registry_key(kind: str, queue: str) -> str:
     return f"rq:{kind}:{queue}"
 
 
-def acl_keys(tenant: str) -> dict[str, list[str]]:
-    """Key patterns of a tenant's controller, by access: "rw" (read and write), "r" (read only).
+def server_acl_keys() -> list[str]:
+    """Key patterns of the submission server's Redis user (read and write): decodebench's own
+    keys of every tenant (sweep state, quota counters) and RQ's keys of decodebench's queues that
+    submit, status, cancel, retry, failures, logs and list touch. The server is the only client
+    that writes sweeps (tenants hold no Redis credentials), so it serves every tenant."""
+    q = f"{QUEUE_PREFIX}.*"
+    return [
+        f"{PREFIX}:*",
+        rq_queue_key(q),
+        "rq:job:*",
+        *(rq_registry_key(kind, q) for kind in ("failed", "canceled", "scheduled")),
+        RQ_QUEUES,
+    ]
 
-    Exact names where a glob could reach another tenant (`decodebench.team-a.*` would match
-    a tenant `team-a.x`); globs only after a ':' (never in a tenant name). The slots and
-    usage keys are the workers' alone: a tenant cannot free its own quota.
-    """
-    t = check_tenant(tenant)
-    queues = tenant_queues(t)
-    rw = [f"{PREFIX}:{t}:sweeps", f"{PREFIX}:{t}:sweep:*", f"{PREFIX}:{t}:lost", f"{PREFIX}:{t}:doctor"]
-    rw += [rq_job_prefix(t) + "*"] + [rq_queue_key(q) for q in queues]
-    rw += [rq_registry_key(kind, q) for kind in ("failed", "canceled") for q in queues]
-    return {"rw": rw, "r": [running(t)]}
+
+def keda_acl_keys() -> list[str]:
+    """What KEDA's redis scaler may count: decodebench's queues (lists), started-job registries
+    and scheduled (due retries) registries (sorted sets)."""
+    q = f"{QUEUE_PREFIX}.*"
+    return [rq_queue_key(q), rq_registry_key("wip", q), rq_registry_key("scheduled", q)]

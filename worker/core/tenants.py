@@ -8,10 +8,14 @@
         trust_remote_code: false       # may its jobs run a checkpoint's own code
         quota: {queued_jobs: 20000, queued_mb: 512, sweeps_in_flight: 20}
         rate_limit: 600                # requests a minute per token at the submission server
-        redis_password_env: TEAM_A_REDIS_PASSWORD
-        secrets: {redis: team-a-redis, s3: team-a-s3}
+        secrets: {s3: team-a-s3}       # its S3 keys (reports read results with them)
+    server: {redis_password_env: SERVER_REDIS_PASSWORD, secret: decodebench-server-redis}
     worker: {redis_password_env: WORKER_REDIS_PASSWORD, secret: decodebench-worker-redis}
     keda: {redis_password_env: KEDA_REDIS_PASSWORD, secret: decodebench-keda-redis}
+    exporter: {redis_password_env: EXPORTER_REDIS_PASSWORD, secret: decodebench-exporter-redis}
+
+Tenants hold no Redis credentials: the submission server is their only door. Only the
+deployment's own services (server, worker, keda, exporter) have Redis users.
 
 Credentials are referenced (an environment variable name, a Kubernetes Secret name), never
 written inline: an unknown key such as `password:` is refused like any other. A bad file is
@@ -55,11 +59,20 @@ def _secret_name(value: str | None) -> str | None:
     return value
 
 
+NO_REDIS = "tenants hold no Redis credentials (the submission server is their only door); remove it"
+
+
 class Secrets(_Strict):
-    redis: str | None = Field(default=None, description="Secret holding the tenant's Redis password (key `password`).")
+    redis: str | None = Field(default=None, description="Refused: tenants hold no Redis credentials.")
     s3: str | None = Field(default=None, description="Secret holding the tenant's S3 access key and secret key.")
 
-    _names = field_validator("redis", "s3")(classmethod(lambda cls, v: _secret_name(v)))
+    _names = field_validator("s3")(classmethod(lambda cls, v: _secret_name(v)))
+
+    @field_validator("redis")
+    @classmethod
+    def _no_redis(cls, value: str | None) -> None:
+        if value is not None:
+            raise ValueError(NO_REDIS)
 
 
 class Quota(_Strict):
@@ -88,9 +101,7 @@ class Tenant(_Strict):
     )
     quota: Quota = Field(default_factory=Quota, description="Queued jobs, payload bytes and sweeps it may hold.")
     rate_limit: int = Field(default=600, ge=1, description="Requests a minute per token at the submission server.")
-    redis_password_env: str | None = Field(
-        default=None, description="Environment variable holding the tenant's Redis password (for the ACL file)."
-    )
+    redis_password_env: str | None = Field(default=None, description="Refused: tenants hold no Redis credentials.")
     secrets: Secrets = Field(default_factory=Secrets, description="Kubernetes Secrets of its credentials.")
 
     @field_validator("name")
@@ -108,7 +119,11 @@ class Tenant(_Strict):
             return True
         return path in self.models or (revision is not None and f"{path}@{revision}" in self.models)
 
-    _env = field_validator("redis_password_env")(classmethod(lambda cls, v: _env_name(v)))
+    @field_validator("redis_password_env")
+    @classmethod
+    def _no_redis(cls, value: str | None) -> None:
+        if value is not None:
+            raise ValueError(NO_REDIS)
 
 
 class Service(_Strict):
@@ -121,8 +136,16 @@ class Service(_Strict):
 
 class TenantsFile(_Strict):
     tenants: list[Tenant] = Field(min_length=1, description="The tenants of the deployment.")
+    server: Service = Field(
+        default_factory=Service, description="The submission server's Redis user (writes every tenant's sweeps)."
+    )
     worker: Service = Field(default_factory=Service, description="The workers' Redis user (serves every tenant).")
-    keda: Service = Field(default_factory=Service, description="KEDA's read-only Redis user (LLEN on queues).")
+    keda: Service = Field(
+        default_factory=Service, description="KEDA's Redis user: its scaler's script counting queued and running jobs."
+    )
+    exporter: Service = Field(
+        default_factory=Service, description="redis_exporter's Redis user (INFO, CONFIG GET, SLOWLOG, ...; no keys)."
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> TenantsFile:
@@ -152,7 +175,7 @@ def parse_tenants(data, source: str = "tenants file") -> TenantsFile:
         first = err.errors()[0]
         msg = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
-            msg = "unknown key (credentials are referenced: redis_password_env, secrets)"
+            msg = "unknown key (credentials are referenced: redis_password_env, secret, secrets.s3)"
         where = _loc(first["loc"])
         raise UsageError(f"{source}: {where + ': ' if where else ''}{msg}") from None
 

@@ -138,7 +138,7 @@ a dict {scheme, host, port, db, secretName, secretKey}; secretName is empty when
 
 {{/*
 Who a program logs in to Redis as: {user, secretName, secretKey}. Args: {root, role}; role is
-worker (the `worker` ACL user), controller (the ACL user of the tenant in `tenant`) or keda (`keda`).
+server, worker, keda or exporter, each with tenants its ACL user (tenants hold no Redis user).
 Without tenants: no user, the one Redis password (secretName empty when there is none).
 */}}
 {{- define "decodebench.redisLogin" -}}
@@ -146,16 +146,35 @@ Without tenants: no user, the one Redis password (secretName empty when there is
 {{- $redis := include "decodebench.redis" $root | fromJson }}
 {{- $out := dict "user" "" "secretName" $redis.secretName "secretKey" $redis.secretKey }}
 {{- if include "decodebench.tenantsOn" $root }}
-{{- $t := $root.Values.tenants }}
 {{- $_ := set $out "secretKey" "password" }}
-{{- if eq .role "controller" }}
-{{- range $t.tenants }}{{ if eq .name $root.Values.tenant }}{{ $_ := set $out "user" .name }}{{ $_ := set $out "secretName" (dig "secrets" "redis" "" .) }}{{ end }}{{ end }}
-{{- else }}
 {{- $_ := set $out "user" .role }}
-{{- $_ := set $out "secretName" (dig .role "secret" "" $t) }}
-{{- end }}
+{{- $_ := set $out "secretName" (dig .role "secret" "" $root.Values.tenants) }}
 {{- end }}
 {{- toJson $out }}
+{{- end }}
+
+{{/* Secrets of the submission server: {tokens, signing} names (existing or generated). */}}
+{{- define "decodebench.serverSecrets" -}}
+{{- $tokens := default (include "decodebench.componentName" (dict "root" . "suffix" "server-tokens")) .Values.server.tokens.existingSecret }}
+{{- $signing := default (include "decodebench.componentName" (dict "root" . "suffix" "signing-key")) .Values.signingKey.existingSecret }}
+{{- toJson (dict "tokens" $tokens "signing" $signing "service" (include "decodebench.componentName" (dict "root" . "suffix" "server"))) }}
+{{- end }}
+
+{{/* The signing key as a file (DECODEBENCH_SIGNING_KEY_FILE) of the server and the workers: volume, or with mount=true its mount. */}}
+{{- define "decodebench.signingKeyVolume" -}}
+{{- if .mount }}
+- name: signing-key
+  mountPath: /etc/decodebench-signing
+  readOnly: true
+{{- else }}
+- name: signing-key
+  secret:
+    secretName: {{ (include "decodebench.serverSecrets" .root | fromJson).signing }}
+    defaultMode: 0440
+    items:
+      - key: key
+        path: key
+{{- end }}
 {{- end }}
 
 {{/* The Redis password as a file (DECODEBENCH_REDIS_PASSWORD_FILE): the pod's volume. Args: {root, role}. */}}
@@ -183,15 +202,24 @@ Without tenants: no user, the one Redis password (secretName empty when there is
 {{- end }}
 
 {{/*
-Environment of every decodebench program (controller, workers, helm test). Args: {root, role}.
-The Redis URL names the ACL user (with tenants) but holds no password: the program reads it
-from the Secret mounted as a file (DECODEBENCH_REDIS_PASSWORD_FILE), so it is in no
-environment variable and nowhere in the rendered manifest.
+Environment of every decodebench program. Args: {root, role}; role is server, worker or
+controller. The server and the workers log in to Redis (the URL names the ACL user with tenants
+but holds no password: the program reads it from the Secret mounted as a file,
+DECODEBENCH_REDIS_PASSWORD_FILE) and read the signing key from a file; the controller holds no
+Redis credentials and talks to the server with its token file. signing=false (helm test pods):
+no signing key.
 */}}
 {{- define "decodebench.env" -}}
 {{- $role := .role }}
+{{- $signing := ternary .signing true (hasKey . "signing") }}
 {{- $root := .root }}
 {{- with .root }}
+{{- if eq $role "controller" }}
+- name: DECODEBENCH_API_URL
+  value: {{ printf "http://%s:8080" (include "decodebench.serverSecrets" . | fromJson).service | quote }}
+- name: DECODEBENCH_TOKEN_FILE
+  value: /run/secrets/decodebench-token/token
+{{- else }}
 {{- $redis := include "decodebench.redis" . | fromJson }}
 {{- $login := include "decodebench.redisLogin" (dict "root" . "role" $role) | fromJson }}
 - name: DECODEBENCH_REDIS_URL
@@ -200,9 +228,14 @@ environment variable and nowhere in the rendered manifest.
 - name: DECODEBENCH_REDIS_PASSWORD_FILE
   value: /run/secrets/decodebench-redis/password
 {{- end }}
-{{- if and (eq $role "worker") (include "decodebench.tenantsOn" .) }}
+{{- if $signing }}
+- name: DECODEBENCH_SIGNING_KEY_FILE
+  value: /etc/decodebench-signing/key
+{{- end }}
+{{- if include "decodebench.tenantsOn" . }}
 - name: DECODEBENCH_TENANTS_FILE
   value: /etc/decodebench/tenants.yaml
+{{- end }}
 {{- end }}
 - name: DECODEBENCH_STORE
   value: {{ printf "s3://%s/%s" .Values.store.bucket .Values.store.prefix | trimSuffix "/" | quote }}
@@ -399,23 +432,20 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- end }}
 {{- end }}
 
-{{/* Tenants: every password must come from a Secret, under a variable name of its own. */}}
+{{/* Tenants hold no Redis credentials; every service user's password comes from a Secret, under a variable of its own. */}}
 {{- define "decodebench.validateTenants" -}}
 {{- if include "decodebench.tenantsOn" . }}
 {{- $t := .Values.tenants }}
 {{- $vars := dict }}
-{{- $names := list }}
 {{- range $i, $tenant := $t.tenants }}
-{{- $names = append $names .name }}
-{{- if not (and .redis_password_env (dig "secrets" "redis" "" .)) }}
-{{- fail (printf "tenants.tenants[%d] (%s): set redis_password_env and secrets.redis (a Secret with key `password`): Redis's ACL user of the tenant takes its password from that Secret" $i .name) }}
+{{- if hasKey . "redis_password_env" }}
+{{- fail (printf "tenants.tenants[%d].redis_password_env: tenants hold no Redis credentials (the submission server is their only door); remove it" $i) }}
 {{- end }}
-{{- if hasKey $vars .redis_password_env }}
-{{- fail (printf "tenants.tenants[%d] (%s): redis_password_env %s is already the variable of %s; each password needs a variable of its own" $i .name .redis_password_env (get $vars .redis_password_env)) }}
+{{- if dig "secrets" "redis" "" . }}
+{{- fail (printf "tenants.tenants[%d].secrets.redis: tenants hold no Redis credentials (the submission server is their only door); remove it" $i) }}
 {{- end }}
-{{- $_ := set $vars .redis_password_env .name }}
 {{- end }}
-{{- range $who := list "worker" "keda" }}
+{{- range $who := include "decodebench.redisUsers" . | fromJsonArray }}
 {{- $s := index $t $who | default dict }}
 {{- if not (and $s.redis_password_env $s.secret) }}
 {{- fail (printf "tenants.%s: set tenants.%s.secret (a Secret with key `password`) and tenants.%s.redis_password_env: with tenants, the %s Redis user has a password of its own" $who $who $who $who) }}
@@ -425,10 +455,25 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- end }}
 {{- $_ := set $vars $s.redis_password_env $who }}
 {{- end }}
+{{- if not .Values.server.tokens.existingSecret }}
+{{- fail "server.tokens.existingSecret: with tenants, create a Secret with key tokens.yaml (a token per tenant, docs/deploy.md) and name it here; the generated token is for a single team without tenants" }}
+{{- end }}
+{{- if and .Values.controller.enabled (not .Values.controller.tokenSecret) }}
+{{- fail "controller.tokenSecret: with tenants, name a Secret (key `token`) holding the controller pod's token for the server, or set controller.enabled=false" }}
+{{- end }}
+{{- $names := list }}{{ range $t.tenants }}{{ $names = append $names .name }}{{ end }}
 {{- if and .Values.controller.enabled (not (has .Values.tenant $names)) }}
-{{- fail (printf "tenant: the controller logs in to Redis as its tenant's ACL user, so `tenant` (%s) must be one of tenants.tenants (%s)" .Values.tenant (join ", " $names)) }}
+{{- fail (printf "tenant: the controller pod submits as `tenant` (%s), which must be one of tenants.tenants (%s)" .Values.tenant (join ", " $names)) }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* The Redis users the deployment has with tenants: server and worker, keda when a pool autoscales, exporter with metrics. */}}
+{{- define "decodebench.redisUsers" -}}
+{{- $users := list "server" "worker" }}
+{{- range (include "decodebench.pools" . | fromJson).pools }}{{ if and .autoscaling.enabled (not (has "keda" $users)) }}{{ $users = append $users "keda" }}{{ end }}{{ end }}
+{{- if .Values.redis.metrics.enabled }}{{ $users = append $users "exporter" }}{{ end }}
+{{- toJson $users }}
 {{- end }}
 
 {{/* The writable /tmp every pod mounts on its read-only root. Args: {size}. */}}
