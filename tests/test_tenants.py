@@ -353,3 +353,30 @@ def test_rq_key_names_match_the_installed_rq():
     for cls, kind in ((FailedJobRegistry, "failed"), (CanceledJobRegistry, "canceled"), (StartedJobRegistry, "wip")):
         assert cls(queue=q).key == keys.rq_registry_key(kind, q.name)
     assert IntermediateQueue.get_intermediate_queue_key(q.key) == q.key + ":intermediate"
+
+
+def test_the_submission_server_itself_runs_under_the_server_users_acl(acl, tmp_path, signing_key_file, tiny_model):
+    """The real `decodebench serve` as `server`: submit, status, failures, list, cancel, retry,
+    logs and the admin's shares through HTTP, with its rate limit and quota keys, and no denial."""
+    import json
+
+    from tests.helpers_server import deployment
+
+    tenants = "tenants:\n  - {{name: team-a, models: [{model}]}}\n  - {{name: team-b}}\n"
+    with deployment(tmp_path / "dep", acl["urls"]["server"], signing_key_file, tiny_model, tenants=tenants) as dep:
+        spec = tmp_path / "s.json"
+        spec.write_text(json.dumps(spec_dict(tiny_model)))
+        env = {"DECODEBENCH_API_URL": dep.url, "DECODEBENCH_TOKEN": dep.tokens["alice"]}
+        out = CliRunner().invoke(cli, ["submit", str(spec)], env=env)
+        assert out.exit_code == 0, (out.output, acl["admin"].acl_log())
+        sweep_id = out.output.split()[1]
+        for args in (["status", sweep_id], ["failures", sweep_id], ["cancel", sweep_id], ["retry", sweep_id]):
+            r = CliRunner().invoke(cli, args, env=env)
+            assert r.exit_code == 0, (args, r.output)
+        r = CliRunner().invoke(cli, ["logs", "0123456789abcdef", "--sweep", sweep_id], env=env)
+        assert r.exit_code == 2 and "has no log yet" in r.output
+        admin = {**env, "DECODEBENCH_TOKEN": dep.tokens["ops"]}
+        assert CliRunner().invoke(cli, ["status", "--all-tenants"], env=admin).exit_code == 0
+        with dep.client("alice") as http:
+            assert http.get("/v1/sweeps").json()[0]["sweep_id"] == sweep_id
+    assert acl["admin"].acl_log() == []  # no command or key the server sent was refused

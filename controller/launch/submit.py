@@ -301,4 +301,6 @@ def retry(
         )
     if check is not None:
         check(jobs)
-    return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=True, retries=retries, name=spec.name, admit=admit)
+    return enqueue_jobs(
+        conn, jobs, tenant, priority, key=key, retry_failed=True, retries=retries, name=spec.name, admit=admit
+    )

@@ -38,7 +38,7 @@ SERVER_COMMANDS = (
     "ping", "echo", "multi", "exec", "discard",
     "evalsha", "script|load", "script|exists",
     "exists", "del", "expire", "ttl", "type",
-    "get", "set", "incr",
+    "get", "set", "incrby",
     "hget", "hset", "hsetnx", "hdel", "hgetall", "hmget", "hlen", "hscan", "hexists", "hincrby", "hstrlen",
     "zadd", "zrem", "zrange", "zrangebyscore", "zcard", "zscore", "zcount",
     "lrange", "llen", "rpush", "lpush", "ltrim",
