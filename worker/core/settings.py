@@ -80,6 +80,24 @@ _SETTINGS = [
         "Tenants file (YAML): weights, max_running and allowed models the workers enforce.",
         scope="worker",
     ),
+    Setting(
+        "signing_key_file",
+        None,
+        "File holding the key (32+ bytes) that signs job payloads; shared by the submission server and the "
+        "workers (the chart mounts a Secret). Workers refuse to start without it.",
+    ),
+    Setting(
+        "max_job_mb",
+        16,
+        "Largest job payload a worker inflates, in MiB (decompressed); a larger one fails for good.",
+        int,
+        scope="worker",
+    ),
+    # per-job cost limits (worker.core.policy), applied by validate, the submission server and the workers
+    Setting("max_num_beams", 64, "Most beams a job may keep (beam, diverse_beam num_beams).", int),
+    Setting("max_candidates", 64, "Most candidate tokens per step of contrastive search (k).", int),
+    Setting("max_beam_groups", 16, "Most beam groups of diverse beam search (num_beam_groups).", int),
+    Setting("max_assistant_tokens", 64, "Most tokens an assisted job's draft model proposes per step.", int),
     # logging
     Setting("log_format", "console", "Log format: console or json."),
     Setting("log_level", "info", "Console log level (a job's log.jsonl keeps its info lines)."),
