@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.services import PROMPTS, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
+from tests.services import PROMPTS, SIGNING_KEY, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
 
 
 @pytest.fixture(scope="session")
@@ -72,10 +72,21 @@ def runtime():
     return Runtime("cpu")
 
 
+@pytest.fixture(scope="session")
+def signing_key_file(tmp_path_factory) -> str:
+    """The session's job signing key (SIGNING_KEY), in a file as the chart mounts it."""
+    path = tmp_path_factory.mktemp("signing") / "job-signing-key"
+    path.write_bytes(SIGNING_KEY + b"\n")
+    path.chmod(0o600)
+    return str(path)
+
+
 @pytest.fixture(autouse=True)
-def _no_user_env(monkeypatch, tmp_path):
-    """Tests never see the developer's DECODEBENCH_* settings; ./runs goes to a temp dir."""
+def _no_user_env(monkeypatch, tmp_path, signing_key_file):
+    """Tests never see the developer's DECODEBENCH_* settings; ./runs goes to a temp dir; jobs are
+    signed and checked with the session's key (DECODEBENCH_SIGNING_KEY_FILE)."""
     for key in list(os.environ):
         if key.startswith("DECODEBENCH_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("DECODEBENCH_STORE", str(tmp_path / "runs"))
+    monkeypatch.setenv("DECODEBENCH_SIGNING_KEY_FILE", signing_key_file)

@@ -17,6 +17,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+# The job signing key of the test session (DECODEBENCH_SIGNING_KEY_FILE points at a file holding it).
+SIGNING_KEY = b"decodebench-test-signing-key-0123456789abcdef"
+
 
 def free_port() -> int:
     with socket.socket() as s:

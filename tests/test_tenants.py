@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from controller.cli import main as cli
 from controller.launch import submit as cq
 from controller.spec.load import parse_spec
+from tests.services import SIGNING_KEY as KEY
 from tests.services import redis_server
 from tests.test_queue import spec_dict
 from worker import sweepstate
@@ -63,7 +64,7 @@ def as_user(acl, user: str):
 
 
 def submit_as(acl, tenant: str, store, **kw):
-    return cq.submit(as_user(acl, tenant), store, parse_spec(spec_dict(**kw)), tenant)
+    return cq.submit(as_user(acl, tenant), store, parse_spec(spec_dict(**kw)), tenant, key=KEY)
 
 
 def denied(call) -> str:

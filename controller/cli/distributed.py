@@ -90,11 +90,13 @@ def submit(
     """Plan a sweep and enqueue its jobs for workers (idempotent)."""
     from controller.launch.submit import submit as do_submit
     from controller.spec.load import load_spec
+    from worker.core import settings, signing
 
     spec = load_spec(spec_path, check_paths=not remote_paths)
+    key = signing.load_key(settings.get("signing_key_file"))  # the operator's path: the server signs otherwise
     conn = _conn(redis_url, tenant)
     st = _store(store)
-    out = do_submit(conn, st, spec, tenant, priority, retry_failed=retry_failed, retries=retries)
+    out = do_submit(conn, st, spec, tenant, priority, key=key, retry_failed=retry_failed, retries=retries)
     if out.new:
         click.echo(f"sweep {out.sweep_id} submitted: {len(out.enqueued)} jobs on {out.queue}; store {st.url}")
     else:
@@ -239,11 +241,13 @@ def cancel(sweep: str, tenant: str, redis_url: str) -> None:
 def retry(sweep: str, failed: bool, tenant: str, priority: str, redis_url: str, store: str) -> None:
     """Enqueue a sweep's failed (and cancelled) jobs again."""
     from controller.launch.submit import retry as do_retry
+    from worker.core import settings, signing
     from worker.sweepstate import resolve_sweep
 
+    key = signing.load_key(settings.get("signing_key_file"))
     conn = _conn(redis_url, tenant)
     sweep_id = resolve_sweep(conn, tenant, sweep)
-    out = do_retry(conn, _store(store), tenant, sweep_id, priority)
+    out = do_retry(conn, _store(store), tenant, sweep_id, priority, key=key)
     audit("retry", tenant, sweep_id, redis_url, enqueued=len(out.enqueued))
     click.echo(
         f"sweep {sweep_id}: {len(out.enqueued)} failed or cancelled jobs enqueued again on {out.queue}; "

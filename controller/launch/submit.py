@@ -12,7 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from worker import sweepstate
-from worker.core import keys, settings
+from worker.core import keys, settings, signing
 from worker.core.contract import JobSpec, JobStatus
 from worker.core.errors import UsageError
 from worker.sweepstate.transitions import CHUNK, Lua
@@ -89,7 +89,7 @@ def _to_enqueue(
     return todo
 
 
-def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy) -> list[str]:
+def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy, key: bytes) -> list[str]:
     """Mark the jobs queued and write their RQ jobs, CHUNK jobs per round trip; their ids."""
     enqueued: list[str] = []
     template = rq_template(queue, policy)
@@ -104,7 +104,7 @@ def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy) -> list[str]:
                 JobStatus.QUEUED,
                 pipeline=pipe,
             )
-            bulk_enqueue(conn, queue, template, [job for job, _ in part], pipeline=pipe)
+            bulk_enqueue(conn, queue, template, [job for job, _ in part], pipeline=pipe, key=key)
             pipe.execute()
         enqueued += [job.job_id for job, _ in part]
     return enqueued
@@ -127,11 +127,13 @@ def enqueue_jobs(
     tenant: str,
     priority: str = "normal",
     *,
+    key: bytes,
     retry_failed: bool = False,
     retries: int | None = None,
     name: str = "",
 ) -> SubmitOutcome:
-    """Record the sweep in Redis and enqueue the jobs that are missing (or failed, with retry_failed).
+    """Record the sweep in Redis and enqueue the jobs that are missing (or failed, with retry_failed),
+    each signed with `key` (`worker.core.signing`: workers run only signed jobs).
 
     Idempotent: a job that is done, queued or running is not enqueued again.
     """
@@ -168,7 +170,7 @@ def enqueue_jobs(
         _drop_from_registries(pipe, tenant, retry_from)
         sweepstate.forget_losses(pipe, tenant, retry_from)
         pipe.execute()
-    out.enqueued = _enqueue(conn, queue, todo, retry_policy(retries))
+    out.enqueued = _enqueue(conn, queue, todo, retry_policy(retries), key)
     sweepstate.expire_sweep(conn, tenant, sweep_id, int(settings.get("sweep_ttl_days") * 86400))
     return out
 
@@ -176,18 +178,20 @@ def enqueue_jobs(
 # RQ's own enqueue_many builds a Job object per job (~0.5 ms of CPU each): too slow for
 # 100,000 jobs. bulk_enqueue writes the very hashes RQ would: the fields common to all jobs
 # come from RQ's Job.to_dict() of a template job, the per-job ones (data, description, meta,
-# timeout) are serialised as Job.to_dict() does, and one Lua call per chunk stores them and
-# pushes the ids. tests/test_queue.py checks the result against RQ's enqueue_many.
+# timeout) are serialised as Job.to_dict() does, and one Lua call per chunk stores them, with
+# the signature of each job's stored data (`decodebench_sig`), and pushes the ids.
+# tests/test_queue.py checks the result against RQ's enqueue_many.
 _BULK_ENQUEUE = Lua("""
 local n = tonumber(ARGV[1])
 local template = {}
 for i = 2, 2 * n + 1 do template[#template + 1] = ARGV[i] end
 local ids = {}
-for i = 2 * n + 2, #ARGV, 6 do
+for i = 2 * n + 2, #ARGV, 7 do
   local key = ARGV[i]
   redis.call('DEL', key)
   redis.call('HSET', key, unpack(template))
-  redis.call('HSET', key, 'data', ARGV[i + 2], 'description', ARGV[i + 3], 'meta', ARGV[i + 4], 'timeout', ARGV[i + 5])
+  redis.call('HSET', key, 'data', ARGV[i + 2], 'description', ARGV[i + 3], 'meta', ARGV[i + 4], 'timeout', ARGV[i + 5],
+    'decodebench_sig', ARGV[i + 6])
   ids[#ids + 1] = ARGV[i + 1]
   if #ids == 1000 then
     redis.call('RPUSH', KEYS[1], unpack(ids))
@@ -197,7 +201,7 @@ end
 if #ids > 0 then redis.call('RPUSH', KEYS[1], unpack(ids)) end
 return 1
 """)
-PER_JOB_FIELDS = ("data", "description", "meta", "timeout")
+PER_JOB_FIELDS = ("data", "description", "meta", "timeout", signing.SIG_FIELD)
 
 
 def rq_template(queue, policy) -> dict:
@@ -218,32 +222,42 @@ def rq_template(queue, policy) -> dict:
     return {k: v for k, v in fields.items() if k not in PER_JOB_FIELDS}
 
 
-def rq_job_fields(job: JobSpec) -> tuple[bytes, str, bytes, int]:
-    """(data, description, meta, timeout) of one job, serialised as RQ's JSONSerializer and to_dict do."""
+def rq_job_fields(job: JobSpec, key: bytes) -> tuple[bytes, str, bytes, int, str]:
+    """(data, description, meta, timeout, signature) of one job, serialised as RQ's JSONSerializer and
+    to_dict do; the signature covers the stored (compressed) data, the tenant and the job id."""
     import json
     import zlib
 
     data = b'["' + keys.RQ_FUNCTION.encode() + b'", null, [' + job.model_dump_json().encode() + b"], {}]"
     meta = json.dumps({"tenant": job.tenant, "sweep_id": job.sweep_id, "cell": job.cell}).encode()
     description = f"decodebench {job.cell} seed={job.seed} shard={job.shard + 1}/{job.n_shards}"
-    return zlib.compress(data, 1), description, meta, job_timeout(job)
+    stored = zlib.compress(data, 1)
+    return stored, description, meta, job_timeout(job), signing.sign(key, job.tenant, job.job_id, stored)
 
 
-def bulk_enqueue(conn, queue, template: dict, jobs: list[JobSpec], *, pipeline) -> None:
+def bulk_enqueue(conn, queue, template: dict, jobs: list[JobSpec], *, pipeline, key: bytes) -> None:
     """One Lua call writes the jobs' hashes (`queue.job_class`'s keys) and pushes their ids; the
     queue joins RQ's queue set by a plain SADD (a tenant's Redis user may only SADD that set)."""
     args: list = [len(template)]
     for k, v in template.items():
         args += [k, v]
     for job in jobs:
-        args += [queue.job_class.key_for(job.job_id), job.job_id, *rq_job_fields(job)]
+        args += [queue.job_class.key_for(job.job_id), job.job_id, *rq_job_fields(job, key)]
     client = pipeline or conn
     _BULK_ENQUEUE(client, [queue.key], args)
     client.sadd(queue.redis_queues_keys, queue.key)
 
 
 def submit(
-    conn, store, spec, tenant: str, priority: str = "normal", *, retry_failed: bool = False, retries: int | None = None
+    conn,
+    store,
+    spec,
+    tenant: str,
+    priority: str = "normal",
+    *,
+    key: bytes,
+    retry_failed: bool = False,
+    retries: int | None = None,
 ) -> SubmitOutcome:
     """Plan the sweep, store its spec and plan (once), enqueue its jobs grouped by model."""
     from controller.launch.local import save_sweep
@@ -251,11 +265,13 @@ def submit(
 
     jobs = plan(spec, tenant)
     save_sweep(store, spec, jobs, tenant, mode="distributed")
-    return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=retry_failed, retries=retries, name=spec.name)
+    return enqueue_jobs(
+        conn, jobs, tenant, priority, key=key, retry_failed=retry_failed, retries=retries, name=spec.name
+    )
 
 
 def retry(
-    conn, store, tenant: str, sweep_id: str, priority: str = "normal", retries: int | None = None
+    conn, store, tenant: str, sweep_id: str, priority: str = "normal", retries: int | None = None, *, key: bytes
 ) -> SubmitOutcome:
     """Enqueue the failed and cancelled jobs of a submitted sweep again (from its stored spec)."""
     from controller.spec.load import stored_spec
@@ -267,4 +283,4 @@ def retry(
         raise UsageError(
             f"sweep {sweep_id}: its prompts changed since it was submitted (now {jobs[0].sweep_id}); submit it again"
         )
-    return enqueue_jobs(conn, jobs, tenant, priority, retry_failed=True, retries=retries, name=spec.name)
+    return enqueue_jobs(conn, jobs, tenant, priority, key=key, retry_failed=True, retries=retries, name=spec.name)
