@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+BENCH_KEY = b"decodebench-benchmark-signing-key-0123456789"  # signs and checks the benchmark's jobs
+
+
 def make_jobs(model: str, n: int, name: str, new_tokens: int = 4):
     from controller.spec.load import parse_spec
     from controller.spec.plan import plan
@@ -60,11 +63,10 @@ def run_distributed(conn, spec, store, runtime) -> tuple[float, float]:
     from worker.sweepstate import read_status
 
     start = time.perf_counter()
-    out = submit(conn, store, spec, "bench")
+    out = submit(conn, store, spec, "bench", key=BENCH_KEY)
     t_submit = time.perf_counter() - start
-    worker = DecodebenchWorker(
-        ["bench"], connection=conn, store=store, runtime=runtime, timing=Timing(heartbeat_ttl=60, reaper_interval=15)
-    )
+    timing = Timing(heartbeat_ttl=60, reaper_interval=15)
+    worker = DecodebenchWorker(["bench"], connection=conn, store=store, runtime=runtime, timing=timing, key=BENCH_KEY)
     start = time.perf_counter()
     worker.work(burst=True)
     t_run = time.perf_counter() - start

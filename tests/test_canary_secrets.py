@@ -40,6 +40,7 @@ CANARIES = {
     "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
     "AWS_SECRET_ACCESS_KEY": canary("awssecret"),
     "HF_TOKEN": "hf_" + canary("token"),
+    "SIGNING_KEY": canary("jobsigningkey"),
 }
 TENANTS = """
 tenants:
@@ -72,6 +73,7 @@ def base_env(tmp: Path, endpoint: str) -> dict[str, str]:
         AWS_ACCESS_KEY_ID=CANARIES["AWS_ACCESS_KEY_ID"],
         AWS_SECRET_ACCESS_KEY=CANARIES["AWS_SECRET_ACCESS_KEY"],
         HF_TOKEN=CANARIES["HF_TOKEN"],
+        DECODEBENCH_SIGNING_KEY_FILE=str(tmp / "signing-key"),
         HF_HUB_OFFLINE="1",
         OMP_NUM_THREADS="1",
         CUDA_VISIBLE_DEVICES="",
@@ -123,6 +125,7 @@ def test_no_canary_in_any_output_log_or_stored_object(tmp_path, tiny_model, prom
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
         hostport = url.removeprefix("redis://")
         env = base_env(tmp_path, endpoint)
+        (tmp_path / "signing-key").write_text(CANARIES["SIGNING_KEY"] + "\n")
         ctl = {**env, "DECODEBENCH_REDIS_URL": f"redis://server:{CANARIES['server']}@{hostport}"}
         (tmp_path / "worker-pw").write_text(CANARIES["worker"] + "\n")
         wrk = {

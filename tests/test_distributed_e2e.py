@@ -54,11 +54,12 @@ def write_spec(tmp_path: Path, model: str, prompts: str, name: str) -> Path:
     return path
 
 
-def env_for(redis_url: str, store: Path) -> dict[str, str]:
+def env_for(redis_url: str, store: Path, signing_key_file: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEBENCH_")}
     env.update(
         DECODEBENCH_REDIS_URL=redis_url,
         DECODEBENCH_STORE=str(store),
+        DECODEBENCH_SIGNING_KEY_FILE=signing_key_file,  # the session's (conftest)
         DECODEBENCH_HEARTBEAT_TTL="5",
         DECODEBENCH_REAPER_INTERVAL="0.5",
         DECODEBENCH_LOG_FORMAT="json",
@@ -143,7 +144,7 @@ def first_running_job(conn, sweep_id: str, timeout: float = 180) -> tuple[str, s
 
 
 @pytest.fixture(scope="module")
-def scenario(redis_service, tiny_model, prompts_file, tmp_path_factory) -> Scenario:
+def scenario(redis_service, tiny_model, prompts_file, tmp_path_factory, signing_key_file) -> Scenario:
     """One sweep, three worker processes; the worker that starts the first job is SIGKILLed in
     the middle of it; meanwhile local mode runs the same spec in this process."""
     import redis
@@ -156,7 +157,7 @@ def scenario(redis_service, tiny_model, prompts_file, tmp_path_factory) -> Scena
     conn.flushall()
     tmp = tmp_path_factory.mktemp("e2e")
     spec = write_spec(tmp, tiny_model, prompts_file, "e2e")
-    env = env_for(redis_service, tmp / "dist")
+    env = env_for(redis_service, tmp / "dist", signing_key_file)
     sweep_id = submit(spec, env)
     procs = start_workers(3, env, tmp)
     try:

@@ -14,6 +14,7 @@ import redis
 
 from controller.launch import submit as cq
 from controller.spec.load import parse_spec
+from tests.services import SIGNING_KEY as KEY
 from tests.test_queue import spec_dict
 from worker import sweepstate
 from worker.core import keys
@@ -76,7 +77,7 @@ def conn(redis_url, monkeypatch):
 
 def submit(conn, store, tenant: str, n_jobs: int, name: str):
     spec = spec_dict(name=name, prompts=[f"p{i}" for i in range(n_jobs // 2)], shard_size=1, seeds=(1,))
-    return cq.submit(conn, store, parse_spec(spec), tenant)
+    return cq.submit(conn, store, parse_spec(spec), tenant, key=KEY)
 
 
 def done(conn, tenant: str, sweep_id: str) -> int:
@@ -156,3 +157,21 @@ def test_a_dead_workers_slot_frees_itself_after_the_heartbeat_ttl(conn):
     assert slots.take_job(conn, "team-q", queue, target, 1, ttl=0.2) is None  # quota reached
     time.sleep(0.3)  # j1's worker died: no heartbeat pushed its deadline
     assert slots.take_job(conn, "team-q", queue, target, 1, ttl=0.2) == "j2"
+
+
+def test_a_job_id_pushed_three_times_runs_once(conn, store, redis_url, monkeypatch):
+    """The same id three times in team-q's queue (max_running 2), three workers: it runs once; the
+    copies are dropped, never run beside it nor failed, and the quota holds."""
+    monkeypatch.setenv("FAIRNESS_JOB_S", "0.5")
+    q = submit(conn, store, "team-q", 2, "dup")  # one prompt: greedy and top_k
+    twice = q.enqueued[0]
+    conn.rpush(keys.rq_queue_key(keys.queue_name("team-q")), twice, twice)
+    tenants = {"tenants": [{"name": "team-q", "max_running": 2}]}
+    stop(start_workers(redis_url, 3, ["team-q"], tenants))
+    runs = [m.decode().split()[2] for m in conn.zrange(keys.usage("team-q"), 0, -1)]
+    assert sorted(runs) == sorted(q.enqueued)  # each job once
+    samples_q = [int(x) for x in conn.lrange("test:samples:team-q", 0, -1)]
+    assert len(samples_q) == 2 and max(samples_q) <= 2
+    assert done(conn, "team-q", q.sweep_id) == 2 and slots.live_slots(conn, "team-q") == 0
+    queue = keys.rq_queue_key(keys.queue_name("team-q"))
+    assert conn.llen(queue) == 0 and conn.llen(queue + ":intermediate") == 0

@@ -15,11 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as cli
+from tests.services import SIGNING_KEY as KEY
 from tests.services import TINY_MODEL
 from tests.test_queue import rq_queue, spec_dict
 from tests.test_worker import conn_url, run_worker, submit
 from worker import sweepstate
-from worker.core import keys
+from worker.core import keys, signing
 from worker.core.contract import ModelSpec
 from worker.core.errors import PermanentJobError
 
@@ -45,6 +46,14 @@ def _restore_signals():
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
+
+
+def plant(conn, job_id: str, data: bytes, tenant: str = "default", *, key: bytes | None = KEY, **fields) -> None:
+    """Write `data` (uncompressed) into a job hash as the server would store it: compressed, and
+    signed with `key` (None: unsigned); `fields` are written beside it."""
+    stored = zlib.compress(data)
+    sig = {signing.SIG_FIELD: signing.sign(key, tenant, job_id, stored)} if key else {}
+    conn.hset(keys.rq_job_key(tenant, job_id), mapping={"data": stored, **sig, **fields})
 
 
 def payload(func: str, *args, kwargs=None) -> bytes:
@@ -81,8 +90,8 @@ def test_broken_job_payloads_fail_their_jobs_with_a_reason_and_the_worker_goes_o
     broken = broken_payloads(first[2][0])
     planted = dict(zip(out.enqueued[::2], broken.items()))  # every other job, the first one included
     assert n == 24 and len(planted) == len(broken)
-    for job_id, (_, (data, _)) in planted.items():
-        conn.hset(keys.rq_job_key("default", job_id), "data", zlib.compress(data))
+    for job_id, (_, (data, _)) in planted.items():  # signed: what the server should never sign, still refused
+        plant(conn, job_id, data)
     conn.hset(keys.rq_job_key("default", out.enqueued[0]), "meta", b"\x00not json either")
 
     worker = run_worker(conn)
@@ -107,8 +116,7 @@ def test_a_forged_job_no_sweep_knows_is_failed_in_rq_and_the_worker_goes_on(conn
     from rq.registry import FailedJobRegistry
 
     out = submit(conn, store, tiny_model, seeds=(1,), prompts=["A"])  # 2 jobs
-    forged = keys.rq_job_key("default", "forged")
-    conn.hset(forged, mapping={"data": zlib.compress(b"{oops"), "origin": keys.queue_name("default")})
+    plant(conn, "forged", b"{oops", origin=keys.queue_name("default"))
     conn.lpush(keys.rq_queue_key(keys.queue_name("default")), "forged")
     run_worker(conn)
     s = sweepstate.read_status(conn, "default", out.sweep_id)
@@ -240,7 +248,7 @@ def test_jobs_of_broken_models_fail_for_good_and_the_worker_goes_on(conn, store,
     for name in names:
         shutil.copytree(TINY_MODEL, tmp_path / name)  # a model when submitted, damaged on the worker
         models.append({"path": str(tmp_path / name), "name": name})
-    out = cq.submit(conn, store, parse_spec(spec_dict(models=models, seeds=(1,), prompts=["A"])), "default")
+    out = cq.submit(conn, store, parse_spec(spec_dict(models=models, seeds=(1,), prompts=["A"])), "default", key=KEY)
     for name in names:
         shutil.rmtree(tmp_path / name)
         damaged(tmp_path, name)

@@ -12,8 +12,9 @@ from controller.cli import main as cli
 from controller.launch import submit as cq
 from controller.spec.load import load_spec, parse_spec
 from controller.spec.plan import plan
+from tests.services import SIGNING_KEY as KEY
 from worker import sweepstate
-from worker.core import keys
+from worker.core import keys, signing
 from worker.core.contract import JobStatus
 from worker.rq.reaper import Timing, reap
 from worker.store import FileStore
@@ -61,7 +62,7 @@ def store(tmp_path):
 
 def submit(conn, store, tenant="default", **kw):
     spec = parse_spec(spec_dict(**kw))
-    return cq.submit(conn, store, spec, tenant)
+    return cq.submit(conn, store, spec, tenant, key=KEY)
 
 
 def rq_queue(conn, tenant="default", priority="normal"):
@@ -89,7 +90,7 @@ def test_keys_and_queue_names():
 def test_submit_enqueues_json_jobs_grouped_by_model_and_is_idempotent(conn, store):
     spec = parse_spec(spec_dict(models=[{"path": "/m/a", "name": "a"}, {"path": "/m/b", "name": "b"}]))
     jobs = plan(spec, "default")
-    first = cq.submit(conn, store, spec, "default")
+    first = cq.submit(conn, store, spec, "default", key=KEY)
     assert first.new and len(first.enqueued) == len(jobs) == 18
     q = rq_queue(conn)
     assert q.count == 18
@@ -104,7 +105,7 @@ def test_submit_enqueues_json_jobs_grouped_by_model_and_is_idempotent(conn, stor
     assert queued[0].failure_ttl == keys.FAILURE_TTL and queued[0].result_ttl == keys.RESULT_TTL
     assert store.exists(f"default/sweeps/{first.sweep_id}/spec.json")
 
-    again = cq.submit(conn, store, spec, "default")
+    again = cq.submit(conn, store, spec, "default", key=KEY)
     assert not again.new and again.enqueued == [] and again.pending == 18
     assert q.count == 18
 
@@ -134,8 +135,10 @@ def test_cancel_drops_queued_jobs_and_retry_brings_them_back(conn, store):
     assert result.cancelled == 9 and q.count == 9
     s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.cancelled and s.total("cancelled") == 9 and s.complete
-    assert cq.submit(conn, store, parse_spec(spec_dict()), "default").enqueued == []  # cancelled: not resumed silently
-    again = cq.retry(conn, store, "default", out.sweep_id)
+    assert (
+        cq.submit(conn, store, parse_spec(spec_dict()), "default", key=KEY).enqueued == []
+    )  # cancelled: not resumed silently
+    again = cq.retry(conn, store, "default", out.sweep_id, key=KEY)
     assert len(again.enqueued) == 9 and q.count == 18
     s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert not s.cancelled and s.total("queued") == 9
@@ -297,8 +300,8 @@ def test_bulk_enqueue_writes_the_jobs_rq_enqueue_many_writes(conn):
     ref = keys.rq_job_class("default")  # RQ's own enqueue_many with the same per-tenant job class
     rq_q = Queue("decodebench.reference.normal", connection=conn, serializer=JSONSerializer, job_class=ref)
     policy = cq.retry_policy()
-    cq.bulk_enqueue(conn, ours_q, cq.rq_template(ours_q, policy), [job], pipeline=None)
-    data, description, meta, timeout = cq.rq_job_fields(job)
+    cq.bulk_enqueue(conn, ours_q, cq.rq_template(ours_q, policy), [job], pipeline=None, key=KEY)
+    data, description, meta, timeout, sig = cq.rq_job_fields(job, KEY)
     rq_q.enqueue_many(
         [
             Queue.prepare_data(
@@ -316,7 +319,9 @@ def test_bulk_enqueue_writes_the_jobs_rq_enqueue_many_writes(conn):
     )
     ours, theirs = conn.hgetall(ref.key_for(job.job_id)), conn.hgetall(ref.key_for("reference"))
     assert ref.key_for(job.job_id) == f"rq:job:default:{job.job_id}" and not conn.exists(Job.key_for(job.job_id))
-    assert set(ours) == set(theirs)
+    assert set(ours) - set(theirs) == {b"decodebench_sig"} and set(theirs) <= set(ours)  # the signature: ours only
+    assert signing.verify(KEY, "default", job.job_id, ours[b"data"], ours.pop(b"decodebench_sig"))
+    assert ours[b"data"] == data and signing.verify(KEY, "default", job.job_id, data, sig)
     differ = {k for k in ours if ours[k] != theirs[k]}
     assert differ <= {b"created_at", b"enqueued_at", b"data", b"origin"}, differ
     a = ref.fetch(job.job_id, connection=conn, serializer=JSONSerializer)

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from controller.cli import main as cli
 from controller.launch import submit as cq
 from controller.spec.load import parse_spec
+from tests.services import SIGNING_KEY as KEY
 from tests.test_queue import rq_queue, spec_dict
 from worker import sweepstate
 from worker.core import keys
@@ -79,7 +80,7 @@ def run_worker(conn, selectors=("default",), max_jobs=None, **kw):
 
 
 def submit(conn, store, model: str, **kw):
-    return cq.submit(conn, store, parse_spec(spec_dict(model, **kw)), "default")
+    return cq.submit(conn, store, parse_spec(spec_dict(model, **kw)), "default", key=KEY)
 
 
 def wait_for(predicate, timeout: float = 60.0):
@@ -152,7 +153,7 @@ def test_bad_model_fails_at_once_with_a_readable_reason_and_retry_after_fixing_i
     missing = tmp_path / "gone"
     missing.mkdir()
     spec = spec_dict(models=[{"path": tiny_model, "name": "good"}, {"path": str(missing), "name": "bad"}])
-    out = cq.submit(conn, store, parse_spec(spec), "default")
+    out = cq.submit(conn, store, parse_spec(spec), "default", key=KEY)
     missing.rmdir()  # the workers do not have it
     run_worker(conn)
     s = sweepstate.read_status(conn, "default", out.sweep_id)
@@ -166,7 +167,7 @@ def test_bad_model_fails_at_once_with_a_readable_reason_and_retry_after_fixing_i
     assert "failures (9 of 9 shown)" in r.output and "does not exist on this worker" in r.output
 
     shutil.copytree(tiny_model, missing)  # fix the cause, then retry
-    again = cq.retry(conn, store, "default", out.sweep_id)
+    again = cq.retry(conn, store, "default", out.sweep_id, key=KEY)
     assert len(again.enqueued) == 9 and again.done == 9
     run_worker(conn)
     s = sweepstate.read_status(conn, "default", out.sweep_id)
@@ -253,7 +254,7 @@ def test_dequeue_is_fair_across_tenants_then_by_priority_inside_a_tenant(conn, s
     # tenants share the worker by weight (equal here) and priorities order a tenant's own jobs.
     for tenant, priority in (("team-a", "normal"), ("team-b", "normal"), ("team-b", "high"), ("team-c", "low")):
         spec = parse_spec(spec_dict(name=f"{tenant}-{priority}", prompts=["a", "b", "c"], shard_size=1, seeds=(1,)))
-        cq.submit(conn, store, spec, tenant, priority)
+        cq.submit(conn, store, spec, tenant, priority, key=KEY)
     worker = make_worker(conn, ["*"])
     assert [q.name for q in worker._ordered_queues][:3] == [
         "decodebench.team-a.normal",
@@ -271,7 +272,7 @@ def test_dequeue_is_fair_across_tenants_then_by_priority_inside_a_tenant(conn, s
 def test_rq_info_lists_decodebench_queues_and_workers(conn, store, redis_url):
     from rq.cli import main as rq_cli
 
-    cq.submit(conn, store, parse_spec(spec_dict()), "default")
+    cq.submit(conn, store, parse_spec(spec_dict()), "default", key=KEY)
     worker = make_worker(conn, ["default"])
     worker.register_birth()
     try:

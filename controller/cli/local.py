@@ -29,6 +29,7 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, 
     from controller.spec.load import load_spec
     from controller.spec.models import json_schema
     from controller.spec.plan import plan, summarize_plan
+    from worker.core.policy import Limits, job_refusal
 
     if schema:
         click.echo(json.dumps(json_schema(), indent=2))
@@ -39,6 +40,9 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, 
 
     spec = load_spec(spec_path)
     jobs = plan(spec, tenant)
+    limits = Limits.from_settings()  # the per-job limits the submission server and workers apply
+    if why := next((w for j in jobs if (w := job_refusal(j, None, limits))), None):
+        raise UsageError(why)
     check_context(jobs)
     s = summarize_plan(jobs)
     click.echo(f"{terminal(spec_path)}: valid")

@@ -10,6 +10,7 @@ all live under `decodebench:<tenant>:…`:
     decodebench:<t>:slots                    zset  job id -> deadline: the tenant's running slots (max_running)
     decodebench:<t>:usage                    zset  "<start> <end> <job>" -> end: worker time of the last hour
     decodebench:<t>:submit                   string  the submission server's lock on the tenant's quota (expires)
+    decodebench:<t>:run:<job id>             string  the worker running the job (run once; heartbeat TTL)
     decodebench:<t>:sweep:<id>:meta          hash  name, queue, n_jobs, created/started/finished, tokens, cancelled
     decodebench:<t>:sweep:<id>:state         hash  job id -> queued|running|done|failed|cancelled
     decodebench:<t>:sweep:<id>:cells         hash  job id -> cell
@@ -68,6 +69,11 @@ def slots(tenant: str) -> str:
 def usage(tenant: str) -> str:
     """Worker time spent on the tenant's jobs in the last hour (written by workers only)."""
     return f"{_t(tenant)}:usage"
+
+
+def run_lock(tenant: str, job_id: str) -> str:
+    """Held by the one worker running the job (SET NX, heartbeat TTL): a job id taken twice runs once."""
+    return f"{_t(tenant)}:run:{job_id}"
 
 
 def doctor(tenant: str) -> str:

@@ -63,9 +63,9 @@ def job_models(job: JobSpec) -> list[tuple[str, ModelSpec]]:
 def _model_refusal(role: str, spec: ModelSpec, tenant) -> str | None:
     if tenant is None:
         return None
-    at = f"@{short(spec.revision, 60)}" if spec.revision is not None else ""
     if not tenant.allows_model(spec.path, spec.revision):
-        return f"refused: {role} {short(spec.path)}{at} is not among tenant {tenant.name}'s models"
+        label = spec.path if spec.revision is None else f"{spec.path}@{spec.revision}"
+        return f"refused: {role} {short(label, 160)} is not among tenant {tenant.name}'s models"
     if spec.trust_remote_code and not tenant.trust_remote_code:
         return f"refused: {role} {short(spec.path)} asks for trust_remote_code, which tenant {tenant.name} may not use"
     return None

@@ -25,7 +25,9 @@ import torch
 import worker
 from worker.core import paths, settings
 from worker.core.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
+from worker.core.errors import PermanentJobError
 from worker.core.logs import job_context
+from worker.core.policy import context_refusal, model_positions
 from worker.engine import generate as gen
 from worker.engine.batching import AutoBatch, buckets, cut
 from worker.engine.device import device_info, resolve_device
@@ -174,6 +176,15 @@ def _plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen
     ids = lm.tokenizer([p.prompt for p in job.prompts])["input_ids"]
     decoding.prompt_ids = {p.id: row for p, row in zip(job.prompts, ids)}
     lengths = [len(row) for row in ids]
+    for m in (lm, decoding.assistant):  # before any allocation: positions past the model's end never run
+        why = m and context_refusal(
+            model_positions(m.model.config.to_dict()),
+            max(lengths, default=0),
+            job.generation.max_new_tokens,
+            m.spec.label,
+        )
+        if why:
+            raise PermanentJobError(why)
     requested = job.generation.batch_size
     info: dict[str, Any] = {"requested": requested}
     if job.generation.warmup:  # before any probe, so that a probe times warm kernels

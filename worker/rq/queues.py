@@ -21,30 +21,50 @@ from rq.intermediate_queue import IntermediateQueue
 
 from worker.core import keys
 from worker.core.errors import UsageError
+from worker.rq.sealed import sealed_job_class
 from worker.sweepstate import slots
 
 
-def resolve_queue_names(conn, selectors: list[str]) -> tuple[list[str], bool]:
-    """Queue names for `--queues` values: tenants, full queue names or `*`; (names, wildcard)."""
+def resolve_queue_names(conn, selectors: list[str], declared: list[str] | None = None) -> tuple[list[str], bool]:
+    """Queue names for `--queues` values: tenants, full queue names or `*`; (names, wildcard).
+
+    With a tenants file (`declared`: its tenants), `*` is the declared tenants' queues and a
+    tenant that is not declared is a UsageError: RQ's queue set, which anyone who can SADD may
+    fill, is never read. Without one (a single team's deployment), `*` is every decodebench
+    queue found in RQ's queue set, now and later (`discover_queue_names`)."""
     names: list[str] = []
     wildcard = False
     for selector in selectors:
         for part in (p.strip() for p in selector.split(",")):
-            if not part:
-                continue
             if part == "*":
                 wildcard = True
-                names += discover_queue_names(conn)
-            elif keys.parse_queue_name(part):
-                names.append(part)
-            else:
-                try:
-                    names += keys.tenant_queues(part)
-                except ValueError as err:
-                    raise UsageError(
-                        f"--queues {part!r}: not a tenant, a queue decodebench.<tenant>.<priority> or '*' ({err})"
-                    ) from None
-    return list(dict.fromkeys(names)), wildcard
+                names += (
+                    discover_queue_names(conn)
+                    if declared is None
+                    else [q for t in declared for q in keys.tenant_queues(t)]
+                )
+            elif part:
+                names += _selected(part)
+    if declared is not None:
+        undeclared = sorted({t for n in names if (t := keys.parse_queue_name(n)[0]) not in declared})
+        if undeclared:
+            raise UsageError(f"--queues: tenant {undeclared[0]!r} is not declared in the tenants file")
+    return list(dict.fromkeys(names)), wildcard and declared is None
+
+
+def _queues_of(tenants: list[str]) -> list[str]:
+    return [q for t in tenants for q in keys.tenant_queues(t)]
+
+
+def _selected(part: str) -> list[str]:
+    if keys.parse_queue_name(part):
+        return [part]
+    try:
+        return keys.tenant_queues(part)
+    except ValueError as err:
+        raise UsageError(
+            f"--queues {part!r}: not a tenant, a queue decodebench.<tenant>.<priority> or '*' ({err})"
+        ) from None
 
 
 def discover_queue_names(conn) -> list[str]:
@@ -62,14 +82,15 @@ class ReliableQueue(Queue):
     worker with a single queue): a worker killed between taking a job and registering it
     leaves the job id in the intermediate list, where the reaper finds it.
 
-    Each queue knows its tenant, whose job class it uses (`keys.rq_job_class`), and the
-    tenant's `max_running` (None: no quota) with the slot TTL (the heartbeat TTL)."""
+    Each queue knows its tenant, whose sealed job class it uses (`worker.rq.sealed`: nothing of a
+    job hash is obeyed), and the tenant's `max_running` (None: no quota) with the slot TTL (the
+    heartbeat TTL). decodebench has no job dependencies: a job hash's are never enqueued."""
 
     POLL_S = 0.5
 
     def __init__(self, name: str, *, max_running: int | None = None, slot_ttl: float = 60.0, **kwargs) -> None:
         self.tenant = keys.parse_queue_name(name)[0]
-        kwargs.setdefault("job_class", keys.rq_job_class(self.tenant))
+        kwargs["job_class"] = sealed_job_class(self.tenant)
         super().__init__(name, **kwargs)
         self.max_running = max_running
         self.slot_ttl = slot_ttl
@@ -95,18 +116,40 @@ class ReliableQueue(Queue):
                 job_id = queue.take(connection, target, max(1, int(deadline - time.monotonic())) if block else None)
                 if job_id is None:
                     continue
-                try:  # the queue's own (tenant's) job class, not the worker's
+                try:  # the queue's own (tenant's) sealed job class, not the worker's
                     job = queue.job_class.fetch(job_id, connection=connection, serializer=serializer)
                 except NoSuchJobError:  # deleted while queued
                     IntermediateQueue(queue.key, connection).remove(job_id)
                     slots.release_slot(connection, queue.tenant, job_id)
                     continue
+                job.origin = queue.name  # the queue it was taken from, whatever its hash says
                 return job, queue
             if deadline is None:
                 return None
             if time.monotonic() >= deadline:
                 raise DequeueTimeout(timeout, [q.key for q in queues])
             time.sleep(min(cls.POLL_S, max(0.0, deadline - time.monotonic())))
+
+    def move_dependents_to_ready(self, job, pipeline=None, exclude_job_id=None, refresh_job_status=True) -> dict:
+        return {}
+
+    def enqueue_dependents(self, job, exclude_job_id=None, refresh_job_status=True) -> dict:
+        return {}
+
+
+def work_may_come_back(conn, tenants: list[str], queues) -> bool:
+    """Whether a job of these queues can still come: one running (it might be lost and requeued),
+    queued, taken but not started, or waiting to retry."""
+    from rq.registry import ScheduledJobRegistry
+
+    if any(conn.zcard(keys.running(t)) for t in tenants):
+        return True
+    return any(
+        len(q)
+        or conn.llen(IntermediateQueue.get_intermediate_queue_key(q.key))
+        or ScheduledJobRegistry(queue=q).get_job_count(cleanup=False)
+        for q in queues
+    )
 
 
 def fair_order(names: list[str], tenants: list[str]) -> list[str]:

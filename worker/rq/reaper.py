@@ -18,6 +18,8 @@ import structlog
 from worker import sweepstate
 from worker.core import keys, settings
 from worker.core.contract import JobStatus
+from worker.rq.sealed import sealed_job_class
+from worker.sweepstate import slots
 
 log = structlog.get_logger("decodebench.reaper")
 
@@ -81,7 +83,7 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
     ids = (tenant, sweep_id, job_id, cell)
     running = (JobStatus.RUNNING,)
     try:
-        job = keys.rq_job_class(tenant).fetch(job_id, connection=conn, serializer=JSONSerializer)
+        job = sealed_job_class(tenant).fetch(job_id, connection=conn, serializer=JSONSerializer)
     except NoSuchJobError:
         sweepstate.transition(
             conn,
@@ -114,6 +116,7 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
         if status == RQStatus.FAILED:  # RQ's cleanup failed it as abandoned: undo
             job.failed_job_registry.remove(job)
         queue = Queue(job.origin, connection=conn, serializer=JSONSerializer, job_class=type(job))
+        slots.drop_run(conn, tenant, job_id)  # its worker is gone: the next taker runs it
         queue.enqueue_job(job, at_front=True)
         sweepstate.transition(conn, *ids, JobStatus.QUEUED, allowed=running)
         return True
@@ -129,7 +132,7 @@ def _reap_taken_not_started(conn, tenant: str, timing: Timing) -> list[str]:
 
     out = []
     for name in keys.tenant_queues(tenant):
-        queue = Queue(name, connection=conn, serializer=JSONSerializer, job_class=keys.rq_job_class(tenant))
+        queue = Queue(name, connection=conn, serializer=JSONSerializer, job_class=sealed_job_class(tenant))
         pending = IntermediateQueue(queue.key, conn)
         for job_id in pending.get_job_ids():
             job = queue.fetch_job(job_id)
@@ -142,6 +145,7 @@ def _reap_taken_not_started(conn, tenant: str, timing: Timing) -> list[str]:
             if first is None or time.time() - first.timestamp() < timing.heartbeat_ttl:
                 continue
             if conn.lrem(pending.key, 1, job_id):  # we own it now
+                slots.drop_run(conn, tenant, job_id)
                 queue.enqueue_job(job, at_front=True)
                 conn.delete(pending.get_first_seen_key(job_id))
                 log.warning("job.lost_before_start", job_id=job_id, queue=name)

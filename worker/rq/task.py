@@ -22,6 +22,7 @@ from worker import sweepstate
 from worker.core import keys
 from worker.core.contract import JobSpec, JobStatus
 from worker.core.errors import DecodebenchError, PermanentJobError, UsageError, short, shown
+from worker.core.policy import Limits, job_refusal
 
 log = structlog.get_logger("decodebench.task")
 
@@ -79,9 +80,12 @@ def job_ids(job) -> tuple[str, str, str, str] | None:
     return ids if ids and all(isinstance(i, str) for i in ids) else None  # type: ignore[return-value]
 
 
-def refusal(job, tenant: str, policy) -> str | None:
-    """Why a job taken from `tenant`'s queue must not run (its payload is the tenant's word);
-    `policy` is the tenant's entry of the tenants file, or None."""
+def refusal(job, tenant: str, tenants, limits: Limits) -> str | None:
+    """Why a job taken from `tenant`'s queue must not run (its payload, signed, is still the tenant's
+    word); `tenants` is the tenants file (None: a single team), `limits` the per-job caps."""
+    policy = tenants.get(tenant) if tenants is not None else None
+    if tenants is not None and policy is None:
+        return f"refused: tenant {tenant} is not declared in the tenants file"
     try:
         func, spec = job.func_name, _payload(job)
     except DeserializationError as err:  # RQ's own, for any payload its serializer cannot load
@@ -96,11 +100,11 @@ def refusal(job, tenant: str, policy) -> str | None:
         return "refused: the job's payload is not a decodebench job (tenant, sweep_id, job_id, cell: strings)"
     if ids[0] != tenant:
         return f"refused: a job of tenant {short(ids[0])} on the queue of tenant {tenant!r}"
-    model = spec.get("model")
-    path = model.get("path") if isinstance(model, dict) else None
-    if policy and policy.models is not None and path not in policy.models:
-        return f"refused: model {short(path)} is not among tenant {tenant}'s models"
-    return None
+    try:
+        job_spec = JobSpec.model_validate(spec)
+    except ValueError:  # pydantic's ValidationError: run_queued_job fails it with the field's reason
+        return None
+    return job_refusal(job_spec, policy, limits)
 
 
 def fail_unrunnable(rq_job, tenant: str, reason: str) -> bool:

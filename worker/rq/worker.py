@@ -10,15 +10,15 @@ model cache survives across jobs) plus what a fork-less worker lacks:
   duration of the job (`worker.rq.task.lend`);
 - weighted fair share across tenants (`worker.rq.fair`: stride scheduling by the tenants
   file's weights), high before normal before low inside a tenant, a tenant's `max_running`
-  held across workers (`worker.sweepstate.slots`); `*` follows the tenants that appear in
-  RQ's queue set;
-- a job is run only if it calls decodebench's task for the tenant of the queue it came
-  from (and one of the tenant's allowed models): the queue is the tenant's, the payload is
-  whatever its Redis user wrote;
+  held across workers (`worker.sweepstate.slots`); a job id taken twice runs once;
+- a job is run only if its payload carries the submission server's signature for its tenant
+  and id (checked before a byte is inflated, inflated under DECODEBENCH_MAX_JOB_MB), calls
+  decodebench's task for the tenant of the queue it came from, and passes the tenant's policy
+  and the per-job limits (`worker.core.policy`); nothing else of the job hash is obeyed
+  (`worker.rq.sealed`); with a tenants file, only declared tenants are served;
 - SIGTERM: finish the current job (within `stop_grace`, default its own timeout), else
   interrupt it and requeue it at the front; a second SIGTERM requeues at once;
-- cancel: a cancelled sweep's running job, or an RQ stop-job command, interrupts the job.
-"""
+- cancel: a cancelled sweep's running job, or an RQ stop-job command, interrupts it."""
 
 from __future__ import annotations
 
@@ -33,8 +33,7 @@ import structlog
 from redis.exceptions import RedisError
 from rq import Queue, SimpleWorker
 from rq.exceptions import DeserializationError, StopRequested
-from rq.intermediate_queue import IntermediateQueue
-from rq.registry import ScheduledJobRegistry
+from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
@@ -42,10 +41,12 @@ from rq.worker import WorkerStatus
 from worker import sweepstate
 from worker.core import keys, settings
 from worker.core.errors import PermanentJobError, UsageError
+from worker.core.policy import Limits
 from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.fair import FairShare
-from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, resolve_queue_names
+from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, resolve_queue_names, work_may_come_back
 from worker.rq.reaper import Timing, enqueue_due_retries, reap
+from worker.rq.sealed import SealedJob, sealed_refusal, signing_key
 from worker.rq.task import Interrupted, Lent, fail_unrunnable, job_ids, lend, refusal
 from worker.sweepstate import slots
 
@@ -56,6 +57,7 @@ STUCK_IN_INTERMEDIATE = "Job was stuck in intermediate queue."  # rq.intermediat
 
 class DecodebenchWorker(SimpleWorker):
     queue_class = ReliableQueue
+    job_class = SealedJob
 
     def __init__(
         self,
@@ -68,20 +70,26 @@ class DecodebenchWorker(SimpleWorker):
         stop_grace: float | None = None,
         name: str | None = None,
         tenants: TenantsFile | None = None,
+        key: bytes | None = None,
+        limits: Limits | None = None,
         **kwargs,
     ) -> None:
         """`store` and `runtime` (a worker.engine.job.Runtime) are lent to every job this worker runs;
-        `tenants` (default: DECODEBENCH_TENANTS_FILE, if set) gives weights, quotas and models."""
+        `tenants` (default: DECODEBENCH_TENANTS_FILE, if set) gives weights, quotas and models; `key`
+        (default: DECODEBENCH_SIGNING_KEY_FILE's) checks job signatures; `limits` caps per-job cost."""
+        self.signing_key = key or signing_key()
+        self.limits = limits or Limits.from_settings()
+        self.max_job_bytes = int(settings.get("max_job_mb")) * 2**20
         self.timing = timing or Timing.from_settings()
         path = settings.get("tenants_file")
         self.tenant_file = tenants if tenants is not None else (load_tenants(path) if path else None)
-        declared = self.tenant_file.tenants if self.tenant_file else []
-        self.fair = FairShare(weights={t.name: t.weight for t in declared})
+        weights = {t.name: t.weight for t in self.tenant_file.tenants} if self.tenant_file else None
+        self.fair = FairShare(weights=weights or {})
         self.lent = Lent(store=store, runtime=runtime)
         device = str(runtime.device)
         self.stop_grace = stop_grace
         self.selectors = selectors
-        names, self.wildcard = resolve_queue_names(connection, selectors)
+        names, self.wildcard = resolve_queue_names(connection, selectors, None if weights is None else list(weights))
         if not names and not self.wildcard:
             raise UsageError("--queues: no queue given")
         host = socket.gethostname().split(".")[0]
@@ -170,22 +178,28 @@ class DecodebenchWorker(SimpleWorker):
                     return result
             elif timeout is not None:
                 self.heartbeat()
-            if timeout is None and not self._work_may_come_back():
+            if timeout is None and not work_may_come_back(self.connection, self.tenants, self.queues):
                 return None
             time.sleep(self.timing.beat)
 
-    def _work_may_come_back(self) -> bool:
-        conn = self.connection
-        if any(conn.zcard(keys.running(t)) for t in self.tenants):
-            return True
-        return any(
-            len(q)
-            or conn.llen(IntermediateQueue.get_intermediate_queue_key(q.key))
-            or ScheduledJobRegistry(queue=q).get_job_count(cleanup=False)
-            for q in self.queues
-        )
-
     # -- running a job ---------------------------------------------------------------------------
+    def execute_job(self, job, queue) -> None:
+        """Run the job once: only where its run lock is held, and only if RQ has it queued (not
+        finished, failed or started already). Another copy of its id is dropped, never failed."""
+        if not slots.hold_run(self.connection, queue.tenant, job.id, self.name, self.timing.heartbeat_ttl):
+            return self._drop(job, queue, "another worker runs it")
+        try:
+            if job.get_status(refresh=False) not in (JobStatus.QUEUED, JobStatus.CREATED):
+                slots.release_slot(self.connection, queue.tenant, job.id)
+                return self._drop(job, queue, f"it is {job.get_status(refresh=False)} already")
+            super().execute_job(job, queue)
+        finally:
+            slots.release_run(self.connection, queue.tenant, job.id, self.name)
+
+    def _drop(self, job, queue, why: str) -> None:
+        self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+        log.warning("job.duplicate_dropped", job_id=job.id, queue=queue.name, why=why)
+
     def prepare_job_execution(self, job, remove_from_intermediate_queue: bool = False) -> None:
         why = self._refused.pop(job.id, None)
         try:
@@ -200,7 +214,9 @@ class DecodebenchWorker(SimpleWorker):
     def perform_job(self, job, queue, execution) -> bool:
         tenant = queue.tenant
         self.lent.tenant = tenant
-        why = refusal(job, tenant, self._policy(tenant))
+        why = sealed_refusal(job, self.signing_key, self.max_job_bytes) or refusal(
+            job, tenant, self.tenant_file, self.limits
+        )
         if why:
             log.warning("job.refused", job_id=job.id, tenant=tenant, reason=why)
             self._refused[job.id] = why
@@ -233,6 +249,8 @@ class DecodebenchWorker(SimpleWorker):
     def handle_job_failure(self, job, queue, started_job_registry=None, exc_string="", execution=None):
         # Interrupted by shutdown, or found by RQ's maintenance in an intermediate list (its worker
         # died between taking and starting it): not the job's fault, back to the front of its queue.
+        # The run is over: its lock goes before any requeue, so the next taker is not a duplicate.
+        slots.release_run(self.connection, queue.tenant, job.id, self.name)
         if self._requeue_job_id == job.id or exc_string == STUCK_IN_INTERMEDIATE:
             self._requeue_job_id = None
             with self.connection.pipeline() as pipe:
@@ -344,6 +362,7 @@ class DecodebenchWorker(SimpleWorker):
         job, execution, ids, tenant = current
         self.maintain_heartbeats(job, execution)
         slots.extend_slot(self.connection, tenant, job.id, self.timing.heartbeat_ttl)
+        slots.extend_run(self.connection, tenant, job.id, self.name, self.timing.heartbeat_ttl)
         if ids is None:
             return
         sweepstate.heartbeat_job(self.connection, *ids, self.timing.heartbeat_ttl)

@@ -6,6 +6,10 @@ intermediate list and hold a slot for it until now + heartbeat TTL. The running 
 heartbeat pushes the deadline (`extend_slot`), its end frees it (`release_slot`), so a
 killed worker's slot frees itself within one heartbeat TTL. Workers alone write these keys
 (a tenant's Redis user may not: it cannot free its own quota).
+
+A job's run lock (`keys.run_lock`, `hold_run`) is taken before the job starts and held by its
+heartbeat: a job id dequeued twice (pushed twice, or taken by two workers) runs only where the
+lock is held; the other copy is dropped. The reaper drops the lock of a job it requeues.
 """
 
 from __future__ import annotations
@@ -53,3 +57,32 @@ def record_usage(conn, tenant: str, job_id: str, started: float, ended: float) -
         pipe.zremrangebyscore(key, "-inf", ended - USAGE_WINDOW_S)
         pipe.expire(key, int(USAGE_WINDOW_S) * 2)
         pipe.execute()
+
+
+_EXTEND_RUN = Lua("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+""")
+_RELEASE_RUN = Lua("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+""")
+
+
+def hold_run(conn, tenant: str, job_id: str, holder: str, ttl: float) -> bool:
+    """Take the job's run lock for `holder` (a worker name) for `ttl` seconds; False if another holds it."""
+    return bool(conn.set(keys.run_lock(tenant, job_id), holder, nx=True, px=max(1, int(ttl * 1000))))
+
+
+def extend_run(conn, tenant: str, job_id: str, holder: str, ttl: float) -> None:
+    _EXTEND_RUN(conn, [keys.run_lock(tenant, job_id)], [holder, max(1, int(ttl * 1000))])
+
+
+def release_run(conn, tenant: str, job_id: str, holder: str) -> None:
+    """Release the run lock if `holder` still holds it."""
+    _RELEASE_RUN(conn, [keys.run_lock(tenant, job_id)], [holder])
+
+
+def drop_run(conn, tenant: str, job_id: str) -> None:
+    """The reaper's: the job's worker is gone, whoever requeued the job owns it now."""
+    conn.delete(keys.run_lock(tenant, job_id))
