@@ -9,7 +9,6 @@ audit line the server would.
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import quote
 
 import click
@@ -33,6 +32,9 @@ class Remote:
         no_tenant_flag()
         self.where = f"through {terminal(api)}"
         self.client = connect(api)
+
+    def audit(self, action: str, out: dict) -> None:
+        """The server wrote the audit line."""
 
     def submit(self, body: dict) -> dict:
         return self.client.call("POST", "/v1/sweeps", body)
@@ -103,20 +105,20 @@ class Direct:
             self.ctx.signing_key = load_key(settings.get("signing_key_file"))
         return self.ctx
 
-    def _audit(self, action: str, sweep_id: str, **fields: Any) -> None:
+    def audit(self, action: str, out: dict) -> None:
+        """The audit line the server would write, after the command printed its answer."""
         import structlog
 
+        fields = {k: out[k] for k in ("enqueued", "queue", "dropped", "stopping") if k in out}
         structlog.get_logger("decodebench.audit").info(
-            "audit", action=action, tenant=self.tenant, user=self.who.token_id, sweep_id=sweep_id, **fields
+            "audit", action=action, tenant=self.tenant, user=self.who.token_id, sweep_id=out["sweep_id"], **fields
         )
 
     def submit(self, body: dict) -> dict:
         from controller.server import service
 
         ctx = self._with(redis=True, store=True, key=True)
-        out = service.submit(ctx, self.who, service.SubmitRequest.model_validate(body))
-        self._audit("submit", out["sweep_id"], enqueued=out["enqueued"], queue=out["queue"])
-        return out
+        return service.submit(ctx, self.who, service.SubmitRequest.model_validate(body))
 
     def status(self, sweep: str) -> dict:
         from controller.server import service
@@ -131,17 +133,13 @@ class Direct:
     def cancel(self, sweep: str) -> dict:
         from controller.server import service
 
-        out = service.cancel(self._with(redis=True), self.who, sweep)
-        self._audit("cancel", out["sweep_id"], dropped=out["dropped"], stopping=out["stopping"])
-        return out
+        return service.cancel(self._with(redis=True), self.who, sweep)
 
     def retry(self, sweep: str, priority: str) -> dict:
         from controller.server import service
 
         ctx = self._with(redis=True, store=True, key=True)
-        out = service.retry(ctx, self.who, sweep, service.RetryRequest(priority=priority))
-        self._audit("retry", out["sweep_id"], enqueued=out["enqueued"])
-        return out
+        return service.retry(ctx, self.who, sweep, service.RetryRequest(priority=priority))
 
     def job_log(self, sweep: str | None, job: str) -> list[dict]:
         from controller.server import service

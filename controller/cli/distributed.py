@@ -85,6 +85,7 @@ def submit(
         elif out["failed"]:
             click.echo("  pass --retry-failed (or `decodebench retry SWEEP --failed`) to run the failed jobs again")
     click.echo(f"follow it with: decodebench status {out['sweep_id']} --watch")
+    to.audit("submit", out)
 
 
 def render_status(s: dict) -> str:
@@ -190,13 +191,15 @@ def failures(sweep: str, tenant: str, as_json: bool, api: str | None, redis_url:
 @options.redis_url
 def cancel(sweep: str, tenant: str, api: str | None, redis_url: str) -> None:
     """Cancel a sweep: drop its queued jobs, ask its running jobs to stop."""
-    out = backend(api, redis_url, "", tenant).cancel(sweep)
+    to = backend(api, redis_url, "", tenant)
+    out = to.cancel(sweep)
     sweep_id = out["sweep_id"]
     click.echo(
         f"sweep {sweep_id} cancelled: {out['dropped']} queued jobs dropped, "
         f"{out['stopping']} running jobs asked to stop; "
         f"resume with `decodebench retry {sweep_id} --failed`"
     )
+    to.audit("cancel", out)
 
 
 @click.command()
@@ -209,11 +212,13 @@ def cancel(sweep: str, tenant: str, api: str | None, redis_url: str) -> None:
 @options.store
 def retry(sweep: str, failed: bool, tenant: str, priority: str, api: str | None, redis_url: str, store: str) -> None:
     """Enqueue a sweep's failed (and cancelled) jobs again."""
-    out = backend(api, redis_url, store, tenant).retry(sweep, priority)
+    to = backend(api, redis_url, store, tenant)
+    out = to.retry(sweep, priority)
     click.echo(
         f"sweep {out['sweep_id']}: {out['enqueued']} failed or cancelled jobs enqueued again on {out['queue']}; "
         f"{out['done']} done, {out['pending']} queued or running"
     )
+    to.audit("retry", out)
 
 
 def format_log_line(row: dict) -> str:
