@@ -321,3 +321,34 @@ def test_validate_applies_the_per_job_limits(tmp_path, tiny_model):
     assert r.output.strip().splitlines() == [
         "error: refused: beam num_beams=1000 is over the limit of 64 (DECODEBENCH_MAX_NUM_BEAMS)"
     ]
+
+
+def test_a_restored_job_keeps_only_what_decodebench_needs():
+    from rq.serializers import JSONSerializer
+
+    from worker.rq.sealed import sealed_job_class
+
+    job = sealed_job_class("team-a")("x", connection=redis.Redis(), serializer=JSONSerializer)
+    job.restore(
+        {
+            b"data": b"stored as is",
+            b"meta": b"[" + b"1," * 100_000 + b"1]",  # not a dict, and too large to parse
+            b"origin": keys.queue_name("team-b").encode(),
+            b"failure_callback_name": b"builtins.print",
+            b"webhooks": json.dumps([{"url": "http://example.invalid/", "job_status": "failed"}]).encode(),
+            b"dependency_ids": b'["victim"]',
+            b"result_ttl": b"-1",
+            b"ttl": b"1",
+            b"retries_left": b"999",
+            b"retry_intervals": b'[0, -5, 999999999, "x"]',
+            b"timeout": b"-3",
+            b"status": b"bogus",
+        }
+    )
+    assert job.origin == keys.queue_name("team-a") and "unserialized" in job.meta
+    assert job.failure_callback is None and job.webhooks == [] and job._dependency_ids == [] and job.ttl is None
+    assert (job.result_ttl, job.failure_ttl) == (keys.RESULT_TTL, keys.FAILURE_TTL)
+    assert job.retries_left == 10 and job.retry_intervals == [0, 0, 86400] and job.timeout == 1
+    assert job.get_status(refresh=False) == "created"
+    saved = job.to_dict()
+    assert saved["data"] == b"stored as is" and saved["failure_callback_name"] == "" and "webhooks" not in saved

@@ -37,6 +37,7 @@ from worker.core.settings import check_tenant
 MAX_RETRIES = 10  # retries a job hash may ask for at most (decodebench's default: 3)
 MAX_RETRY_INTERVAL_S = 24 * 3600
 MAX_DESCRIPTION = 200
+MAX_META = 64 * 1024  # decodebench's meta is a few ids and a reason: a larger one is left unread
 
 
 def _text(value: bytes | None, limit: int = 200) -> str | None:
@@ -102,7 +103,7 @@ class SealedJob(Job):
     def _read_meta(self, raw: bytes | None) -> None:
         self._unreadable_meta = None
         try:
-            meta = self.serializer.loads(raw) if raw else {}
+            meta = self.serializer.loads(raw) if raw and len(raw) <= MAX_META else ({} if not raw else None)
         except Exception:  # as RQ: kept unread, written back as it was
             meta = None
         if not isinstance(meta, dict):
