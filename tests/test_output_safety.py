@@ -201,3 +201,15 @@ def test_an_error_line_shows_escapes(tmp_path):
     assert res.exit_code != 0
     no_escape(res.output)
     assert "\\x1b[2J" in res.output, res.output
+
+
+def test_logs_lines_show_escapes(tmp_path):
+    from worker.core import paths
+
+    store = FileStore(tmp_path)
+    key = paths.log_key("default", "s1", "j1")
+    store.write_jsonl(key, [{"timestamp": "t", "level": "error", "event": "job.failed", "error": "boom " + ESCAPES}])
+    res = CliRunner().invoke(main, ["logs", "j1", "--sweep", "s1", "--store", store.url])
+    assert res.exit_code == 0, res.output
+    no_escape(res.output)
+    assert "boom \\x1b[2J" in res.output

@@ -107,7 +107,12 @@ def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool,
     if outcome.interrupted:
         click.echo(f"interrupted (Ctrl-C); complete jobs are kept, {resume}", err=True)
         sys.exit(130)
-    _report(opened, tenant, outcome.sweep_id)
+    try:
+        _report(opened, tenant, outcome.sweep_id)
+    except KeyboardInterrupt:
+        again = f"decodebench report {outcome.sweep_id}{store_flag(store)}"
+        click.echo(f"\ninterrupted while writing the report; the jobs are kept, {again} writes it", err=True)
+        sys.exit(130)
     _failures(outcome)
     if outcome.n_failed:
         sys.exit(1)
@@ -139,7 +144,8 @@ def _failures(outcome) -> None:
     """Each unavailable model once, with its skipped jobs counted; other failures grouped by reason."""
     for path, reason in outcome.unavailable.items():
         n = sum(1 for p in outcome.blocked.values() if p == path)
-        click.echo(f"{terminal(reason)}; {n} {plural(n, 'job')} skipped", err=True)
+        if n:  # (a model whose jobs were all complete already is not needed)
+            click.echo(f"{terminal(reason)}; {n} {plural(n, 'job')} skipped", err=True)
     by_reason: dict[str, list[str]] = {}
     for job_id, reason in outcome.failed.items():
         by_reason.setdefault(reason, []).append(job_id)
