@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import random
 
 import krippendorff
 import numpy as np
@@ -33,10 +34,14 @@ def run(store, *args):
     return CliRunner().invoke(main, [*args, "--store", store.url], catch_exceptions=False)
 
 
-def export(store, data, out, items=7, raters=3):
-    res = run(store, "rate", "export", data.sweep_id, "--items", str(items), "--raters", str(raters),
-              "--criteria", "fluency,coherence", "--out", str(out))  # fmt: skip
+def export(store, data, out, items=7, raters=3, seed=None, output=None):
+    extra = [] if seed is None else ["--seed", str(seed)]
+    res = CliRunner().invoke(main, ["rate", "export", data.sweep_id, "--items", str(items), "--raters", str(raters),
+                                    "--criteria", "fluency,coherence", "--out", str(out), *extra,
+                                    "--store", store.url], catch_exceptions=False)  # fmt: skip
     assert res.exit_code == 0, res.output
+    if output is not None:
+        output.append(res.output)
     return store.read_json(paths.ratings_key(data.tenant, data.sweep_id, paths.RATINGS_KEY_FILE))
 
 
@@ -67,8 +72,25 @@ def test_export_is_blinded_stratified_reproducible_and_shuffled(sweep):
         assert not [h for h in HIDDEN if h in body], f.name  # no model, strategy or cell, HTML source included
     orders = [[r["item"] for r in csv.DictReader((tmp / "a" / f"sheet-r{i}.csv").open())] for i in (1, 2, 3)]
     assert sorted(orders[0]) == sorted(orders[1]) == sorted(key["items"]) and orders[0] != orders[1]
-    assert export(store, data, tmp / "b") == key  # reproducible
-    assert (tmp / "a" / "sheet-r2.html").read_bytes() == (tmp / "b" / "sheet-r2.html").read_bytes()
+    assert key["seed"] is None  # a secret draw by default
+
+
+def test_default_exports_are_secret_and_seeded_ones_reproducible_with_a_warning(sweep):
+    store, data, tmp = sweep
+    out: list[str] = []
+    a, b = export(store, data, tmp / "a", output=out), export(store, data, tmp / "b")
+    assert not set(a["items"]) & set(b["items"])  # fresh ids every export: nothing to replay
+    controls = sum(v["cell"] == "reference" for v in a["items"].values())
+    assert a["n_controls"] == controls > 0 and f"({controls} of them references mixed in as controls)" in out[0]
+    assert "warning" not in out[0]
+    # the public code's former draw (random.Random(seed) after sampling) does not give the ids
+    replay = random.Random(0)
+    assert not {f"i{replay.getrandbits(40):010x}" for _ in range(200)} & set(a["items"])
+    warned: list[str] = []
+    c = export(store, data, tmp / "c", seed=5, output=warned)
+    assert "warning" in warned[0] and c["seed"] == 5
+    assert export(store, data, tmp / "d", seed=5) == c  # reproducible when asked
+    assert (tmp / "c" / "sheet-r2.html").read_bytes() == (tmp / "d" / "sheet-r2.html").read_bytes()
 
 
 def test_round_trip_means_and_alpha_equal_direct_computations(sweep):

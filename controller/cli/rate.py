@@ -26,7 +26,12 @@ def _names(value: str) -> list[str]:
 @click.option("--raters", type=click.IntRange(min=1), default=None, help="Number of raters (named r1..rN).")
 @click.option("--rater-names", default=None, help="Comma-separated rater names instead of --raters.")
 @click.option("--criteria", default="fluency,coherence", show_default=True, help="Comma-separated criteria (1-5).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample and the orders.")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Make the export reproducible (and replayable by anyone with the seed); default: a secret draw.",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -50,6 +55,12 @@ def export(sweep, n_items, raters, rater_names, criteria, seed, out, store_url, 
     sweep_id = store.resolve_sweep(tenant, sweep)
     if load_sheets(store, tenant, sweep_id):
         raise UsageError(f"sweep {sweep_id} already has imported ratings; a new export would orphan them")
+    if seed is not None:
+        click.echo(
+            "warning: --seed makes the sheets reproducible; anyone with the seed and the sweep can recover "
+            "which item is which cell",
+            err=True,
+        )
     sheets = export_sheets(load_sweep(store, tenant, sweep_id), n_items, names, _names(criteria), seed)
     store.write_json(paths.ratings_key(tenant, sweep_id, paths.RATINGS_KEY_FILE), sheets.key)
     out = out or Path(f"ratings-{sweep_id}")
@@ -57,7 +68,11 @@ def export(sweep, n_items, raters, rater_names, criteria, seed, out, store_url, 
     for rater, items in sheets.items.items():
         (out / f"sheet-{rater}.csv").write_bytes(sheet_csv(rater, items, sheets.key["criteria"]))
         (out / f"sheet-{rater}.html").write_bytes(sheet_html(rater, items, sheets.key["criteria"]))
-    click.echo(f"{len(sheets.key['items'])} items for {len(names)} raters in {out}/")
+    n_controls = sheets.key["n_controls"]
+    click.echo(
+        f"{len(sheets.key['items'])} items ({n_controls} of them references mixed in as controls) "
+        f"for {len(names)} raters in {out}/"
+    )
 
 
 @rate.command("import")
