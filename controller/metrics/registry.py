@@ -18,7 +18,9 @@ one of two ways (as lm-evaluation-harness metrics declare their aggregation):
   statistics, so value and interval cannot disagree.
 - plain, `@metric(name, ...)` on `fn(cell)`: any other corpus function (distinct-n,
   self-BLEU, Zipf), whose value a bootstrap's duplicated generations would distort; its
-  interval is the delete-half jackknife, which calls `fn` on halves of the prompts.
+  interval is the delete-one-prompt jackknife: `fn` on the cell without each prompt in turn,
+  or the metric's own exact `leave_one_out(cell, groups)` where it declares one (cheaper
+  than G recomputations). "half-sample" (delete-half jackknife) stays available.
 
     cell = cell_data(records)            # GenerationRecord objects or dicts
     values = compute_metrics(cell)       # {"rep_2": 0.01, "bleu": None, ...}
@@ -37,8 +39,8 @@ import numpy as np
 from controller.metrics.tokenize import word_tokenize
 from worker.core.registry import Registry
 
-Interval = Literal["bootstrap", "half-sample", "none"]
-INTERVALS: tuple[str, ...] = ("bootstrap", "half-sample", "none")
+Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
+INTERVALS: tuple[str, ...] = ("bootstrap", "jackknife", "half-sample", "none")
 
 
 @dataclass
@@ -113,7 +115,10 @@ class Metric:
     Give either `fn` (a plain corpus metric) or `per_item` and `combine` (an additive
     metric; its `fn` is built from them: `combine(column_sums(per_item(cell)))`).
     `interval` is "bootstrap" (needs `per_item`; the default of additive metrics),
-    "half-sample" (the default of plain ones) or "none" (no interval).
+    "jackknife" (the default of plain ones), "half-sample" or "none" (no interval).
+    `leave_one_out(cell, groups)`, optional for a plain metric: the value without each group
+    of generations (a prompt's) in turn, as an array of len(groups), exactly what `fn` gives
+    on `cell.subset` of the others (NaN where it does not apply), computed faster.
     """
 
     name: str
@@ -125,6 +130,7 @@ class Metric:
     fn: Callable[[CellData], float | None] = None  # type: ignore[assignment]  # built for an additive metric
     per_item: PerItem | None = None
     combine: Combine | None = None
+    leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
     unit: str = ""
@@ -139,7 +145,7 @@ class Metric:
             object.__setattr__(self, "fn", partial(_additive_value, self))
         elif not callable(self.fn):
             raise ValueError(f"{where}: give fn, or per_item and combine")
-        interval = self.interval or ("bootstrap" if self.additive else "half-sample")
+        interval = self.interval or ("bootstrap" if self.additive else "jackknife")
         if interval not in INTERVALS:
             raise ValueError(f"{where}: interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
         if interval == "bootstrap" and not self.additive:
@@ -178,18 +184,20 @@ def metric(
     higher_is_better: bool | None,
     needs_references: bool = False,
     needs_model: bool = False,
-    interval: Interval = "half-sample",
+    interval: Interval = "jackknife",
     citation: str = "",
     unit: str = "",
+    leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
     registry: Registry[Metric] = METRICS,
 ):
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
 
-    Its interval is the delete-half jackknife ("half-sample"), or "none".
+    Its interval is the delete-one-prompt jackknife ("jackknife", through `leave_one_out`
+    where given), the delete-half jackknife ("half-sample"), or "none".
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
-                  citation=citation, unit=unit)  # fmt: skip
+                  citation=citation, unit=unit, leave_one_out=leave_one_out)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
 
 

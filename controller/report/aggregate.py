@@ -280,10 +280,10 @@ def summarize(
 ) -> pd.DataFrame:
     """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
 
-    `n_boot`: bootstrap replicates of the metrics with a bootstrap interval (additive
-    ones); `n_boot_corpus` (at most n_boot): half-sample replicates of the others, which
-    are recomputed from the texts per replicate. `metrics`: the metrics to compute, a
-    registry or a name -> Metric mapping (default: every registered metric).
+    `n_boot`: BCa bootstrap replicates of the metrics with a bootstrap interval (additive
+    ones); the plain corpus metrics take the delete-one-prompt jackknife (no replicates);
+    `n_boot_corpus` (at most n_boot): replicates of a metric that declares "half-sample".
+    `metrics`: the metrics to compute, a registry or a name -> Metric mapping (default: all).
     """
     selected = requested_metrics(data, metrics)
     with_ci = several_seeds(data) and n_boot > 0

@@ -141,9 +141,9 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     if ci:
         lines += [
             f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
-            f"every seed, move together); bootstrap with {ci['n_boot']} replicates for the metrics that sum "
-            f"per-generation statistics; half-sampling with {ci['n_boot_corpus']} for the metrics that "
-            "duplicated generations distort. Methods: "
+            f"every seed, move together); BCa bootstrap with {ci['n_boot']} replicates for the metrics that sum "
+            "per-generation statistics; the delete-one-prompt jackknife (estimate ± t · SE) for the metrics "
+            "that duplicated generations distort. Methods: "
             + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items()))
             + ".",
             "",
