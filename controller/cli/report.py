@@ -38,10 +38,23 @@ FORMATS = tuple(paths.REPORT_FILES)
     show_default=True,
     help="Bootstrap replicates of the confidence intervals (0: none).",
 )
+@click.option(
+    "--baseline",
+    default=None,
+    metavar="STRATEGY|CELL",
+    help="Compare every cell with this strategy (per model) or cell key; default: each model's first cell.",
+)
 @settings.option("store", "--store", "store_url")
 @options.tenant
 def report(
-    sweep: str, fmt_name: str, out: Path | None, compare_to: str | None, n_boot: int, store_url: str, tenant: str
+    sweep: str,
+    fmt_name: str,
+    out: Path | None,
+    compare_to: str | None,
+    n_boot: int,
+    baseline: str | None,
+    store_url: str,
+    tenant: str,
 ) -> None:
     """Aggregate SWEEP's complete jobs into report/summary.* and report/report.html."""
     if compare_to is not None and fmt_name == "html":
@@ -52,7 +65,7 @@ def report(
     from worker.store import open_store
 
     store = open_store(store_url)
-    data, summary = build(store, tenant, sweep, n_boot)
+    data, summary = build(store, tenant, sweep, n_boot, baseline)
     write_reports(store, tenant, data.sweep_id, summary, data)
     if compare_to is None:
         click.echo(markdown_table(summary), nl=False)

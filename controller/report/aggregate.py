@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
+from controller.report.paired import CellStats, compare_cells, comparison_columns, is_comparison_column
 from controller.report.speed import speed_columns
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
@@ -203,11 +204,15 @@ class _Quality:
     n_boot_corpus: int
     seed: int
     methods: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    paired: list[CellStats] = field(default_factory=list)  # what each cell brings to the comparisons
 
-    def __call__(self, row: dict, cell: CellData, groups: list[list[int]], key: str, reference_row: bool = False):
+    def __call__(
+        self, row: dict, cell: CellData, groups: list[list[int]], key: str, reference_row: bool = False, prompts=()
+    ):
         row.update(evaluate(self.selected, cell, reference_row=reference_row))
         if not self.with_ci:
             return
+        kept: dict = {}
         cis = confidence_intervals(
             self.selected,
             cell,
@@ -217,7 +222,11 @@ class _Quality:
             n_boot_corpus=self.n_boot_corpus,
             rng=cell_rng(self.seed, key),
             reference_row=reference_row,
+            keep=kept,
         )
+        if not reference_row:
+            values = {name: row[name] for name, _ in self.selected}
+            self.paired.append(CellStats(key, row["model"], row["strategy"], list(prompts), values, kept))
         for name, (lo, hi, method) in cis.items():
             row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi
             self.methods[name].add(method)
@@ -251,7 +260,8 @@ def _cell_rows(data: SweepData, quality: _Quality) -> list[dict[str, Any]]:
             "n_jobs": len(results),
             "cell": cell,
         }
-        quality(row, cell_data(records), prompt_groups([g.prompt_id for g in records]), cell)
+        prompt_ids = [g.prompt_id for g in records]
+        quality(row, cell_data(records), prompt_groups(prompt_ids), cell, prompts=dict.fromkeys(prompt_ids))
         rows.append(row)
     return rows
 
@@ -276,19 +286,38 @@ def _reference_row(data: SweepData, quality: _Quality) -> dict[str, Any] | None:
 
 
 def summarize(
-    data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100, metrics: MetricSource = METRICS
+    data: SweepData,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    n_boot_corpus: int = 100,
+    metrics: MetricSource = METRICS,
+    baseline: str | None = None,
 ) -> pd.DataFrame:
     """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
 
-    `n_boot`: BCa bootstrap replicates of the metrics with a bootstrap interval (additive
+    `n_boot`: studentised bootstrap replicates of the metrics with a bootstrap interval (additive
     ones); the plain corpus metrics take the delete-one-prompt jackknife (no replicates);
     `n_boot_corpus` (at most n_boot): replicates of a metric that declares "half-sample".
     `metrics`: the metrics to compute, a registry or a name -> Metric mapping (default: all).
+    `baseline`: the cell every cell is compared with (controller.report.paired): a strategy
+    name (per model) or a cell key; default the first cell of each model. Comparisons, like
+    intervals, need several seeds.
     """
     selected = requested_metrics(data, metrics)
     with_ci = several_seeds(data) and n_boot > 0
     quality = _Quality(selected, with_ci, n_boot, n_boot_corpus, seed)
     rows = _cell_rows(data, quality)
+    if with_ci:
+        compared = compare_cells(
+            quality.paired,
+            dict(selected),
+            baseline=baseline,
+            n_boot=n_boot,
+            rng_for=lambda cell: cell_rng(seed, f"{cell}|paired"),
+        )
+        for row in rows:
+            row.update(compared.get(row["cell"], {}))
     reference = _reference_row(data, quality)
     if reference is not None:
         rows.append(reference)
@@ -301,6 +330,8 @@ def summarize(
             "n_boot_corpus": min(n_boot, n_boot_corpus),
             "seed": seed,
             "methods": {name: "/".join(sorted(m)) for name, m in quality.methods.items()},
+            "baseline": baseline,
+            "comparisons": "paired over prompts; bootstrap-t and permutation p (additive), jackknife (plain); Holm",
         }
         if with_ci
         else None
@@ -313,11 +344,12 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataF
     columns = DESIGN_COLUMNS + extra_metrics + EXTRA_SPEED_COLUMNS
     if with_ci:
         columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
+        columns += comparison_columns(QUALITY_COLUMNS + extra_metrics)
     frame = pd.DataFrame(rows).reindex(columns=columns)
     for col in columns:
         if col in COUNT_COLUMNS:
             frame[col] = frame[col].astype("Int64")
-        elif col not in ("model", "strategy", "params", "memory_kind", "cell"):
+        elif col not in ("model", "strategy", "params", "memory_kind", "cell", "baseline"):
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
         else:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
@@ -327,4 +359,4 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataF
 def metric_columns(summary: pd.DataFrame) -> list[str]:
     """The quality-metric columns of a summary (DESIGN's, then extra registered ones)."""
     skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS)
-    return [c for c in summary.columns if c not in skip and "_ci_" not in c]
+    return [c for c in summary.columns if c not in skip and "_ci_" not in c and not is_comparison_column(c)]

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from controller.report.aggregate import DESIGN_COLUMNS, KEY_COLUMNS, SweepData, metric_columns
+from controller.report.paired import comparison_markdown, comparison_table
 from controller.report.ratings import RATINGS_NOTE, rating_table
 
 # The terminal table: the columns a reader scans first (empty ones are dropped).
@@ -67,6 +68,11 @@ def params_label(params: str | None) -> str:
     except (TypeError, ValueError):
         return str(params)
     return ", ".join(f"{k}={v}" for k, v in loaded.items()) if isinstance(loaded, dict) else str(params)
+
+
+def row_label(row) -> str:
+    """`model strategy params` of a summary row, for the comparison and rating tables."""
+    return " ".join(str(x) for x in (row["model"], row["strategy"], params_label(row["params"])) if x and x != "{}")
 
 
 def _md_escape(text: str) -> str:
@@ -141,9 +147,9 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     if ci:
         lines += [
             f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
-            f"every seed, move together); BCa bootstrap with {ci['n_boot']} replicates for the metrics that sum "
-            "per-generation statistics; the delete-one-prompt jackknife (estimate ± t · SE) for the metrics "
-            "that duplicated generations distort. Methods: "
+            f"every seed, move together); studentised bootstrap with {ci['n_boot']} replicates for the metrics "
+            "that sum per-generation statistics; the delete-one-prompt jackknife (bootstrap-t of its pseudo-values) "
+            "for the metrics that duplicated generations distort. Methods: "
             + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items()))
             + ".",
             "",
@@ -161,6 +167,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
             with_ci=bool(ci),
         ),
         *ratings_markdown(summary),
+        *comparison_markdown(comparison_table(summary, fmt, row_label)),
     ]
     return "\n".join(lines)
 

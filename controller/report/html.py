@@ -29,7 +29,8 @@ from plotly.offline import get_plotlyjs
 from controller.metrics import METRICS
 from controller.metrics.tokenize import WORD_PATTERN
 from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
-from controller.report.format import fmt, model_based_metrics, params_label
+from controller.report.format import fmt, model_based_metrics, params_label, row_label
+from controller.report.paired import comparison_html, comparison_table, is_comparison_column
 from worker.strategies import STRATEGIES
 
 EXAMPLE_PROMPTS = 3
@@ -78,7 +79,7 @@ def _label(row: pd.Series, with_model: bool = True) -> str:
 
 
 def summary_table(summary: pd.DataFrame) -> str:
-    cols = [c for c in summary.columns if "_ci_" not in c and c != "cell"]
+    cols = [c for c in summary.columns if "_ci_" not in c and c != "cell" and not is_comparison_column(c)]
     head = "".join(
         f'<th data-col="{e(c)}" class="{"t" if c in ("model", "strategy", "params", "memory_kind") else ""}">'
         f"{e(c)}</th>"
@@ -377,6 +378,7 @@ def render_html(summary: pd.DataFrame, data: SweepData) -> str:
 <p class="small">Click a header to sort. Empty: the metric does not apply. Hover a value for its interval.
 Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
+{comparison_html(comparison_table(summary, fmt, row_label))}
 {ratings_html(rating_table(summary, fmt, params_label))}<h2 id="quality-speed">Quality vs speed</h2>
 <div id="chart-quality-speed" class="chart"></div>
 <h2 id="metrics">Metrics</h2><p class="small">{e(ci_text)} The reference row is brown.</p>

@@ -5,12 +5,13 @@
 method each metric declares when it registers (`Metric.interval`, see
 `controller.metrics`):
 
-- "bootstrap" (additive metrics): the BCa bootstrap of `scipy.stats.bootstrap` over prompts,
-  vectorised: scipy resamples prompt indices, a replicate's value is `combine` of the drawn
-  prompts' summed per-generation statistics (exactly the metric on those generations);
+- "bootstrap" (additive metrics): the studentised bootstrap (bootstrap-t) over prompts, through
+  `scipy.stats.bootstrap`, vectorised: scipy resamples prompt indices, a replicate's value is
+  `combine` of the drawn prompts' summed per-generation statistics (exactly the metric on those
+  generations), studentised by its delta-method standard error;
 - "jackknife" (plain corpus metrics): the delete-one-prompt jackknife, from the metric's own
   exact `leave_one_out` where it declares one, else `fn` on the cell without each prompt;
-  estimate ± t(G-1) · SE;
+  θ − q · SE with the t quantiles q from a bootstrap of the pseudo-values;
 - "half-sample": the delete-half jackknife, `fn` on halves of the prompts.
 
 Nothing here knows any metric. docs/reports.md explains the methods and their measured coverage.
@@ -76,66 +77,106 @@ def combine_many(combine: Callable, sums: np.ndarray) -> np.ndarray:
     return np.array([_num(combine(row)) for row in flat.tolist()]).reshape(sums.shape[:-1])
 
 
-def resampled_statistic(per_prompt: np.ndarray, combine: Callable) -> Callable:
-    """The statistic scipy resamples: prompt indices (..., G) -> combine of the drawn prompts' sums."""
+def values_of(combine: Callable) -> Callable[[np.ndarray], np.ndarray]:
+    """The metric of summed statistics (..., k) -> (...): vectorised for a plain ratio, else row by row."""
+    if combine is ratio:
 
-    def statistic(idx: np.ndarray, axis: int = -1) -> np.ndarray:
-        idx = np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)
-        return combine_many(combine, per_prompt[idx].sum(axis=-2))
+        def ratio_values(sums: np.ndarray) -> np.ndarray:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return sums[..., 0] / sums[..., 1]
 
-    return statistic
+        return ratio_values
+    return lambda sums: combine_many(combine, sums)
 
 
-def ratio_statistic(per_unit: np.ndarray) -> Callable:
-    """Vectorised statistic over resampled unit indices: Σ column 0 / Σ column 1 (a mean or a ratio)."""
-
-    def statistic(idx: np.ndarray, axis: int = -1) -> np.ndarray:
-        drawn = per_unit[np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)].sum(axis=-2)
+def gradient(f: Callable[[np.ndarray], np.ndarray], sums: np.ndarray, *, is_ratio: bool = False) -> np.ndarray:
+    """∂f/∂sums at each row of sums (..., k): exact for a ratio, else central differences."""
+    if is_ratio:
         with np.errstate(invalid="ignore", divide="ignore"):
-            return drawn[..., 0] / drawn[..., 1]
+            return np.stack([1 / sums[..., 1], -sums[..., 0] / sums[..., 1] ** 2], axis=-1)
+    out = np.empty(sums.shape)
+    for j in range(sums.shape[-1]):
+        h = 1e-6 * np.maximum(np.abs(sums[..., j]), 1.0)
+        up, down = sums.copy(), sums.copy()
+        up[..., j] += h
+        down[..., j] -= h
+        out[..., j] = (f(up) - f(down)) / (2 * h)
+    return out
 
-    return statistic
+
+def linearised_se(units: np.ndarray, f: Callable, *, is_ratio: bool = False) -> np.ndarray:
+    """Delta-method standard error of f(Σ units) over resampled units: units (..., G, k) -> (...).
+
+    With d_i = ∇f(S) · x_i, the resampled sum's f has variance G · var(d) (the sum of G draws)."""
+    G = units.shape[-2]
+    g = gradient(f, units.sum(axis=-2), is_ratio=is_ratio)
+    d = np.einsum("...gk,...k->...g", units, g)
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(G * d.var(axis=-1, ddof=1))
 
 
-def bca(statistic: Callable, n: int, *, n_boot: int, rng: np.random.Generator) -> tuple[float, float] | None:
-    """BCa 95% interval of `statistic` over n resampled units (scipy.stats.bootstrap, vectorised).
+def studentized(
+    units: np.ndarray,
+    f: Callable[[np.ndarray], np.ndarray],
+    *,
+    n_boot: int,
+    rng: np.random.Generator,
+    is_ratio: bool = False,
+    center: float | None = None,
+) -> tuple[float, float] | None:
+    """Studentised (bootstrap-t) 95% interval of f(Σ units) over resampled units (rows of units).
 
-    Where BCa is undefined (every replicate equal, or NaN replicates) the percentile interval of
-    the finite replicates stands in; None when fewer than half of them are finite."""
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore")  # degenerate data: handled below
-        res = sps.bootstrap(
-            (np.arange(n),),
-            statistic,
-            n_resamples=n_boot,
-            vectorized=True,
-            method="BCa",
-            confidence_level=CI_LEVEL,
-            rng=rng,
-        )
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if math.isfinite(lo) and math.isfinite(hi):
-        return lo, hi
-    reps = np.asarray(res.bootstrap_distribution, dtype=float)
-    ok = reps[np.isfinite(reps)]
-    if len(ok) < len(reps) / 2:
+    `f`: vectorised, sums (..., k) -> (...) (`values_of(combine)`); `is_ratio`: f is Σ col 0 / Σ col 1.
+
+    `scipy.stats.bootstrap` resamples the unit indices (vectorised); each replicate gives
+    t* = (f(S*) − f(S)) / se*, se* its delta-method standard error; the interval is
+    [θ − q(0.975) · se, θ − q(0.025) · se] with q the quantiles of t*, θ = `center` or f(S).
+    Where every unit is equal (se 0) the interval is [θ, θ]; where fewer than half of the
+    replicates are finite (too few units), θ ± t(G−1) · se."""
+    value = float(f(units.sum(axis=0)[None])[0])
+    theta = value if center is None else center
+    se = float(linearised_se(units, f, is_ratio=is_ratio))
+    if not (math.isfinite(value) and math.isfinite(se)):
         return None
-    low, high = np.percentile(ok, PERCENTILES)
-    return float(low), float(high)
+    if se == 0:
+        return theta, theta
+
+    def statistic(idx: np.ndarray, axis: int = -1) -> np.ndarray:
+        drawn = units[np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (f(drawn.sum(axis=-2)) - value) / linearised_se(drawn, f, is_ratio=is_ratio)
+
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore")  # NaN replicates: handled below
+        res = sps.bootstrap(
+            (np.arange(len(units)),), statistic, n_resamples=n_boot, vectorized=True, method="percentile", rng=rng
+        )
+    t = np.asarray(res.bootstrap_distribution, dtype=float)
+    ok = t[np.isfinite(t)]
+    if len(ok) < len(t) / 2:  # too few units for a bootstrap-t (e.g. 2): Student's t instead
+        q_high = float(sps.t.ppf((1 + CI_LEVEL) / 2, len(units) - 1))
+        return theta - q_high * se, theta + q_high * se
+    q_low, q_high = np.percentile(ok, PERCENTILES)
+    return theta - float(q_high) * se, theta - float(q_low) * se
 
 
 def bootstrap(
-    metric: Metric, cell: CellData, groups: Sequence[Sequence[int]], *, n_boot: int, rng: np.random.Generator
+    metric: Metric,
+    cell: CellData,
+    groups: Sequence[Sequence[int]],
+    *,
+    n_boot: int,
+    rng: np.random.Generator,
+    keep: dict | None = None,
 ) -> tuple[float, float] | None:
-    """BCa interval of an additive metric over prompts, from its per-generation statistics."""
+    """Studentised bootstrap interval of an additive metric over prompts, from its per-generation statistics."""
     stats = metric.stats(cell)
     if stats is None:
         return None
     per_prompt = prompt_sums(stats, groups)
-    statistic = (
-        ratio_statistic(per_prompt) if metric.combine is ratio else resampled_statistic(per_prompt, metric.combine)
-    )
-    return bca(statistic, len(groups), n_boot=n_boot, rng=rng)
+    if keep is not None:
+        keep[metric.name] = ("sums", per_prompt)
+    return studentized(per_prompt, values_of(metric.combine), n_boot=n_boot, rng=rng, is_ratio=metric.combine is ratio)
 
 
 # -- jackknives of the plain corpus metrics -------------------------------------------------
@@ -158,19 +199,39 @@ def jackknife_se(values: np.ndarray) -> float:
     return math.sqrt((G - 1) / G * float(np.sum((values - values.mean()) ** 2)))
 
 
-def t_quantile(G: int) -> float:
-    return float(sps.t.ppf((1 + CI_LEVEL) / 2, G - 1))
+def pseudo_values(value: float, loo: np.ndarray) -> np.ndarray:
+    """Jackknife pseudo-values G·θ − (G−1)·θ₍ᵢ₎: their mean's standard error is the jackknife SE."""
+    G = len(loo)
+    return G * value - (G - 1) * loo
 
 
 def jackknife(
-    metric: Metric, cell: CellData, value: float, groups: Sequence[Sequence[int]]
+    metric: Metric,
+    cell: CellData,
+    value: float,
+    groups: Sequence[Sequence[int]],
+    *,
+    n_boot: int = 1000,
+    rng: np.random.Generator | None = None,
+    keep: dict | None = None,
 ) -> tuple[float, float] | None:
-    """Delete-one-prompt jackknife: estimate ± t(G-1) · SE; None where a leave-one-out value is empty."""
+    """Delete-one-prompt jackknife, studentised: θ − q · SE, q from a bootstrap-t of the pseudo-values.
+
+    SE is the jackknife standard error; the t quantiles come from resampling the prompts'
+    pseudo-values (which carries their skewness into the interval); None where a leave-one-out
+    value is empty."""
     loo = leave_one_out(metric, cell, groups)
+    if keep is not None:
+        keep[metric.name] = ("loo", loo)
     if np.isnan(loo).any():
         return None
-    half = t_quantile(len(groups)) * jackknife_se(loo)
-    return value - half, value + half
+    return pseudo_interval(pseudo_values(value, loo), value, n_boot=n_boot, rng=rng or np.random.default_rng(0))
+
+
+def pseudo_interval(pseudo: np.ndarray, center: float, *, n_boot: int, rng: np.random.Generator):
+    """Bootstrap-t interval of a jackknife estimate from its pseudo-values, centred on `center`."""
+    units = np.stack([pseudo, np.ones(len(pseudo))], axis=1)
+    return studentized(units, values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True, center=center)
 
 
 def half_sample(
@@ -208,11 +269,15 @@ def confidence_intervals(
     n_boot_corpus: int,
     rng: np.random.Generator,
     reference_row: bool = False,
+    keep: dict[str, tuple[str, np.ndarray]] | None = None,
 ) -> dict[str, tuple[float, float, str]]:
     """95% intervals over prompt resamples: {metric: (low, high, method)}; see the module doc.
 
     `n_boot`: the bootstrap's replicates; `n_boot_corpus`: the half-sample's (at most n_boot).
     A replicate always keeps all of a drawn prompt's generations (every seed) together.
+    `keep`, if given, receives what paired comparisons need, per metric: ("sums", the (G, k)
+    per-prompt statistics) of a bootstrap metric, ("loo", the G leave-one-out values) of a
+    jackknife one, in the order of `groups`.
     """
     G = len(groups)
     if G < 2 or n_boot < 1:
@@ -223,9 +288,9 @@ def confidence_intervals(
         if math.isnan(value) or not applicable(metric, cell, reference_row=reference_row):
             continue
         if metric.interval == "bootstrap":
-            interval = bootstrap(metric, cell, groups, n_boot=n_boot, rng=rng)
+            interval = bootstrap(metric, cell, groups, n_boot=n_boot, rng=rng, keep=keep)
         elif metric.interval == "jackknife":
-            interval = jackknife(metric, cell, value, groups)
+            interval = jackknife(metric, cell, value, groups, n_boot=n_boot, rng=rng, keep=keep)
         elif metric.interval == "half-sample":
             interval = half_sample(metric, cell, value, groups, n_reps=min(n_boot, n_boot_corpus), rng=rng)
         else:

@@ -4,7 +4,7 @@
 a duplicate row, a missing or unknown rater: a `UsageError` naming the file and row);
 `import_sheets` validates every file before it writes anything, so a refused import loses
 nothing already imported. `rating_columns(key, sheets)` adds per cell and criterion c:
-`rating_c` (the mean of all its scores), `rating_c_ci_low/high` (95% BCa bootstrap over
+`rating_c` (the mean of all its scores), `rating_c_ci_low/high` (95% studentised bootstrap over
 items, each item with all its raters' scores) and `rating_c_alpha` (Krippendorff's α, ordinal,
 over that cell's items; empty with fewer than two raters or no variation).
 """
@@ -112,13 +112,14 @@ def alpha(matrix: np.ndarray) -> float:
 
 
 def _bootstrap(per_item: list[list[int]], rng: np.random.Generator) -> tuple[float, float]:
-    """BCa interval over items of the mean score (each item with all its scores), via scipy."""
-    from controller.report.intervals import bca, ratio_statistic
+    """Studentised bootstrap interval over items of the mean score (each item with all its scores)."""
+    from controller.metrics import ratio
+    from controller.report.intervals import studentized, values_of
 
     sums = np.array([[sum(s), len(s)] for s in per_item], dtype=float)
     if len(per_item) < 2:
         return math.nan, math.nan
-    interval = bca(ratio_statistic(sums), len(per_item), n_boot=N_BOOT, rng=rng)
+    interval = studentized(sums, values_of(ratio), n_boot=N_BOOT, rng=rng, is_ratio=True)
     return interval if interval is not None else (math.nan, math.nan)
 
 
