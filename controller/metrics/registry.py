@@ -63,6 +63,11 @@ class CellData:
     token_ids: list[list[int]] = field(default_factory=list)
     features: list[list[float] | None] = field(default_factory=list)
     reference_features: list[list[float] | None] = field(default_factory=list)
+    prompt_ids: list[str | None] = field(default_factory=list)
+    # A metric compared across cells on equal samples (MAUVE) subsamples the cell to `sample_size`
+    # generations with `sample_seed` (set by the report: the smallest cell's size); None: all.
+    sample_size: int | None = None
+    sample_seed: int = 0
 
     def subset(self, idx: Sequence[int] | np.ndarray) -> CellData:
         """The cell restricted to the generations `idx`, in that order (repetitions allowed)."""
@@ -81,6 +86,7 @@ class CellData:
             token_ids=pick(self.token_ids),
             features=pick(self.features),
             reference_features=pick(self.reference_features),
+            prompt_ids=pick(self.prompt_ids),
         )
 
 
@@ -266,6 +272,7 @@ def cell_data(records: Iterable[Mapping[str, Any] | Any]) -> CellData:
         token_ids=_all_or_nothing([_field(r, "token_ids") for r in recs]),
         features=[_field(r, "features") for r in recs],
         reference_features=[_field(r, "reference_features") for r in recs],
+        prompt_ids=[_field(r, "prompt_id") for r in recs],
     )
 
 

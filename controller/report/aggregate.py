@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import zlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
+from controller.metrics.divergence import sizes as mauve_sizes
 from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.paired import CellStats, compare_cells, comparison_columns, is_comparison_column
 from controller.report.speed import speed_columns
@@ -48,7 +51,9 @@ EXTRA_SPEED_COLUMNS = [
     "n_jobs",
     "cell",
 ]
-COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs"]
+# MAUVE's sample beside its value: generations and references compared, k-means clusters
+MAUVE_COLUMNS = ["mauve_n", "mauve_n_references", "mauve_clusters"]
+COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs", *MAUVE_COLUMNS]
 KEY_COLUMNS = ["model", "strategy", "params"]
 REFERENCE = "reference"
 
@@ -205,6 +210,7 @@ class _Quality:
     seed: int
     methods: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     paired: list[CellStats] = field(default_factory=list)  # what each cell brings to the comparisons
+    sample_size: int | None = None  # generations per cell of the metrics compared on equal samples (MAUVE)
 
     def __call__(
         self, row: dict, cell: CellData, groups: list[list[int]], key: str, reference_row: bool = False, prompts=()
@@ -261,7 +267,11 @@ def _cell_rows(data: SweepData, quality: _Quality) -> list[dict[str, Any]]:
             "cell": cell,
         }
         prompt_ids = [g.prompt_id for g in records]
-        quality(row, cell_data(records), prompt_groups(prompt_ids), cell, prompts=dict.fromkeys(prompt_ids))
+        data_ = cell_data(records)
+        data_.sample_size, data_.sample_seed = quality.sample_size, mauve_seed(quality.seed, cell)
+        quality(row, data_, prompt_groups(prompt_ids), cell, prompts=dict.fromkeys(prompt_ids))
+        if not math.isnan(row.get("mauve", math.nan)):
+            row.update(zip(MAUVE_COLUMNS, mauve_sizes(data_) or ()))
         rows.append(row)
     return rows
 
@@ -307,6 +317,10 @@ def summarize(
     selected = requested_metrics(data, metrics)
     with_ci = several_seeds(data) and n_boot > 0
     quality = _Quality(selected, with_ci, n_boot, n_boot_corpus, seed)
+    per_cell = defaultdict(int)
+    for g in data.generations:
+        per_cell[g.cell] += 1
+    quality.sample_size = min(per_cell.values(), default=None)
     rows = _cell_rows(data, quality)
     if with_ci:
         compared = compare_cells(
@@ -336,12 +350,22 @@ def summarize(
         if with_ci
         else None
     )
+    frame.attrs["mauve"] = (
+        {"n": quality.sample_size, "seed": seed, "draw": "numpy default_rng(crc32('<seed>:<cell>'))"}
+        if "mauve" in frame.columns and frame["mauve"].notna().any()
+        else None
+    )
     return frame
+
+
+def mauve_seed(seed: int, cell: str) -> int:
+    """The seed of a cell's MAUVE subsample (recorded in the summary's attrs)."""
+    return zlib.crc32(f"{seed}:{cell}".encode())
 
 
 def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataFrame:
     extra_metrics = [m for m in metric_names if m not in DESIGN_COLUMNS]
-    columns = DESIGN_COLUMNS + extra_metrics + EXTRA_SPEED_COLUMNS
+    columns = DESIGN_COLUMNS + extra_metrics + (MAUVE_COLUMNS if "mauve" in metric_names else []) + EXTRA_SPEED_COLUMNS
     if with_ci:
         columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
         columns += comparison_columns(QUALITY_COLUMNS + extra_metrics)
@@ -358,5 +382,5 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataF
 
 def metric_columns(summary: pd.DataFrame) -> list[str]:
     """The quality-metric columns of a summary (DESIGN's, then extra registered ones)."""
-    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS)
+    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS)
     return [c for c in summary.columns if c not in skip and "_ci_" not in c and not is_comparison_column(c)]

@@ -97,6 +97,8 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
             lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
             if with_ci and text and lo is not None and not pd.isna(lo):
                 text += f" [{fmt(lo)}, {fmt(hi)}]"
+            if c == "mauve" and text and not pd.isna(row.get("mauve_n")):  # its sample beside the value
+                text += f" (n {row['mauve_n']}, refs {row['mauve_n_references']}, k {row['mauve_clusters']})"
             cells.append(_md_escape(text))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -180,6 +182,7 @@ def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
             "tenant": data.tenant,
             "name": data.name,
             "ci": summary.attrs.get("ci"),
+            "mauve": summary.attrs.get("mauve"),
             "columns": list(summary.columns),
             "rows": rows,
         },
