@@ -88,7 +88,7 @@ def test_inapplicable_metric_is_empty_never_zero(tmp_path):
 
 
 def test_ci_columns_only_with_several_seeds(one_seed, three_seeds):
-    assert not [c for c in one_seed.columns if "_ci_" in c]
+    assert not [c for c in one_seed.columns if "_ci_" in c and not c.startswith("tokens_per_s")]  # speed: per batch
     assert one_seed.attrs["ci"] is None
     for m in QUALITY_COLUMNS:
         assert f"{m}_ci_low" in three_seeds.columns and f"{m}_ci_high" in three_seeds.columns

@@ -27,7 +27,7 @@ from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.metrics.divergence import sizes as mauve_sizes
 from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.paired import CellStats, compare_cells, comparison_columns, is_comparison_column
-from controller.report.speed import speed_columns
+from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
@@ -263,6 +263,7 @@ def _cell_rows(data: SweepData, quality: _Quality) -> list[dict[str, Any]]:
             "n_generations": len(records),
             "n_seeds": len({r.job.seed for r in results}),
             **speed_columns(results),
+            **speed_spread(results, n_boot=quality.n_boot, seed=quality.seed),
             "n_jobs": len(results),
             "cell": cell,
         }
@@ -316,11 +317,7 @@ def summarize(
     """
     selected = requested_metrics(data, metrics)
     with_ci = several_seeds(data) and n_boot > 0
-    quality = _Quality(selected, with_ci, n_boot, n_boot_corpus, seed)
-    per_cell = defaultdict(int)
-    for g in data.generations:
-        per_cell[g.cell] += 1
-    quality.sample_size = min(per_cell.values(), default=None)
+    quality = _Quality(selected, with_ci, n_boot, n_boot_corpus, seed, sample_size=smallest_cell(data))
     rows = _cell_rows(data, quality)
     if with_ci:
         compared = compare_cells(
@@ -358,6 +355,14 @@ def summarize(
     return frame
 
 
+def smallest_cell(data: SweepData) -> int | None:
+    """The generations of the sweep's smallest cell: MAUVE compares every cell on that many."""
+    per_cell: dict[str, int] = defaultdict(int)
+    for g in data.generations:
+        per_cell[g.cell] += 1
+    return min(per_cell.values(), default=None)
+
+
 def mauve_seed(seed: int, cell: str) -> int:
     """The seed of a cell's MAUVE subsample (recorded in the summary's attrs)."""
     return zlib.crc32(f"{seed}:{cell}".encode())
@@ -365,7 +370,13 @@ def mauve_seed(seed: int, cell: str) -> int:
 
 def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataFrame:
     extra_metrics = [m for m in metric_names if m not in DESIGN_COLUMNS]
-    columns = DESIGN_COLUMNS + extra_metrics + (MAUVE_COLUMNS if "mauve" in metric_names else []) + EXTRA_SPEED_COLUMNS
+    columns = (
+        DESIGN_COLUMNS
+        + extra_metrics
+        + (MAUVE_COLUMNS if "mauve" in metric_names else [])
+        + EXTRA_SPEED_COLUMNS
+        + SPREAD_COLUMNS
+    )
     if with_ci:
         columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
         columns += comparison_columns(QUALITY_COLUMNS + extra_metrics)
@@ -382,5 +393,5 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataF
 
 def metric_columns(summary: pd.DataFrame) -> list[str]:
     """The quality-metric columns of a summary (DESIGN's, then extra registered ones)."""
-    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS)
+    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS + SPREAD_COLUMNS)
     return [c for c in summary.columns if c not in skip and "_ci_" not in c and not is_comparison_column(c)]

@@ -160,6 +160,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         "## Overview",
         "",
         markdown_table(summary),
+        *speed_markdown(summary),
         "## All columns",
         "",
         markdown_table(
@@ -172,6 +173,18 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         *comparison_markdown(comparison_table(summary, fmt, row_label)),
     ]
     return "\n".join(lines)
+
+
+def speed_markdown(summary: pd.DataFrame) -> list[str]:
+    """The note naming neighbouring cells whose tokens/s intervals overlap; nothing when all are resolved."""
+    from controller.report.speed import unresolved_note, unresolved_speed
+
+    if "tokens_per_s_ci_low" not in summary.columns:
+        return []
+    cols = ["tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high"]
+    rows = [(row_label(r), *(float(r[c]) if pd.notna(r[c]) else math.nan for c in cols)) for _, r in summary.iterrows()]
+    note = unresolved_note(unresolved_speed(rows))
+    return [note, ""] if note else []
 
 
 def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
