@@ -140,7 +140,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     lines = [
         f"# decodebench report: {name} ({data.sweep_id})",
         "",
-        f"Tenant `{data.tenant}`, {done}, {len(data.generations)} generation(s). "
+        f"Tenant `{data.tenant}`, {done}, {data.n_generations} generation(s). "
         f"Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
         "",
         model_based_metrics(data),

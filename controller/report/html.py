@@ -18,6 +18,7 @@ import re
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -280,8 +281,8 @@ def mark_repeats(text: str, n: int = MARK_N) -> str:
 
 
 def examples(summary: pd.DataFrame, data: SweepData) -> str:
-    by_key: dict[tuple[str, str], Any] = {}
-    for g in sorted(data.generations, key=lambda g: g.job_seed, reverse=True):
+    by_key: dict[tuple[str, str], Any] = {k: SimpleNamespace(**v) for k, v in data.examples.items()}
+    for g in sorted(data.generations, key=lambda g: g.job_seed, reverse=True) if not by_key else ():
         by_key[(g.cell, g.prompt_id)] = g  # the lowest seed wins
     cells = [r for _, r in summary.iterrows() if r["strategy"] != REFERENCE]
     models = list(dict.fromkeys(r["model"] for r in cells))
@@ -343,7 +344,7 @@ def render_html(summary: pd.DataFrame, data: SweepData) -> str:
 <pre id="js-errors"></pre>
 <h1>decodebench report: {e(str(name))}</h1>
 <div class="meta">sweep <code>{e(data.sweep_id)}</code> · tenant <code>{e(data.tenant)}</code> · {e(done)} ·
-{len(data.generations)} generations · written {e(datetime.now(UTC).isoformat(timespec="seconds"))}</div>
+{data.n_generations} generations · written {e(datetime.now(UTC).isoformat(timespec="seconds"))}</div>
 <nav><a href="#summary">Summary</a><a href="#quality-speed">Quality vs speed</a><a href="#metrics">Metrics</a>
 <a href="#examples">Examples</a><a href="#glossary">Glossary</a><a href="#provenance">Spec and provenance</a></nav>
 <h2 id="summary">Summary</h2>
