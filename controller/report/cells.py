@@ -81,7 +81,8 @@ def score(
     prompts: Sequence[str] = (),
 ) -> tuple[dict[str, str], CellStats | None]:
     """Fill `row` with the metrics and their intervals; return the methods used and the paired statistics."""
-    row.update(evaluate(list(selected), cell, reference_row=reference_row))
+    known: dict = {}  # the additive metrics' statistics, computed once for value and interval
+    row.update(evaluate(list(selected), cell, reference_row=reference_row, stats=known))
     if not settings.with_ci:
         return {}, None
     kept: dict = {}
@@ -95,6 +96,7 @@ def score(
         rng=cell_rng(settings.seed, key),
         reference_row=reference_row,
         keep=kept,
+        stats=known,
     )
     for name, (lo, hi, _) in cis.items():
         row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from controller.metrics import CellData, Metric, ratio
+from controller.metrics import CellData, Metric, column_sums, ratio
 
 CI_LEVEL = 0.95
 Z = NormalDist().inv_cdf((1 + CI_LEVEL) / 2)
+MAX_K_PER_REPLICATE = 4  # statistics up to which a general combine's gradient is taken per replicate
 PERCENTILES = [(1 - CI_LEVEL) / 2 * 100, (1 + CI_LEVEL) / 2 * 100]
 
 
@@ -56,11 +57,23 @@ def applicable(metric: Metric, cell: CellData, *, reference_row: bool = False) -
     return bool(cell.texts)
 
 
-def evaluate(metrics: list[tuple[str, Metric]], cell: CellData, *, reference_row: bool = False) -> dict[str, float]:
-    """Every metric of one cell: a float, NaN where it does not apply."""
-    return {
-        name: _num(m.fn(cell)) if applicable(m, cell, reference_row=reference_row) else math.nan for name, m in metrics
-    }
+def evaluate(
+    metrics: list[tuple[str, Metric]], cell: CellData, *, reference_row: bool = False, stats: dict | None = None
+) -> dict[str, float]:
+    """Every metric of one cell: a float, NaN where it does not apply.
+
+    `stats`, if given, keeps each additive metric's per-generation statistics for its interval
+    (the value is `combine` of their column sums, exactly what `fn` computes)."""
+    out = {}
+    for name, m in metrics:
+        if not applicable(m, cell, reference_row=reference_row):
+            out[name] = math.nan
+        elif m.additive and stats is not None:
+            stats[name] = st = m.stats(cell)
+            out[name] = math.nan if st is None else _num(m.combine(column_sums(st)))
+        else:
+            out[name] = _num(m.fn(cell))
+    return out
 
 
 # -- the bootstrap of additive metrics ------------------------------------------------------
@@ -104,12 +117,16 @@ def gradient(f: Callable[[np.ndarray], np.ndarray], sums: np.ndarray, *, is_rati
     return out
 
 
-def linearised_se(units: np.ndarray, f: Callable, *, is_ratio: bool = False) -> np.ndarray:
+def linearised_se(
+    units: np.ndarray, f: Callable, *, is_ratio: bool = False, at: np.ndarray | None = None
+) -> np.ndarray:
     """Delta-method standard error of f(Σ units) over resampled units: units (..., G, k) -> (...).
 
-    With d_i = ∇f(S) · x_i, the resampled sum's f has variance G · var(d) (the sum of G draws)."""
+    With d_i = ∇f(S) · x_i, the resampled sum's f has variance G · var(d) (the sum of G draws).
+    The gradient is taken at each row's own sums (exact for a ratio), or at `at` for all rows
+    (the full sample's sums: one numerical gradient instead of one per replicate)."""
     G = units.shape[-2]
-    g = gradient(f, units.sum(axis=-2), is_ratio=is_ratio)
+    g = gradient(f, units.sum(axis=-2) if at is None else at, is_ratio=is_ratio)
     d = np.einsum("...gk,...k->...g", units, g)
     with np.errstate(invalid="ignore"):
         return np.sqrt(G * d.var(axis=-1, ddof=1))
@@ -140,11 +157,14 @@ def studentized(
         return None
     if se == 0:
         return theta, theta
+    # the gradient at each replicate's sums (exact for a ratio, numerical for a few statistics); for a
+    # combine of many statistics (BLEU's 11) once, at the sample's sums, which costs 2k + 1 calls, not B(2k + 1)
+    fixed = units.sum(axis=0) if not is_ratio and units.shape[1] > MAX_K_PER_REPLICATE else None
 
     def statistic(idx: np.ndarray, axis: int = -1) -> np.ndarray:
         drawn = units[np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (f(drawn.sum(axis=-2)) - value) / linearised_se(drawn, f, is_ratio=is_ratio)
+            return (f(drawn.sum(axis=-2)) - value) / linearised_se(drawn, f, is_ratio=is_ratio, at=fixed)
 
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore")  # NaN replicates: handled below
@@ -168,9 +188,10 @@ def bootstrap(
     n_boot: int,
     rng: np.random.Generator,
     keep: dict | None = None,
+    stats: np.ndarray | None = None,
 ) -> tuple[float, float] | None:
     """Studentised bootstrap interval of an additive metric over prompts, from its per-generation statistics."""
-    stats = metric.stats(cell)
+    stats = metric.stats(cell) if stats is None else stats
     if stats is None:
         return None
     per_prompt = prompt_sums(stats, groups)
@@ -270,6 +291,7 @@ def confidence_intervals(
     rng: np.random.Generator,
     reference_row: bool = False,
     keep: dict[str, tuple[str, np.ndarray]] | None = None,
+    stats: dict[str, np.ndarray | None] | None = None,
 ) -> dict[str, tuple[float, float, str]]:
     """95% intervals over prompt resamples: {metric: (low, high, method)}; see the module doc.
 
@@ -288,7 +310,8 @@ def confidence_intervals(
         if math.isnan(value) or not applicable(metric, cell, reference_row=reference_row):
             continue
         if metric.interval == "bootstrap":
-            interval = bootstrap(metric, cell, groups, n_boot=n_boot, rng=rng, keep=keep)
+            known = (stats or {}).get(name)
+            interval = bootstrap(metric, cell, groups, n_boot=n_boot, rng=rng, keep=keep, stats=known)
         elif metric.interval == "jackknife":
             interval = jackknife(metric, cell, value, groups, n_boot=n_boot, rng=rng, keep=keep)
         elif metric.interval == "half-sample":
