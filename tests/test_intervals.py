@@ -97,7 +97,9 @@ def test_jackknife_interval_of_a_corpus_metric_is_a_bootstrap_t_of_its_pseudo_va
     G = len(prompts)
     pseudo = G * full - (G - 1) * loo
     assert pseudo.std(ddof=1) / math.sqrt(G) == pytest.approx(math.sqrt((G - 1) / G * np.sum((loo - loo.mean()) ** 2)))
-    lo, hi = bootstrap_t(np.stack([pseudo, np.ones(G)], 1), full)
+    logit, expit = (lambda x: np.log(x / (1 - x))), (lambda x: 1 / (1 + np.exp(-x)))  # a share: on the logit scale
+    pseudo = G * logit(full) - (G - 1) * logit(loo)
+    lo, hi = expit(np.array(bootstrap_t(np.stack([pseudo, np.ones(G)], 1), logit(full))))
     r = row(summary, "top_p")
     width = hi - lo
     assert r["distinct_2"] == pytest.approx(full)

@@ -65,6 +65,7 @@ def _register(n: int) -> None:
         citation=_LI,
         unit="fraction",
         leave_one_out=lambda cell, groups: distinct_leave_one_out(cell.words, groups, n),
+        unit_interval=True,
     )(lambda cell: distinct_n(cell.words, n))
 
 

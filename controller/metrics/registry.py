@@ -137,6 +137,7 @@ class Metric:
     per_item: PerItem | None = None
     combine: Combine | None = None
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
+    unit_interval: bool = False  # a share in [0, 1]: its jackknife interval is built on the logit scale
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
     unit: str = ""
@@ -194,6 +195,7 @@ def metric(
     citation: str = "",
     unit: str = "",
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
+    unit_interval: bool = False,
     registry: Registry[Metric] = METRICS,
 ):
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
@@ -203,7 +205,8 @@ def metric(
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
-                  citation=citation, unit=unit, leave_one_out=leave_one_out)  # fmt: skip
+                  citation=citation, unit=unit, leave_one_out=leave_one_out,
+                  unit_interval=unit_interval)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
 
 

@@ -227,6 +227,7 @@ def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequ
     higher_is_better=False,
     interval="jackknife",  # a bootstrap's duplicated generation would match itself
     leave_one_out=lambda cell, groups: self_bleu_leave_one_out(cell.words, groups, 4),
+    unit_interval=True,
     citation='Zhu et al. 2018, "Texygen: A Benchmarking Platform for Text Generation Models", SIGIR',
     unit="BLEU (0-1)",
 )

@@ -240,13 +240,20 @@ def jackknife(
 
     SE is the jackknife standard error; the t quantiles come from resampling the prompts'
     pseudo-values (which carries their skewness into the interval); None where a leave-one-out
-    value is empty."""
+    value is empty. A metric declared `unit_interval` (a share in (0, 1)) is jackknifed on the
+    logit scale and the interval mapped back, so it stays inside (0, 1) and bends towards the
+    middle, as a proportion's sampling distribution does near a bound."""
     loo = leave_one_out(metric, cell, groups)
     if keep is not None:
         keep[metric.name] = ("loo", loo)
     if np.isnan(loo).any():
         return None
-    return pseudo_interval(pseudo_values(value, loo), value, n_boot=n_boot, rng=rng or np.random.default_rng(0))
+    rng = rng or np.random.default_rng(0)
+    if metric.unit_interval and 0 < value < 1 and bool(np.all((loo > 0) & (loo < 1))):
+        logit = lambda x: np.log(x) - np.log1p(-x)
+        interval = pseudo_interval(pseudo_values(logit(value), logit(loo)), float(logit(value)), n_boot=n_boot, rng=rng)
+        return None if interval is None else tuple(float(1 / (1 + np.exp(-x))) for x in interval)  # type: ignore[return-value]
+    return pseudo_interval(pseudo_values(value, loo), value, n_boot=n_boot, rng=rng)
 
 
 def pseudo_interval(pseudo: np.ndarray, center: float, *, n_boot: int, rng: np.random.Generator):
