@@ -22,7 +22,7 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
-from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, map_cells, score
+from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, map_cells, pair_memo, score
 from controller.report.intervals import CI_LEVEL, cell_rng
 from controller.report.paired import compare_cells, comparison_columns, is_comparison_column
 from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
@@ -314,6 +314,7 @@ def summarize(
             baseline=baseline,
             n_boot=n_boot,
             rng_for=lambda cell: cell_rng(seed, f"{cell}|paired"),
+            memo=pair_memo(store, outputs, settings, baseline),
         )
         for row in rows:
             row.update(compared.get(row["cell"], {}))

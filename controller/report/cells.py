@@ -67,6 +67,7 @@ class CellOutput:
     methods: dict[str, str] = field(default_factory=dict)
     examples: dict[str, dict[str, Any]] = field(default_factory=dict)  # prompt id -> its lowest-seed generation
     damaged: list[str] = field(default_factory=list)
+    digest: str | None = None  # its cache key, where it has one
 
 
 def score(
@@ -245,4 +246,28 @@ def map_cells(tasks: list[CellTask], selected, settings: Settings, *, workers: i
     for i in todo:
         if keys[i] is not None and not outputs[i].damaged:  # type: ignore[union-attr]
             store.write_json(keys[i], to_json(outputs[i]))  # type: ignore[arg-type]
+    for i, key in enumerate(keys):
+        outputs[i].digest = key  # type: ignore[union-attr]
     return outputs  # type: ignore[return-value]
+
+
+def pair_memo(store, outputs: list[CellOutput], settings: Settings, baseline: str | None):
+    """`compare_cells`' memo: a pair's comparison cached beside its cells' outputs, keyed by both."""
+    digests = {o.row["cell"]: o.digest for o in outputs}
+
+    def memo(cell: str, base: str, compute):
+        if store is None or digests.get(cell) is None or digests.get(base) is None:
+            return compute()
+        doc = [CACHE_VERSION, digests[cell], digests[base], settings.n_boot, settings.seed, baseline]
+        name = hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
+        key = digests[cell].rsplit("/", 1)[0] + f"/pair-{name}.json"  # type: ignore[union-attr]
+        if store.exists(key):
+            try:
+                return store.read_json(key)
+            except CorruptRecordError:
+                pass
+        pair = compute()
+        store.write_json(key, {k: _plain(v) for k, v in pair.items()})
+        return pair
+
+    return memo

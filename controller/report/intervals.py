@@ -33,7 +33,7 @@ from controller.metrics import CellData, Metric, column_sums, ratio
 
 CI_LEVEL = 0.95
 Z = NormalDist().inv_cdf((1 + CI_LEVEL) / 2)
-MAX_K_PER_REPLICATE = 4  # statistics up to which a general combine's gradient is taken per replicate
+MAX_K_PER_REPLICATE = 2  # statistics up to which a general combine's gradient is taken per replicate
 PERCENTILES = [(1 - CI_LEVEL) / 2 * 100, (1 + CI_LEVEL) / 2 * 100]
 
 

@@ -184,8 +184,12 @@ def compare_cells(
     baseline: str | None,
     n_boot: int,
     rng_for: Callable[[str], np.random.Generator],
+    memo: Callable[[str, str, Callable[[], dict]], dict] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """cell -> its comparison columns (`baseline` and the `<m>_diff*` of every metric), Holm over the table."""
+    """cell -> its comparison columns (`baseline` and the `<m>_diff*` of every metric), Holm over the table.
+
+    `memo(cell, baseline, compute)`, if given, may return a stored pair's columns instead of
+    `compute()` (the report's cache); Holm is always applied afresh over the whole table."""
     base_of = baselines(cells, baseline)
     by_key = {c.cell: c for c in cells}
     out: dict[str, dict[str, Any]] = {}
@@ -194,10 +198,9 @@ def compare_cells(
         if base is None:
             out[c.cell] = {BASELINE_COLUMN: None}
             continue
-        out[c.cell] = {
-            BASELINE_COLUMN: base,
-            **compare_pair(c, by_key[base], metrics, n_boot=n_boot, rng=rng_for(c.cell)),
-        }
+        compute = lambda c=c, base=base: compare_pair(c, by_key[base], metrics, n_boot=n_boot, rng=rng_for(c.cell))
+        pair = memo(c.cell, base, compute) if memo is not None else compute()
+        out[c.cell] = {BASELINE_COLUMN: base, **{k: math.nan if v is None else v for k, v in pair.items()}}
     slots = [(cell, f"{m}_diff_p") for cell in out for m in metrics if f"{m}_diff_p" in out[cell]]
     for (cell, col), adjusted in zip(slots, holm([out[cell][col] for cell, col in slots])):
         out[cell][f"{col}_holm"] = adjusted
