@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("sweep")
     ap.add_argument("--store", default="./runs")
     ap.add_argument("--tenant", default="default")
+    ap.add_argument("--baseline", default=None, help="a strategy name (default: each model's first cell)")
     args = ap.parse_args()
     store = open_store(args.store)
     data = load_sweep(store, args.tenant, store.resolve_sweep(args.tenant, args.sweep))
@@ -44,7 +45,8 @@ def main() -> None:
                                                            if r.job.cell in data.cell_order else 0)))  # fmt: skip
     first = {}
     for cell in order:
-        first.setdefault(by_cell[cell][0].model, cell)
+        if args.baseline is None or by_cell[cell][0].strategy == args.baseline:
+            first.setdefault(by_cell[cell][0].model, cell)
     rng = np.random.default_rng(0)
     ratios, widths = defaultdict(list), defaultdict(list)
     for cell in order:
@@ -77,7 +79,8 @@ def main() -> None:
             if wp > 0 and np.isfinite(wu):
                 ratios[name].append(wu / wp)
                 widths[name].append((wp, wu))
-    print(f"sweep {data.sweep_id}: {len(order)} cells, each against its model's first cell")
+    against = f"its model's {args.baseline} cell" if args.baseline else "its model's first cell"
+    print(f"sweep {data.sweep_id}: {len(order)} cells, each against {against}")
     for name in sorted(ratios):
         wp, wu = np.median(np.array(widths[name]), axis=0)
         print(f"  {name:16s} unpaired/paired width: median {np.median(ratios[name]):5.2f} "
