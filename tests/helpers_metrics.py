@@ -12,7 +12,7 @@ ADDITIVE = [
     "bleu", "coherence", "diversity", "eos_rate", "mean_length", "mean_new_tokens", "perplexity", "rep_2", "rep_3",
     "rep_4", "rouge_1", "rouge_2", "rouge_l",
 ]  # fmt: skip
-HALF_SAMPLE = ["distinct_1", "distinct_2", "distinct_3", "self_bleu_4", "zipf"]
+JACKKNIFE = ["distinct_1", "distinct_2", "distinct_3", "self_bleu_4", "zipf"]
 
 
 def cell(*texts: str, **fields) -> CellData:

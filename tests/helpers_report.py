@@ -255,7 +255,7 @@ def _eos_rate(c: CellData):
 
 
 def toy_metrics() -> Registry[Metric]:
-    """Six toy metrics in a fresh registry: four additive (bootstrap), two plain (half-sample)."""
+    """Six toy metrics in a fresh registry: four additive (bootstrap), two plain (jackknife)."""
 
     def additive(name, per_item, level, hib, combine=ratio, model=False):
         return Metric(

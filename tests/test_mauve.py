@@ -138,3 +138,31 @@ def test_the_sweep_id_is_unchanged_without_a_featurizer(tiny_model):
     featurized = SweepSpec.model_validate({**base, "featurizer": {"path": tiny_model}})
     ids = [compute_sweep_id(s, "default", []) for s in (plain, explicit, featurized)]
     assert ids[0] == ids[1] != ids[2]
+
+
+def test_cells_compare_on_equal_samples_and_each_reference_counts_once():
+    """Greedy (one seed) and top_p (two seeds) are compared on as many generations, seed recorded."""
+    from controller.report.aggregate import summarize
+    from tests.helpers_report import make_sweep
+
+    data = make_sweep(seeds=(0, 1), n_prompts=24)
+    rng = np.random.default_rng(3)
+    refs = {p.id: rng.normal(0.3, 1.0, 8).tolist() for p in data.prompts}
+    for g in data.generations:
+        g.features = rng.normal(size=8).tolist()
+        g.reference_features = refs[g.prompt_id]
+    summary = summarize(data, n_boot=0)
+    cells = summary[summary["strategy"] != "reference"].set_index("strategy")
+    assert list(cells["n_generations"]) == [24, 48]
+    assert list(cells["mauve_n"]) == [24, 24] and list(cells["mauve_n_references"]) == [24, 24]
+    assert list(cells["mauve_clusters"]) == [2, 2]  # max(2, round(24 / 10))
+    assert summary.attrs["mauve"]["n"] == 24
+    # top_p's value: mauve on 24 of its 48 generations drawn as recorded, against the 24 references once each
+    from controller.report.cells import mauve_seed
+
+    top = sorted((g for g in data.generations if g.strategy == "top_p"), key=lambda g: (g.prompt_id, g.job_seed))
+    chosen = sorted(np.random.default_rng(mauve_seed(0, top[0].cell)).choice(48, 24, replace=False).tolist())
+    p = np.array([top[i].features for i in chosen], dtype=np.float32)
+    q = np.array([refs[pid] for pid in sorted(refs)], dtype=np.float32)
+    direct = mauve.compute_mauve(p_features=p, q_features=q, verbose=False, **MAUVE_SETTINGS).mauve
+    assert cells.loc["top_p", "mauve"] == pytest.approx(direct, abs=1e-12)

@@ -13,7 +13,7 @@ import pytest
 
 import controller.report.intervals
 from controller.metrics import INTERVALS, METRICS, CellData, Metric, cell_data, column_sums, compute_metrics, ratio
-from tests.helpers_metrics import ADDITIVE, HALF_SAMPLE, SUMMARY_METRICS, cell, value
+from tests.helpers_metrics import ADDITIVE, JACKKNIFE, SUMMARY_METRICS, cell, value
 from worker.core.contract import GenerationRecord
 from worker.core.errors import UsageError
 
@@ -41,7 +41,7 @@ def test_every_metric_declares_how_it_aggregates_and_its_interval():
     assert all(m.interval in INTERVALS for m in declared.values())
     assert [n for n, m in declared.items() if m.additive] == ADDITIVE
     assert [n for n, m in declared.items() if m.interval == "bootstrap"] == ADDITIVE
-    assert [n for n, m in declared.items() if m.interval == "half-sample"] == HALF_SAMPLE
+    assert [n for n, m in declared.items() if m.interval == "jackknife"] == JACKKNIFE
     assert all(callable(m.fn) for m in declared.values())
 
 
@@ -58,10 +58,10 @@ def test_a_metric_declares_one_consistent_aggregation():
     with pytest.raises(ValueError, match="built from per_item and combine"):
         Metric(**meta, fn=lambda c: 1.0, per_item=rows, combine=ratio)
     with pytest.raises(ValueError, match="interval must be one of"):
-        Metric(**meta, fn=lambda c: 1.0, interval="jackknife")
+        Metric(**meta, fn=lambda c: 1.0, interval="wild")
     with pytest.raises(ValueError, match="give fn"):
         Metric(**meta)
-    assert Metric(**meta, fn=lambda c: 1.0).interval == "half-sample"
+    assert Metric(**meta, fn=lambda c: 1.0).interval == "jackknife"
     assert Metric(**meta, per_item=rows, combine=ratio).interval == "bootstrap"
     assert Metric(**meta, per_item=rows, combine=ratio).fn(cell("a", "b")) == 1.0
     bad = Metric(**meta, per_item=lambda c: np.ones((1, 2)), combine=ratio)
@@ -83,6 +83,8 @@ def test_intervals_hold_no_metric_code():
         "statistics",
         "typing",
         "numpy",
+        "scipy",
+        "warnings",
         "controller.metrics",
     }, imported
     for name in METRICS:

@@ -75,7 +75,7 @@ def test_strategies_and_metrics_listings():
         assert f"\n{name}  (corpus" in "\n" + out.output, name
     assert "needs references" in out.output and "needs model" in out.output
     assert "\nrep_2  (corpus, lower is better; bootstrap interval" in out.output
-    assert "\nzipf  (corpus, no direction; half-sample interval" in out.output
+    assert "\nzipf  (corpus, no direction; jackknife interval" in out.output
 
 
 def test_cli_help_as_a_subprocess():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import random
 from pathlib import Path
 
 import krippendorff
@@ -34,10 +35,14 @@ def run(store, *args):
     return CliRunner().invoke(main, [*args, "--store", store.url], catch_exceptions=False)
 
 
-def export(store, data, out, items=7, raters=3):
-    res = run(store, "rate", "export", data.sweep_id, "--items", str(items), "--raters", str(raters),
-              "--criteria", "fluency,coherence", "--out", str(out))  # fmt: skip
+def export(store, data, out, items=7, raters=3, seed=None, output=None):
+    extra = [] if seed is None else ["--seed", str(seed)]
+    res = CliRunner().invoke(main, ["rate", "export", data.sweep_id, "--items", str(items), "--raters", str(raters),
+                                    "--criteria", "fluency,coherence", "--out", str(out), *extra,
+                                    "--store", store.url], catch_exceptions=False)  # fmt: skip
     assert res.exit_code == 0, res.output
+    if output is not None:
+        output.append(res.output)
     return store.read_json(paths.ratings_key(data.tenant, data.sweep_id, paths.RATINGS_KEY_FILE))
 
 
@@ -68,8 +73,26 @@ def test_export_is_blinded_stratified_reproducible_and_shuffled(sweep):
         assert not [h for h in HIDDEN if h in body], f.name  # no model, strategy or cell, HTML source included
     orders = [[r["item"] for r in csv.DictReader((tmp / "a" / f"sheet-r{i}.csv").open())] for i in (1, 2, 3)]
     assert sorted(orders[0]) == sorted(orders[1]) == sorted(key["items"]) and orders[0] != orders[1]
-    assert export(store, data, tmp / "b") == key  # reproducible
-    assert (tmp / "a" / "sheet-r2.html").read_bytes() == (tmp / "b" / "sheet-r2.html").read_bytes()
+    assert key["seed"] is None  # a secret draw by default
+
+
+def test_default_exports_are_secret_and_seeded_ones_reproducible_with_a_warning(sweep):
+    store, data, tmp = sweep
+    out: list[str] = []
+    a, b = export(store, data, tmp / "a", output=out), export(store, data, tmp / "b")
+    assert not set(a["items"]) & set(b["items"])  # fresh ids every export: nothing to replay
+    controls = sum(v["cell"] == "reference" for v in a["items"].values())
+    assert a["n_controls"] == controls > 0
+    assert f"{controls} reference texts of the same prompts mixed in as controls" in out[0]
+    assert "warning" not in out[0]
+    # the public code's former draw (random.Random(seed) after sampling) does not give the ids
+    replay = random.Random(0)
+    assert not {f"i{replay.getrandbits(40):010x}" for _ in range(200)} & set(a["items"])
+    warned: list[str] = []
+    c = export(store, data, tmp / "c", seed=5, output=warned)
+    assert "warning" in warned[0] and c["seed"] == 5
+    assert export(store, data, tmp / "d", seed=5) == c  # reproducible when asked
+    assert (tmp / "c" / "sheet-r2.html").read_bytes() == (tmp / "d" / "sheet-r2.html").read_bytes()
 
 
 def test_round_trip_means_and_alpha_equal_direct_computations(sweep):
@@ -160,6 +183,11 @@ def test_too_few_items_for_the_cells_is_a_usage_error(sweep):
     assert res.exit_code == 2 and "every cell must be rated" in res.output
 
 
+def sheet_items(path: Path) -> int:
+    """Items of an exported sheet (a secret draw: how many references join as controls varies)."""
+    return len(list(csv.DictReader(io.StringIO(path.read_text()))))
+
+
 def import_(store, data, *files: Path):
     return CliRunner().invoke(main, ["rate", "import", data.sweep_id, *map(str, files), "--store", store.url])
 
@@ -171,9 +199,10 @@ def test_import_says_what_it_replaced_and_what_to_run_next(sweep):
     first.write_bytes(fill(tmp / "s" / "sheet-r1.csv", "r1"))
     res = import_(store, data, first)
     assert res.exit_code == 0, res.output
-    assert "r1: 12 items\n" in res.output and f"next: decodebench report {data.sweep_id} --store" in res.output
+    n = sheet_items(tmp / "s" / "sheet-r1.csv")
+    assert f"r1: {n} items\n" in res.output and f"next: decodebench report {data.sweep_id} --store" in res.output
     again = import_(store, data, tmp / "s" / "sheet-r1.csv")  # the blank sheet, returned by mistake
-    assert "r1: 12 items (replaces the sheet imported from " + str(first) + ")" in again.output
+    assert f"r1: {n} items (replaces the sheet imported from " + str(first) + ")" in again.output
 
 
 def test_a_file_named_for_one_rater_may_not_carry_another(sweep):
@@ -197,7 +226,8 @@ def test_sheets_in_the_encodings_of_prompt_files_import(sweep, encoding):
     sheet.write_bytes(fill(tmp / "s" / "sheet-r1.csv", "r1").decode().encode(encoding))  # as spreadsheets save
     res = import_(store, data, sheet)
     assert res.exit_code == 0, res.output
-    assert len(store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "r1"))["scores"]) == 12
+    exported = sheet_items(tmp / "s" / "sheet-r1.csv")
+    assert len(store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "r1"))["scores"]) == exported
 
 
 def test_utf16_without_a_bom_and_latin1_are_one_line(sweep):
@@ -254,7 +284,8 @@ def test_the_ratings_table_counts_items_and_marks_alpha_on_too_few(sweep):
     assert run(store, "rate", "import", data.sweep_id, *files).exit_code == 0
     loaded, summary = build(store, data.tenant, data.sweep_id, n_boot=0)
     rated = summary[summary["rating_fluency_n"].notna()]
-    assert rated["rating_fluency_n"].sum() == 12 and (rated["rating_fluency_n"] < 10).all()
+    n = sheet_items(tmp / "s" / "sheet-r1.csv")
+    assert rated["rating_fluency_n"].sum() == n and (rated["rating_fluency_n"] < 10).all()
     defined = rated[rated["rating_fluency_alpha"].notna()]
     assert len(defined)  # α with its interval around it, where the bootstrap defines one
     for _, row in defined[defined["rating_fluency_alpha_ci_low"].notna()].iterrows():

@@ -35,7 +35,12 @@ def _names(value: str) -> list[str]:
     metavar="NAME=TEXT",
     help="What a criterion asks, shown on the sheets (fluency and coherence have one built in).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample and the orders.")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Make the export reproducible (and replayable by anyone with the seed); default: a secret draw.",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -62,6 +67,12 @@ def export(sweep, n_items, raters, rater_names, criteria, defines, seed, out, st
     sweep_id = store.resolve_sweep(tenant, sweep)
     if load_sheets(store, tenant, sweep_id):
         raise UsageError(f"sweep {sweep_id} already has imported ratings; a new export would orphan them")
+    if seed is not None:
+        click.echo(
+            "warning: --seed makes the sheets reproducible; anyone with the seed and the sweep can recover "
+            "which item is which cell",
+            err=True,
+        )
     sheets = export_sheets(load_sweep(store, tenant, sweep_id), n_items, names, _names(criteria), seed)
     store.write_json(paths.ratings_key(tenant, sweep_id, paths.RATINGS_KEY_FILE), sheets.key)
     out = out or Path(f"ratings-{sweep_id}")

@@ -40,6 +40,19 @@ FORMATS = tuple(paths.REPORT_FILES)
     show_default=True,
     help="Bootstrap replicates of the confidence intervals (0: none).",
 )
+@click.option(
+    "--baseline",
+    default=None,
+    metavar="STRATEGY|CELL",
+    help="Compare every cell with this strategy (per model) or cell key; default: each model's first cell.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Cells aggregated in parallel processes (0: one per CPU).",
+)
 @settings.option("store", "--store", "store_url")
 @options.tenant
 @options.api
@@ -49,6 +62,8 @@ def report(
     out: Path | None,
     compare_to: str | None,
     n_boot: int,
+    baseline: str | None,
+    workers: int,
     store_url: str,
     tenant: str,
     api: str | None,
@@ -67,14 +82,14 @@ def report(
     from worker.store import open_store
 
     store = open_store(store_url)
-    data, summary = build(store, tenant, sweep, n_boot)
+    data, summary = build(store, tenant, sweep, n_boot, baseline, workers)
     write_reports(store, tenant, data.sweep_id, summary, data)
     if compare_to is None:
         click.echo(markdown_table(summary), nl=False)
         body = render(fmt_name, summary, data) if out else None
     else:
         sweep_b = store.resolve_sweep(tenant, compare_to)
-        _, other = build(store, tenant, sweep_b, n_boot)
+        _, other = build(store, tenant, sweep_b, n_boot, workers=workers)
         comparison = compare(summary, other)
         write_comparison(store, tenant, data.sweep_id, sweep_b, comparison)
         click.echo(compare_table(comparison), nl=False)

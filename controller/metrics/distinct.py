@@ -12,6 +12,11 @@ value in [0, 1]. None when the cell has no n-gram (every generation shorter than
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
 from controller.metrics.registry import metric
 from controller.metrics.tokenize import ngrams
 
@@ -31,15 +36,36 @@ def distinct_n(docs: list[list[str]], n: int) -> float | None:
     return len(seen) / total
 
 
+def distinct_leave_one_out(docs: list[list[str]], groups: Sequence[Sequence[int]], n: int) -> np.ndarray:
+    """distinct-n of `docs` without each group in turn (NaN where no n-gram is left), exactly.
+
+    Leaving group g out removes its n-grams from the total and, from the unique ones, those
+    that no other group has: O(n-grams) for all groups, not one recomputation per group."""
+    sets, totals = [], []
+    for members in groups:
+        grams = [g for i in members for g in ngrams(docs[i], n)]
+        sets.append(set(grams))
+        totals.append(len(grams))
+    in_groups = Counter(g for s in sets for g in s)
+    unique, total = len(in_groups), sum(totals)
+    out = np.full(len(groups), np.nan)
+    for k, (s, t) in enumerate(zip(sets, totals)):
+        if total - t > 0:
+            out[k] = (unique - sum(1 for g in s if in_groups[g] == 1)) / (total - t)
+    return out
+
+
 def _register(n: int) -> None:
     metric(
         f"distinct_{n}",
         description=f"Unique {n}-grams across the cell's generations / all their {n}-grams.",
         level="corpus",
         higher_is_better=True,
-        interval="half-sample",  # a bootstrap's duplicated generations add no new n-gram
+        interval="jackknife",  # a bootstrap's duplicated generations add no new n-gram
         citation=_LI,
         unit="fraction",
+        leave_one_out=lambda cell, groups: distinct_leave_one_out(cell.words, groups, n),
+        unit_interval=True,
     )(lambda cell: distinct_n(cell.words, n))
 
 

@@ -42,15 +42,43 @@ def settings_text() -> str:
     return ", ".join(f"{k}={v}" for k, v in MAUVE_SETTINGS.items())
 
 
+def sample(cell: CellData) -> list[int]:
+    """The generations MAUVE compares: all, or `cell.sample_size` of them drawn with `cell.sample_seed`.
+
+    Every cell of a report is compared on the same number of generations (the smallest cell's),
+    as MAUVE's quantisation depends on the sample size."""
+    n = len(cell.texts)
+    if cell.sample_size is None or cell.sample_size >= n:
+        return list(range(n))
+    rng = np.random.default_rng(cell.sample_seed)
+    return sorted(rng.choice(n, size=cell.sample_size, replace=False).tolist())
+
+
 def mauve_features(cell: CellData) -> tuple[np.ndarray, np.ndarray] | None:
-    """(p, q): the generations' and the references' features as float arrays; None if MAUVE cannot apply."""
+    """(p, q): the sampled generations' features, the references' (each prompt once); None if MAUVE cannot apply."""
     n = len(cell.texts)
     if n < MIN_ITEMS or len(cell.features) != n or any(f is None for f in cell.features):
         return None
-    refs = [f for f in cell.reference_features if f is not None]
+    ids = cell.prompt_ids if len(cell.prompt_ids) == n else [None] * n
+    refs, seen = [], set()
+    for pid, f in zip(ids, cell.reference_features or [None] * n):
+        if f is None or (pid is not None and pid in seen):
+            continue
+        seen.add(pid)
+        refs.append(f)
     if len(refs) < MIN_ITEMS:
         return None
-    return np.asarray(cell.features, dtype=np.float32), np.asarray(refs, dtype=np.float32)
+    chosen = sample(cell)
+    return np.asarray([cell.features[i] for i in chosen], dtype=np.float32), np.asarray(refs, dtype=np.float32)
+
+
+def sizes(cell: CellData) -> tuple[int, int, int] | None:
+    """(generations, references, k-means clusters) MAUVE uses on the cell; None where it does not apply."""
+    pq = mauve_features(cell)
+    if pq is None:
+        return None
+    n_p, n_q = len(pq[0]), len(pq[1])
+    return n_p, n_q, max(2, int(round(min(n_p, n_q) / 10)))  # mauve-text's num_buckets="auto"
 
 
 def compute(p: np.ndarray, q: np.ndarray) -> float:

@@ -18,7 +18,9 @@ one of two ways (as lm-evaluation-harness metrics declare their aggregation):
   statistics, so value and interval cannot disagree.
 - plain, `@metric(name, ...)` on `fn(cell)`: any other corpus function (distinct-n,
   self-BLEU, Zipf), whose value a bootstrap's duplicated generations would distort; its
-  interval is the delete-half jackknife, which calls `fn` on halves of the prompts.
+  interval is the delete-one-prompt jackknife: `fn` on the cell without each prompt in turn,
+  or the metric's own exact `leave_one_out(cell, groups)` where it declares one (cheaper
+  than G recomputations). "half-sample" (delete-half jackknife) stays available.
 
     cell = cell_data(records)            # GenerationRecord objects or dicts
     values = compute_metrics(cell)       # {"rep_2": 0.01, "bleu": None, ...}
@@ -37,8 +39,8 @@ import numpy as np
 from controller.metrics.tokenize import word_tokenize
 from worker.core.registry import Registry
 
-Interval = Literal["bootstrap", "half-sample", "none"]
-INTERVALS: tuple[str, ...] = ("bootstrap", "half-sample", "none")
+Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
+INTERVALS: tuple[str, ...] = ("bootstrap", "jackknife", "half-sample", "none")
 
 
 @dataclass
@@ -61,6 +63,11 @@ class CellData:
     token_ids: list[list[int]] = field(default_factory=list)
     features: list[list[float] | None] = field(default_factory=list)
     reference_features: list[list[float] | None] = field(default_factory=list)
+    prompt_ids: list[str | None] = field(default_factory=list)
+    # A metric compared across cells on equal samples (MAUVE) subsamples the cell to `sample_size`
+    # generations with `sample_seed` (set by the report: the smallest cell's size); None: all.
+    sample_size: int | None = None
+    sample_seed: int = 0
 
     def subset(self, idx: Sequence[int] | np.ndarray) -> CellData:
         """The cell restricted to the generations `idx`, in that order (repetitions allowed)."""
@@ -79,6 +86,7 @@ class CellData:
             token_ids=pick(self.token_ids),
             features=pick(self.features),
             reference_features=pick(self.reference_features),
+            prompt_ids=pick(self.prompt_ids),
         )
 
 
@@ -113,7 +121,10 @@ class Metric:
     Give either `fn` (a plain corpus metric) or `per_item` and `combine` (an additive
     metric; its `fn` is built from them: `combine(column_sums(per_item(cell)))`).
     `interval` is "bootstrap" (needs `per_item`; the default of additive metrics),
-    "half-sample" (the default of plain ones) or "none" (no interval).
+    "jackknife" (the default of plain ones), "half-sample" or "none" (no interval).
+    `leave_one_out(cell, groups)`, optional for a plain metric: the value without each group
+    of generations (a prompt's) in turn, as an array of len(groups), exactly what `fn` gives
+    on `cell.subset` of the others (NaN where it does not apply), computed faster.
     """
 
     name: str
@@ -125,6 +136,8 @@ class Metric:
     fn: Callable[[CellData], float | None] = None  # type: ignore[assignment]  # built for an additive metric
     per_item: PerItem | None = None
     combine: Combine | None = None
+    leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
+    unit_interval: bool = False  # a share in [0, 1]: its jackknife interval is built on the logit scale
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
     unit: str = ""
@@ -139,7 +152,7 @@ class Metric:
             object.__setattr__(self, "fn", partial(_additive_value, self))
         elif not callable(self.fn):
             raise ValueError(f"{where}: give fn, or per_item and combine")
-        interval = self.interval or ("bootstrap" if self.additive else "half-sample")
+        interval = self.interval or ("bootstrap" if self.additive else "jackknife")
         if interval not in INTERVALS:
             raise ValueError(f"{where}: interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
         if interval == "bootstrap" and not self.additive:
@@ -178,18 +191,22 @@ def metric(
     higher_is_better: bool | None,
     needs_references: bool = False,
     needs_model: bool = False,
-    interval: Interval = "half-sample",
+    interval: Interval = "jackknife",
     citation: str = "",
     unit: str = "",
+    leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
+    unit_interval: bool = False,
     registry: Registry[Metric] = METRICS,
 ):
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
 
-    Its interval is the delete-half jackknife ("half-sample"), or "none".
+    Its interval is the delete-one-prompt jackknife ("jackknife", through `leave_one_out`
+    where given), the delete-half jackknife ("half-sample"), or "none".
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
-                  citation=citation, unit=unit)  # fmt: skip
+                  citation=citation, unit=unit, leave_one_out=leave_one_out,
+                  unit_interval=unit_interval)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
 
 
@@ -258,6 +275,7 @@ def cell_data(records: Iterable[Mapping[str, Any] | Any]) -> CellData:
         token_ids=_all_or_nothing([_field(r, "token_ids") for r in recs]),
         features=[_field(r, "features") for r in recs],
         reference_features=[_field(r, "reference_features") for r in recs],
+        prompt_ids=[_field(r, "prompt_id") for r in recs],
     )
 
 

@@ -119,20 +119,22 @@ def self_bleu_scores(docs: Sequence[Sequence[str]], max_n: int = 4) -> list[floa
                 clipped += c if c < other_max else other_max
             denominator = max(1, sum(hyp_counts.values()))
             p_n.append((clipped, denominator))
-        if p_n[0][0] == 0:  # NLTK returns 0 when no unigram matches
-            scores.append(0.0)
-            continue
-        hyp_len = lengths[i]
-        ref_len = _closest_other_length(i, lengths, distinct, multiplicity)
-        if hyp_len > ref_len:
-            bp = 1.0
-        elif hyp_len == 0:
-            bp = 0.0
-        else:
-            bp = math.exp(1 - ref_len / hyp_len)
-        logs = (w * math.log(num / den if num else (num + EPSILON) / den) for w, (num, den) in zip(weights, p_n))
-        scores.append(bp * math.exp(math.fsum(logs)))
+        scores.append(_score(p_n, lengths[i], _closest_other_length(i, lengths, distinct, multiplicity), weights))
     return scores
+
+
+def _score(p_n: Sequence[tuple[int, int]], hyp_len: int, ref_len: int, weights: Sequence[float]) -> float:
+    """NLTK's sentence BLEU from (clipped, total) per n, the hypothesis and closest reference lengths."""
+    if p_n[0][0] == 0:  # NLTK returns 0 when no unigram matches
+        return 0.0
+    if hyp_len > ref_len:
+        bp = 1.0
+    elif hyp_len == 0:
+        bp = 0.0
+    else:
+        bp = math.exp(1 - ref_len / hyp_len)
+    logs = (w * math.log(num / den if num else (num + EPSILON) / den) for w, (num, den) in zip(weights, p_n))
+    return bp * math.exp(math.fsum(logs))
 
 
 def self_bleu(docs: Sequence[Sequence[str]], max_n: int = 4) -> float | None:
@@ -143,12 +145,89 @@ def self_bleu(docs: Sequence[Sequence[str]], max_n: int = 4) -> float | None:
     return math.fsum(scores) / len(scores)
 
 
+def _top(counts: list[Counter], keep: int) -> dict[str, list[tuple[int, int]]]:
+    """For each n-gram: its `keep` largest (count, generation) pairs, largest first."""
+    postings: dict[str, list[tuple[int, int]]] = {}
+    for i, counter in enumerate(counts):
+        for gram, c in counter.items():
+            postings.setdefault(gram, []).append((c, i))
+    return {gram: sorted(pairs, key=lambda p: -p[0])[:keep] for gram, pairs in postings.items()}
+
+
+def _closest_available(length: int, available: Counter) -> int:
+    """NLTK's closest_ref_length over the lengths still available (count > 0); ties: the shorter."""
+    return min((r for r, c in available.items() if c > 0), key=lambda r: (abs(r - length), r))
+
+
+def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequence[int]], max_n: int = 4):
+    """Self-BLEU of `docs` without each group of documents in turn, exactly (NaN where < 2 are left).
+
+    Equal to `self_bleu` of the remaining documents (each per-document score bit for bit), at
+    the cost of about one self-BLEU, not one per group: leaving group g out changes a remaining
+    hypothesis a's clipped count of an n-gram only where a is the n-gram's largest holder outside
+    g (every other hypothesis keeps min(its count, a's count) = its count), so each n-gram of g
+    needs its |g| + 2 largest holders; a brevity penalty changes only where every document of the
+    closest other length is in g."""
+    import numpy as np  # the metrics stay importable without numpy's cost on their path
+
+    k = len(docs)
+    weights = [1.0 / max_n] * max_n
+    keep = max((len(g) for g in groups), default=0) + 2
+    counts = [[Counter(_ngram_keys(doc, n)) for doc in docs] for n in range(1, max_n + 1)]
+    tops = [_top(per_n, keep) for per_n in counts]
+    lengths = [len(doc) for doc in docs]
+    distinct, multiplicity = sorted(set(lengths)), Counter(lengths)
+    ref = [_closest_other_length(i, lengths, distinct, multiplicity) for i in range(k)] if k >= 2 else []
+    den = [[max(1, sum(counts[n][i].values())) for n in range(max_n)] for i in range(k)]
+
+    def clip(n: int, i: int, gram: str, c: int, gone: set[int]) -> int:
+        """min(c, the largest count of `gram` in a document other than i and outside `gone`)."""
+        other = next((cj for cj, j in tops[n][gram] if j != i and j not in gone), 0)
+        return min(c, other)
+
+    clipped = [[sum(clip(n, i, g, c, set()) for g, c in counts[n][i].items()) for n in range(max_n)]
+               for i in range(k)]  # fmt: skip
+    base = [_score(list(zip(clipped[i], den[i])), lengths[i], ref[i], weights) for i in range(k)]
+    out = np.full(len(groups), np.nan)
+    for gi, members in enumerate(groups):
+        gone = set(members)
+        if k - len(gone) < 2:
+            continue
+        delta: dict[int, list[int]] = {}
+        for n in range(max_n):
+            for gram in {g for i in gone for g in counts[n][i]}:
+                a = next(((c, j) for c, j in tops[n][gram] if j not in gone), None)
+                if a is None:
+                    continue
+                c_a, j_a = a
+                new, old = clip(n, j_a, gram, c_a, gone), clip(n, j_a, gram, c_a, set())
+                if new != old:
+                    delta.setdefault(j_a, [0] * max_n)[n] += new - old
+        available = multiplicity - Counter(lengths[i] for i in gone)
+        scores = []
+        for i in range(k):
+            if i in gone:
+                continue
+            available[lengths[i]] -= 1
+            r = ref[i] if available[ref[i]] > 0 else _closest_available(lengths[i], available)
+            available[lengths[i]] += 1
+            if i in delta or r != ref[i]:
+                d = delta.get(i, [0] * max_n)
+                scores.append(_score([(clipped[i][n] + d[n], den[i][n]) for n in range(max_n)], lengths[i], r, weights))
+            else:
+                scores.append(base[i])
+        out[gi] = math.fsum(scores) / len(scores)
+    return out
+
+
 @metric(
     "self_bleu_4",
     description="Mean BLEU-4 of each generation against all other generations of the cell (NLTK method1 smoothing).",
     level="corpus",
     higher_is_better=False,
-    interval="half-sample",  # a bootstrap's duplicated generation would match itself
+    interval="jackknife",  # a bootstrap's duplicated generation would match itself
+    leave_one_out=lambda cell, groups: self_bleu_leave_one_out(cell.words, groups, 4),
+    unit_interval=True,
     citation='Zhu et al. 2018, "Texygen: A Benchmarking Platform for Text Generation Models", SIGIR',
     unit="BLEU (0-1)",
 )

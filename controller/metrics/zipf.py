@@ -44,7 +44,7 @@ def zipf_coefficient(docs: list[list[str]], top_n: int = TOP_N) -> float | None:
     description="Negative slope of log word frequency on log rank (top 5,000 ranks) over the cell's generations.",
     level="corpus",
     higher_is_better=None,
-    interval="half-sample",  # a bootstrap's duplicated generations would distort the counts
+    interval="jackknife",  # a bootstrap's duplicated generations would distort the counts
     citation='Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration", ICLR',
     unit="",
 )

@@ -22,8 +22,10 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
-from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
-from controller.report.speed import speed_columns
+from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, map_cells, pair_memo, score
+from controller.report.intervals import CI_LEVEL, cell_rng
+from controller.report.paired import compare_cells, comparison_columns, is_comparison_column
+from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
@@ -47,7 +49,7 @@ EXTRA_SPEED_COLUMNS = [
     "n_jobs",
     "cell",
 ]
-COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs"]
+COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs", *MAUVE_COLUMNS]
 KEY_COLUMNS = ["model", "strategy", "params"]
 REFERENCE = "reference"
 
@@ -65,6 +67,8 @@ class SweepData:
     prompts: list[PromptItem] = field(default_factory=list)
     cell_order: list[str] = field(default_factory=list)  # cells in plan order, where known
     damaged: list[str] = field(default_factory=list)  # one line per damaged record left out (a job, spec, plan)
+    loaded: bool = True  # False: loaded without generations; each cell's are read when it is aggregated
+    examples: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (cell, prompt) -> first seed's
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -75,6 +79,11 @@ class SweepData:
         """The sweep spec itself (spec.json wraps it with the sweep's metadata)."""
         inner = (self.spec or {}).get("spec")
         return inner if isinstance(inner, dict) else (self.spec or {})
+
+    @property
+    def n_generations(self) -> int:
+        """Generations of the complete jobs (one per prompt of each job when they were not loaded)."""
+        return len(self.generations) if self.loaded else sum(len(r.job.prompts) for r in self.results)
 
     @property
     def name(self) -> str:
@@ -90,8 +99,12 @@ def prompts_of(results: list[JobResult]) -> list[PromptItem]:
     return list(seen.values())
 
 
-def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
+def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bool = True) -> SweepData:
     """Read the spec and every COMPLETE job (result.json present); each generation once.
+
+    `with_generations=False` reads the results only: `summarize(..., store=store)` then streams each
+    cell's generations when it aggregates that cell (and names a damaged one), so the report never
+    holds every record at once.
 
     A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
     and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
@@ -110,7 +123,9 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
     for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
         try:  # a damaged job (a worker killed mid-write, a hand edit) is named and left out, as if missing
             result = store.load_result(tenant, sweep_id, job_id)
-            records = store.load_generations(tenant, sweep_id, job_id, result.generations_sha256)
+            records = (
+                store.load_generations(tenant, sweep_id, job_id, result.generations_sha256) if with_generations else []
+            )
         except CorruptRecordError as err:
             log.warning(f"{err}; job left out of the report")
             damaged.append(str(err))
@@ -129,7 +144,17 @@ def load_sweep(store: Store, tenant: str, sweep_id: str) -> SweepData:
         jobs = None
     planned = len(jobs) if jobs is not None else None
     order = list(dict.fromkeys(j["cell"] for j in jobs or []))
-    return SweepData(tenant, sweep_id, spec, results, generations, planned, cell_order=order, damaged=damaged)
+    return SweepData(
+        tenant,
+        sweep_id,
+        spec,
+        results,
+        generations,
+        planned,
+        cell_order=order,
+        damaged=damaged,
+        loaded=with_generations,
+    )
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -193,74 +218,42 @@ def _order(data: SweepData, results: list[JobResult]) -> tuple:
     )
 
 
-@dataclass
-class _Quality:
-    """Scores one row's quality columns and their intervals; remembers the interval methods used."""
-
-    selected: list[tuple[str, Metric]]
-    with_ci: bool
-    n_boot: int
-    n_boot_corpus: int
-    seed: int
-    methods: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-
-    def __call__(self, row: dict, cell: CellData, groups: list[list[int]], key: str, reference_row: bool = False):
-        row.update(evaluate(self.selected, cell, reference_row=reference_row))
-        if not self.with_ci:
-            return
-        cis = confidence_intervals(
-            self.selected,
-            cell,
-            row,
-            groups,
-            n_boot=self.n_boot,
-            n_boot_corpus=self.n_boot_corpus,
-            rng=cell_rng(self.seed, key),
-            reference_row=reference_row,
-        )
-        for name, (lo, hi, method) in cis.items():
-            row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi
-            self.methods[name].add(method)
-
-
-def _cell_rows(data: SweepData, quality: _Quality) -> list[dict[str, Any]]:
-    """One row per (model, strategy variant) cell, in plan order."""
+def _tasks(data: SweepData, store_url: str | None, settings: Settings) -> list[CellTask]:
+    """One task per (model, strategy variant) cell, in plan order: its ids, speed, jobs and records."""
     prompt_rank = {p.id: i for i, p in enumerate(data.prompts)}
     by_cell: dict[str, list[JobResult]] = defaultdict(list)
     for r in data.results:
         by_cell[r.job.cell].append(r)
-    records_by_cell: dict[str, list[GenerationRecord]] = defaultdict(list)
-    for g in data.generations:
-        records_by_cell[g.cell].append(g)
-    rows: list[dict[str, Any]] = []
+    records_by_cell: dict[str, list[GenerationRecord]] | None = None
+    if data.loaded:
+        records_by_cell = defaultdict(list)
+        for g in data.generations:
+            records_by_cell[g.cell].append(g)
+    tasks = []
     for cell in sorted(by_cell, key=lambda c: _order(data, by_cell[c])):
         results = by_cell[cell]
         job = results[0].job
-        records = sorted(
-            records_by_cell.get(cell, []),
-            key=lambda g: (prompt_rank.get(g.prompt_id, len(prompt_rank)), g.prompt_id, g.job_seed),
-        )
         row: dict[str, Any] = {
             "model": job.model.label,
             "strategy": job.strategy.name,
             "params": params_json(job.strategy.params),
-            "n_prompts": len({g.prompt_id for g in records}),
-            "n_generations": len(records),
             "n_seeds": len({r.job.seed for r in results}),
             **speed_columns(results),
+            **speed_spread(results, n_boot=settings.n_boot, seed=settings.seed),
             "n_jobs": len(results),
             "cell": cell,
         }
-        quality(row, cell_data(records), prompt_groups([g.prompt_id for g in records]), cell)
-        rows.append(row)
-    return rows
+        records = records_by_cell.get(cell, []) if records_by_cell is not None else None
+        where = (store_url, data.tenant, data.sweep_id) if store_url else None
+        tasks.append(CellTask(cell, row, results, prompt_rank, records, where))
+    return tasks
 
 
-def _reference_row(data: SweepData, quality: _Quality) -> dict[str, Any] | None:
-    """The prompt set's own references scored as a row, where it has references."""
+def _reference_row(data: SweepData, selected, settings: Settings) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """The prompt set's own references scored as a row, where it has references; and its interval methods."""
     refs = reference_data(data.prompts)
     if refs is None:
-        return None
+        return None, {}
     row = {
         "model": None,
         "strategy": REFERENCE,
@@ -271,53 +264,114 @@ def _reference_row(data: SweepData, quality: _Quality) -> dict[str, Any] | None:
         "n_jobs": None,
         "cell": REFERENCE,
     }
-    quality(row, refs, [[i] for i in range(len(refs.texts))], REFERENCE, reference_row=True)
-    return row
+    groups = [[i] for i in range(len(refs.texts))]
+    methods, _ = score(selected, settings, row, refs, groups, REFERENCE, reference_row=True)
+    return row, methods
 
 
 def summarize(
-    data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100, metrics: MetricSource = METRICS
+    data: SweepData,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    n_boot_corpus: int = 100,
+    metrics: MetricSource = METRICS,
+    baseline: str | None = None,
+    workers: int = 1,
+    store: Store | None = None,
 ) -> pd.DataFrame:
     """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
 
-    `n_boot`: bootstrap replicates of the metrics with a bootstrap interval (additive
-    ones); `n_boot_corpus` (at most n_boot): half-sample replicates of the others, which
-    are recomputed from the texts per replicate. `metrics`: the metrics to compute, a
-    registry or a name -> Metric mapping (default: every registered metric).
+    `n_boot`: studentised bootstrap replicates of the metrics with a bootstrap interval (additive
+    ones); the plain corpus metrics take the delete-one-prompt jackknife (no replicates);
+    `n_boot_corpus` (at most n_boot): replicates of a metric that declares "half-sample".
+    `metrics`: the metrics to compute, a registry or a name -> Metric mapping (default: all).
+    `baseline`: the cell every cell is compared with (controller.report.paired): a strategy
+    name (per model) or a cell key; default the first cell of each model. Comparisons, like
+    intervals, need several seeds. `workers`: cells aggregated in a process pool of that many
+    (0: one per CPU; 1: in this process); `store`: where each cell's output is cached (and, for a
+    sweep loaded without its generations, where each cell reads its own) — controller.report.cells.
     """
     selected = requested_metrics(data, metrics)
     with_ci = several_seeds(data) and n_boot > 0
-    quality = _Quality(selected, with_ci, n_boot, n_boot_corpus, seed)
-    rows = _cell_rows(data, quality)
-    reference = _reference_row(data, quality)
+    names = tuple(name for name, _ in selected)
+    settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data))
+    store_url = getattr(store, "url", None) if store is not None else None
+    outputs = map_cells(_tasks(data, store_url, settings), selected, settings, workers=workers, store=store)
+    data.examples = {(o.row["cell"], pid): ex for o in outputs for pid, ex in o.examples.items()}
+    for line in (line for o in outputs for line in o.damaged):  # found while streaming a cell's generations
+        structlog.get_logger("decodebench.report").warning(f"{line}; job left out of the report")
+        data.damaged.append(line)
+    rows = [o.row for o in outputs]
+    methods: dict[str, set[str]] = defaultdict(set)
+    for o in outputs:
+        for name, method in o.methods.items():
+            methods[name].add(method)
+    if with_ci:
+        compared = compare_cells(
+            [o.stats for o in outputs if o.stats is not None],
+            dict(selected),
+            baseline=baseline,
+            n_boot=n_boot,
+            rng_for=lambda cell: cell_rng(seed, f"{cell}|paired"),
+            memo=pair_memo(store, outputs, settings, baseline),
+        )
+        for row in rows:
+            row.update(compared.get(row["cell"], {}))
+    reference, ref_methods = _reference_row(data, selected, settings)
     if reference is not None:
         rows.append(reference)
-    frame = _frame(rows, [name for name, _ in selected], with_ci)
-    frame.attrs["ci"] = (
-        {
-            "level": CI_LEVEL,
-            "unit": "prompt",
-            "n_boot": n_boot,
-            "n_boot_corpus": min(n_boot, n_boot_corpus),
-            "seed": seed,
-            "methods": {name: "/".join(sorted(m)) for name, m in quality.methods.items()},
-        }
-        if with_ci
-        else None
-    )
+        for name, method in ref_methods.items():
+            methods[name].add(method)
+    frame = _frame(rows, list(names), with_ci)
+    frame.attrs.update(_attrs(frame, settings, methods, baseline))
     return frame
+
+
+def _attrs(frame: pd.DataFrame, settings: Settings, methods: dict[str, set[str]], baseline: str | None) -> dict:
+    """The summary's settings: its intervals (`ci`) and MAUVE's equal sample (`mauve`)."""
+    ci = {
+        "level": CI_LEVEL,
+        "unit": "prompt",
+        "n_boot": settings.n_boot,
+        "n_boot_corpus": min(settings.n_boot, settings.n_boot_corpus),
+        "seed": settings.seed,
+        "methods": {name: "/".join(sorted(m)) for name, m in methods.items()},
+        "baseline": baseline,
+        "comparisons": "paired over prompts; bootstrap-t and permutation p (additive), jackknife (plain); Holm",
+    }
+    mauve = {"n": settings.sample_size, "seed": settings.seed, "draw": "numpy default_rng(crc32('<seed>:<cell>'))"}
+    return {
+        "ci": ci if settings.with_ci else None,
+        "mauve": mauve if "mauve" in frame.columns and frame["mauve"].notna().any() else None,
+    }
+
+
+def smallest_cell(data: SweepData) -> int | None:
+    """The generations of the sweep's smallest cell (from its jobs' prompts): MAUVE compares every cell on that many."""
+    per_cell: dict[str, int] = defaultdict(int)
+    for r in data.results:
+        per_cell[r.job.cell] += len(r.job.prompts)
+    return min(per_cell.values(), default=None)
 
 
 def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataFrame:
     extra_metrics = [m for m in metric_names if m not in DESIGN_COLUMNS]
-    columns = DESIGN_COLUMNS + extra_metrics + EXTRA_SPEED_COLUMNS
+    columns = (
+        DESIGN_COLUMNS
+        + extra_metrics
+        + (MAUVE_COLUMNS if "mauve" in metric_names else [])
+        + EXTRA_SPEED_COLUMNS
+        + SPREAD_COLUMNS
+    )
     if with_ci:
         columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
+        columns += comparison_columns(QUALITY_COLUMNS + extra_metrics)
     frame = pd.DataFrame(rows).reindex(columns=columns)
     for col in columns:
         if col in COUNT_COLUMNS:
             frame[col] = frame[col].astype("Int64")
-        elif col not in ("model", "strategy", "params", "memory_kind", "cell"):
+        elif col not in ("model", "strategy", "params", "memory_kind", "cell", "baseline"):
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
         else:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
@@ -326,5 +380,5 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataF
 
 def metric_columns(summary: pd.DataFrame) -> list[str]:
     """The quality-metric columns of a summary (DESIGN's, then extra registered ones)."""
-    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS)
-    return [c for c in summary.columns if c not in skip and "_ci_" not in c]
+    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS + SPREAD_COLUMNS)
+    return [c for c in summary.columns if c not in skip and "_ci_" not in c and not is_comparison_column(c)]

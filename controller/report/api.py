@@ -4,6 +4,10 @@
     summary = load_summary("3f2a9c", store="./runs")      # a sweep id or a unique prefix
     gens = load_generations("3f2a9c", store="./runs")
 
+`summary` holds, with several seeds, each cell's paired comparison against its baseline
+(`baseline`, `<metric>_diff`, `_diff_ci_low`, `_diff_ci_high`, `_diff_p`, `_diff_p_holm`);
+`comparisons(summary)` gives them in long form, one row per (cell, metric).
+
 `store` is a Store, a URL (`./runs`, `file:///…`, `s3://bucket/prefix`) or None
 (DECODEBENCH_STORE, else ./runs).
 """
@@ -31,23 +35,25 @@ def load_summary(
     *,
     recompute: bool = False,
     n_boot: int = 1000,
+    baseline: str | None = None,
 ) -> pd.DataFrame:
     """The summary of a sweep: one row per (model, strategy variant) cell plus `reference`.
 
     Reads `report/summary.parquet` when it covers every complete job; otherwise (or with
-    `recompute=True`) aggregates the complete jobs now, without writing anything.
+    `recompute=True`) aggregates the complete jobs now, without writing anything. `baseline`
+    (a strategy name or cell key) recomputes the paired comparisons against it.
     """
     st = _open(store)
     sweep_id = st.resolve_sweep(tenant, sweep)
     key = paths.report_key(tenant, sweep_id, "summary.parquet")
-    if not recompute and st.exists(key):
+    if not recompute and baseline is None and st.exists(key):
         frame = pd.read_parquet(io.BytesIO(st.read_bytes(key)))
         if int(frame["n_jobs"].fillna(0).sum()) == len(st.complete_job_ids(tenant, sweep_id)):
             return frame
     data = load_sweep(st, tenant, sweep_id)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
-    return summarize(data, n_boot=n_boot)
+    return summarize(data, n_boot=n_boot, baseline=baseline)
 
 
 def load_generations(sweep: str, store: Store | str | None = None, tenant: str = "default") -> pd.DataFrame:
@@ -61,3 +67,19 @@ def load_generations(sweep: str, store: Store | str | None = None, tenant: str =
     data = load_sweep(st, tenant, st.resolve_sweep(tenant, sweep))
     columns = list(data.generations[0].model_dump()) if data.generations else []
     return pd.DataFrame([g.model_dump() for g in data.generations], columns=columns or None)
+
+
+def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary's paired comparisons in long form: cell, baseline, metric, diff, ci_low, ci_high, p, p_holm."""
+    rows = []
+    for _, row in summary.iterrows():
+        if not isinstance(row.get("baseline"), str):
+            continue
+        for col in summary.columns:
+            if col.endswith("_diff"):
+                m = col[: -len("_diff")]
+                if pd.notna(row[col]):
+                    rows.append({"cell": row["cell"], "baseline": row["baseline"], "metric": m, "diff": row[col],
+                                 "ci_low": row[f"{m}_diff_ci_low"], "ci_high": row[f"{m}_diff_ci_high"],
+                                 "p": row[f"{m}_diff_p"], "p_holm": row[f"{m}_diff_p_holm"]})  # fmt: skip
+    return pd.DataFrame(rows, columns=["cell", "baseline", "metric", "diff", "ci_low", "ci_high", "p", "p_holm"])

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pandas as pd
 
 from controller.report.aggregate import KEY_COLUMNS
+from controller.report.paired import is_comparison_column
 
 
 def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
     """Per-cell differences B - A, cells matched on (model, strategy, params).
 
     Columns: model, strategy, params, `present` (both, a, b), then `<col>_delta` for
-    every numeric column the two share (CI columns excepted), then `<col>_a`, `<col>_b`.
+    every numeric column the two share (CI and paired-comparison columns excepted), then `<col>_a`, `<col>_b`.
     """
 
     def keyed(s: pd.DataFrame) -> pd.DataFrame:
@@ -26,6 +27,7 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
         if c in b.columns
         and c not in KEY_COLUMNS
         and "_ci_" not in c
+        and not is_comparison_column(c)  # a sweep's own paired comparisons are not compared across sweeps
         and pd.api.types.is_numeric_dtype(a[c])
         and pd.api.types.is_numeric_dtype(b[c])
     ]
@@ -34,10 +36,8 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
     )
     out = merged[KEY_COLUMNS].copy()
     out["present"] = merged["_merge"].map({"both": "both", "left_only": "a", "right_only": "b"}).astype(object)
-    for c in shared:
-        out[f"{c}_delta"] = merged[f"{c}_b"].astype(float) - merged[f"{c}_a"].astype(float)
-    for c in shared:
-        out[f"{c}_a"] = merged[f"{c}_a"]
-        out[f"{c}_b"] = merged[f"{c}_b"]
+    deltas = {f"{c}_delta": merged[f"{c}_b"].astype(float) - merged[f"{c}_a"].astype(float) for c in shared}
+    sides = {f"{c}_{side}": merged[f"{c}_{side}"] for c in shared for side in ("a", "b")}
+    out = pd.concat([out, pd.DataFrame(deltas), pd.DataFrame(sides)], axis=1)
     out["model"] = out["model"].where(out["model"] != "", None)
     return out.reset_index(drop=True)

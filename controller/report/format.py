@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from controller.report.aggregate import DESIGN_COLUMNS, KEY_COLUMNS, SweepData, metric_columns
+from controller.report.paired import comparison_markdown, comparison_table
 from controller.report.ratings import RATINGS_NOTE, rating_table
 from worker.core.safetext import markdown
 
@@ -70,6 +71,11 @@ def params_label(params: str | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in loaded.items()) if isinstance(loaded, dict) else str(params)
 
 
+def row_label(row) -> str:
+    """`model strategy params` of a summary row, for the comparison and rating tables."""
+    return " ".join(str(x) for x in (row["model"], row["strategy"], params_label(row["params"])) if x and x != "{}")
+
+
 def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, with_ci: bool = False) -> str:
     """A GitHub Markdown table; by default the concise columns, all-empty ones dropped."""
     if columns is None:
@@ -88,6 +94,8 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
             lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
             if with_ci and text and lo is not None and not pd.isna(lo):
                 text += f" [{fmt(lo)}, {fmt(hi)}]"
+            if c == "mauve" and text and not pd.isna(row.get("mauve_n")):  # its sample beside the value
+                text += f" (n {row['mauve_n']}, refs {row['mauve_n_references']}, k {row['mauve_clusters']})"
             cells.append(markdown(text))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -130,7 +138,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     lines = [
         f"# decodebench report: {markdown(name)} ({data.sweep_id})",
         "",
-        f"Tenant `{data.tenant}`, {done}, {len(data.generations)} generation(s). "
+        f"Tenant `{data.tenant}`, {done}, {data.n_generations} generation(s). "
         f"Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
         "",
         model_based_metrics(data),
@@ -139,9 +147,9 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     if ci:
         lines += [
             f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
-            f"every seed, move together); bootstrap with {ci['n_boot']} replicates for the metrics that sum "
-            f"per-generation statistics; half-sampling with {ci['n_boot_corpus']} for the metrics that "
-            "duplicated generations distort. Methods: "
+            f"every seed, move together); studentised bootstrap with {ci['n_boot']} replicates for the metrics "
+            "that sum per-generation statistics; the delete-one-prompt jackknife (bootstrap-t of its pseudo-values) "
+            "for the metrics that duplicated generations distort. Methods: "
             + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items()))
             + ".",
             "",
@@ -150,6 +158,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         "## Overview",
         "",
         markdown_table(summary),
+        *speed_markdown(summary),
         "## All columns",
         "",
         markdown_table(
@@ -159,8 +168,21 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
             with_ci=bool(ci),
         ),
         *ratings_markdown(summary),
+        *comparison_markdown(comparison_table(summary, fmt, row_label)),
     ]
     return "\n".join(lines)
+
+
+def speed_markdown(summary: pd.DataFrame) -> list[str]:
+    """The note naming neighbouring cells whose tokens/s intervals overlap; nothing when all are resolved."""
+    from controller.report.speed import unresolved_note, unresolved_speed
+
+    if "tokens_per_s_ci_low" not in summary.columns:
+        return []
+    cols = ["tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high"]
+    rows = [(row_label(r), *(float(r[c]) if pd.notna(r[c]) else math.nan for c in cols)) for _, r in summary.iterrows()]
+    note = unresolved_note(unresolved_speed(rows))
+    return [note, ""] if note else []
 
 
 def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
@@ -171,6 +193,7 @@ def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
             "tenant": data.tenant,
             "name": data.name,
             "ci": summary.attrs.get("ci"),
+            "mauve": summary.attrs.get("mauve"),
             "columns": list(summary.columns),
             "rows": rows,
         },

@@ -15,10 +15,10 @@ import html
 import json
 import math
 import re
-from collections import defaultdict
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -29,19 +29,18 @@ from plotly.offline import get_plotlyjs
 from controller.metrics import METRICS
 from controller.metrics.tokenize import WORD_PATTERN
 from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
-from controller.report.format import fmt, model_based_metrics, params_label
+from controller.report.format import fmt, model_based_metrics, params_label, row_label
+from controller.report.html_tables import metrics_glossary, provenance
+from controller.report.paired import comparison_html, comparison_table, is_comparison_column
+from controller.report.speed import unresolved_note, unresolved_speed
 from worker.strategies import STRATEGIES
 
 EXAMPLE_PROMPTS = 3
 MARK_N = 3  # a word n-gram of this size seen earlier in the same text is marked
-SPEED = {
-    "tokens_per_s": True,
-    "latency_ms_p50": False,
-    "latency_ms_p95": False,
-    "ttft_ms_p50": False,
-    "peak_memory_mb": False,
-}
+SPEED = {"tokens_per_s": True, "latency_ms_p50": False, "latency_ms_p95": False, "ttft_ms_p50": False,
+         "peak_memory_mb": False}  # fmt: skip
 _WORD = re.compile(WORD_PATTERN)
+SPEED_CI = ["tokens_per_s_ci_low", "tokens_per_s_ci_high"]
 e = html.escape
 
 ASSETS = "assets"  # report.css, error_trap.js, report.js: package data of controller.report
@@ -78,7 +77,7 @@ def _label(row: pd.Series, with_model: bool = True) -> str:
 
 
 def summary_table(summary: pd.DataFrame) -> str:
-    cols = [c for c in summary.columns if "_ci_" not in c and c != "cell"]
+    cols = [c for c in summary.columns if "_ci_" not in c and c != "cell" and not is_comparison_column(c)]
     head = "".join(
         f'<th data-col="{e(c)}" class="{"t" if c in ("model", "strategy", "params", "memory_kind") else ""}">'
         f"{e(c)}</th>"
@@ -121,6 +120,14 @@ def pareto_front(xs: list[float], ys: list[float], *, y_higher_is_better: bool) 
     return sorted(front, key=lambda i: xs[i])
 
 
+def speed_note(summary: pd.DataFrame) -> str:
+    """The sentence naming neighbouring cells whose tokens/s intervals overlap (empty if none)."""
+    if not set(SPEED_CI) <= set(summary.columns):
+        return ""
+    rows = [(_label(r), _f(r["tokens_per_s"]), _f(r[SPEED_CI[0]]), _f(r[SPEED_CI[1]])) for _, r in summary.iterrows()]
+    return unresolved_note(unresolved_speed(rows))
+
+
 def _direction(name: str) -> bool | None:
     return METRICS.get(name).higher_is_better if name in METRICS else None
 
@@ -142,6 +149,7 @@ def _metric_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str) -> list[dict]
             "textposition": "top center",
             "marker": {"size": 10, "color": "#1f77b4"},
             "hovertemplate": "%{text}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>",
+            "error_x": _speed_bars(sub),  # tokens/s: its 95% interval over batches
         },
         {
             "type": "scatter",
@@ -166,6 +174,16 @@ def _metric_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str) -> list[dict]
             }
         )
     return mine
+
+
+def _speed_bars(sub: pd.DataFrame) -> dict:
+    lo, hi, x = (sub.get(c, pd.Series(math.nan, index=sub.index)).astype(float) for c in SPEED_CI + ["tokens_per_s"])
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": (hi - x).fillna(0).tolist(),
+        "arrayminus": (x - lo).fillna(0).tolist(),
+    }
 
 
 def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
@@ -263,8 +281,8 @@ def mark_repeats(text: str, n: int = MARK_N) -> str:
 
 
 def examples(summary: pd.DataFrame, data: SweepData) -> str:
-    by_key: dict[tuple[str, str], Any] = {}
-    for g in sorted(data.generations, key=lambda g: g.job_seed, reverse=True):
+    by_key: dict[tuple[str, str], Any] = {k: SimpleNamespace(**v) for k, v in data.examples.items()}
+    for g in sorted(data.generations, key=lambda g: g.job_seed, reverse=True) if not by_key else ():
         by_key[(g.cell, g.prompt_id)] = g  # the lowest seed wins
     cells = [r for _, r in summary.iterrows() if r["strategy"] != REFERENCE]
     models = list(dict.fromkeys(r["model"] for r in cells))
@@ -290,50 +308,6 @@ def examples(summary: pd.DataFrame, data: SweepData) -> str:
                 f'<p><b>Prompt {e(p.id)}:</b> <code>{e(p.prompt)}</code></p><div class="cards">{"".join(cards)}</div>'
             )
     return "".join(parts) or "<p>No generations.</p>"
-
-
-def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
-    if isinstance(d, dict):
-        out: dict[str, str] = {}
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: json.dumps(d, sort_keys=True) if isinstance(d, (list, tuple)) else str(d)}
-
-
-def provenance(data: SweepData) -> str:
-    values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for r in data.results:
-        for k, v in _flatten({k: v for k, v in r.provenance.items() if k != "seed"}).items():
-            values[k][v].add(r.job.model.label)
-    rows = []
-    for key in sorted(values):
-        shown = "; ".join(
-            f"{v} ({', '.join(sorted(models))})" if len(values[key]) > 1 else v
-            for v, models in sorted(values[key].items())
-        )
-        rows.append(f'<tr><td class="t">{e(key)}</td><td class="t w">{e(shown)}</td></tr>')
-    return (
-        f'<table><thead><tr><th class="t">key</th><th class="t">values (models, where they differ)</th></tr>'
-        f"</thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def metrics_glossary(summary: pd.DataFrame) -> str:
-    rows = []
-    for name in metric_columns(summary):
-        if name not in METRICS:
-            continue
-        m = METRICS.get(name)
-        better = {True: "higher", False: "lower", None: "neither"}[m.higher_is_better]
-        rows.append(
-            f'<tr><td class="t">{e(name)}</td><td class="t w">{e(m.description)}</td><td class="t">{better}</td>'
-            f'<td class="t w">{e(m.citation)}</td></tr>'
-        )
-    return (
-        '<table><thead><tr><th class="t">metric</th><th class="t">meaning</th><th class="t">better</th>'
-        f'<th class="t">source</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
-    )
 
 
 def render_html(summary: pd.DataFrame, data: SweepData) -> str:
@@ -370,15 +344,16 @@ def render_html(summary: pd.DataFrame, data: SweepData) -> str:
 <pre id="js-errors"></pre>
 <h1>decodebench report: {e(str(name))}</h1>
 <div class="meta">sweep <code>{e(data.sweep_id)}</code> · tenant <code>{e(data.tenant)}</code> · {e(done)} ·
-{len(data.generations)} generations · written {e(datetime.now(UTC).isoformat(timespec="seconds"))}</div>
+{data.n_generations} generations · written {e(datetime.now(UTC).isoformat(timespec="seconds"))}</div>
 <nav><a href="#summary">Summary</a><a href="#quality-speed">Quality vs speed</a><a href="#metrics">Metrics</a>
 <a href="#examples">Examples</a><a href="#glossary">Glossary</a><a href="#provenance">Spec and provenance</a></nav>
 <h2 id="summary">Summary</h2>
 <p class="small">Click a header to sort. Empty: the metric does not apply. Hover a value for its interval.
 Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
+{comparison_html(comparison_table(summary, fmt, row_label))}
 {ratings_html(rating_table(summary, fmt, params_label))}<h2 id="quality-speed">Quality vs speed</h2>
-<div id="chart-quality-speed" class="chart"></div>
+<div id="chart-quality-speed" class="chart"></div><p class="small" id="speed-note">{e(speed_note(summary))}</p>
 <h2 id="metrics">Metrics</h2><p class="small">{e(ci_text)} The reference row is brown.</p>
 <div class="grid">{bar_divs}</div>
 <h2 id="examples">Examples</h2>

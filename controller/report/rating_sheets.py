@@ -6,6 +6,11 @@ reproducibly (`seed`) and stratified: `items` generations spread evenly over the
 cell is rated; the prompt set's reference for each drawn prompt is mixed in as a control (the
 `reference` row). Each rater sees every item, in an order shuffled for that rater. A sheet
 carries only an opaque item id, the prompt and the text: no model, strategy or cell name.
+
+Blinding: by default every random choice (the sample, the ids, each rater's order) comes from
+the operating system's secret source (`secrets.SystemRandom`) and is kept only in the key beside
+the sweep, so nobody can replay it from the public code and the sweep. A `seed` makes an export
+reproducible, and therefore replayable by anyone who knows the seed: the CLI warns.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import io
 import json
 import random
 import re
+import secrets
 from collections import defaultdict
 from dataclasses import dataclass
 from importlib import resources
@@ -83,15 +89,23 @@ def _quotas(n_items: int, cells: list[str]) -> dict[str, int]:
     return {c: base + (i < extra) for i, c in enumerate(cells)}
 
 
-def sample_items(data: SweepData, n_items: int, seed: int) -> list[dict[str, Any]]:
-    """Generations drawn per cell (stratified), then the references of the drawn prompts; each with a hidden id."""
+def _rng(seed: int | None, salt: str = "") -> random.Random:
+    """A secret source (seed None), else a reproducible one for `seed` and `salt`."""
+    return secrets.SystemRandom() if seed is None else random.Random(f"{seed}:{salt}" if salt else seed)
+
+
+def sample_items(data: SweepData, n_items: int, seed: int | None = None) -> list[dict[str, Any]]:
+    """Generations drawn per cell (stratified), then the references of the drawn prompts; each with a hidden id.
+
+    The list is shuffled across cells before the ids are drawn, so neither the ids nor their
+    order follow the cells; with `seed` None everything comes from `secrets.SystemRandom`."""
     by_cell: dict[str, list] = defaultdict(list)
     for g in data.generations:
         by_cell[g.cell].append(g)
     cells = sorted(by_cell)
     if not cells:
         raise UsageError(f"sweep {data.sweep_id} has no generations to rate")
-    rng = random.Random(seed)
+    rng = _rng(seed)
     drawn = []
     for cell, quota in _quotas(n_items, cells).items():
         records = sorted(by_cell[cell], key=lambda g: (g.prompt_id, g.job_seed))
@@ -106,6 +120,7 @@ def sample_items(data: SweepData, n_items: int, seed: int) -> list[dict[str, Any
             drawn.append(
                 {"cell": REFERENCE, "prompt_id": pid, "job_seed": None, "prompt": p.prompt, "text": p.reference}
             )
+    rng.shuffle(drawn)
     ids = set()
     for d in drawn:
         while (item := f"i{rng.getrandbits(40):010x}") in ids:
@@ -115,13 +130,16 @@ def sample_items(data: SweepData, n_items: int, seed: int) -> list[dict[str, Any
     return drawn
 
 
-def export_sheets(data: SweepData, n_items: int, raters: list[str], criteria: list[str], seed: int = 0) -> Sheets:
-    """The key and every rater's shuffled items (see the module doc)."""
+def export_sheets(
+    data: SweepData, n_items: int, raters: list[str], criteria: list[str], seed: int | None = None
+) -> Sheets:
+    """The key and every rater's shuffled items (see the module doc); `seed` None: secret, not replayable."""
     check_names("--raters", raters)
     check_names("--criteria", criteria)
     drawn = sample_items(data, n_items, seed)
     key = {
-        "seed": seed,
+        "seed": seed,  # None: drawn from the secret source, not reproducible
+        "n_controls": sum(d["cell"] == REFERENCE for d in drawn),
         "criteria": criteria,
         "raters": raters,
         "items": {d["item"]: {k: d[k] for k in ("cell", "prompt_id", "job_seed")} for d in drawn},
@@ -129,7 +147,7 @@ def export_sheets(data: SweepData, n_items: int, raters: list[str], criteria: li
     items: dict[str, list[dict[str, str]]] = {}
     for rater in raters:
         order = [{"item": d["item"], "prompt": d["prompt"], "text": d["text"]} for d in drawn]
-        random.Random(f"{seed}:{rater}").shuffle(order)
+        _rng(seed, rater).shuffle(order)
         items[rater] = order
     return Sheets(key, items)
 

@@ -4,7 +4,7 @@
 a duplicate row, a missing or unknown rater: a `UsageError` naming the file and row);
 `import_sheets` validates every file before it writes anything, so a refused import loses
 nothing already imported. `rating_columns(key, sheets)` adds per cell and criterion c:
-`rating_c` (the mean of all its scores), `rating_c_ci_low/high` (95% percentile bootstrap over
+`rating_c` (the mean of all its scores), `rating_c_ci_low/high` (95% studentised bootstrap over
 items, each item with all its raters' scores), `rating_c_n` (the cell's items with a score),
 `rating_c_alpha` (Krippendorff's α, ordinal, over that cell's items; empty with fewer than two
 raters or no variation) and `rating_c_alpha_ci_low/high` (95% percentile bootstrap of α over
@@ -183,12 +183,15 @@ def alpha(matrix: np.ndarray) -> float:
 
 
 def _bootstrap(per_item: list[list[int]], rng: np.random.Generator) -> tuple[float, float]:
-    sums = np.array([sum(s) for s in per_item], dtype=float)
-    counts = np.array([len(s) for s in per_item], dtype=float)
-    draws = rng.integers(0, len(per_item), size=(N_BOOT, len(per_item)))
-    means = sums[draws].sum(1) / counts[draws].sum(1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
+    """Studentised bootstrap interval over items of the mean score (each item with all its scores)."""
+    from controller.metrics import ratio
+    from controller.report.intervals import studentized, values_of
+
+    sums = np.array([[sum(s), len(s)] for s in per_item], dtype=float)
+    if len(per_item) < 2:
+        return math.nan, math.nan
+    interval = studentized(sums, values_of(ratio), n_boot=N_BOOT, rng=rng, is_ratio=True)
+    return interval if interval is not None else (math.nan, math.nan)
 
 
 def _alpha_interval(matrix: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:

@@ -8,11 +8,27 @@ first token and time per output token (docs/metrics.md).
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any
 
 import numpy as np
 
+from controller.metrics import ratio
+from controller.report.intervals import studentized, values_of
 from worker.core.contract import JobResult
+
+# The spread of speed: a 95% interval of tokens/s over batches, and the range over batches of
+# tokens/s and of each batch's median latency and TTFT (a busy machine shows here).
+SPREAD_COLUMNS = [
+    "tokens_per_s_ci_low",
+    "tokens_per_s_ci_high",
+    "tokens_per_s_batch_min",
+    "tokens_per_s_batch_max",
+    "latency_ms_batch_min",
+    "latency_ms_batch_max",
+    "ttft_ms_batch_min",
+    "ttft_ms_batch_max",
+]
 
 
 def _percentiles(values: list[float], qs: list[float]) -> list[float]:
@@ -85,3 +101,48 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
         "gpu_util_mean": time_weighted("gpu_util_mean"),
         "memory_kind": kind,
     }
+
+
+def speed_spread(results: list[JobResult], *, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+    """The spread of a cell's speed over its batches (SPREAD_COLUMNS; NaN where it has no batch).
+
+    tokens/s: the studentised bootstrap over batches of Σ new tokens / Σ time (the column's own
+    ratio); and the smallest and largest batch's rate. Latency and TTFT: the smallest and largest
+    of the batches' medians (each generation's own where a stream recorded it)."""
+    batches = [b for r in results for b in r.batches if b.total_s > 0]
+    out = dict.fromkeys(SPREAD_COLUMNS, math.nan)
+    if not batches:
+        return out
+    rates = [b.new_tokens / b.total_s for b in batches]
+    latency = [1000.0 * float(np.median(b.latency_s or [b.total_s])) for b in batches]
+    ttft = [1000.0 * float(np.median(b.ttft_s or [b.prefill_s])) for b in batches]
+    out |= {"tokens_per_s_batch_min": min(rates), "tokens_per_s_batch_max": max(rates)}
+    out |= {"latency_ms_batch_min": min(latency), "latency_ms_batch_max": max(latency)}
+    out |= {"ttft_ms_batch_min": min(ttft), "ttft_ms_batch_max": max(ttft)}
+    if len(batches) >= 2 and n_boot > 0:
+        units = np.array([[b.new_tokens, b.total_s] for b in batches], dtype=float)
+        key = zlib.crc32(results[0].job.cell.encode()) if results else 0
+        interval = studentized(units, values_of(ratio), n_boot=n_boot, rng=np.random.default_rng([seed, key]),
+                               is_ratio=True)  # fmt: skip
+        if interval is not None:
+            out["tokens_per_s_ci_low"], out["tokens_per_s_ci_high"] = interval
+    return out
+
+
+def unresolved_speed(rows: list[tuple[str, float, float, float]]) -> list[tuple[str, str]]:
+    """Neighbours in tokens/s order whose intervals overlap: their speed ordering is not resolved.
+
+    `rows`: (label, tokens/s, ci low, ci high) of each cell; cells without an interval are left out."""
+    ranked = sorted((r for r in rows if all(math.isfinite(v) for v in r[1:])), key=lambda r: r[1])
+    return [(a[0], b[0]) for a, b in zip(ranked, ranked[1:]) if a[3] >= b[2]]
+
+
+def unresolved_note(pairs: list[tuple[str, str]]) -> str:
+    """One sentence for the report; empty when every neighbouring pair is resolved."""
+    if not pairs:
+        return ""
+    shown = "; ".join(f"{a} and {b}" for a, b in pairs[:8]) + (f"; and {len(pairs) - 8} more" if len(pairs) > 8 else "")
+    return (
+        f"Speed ordering not resolved: the 95% tokens/s intervals (over batches) overlap for {shown}. "
+        "Their order on the speed axis may be noise; rerun on a quiet machine or with more batches."
+    )

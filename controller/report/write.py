@@ -66,14 +66,19 @@ def write_comparison(store: Store, tenant: str, sweep_a: str, sweep_b: str, comp
     return keys
 
 
-def build(store: Store, tenant: str, sweep: str, n_boot: int = 1000) -> tuple[SweepData, pd.DataFrame]:
+def build(
+    store: Store, tenant: str, sweep: str, n_boot: int = 1000, baseline: str | None = None, workers: int = 1
+) -> tuple[SweepData, pd.DataFrame]:
+    """Load SWEEP's results (not its generations: each cell streams its own) and summarise it;
+    `workers` cells at a time in a process pool, each cell's output cached in the store."""
     sweep_id = store.resolve_sweep(tenant, sweep)
-    data = load_sweep(store, tenant, sweep_id)
+    data = load_sweep(store, tenant, sweep_id, with_generations=False)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet; see `decodebench status {sweep_id}`")
     from controller.report.ratings import add_ratings, stored_ratings
 
-    return data, add_ratings(summarize(data, n_boot=n_boot), stored_ratings(store, tenant, sweep_id))
+    summary = summarize(data, n_boot=n_boot, baseline=baseline, workers=workers, store=store)
+    return data, add_ratings(summary, stored_ratings(store, tenant, sweep_id))
 
 
 def comparison_bytes(fmt_name: str, comparison: pd.DataFrame) -> bytes:

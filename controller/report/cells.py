@@ -1,0 +1,273 @@
+"""Per-cell aggregation as a map: one task per cell, run in-process or in a process pool, cached per cell.
+
+`summarize` (controller.report.aggregate) is the reduce: it builds a `CellTask` per cell (its
+results, the settings, and its records or where to read them), runs them through `map_cells`,
+and assembles the rows, the paired comparisons and the reference row. A task reads its own
+cell's generations from the store when the sweep was loaded without them, so the controller
+never holds every record: memory is bounded by a cell per process.
+
+Each output is cached in the store under the sweep's `report/cache/` by a digest of what it
+depends on (the cell's jobs and their generations' SHA-256, the metrics and interval settings,
+the code's CACHE_VERSION): a report after a retry recomputes only the cells whose jobs changed.
+Distributing the tasks over the RQ workers is not done here (docs/reports.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.metrics import METRICS, CellData, Metric, cell_data
+from controller.metrics.divergence import sizes as mauve_sizes
+from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
+from controller.report.paired import CellStats
+from worker.core import paths
+from worker.core.contract import GenerationRecord, JobResult
+from worker.core.errors import CorruptRecordError
+
+CACHE_VERSION = "1"  # bump when a change alters any cell's numbers
+MAUVE_COLUMNS = ["mauve_n", "mauve_n_references", "mauve_clusters"]
+EXAMPLE_PROMPTS = 3
+
+
+@dataclass
+class Settings:
+    """What every cell's numbers depend on besides its data."""
+
+    names: tuple[str, ...]  # the metrics, by name
+    with_ci: bool
+    n_boot: int
+    n_boot_corpus: int
+    seed: int
+    sample_size: int | None  # MAUVE's equal sample (the smallest cell)
+
+
+@dataclass
+class CellTask:
+    """One cell to aggregate: its row so far (ids, speed), its jobs, and its records or where they are."""
+
+    cell: str
+    row: dict[str, Any]
+    results: list[JobResult]
+    prompt_rank: dict[str, int]
+    records: list[GenerationRecord] | None = None  # None: read them from the store
+    where: tuple[str, str, str] | None = None  # (store URL, tenant, sweep id)
+
+
+@dataclass
+class CellOutput:
+    row: dict[str, Any]
+    stats: CellStats | None = None
+    methods: dict[str, str] = field(default_factory=dict)
+    examples: dict[str, dict[str, Any]] = field(default_factory=dict)  # prompt id -> its lowest-seed generation
+    damaged: list[str] = field(default_factory=list)
+    digest: str | None = None  # its cache key, where it has one
+
+
+def score(
+    selected: Sequence[tuple[str, Metric]],
+    settings: Settings,
+    row: dict,
+    cell: CellData,
+    groups: list[list[int]],
+    key: str,
+    *,
+    reference_row: bool = False,
+    prompts: Sequence[str] = (),
+) -> tuple[dict[str, str], CellStats | None]:
+    """Fill `row` with the metrics and their intervals; return the methods used and the paired statistics."""
+    known: dict = {}  # the additive metrics' statistics, computed once for value and interval
+    row.update(evaluate(list(selected), cell, reference_row=reference_row, stats=known))
+    if not settings.with_ci:
+        return {}, None
+    kept: dict = {}
+    cis = confidence_intervals(
+        list(selected),
+        cell,
+        row,
+        groups,
+        n_boot=settings.n_boot,
+        n_boot_corpus=settings.n_boot_corpus,
+        rng=cell_rng(settings.seed, key),
+        reference_row=reference_row,
+        keep=kept,
+        stats=known,
+    )
+    for name, (lo, hi, _) in cis.items():
+        row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi
+    stats = None
+    if not reference_row:
+        values = {name: row[name] for name, _ in selected}
+        stats = CellStats(key, row["model"], row["strategy"], list(prompts), values, kept)
+    return {name: method for name, (_, _, method) in cis.items()}, stats
+
+
+def mauve_seed(seed: int, cell: str) -> int:
+    """The seed of a cell's MAUVE subsample (recorded in the summary's attrs)."""
+    import zlib
+
+    return zlib.crc32(f"{seed}:{cell}".encode())
+
+
+def _records(task: CellTask) -> tuple[list[JobResult], list[GenerationRecord], list[str]]:
+    """The cell's complete jobs and their records, each generation once; damaged jobs named and left out."""
+    if task.records is not None:
+        return task.results, task.records, []
+    from worker.store import open_store
+
+    url, tenant, sweep_id = task.where  # type: ignore[misc]
+    store = open_store(url)
+    results, records, damaged, seen = [], [], [], set()
+    for r in task.results:
+        try:
+            loaded = store.load_generations(tenant, sweep_id, r.job.job_id, r.generations_sha256)
+        except CorruptRecordError as err:
+            damaged.append(str(err))
+            continue
+        results.append(r)
+        for g in loaded:
+            if (g.job_id, g.prompt_id) not in seen:
+                seen.add((g.job_id, g.prompt_id))
+                records.append(g)
+    return results, records, damaged
+
+
+def run_cell(task: CellTask, selected: Sequence[tuple[str, Metric]], settings: Settings) -> CellOutput:
+    """The map: one cell's row (counts, quality, intervals), its paired statistics and its examples."""
+    _, loaded, damaged = _records(task)
+    rank = task.prompt_rank
+    records = sorted(loaded, key=lambda g: (rank.get(g.prompt_id, len(rank)), g.prompt_id, g.job_seed))
+    row = dict(task.row)
+    row["n_prompts"] = len({g.prompt_id for g in records})
+    row["n_generations"] = len(records)
+    prompt_ids = [g.prompt_id for g in records]
+    data = cell_data(records)
+    data.sample_size, data.sample_seed = settings.sample_size, mauve_seed(settings.seed, task.cell)
+    groups = prompt_groups(prompt_ids)
+    methods, stats = score(selected, settings, row, data, groups, task.cell, prompts=list(dict.fromkeys(prompt_ids)))
+    if not math.isnan(row.get("mauve", math.nan)):
+        row.update(zip(MAUVE_COLUMNS, mauve_sizes(data) or ()))
+    examples: dict[str, dict[str, Any]] = {}
+    for g in records:  # sorted by prompt, then seed: the first record of a prompt has its lowest seed
+        if g.prompt_id not in examples and len(examples) < EXAMPLE_PROMPTS:
+            examples[g.prompt_id] = {k: getattr(g, k) for k in ("text", "job_seed", "n_new_tokens", "stop_reason")}
+    return CellOutput(row, stats, methods, examples, damaged)
+
+
+# -- the pool and the cache --------------------------------------------------------------
+
+
+def _pool_task(args: tuple[CellTask, Settings]) -> CellOutput:
+    """What a pool process runs: the metrics are looked up by name in the global registry."""
+    task, settings = args
+    return run_cell(task, [(n, METRICS.get(n)) for n in settings.names], settings)
+
+
+def digest(task: CellTask, settings: Settings) -> str | None:
+    """The cache key of a cell's output; None where a job has no generations hash (not cacheable)."""
+    jobs = sorted((r.job.job_id, r.generations_sha256) for r in task.results)
+    if any(sha is None for _, sha in jobs):
+        return None
+    used = settings.__dict__ | {"sample_size": settings.sample_size if "mauve" in settings.names else None}
+    doc = {"v": CACHE_VERSION, "cell": task.cell, "jobs": jobs, "row": task.row, "rank": task.prompt_rank,
+           "settings": used}  # fmt: skip
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _nested(values: Any) -> Any:
+    return [_nested(v) for v in values] if isinstance(values, list) else _plain(values)
+
+
+def to_json(out: CellOutput) -> dict:
+    stats = None
+    if out.stats is not None:
+        s = out.stats
+        stats = {"cell": s.cell, "model": s.model, "strategy": s.strategy, "prompts": s.prompts,
+                 "values": {k: _plain(v) for k, v in s.values.items()},
+                 "kept": {k: [kind, _nested(arr.tolist())] for k, (kind, arr) in s.kept.items()}}  # fmt: skip
+    return {"row": {k: _plain(v) for k, v in out.row.items()}, "stats": stats, "methods": out.methods,
+            "examples": out.examples, "damaged": out.damaged}  # fmt: skip
+
+
+def from_json(doc: dict) -> CellOutput:
+    import numpy as np
+
+    stats = None
+    if doc.get("stats"):
+        s = doc["stats"]
+        kept = {k: (kind, np.array(v, dtype=float)) for k, (kind, v) in s["kept"].items()}
+        values = {k: math.nan if v is None else float(v) for k, v in s["values"].items()}
+        stats = CellStats(s["cell"], s["model"], s["strategy"], s["prompts"], values, kept)
+    return CellOutput(doc["row"], stats, doc.get("methods", {}), doc.get("examples", {}), doc.get("damaged", []))
+
+
+def map_cells(tasks: list[CellTask], selected, settings: Settings, *, workers: int = 1, store=None) -> list[CellOutput]:
+    """Every task's output, in order: from the cache where it holds the cell, else computed and cached.
+
+    `workers` > 1 runs the computations in a process pool (only with the global registry's metrics:
+    a pool process finds them by name); `store` (with a task's `where`) holds the cache."""
+    outputs: list[CellOutput | None] = [None] * len(tasks)
+    keys: list[str | None] = [None] * len(tasks)
+    todo = []
+    for i, task in enumerate(tasks):
+        d = digest(task, settings) if store is not None and task.where is not None else None
+        if d is not None:
+            keys[i] = paths.report_key(task.where[1], task.where[2], f"cache/{d}.json")  # type: ignore[index]
+            if store.exists(keys[i]):
+                try:
+                    outputs[i] = from_json(store.read_json(keys[i]))
+                    continue
+                except (CorruptRecordError, KeyError, TypeError, ValueError):
+                    pass  # a damaged cache entry is recomputed
+        todo.append(i)
+    global_registry = all(METRICS.get(n) is m for n, m in selected if n in METRICS) and all(
+        n in METRICS for n, _ in selected
+    )
+    if workers != 1 and global_registry and len(todo) > 1:
+        with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
+            done = pool.map(_pool_task, [(tasks[i], settings) for i in todo], chunksize=1)
+            for i, out in zip(todo, done):
+                outputs[i] = out
+    else:
+        for i in todo:
+            outputs[i] = run_cell(tasks[i], selected, settings)
+    for i in todo:
+        if keys[i] is not None and not outputs[i].damaged:  # type: ignore[union-attr]
+            store.write_json(keys[i], to_json(outputs[i]))  # type: ignore[arg-type]
+    for i, key in enumerate(keys):
+        outputs[i].digest = key  # type: ignore[union-attr]
+    return outputs  # type: ignore[return-value]
+
+
+def pair_memo(store, outputs: list[CellOutput], settings: Settings, baseline: str | None):
+    """`compare_cells`' memo: a pair's comparison cached beside its cells' outputs, keyed by both."""
+    digests = {o.row["cell"]: o.digest for o in outputs}
+
+    def memo(cell: str, base: str, compute):
+        if store is None or digests.get(cell) is None or digests.get(base) is None:
+            return compute()
+        doc = [CACHE_VERSION, digests[cell], digests[base], settings.n_boot, settings.seed, baseline]
+        name = hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
+        key = digests[cell].rsplit("/", 1)[0] + f"/pair-{name}.json"  # type: ignore[union-attr]
+        if store.exists(key):
+            try:
+                return store.read_json(key)
+            except CorruptRecordError:
+                pass
+        pair = compute()
+        store.write_json(key, {k: _plain(v) for k, v in pair.items()})
+        return pair
+
+    return memo

@@ -1,0 +1,270 @@
+"""Paired comparisons: each cell against a baseline cell, metric by metric, over common prompts.
+
+Generation seeds hash only (job seed, prompt id), so every strategy and model of a sweep draws
+the same random numbers for the same prompt and seed: cells are paired samples (common random
+numbers). A comparison therefore resamples *prompts* and takes both cells' generations of a drawn
+prompt (every seed) together, so prompt-to-prompt variation that both cells share cancels.
+
+Per metric, for each cell against its baseline (default: the first cell of the same model in
+plan order; `baseline` names a strategy, taken per model, or one cell key for every cell):
+
+- `<m>_diff`: value(cell) − value(baseline), on all generations of each;
+- `<m>_diff_ci_low`, `<m>_diff_ci_high`: a paired 95% interval over the common prompts: the
+  studentised bootstrap (scipy.stats.bootstrap over prompt indices) of an additive metric's
+  difference, the bootstrap-t of the difference's jackknife pseudo-values of a plain one;
+- `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
+  `permutation_test`, the two cells' statistics of a prompt swapped) for an additive metric, the
+  jackknife t-test for a plain one;
+- `<m>_diff_p_holm`: the p-value adjusted by Holm's step-down method over every p-value of the
+  table (all cells and metrics), which controls the family-wise error rate at the level read.
+
+Pure: works on the per-cell statistics the intervals kept (`intervals.confidence_intervals(keep=)`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from controller.metrics import Metric
+from controller.report.intervals import jackknife_se, pseudo_interval, studentized, values_of
+
+SUFFIXES = ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p", "_diff_p_holm")
+BASELINE_COLUMN = "baseline"
+
+
+@dataclass
+class CellStats:
+    """What a cell contributes to comparisons: its key, model, strategy, values and kept statistics."""
+
+    cell: str
+    model: str
+    strategy: str
+    prompts: list[str]
+    values: dict[str, float]
+    kept: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+
+
+def comparison_columns(metric_names: Sequence[str]) -> list[str]:
+    return [BASELINE_COLUMN] + [f"{m}{s}" for m in metric_names for s in SUFFIXES]
+
+
+def is_comparison_column(column: str) -> bool:
+    return column == BASELINE_COLUMN or "_diff" in column
+
+
+def baselines(cells: Sequence[CellStats], baseline: str | None) -> dict[str, str | None]:
+    """cell -> its baseline cell (None for a baseline itself or when none matches)."""
+    keys = [c.cell for c in cells]
+    out: dict[str, str | None] = {}
+    for c in cells:
+        if baseline in keys:
+            base = baseline
+        else:
+            same = [d for d in cells if d.model == c.model and (baseline is None or d.strategy == baseline)]
+            base = same[0].cell if same else None
+        out[c.cell] = None if base == c.cell else base
+    return out
+
+
+def _values(sums: np.ndarray, combine: Callable) -> np.ndarray:
+    return values_of(combine)(sums)
+
+
+def _rows(idx: np.ndarray, axis: int) -> np.ndarray:
+    return np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)
+
+
+def paired_interval(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_boot: int, rng) -> tuple | None:
+    """Studentised bootstrap interval of metric(a) − metric(b), resampling common prompts (both rows together)."""
+    k = sums_a.shape[1]
+    f = values_of(combine)
+    return studentized(np.hstack([sums_a, sums_b]), lambda s: f(s[..., :k]) - f(s[..., k:]), n_boot=n_boot, rng=rng)
+
+
+def permutation_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_resamples: int, rng) -> float:
+    """Two-sided paired permutation p-value: within each prompt, a's and b's statistics swapped at random."""
+    table = np.concatenate([sums_a, sums_b])
+    G = len(sums_a)
+
+    def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return _values(table[_rows(x, axis)].sum(axis=-2), combine) - _values(
+            table[_rows(y, axis)].sum(axis=-2), combine
+        )
+
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore")
+        res = sps.permutation_test(
+            (np.arange(G), np.arange(G) + G),
+            statistic,
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=n_resamples,
+            alternative="two-sided",
+            rng=rng,
+        )
+    return float(res.pvalue) if math.isfinite(res.pvalue) else math.nan
+
+
+def jackknife_t(loo_a: np.ndarray, loo_b: np.ndarray, diff: float, *, n_boot: int, rng) -> tuple[float, float, float]:
+    """Paired delete-one-prompt jackknife of a difference: (low, high, two-sided p).
+
+    The interval is the bootstrap-t of the difference's pseudo-values (as for one cell); the
+    p-value the jackknife t-test, t = diff / SE with G − 1 degrees of freedom."""
+    G = len(loo_a)
+    se = jackknife_se(loo_a - loo_b)
+    pseudo = G * diff - (G - 1) * (loo_a - loo_b)
+    interval = pseudo_interval(pseudo, diff, n_boot=n_boot, rng=rng) or (math.nan, math.nan)
+    if se == 0:
+        p = 1.0 if diff == 0 else 0.0
+    else:
+        p = float(2 * sps.t.sf(abs(diff) / se, G - 1))
+    return *interval, p
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of p-values (NaN stays NaN and does not count)."""
+    p = np.asarray(pvalues, dtype=float)
+    ok = np.flatnonzero(np.isfinite(p))
+    out = np.full(len(p), np.nan)
+    m = len(ok)
+    running = 0.0
+    for rank, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def _align(a: CellStats, b: CellStats, name: str) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """Both cells' kept statistics of `name` on their common prompts, in a's order."""
+    if name not in a.kept or name not in b.kept or a.kept[name][0] != b.kept[name][0]:
+        return None
+    kind = a.kept[name][0]
+    pos_b = {p: i for i, p in enumerate(b.prompts)}
+    common = [(i, pos_b[p]) for i, p in enumerate(a.prompts) if p in pos_b]
+    if len(common) < 2:
+        return None
+    if kind == "loo" and not (len(common) == len(a.prompts) == len(b.prompts)):
+        return None  # a leave-one-out value depends on the whole prompt set: compare only equal sets
+    ia, ib = (np.array(x) for x in zip(*common))
+    return kind, a.kept[name][1][ia], b.kept[name][1][ib]
+
+
+def compare_pair(
+    a: CellStats, b: CellStats, metrics: Mapping[str, Metric], *, n_boot: int, rng: np.random.Generator
+) -> dict[str, float]:
+    """`<m>_diff`, its paired interval and p-value for every metric both cells have (NaN elsewhere)."""
+    out: dict[str, float] = {}
+    for name, metric in metrics.items():
+        diff = a.values.get(name, math.nan) - b.values.get(name, math.nan)
+        aligned = _align(a, b, name) if math.isfinite(diff) else None
+        lo = hi = p = math.nan
+        if aligned is not None:
+            kind, sa, sb = aligned
+            if kind == "sums":
+                interval = paired_interval(sa, sb, metric.combine, n_boot=n_boot, rng=rng)
+                lo, hi = interval if interval is not None else (math.nan, math.nan)
+                p = permutation_p(sa, sb, metric.combine, n_resamples=n_boot, rng=rng)
+            elif not (np.isnan(sa).any() or np.isnan(sb).any()):
+                lo, hi, p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
+        out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
+    return out
+
+
+def compare_cells(
+    cells: Sequence[CellStats],
+    metrics: Mapping[str, Metric],
+    *,
+    baseline: str | None,
+    n_boot: int,
+    rng_for: Callable[[str], np.random.Generator],
+    memo: Callable[[str, str, Callable[[], dict]], dict] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """cell -> its comparison columns (`baseline` and the `<m>_diff*` of every metric), Holm over the table.
+
+    `memo(cell, baseline, compute)`, if given, may return a stored pair's columns instead of
+    `compute()` (the report's cache); Holm is always applied afresh over the whole table."""
+    base_of = baselines(cells, baseline)
+    by_key = {c.cell: c for c in cells}
+    out: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        base = base_of[c.cell]
+        if base is None:
+            out[c.cell] = {BASELINE_COLUMN: None}
+            continue
+        compute = lambda c=c, base=base: compare_pair(c, by_key[base], metrics, n_boot=n_boot, rng=rng_for(c.cell))
+        pair = memo(c.cell, base, compute) if memo is not None else compute()
+        out[c.cell] = {BASELINE_COLUMN: base, **{k: math.nan if v is None else v for k, v in pair.items()}}
+    slots = [(cell, f"{m}_diff_p") for cell in out for m in metrics if f"{m}_diff_p" in out[cell]]
+    for (cell, col), adjusted in zip(slots, holm([out[cell][col] for cell, col in slots])):
+        out[cell][f"{col}_holm"] = adjusted
+    return out
+
+
+COMPARED = ["mean_length", "rep_4", "diversity", "distinct_2", "self_bleu_4", "perplexity", "coherence", "bleu",
+            "rouge_l", "mauve"]  # fmt: skip
+NOTE = (
+    "Each cell against its baseline, on the prompts both share (cells are paired: every strategy and model "
+    "draws the same random numbers for a prompt and seed). Δ = cell − baseline [95% paired interval over "
+    "prompts]; p: Holm-adjusted over the whole table (* below 0.05). Every metric's columns are in summary.csv."
+)
+
+
+def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str, list[str]]] | None:
+    """("cell", headers), then (row label, cells) for the rows with a baseline; None without comparisons.
+
+    `fmt` and `label` come from the caller (controller.report.format), as for the ratings table."""
+    if BASELINE_COLUMN not in summary.columns or not summary[BASELINE_COLUMN].notna().any():
+        return None
+    metrics = [m for m in COMPARED if f"{m}_diff" in summary.columns and summary[f"{m}_diff"].notna().any()]
+    labels = {row["cell"]: label(row) for _, row in summary.iterrows()}
+    table: list[tuple[str, list[str]]] = [("cell", ["baseline", *[f"Δ {m}" for m in metrics]])]
+    for _, row in summary.iterrows():
+        if row.get(BASELINE_COLUMN) is None or not isinstance(row[BASELINE_COLUMN], str):
+            continue
+        cells = [labels.get(row[BASELINE_COLUMN], row[BASELINE_COLUMN])]
+        for m in metrics:
+            diff, p = row[f"{m}_diff"], row[f"{m}_diff_p_holm"]
+            if not np.isfinite(diff):
+                cells.append("")
+                continue
+            text = f"{fmt(diff)} [{fmt(row[f'{m}_diff_ci_low'])}, {fmt(row[f'{m}_diff_ci_high'])}]"
+            if np.isfinite(p):
+                text += f" p={fmt(p)}" + ("*" if p < 0.05 else "")
+            cells.append(text)
+        table.append((labels[row["cell"]], cells))
+    return table
+
+
+def comparison_markdown(table: list[tuple[str, list[str]]] | None) -> list[str]:
+    if table is None:
+        return []
+    (_, header), *rows = table
+    lines = ["## Paired comparisons", "", NOTE, "", "| cell | " + " | ".join(header) + " |"]
+    lines.append("|---|---|" + "---:|" * (len(header) - 1))
+    lines += ["| " + " | ".join(v.replace("|", "\\|") for v in [label, *cells]) + " |" for label, cells in rows]
+    return [*lines, ""]
+
+
+def comparison_html(table: list[tuple[str, list[str]]] | None) -> str:
+    """The HTML report's section, collapsed behind a toggle (<details>); empty without comparisons."""
+    from html import escape as e
+
+    if table is None:
+        return ""
+    (_, header), *rows = table
+    head = "".join(f'<th class="t">{e(h)}</th>' for h in ["cell", *header])
+    body = "".join(
+        "<tr>" + "".join(f'<td class="t">{e(v)}</td>' for v in [label, *cells]) + "</tr>" for label, cells in rows
+    )
+    return (
+        f'<details id="comparisons"><summary>Paired comparisons against each cell\'s baseline ({len(rows)} cells)'
+        f'</summary><p class="small">{e(NOTE)}</p><div class="scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div></details>"
+    )

@@ -1,0 +1,198 @@
+"""Calibrated intervals: the BCa bootstrap and the exact delete-one-prompt jackknives,
+each checked against an independent computation written here (numpy, scipy, NLTK)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+from controller.metrics import METRICS, cell_data
+from controller.metrics.distinct import distinct_leave_one_out
+from controller.metrics.selfbleu import self_bleu_leave_one_out
+from controller.report.aggregate import summarize
+from tests.helpers_report import make_sweep
+
+VOCAB = ["the", "a", "of", "and", "to", "in", "was", "she", "he", "it", "her", "his", "that", "with"]
+
+
+def row(summary, strategy):
+    return summary[summary["strategy"] == strategy].iloc[0]
+
+
+def random_groups(rng: random.Random, n_groups: int, size: int) -> tuple[list[list[str]], list[list[int]]]:
+    docs = [[rng.choice(VOCAB[: rng.randint(2, len(VOCAB))]) for _ in range(rng.randint(0, 14))]
+            for _ in range(n_groups * size)]  # fmt: skip
+    return docs, [list(range(g * size, (g + 1) * size)) for g in range(n_groups)]
+
+
+def nltk_self_bleu(docs: list[list[str]]) -> float:
+    smooth = SmoothingFunction().method1
+    scores = [sentence_bleu(docs[:i] + docs[i + 1 :], d, smoothing_function=smooth) for i, d in enumerate(docs)]
+    return float(np.mean(scores))
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_self_bleu_leave_one_out_equals_nltk_on_each_remainder(size):
+    rng = random.Random(size)
+    for _ in range(4):
+        docs, groups = random_groups(rng, rng.randint(3, 7), size)
+        fast = self_bleu_leave_one_out(docs, groups)
+        for g, members in enumerate(groups):
+            rest = [d for i, d in enumerate(docs) if i not in members]
+            assert fast[g] == pytest.approx(nltk_self_bleu(rest), abs=1e-12)
+
+
+def test_distinct_leave_one_out_equals_sets_counted_here():
+    docs, groups = random_groups(random.Random(7), 9, 3)
+    for n in (1, 2, 3):
+        fast = distinct_leave_one_out(docs, groups, n)
+        for g, members in enumerate(groups):
+            grams = [tuple(d[i : i + n]) for k, d in enumerate(docs) if k not in members for i in range(len(d) - n + 1)]
+            assert fast[g] == (len(set(grams)) / len(grams) if grams else pytest.approx(math.nan, nan_ok=True))
+
+
+@pytest.fixture(scope="module")
+def data_and_summary():
+    data = make_sweep(seeds=(0, 1, 2), n_prompts=20)
+    return data, summarize(data, n_boot=2000, seed=1)
+
+
+def top_p_prompts(data):
+    by_prompt: dict[str, list] = {}
+    for g in data.generations:
+        if g.strategy == "top_p":
+            by_prompt.setdefault(g.prompt_id, []).append(g)
+    return list(by_prompt.values())
+
+
+def bootstrap_t(units: np.ndarray, center: float, draws: int = 20000) -> tuple[float, float]:
+    """A studentised bootstrap of Σ col 0 / Σ col 1 written out here: delta-method SE per replicate."""
+    G = len(units)
+
+    def est_se(u):  # u: (..., G, 2)
+        a, b = u[..., 0].sum(-1), u[..., 1].sum(-1)
+        r = a / b
+        d = (u[..., 0] - r[..., None] * u[..., 1]) / b[..., None]
+        return r, np.sqrt(G * d.var(-1, ddof=1))
+
+    theta, se = est_se(units)
+    idx = np.random.default_rng(0).integers(0, G, (draws, G))
+    r, s = est_se(units[idx])
+    t = (r - theta) / s
+    q = np.percentile(t[np.isfinite(t)], [2.5, 97.5])
+    return center - q[1] * se, center - q[0] * se
+
+
+def test_jackknife_interval_of_a_corpus_metric_is_a_bootstrap_t_of_its_pseudo_values(data_and_summary):
+    data, summary = data_and_summary
+    prompts = top_p_prompts(data)
+    distinct = METRICS.get("distinct_2").fn
+    full = distinct(cell_data([g for p in prompts for g in p]))
+    loo = np.array([distinct(cell_data([g for k, p in enumerate(prompts) if k != j for g in p]))
+                    for j in range(len(prompts))])  # fmt: skip
+    G = len(prompts)
+    pseudo = G * full - (G - 1) * loo
+    assert pseudo.std(ddof=1) / math.sqrt(G) == pytest.approx(math.sqrt((G - 1) / G * np.sum((loo - loo.mean()) ** 2)))
+    logit, expit = (lambda x: np.log(x / (1 - x))), (lambda x: 1 / (1 + np.exp(-x)))  # a share: on the logit scale
+    pseudo = G * logit(full) - (G - 1) * logit(loo)
+    lo, hi = expit(np.array(bootstrap_t(np.stack([pseudo, np.ones(G)], 1), logit(full))))
+    r = row(summary, "top_p")
+    width = hi - lo
+    assert r["distinct_2"] == pytest.approx(full)
+    assert abs(r["distinct_2_ci_low"] - lo) < 0.08 * width and abs(r["distinct_2_ci_high"] - hi) < 0.08 * width
+
+
+def test_bootstrap_interval_of_a_ratio_is_an_independent_bootstrap_t(data_and_summary):
+    data, summary = data_and_summary
+    prompts = top_p_prompts(data)
+    words = np.array([sum(len(w) for w in cell_data(p).words) for p in prompts], dtype=float)
+    n = np.array([len(p) for p in prompts], dtype=float)
+    theta = words.sum() / n.sum()
+    lo, hi = bootstrap_t(np.stack([words, n], 1), theta)
+    r = row(summary, "top_p")
+    assert r["mean_length"] == pytest.approx(theta)
+    width = hi - lo
+    assert abs(r["mean_length_ci_low"] - lo) < 0.08 * width and abs(r["mean_length_ci_high"] - hi) < 0.08 * width
+    assert summary.attrs["ci"]["methods"]["mean_length"] == "bootstrap"
+
+
+def test_paired_difference_interval_p_value_and_holm_match_independent_computations(data_and_summary):
+    data, summary = data_and_summary
+    r = row(summary, "top_p")
+    assert r["baseline"] == row(summary, "greedy")["cell"]  # default: the first cell of the same model
+    assert math.isnan(row(summary, "greedy")["mean_length_diff"])  # the baseline itself has none
+    per = {}
+    for strategy in ("top_p", "greedy"):
+        by_prompt: dict[str, list] = {}
+        for g in data.generations:
+            if g.strategy == strategy:
+                by_prompt.setdefault(g.prompt_id, []).append(len(cell_data([g]).words[0]))
+        per[strategy] = by_prompt
+    ids = sorted(per["top_p"])
+    a = np.array([[sum(per["top_p"][i]), len(per["top_p"][i])] for i in ids], dtype=float)
+    b = np.array([[sum(per["greedy"][i]), len(per["greedy"][i])] for i in ids], dtype=float)
+    diff = a[:, 0].sum() / a[:, 1].sum() - b[:, 0].sum() / b[:, 1].sum()
+    assert r["mean_length_diff"] == pytest.approx(diff)
+    # the permutation test written out: swap each prompt's two cells at random
+    rng = np.random.default_rng(1)
+    swaps = rng.random((20000, len(ids))) < 0.5
+    ax = np.where(swaps[..., None], b, a).sum(1)
+    bx = np.where(swaps[..., None], a, b).sum(1)
+    null = ax[:, 0] / ax[:, 1] - bx[:, 0] / bx[:, 1]
+    p = np.mean(np.abs(null) >= abs(diff) - 1e-12)
+    assert r["mean_length_diff_p"] == pytest.approx(p, abs=0.03)
+    assert r["mean_length_diff_ci_low"] <= diff <= r["mean_length_diff_ci_high"]
+    # Holm over every p-value of the table, written out
+    cols = [c for c in summary.columns if c.endswith("_diff_p")]
+    ps = [(i, c, summary.loc[i, c]) for i in summary.index for c in cols if np.isfinite(summary.loc[i, c])]
+    order = sorted(ps, key=lambda x: x[2])
+    m, running = len(order), 0.0
+    for k, (i, c, pv) in enumerate(order):
+        running = max(running, min(1.0, (m - k) * pv))
+        assert summary.loc[i, f"{c}_holm"] == pytest.approx(running)
+
+
+def test_a_named_baseline_and_unequal_cells():
+    data = make_sweep(seeds=(0, 1), n_prompts=8)
+    summary = summarize(data, n_boot=200, baseline="top_p")
+    assert row(summary, "greedy")["baseline"] == row(summary, "top_p")["cell"]
+    assert math.isnan(row(summary, "top_p")["rep_2_diff"]) and not math.isnan(row(summary, "greedy")["rep_2_diff"])
+    assert row(summary, "reference")["baseline"] is None
+
+
+def test_comparisons_reach_the_markdown_html_csv_cli_and_notebook(tmp_path):
+    from click.testing import CliRunner
+
+    from controller.cli import main
+    from controller.report.api import comparisons, load_summary
+    from controller.report.write import render
+    from tests.helpers_report import write_sweep
+    from worker.core import paths
+    from worker.store import FileStore
+
+    store = FileStore(tmp_path / "store")
+    data = make_sweep(seeds=(0, 1), n_prompts=6)
+    write_sweep(store, data)
+    res = CliRunner().invoke(
+        main, ["report", data.sweep_id, "--baseline", "top_p", "--n-boot", "200", "--store", store.url]
+    )
+    assert res.exit_code == 0, res.output
+    summary = load_summary(data.sweep_id, store=store, recompute=True, n_boot=200, baseline="top_p")
+    csv = render("csv", summary, data).decode().splitlines()[0].split(",")
+    assert {"baseline", "rep_2_diff", "rep_2_diff_ci_low", "rep_2_diff_ci_high", "rep_2_diff_p"} <= set(csv)
+    assert "rep_2_diff_p_holm" in csv
+    md = render("md", summary, data).decode()
+    assert "## Paired comparisons" in md and "Δ rep_4" in md
+    page = render("html", summary, data).decode()
+    assert '<details id="comparisons">' in page  # collapsed behind a toggle
+    assert 'data-col="rep_2_diff"' not in page  # not in the main table
+    long = comparisons(summary)
+    greedy = summary[summary["strategy"] == "greedy"].iloc[0]
+    got = long[(long["cell"] == greedy["cell"]) & (long["metric"] == "rep_2")].iloc[0]
+    assert got["diff"] == greedy["rep_2_diff"] and got["baseline"] == greedy["baseline"]
+    stored = store.read_bytes(paths.report_key(data.tenant, data.sweep_id, "summary.csv")).decode()
+    assert "rep_2_diff_p_holm" in stored.splitlines()[0]

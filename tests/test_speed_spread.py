@@ -1,0 +1,44 @@
+"""Speed with its spread: tokens/s intervals over batches, per-batch ranges, error bars, the unresolved note."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controller.report.aggregate import summarize
+from controller.report.format import summary_markdown
+from controller.report.html import quality_speed_figure
+from controller.report.speed import speed_spread, unresolved_speed
+from tests.helpers_report import make_sweep
+from tests.test_intervals import bootstrap_t
+
+
+def test_spread_columns_equal_numpy_over_the_batches():
+    data = make_sweep(seeds=(0, 1, 2), n_prompts=16, batch_size=2)
+    results = [r for r in data.results if r.job.strategy.name == "top_p"]
+    batches = [b for r in results for b in r.batches]
+    spread = speed_spread(results, n_boot=2000)
+    rates = np.array([b.new_tokens / b.total_s for b in batches])
+    assert spread["tokens_per_s_batch_min"] == rates.min() and spread["tokens_per_s_batch_max"] == rates.max()
+    lat = np.array([1000 * np.median(b.latency_s or [b.total_s]) for b in batches])
+    assert spread["latency_ms_batch_min"] == pytest.approx(lat.min())
+    assert spread["latency_ms_batch_max"] == pytest.approx(lat.max())
+    units = np.array([[b.new_tokens, b.total_s] for b in batches], dtype=float)
+    theta = units[:, 0].sum() / units[:, 1].sum()
+    lo, hi = bootstrap_t(units, theta)
+    width = hi - lo
+    assert abs(spread["tokens_per_s_ci_low"] - lo) < 0.1 * width
+    assert abs(spread["tokens_per_s_ci_high"] - hi) < 0.1 * width
+
+
+def test_overlapping_speed_intervals_are_named_and_drawn_as_error_bars():
+    assert unresolved_speed([("a", 10, 8, 12), ("b", 11, 10.5, 11.5), ("c", 30, 29, 31)]) == [("a", "b")]
+    data = make_sweep(seeds=(0, 1), n_prompts=8, batch_size=2)
+    summary = summarize(data, n_boot=200)
+    cells = summary["strategy"] != "reference"
+    summary.loc[cells, "tokens_per_s_ci_low"] = summary.loc[cells, "tokens_per_s"].min() * 0.5
+    summary.loc[cells, "tokens_per_s_ci_high"] = summary.loc[cells, "tokens_per_s"].max() * 2
+    assert "Speed ordering not resolved" in summary_markdown(summary, data)
+    scatter = quality_speed_figure(summary)["data"][0]
+    x = np.array(scatter["x"])
+    assert np.allclose(np.array(scatter["error_x"]["array"]), x * 0 + summary.loc[cells, "tokens_per_s"].max() * 2 - x)
