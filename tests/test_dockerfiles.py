@@ -175,7 +175,7 @@ def test_the_acl_image_holds_all_that_decodebench_tenants_acl_imports(tmp_path):
     allowed = sorted({n.replace("-", "_") for n in lock_pins(ACL_LOCK)} | {"yaml"})
     tenants = tmp_path / "tenants.yaml"
     tenants.write_text(
-        "tenants: [{name: team-a, redis_password_env: A, secrets: {redis: a}}]\n"
+        "tenants: [{name: team-a}]\nserver: {redis_password_env: S, secret: s}\n"
         "worker: {redis_password_env: W, secret: w}\nkeda: {redis_password_env: K, secret: k}\n"
     )
     code = f"""
@@ -192,10 +192,10 @@ sys.argv = ["decodebench", "tenants", "acl", {str(tenants)!r}]
 from controller.cli import main
 main()
 """
-    env = {"PATH": os.environ["PATH"], "A": "a", "W": "w", "K": "k", "PYTHONPATH": str(ROOT)}
+    env = {"PATH": os.environ["PATH"], "S": "s", "W": "w", "K": "k", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.startswith("user default off") and "user team-a on #" in out.stdout
+    assert out.stdout.startswith("user default off") and "user server on #" in out.stdout
 
 
 def _glob(pattern: str) -> re.Pattern:

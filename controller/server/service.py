@@ -307,7 +307,7 @@ def job_log(ctx: Context, who: Identity, sweep: str | None, job: str) -> list[di
     if sweep is None:
         sweep = sweepstate.find_job_sweep(ctx.conn, tenant, job)
         if sweep is None:
-            raise NotFound(f"job {job} is not in any submitted sweep of tenant {tenant!r}; give its sweep")
+            raise NotFound(f"job {job} is not in any submitted sweep of tenant {tenant!r}; give --sweep")
     key = paths.log_key(tenant, sweep, job)  # both ids checked: the key stays in the tenant's prefix
     if not ctx.store.exists(key):
         state = sweepstate.job_state(ctx.conn, tenant, sweep, job) if ctx.conn is not None else None
