@@ -31,8 +31,8 @@ BENCH_KEY = b"decodebench-benchmark-signing-key-0123456789"  # signs and checks 
 
 
 def make_jobs(model: str, n: int, name: str, new_tokens: int = 4):
-    from controller.spec.load import parse_spec
-    from controller.spec.plan import plan
+    from controller.sweep.load import parse_spec
+    from controller.sweep.plan import plan
 
     spec = parse_spec(
         {

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from controller.launch.submit import enqueue_jobs  # noqa: E402
 from controller.server.client import submission  # noqa: E402
-from controller.spec.load import parse_spec  # noqa: E402
-from controller.spec.plan import plan  # noqa: E402
+from controller.sweep.load import parse_spec  # noqa: E402
+from controller.sweep.plan import plan  # noqa: E402
 from tests.helpers_server import deployment  # noqa: E402
 from tests.services import redis_server  # noqa: E402
 

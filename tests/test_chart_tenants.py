@@ -189,7 +189,7 @@ def _start_rendered_redis(docs, tmp_path: Path, acl_dir: Path) -> tuple[int, sub
 
 def test_the_rendered_acl_on_a_real_redis_server_keda_exporter_and_no_tenant(tmp_path):
     from controller.launch import submit as cq
-    from controller.spec.load import parse_spec
+    from controller.sweep.load import parse_spec
     from tests.test_queue import spec_dict
     from worker import sweepstate
     from worker.store import FileStore

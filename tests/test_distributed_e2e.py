@@ -151,7 +151,7 @@ def scenario(redis_service, tiny_model, prompts_file, tmp_path_factory, signing_
     import torch
 
     from controller.launch.local import run_sweep
-    from controller.spec.load import load_spec
+    from controller.sweep.load import load_spec
 
     conn = redis.Redis.from_url(redis_service)
     conn.flushall()

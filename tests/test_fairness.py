@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from controller.launch import submit as cq
-from controller.spec.load import parse_spec
+from controller.sweep.load import parse_spec
 from tests.services import SIGNING_KEY as KEY
 from tests.test_queue import spec_dict
 from worker import sweepstate

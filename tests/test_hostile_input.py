@@ -225,8 +225,8 @@ def test_a_prompt_file_in_utf16_without_bom_is_refused_naming_the_byte(tmp_path)
 )
 @pytest.mark.parametrize("name", ["p.jsonl", "p.csv"])
 def test_spreadsheet_encodings_are_read(tmp_path, encode, name):
-    from controller.spec.load import load_spec
-    from controller.spec.prompts import load_prompts
+    from controller.sweep.load import load_spec
+    from controller.sweep.prompts import load_prompts
 
     text = '{"id": "x", "prompt": "Émile — ünïcode"}\r\n' if name == "p.jsonl" else "id,prompt\r\nx,Émile — ünïcode\r\n"
     items = load_prompts(load_spec(prompt_spec(tmp_path, encode(text), name)).prompts)
@@ -235,8 +235,8 @@ def test_spreadsheet_encodings_are_read(tmp_path, encode, name):
 
 @pytest.mark.parametrize("char", ["\u2028", "\u2029", "\x85"])
 def test_a_jsonl_line_with_a_unicode_line_separator_parses(tmp_path, char):
-    from controller.spec.load import load_spec
-    from controller.spec.prompts import load_prompts
+    from controller.sweep.load import load_spec
+    from controller.sweep.prompts import load_prompts
 
     data = (json.dumps({"prompt": f"a{char}b"}, ensure_ascii=False) + "\n").encode()
     assert [i.prompt for i in load_prompts(load_spec(prompt_spec(tmp_path, data)).prompts)] == [f"a{char}b"]

@@ -241,7 +241,7 @@ def test_damaged_pickle_weights_of_an_opted_in_sweep_are_one_permanent_reason(tm
 
 def test_jobs_of_broken_models_fail_for_good_and_the_worker_goes_on(conn, store, tiny_model, tmp_path):
     from controller.launch import submit as cq
-    from controller.spec.load import parse_spec
+    from controller.sweep.load import parse_spec
 
     names = ["no_config", "other_architecture", "pickle_only", "truncated_safetensors", "tokenizer_of_wrong_shape"]
     models = [{"path": tiny_model, "name": "good"}]

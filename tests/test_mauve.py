@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from controller.cli import main
 from controller.metrics import METRICS, cell_data
 from controller.metrics.divergence import MAUVE_SETTINGS
-from controller.spec.models import SweepSpec
-from controller.spec.plan import compute_sweep_id
+from controller.sweep.models import SweepSpec
+from controller.sweep.plan import compute_sweep_id
 from worker.core.contract import ModelSpec
 from worker.engine.features import featurize
 

@@ -173,8 +173,8 @@ def test_validate_and_run_print_names_with_their_escapes_visible(tmp_path, hosti
 
 
 def test_status_prints_names_cells_and_failure_reasons_with_escapes_visible(tmp_path, hostile_spec, redis_url):
-    from controller.spec.load import load_spec
-    from controller.spec.plan import plan
+    from controller.sweep.load import load_spec
+    from controller.sweep.plan import plan
     from worker.core.contract import JobStatus
     from worker.sweepstate import transition
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.spec.load import parse_spec
-from controller.spec.plan import expand_grid, plan, summarize_plan
+from controller.sweep.load import parse_spec
+from controller.sweep.plan import expand_grid, plan, summarize_plan
 
 pytestmark = pytest.mark.pure
 
@@ -77,7 +77,7 @@ def test_duplicate_variants_are_planned_once():
 def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
     import shutil
 
-    from controller.spec.load import load_spec
+    from controller.sweep.load import load_spec
 
     ids = []
     for place in ("a", "b/deeper"):
@@ -105,7 +105,7 @@ def test_the_quickstart_keeps_its_sweep_id_as_settings_are_added():
     the quickstart's id is the one it had before them, and setting one changes it."""
     from pathlib import Path
 
-    from controller.spec.load import load_spec
+    from controller.sweep.load import load_spec
 
     quickstart = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
     spec = load_spec(quickstart)

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from controller.cli import main as cli
 from controller.launch import submit as cq
-from controller.spec.load import load_spec, parse_spec
-from controller.spec.plan import plan
+from controller.sweep.load import load_spec, parse_spec
+from controller.sweep.plan import plan
 from tests.services import SIGNING_KEY as KEY
 from worker import sweepstate
 from worker.core import keys, signing

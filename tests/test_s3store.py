@@ -213,8 +213,8 @@ def test_a_lost_response_to_a_conditional_put_is_not_a_duplicate(flaky):
 def test_a_job_writes_its_result_generations_and_log_to_s3_through_failures(flaky, tiny_model, runtime):
     import structlog
 
-    from controller.spec.load import parse_spec
-    from controller.spec.plan import plan
+    from controller.sweep.load import parse_spec
+    from controller.sweep.plan import plan
     from tests.test_queue import spec_dict
     from worker.core import paths
     from worker.core.logs import configure

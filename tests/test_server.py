@@ -56,8 +56,8 @@ def queued(redis_url: str, tenant: str) -> int:
 
 
 def test_submit_through_the_server_keeps_the_sweep_id_and_enqueues_signed_jobs(dep, tmp_path, tiny_model, redis_url):
-    from controller.spec.load import load_spec
-    from controller.spec.plan import plan
+    from controller.sweep.load import load_spec
+    from controller.sweep.plan import plan
     from worker.core.signing import SIG_FIELD
 
     spec_path = write_spec(tmp_path, tiny_model)

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from controller.cli import main as cli
 from controller.server.client import submission
-from controller.spec.load import parse_spec
+from controller.sweep.load import parse_spec
 from tests.helpers_server import BIN, TOKENS, deployment
 from worker.core import keys
 

@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from controller.spec.load import parse_spec
-from controller.spec.plan import plan
+from controller.sweep.load import parse_spec
+from controller.sweep.plan import plan
 from tests.test_queue import spec_dict
 from worker.core import signing
 from worker.core.errors import PermanentJobError, UsageError

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.spec.load import load_spec
-from controller.spec.prompts import load_prompts
+from controller.sweep.load import load_spec
+from controller.sweep.prompts import load_prompts
 
 pytestmark = pytest.mark.pure
 

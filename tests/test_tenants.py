@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from controller.cli import main as cli
 from controller.launch import submit as cq
-from controller.spec.load import parse_spec
+from controller.sweep.load import parse_spec
 from tests.services import SIGNING_KEY as KEY
 from tests.services import redis_server
 from tests.test_queue import spec_dict

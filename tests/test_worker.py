@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from controller.cli import main as cli
 from controller.launch import submit as cq
-from controller.spec.load import parse_spec
+from controller.sweep.load import parse_spec
 from tests.services import SIGNING_KEY as KEY
 from tests.test_queue import rq_queue, spec_dict
 from worker import sweepstate

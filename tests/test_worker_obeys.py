@@ -21,7 +21,7 @@ import redis
 from click.testing import CliRunner
 
 from controller.launch import submit as cq
-from controller.spec.load import parse_spec
+from controller.sweep.load import parse_spec
 from tests.services import SIGNING_KEY as KEY
 from tests.test_distributed_e2e import BIN, env_for
 from tests.test_hostile_worker import plant

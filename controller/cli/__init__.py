@@ -2,7 +2,7 @@
 
 Each command module imports only click and the settings at import time, so that
 `decodebench --help` loads neither pandas nor torch; the work happens in
-`controller.spec`, `controller.launch`, `controller.report` and `controller.ops`.
+`controller.sweep`, `controller.launch`, `controller.report` and `controller.ops`.
 """
 
 from __future__ import annotations

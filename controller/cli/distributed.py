@@ -66,7 +66,7 @@ def submit(
 ) -> None:
     """Plan a sweep and enqueue its jobs for workers (idempotent)."""
     from controller.server.client import submission
-    from controller.spec.load import load_spec
+    from controller.sweep.load import load_spec
 
     spec = load_spec(spec_path, check_paths=not remote_paths)
     to = backend(api, redis_url, store, tenant)

@@ -26,9 +26,9 @@ from worker.core.safetext import terminal
 )
 def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, check_models: bool) -> None:
     """Check a sweep spec and print its job plan."""
-    from controller.spec.load import load_spec
-    from controller.spec.models import json_schema
-    from controller.spec.plan import plan, summarize_plan
+    from controller.sweep.load import load_spec
+    from controller.sweep.models import json_schema
+    from controller.sweep.plan import plan, summarize_plan
     from worker.core.policy import Limits, job_refusal
 
     if schema:
@@ -36,7 +36,7 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, 
         return
     if not spec_path:
         raise UsageError("validate: give a SPEC file (or --schema)")
-    from controller.spec.context import check_context
+    from controller.sweep.context import check_context
 
     spec = load_spec(spec_path)
     jobs = plan(spec, tenant)
@@ -86,7 +86,7 @@ def _check_models(jobs) -> None:
 def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool, no_check_models: bool) -> None:
     """Run a sweep locally, in-process, then print the comparison and the report's path."""
     from controller.launch.local import run_sweep
-    from controller.spec.load import load_spec
+    from controller.sweep.load import load_spec
     from worker.store import open_store
 
     settings.parse_device(device)

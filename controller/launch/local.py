@@ -20,10 +20,10 @@ from pathlib import Path
 import structlog
 
 from controller.launch.models import check_models, models_of
-from controller.spec.context import check_context
-from controller.spec.load import load_spec
-from controller.spec.models import SweepSpec
-from controller.spec.plan import plan, summarize_plan
+from controller.sweep.context import check_context
+from controller.sweep.load import load_spec
+from controller.sweep.models import SweepSpec
+from controller.sweep.plan import plan, summarize_plan
 from worker.core import paths
 from worker.core.contract import JobSpec
 from worker.core.errors import DecodebenchError, ModelUnavailableError, UsageError

@@ -267,7 +267,7 @@ def submit(
 ) -> SubmitOutcome:
     """Plan the sweep, store its spec and plan (once), enqueue its jobs grouped by model."""
     from controller.launch.local import save_sweep
-    from controller.spec.plan import plan
+    from controller.sweep.plan import plan
 
     jobs = plan(spec, tenant)
     save_sweep(store, spec, jobs, tenant, mode="distributed")
@@ -290,8 +290,8 @@ def retry(
 ) -> SubmitOutcome:
     """Enqueue the failed and cancelled jobs of a submitted sweep again (from its stored spec);
     `check` sees the re-planned jobs first (the server's policy), `admit` those to enqueue."""
-    from controller.spec.load import stored_spec
-    from controller.spec.plan import plan
+    from controller.sweep.load import stored_spec
+    from controller.sweep.plan import plan
 
     spec = stored_spec(store.load_spec(tenant, sweep_id), f"stored spec of sweep {sweep_id}")
     jobs = plan(spec, tenant)

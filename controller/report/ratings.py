@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from controller.report.rating_sheets import FIXED_COLUMNS, SCORES
-from controller.spec.prompts import sniff_encoding
+from controller.sweep.prompts import sniff_encoding
 from worker.core import paths, settings
 from worker.core.errors import UsageError, short
 from worker.store import Store

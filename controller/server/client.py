@@ -126,7 +126,7 @@ def _result(response) -> Any:
 
 def submission(spec, priority: str, retry_failed: bool, retries: int | None = None) -> dict:
     """The body of POST /v1/sweeps: the validated spec with its prompts inline (same sweep id as a direct submit)."""
-    from controller.spec.prompts import load_prompts
+    from controller.sweep.prompts import load_prompts
 
     prompts = load_prompts(spec.prompts)
     data = spec.model_dump(mode="json")

@@ -85,7 +85,7 @@ def tenant_of(who: Identity) -> str:
 
 def parse_submission(req: SubmitRequest):
     """The request's spec, validated as `decodebench validate` does; the server reads no file a client names."""
-    from controller.spec.load import parse_spec
+    from controller.sweep.load import parse_spec
 
     prompts = req.spec.get("prompts")
     if isinstance(prompts, dict) and prompts.get("path") is not None:
@@ -181,8 +181,8 @@ def outcome(out) -> dict[str, Any]:
 def submit(ctx: Context, who: Identity, req: SubmitRequest) -> dict[str, Any]:
     from controller.launch.local import save_sweep
     from controller.launch.submit import enqueue_jobs
-    from controller.spec.context import check_context
-    from controller.spec.plan import plan
+    from controller.sweep.context import check_context
+    from controller.sweep.plan import plan
 
     tenant = tenant_of(who)
     spec = parse_submission(req)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from controller.spec.models import PromptSet
+from controller.sweep.models import PromptSet
 from worker.core import settings
 from worker.core.contract import PromptItem
 from worker.core.errors import UsageError, short, shown

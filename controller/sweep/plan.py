@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.spec.models import SweepSpec, expand_grid, over_limit, spec_hash
-from controller.spec.prompts import load_prompts
+from controller.sweep.models import SweepSpec, expand_grid, over_limit, spec_hash
+from controller.sweep.prompts import load_prompts
 from worker.core import settings
 from worker.core.contract import FEATURIZER_MAX_TOKENS, JobSpec, PromptItem, StrategySpec
 from worker.core.errors import UsageError

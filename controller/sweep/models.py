@@ -1,4 +1,4 @@
-"""The sweep spec: pydantic v2 models (`controller.spec.load` reads them from YAML or JSON).
+"""The sweep spec: pydantic v2 models (`controller.sweep.load` reads them from YAML or JSON).
 
 The JSON schema (`decodebench validate --schema`) is generated from these models.
 Every error names its field path, e.g. `strategies[1].params.p: must be <= 1.0`.

@@ -2,7 +2,7 @@
 error, and a tree bounded in depth and in size (aliases expanded) before anything is built.
 
 Every failure is a `yaml.MarkedYAMLError` with the line and column of the node at fault,
-so `controller.spec.load` has one way to report it. `line_of` finds the line of a field
+so `controller.sweep.load` has one way to report it. `line_of` finds the line of a field
 path (`strategies[1].params.p`) in the composed tree, for the validation errors.
 """
 

@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from controller.spec import yamlsafe
-from controller.spec.models import StrategyEntry, SweepSpec
+from controller.sweep import yamlsafe
+from controller.sweep.models import StrategyEntry, SweepSpec
 from worker.core import settings
 from worker.core.contract import ModelSpec
 from worker.core.errors import UsageError, quote, short, shown
