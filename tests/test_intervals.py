@@ -14,6 +14,7 @@ from controller.metrics import METRICS, cell_data
 from controller.metrics.distinct import distinct_leave_one_out
 from controller.metrics.selfbleu import self_bleu_leave_one_out
 from controller.report.aggregate import summarize
+from tests.helpers_intervals import bootstrap_t
 from tests.helpers_report import make_sweep
 
 VOCAB = ["the", "a", "of", "and", "to", "in", "was", "she", "he", "it", "her", "his", "that", "with"]
@@ -67,24 +68,6 @@ def top_p_prompts(data):
         if g.strategy == "top_p":
             by_prompt.setdefault(g.prompt_id, []).append(g)
     return list(by_prompt.values())
-
-
-def bootstrap_t(units: np.ndarray, center: float, draws: int = 20000) -> tuple[float, float]:
-    """A studentised bootstrap of Σ col 0 / Σ col 1 written out here: delta-method SE per replicate."""
-    G = len(units)
-
-    def est_se(u):  # u: (..., G, 2)
-        a, b = u[..., 0].sum(-1), u[..., 1].sum(-1)
-        r = a / b
-        d = (u[..., 0] - r[..., None] * u[..., 1]) / b[..., None]
-        return r, np.sqrt(G * d.var(-1, ddof=1))
-
-    theta, se = est_se(units)
-    idx = np.random.default_rng(0).integers(0, G, (draws, G))
-    r, s = est_se(units[idx])
-    t = (r - theta) / s
-    q = np.percentile(t[np.isfinite(t)], [2.5, 97.5])
-    return center - q[1] * se, center - q[0] * se
 
 
 def test_jackknife_interval_of_a_corpus_metric_is_a_bootstrap_t_of_its_pseudo_values(data_and_summary):

@@ -37,8 +37,10 @@ def test_pooled_and_streamed_reports_equal_the_in_memory_one(tmp_path):
     memory = summarize(data, n_boot=100)
     streamed = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
     assert streamed.generations == [] and streamed.n_generations == len(data.generations)
-    pooled = summarize(streamed, n_boot=100, workers=2, store=store)
+    pooled = summarize(streamed, n_boot=100, workers=2, store=store)  # cells and pairs in the pool
     pd.testing.assert_frame_equal(memory, pooled)
+    cached = summarize(load_sweep(store, data.tenant, data.sweep_id, with_generations=False), n_boot=100, store=store)
+    pd.testing.assert_frame_equal(memory, cached)
     assert set(streamed.examples) == {
         (r["cell"], p) for r in memory.to_dict("records")[:4] for p in ("p000", "p001", "p002")
     }

@@ -9,8 +9,8 @@ from controller.report.aggregate import summarize
 from controller.report.format import summary_markdown
 from controller.report.html import quality_speed_figure
 from controller.report.speed import speed_spread, unresolved_speed
+from tests.helpers_intervals import bootstrap_t
 from tests.helpers_report import make_sweep
-from tests.test_intervals import bootstrap_t
 
 
 def test_spread_columns_equal_numpy_over_the_batches():

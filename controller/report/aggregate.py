@@ -314,7 +314,7 @@ def summarize(
             baseline=baseline,
             n_boot=n_boot,
             rng_for=lambda cell: cell_rng(seed, f"{cell}|paired"),
-            memo=pair_memo(store, outputs, settings, baseline),
+            memo=pair_memo(store, outputs, settings, baseline, selected=selected, workers=workers),
         )
         for row in rows:
             row.update(compared.get(row["cell"], {}))

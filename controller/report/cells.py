@@ -251,23 +251,54 @@ def map_cells(tasks: list[CellTask], selected, settings: Settings, *, workers: i
     return outputs  # type: ignore[return-value]
 
 
-def pair_memo(store, outputs: list[CellOutput], settings: Settings, baseline: str | None):
-    """`compare_cells`' memo: a pair's comparison cached beside its cells' outputs, keyed by both."""
+def _pair_task(args: tuple[CellStats, CellStats, tuple[str, ...], int, int]) -> dict:
+    """What a pool process runs for one (cell, baseline) pair: the same draws as in the controller."""
+    from controller.report.paired import compare_pair
+
+    a, b, names, n_boot, seed = args
+    metrics = {n: METRICS.get(n) for n in names}
+    return compare_pair(a, b, metrics, n_boot=n_boot, rng=cell_rng(seed, f"{a.cell}|paired"))
+
+
+def pair_memo(
+    store, outputs: list[CellOutput], settings: Settings, baseline: str | None, *, selected=(), workers: int = 1
+):
+    """`compare_cells`' memo: a pair's comparison cached beside its cells' outputs, keyed by both.
+
+    With `workers` != 1 (and the global registry's metrics) the pairs missing from the cache are
+    computed first in a process pool, like the cells."""
+    from controller.report.paired import baselines
+
     digests = {o.row["cell"]: o.digest for o in outputs}
 
-    def memo(cell: str, base: str, compute):
+    def key_of(cell: str, base: str) -> str | None:
         if store is None or digests.get(cell) is None or digests.get(base) is None:
-            return compute()
+            return None
         doc = [CACHE_VERSION, digests[cell], digests[base], settings.n_boot, settings.seed, baseline]
         name = hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
-        key = digests[cell].rsplit("/", 1)[0] + f"/pair-{name}.json"  # type: ignore[union-attr]
-        if store.exists(key):
+        return digests[cell].rsplit("/", 1)[0] + f"/pair-{name}.json"  # type: ignore[union-attr]
+
+    ready: dict[tuple[str, str], dict] = {}
+    stats = {o.row["cell"]: o.stats for o in outputs if o.stats is not None}
+    pooled = workers != 1 and all(n in METRICS and METRICS.get(n) is m for n, m in selected)
+    if pooled:
+        todo = [(c, b) for c, b in baselines(list(stats.values()), baseline).items() if b is not None]
+        todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
+        if len(todo) > 1:
+            with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
+                args = [(stats[c], stats[b], settings.names, settings.n_boot, settings.seed) for c, b in todo]
+                ready = dict(zip(todo, pool.map(_pair_task, args, chunksize=1)))
+
+    def memo(cell: str, base: str, compute):
+        key = key_of(cell, base)
+        if key is not None and (cell, base) not in ready and store.exists(key):
             try:
                 return store.read_json(key)
             except CorruptRecordError:
                 pass
-        pair = compute()
-        store.write_json(key, {k: _plain(v) for k, v in pair.items()})
+        pair = ready.pop((cell, base), None) or compute()
+        if key is not None:
+            store.write_json(key, {k: _plain(v) for k, v in pair.items()})
         return pair
 
     return memo
