@@ -52,6 +52,24 @@ app.kubernetes.io/part-of: decodebench
 {{- (include (print .root.Template.BasePath "/" .template) .root | fromYaml).data | toJson | sha256sum }}
 {{- end }}
 
+{{/*
+The generated Redis password (base64), the same in every template of one render: the one the
+cluster holds (lookup, on install/upgrade), else a new random one, kept in .Values for the render.
+*/}}
+{{- define "decodebench.generatedRedisPassword" -}}
+{{- if not (hasKey .Values "__generatedRedisPassword") }}
+{{- $name := include "decodebench.componentName" (dict "root" . "suffix" "redis") }}
+{{- $key := .Values.redis.auth.passwordKey }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace $name }}
+{{- $password := randAlphaNum 32 | b64enc }}
+{{- if and $existing $existing.data (hasKey $existing.data $key) }}
+{{- $password = index $existing.data $key }}
+{{- end }}
+{{- $_ := set .Values "__generatedRedisPassword" $password }}
+{{- end }}
+{{- get .Values "__generatedRedisPassword" }}
+{{- end }}
+
 {{/* Labels that select this release's pods; the NetworkPolicy admits exactly these to Redis. */}}
 {{- define "decodebench.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "decodebench.name" . }}
