@@ -46,6 +46,7 @@ from worker.core.policy import Limits
 from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.fair import FairShare
 from worker.rq.liveness import touch
+from worker.rq.metrics import worker_metrics
 from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, resolve_queue_names, work_may_come_back
 from worker.rq.reaper import Timing, enqueue_due_retries, reap
 from worker.rq.reload import TenantsReload, reload_tenants
@@ -117,6 +118,7 @@ class DecodebenchWorker(SimpleWorker):
         self._beat_thread: threading.Thread | None = None
         # Touched on every beat, busy or idle: the pod's probes read it (charts/decodebench).
         self.heartbeat_file: str | None = settings.get("heartbeat_file")
+        self.metrics = worker_metrics(self, device)  # served on DECODEBENCH_METRICS_PORT, if set
 
     # -- queues and fairness -----------------------------------------------------------------
     def _policy(self, tenant: str):
@@ -231,7 +233,7 @@ class DecodebenchWorker(SimpleWorker):
             self._current = (job, execution, ids, tenant)
         started = time.time()
         try:
-            with lend(self.lent):
+            with lend(self.lent), self.metrics.job(job, tenant, refused=bool(why)):
                 return super().perform_job(job, queue, execution)
         finally:
             with self._lock:
