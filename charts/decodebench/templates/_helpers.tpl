@@ -385,6 +385,13 @@ A Kubernetes memory quantity in bytes (integers with an optional k/M/G/T/Ki/Mi/G
 The pools, each merged over worker.poolDefaults: a key set in a pool replaces the default
 as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools": [...]}.
 */}}
+{{/* The most worker processes a pod of any pool runs (its metrics ports are port .. port + this - 1). */}}
+{{- define "decodebench.maxProcesses" -}}
+{{- $most := 1 }}
+{{- range (include "decodebench.pools" . | fromJson).pools }}{{ $most = max $most (int .gpus) }}{{ end }}
+{{- $most }}
+{{- end }}
+
 {{- define "decodebench.pools" -}}
 {{- $pools := list }}
 {{- range $i, $pool := .Values.worker.pools }}
