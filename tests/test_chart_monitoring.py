@@ -26,6 +26,7 @@ ALL_ON = {
         "podMonitor": {"enabled": True},
         "serviceMonitor": {"enabled": True},
         "prometheusRule": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
     },
     "redis": {"metrics": {"enabled": True}},
     "worker": {"pools": [{"name": "h100", "gpus": 4}, {"name": "cpu", "gpus": 0}]},
@@ -72,13 +73,16 @@ def test_each_pool_is_scraped_on_one_port_per_worker_process(docs):
     assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
 
 
-def test_the_alerts_use_the_metrics_the_worker_exports(docs):
+def exported_names() -> set[str]:
+    """Sample names the worker's metrics module exports (decodebench_queue_jobs: collected from
+    Redis at scrape, tests/test_worker_metrics.py)."""
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
-    exported = {
-        family.name + suffix
-        for family in WorkerMetrics(pool="p").registry.collect()
-        for suffix in suffixes.get(family.type, ("",))
-    } | {"decodebench_queue_jobs"}  # collected from Redis at scrape (tests/test_worker_metrics.py)
+    families = WorkerMetrics(pool="p").registry.collect()
+    return {f.name + suffix for f in families for suffix in suffixes.get(f.type, ("",))} | {"decodebench_queue_jobs"}
+
+
+def test_the_alerts_use_the_metrics_the_worker_exports(docs):
+    exported = exported_names()
     (rule,) = find(docs, "PrometheusRule")
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(alerts) == {"DecodebenchQueueStuck", "DecodebenchWorkerCrashLooping", "DecodebenchRedisMemoryHigh"}
@@ -100,3 +104,15 @@ def test_flags_off_render_nothing_and_a_monitor_without_its_metrics_fails():
     )
     assert "set metrics.enabled too" in render_error({"metrics": {"podMonitor": {"enabled": True}}})
     assert "set redis.metrics.enabled too" in render_error({"metrics": {"serviceMonitor": {"enabled": True}}})
+
+
+def test_the_grafana_dashboard_is_json_and_plots_exported_metrics(docs):
+    (cm,) = find(docs, "ConfigMap", "db-decodebench-grafana-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["decodebench.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 8
+    for expr in exprs:
+        used = set(re.findall(r"\b([a-z_]+)\{", expr))
+        assert used and used <= exported_names() | OUTSIDE, (expr, used)
+        assert expr.count("(") == expr.count(")")
