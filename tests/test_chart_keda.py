@@ -11,8 +11,8 @@ a pool from 0 to 1 when the metric exceeds activationTarget and back to 0 after 
 
 from __future__ import annotations
 
-import ast
 import math
+import re
 
 import pytest
 import yaml
@@ -20,7 +20,9 @@ from redis import Redis
 from rq import Queue
 from rq.registry import ScheduledJobRegistry, StartedJobRegistry
 
+from tests import test_tenants
 from tests.helpers_chart import VALUES_BY_NAME, find, render
+from tests.test_tenants import KEDA_SCRIPT, as_user, submit_as
 from worker.core import keys
 
 HPA_TOLERANCE = 0.1  # kube-controller-manager's --horizontal-pod-autoscaler-tolerance default
@@ -28,18 +30,54 @@ PRIORITIES = ("high", "normal", "low")
 
 
 def evaluate(formula: str, metrics: dict[str, float]) -> float:
-    """The formula as KEDA's expr would evaluate it, for the sums of trigger names the chart writes."""
+    """The formula as KEDA's expr (expr-lang) evaluates it, for the subset the chart writes: names,
+    integers, `+`, `<`, `>`, parentheses and `cond ? a : b` (lowest precedence, right-associative)."""
+    tokens = re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+|[-+<>?:()*/]", formula)
+    assert "".join(tokens) == re.sub(r"\s+", "", formula), f"unexpected characters in {formula!r}"
+    pos = 0
 
-    def walk(node):
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            return walk(node.left) + walk(node.right)
-        if isinstance(node, ast.Name):
-            return metrics[node.id]
-        raise AssertionError(f"unexpected formula part {ast.dump(node)}")
+    def take(expected: str | None = None) -> str:
+        nonlocal pos
+        tok = tokens[pos]
+        assert expected is None or tok == expected, (tok, expected, formula)
+        pos += 1
+        return tok
 
-    return walk(ast.parse(formula, mode="eval"))
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def atom() -> float:
+        tok = take()
+        if tok == "(":
+            value = ternary()
+            take(")")
+            return value
+        assert tok not in "+<>?:)*/-", f"unexpected {tok!r} in {formula!r}"
+        return float(tok) if tok.isdigit() else metrics[tok]
+
+    def total() -> float:
+        value = atom()
+        while peek() == "+":
+            take()
+            value += atom()
+        return value
+
+    def ternary() -> float:
+        value = total()
+        if peek() in ("<", ">"):
+            op, right = take(), total()
+            value = float(value < right if op == "<" else value > right)
+        if peek() == "?":
+            take()
+            yes = ternary()
+            take(":")
+            no = ternary()
+            return yes if value else no
+        return value
+
+    result = ternary()
+    assert pos == len(tokens), f"trailing {tokens[pos:]} in {formula!r}"
+    return result
 
 
 def desired_replicas(so: dict, lengths: dict[str, int], current: int) -> int:
@@ -66,12 +104,18 @@ def running(tenant: str, priority: str) -> str:
     return f"rq:wip:decodebench.{tenant}.{priority}"
 
 
+def scheduled(tenant: str, priority: str) -> str:
+    return f"rq:scheduled:decodebench.{tenant}.{priority}"
+
+
 @pytest.fixture(scope="module")
 def scaled_object() -> dict:
     (so,) = find(render(VALUES_BY_NAME["keda"]), "ScaledObject")  # team-a, team-b; 8 jobs per pod, max 8
     return so
 
 
+# The redis-server with the deployment's ACL file (test_tenants's fixtures, shared here).
+acl_redis, acl = test_tenants.acl_redis, test_tenants.acl
 EVERY_LIST = [(t, p) for t in ("team-a", "team-b") for p in PRIORITIES]
 
 
@@ -100,12 +144,12 @@ def test_replicas_follow_the_pools_total_work(scaled_object, state, current, exp
     assert desired_replicas(scaled_object, state, current) == expected
 
 
-def test_every_waiting_and_running_key_of_the_pool_is_summed_once(scaled_object):
+def test_every_key_of_the_pool_is_counted_once(scaled_object):
     triggers = scaled_object["spec"]["triggers"]
     names = [t["name"] for t in triggers]
-    assert len(names) == len(set(names)) == 12  # 2 tenants x 3 priorities x (waiting, running)
+    assert len(names) == len(set(names)) == 18  # 2 tenants x 3 priorities x (waiting, running, scheduled)
     formula = scaled_object["spec"]["advanced"]["scalingModifiers"]["formula"]
-    assert sorted(formula.split(" + ")) == sorted(names)
+    assert sorted(re.findall(r"[a-z]+_\d+_[a-z]+", formula)) == sorted(names)
     assert scaled_object["spec"]["advanced"]["scalingModifiers"]["target"] == "8"  # jobsPerReplica
     # An unrelated queue (another pool's tenant) does not count.
     assert desired_replicas(scaled_object, {waiting("team-c", "normal"): 100}, 0) == 0
@@ -118,21 +162,91 @@ def test_the_keys_are_the_ones_rq_and_decodebench_use():
         name = keys.queue_name(tenant, priority)
         assert Queue(name, connection=conn).key == waiting(tenant, priority)
         assert StartedJobRegistry(name, connection=conn).key == running(tenant, priority)
+        assert ScheduledJobRegistry(name, connection=conn).key == scheduled(tenant, priority)
 
 
-def test_jobs_waiting_for_a_retry_count_only_when_asked():
-    """countScheduled: RQ's scheduled registry (retries not yet due) keeps a pool from scaling to 0."""
-    retrying = {f"rq:scheduled:decodebench.team-a.{p}": 3 for p in PRIORITIES}
-    (plain,) = find(render(VALUES_BY_NAME["keda"]), "ScaledObject")
-    assert desired_replicas(plain, retrying, 0) == 0
-    values = yaml.safe_load(VALUES_BY_NAME["keda"].read_text())
+def with_autoscaling(path, **autoscaling) -> dict:
+    values = yaml.safe_load(path.read_text())
     for pool in values["worker"]["pools"]:
         if pool.get("autoscaling", {}).get("enabled"):
-            pool["autoscaling"]["countScheduled"] = True
+            pool["autoscaling"].update(autoscaling)
+    return values
+
+
+@pytest.mark.parametrize(
+    ("state", "current", "expected"),
+    [
+        # Retries pending, nothing else: one pod stays (or comes) to move them back when due.
+        ({scheduled("team-a", p): 3 for p in PRIORITIES}, 0, 1),
+        ({scheduled("team-b", "low"): 1}, 2, 1),
+        # Retries beside real work count one job in all (17 jobs: 3 pods), not one each (25: 4 pods).
+        ({waiting("team-a", "normal"): 16, scheduled("team-a", "normal"): 9}, 1, 3),
+    ],
+)
+def test_retries_waiting_for_their_time_keep_one_pod(scaled_object, state, current, expected):
+    assert desired_replicas(scaled_object, state, current) == expected
+
+
+def test_retries_count_only_while_counting_scheduled_is_on():
+    (plain,) = find(render(with_autoscaling(VALUES_BY_NAME["keda"], countScheduled=False)), "ScaledObject")
+    assert len(plain["spec"]["triggers"]) == 12
+    assert desired_replicas(plain, {scheduled("team-a", "normal"): 3}, 1) == 0
+
+
+@pytest.fixture(scope="module")
+def quota_scaled_object() -> dict:
+    """tenants.yaml: team-a max_running 4, team-b and research.x unbounded; 2 jobs per pod, 3 pods."""
+    (so,) = find(render(with_autoscaling(VALUES_BY_NAME["tenants"], maxReplicas=20)), "ScaledObject")
+    return so
+
+
+@pytest.mark.parametrize(
+    ("state", "current", "expected"),
+    [
+        # team-a may run 4 at once: 40 waiting are 4 jobs of work, 2 pods, not 20.
+        ({waiting("team-a", "normal"): 40}, 0, 2),
+        # 4 running and 36 waiting: still 4 (none of the 36 can start).
+        ({waiting("team-a", "normal"): 36, running("team-a", "high"): 4}, 2, 2),
+        # 3 running: one more can start.
+        ({waiting("team-a", "low"): 36, running("team-a", "low"): 3}, 2, 2),
+        # More running than the quota (it was lowered): the running ones still count.
+        ({waiting("team-a", "normal"): 5, running("team-a", "normal"): 6}, 3, 3),
+        # Fewer than the quota waiting: all of them.
+        ({waiting("team-a", "high"): 1}, 0, 1),
+        # An unbounded tenant beside it counts whole: 4 + 10 = 14 jobs, 7 pods.
+        ({waiting("team-a", "normal"): 40, waiting("team-b", "normal"): 10}, 1, 7),
+        ({waiting("research.x", "low"): 9}, 0, 5),
+    ],
+)
+def test_jobs_a_quota_holds_back_start_no_pod(quota_scaled_object, state, current, expected):
+    assert desired_replicas(quota_scaled_object, state, current) == expected
+
+
+def test_kedas_own_script_as_the_keda_user_gives_the_counts_the_arithmetic_uses(acl, tmp_path):
+    """Real RQ state on a redis-server with the deployment's ACL; every trigger's count read by
+    KEDA's verbatim script as `keda`; the replicas follow, and Redis logs no refusal."""
+    from worker.store import FileStore
+
+    admin, keda = acl["admin"], as_user(acl, "keda")
+    values = with_autoscaling(VALUES_BY_NAME["tenants"], maxReplicas=20, jobsPerReplica=8)
+    values["tenants"]["tenants"] = [{"name": "team-a", "max_running": 2}, {"name": "team-b"}]  # test_tenants's
+    values["worker"]["pools"][0]["queues"] = ["team-a", "team-b"]
     (so,) = find(render(values), "ScaledObject")
-    assert len(so["spec"]["triggers"]) == 18  # 2 tenants x 3 priorities x (waiting, running, scheduled)
-    assert desired_replicas(so, retrying, 0) == 2
-    conn = Redis()
-    assert (
-        ScheduledJobRegistry(keys.queue_name("team-a"), connection=conn).key == "rq:scheduled:decodebench.team-a.normal"
-    )
+    a = submit_as(acl, "team-a", FileStore(tmp_path / "runs"))  # as the server, through the real submit
+    b = submit_as(acl, "team-b", FileStore(tmp_path / "runs"))
+    queue = keys.queue_name("team-a")
+    started = admin.lpop(keys.rq_queue_key(queue))  # one of team-a's jobs runs ...
+    admin.zadd(keys.rq_registry_key("wip", queue), {started: 1})
+    admin.zadd(keys.rq_registry_key("scheduled", keys.queue_name("team-b", "low")), {"retry": 2**40})
+    counts = {
+        t["metadata"]["listName"]: keda.eval(KEDA_SCRIPT, 1, t["metadata"]["listName"]) for t in so["spec"]["triggers"]
+    }
+    assert counts[waiting("team-a", "normal")] == len(a.enqueued) - 1 and counts[running("team-a", "normal")] == 1
+    assert counts[waiting("team-b", "normal")] == len(b.enqueued) and counts[scheduled("team-b", "low")] == 1
+    # team-a: min(waiting + running, max(2, running)) = 2 of its jobs; team-b: all; the retry: one.
+    assert len(a.enqueued) > 2
+    expected = 2 + len(b.enqueued) + 1
+    metrics = {t["name"]: counts[t["metadata"]["listName"]] for t in so["spec"]["triggers"]}
+    assert evaluate(so["spec"]["advanced"]["scalingModifiers"]["formula"], metrics) == expected
+    assert desired_replicas(so, counts, 0) == math.ceil(expected / 8)
+    assert admin.acl_log() == []

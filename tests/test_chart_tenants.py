@@ -56,7 +56,15 @@ def test_the_tenants_file_is_a_configmap_the_server_and_workers_read():
         path = env_of(c)["DECODEBENCH_TENANTS_FILE"]["value"]
         (mount,) = [m for m in c["volumeMounts"] if m["name"] == "tenants"]
         assert path == mount["mountPath"] + "/tenants.yaml"
+        assert "subPath" not in mount  # the kubelet updates a directory mount in place: workers re-read it
         assert {"name": "tenants", "configMap": {"name": "db-decodebench-tenants"}} in pod["volumes"]
+    # The server rolls on a new file; GPU workers follow it in place (worker.rq.reload), no roll.
+    assert (
+        "checksum/tenants"
+        in find(docs, "Deployment", "db-decodebench-server")[0]["spec"]["template"]["metadata"]["annotations"]
+    )
+    gpu_pod = workers(docs)["gpu"]["spec"]["template"]["metadata"]
+    assert not any(k.startswith("checksum/") for k in gpu_pod.get("annotations") or {})
     # keda only when a pool autoscales, exporter only with metrics: no user, no Secret needed.
     plain = render(TENANTS, {"redis": {"metrics": {"enabled": False}}, "worker": {"pools": [{"name": "gpu"}]}})
     (cm,) = find(plain, "ConfigMap", "db-decodebench-tenants")
@@ -190,6 +198,7 @@ def _start_rendered_redis(docs, tmp_path: Path, acl_dir: Path) -> tuple[int, sub
 def test_the_rendered_acl_on_a_real_redis_server_keda_exporter_and_no_tenant(tmp_path):
     from controller.launch import submit as cq
     from controller.sweep.load import parse_spec
+    from tests.services import SIGNING_KEY
     from tests.test_queue import spec_dict
     from worker import sweepstate
     from worker.store import FileStore
@@ -207,10 +216,10 @@ def test_the_rendered_acl_on_a_real_redis_server_keda_exporter_and_no_tenant(tmp
         srv = login("server")
         # The server submits, reads, cancels and retries a tenant's sweep.
         store = FileStore(tmp_path / "runs")
-        sub = cq.submit(srv, store, parse_spec(spec_dict()), "team-a")
+        sub = cq.submit(srv, store, parse_spec(spec_dict()), "team-a", key=SIGNING_KEY)
         assert sub.enqueued and sweepstate.read_status(srv, "team-a", sub.sweep_id).total("queued") == len(sub.enqueued)
         assert sweepstate.cancel_sweep(srv, "team-a", sub.sweep_id).cancelled == len(sub.enqueued)
-        assert sorted(cq.retry(srv, store, "team-a", sub.sweep_id).enqueued) == sorted(sub.enqueued)
+        assert sorted(cq.retry(srv, store, "team-a", sub.sweep_id, key=SIGNING_KEY).enqueued) == sorted(sub.enqueued)
         # No tenant can log in: there is no such user, whatever the password.
         for tenant in ("team-a", "team-b", "research.x", "default"):
             for password in passwords.values():

@@ -139,6 +139,13 @@ _SETTINGS = [
     ),
     Setting("image", None, "Image reference recorded in every result's provenance (set by the chart).", scope="worker"),
     Setting(
+        "metrics_port",
+        0,
+        "Port the worker serves Prometheus metrics on (/metrics, all interfaces); 0: none.",
+        int,
+        scope="worker",
+    ),
+    Setting(
         "heartbeat_file",
         None,
         "File the worker touches on every heartbeat, busy or idle (the chart's probes read it).",

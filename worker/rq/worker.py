@@ -15,7 +15,8 @@ model cache survives across jobs) plus what a fork-less worker lacks:
   and id (checked before a byte is inflated, inflated under DECODEBENCH_MAX_JOB_MB), calls
   decodebench's task for the tenant of the queue it came from, and passes the tenant's policy
   and the per-job limits (`worker.core.policy`); nothing else of the job hash is obeyed
-  (`worker.rq.sealed`); with a tenants file, only declared tenants are served;
+  (`worker.rq.sealed`); with a tenants file, only declared tenants are served, and a
+  changed file is taken between jobs (`worker.rq.reload`);
 - SIGTERM: finish the current job (within `stop_grace`, default its own timeout), else
   interrupt it and requeue it at the front; a second SIGTERM requeues at once;
 - cancel: a cancelled sweep's running job, or an RQ stop-job command, interrupts it."""
@@ -44,8 +45,11 @@ from worker.core.errors import PermanentJobError, UsageError
 from worker.core.policy import Limits
 from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.fair import FairShare
+from worker.rq.liveness import touch
+from worker.rq.metrics import worker_metrics
 from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, resolve_queue_names, work_may_come_back
 from worker.rq.reaper import Timing, enqueue_due_retries, reap
+from worker.rq.reload import TenantsReload, reload_tenants
 from worker.rq.sealed import SealedJob, sealed_refusal, signing_key
 from worker.rq.task import Interrupted, Lent, fail_unrunnable, job_ids, lend, refusal
 from worker.sweepstate import slots
@@ -83,6 +87,7 @@ class DecodebenchWorker(SimpleWorker):
         self.timing = timing or Timing.from_settings()
         path = settings.get("tenants_file")
         self.tenant_file = tenants if tenants is not None else (load_tenants(path) if path else None)
+        self.tenants_reload = TenantsReload(path, self.tenant_file) if tenants is None and path else None
         weights = {t.name: t.weight for t in self.tenant_file.tenants} if self.tenant_file else None
         self.fair = FairShare(weights=weights or {})
         self.lent = Lent(store=store, runtime=runtime)
@@ -113,6 +118,7 @@ class DecodebenchWorker(SimpleWorker):
         self._beat_thread: threading.Thread | None = None
         # Touched on every beat, busy or idle: the pod's probes read it (charts/decodebench).
         self.heartbeat_file: str | None = settings.get("heartbeat_file")
+        self.metrics = worker_metrics(self, device)  # served on DECODEBENCH_METRICS_PORT, if set
 
     # -- queues and fairness -----------------------------------------------------------------
     def _policy(self, tenant: str):
@@ -227,7 +233,7 @@ class DecodebenchWorker(SimpleWorker):
             self._current = (job, execution, ids, tenant)
         started = time.time()
         try:
-            with lend(self.lent):
+            with lend(self.lent), self.metrics.job(job, tenant, refused=bool(why)):
                 return super().perform_job(job, queue, execution)
         finally:
             with self._lock:
@@ -376,7 +382,8 @@ class DecodebenchWorker(SimpleWorker):
             self._interrupt("shutdown")
 
     def maintain(self) -> None:
-        """Every reaper interval, busy or idle: new tenants, lost jobs, due retries."""
+        """Every reaper interval, busy or idle: a changed tenants file, new tenants, lost jobs, due retries."""
+        reload_tenants(self)
         self.refresh_queues()
         requeued = reap(self.connection, self.tenants, self.timing)
         if requeued:
@@ -386,15 +393,3 @@ class DecodebenchWorker(SimpleWorker):
     def run_maintenance_tasks(self) -> None:
         reap(self.connection, self.tenants, self.timing)  # before RQ's own abandoned-job cleanup
         super().run_maintenance_tasks()
-
-
-def touch(path: str | None) -> None:
-    """Mark this process alive for the pod's probes (no file configured: nothing to do)."""
-    if not path:
-        return
-    try:
-        with open(path, "a"):
-            pass
-        os.utime(path)
-    except OSError as err:
-        log.warning("worker.heartbeat_file_error", path=path, error=str(err))

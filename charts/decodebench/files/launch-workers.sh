@@ -5,6 +5,7 @@
 #   DECODEBENCH_WORKER_DEVICE     cuda (nvidia.com/gpu: whole GPUs, or MIG slices under the device
 #                                 plugin's `single` strategy), mig (a MIG profile: `mixed` strategy) or cpu
 #   DECODEBENCH_HEARTBEAT_DIR     process i touches <dir>/worker-i on every heartbeat (the probes read them)
+#   DECODEBENCH_METRICS_PORT      if set, process i serves Prometheus metrics on this port + i
 #   DECODEBENCH_RESTART_BACKOFF   seconds before restarting a crashed process, doubling per crash
 #   DECODEBENCH_RESTART_BACKOFF_MAX   the most it waits
 #   arguments                     the tenants the pool serves, passed on after --queues
@@ -26,6 +27,7 @@ set -u
 processes="${DECODEBENCH_WORKER_PROCESSES:-1}"
 kind="${DECODEBENCH_WORKER_DEVICE:-cuda}"
 beats="${DECODEBENCH_HEARTBEAT_DIR:-/tmp/decodebench}"
+metrics_port="${DECODEBENCH_METRICS_PORT:-0}"
 backoff0="${DECODEBENCH_RESTART_BACKOFF:-5}"
 backoff_max="${DECODEBENCH_RESTART_BACKOFF_MAX:-300}"
 stopping=0
@@ -82,11 +84,13 @@ fi
 mkdir -p "${beats}"
 
 start() {
-  local i=$1
+  local i=$1 port=0
+  ((metrics_port > 0)) && port=$((metrics_port + i))
   if [[ "${kind}" == cpu ]]; then
-    DECODEBENCH_HEARTBEAT_FILE="${beats}/worker-${i}" decodebench-worker --device cpu --queues "${queues[@]}" &
+    DECODEBENCH_HEARTBEAT_FILE="${beats}/worker-${i}" DECODEBENCH_METRICS_PORT="${port}" \
+      decodebench-worker --device cpu --queues "${queues[@]}" &
   else
-    CUDA_VISIBLE_DEVICES="${uuids[i]}" DECODEBENCH_HEARTBEAT_FILE="${beats}/worker-${i}" \
+    CUDA_VISIBLE_DEVICES="${uuids[i]}" DECODEBENCH_HEARTBEAT_FILE="${beats}/worker-${i}" DECODEBENCH_METRICS_PORT="${port}" \
       decodebench-worker --device cuda:0 --queues "${queues[@]}" &
   fi
   pids[i]=$!

@@ -52,6 +52,24 @@ app.kubernetes.io/part-of: decodebench
 {{- (include (print .root.Template.BasePath "/" .template) .root | fromYaml).data | toJson | sha256sum }}
 {{- end }}
 
+{{/*
+The generated Redis password (base64), the same in every template of one render: the one the
+cluster holds (lookup, on install/upgrade), else a new random one, kept in .Values for the render.
+*/}}
+{{- define "decodebench.generatedRedisPassword" -}}
+{{- if not (hasKey .Values "__generatedRedisPassword") }}
+{{- $name := include "decodebench.componentName" (dict "root" . "suffix" "redis") }}
+{{- $key := .Values.redis.auth.passwordKey }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace $name }}
+{{- $password := randAlphaNum 32 | b64enc }}
+{{- if and $existing $existing.data (hasKey $existing.data $key) }}
+{{- $password = index $existing.data $key }}
+{{- end }}
+{{- $_ := set .Values "__generatedRedisPassword" $password }}
+{{- end }}
+{{- get .Values "__generatedRedisPassword" }}
+{{- end }}
+
 {{/* Labels that select this release's pods; the NetworkPolicy admits exactly these to Redis. */}}
 {{- define "decodebench.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "decodebench.name" . }}
@@ -367,6 +385,13 @@ A Kubernetes memory quantity in bytes (integers with an optional k/M/G/T/Ki/Mi/G
 The pools, each merged over worker.poolDefaults: a key set in a pool replaces the default
 as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools": [...]}.
 */}}
+{{/* The most worker processes a pod of any pool runs (its metrics ports are port .. port + this - 1). */}}
+{{- define "decodebench.maxProcesses" -}}
+{{- $most := 1 }}
+{{- range (include "decodebench.pools" . | fromJson).pools }}{{ $most = max $most (int .gpus) }}{{ end }}
+{{- $most }}
+{{- end }}
+
 {{- define "decodebench.pools" -}}
 {{- $pools := list }}
 {{- range $i, $pool := .Values.worker.pools }}

@@ -1,0 +1,69 @@
+"""The first sweep NOTES.txt tells a new user to paste works: the chart's first-sweep ConfigMap,
+as the controller pod mounts it, submitted with the command NOTES.txt prints through a real
+`decodebench serve` (token, tenants file, signing key) and run to the end by a real
+`decodebench-worker` on a redis-server. The model is the bundled tiny one at an absolute path,
+standing in for a models claim the workers mount (the Hub download needs a network).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import redis
+import yaml
+
+from controller.server.service import SubmitRequest, parse_submission
+from tests.helpers_chart import find, render, render_notes
+from tests.helpers_server import BIN, deployment
+from worker import sweepstate
+
+MOUNT = "/etc/decodebench-first-sweep/"
+pytestmark = pytest.mark.slow
+
+
+def first_sweep(values: dict) -> str:
+    (cm,) = find(render(values), "ConfigMap", "db-decodebench-first-sweep")
+    return cm["data"]["first-sweep.yaml"]
+
+
+def test_the_default_first_sweep_names_a_hub_model_and_inline_prompts():
+    spec = yaml.safe_load(first_sweep({}))
+    assert spec["models"] == [{"path": "openai-community/gpt2", "name": "first"}]
+    assert len(spec["prompts"]["inline"]) == 8 and "path" not in spec["prompts"]
+    parse_submission(SubmitRequest(spec=spec))  # what the server checks: it reads no file
+    (pod,) = [d for d in render({}) if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("controller")]
+    (mount,) = [
+        m for m in pod["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] if m["name"] == "first-sweep"
+    ]
+    assert mount["mountPath"] + "/" == MOUNT
+
+
+def test_the_pasted_recipe_runs_the_first_sweep_to_the_end(tmp_path, redis_url, signing_key_file, tiny_model):
+    values = {"controller": {"firstSweep": {"model": tiny_model}}}
+    notes = render_notes(values, tmp_path=tmp_path / "notes")
+    (command,) = [line.split(" -- ", 1)[1] for line in notes.splitlines() if "decodebench submit " + MOUNT in line]
+    assert command.endswith("--remote-paths")  # a path on the workers' volume
+    pod_files = tmp_path / "pod"
+    pod_files.mkdir()
+    (pod_files / "first-sweep.yaml").write_text(first_sweep(values))
+    args = command.replace(MOUNT, str(pod_files) + "/").split()
+    tenants = "tenants:\n  - {{name: team-a, models: [{model}], rate_limit: 100000}}\n  - {{name: team-b}}\n"
+    with deployment(tmp_path / "dep", redis_url, signing_key_file, tiny_model, tenants=tenants) as dep:
+        token = tmp_path / "token"
+        token.write_text(dep.tokens["alice"])  # the controller pod's token file (team-a)
+        env = dep.env | {"DECODEBENCH_API_URL": dep.url, "DECODEBENCH_TOKEN_FILE": str(token)}
+        out = subprocess.run([str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        sweep_id = re.search(r"sweep (\S+)", out.stdout).group(1)
+        worker = subprocess.run(
+            [str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "team-a", "--burst"],
+            env=env | {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert worker.returncode == 0, worker.stderr[-3000:]
+    status = sweepstate.read_status(redis.Redis.from_url(redis_url), "team-a", sweep_id)
+    assert status.total("done") == 6 and status.total("failed") == 0  # 3 strategies x 2 shards of 4 prompts
