@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from controller.metrics.registry import worker_needs
 from tests.services import AUSTEN_PROMPTS
 from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.errors import PermanentJobError, UsageError
@@ -33,6 +34,7 @@ def job(model: str, strategy: str, params=None, batch_size=4, seed=0, max_new=16
         prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
         generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size, stop=list(stop)),
         metrics=list(metrics) or ["distinct_1"],
+        compute=worker_needs(list(metrics) or ["distinct_1"]),  # as the planner writes it
     )
 
 

@@ -30,10 +30,10 @@ from worker.engine import generate as gen
 from worker.engine.batching import AutoBatch, buckets, cut
 from worker.engine.device import device_info, resolve_device
 from worker.engine.engine_info import auto_groups, engine_record
-from worker.engine.features import FEATURE_METRICS, featurize
+from worker.engine.features import featurize
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.sampling import generation_seed
-from worker.engine.scoring import SCORED_METRICS, score_nll
+from worker.engine.scoring import score_nll
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.store import Store, jsonl_bytes
 from worker.strategies import variant_label
@@ -139,7 +139,7 @@ def _split(batch, joules: float | None, futures) -> list[tuple[list, gen.BatchOu
 
 def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size: int):
     """Each generation's (nll_sum, nll_count) under the scorer, and the scorer's info."""
-    if job.metrics and not SCORED_METRICS.intersection(job.metrics):
+    if "score" not in job.compute:
         return {}, None
     scorer = runtime.cache.get(job.scorer, runtime.device) if job.scorer else lm
     pairs, ids = [], []
@@ -155,7 +155,7 @@ def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size:
 
 def _features(job: JobSpec, runtime: Runtime, outputs, batch_size: int):
     """prompt id -> (features of prompt + text, of prompt + reference or None), and the featurizer's info."""
-    if job.featurizer is None or (job.metrics and not FEATURE_METRICS.intersection(job.metrics)):
+    if job.featurizer is None or "featurize" not in job.compute:
         return {}, None
     featurizer = runtime.cache.get(job.featurizer, runtime.device)
     items = [(p, text) for prompts, part in outputs for p, text in zip(prompts, part.texts)]
