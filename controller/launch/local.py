@@ -64,11 +64,11 @@ def run_sweep(
     spec: SweepSpec | str | Path, store: Store, tenant: str = "default", device: str = "cpu", progress: bool = True
 ) -> RunOutcome:
     """Run every job of the sweep that is not yet complete; return what happened."""
-    from worker.engine.job import Runtime, run_job  # the one place the controller hosts the engine
+    from worker.engine.job import EngineSettings, Runtime, run_job  # the one place the controller hosts the engine
 
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
-    runtime = Runtime(device)  # a device that does not exist fails before anything is written
+    runtime = Runtime(device, EngineSettings.from_environment())  # a device that does not exist fails first
     jobs = plan(spec, tenant)
     outcome = RunOutcome(jobs[0].sweep_id)
     save_sweep(store, spec, jobs, tenant, mode="local")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.helpers_engine import job as engine_job
+from tests.helpers_engine import with_generation
 from tests.services import AUSTEN_PROMPTS, SMALL_MODEL, TINY_MODEL
-from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 
 GOLDEN = Path(__file__).with_name("engine_tokens.json")
 
@@ -52,22 +53,10 @@ MAX_NEW = 24
 SEED = 7
 
 
-def job(model: str, strategy: str, params: dict, settings: dict, model_options: dict) -> JobSpec:
-    return JobSpec(
-        tenant="default",
-        sweep_id="golden",
-        sweep_name="golden",
-        job_id=f"golden-{strategy}",
-        cell=f"m::{strategy}",
-        model=ModelSpec(path=str(model), **model_options),
-        strategy=StrategySpec(name=strategy, params=params),
-        seed=SEED,
-        shard=0,
-        n_shards=1,
-        prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(AUSTEN_PROMPTS)],
-        generation=GenerationSettings(**{"max_new_tokens": MAX_NEW, **settings}),
-        metrics=["distinct_1"],
-    )
+def job(model: Path, strategy: str, params: dict, settings: dict, model_options: dict):
+    """The case's job: the bundled prompts, seed SEED, MAX_NEW tokens, the case's settings."""
+    spec = engine_job(model, strategy, params, seed=SEED, max_new=MAX_NEW, prompts=AUSTEN_PROMPTS, **model_options)
+    return with_generation(spec, **settings)
 
 
 def run(runtime) -> dict[str, dict[str, list[list[int]]]]:

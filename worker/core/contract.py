@@ -274,6 +274,7 @@ class JobResult(Strict):
     )
     engine: dict[str, Any] = Field(
         default_factory=dict,
-        description="The engine's choices for this job: decoding loop, batch size (requested, used, how chosen), "
+        description="The engine's choices for this job: its plan (path, kind, step, cache, prepared mask, refill, "
+        "warm-up, rows per prompt), decoding loop, batch size (requested, used, how chosen), "
         "bucketing, dtype, attention kernels, KV cache and compilation, sampler, compactions, energy source.",
     )
