@@ -32,17 +32,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_throughput import mixed_prompts, ratio, rounds, uniform_prompts  # noqa: E402
 from benchmarks.jobs import job  # noqa: E402
+from benchmarks.sides import mixed_prompts, ratio, rounds, uniform_prompts  # noqa: E402
 from worker.core.contract import ModelSpec  # noqa: E402
 from worker.core.logs import configure  # noqa: E402
-from worker.engine import generate as engine  # noqa: E402
-from worker.engine.decode import prepared_mask  # noqa: E402
+from worker.engine import plan as planning  # noqa: E402
 from worker.engine.job import Runtime, generate_job  # noqa: E402
 from worker.engine.loops import contrastive  # noqa: E402
-from worker.engine.loops.contrastive import runs_in_own_loop  # noqa: E402
+from worker.strategies import Kind  # noqa: E402
 
-own_step = engine._own_step
+decode_step, prepared_mask, runs_in_decode_loop = (
+    planning.decode_step,
+    planning.prepared_mask,
+    contrastive.runs_in_decode_loop,
+)
 
 
 def side(runtime, spec, way: str):
@@ -50,16 +53,17 @@ def side(runtime, spec, way: str):
 
     def run():
         if way == "loop_shared":
-            contrastive.runs_in_own_loop = lambda model, config: False
+            contrastive.runs_in_decode_loop = lambda config, mask: False
         if way == "loop_repeated":
-            contrastive.prepared_mask = lambda model: False
+            planning.prepared_mask = lambda model: False
         if way == "loop":
-            engine._own_step = lambda lm, d: None if d.loop == engine.beam_loop.LOOP else own_step(lm, d)
+            beams = (Kind.BEAM, Kind.DIVERSE_BEAM)
+            planning.decode_step = lambda lm, kind, cfg: None if kind in beams else decode_step(lm, kind, cfg)
         try:
             result, records = generate_job(batches if way == "own_batches" else spec, runtime)
         finally:
-            contrastive.prepared_mask, contrastive.runs_in_own_loop = prepared_mask, runs_in_own_loop
-            engine._own_step = own_step
+            planning.prepared_mask, planning.decode_step = prepared_mask, decode_step
+            contrastive.runs_in_decode_loop = runs_in_decode_loop
         return result.new_tokens, [r.token_ids for r in records]
 
     batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})

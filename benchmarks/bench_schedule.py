@@ -25,8 +25,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_throughput import hand_generate, mixed_prompts  # noqa: E402
+from benchmarks.bench_throughput import hand_generate  # noqa: E402
 from benchmarks.jobs import job  # noqa: E402
+from benchmarks.sides import mixed_prompts  # noqa: E402
 from worker.core.contract import ModelSpec  # noqa: E402
 from worker.core.logs import configure  # noqa: E402
 from worker.engine import decode  # noqa: E402
@@ -37,7 +38,7 @@ def engine_schedule(runtime, spec) -> tuple[list[tuple[int, int]], list[tuple[in
     """One engine run's decode steps (live rows, columns) and prefills (rows, width), recorded."""
     steps: list[tuple[int, int]] = []
     prefills: list[tuple[int, int]] = []
-    forward, prefill = decode.Loop.forward, decode.Loop.prefill
+    forward, prefill = decode.Step.forward, decode.Step.prefill
 
     def recorded_forward(self, rows, cache):
         steps.append((rows.live.numel(), rows.width))
@@ -47,11 +48,11 @@ def engine_schedule(runtime, spec) -> tuple[list[tuple[int, int]], list[tuple[in
         prefills.append(tuple(rows.ids.shape))
         return prefill(self, rows, prealloc, **more)
 
-    decode.Loop.forward, decode.Loop.prefill = recorded_forward, recorded_prefill
+    decode.Step.forward, decode.Step.prefill = recorded_forward, recorded_prefill
     try:
         generate_job(spec, runtime)
     finally:
-        decode.Loop.forward, decode.Loop.prefill = forward, prefill
+        decode.Step.forward, decode.Step.prefill = forward, prefill
     return steps, prefills
 
 

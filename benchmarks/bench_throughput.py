@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -52,37 +51,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.jobs import job  # noqa: E402
-from worker.core.contract import JobSpec, ModelSpec, PromptItem  # noqa: E402
+from benchmarks.sides import against, mixed_prompts, ours, ratio, rounds, strip, uniform_prompts  # noqa: E402
+from worker.core.contract import ModelSpec  # noqa: E402
 from worker.core.logs import configure  # noqa: E402
 from worker.engine.job import Runtime, generate_job  # noqa: E402
-
-
-def heldout(n: int, offset: int = 0) -> list[dict]:
-    lines = (REPO / "examples/prompts/austen-heldout.jsonl").read_text().splitlines()[offset : offset + n]
-    return [json.loads(line) for line in lines]
-
-
-def uniform_prompts(n: int) -> list[PromptItem]:
-    return [PromptItem(id=row["id"], prompt=row["prompt"]) for row in heldout(n)]
-
-
-def mixed_prompts(tok, n: int) -> list[PromptItem]:
-    """Prompts of 10, 20, 30 and 40 tokens in turn (prompt and reference text cut to length)."""
-    out = []
-    for i, row in enumerate(heldout(n, offset=64)):
-        ids = tok(row["prompt"] + " " + (row["reference"] or ""))["input_ids"][: 10 * (1 + i % 4)]
-        out.append(PromptItem(id=row["id"], prompt=tok.decode(ids)))
-    return out
-
-
-def ours(runtime: Runtime, spec: JobSpec):
-    """A run of decodebench's engine: (new tokens, token ids per prompt in the shard's order)."""
-
-    def run():
-        result, records = generate_job(spec, runtime)
-        return result.new_tokens, [r.token_ids for r in records]
-
-    return run
 
 
 def hand_generate(lm, prompts, batch_size: int, max_new: int, stop=(), min_new=0, sample=None, num_beams=1):
@@ -116,14 +88,6 @@ def hand_generate(lm, prompts, batch_size: int, max_new: int, stop=(), min_new=0
     return run
 
 
-def strip(row: list[int], eos: int) -> list[int]:
-    """A row without its trailing eos/pad ids (the generate() loop cannot tell a stop string's padding from EOS)."""
-    end = len(row)
-    while end and row[end - 1] == eos:
-        end -= 1
-    return row[:end]
-
-
 def hand_pipeline(lm, prompts, max_new: int):
     """The per-prompt loop most comparison scripts use: pipeline("text-generation"), one prompt at a time."""
     from transformers import pipeline
@@ -139,49 +103,6 @@ def hand_pipeline(lm, prompts, max_new: int):
         return tokens, None
 
     return run
-
-
-def rounds(sides: dict, n: int, device) -> tuple[dict, dict]:
-    """Run every side once per round, interleaved; per side the median tokens/s (and each round's), last outputs.
-
-    Odd rounds run the sides in reverse order, so a side is not always first after another's
-    work (or always last): position effects cancel over the rounds."""
-    rates: dict[str, list[float]] = {k: [] for k in sides}
-    outputs = {}
-    for i in range(n):
-        for name, run in sides.items() if i % 2 == 0 else reversed(sides.items()):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            tokens, ids = run()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            rates[name].append(tokens / (time.perf_counter() - start))
-            outputs[name] = ids
-    stats = {
-        k: {"tokens_per_s": round(statistics.median(v), 2), "rounds": [round(x, 2) for x in v]}
-        for k, v in rates.items()
-    }
-    return stats, outputs
-
-
-def ratio(a: dict, b: dict) -> float:
-    """The median of the per-round ratios: each round's two sides ran back to back, so a
-    machine that slows down or speeds up between rounds moves both sides of a round alike."""
-    return round(statistics.median(x / y for x, y in zip(a["rounds"], b["rounds"])), 3)
-
-
-def against(key: str, stats: dict, outputs: dict, other: str, label: str, eos: int, note: str) -> tuple[float, str]:
-    """A pair's ratio (decodebench against `other`) and how many outputs were identical ("same/all"),
-    printed as one line with `note`."""
-    same = sum(strip(a, eos) == strip(b, eos) for a, b in zip(outputs["decodebench"], outputs[other]))
-    identical = f"{same}/{len(outputs[other])}"
-    r = ratio(stats["decodebench"], stats[other])
-    print(
-        f"{key:24s} decodebench {stats['decodebench']['tokens_per_s']:9.1f} tok/s   "
-        f"{label} {stats[other]['tokens_per_s']:9.1f} tok/s   x{r:.2f}   identical outputs {identical}   {note}"
-    )
-    return r, identical
 
 
 def environment(device: str, runtime: Runtime) -> dict:
@@ -347,7 +268,7 @@ def main() -> None:
         f"{args.prompts} prompts x {args.new} new tokens, batch {args.batch}, "
         f"median of {args.rounds} interleaved rounds"
     )
-    from benchmarks.transformers_cb import compare_cb  # it imports this module's helpers
+    from benchmarks.transformers_cb import compare_cb
 
     sections = [compare_generate, compare_beam, compare_pipeline, compare_auto, compare_sampler]
     if runtime.device.type == "cuda":

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import math
 
-from benchmarks.bench_throughput import against, mixed_prompts, ours, rounds, strip
 from benchmarks.jobs import job
+from benchmarks.sides import against, mixed_prompts, ours, rounds, strip
 
 PAGE = 32  # tokens per page of the paged cache (the prompts and generations here are short)
 

@@ -1,4 +1,5 @@
-"""Shared pieces of the engine's tests: a spec with other generation settings, transformers' unbatched
+"""Shared pieces of the engine's tests: the one JobSpec factory (`job`), a spec with other generation
+settings, transformers' unbatched
 greedy run of one prompt (what every batched, compacted or streamed row must equal), small
 random-weight configs of the model families the engine supports, the prompt pool of the stream
 property tests and the guard that no KV buffer grows."""
@@ -22,6 +23,55 @@ MIXED = [
 ]
 
 POOL = [*MIXED, "Anne", "Emma", "It was", "Mr. Darcy said that he had never"]
+
+
+def job(
+    model,
+    strategy: str = "greedy",
+    params=None,
+    batch_size=4,
+    seed=0,
+    max_new=16,
+    stop=(),
+    metrics=(),
+    prompts=AUSTEN_PROMPTS,
+    *,
+    dtype: str = "auto",
+    scorer=None,
+    job_id: str | None = None,
+    **model_options,
+):
+    """A one-shard job of the test sweep; it computes what its metrics need (default: distinct_1), as the
+    planner writes it."""
+    from controller.metrics.registry import worker_needs
+    from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+
+    metrics = list(metrics) or ["distinct_1"]
+    return JobSpec(
+        tenant="default",
+        sweep_id="s",
+        sweep_name="t",
+        job_id=job_id or f"j-{strategy}-{batch_size}-{seed}",
+        cell=f"m::{strategy}",
+        model=ModelSpec(path=str(model), dtype=dtype, **model_options),
+        strategy=StrategySpec(name=strategy, params=params or {}),
+        seed=seed,
+        shard=0,
+        n_shards=1,
+        prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
+        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size, stop=list(stop)),
+        metrics=metrics,
+        compute=worker_needs(metrics),
+        scorer=ModelSpec(path=scorer) if scorer else None,
+    )
+
+
+def texts(runtime, spec):
+    """The job's texts, records and result."""
+    from worker.engine.job import generate_job
+
+    result, records = generate_job(spec, runtime)
+    return [r.text for r in records], records, result
 
 
 def with_generation(spec, **update):
@@ -122,16 +172,21 @@ class CudaProbe:
 
         monkeypatch.setattr(batching, "cuda_fit", cuda_fit)
         self.runtime = SimpleNamespace(
-            device=SimpleNamespace(type="cuda"), cache=runtime.cache, batch_sizes=batching.AutoBatch()
+            device=SimpleNamespace(type="cuda"),
+            cache=runtime.cache,
+            batch_sizes=batching.AutoBatch(),
+            settings=runtime.settings,
         )
 
     def probe(self, lm, decoding, spec):
-        from worker.engine import engine_info
+        from worker.engine import batching
 
         lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
-        return engine_info.auto_batch_size(self.runtime, lm, decoding, spec, lengths)
+        return batching.auto_batch_size(self.runtime, lm, decoding, spec, lengths)
 
     def plan(self, lm, decoding, spec):
-        from worker.engine.job import _plan_batches
+        from worker.engine.job import plan_batches
 
-        return _plan_batches(spec, self.runtime, lm, decoding, [])
+        lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
+        planned = plan_batches(spec, self.runtime, lm, decoding, lengths)
+        return planned.groups, planned.scorer_size, planned.record

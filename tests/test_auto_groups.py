@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers_engine import MIXED, CudaProbe, with_generation
-from tests.test_engine import job
+from tests.helpers_engine import MIXED, CudaProbe, job, with_generation
 from worker.core.contract import ModelSpec
 from worker.engine import batching
-from worker.engine import generate as engine
 from worker.engine import job as job_module
 from worker.engine.job import generate_job
+from worker.engine.plan import configure
 
 
 def sized(fits: dict[int, int]):
@@ -65,7 +64,7 @@ def test_a_cuda_job_with_long_prompts_runs_its_short_ones_at_their_own_size(tiny
     cuda = CudaProbe(runtime, monkeypatch, fit=lambda length, cap: min(cap, 2 if length >= 32 + 64 else 8))
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     spec = with_generation(job(tiny_model, "greedy", max_new=40, prompts=MIXED), batch_size="auto")
-    decoding = engine.configure_decoding(lm, spec.strategy, spec.generation)
+    decoding = configure(lm, spec.strategy, spec.generation)
     groups, scorer_size, info = cuda.plan(lm, decoding, spec)
     assert [(size, [len(b) for b in batches]) for size, batches in groups] == [(2, [2]), (7, [7])]
     assert [p.prompt for p in groups[0][1][0]] == [MIXED[1], MIXED[8]]  # the longest, longest first

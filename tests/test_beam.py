@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
+from tests.helpers_engine import job as engine_job
 from tests.services import AUSTEN_PROMPTS
-from tests.test_engine import job as engine_job
 from worker.core.contract import ModelSpec
 from worker.engine.job import generate_job
 from worker.engine.loops import beam as beam_loop

@@ -11,19 +11,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers_engine import MIXED, POOL, CudaProbe, forbid_growth, forward_widths
-from tests.test_engine import job
+from tests.helpers_engine import MIXED, POOL, CudaProbe, forbid_growth, forward_widths, job
 from worker.engine import generate as engine
+from worker.engine import plan as planning
 from worker.engine.job import generate_job
+from worker.engine.loops.beam_step import BeamStep
+from worker.engine.plan import configure
+from worker.strategies import Kind
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def batch_loop(monkeypatch, spec, runtime):
-    """The job through the strategy's batch loop (worker.engine.loops.beam), not the own loop's step."""
+    """The job through the strategy's batch search (worker.engine.loops.beam), not the decode loop's step."""
     with monkeypatch.context() as patch:
-        real = engine._own_step
-        patch.setattr(engine, "_own_step", lambda lm, d: None if d.loop == engine.beam_loop.LOOP else real(lm, d))
+        real = planning.decode_step
+        beams = (Kind.BEAM, Kind.DIVERSE_BEAM)
+        patch.setattr(planning, "decode_step", lambda lm, kind, cfg: None if kind in beams else real(lm, kind, cfg))
         return generate_job(spec, runtime)
 
 
@@ -50,7 +54,7 @@ def test_a_beam_stream_refills_and_every_prompt_gets_the_batch_loops_search(
     assert result.engine["decode_loop"].startswith("worker.engine.decode (beam search's step")
     assert {r.stop_reason for r in ours} >= {"stop_string"}
     theirs_result, theirs = batch_loop(monkeypatch, spec, runtime)
-    assert theirs_result.engine["decode_loop"] == f"decodebench's own loop ({engine.beam_loop.LOOP})"
+    assert theirs_result.engine["decode_loop"] == "decodebench's own loop (worker.engine.loops.beam:generate)"
     assert outputs(ours) == outputs(theirs)
     # a prompt's latency runs to the end of its search, which may come after its best hypothesis ended
     assert all(0 < t <= lat <= stream.total_s + 1e-6 for t, lat in zip(stream.ttft_s, stream.latency_s))
@@ -106,8 +110,8 @@ def test_the_cuda_probe_plans_num_beams_cache_rows_per_prompt_for_the_beam_step(
     cuda = CudaProbe(runtime, monkeypatch)
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     spec = job(tiny_model, "beam", {"num_beams": 3}, max_new=8)
-    decoding = engine.configure_decoding(lm, spec.strategy, spec.generation)
-    assert decoding.step is engine.BeamStep and decoding.refill
+    decoding = configure(lm, spec.strategy, spec.generation)
+    assert decoding.step is BeamStep and decoding.refill
     cuda.probe(lm, decoding, spec)
     rows = [each for _, each in cuda.asked]
     assert rows == [3] and cuda.peaks[0] is not None  # beams' rows, the prompt prefilled into their buffers

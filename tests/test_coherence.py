@@ -8,29 +8,17 @@ import pytest
 import torch
 
 from controller.metrics import METRICS, cell_data
+from tests.helpers_engine import job
 from tests.services import AUSTEN_PROMPTS
-from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from worker.core.contract import JobSpec, ModelSpec
 from worker.engine.job import generate_job
 
 PROMPTS = AUSTEN_PROMPTS[:4]
 
 
 def _job(model: str, metrics: list[str], scorer: str | None = None) -> JobSpec:
-    return JobSpec(
-        tenant="default",
-        sweep_id="s",
-        sweep_name="t",
-        job_id="j-coherence",
-        cell="m::top_p",
-        model=ModelSpec(path=model),
-        strategy=StrategySpec(name="top_p", params={"p": 0.9}),
-        seed=1,
-        shard=0,
-        n_shards=1,
-        prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(PROMPTS)],
-        generation=GenerationSettings(max_new_tokens=12, batch_size=3),
-        metrics=metrics,
-        scorer=ModelSpec(path=scorer) if scorer else None,
+    return job(
+        model, "top_p", {"p": 0.9}, 3, 1, 12, metrics=metrics, prompts=PROMPTS, scorer=scorer, job_id="j-coherence"
     )
 
 

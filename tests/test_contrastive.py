@@ -10,18 +10,19 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers_engine import MIXED, POOL, CudaProbe, forbid_growth, small_config, with_generation
-from tests.test_engine import job
+from tests.helpers_engine import MIXED, POOL, CudaProbe, forbid_growth, job, small_config, with_generation
 from worker.core.contract import ModelSpec
-from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH
+from worker.engine import plan as planning
 from worker.engine.job import generate_job
+from worker.engine.models import MASK_PASSTHROUGH
+from worker.engine.plan import configure
 
 
 def test_contrastive_search_drops_finished_rows_from_its_candidate_pass(small_model, runtime, monkeypatch):
     """Rows that end (a stop string) leave the k-candidate forward; every row is still its unbatched run."""
     import functools
 
-    from worker.engine.decode import prepared_mask
+    from worker.engine.models import prepared_mask
 
     lm = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
     prepared_mask(lm.model)  # the once-per-model mask check, before forward passes are counted
@@ -72,7 +73,7 @@ def test_contrastive_candidates_as_tokens_of_their_row_choose_what_repeated_cach
     spec = job(model, "contrastive", {"k": 4, "alpha": 0.6}, batch_size=4, max_new=12, stop=[","], prompts=MIXED)
     _, shared = generate_job(spec, runtime)
     assert steps and set(steps) == {"_shared"}  # candidates ran as 4 tokens of their row
-    monkeypatch.setattr(contrastive, "prepared_mask", lambda model: False)
+    monkeypatch.setattr(planning, "prepared_mask", lambda model: False)
     steps.clear()
     _, repeated = generate_job(spec, runtime)
     assert steps and set(steps) == {"_repeated"}  # one token per row, the cache repeated 4 times
@@ -85,7 +86,7 @@ def test_looking_for_finished_rows_every_8_steps_as_on_cuda_changes_no_output(sm
     import functools
 
     from worker.engine import generate as engine
-    from worker.engine.decode import prepared_mask
+    from worker.engine.models import prepared_mask
 
     lm = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
     prepared_mask(lm.model)
@@ -141,9 +142,9 @@ def test_contrastive_search_runs_in_the_own_loop_with_refill_and_chooses_what_th
     assert stream.refills >= 2 and stream.compactions >= 2 and len(stream.latency_s) == len(MIXED)
     assert result.engine["decode_loop"].startswith("worker.engine.decode (contrastive search's step")
     assert "per row" in result.engine["modifiers"]
-    monkeypatch.setattr(contrastive, "runs_in_own_loop", lambda model, config: False)
+    monkeypatch.setattr(contrastive, "runs_in_decode_loop", lambda config, mask: False)
     result, theirs = generate_job(spec, runtime)
-    assert result.engine["decode_loop"] == f"decodebench's own loop ({contrastive.LOOP})"
+    assert result.engine["decode_loop"] == "decodebench's own loop (worker.engine.loops.contrastive:generate)"
     assert [(r.token_ids, r.stop_reason) for r in own] == [(r.token_ids, r.stop_reason) for r in theirs]
 
 
@@ -180,15 +181,14 @@ def test_the_cuda_probe_plans_one_cache_row_per_prompt_for_the_own_loops_contras
 ):
     """The own loop's candidates are k tokens of their row, not k rows: the probe fits batch x 1 rows (the
     strategy's loop, which repeats the cache k times where the mask is refused, keeps batch x k)."""
-    from worker.engine import generate as engine
     from worker.engine.loops import contrastive
 
     cuda = CudaProbe(runtime, monkeypatch)
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     spec = job(tiny_model, "contrastive", {"k": 5, "alpha": 0.6}, max_new=8)
     for own in (True, False):
-        monkeypatch.setattr(contrastive, "runs_in_own_loop", lambda model, config, own=own: own)
-        cuda.probe(lm, engine.configure_decoding(lm, spec.strategy, spec.generation), spec)
+        monkeypatch.setattr(contrastive, "runs_in_decode_loop", lambda config, mask, own=own: own)
+        cuda.probe(lm, configure(lm, spec.strategy, spec.generation), spec)
     rows = [each for _, each in cuda.asked]
     assert rows == [1, 5]
     # the own loop's probe prefills the longest prompt's bucket into its buffers; the batch loop's is one pass

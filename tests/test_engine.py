@@ -7,38 +7,16 @@ import math
 import pytest
 import torch
 
+from tests.helpers_engine import job, texts
 from tests.services import AUSTEN_PROMPTS
-from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+from worker.core.contract import ModelSpec
 from worker.core.errors import PermanentJobError, UsageError
 from worker.engine import generate as engine
-from worker.engine.job import Runtime, generate_job
+from worker.engine.job import EngineSettings, Runtime, generate_job
 from worker.engine.models import load
 from worker.engine.sampling import generation_seed
 
 PROMPTS = AUSTEN_PROMPTS
-
-
-def job(model: str, strategy: str, params=None, batch_size=4, seed=0, max_new=16, stop=(), metrics=(), prompts=PROMPTS):
-    return JobSpec(
-        tenant="default",
-        sweep_id="s",
-        sweep_name="t",
-        job_id=f"j-{strategy}-{batch_size}-{seed}",
-        cell=f"m::{strategy}",
-        model=ModelSpec(path=model),
-        strategy=StrategySpec(name=strategy, params=params or {}),
-        seed=seed,
-        shard=0,
-        n_shards=1,
-        prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(prompts)],
-        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size, stop=list(stop)),
-        metrics=list(metrics) or ["distinct_1"],
-    )
-
-
-def texts(runtime, spec):
-    result, records = generate_job(spec, runtime)
-    return [r.text for r in records], records, result
 
 
 def test_greedy_equals_direct_generate(tiny_model, runtime):
@@ -111,6 +89,7 @@ def test_result_records_timings_memory_and_provenance(tiny_model, runtime, monke
     monkeypatch.setenv("DECODEBENCH_IMAGE", "r.example/decodebench-worker:1.0@sha256:" + "a" * 64)
     monkeypatch.setenv("POD_NAME", "db-decodebench-worker-gpu-7d9c6b5f4-x2x7k")
     monkeypatch.setenv("NODE_NAME", "ip-10-0-1-7")
+    monkeypatch.setattr(runtime, "settings", EngineSettings.from_environment())  # as the worker's start reads them
     spec = job(tiny_model, "greedy", batch_size=4)
     batched = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
     _, records, result = texts(runtime, batched)

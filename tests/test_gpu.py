@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 
+from tests.helpers_engine import job as engine_spec
 from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 from worker.engine.job import Runtime, generate_job
 
@@ -26,20 +27,16 @@ PROMPTS = ["It was a truth universally acknowledged that", "She had never seen",
 
 
 def job(model: str, strategy: str = "greedy", dtype: str = "auto", batch_size: int = 4, max_new: int = 16) -> JobSpec:
-    return JobSpec(
-        tenant="default",
-        sweep_id="s",
-        sweep_name="gpu",
-        job_id=f"gpu-{strategy}-{dtype}-{batch_size}",
-        cell="m::x",
-        model=ModelSpec(path=model, dtype=dtype),
-        strategy=StrategySpec(name=strategy),
-        seed=0,
-        shard=0,
-        n_shards=1,
-        prompts=[PromptItem(id=f"p{i}", prompt=p) for i, p in enumerate(PROMPTS)],
-        generation=GenerationSettings(max_new_tokens=max_new, batch_size=batch_size),
+    """The GPU checks' job: four prompts, scored (perplexity)."""
+    return engine_spec(
+        model,
+        strategy,
+        batch_size=batch_size,
+        max_new=max_new,
         metrics=["perplexity"],
+        prompts=PROMPTS,
+        dtype=dtype,
+        job_id=f"gpu-{strategy}-{dtype}-{batch_size}",
     )
 
 
@@ -160,7 +157,7 @@ def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runti
         return run
 
     for name in ("forward", "advance"):
-        monkeypatch.setattr(decode.Loop, name, no_sync(getattr(decode.Loop, name)))
+        monkeypatch.setattr(decode.Step, name, no_sync(getattr(decode.Step, name)))
     spec = engine_job(small_model, strategy, params, batch_size=2, max_new_tokens=32, min_new_tokens=4)
     result, records = generate_job(spec, cuda_runtime)
     assert steps.count("forward") >= 32 and result.batches[0].refills >= 1 and len(records) == len(MIXED)
@@ -247,11 +244,11 @@ def test_contrastive_candidates_over_their_rows_cache_on_cuda_choose_as_repeated
 ):
     """Contrastive search's shared-cache step (k candidates as tokens of their row) against the repeated
     cache of the original implementation, float32 on CUDA."""
-    from worker.engine.loops import contrastive
+    from worker.engine import plan as planning
 
     spec = engine_job(small_model, "contrastive", {"k": 4, "alpha": 0.6}, stop=[","])
     _, shared = generate_job(spec, cuda_runtime)
-    monkeypatch.setattr(contrastive, "prepared_mask", lambda model: False)
+    monkeypatch.setattr(planning, "prepared_mask", lambda model: False)
     _, repeated = generate_job(spec, cuda_runtime)
     same = sum(a.token_ids == b.token_ids for a, b in zip(shared, repeated))
     assert same >= len(shared) - 1  # float32 on GPU: the two steps' rounding may flip a near-tie

@@ -15,10 +15,12 @@ import pytest
 import torch
 from transformers import DynamicCache, MistralConfig
 
-from tests.test_engine import PROMPTS, job
+from tests.helpers_engine import job
+from tests.services import AUSTEN_PROMPTS as PROMPTS
 from worker.core.contract import ModelSpec
 from worker.core.logs import configure, job_context
 from worker.engine import generate as engine
+from worker.engine import plan as planning
 from worker.engine.job import generate_job
 from worker.engine.kvcache import PreallocatedLayer, preallocated_cache
 
@@ -167,7 +169,7 @@ def test_overlapped_job_equals_batches_run_one_after_another(tiny_model, runtime
     spec = job(tiny_model, "top_k", {"k": 20}, seed=3, batch_size=2, max_new=10, stop=["."], prompts=PROMPTS)
     _, records = generate_job(spec, runtime)
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
-    decoding = engine.configure_decoding(lm, spec.strategy, spec.generation)
+    decoding = planning.configure(lm, spec.strategy, spec.generation)
     for batch in sorted({r.batch for r in records}):
         rows = [r for r in records if r.batch == batch]
         prompts = [p for p in spec.prompts if p.id in {r.prompt_id for r in rows}]

@@ -1,4 +1,4 @@
-"""The prepared SDPA mask of the own loop's decode steps (worker.engine.decode.prepared_mask).
+"""The prepared SDPA mask of the decode loop's steps (worker.engine.models.prepared_mask).
 
 Decode steps give SDPA its boolean mask ready-made instead of letting transformers rebuild it
 (and check it for padding, a host synchronisation on CUDA) at every step. Asserted: each row is
@@ -13,12 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers_engine import MIXED, small_config, unbatched_greedy
-from tests.test_engine import job
+from tests.helpers_engine import MIXED, job, small_config, unbatched_greedy
 from worker.core.contract import ModelSpec
-from worker.engine import generate as engine
-from worker.engine.decode import _MASK_PASSTHROUGH as MASK_PASSTHROUGH
 from worker.engine.job import generate_job
+from worker.engine.models import MASK_PASSTHROUGH
+from worker.engine.plan import configure
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -36,13 +35,13 @@ def test_decode_steps_pass_sdpa_a_prepared_mask_and_each_row_is_its_unbatched_ru
     AutoModelForCausalLM.from_config(small_config(family)).save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
     masks = []
-    real_forward = decode.Loop.forward
+    real_forward = decode.Step.forward
 
     def forward(self, rows, cache):
-        masks.append(self.mask4d)
+        masks.append(self.mask)
         return real_forward(self, rows, cache)
 
-    monkeypatch.setattr(decode.Loop, "forward", forward)
+    monkeypatch.setattr(decode.Step, "forward", forward)
     lm = runtime.cache.get(ModelSpec(path=str(tmp_path)), runtime.device)
     spec = job(str(tmp_path), "greedy", batch_size=3, max_new=12, stop=["e"], prompts=MIXED)
     result, records = generate_job(spec, runtime)
@@ -59,7 +58,7 @@ def test_every_listed_family_gives_identical_logits_with_the_prepared_mask(famil
     random-weight model of each gives bit-identical logits with either mask."""
     from transformers import AutoModelForCausalLM
 
-    from worker.engine.decode import prepared_mask
+    from worker.engine.models import prepared_mask
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(small_config(family)).eval()
@@ -68,11 +67,12 @@ def test_every_listed_family_gives_identical_logits_with_the_prepared_mask(famil
 
 def test_the_mask_check_runs_when_a_job_is_configured_not_inside_a_timed_batch(tiny_model, runtime):
     from worker.core.contract import GenerationSettings, StrategySpec
+    from worker.engine import models
 
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
-    lm.model.__dict__.pop("_decodebench_mask_ok", None)
-    engine.configure_decoding(lm, StrategySpec(name="greedy"), GenerationSettings())
-    assert lm.model._decodebench_mask_ok is True
+    models.probes(lm.model).prepared_mask = None  # not asked yet (the answer lives beside the model, not on it)
+    configure(lm, StrategySpec(name="greedy"), GenerationSettings())
+    assert models.probes(lm.model).prepared_mask is True
 
 
 def test_a_forward_that_reads_the_prepared_mask_otherwise_keeps_transformers_mask():
@@ -80,7 +80,7 @@ def test_a_forward_that_reads_the_prepared_mask_otherwise_keeps_transformers_mas
 
     from transformers import AutoModelForCausalLM
 
-    from worker.engine.decode import prepared_mask
+    from worker.engine.models import prepared_mask
 
     model = AutoModelForCausalLM.from_config(small_config("llama")).eval()
     real = model.forward
@@ -100,8 +100,8 @@ def test_the_prepared_mask_only_where_transformers_would_build_the_same_one(tiny
     from transformers import AutoModelForCausalLM, MistralForCausalLM, OPTConfig
 
     from tests.test_kvcache import sliding_window_config
-    from worker.engine.decode import prepared_mask
     from worker.engine.kvcache import preallocated_cache
+    from worker.engine.models import prepared_mask
 
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     assert prepared_mask(lm.model) and preallocated_cache(lm.model, 8) is not None  # gpt2, sdpa, plain layers

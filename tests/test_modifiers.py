@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig
 from transformers.generation import logits_process as lp
 
-from tests.helpers_engine import MIXED, unbatched_greedy
-from tests.test_engine import job
+from tests.helpers_engine import MIXED, job, unbatched_greedy
 from worker.core.contract import ModelSpec
 from worker.engine.job import generate_job
 from worker.engine.modifiers import RowModifiers

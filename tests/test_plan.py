@@ -112,3 +112,14 @@ def test_the_quickstart_keeps_its_sweep_id_as_settings_are_added():
     assert plan(spec)[0].sweep_id == "cb3dce6badd617dc"
     batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
     assert plan(batches)[0].sweep_id != "cb3dce6badd617dc"
+
+
+def test_the_planner_writes_what_the_metrics_need_the_worker_to_compute_and_ids_stay():
+    """A job says what its worker computes (score, featurize), from the metric registry; ids are unchanged
+    (the quickstart's pinned sweep id: test_the_quickstart_keeps_its_sweep_id_as_settings_are_added)."""
+    everything = plan(spec())
+    assert {tuple(j.compute) for j in everything} == {("featurize", "score")}  # no metrics listed: all of them
+    assert plan(spec(metrics=["distinct_1", "rep_2"]))[0].compute == []
+    assert plan(spec(metrics=["coherence", "distinct_1"]))[0].compute == ["score"]
+    assert plan(spec(metrics=["mauve"]))[0].compute == ["featurize"]
+    assert [j.job_id for j in everything] == [j.job_id for j in plan(spec())]  # ids hash coordinates, not compute

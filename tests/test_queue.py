@@ -82,7 +82,7 @@ def test_keys_and_queue_names():
     assert keys.parse_queue_name("decodebench.team.a.low") == ("team.a", "low")
     assert keys.parse_queue_name("default") is None and keys.parse_queue_name("decodebench.x.urgent") is None
     assert keys.sweep("t", "s1", "counts") == "decodebench:t:sweep:s1:counts"
-    assert keys.split_count_field(keys.count_field("m::top_p(p=0.9)", "done")) == ("m::top_p(p=0.9)", "done")
+    assert keys.split_count_field("m::top_p(p=0.9)|done") == ("m::top_p(p=0.9)", "done")  # as the Lua writes it
     with pytest.raises(ValueError):
         keys.queue_name("bad tenant")
 

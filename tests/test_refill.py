@@ -20,14 +20,15 @@ from tests.helpers_engine import (
     POOL,
     forbid_growth,
     forward_widths,
+    job,
     small_config,
     unbatched_greedy,
     with_generation,
 )
-from tests.test_engine import job
 from worker.core.contract import ModelSpec
 from worker.engine import generate as engine
 from worker.engine.job import generate_job
+from worker.engine.plan import configure
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -60,7 +61,7 @@ def test_newcomers_longer_than_the_batch_so_far_are_aligned(small_model, runtime
     monkeypatch.setattr(Rows, "merge", merge)
     lm = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
     spec = job(small_model, "greedy", batch_size=2, max_new=12, stop=[","], prompts=["Anne", "Emma", *MIXED])
-    decoding = engine.configure_decoding(lm, spec.strategy, spec.generation)
+    decoding = configure(lm, spec.strategy, spec.generation)
     prompts = sorted(spec.prompts, key=lambda p: len(lm.tokenizer(p.prompt)["input_ids"]))
     raw = engine.run_batch(lm, decoding, prompts, [0] * len(prompts), slots=2)
     out = engine.finish_batch(lm.tokenizer, decoding, raw)

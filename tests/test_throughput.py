@@ -8,18 +8,19 @@ transformers' (a chi-square test at significance 0.001).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from tests.helpers_engine import MIXED, CudaProbe
+from tests.helpers_engine import MIXED, CudaProbe, job, texts
 from tests.services import AUSTEN_PROMPTS
-from tests.test_engine import job, texts
 from worker.core.contract import GenerationSettings, ModelSpec, StrategySpec
 from worker.engine import batching
 from worker.engine import generate as engine
-from worker.engine.job import generate_job
+from worker.engine.job import EngineSettings, generate_job
+from worker.engine.plan import Path, configure
 from worker.engine.sampling import SeededSampler, build_warpers, counter_uniforms, generation_seed, inverse_cdf_pick
 
 # lengths vary about 4x, so the buckets reorder them
@@ -81,12 +82,12 @@ def test_own_loop_equals_transformers_generate_token_for_token(tiny_model, runti
     each prompt alone (penalties apply to a row's own tokens, so padding changes nothing)."""
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     settings = GenerationSettings(max_new_tokens=24, min_new_tokens=min_new, stop=[";"])
-    decoding = engine.configure_decoding(lm, StrategySpec(name=strategy, params=params), settings)
-    assert decoding.own_loop
+    decoding = configure(lm, StrategySpec(name=strategy, params=params), settings)
+    assert decoding.path is Path.DECODE
     prompts = job(tiny_model, strategy, prompts=MIXED).prompts
     seeds = [generation_seed(3, p.id) for p in prompts]
     ours = engine.generate_batch(lm, decoding, prompts, seeds)
-    decoding.own_loop = False
+    decoding = dataclasses.replace(decoding, path=Path.GENERATE, step=None)
     theirs = [engine.generate_batch(lm, decoding, [p], [seed]) for p, seed in zip(prompts, seeds)]
     assert ours.token_ids == [ids for t in theirs for ids in t.token_ids]
     assert ours.stop_reasons == [r for t in theirs for r in t.stop_reasons]
@@ -202,6 +203,7 @@ def test_the_cpu_probe_times_a_size_again_before_one_slow_reading_stops_the_doub
 
 def test_auto_batch_size_is_probed_cached_and_recorded(tiny_model, runtime, monkeypatch):
     monkeypatch.setenv("DECODEBENCH_AUTO_BATCH_MAX", "4")
+    monkeypatch.setattr(runtime, "settings", EngineSettings.from_environment())  # as the worker's start reads them
     spec = job(tiny_model, "greedy", batch_size=4, max_new=6).model_copy(
         update={"generation": GenerationSettings(max_new_tokens=6, batch_size="auto")}
     )
@@ -314,7 +316,7 @@ def test_the_cuda_probe_of_a_stream_fits_the_streams_kv_buffers(tiny_model, runt
     lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
     for refill in (True, False):
         settings = spec.generation.model_copy(update={"refill": refill})
-        decoding = engine.configure_decoding(lm, spec.strategy, settings)
+        decoding = configure(lm, spec.strategy, settings)
         assert decoding.refill is refill
         size, info = cuda.probe(lm, decoding, spec)
         assert size == 8 and not info["cached"] and ("stream" in info["how"]) is refill

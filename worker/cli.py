@@ -47,14 +47,14 @@ def prepare_cuda_env(env: MutableMapping[str, str]) -> list[str]:
 
 def pin_device(device: str | None):
     """The worker's Runtime on `device` (required, must exist), CUDA numbering made explicit first."""
-    from worker.engine.job import Runtime
+    from worker.engine.job import EngineSettings, Runtime
 
     if not device:
         raise UsageError("--device is required: cpu or cuda:N (or set DECODEBENCH_DEVICE)")
     settings.parse_device(device)
     for note in prepare_cuda_env(os.environ):
         log.info("worker.cuda_env", note=note)
-    runtime = Runtime(device)  # refuses a device that does not exist
+    runtime = Runtime(device, EngineSettings.from_environment())  # refuses a device that does not exist
     info = runtime.device_info
     log.info(
         "worker.device",

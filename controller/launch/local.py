@@ -90,11 +90,11 @@ def run_sweep(
 
     `progress`: True a live bar, None a line per tenth of the jobs on stderr, False nothing.
     `check`: resolve every model before the first job (see the module doc)."""
-    from worker.engine.job import Runtime, run_job  # the one place the controller hosts the engine
+    from worker.engine.job import EngineSettings, Runtime, run_job  # the one place the controller hosts the engine
 
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
-    runtime = Runtime(device)  # a device that does not exist fails before anything is written
+    runtime = Runtime(device, EngineSettings.from_environment())  # a device that does not exist fails first
     jobs = plan(spec, tenant)
     check_context(jobs)
     outcome = RunOutcome(jobs[0].sweep_id)

@@ -97,6 +97,7 @@ def compute(p: np.ndarray, q: np.ndarray) -> float:
     higher_is_better=True,
     needs_references=True,
     needs_model=True,
+    worker_computes="featurize",
     interval="none",
     citation="Pillutla et al. 2021, NeurIPS (arXiv:2102.01454); published numbers: gpt2-large features",
 )

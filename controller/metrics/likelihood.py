@@ -45,6 +45,7 @@ def _perplexity(sums: Sequence[float]) -> float | None:
     level="corpus",
     higher_is_better=None,
     needs_model=True,
+    worker_computes="score",
     citation="Jelinek et al. 1977; as a generation-quality signal: Holtzman et al. 2020, ICLR",
     unit="",
 )
@@ -72,6 +73,7 @@ def _scored(cell: CellData) -> list[tuple[float, int]] | None:
     level="corpus",
     higher_is_better=True,
     needs_model=True,
+    worker_computes="score",
     citation="Su & Collier 2022, arXiv:2210.14140",
     unit="nats/token",
 )

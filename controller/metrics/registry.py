@@ -40,6 +40,7 @@ from controller.metrics.tokenize import word_tokenize
 from worker.core.registry import Registry
 
 Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
+WorkerNeed = Literal["score", "featurize"]
 INTERVALS: tuple[str, ...] = ("bootstrap", "jackknife", "half-sample", "none")
 
 
@@ -133,6 +134,9 @@ class Metric:
     higher_is_better: bool | None  # None: neither (e.g. mean length, Zipf)
     needs_references: bool = False
     needs_model: bool = False
+    # what a worker computes for it while it has the model loaded (the planner writes it into each JobSpec):
+    # "score" (token NLLs under the scorer) or "featurize" (MAUVE features under the featurizer)
+    worker_computes: WorkerNeed | None = None
     fn: Callable[[CellData], float | None] = None  # type: ignore[assignment]  # built for an additive metric
     per_item: PerItem | None = None
     combine: Combine | None = None
@@ -144,6 +148,8 @@ class Metric:
 
     def __post_init__(self) -> None:
         where = f"metric {self.name!r}"
+        if self.worker_computes is not None and not self.needs_model:
+            raise ValueError(f"{where}: what a worker computes for it (worker_computes) needs a model (needs_model)")
         if (self.per_item is None) != (self.combine is None):
             raise ValueError(f"{where}: per_item and combine go together")
         if self.additive:
@@ -191,6 +197,7 @@ def metric(
     higher_is_better: bool | None,
     needs_references: bool = False,
     needs_model: bool = False,
+    worker_computes: WorkerNeed | None = None,
     interval: Interval = "jackknife",
     citation: str = "",
     unit: str = "",
@@ -205,6 +212,7 @@ def metric(
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
+                  worker_computes=worker_computes,
                   citation=citation, unit=unit, leave_one_out=leave_one_out,
                   unit_interval=unit_interval)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
@@ -219,6 +227,7 @@ def additive_metric(
     higher_is_better: bool | None,
     needs_references: bool = False,
     needs_model: bool = False,
+    worker_computes: WorkerNeed | None = None,
     interval: Interval = "bootstrap",
     citation: str = "",
     unit: str = "",
@@ -232,8 +241,15 @@ def additive_metric(
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
+                  worker_computes=worker_computes,
                   citation=citation, unit=unit)  # fmt: skip
     return registry.decorator(name, lambda per_item: Metric(name=name, per_item=per_item, combine=combine, **fields))
+
+
+def worker_needs(names: Iterable[str] | None) -> list[WorkerNeed]:
+    """What a job's worker must compute for these metrics (None or empty: every registered metric), sorted."""
+    selected = list(names or []) or METRICS.names()
+    return sorted({need for n in selected if (need := METRICS.get(n).worker_computes) is not None})
 
 
 def _field(record: Any, name: str) -> Any:

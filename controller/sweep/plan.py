@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controller.metrics.registry import worker_needs
 from controller.sweep.models import SweepSpec, expand_grid, over_limit, spec_hash
 from controller.sweep.prompts import load_prompts
 from worker.core import settings
@@ -110,6 +111,7 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
     shards = [prompts[i : i + size] for i in range(0, len(prompts), size)]
     settings = spec.generation.settings()
     metrics = spec.metrics if spec.metrics is not None else []
+    compute = worker_needs(metrics)  # what the metrics need the worker to compute with a model
     jobs = []
     for model in spec.models:
         for strategy in strategies:
@@ -132,6 +134,7 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
                             prompts=shard,
                             generation=settings,
                             metrics=metrics,
+                            compute=compute,
                             scorer=spec.scorer,
                             featurizer=spec.featurizer,
                             featurizer_max_tokens=spec.featurizer_max_tokens,

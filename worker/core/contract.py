@@ -27,6 +27,8 @@ JOB_TIMEOUT_DEFAULT = 3600
 # The bounds a sweep and a job share (each declares its field with its own description).
 FeaturizerMaxTokens = Annotated[int, Field(ge=1, le=FEATURIZER_MAX_TOKENS_LIMIT)]
 JobTimeoutS = Annotated[int, Field(ge=1, le=JOB_TIMEOUT_MAX)]
+# What a worker computes besides the generations, for the metrics that need a model.
+WorkerNeed = Literal["score", "featurize"]
 
 
 class Strict(BaseModel):
@@ -153,6 +155,12 @@ class JobSpec(Strict):
     prompts: list[PromptItem] = Field(description="The shard's prompts.")
     generation: GenerationSettings
     metrics: list[str] = Field(default_factory=list, description="Metrics requested by the sweep.")
+    compute: list[WorkerNeed] = Field(
+        default_factory=lambda: ["featurize", "score"],
+        description="What the worker computes for the metrics (written by the planner from the metric registry): "
+        "score, each generation's token NLLs under the scorer; featurize, its MAUVE features under the featurizer "
+        "(only where one is set). Default: both.",
+    )
     scorer: ModelSpec | None = Field(
         default=None, description="Model that scores perplexity and coherence; None: the generating model."
     )
@@ -266,6 +274,7 @@ class JobResult(Strict):
     )
     engine: dict[str, Any] = Field(
         default_factory=dict,
-        description="The engine's choices for this job: decoding loop, batch size (requested, used, how chosen), "
+        description="The engine's choices for this job: its plan (path, kind, step, cache, prepared mask, refill, "
+        "warm-up, rows per prompt), decoding loop, batch size (requested, used, how chosen), "
         "bucketing, dtype, attention kernels, KV cache and compilation, sampler, compactions, energy source.",
     )

@@ -102,10 +102,6 @@ def sweep_keys(tenant: str, sweep_id: str) -> dict[str, str]:
     return {p: sweep(tenant, sweep_id, p) for p in ("meta", "state", "cells", "counts", "failures", "recent")}
 
 
-def count_field(cell: str, state: str) -> str:
-    return f"{cell}|{state}"
-
-
 def split_count_field(field: str) -> tuple[str, str]:
     cell, _, state = field.rpartition("|")
     return cell, state

@@ -1,29 +1,30 @@
-"""Batches of a job: length buckets in, the shard's order out, and `batch_size: auto`.
+"""Sizing a job's batches: length buckets in, the shard's order out, and `batch_size: auto`.
 
 `buckets(lengths, size)` sorts the prompts by token length (longest first, ties in the
 shard's order) before cutting batches, so a batch pads its prompts to nearly the same
 length; the job puts the generations back in the shard's order. A job has one strategy
 variant and one set of generation settings, so a batch never mixes settings.
 
-`auto_batch_size(...)` finds the batch size for `batch_size: auto`:
+`auto_batch_size(runtime, lm, plan, job, lengths)` finds the batch size for `batch_size: auto`
+(and `auto_groups`, a job's groups of length buckets with their sizes):
 
 - on CUDA, the largest batch that fits, doubling from 1 until out-of-memory, then bisecting
   back (backoff) between the last size that fitted and the first that did not. Where the
-  engine's own loop decodes into its preallocated KV cache, the probe is that loop's peak
+  engine's decode loop runs over its preallocated KV cache, the probe is that loop's peak
   (`probe_step`): B rows of buffers of the planned columns (times the beams a prompt
   carries), a prefill of the longest prompt's bucket into them (for a stream, an
   admission's prefill into a cache of its own as well), a decode step and the sampling
   step's vocabulary-sized tensors; the batch then takes HEADROOM (90%) of what
-  fitted. Elsewhere (generate(), a strategy's batch loop) it is one forward pass of B
+  fitted. Elsewhere (generate(), a strategy's batch search) it is one forward pass of B
   copies of the longest prompt padded to prompt + max_new_tokens, which holds more than
   that cache and its activations ever do;
 - on CPU, where memory is not what limits, the size with the best tokens/s in a short
   timed probe (a few decoding steps of the longest prompts), doubling while it improves
   (a size that looks no faster is timed again with the best before the search stops).
 
-Both stop at the shard's size and at `DECODEBENCH_AUTO_BATCH_MAX`. The answer is cached
+Both stop at the shard's size and at `DECODEBENCH_AUTO_BATCH_MAX` (the runtime's settings). The answer is cached
 per (model, device, prompt-length bucket, max_new_tokens, rows per prompt) in the
-runtime, and what was probed is recorded in the result.
+runtime, and what was probed is recorded in the result (the job's batch plan: worker.engine.job).
 
 On CUDA a job's prompts are probed per length bucket as well (`length_groups`): where the
 rest of the job fits clearly more rows than its longest prompts, it runs as a group of its
@@ -33,6 +34,7 @@ set the batch size of a job of short ones.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,8 +43,12 @@ from typing import Any
 import structlog
 import torch
 
-from worker.engine.decode import cache_keyword, last_logits_only
+from worker.core.contract import JobSpec
+from worker.engine import generate as gen
+from worker.engine.decode import stream_span
 from worker.engine.kvcache import preallocated_cache
+from worker.engine.models import LoadedModel, cache_keyword, last_logits_only
+from worker.engine.plan import Cache, Path, Plan
 
 log = structlog.get_logger("decodebench.batching")
 
@@ -100,15 +106,9 @@ def length_groups(lengths: list[int], size_for: Callable[[list[int]], int]) -> l
     return groups
 
 
-def rows_per_prompt(config, params: dict[str, Any]) -> int:
-    """KV-cache rows one prompt occupies: its beams, or contrastive search's k candidates."""
-    candidates = int(params.get("k", 1)) if "alpha" in params else 1
-    return max(int(config.num_beams or 1), int(params.get("num_beams", 1)), candidates)
-
-
 @dataclass(frozen=True)
 class LoopPeak:
-    """What the engine's own loop holds at its peak besides its KV buffers: a prefill of `prompt` tokens
+    """What the engine's decode loop holds at its peak besides its KV buffers: a prefill of `prompt` tokens
     (the longest prompt's bucket) and, for a continuous-refill stream, the newcomers' own cache of their
     prompts beside the stream's buffers (an admission, before the merge copies them in)."""
 
@@ -120,7 +120,7 @@ def probe_step(model, rows: int, length: int, peak: LoopPeak | None, device):
     """What a batch of `rows` rows holds at its peak, allocated and run once; the KV cache it filled (with
     `peak`; None without), for a look.
 
-    With `peak` (the engine's own loop, whose KV cache is allocated once: kvcache), the
+    With `peak` (the engine's decode loop, whose KV cache is allocated once: kvcache), the
     buffers of `length` columns, a prefill of the prompt into them, for a stream a second
     prefill into the newcomers' own cache while the buffers are held, one decode step, and
     the sampling step's vocabulary-sized tensors (the float64 CDF, a sort's values and
@@ -163,13 +163,13 @@ def _fits(model, rows: int, length: int, device, peak: LoopPeak | None = None) -
         torch.cuda.empty_cache()
 
 
-HEADROOM = 0.9  # of the rows that fitted the own loop's peak, what a batch uses (see cuda_fit)
+HEADROOM = 0.9  # of the rows that fitted the decode loop's peak, what a batch uses (see cuda_fit)
 
 
 def cuda_fit(model, device, length: int, rows_each: int, cap: int, peak: LoopPeak | None = None):
     """The largest batch (<= cap) whose probe fits, doubling then bisecting; and what was probed.
 
-    With `peak`, the probe holds the own loop's real peak (`probe_step`), not a bound above
+    With `peak`, the probe holds the decode loop's real peak (`probe_step`), not a bound above
     it, so where memory and not the cap stops the search, the batch takes HEADROOM of the
     rows that fitted: room for what the probe does not hold (the allocator's fragmentation
     over a stream's admissions, the host copies of finished batches)."""
@@ -237,3 +237,109 @@ class AutoBatch:
         self._sizes[key] = (size, info)
         log.info("batch.auto", key=str(key), batch_size=size, how=info.get("how"))
         return size, info
+
+
+def _cpu_probe(lm: LoadedModel, plan: Plan, job: JobSpec, order: list[int]):
+    """Seconds per generated token at a given size, from a short batch of the longest prompts.
+
+    The probe runs a few steps; its prefill and per-step decode times are extrapolated to
+    the job's max_new_tokens (a real batch pays one prefill over many steps, so timing the
+    short run as it is would favour small batches, whose prefill is cheaper).
+    """
+    max_new = job.generation.max_new_tokens
+    steps = min(CPU_PROBE_STEPS, max_new)
+    config = plan.config.__class__(**{**plan.config.to_dict(), "max_new_tokens": steps})
+    config.min_new_tokens = steps
+    short = dataclasses.replace(plan, config=config)
+
+    def run(size: int) -> float:
+        prompts = [job.prompts[i] for i in order[:size]]
+        timings = [gen.generate_batch(lm, short, prompts, [0] * size).timing for _ in range(2)]
+        prefill = min(t.prefill_s for t in timings)
+        per_step = min(t.decode_s for t in timings) / max(steps - 1, 1)
+        return (prefill + per_step * (max_new - 1)) / (size * max_new)
+
+    return run
+
+
+def probe_length(plan: Plan, longest: int, max_new: int, every: int) -> int:
+    """The sequence length the CUDA probe fits: the longest prompt's bucket plus the new tokens, or
+    for a continuous-refill stream the columns of its KV buffers (decode.stream_span; `every`: steps
+    between the loop's checks)."""
+    bucket = length_bucket(longest)
+    return stream_span(bucket, max_new, every) if plan.refill else bucket + max_new
+
+
+def loop_peak(plan: Plan, longest: int) -> LoopPeak | None:
+    """What the CUDA probe runs in the decode loop's preallocated KV buffers (a prefill of the longest
+    prompt's bucket; for a stream, an admission's too), or None where the job runs elsewhere (generate(),
+    a strategy's batch search) or the model's cache is transformers' own: there the probe is one forward
+    pass of the whole length."""
+    if plan.path is not Path.DECODE or plan.cache is not Cache.PREALLOCATED:
+        return None
+    return LoopPeak(length_bucket(longest), stream=plan.refill)
+
+
+def auto_batch_size(runtime, lm: LoadedModel, plan: Plan, job: JobSpec, lengths: list[int]) -> tuple[int, dict]:
+    """`batch_size: auto`: the probed size for this model, device and lengths (cached in the runtime).
+
+    `lengths`: the job's prompts' token lengths; on CUDA, whose probe reads only the longest and how
+    many there are, those of any part of the job (auto_groups asks per length bucket)."""
+    cap = max(1, min(len(lengths), runtime.settings.auto_batch_max))
+    longest = max(lengths)
+    rows_each = plan.rows_each
+    max_new = job.generation.max_new_tokens
+    key = (
+        runtime.cache.key(job.model, runtime.device),
+        length_bucket(longest),
+        max_new,
+        rows_each,
+        cap,
+        plan.refill,
+    )
+
+    def probe() -> tuple[int, dict[str, Any]]:
+        if runtime.device.type == "cuda":
+            length = probe_length(plan, longest, max_new, gen.check_every(runtime.device))
+            peak = loop_peak(plan, longest)
+            size, probed = cuda_fit(lm.model, runtime.device, length, rows_each, cap, peak)
+            if peak is None:
+                how = "largest batch whose forward pass of prompt + new tokens fits"
+            else:
+                admission = ", an admission's prefill" if peak.stream else ""
+                how = (
+                    f"{HEADROOM:.0%} of the largest batch that fits its KV buffers of {length} columns,"
+                    f" a prefill of {peak.prompt} tokens{admission}, a decode step and the sampling tensors"
+                )
+            how += " (a stream's KV buffers)" if plan.refill else ""
+            return size, {"how": how, "fits": probed}
+        order = longest_first(lengths)  # indices into job.prompts: the CPU probe times them
+        size, rates = cpu_fastest(_cpu_probe(lm, plan, job, order), cap)
+        return size, {"how": "fastest tokens/s in a short probe of the longest prompts", "tokens_per_s": rates}
+
+    return runtime.batch_sizes.size(key, probe)
+
+
+def auto_groups(runtime, lm: LoadedModel, plan: Plan, job: JobSpec, lengths: list[int]):
+    """`batch_size: auto` for a job: its prompts' indices in groups with their sizes, longest first, and the
+    record. On CUDA each length bucket is probed and may start a group (length_groups); on the
+    CPU, where speed and not memory sets the size, one probe of the longest prompts sizes the job."""
+    if runtime.device.type != "cuda":
+        size, probe = auto_batch_size(runtime, lm, plan, job, lengths)
+        return [(size, longest_first(lengths))], {"auto": probe, "used": size}
+    probes: list[tuple[int, int, dict]] = []
+
+    def size_for(rest: list[int]) -> int:
+        size, probe = auto_batch_size(runtime, lm, plan, job, rest)
+        probes.append((max(rest), size, probe))
+        return size
+
+    groups = length_groups(lengths, size_for)
+    info: dict[str, Any] = {"auto": probes[0][2], "used": max(size for size, _ in groups)}
+    if len(probes) > 1:
+        info["buckets"] = [{"longest": n, "batch_size": size, "fits": p.get("fits")} for n, size, p in probes]
+    if len(groups) > 1:
+        info["groups"] = [
+            {"batch_size": size, "prompts": len(ix), "longest": max(lengths[i] for i in ix)} for size, ix in groups
+        ]
+    return groups, info

@@ -1,6 +1,6 @@
-"""The engine's own decoding loop for greedy and sampling: rows that finish stop costing compute.
+"""The engine's decode loop: a step object over a KV cache, where rows that finish stop costing compute.
 
-`decode(...)` runs one left-padded batch like transformers' generate() does for greedy
+`decode(step, enc)` runs one left-padded batch like transformers' generate() does for greedy
 search and sampling (prefill with the last position's logits only, then one token per
 step over a KV cache, positions from the attention mask), with decodebench's pieces
 plugged in: the step clock, the penalties applied row by row (worker.engine.modifiers),
@@ -15,96 +15,30 @@ its own (seed, step) uniforms whichever rows remain.
 
 With a `Refill`, the job's prompts are one stream: rows freed by finished generations are
 prefilled from the queue and merged in (continuous refill), in KV buffers allocated once
-(`stream_span`). A `Loop` subclass can pick tokens otherwise and still get compaction and
-refill: contrastive search's `Step` (worker.engine.loops.contrastive) and beam search's
-`BeamStep` (worker.engine.loops.beam_step), whose prompts occupy `rows_each` rows each.
-
-Configurations whose processors the loop does not rebuild (`supports`) keep using
-generate().
+(`stream_span`). `Step` is greedy search's and sampling's step; a subclass picks tokens
+otherwise and still gets compaction and refill: contrastive search's `ContrastiveStep`
+(worker.engine.loops.contrastive) and beam search's `BeamStep` (worker.engine.loops.beam_step),
+whose prompts occupy `rows_each` rows each. A step is built by keyword (`Step.build`) from what
+the plan chose (worker.engine.plan); the cache is the preallocated one (worker.engine.kvcache)
+or, where the model's layers are not plain, transformers' own, behind the same calls.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
+from transformers import LogitsProcessorList, PreTrainedModel
 
 from worker.engine.kvcache import preallocated_cache, room
-from worker.engine.modifiers import only_modifiers
+from worker.engine.models import probes, sdpa_mask
+from worker.engine.modifiers import RowModifiers
 from worker.engine.rows import Rows
-
-# Model families whose forward uses the attention mask only to build its causal mask (read in
-# transformers 5.24's modeling files), so a ready 4D boolean mask passes through unchanged.
-_MASK_PASSTHROUGH = frozenset(
-    {"gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "phi3", "gemma", "olmo2", "smollm3"}
-)
-
-
-def prepared_mask(model) -> bool:
-    """Whether decode steps give SDPA its boolean mask ready-made (rows.attn as (rows, 1, 1, columns)),
-    given the preallocated cache (plain full-attention layers: a sliding-window layer needs
-    transformers' own mask).
-
-    transformers rebuilds the mask from the 2D one at every step, and for SDPA checks whether it
-    has any padding (`fast_all`): a host synchronisation per token on CUDA, and on the CPU a
-    little of a small model's step. The prepared mask is the same mask. The families listed were
-    read in transformers 5.24; a model of one is also checked once, when first asked (another
-    transformers release may read the mask otherwise): a decode step of a padded batch must give
-    bit-identical logits with either mask, or the loop keeps transformers' mask for it.
-    """
-    config = model.config
-    if getattr(config, "_attn_implementation", None) != "sdpa" or config.model_type not in _MASK_PASSTHROUGH:
-        return False
-    ok = getattr(model, "_decodebench_mask_ok", None)
-    if ok is None:
-        ok = _same_logits_either_mask(model)
-        model._decodebench_mask_ok = ok  # once per loaded model
-    return ok
-
-
-def _sdpa_mask(attn: torch.Tensor) -> torch.Tensor:
-    """A decode step's prepared mask: the 2D mask as (rows, 1, 1, columns) booleans, True = attend."""
-    return attn[:, None, None, :].bool()
-
-
-def _same_logits_either_mask(model) -> bool:
-    """One decode step of a two-row batch, one row left-padded, with transformers' mask and with the
-    prepared one: whether the logits are bit-identical."""
-    if preallocated_cache(model, 4) is None:
-        return False
-    logits = []
-    try:
-        device, keyword = model.device, cache_keyword(model)
-        ids = torch.tensor([[1, 2, 3], [4, 5, 6]], device=device) % model.config.vocab_size
-        attn = torch.tensor([[0, 1, 1], [1, 1, 1]], device=device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        step = torch.cat([attn, attn.new_ones(2, 1)], dim=-1)
-        with torch.inference_mode():
-            for mask in (step, _sdpa_mask(step)):
-                cache = preallocated_cache(model, 4)
-                model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{keyword: cache})
-                out = model(
-                    input_ids=ids[:, -1:],
-                    attention_mask=mask,
-                    position_ids=pos[:, -1:] + 1,
-                    use_cache=True,
-                    **{keyword: cache},
-                )
-                logits.append(out.logits[:, -1])
-    except Exception:  # a model this probe cannot run, or one that refuses the prepared mask: transformers' own
-        return False
-    return torch.equal(*logits)
-
-
-def supports(config, loop: str | None, assistant) -> bool:
-    """Whether the compacting loop reproduces generate() for this configuration."""
-    if loop is not None or assistant is not None or config.num_beams != 1 or config.do_sample:
-        return False
-    if getattr(config, "cache_implementation", None) not in (None, "dynamic"):
-        return False
-    return only_modifiers(config)
+from worker.engine.sampling import SeededSampler
+from worker.engine.stops import StopStrings
+from worker.engine.timing import StepClock
 
 
 @dataclass
@@ -130,16 +64,6 @@ class DecodeOutput:
     kv_cache: str  # "preallocated" (worker.engine.kvcache) or "dynamic" (transformers' own)
     timeline: Timeline  # per row: its start, first token and the loop step of its second (clock marks, steps)
     admissions: int | None = None  # times free rows were refilled from the queue (None: no refill)
-
-
-def cache_keyword(model) -> str:
-    # transformers >= 5.2x names the KV cache `cache`; earlier releases `past_key_values`
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def last_logits_only(model) -> dict:
-    """The forward keyword that computes the logits of the last position only, where the model has it."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 def stream_span(longest: int, max_new: int, every: int) -> int:
@@ -169,28 +93,78 @@ class Refill:
 
 
 @dataclass
-class Loop:
-    """What every step of one decode call uses; rows and their KV cache are passed along."""
+class Step:
+    """Greedy search's and sampling's step of the decode loop, and what every step of one decode call
+    uses; the rows and their KV cache are passed along. Built by keyword: `Step.build`."""
 
-    model: object
-    clock: object
-    processors: object  # RowModifiers: (rows, scores) -> scores
-    warpers: object
-    sampler: object
-    stop: object
+    model: PreTrainedModel
+    clock: StepClock
+    processors: RowModifiers  # the penalties and minimum length, each row's own
+    warpers: LogitsProcessorList | None  # sampling's transformers warpers (None: greedy)
+    sampler: SeededSampler | None
+    stop: StopStrings | None
     eos: list[int]
     pad: int | None
     max_new: int
     tokens: torch.Tensor  # (queue rows, max_new + 1): the output, one spare column for finished rows
     timeline: Timeline
-    cache_kw: str = "cache"
-    extra: dict | None = None
-    mask4d: bool = False  # decode steps pass the prepared 4D mask (`prepared_mask`, with the preallocated cache)
+    cache_keyword: str = "cache"  # the model's KV-cache keyword (models.probes)
+    last_logits: bool = False  # the model takes `logits_to_keep`: the prefill computes the last logits only
+    mask: bool = False  # decode steps pass the prepared 4D mask (the plan's, with the preallocated cache)
     every: int = 1  # steps between checks
+
+    describe: ClassVar[str | None] = None  # what result.json says of a step other than greedy's and sampling's
+
+    @classmethod
+    def options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The step's own fields from the strategy's parameters (none for greedy search and sampling)."""
+        return {}
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        model: PreTrainedModel,
+        params: Mapping[str, Any],
+        clock: StepClock,
+        processors: RowModifiers,
+        warpers: LogitsProcessorList | None,
+        sampler: SeededSampler | None,
+        stop: StopStrings | None,
+        eos: list[int],
+        pad: int | None,
+        max_new: int,
+        total: int,
+        device: torch.device,
+        mask: bool,
+        every: int,
+    ) -> Step:
+        """The step of one decode call: an output row per queued prompt (max_new + 1 columns: one spare
+        for finished rows), the model's keywords (models.probes)."""
+        found = probes(model)
+        fill = pad if pad is not None else (eos[0] if eos else 0)  # as Rows pads
+        return cls(
+            model=model,
+            clock=clock,
+            processors=processors,
+            warpers=warpers,
+            sampler=sampler,
+            stop=stop,
+            eos=eos,
+            pad=pad,
+            max_new=max_new,
+            tokens=torch.full((total, max_new + 1), fill, dtype=torch.long, device=device),
+            timeline=Timeline(total),
+            cache_keyword=found.cache_keyword,
+            last_logits=found.last_logits,
+            mask=mask,
+            every=every,
+            **cls.options(params),
+        )
 
     @property
     def spare(self) -> int:
-        """KV columns a step needs beyond this loop's one per token (a loop whose step writes more)."""
+        """KV columns a step needs beyond the one per token (a step that writes more)."""
         return 0
 
     @property
@@ -199,32 +173,27 @@ class Loop:
         return 1
 
     def finish(self, rows: Rows) -> Finished:
-        """Each queued prompt's end, once the loop is over (a loop that picks its outputs at the end
+        """Each queued prompt's end, once the loop is over (a step that picks its outputs at the end
         writes them here)."""
         return Finished(rows.n_new.tolist(), rows.at_eos.tolist())
 
     def prefill(self, rows: Rows, prealloc, **more):
         """The rows' prompts through the model into `prealloc` (or transformers' cache): (output, cache)."""
         pos = (rows.attn.cumsum(-1) - 1).clamp(min=0)
-        first = {self.cache_kw: prealloc} if prealloc is not None else {}
-        out = self.model(
-            input_ids=rows.ids,
-            attention_mask=rows.attn,
-            position_ids=pos,
-            use_cache=True,
-            **self.extra,
-            **first,
-            **more,
-        )
-        return out, getattr(out, self.cache_kw)
+        if self.last_logits:
+            more = {"logits_to_keep": 1, **more}
+        if prealloc is not None:
+            more = {self.cache_keyword: prealloc, **more}
+        out = self.model(input_ids=rows.ids, attention_mask=rows.attn, position_ids=pos, use_cache=True, **more)
+        return out, getattr(out, self.cache_keyword)
 
     def forward(self, rows: Rows, cache):
-        kwargs = {self.cache_kw: cache}
-        mask = _sdpa_mask(rows.attn) if self.mask4d else rows.attn
+        kwargs = {self.cache_keyword: cache}
+        mask = sdpa_mask(rows.attn) if self.mask else rows.attn
         out = self.model(
             input_ids=rows.ids[:, -1:], attention_mask=mask, position_ids=rows.pos, use_cache=True, **kwargs
         )
-        return out, getattr(out, self.cache_kw)
+        return out, getattr(out, self.cache_keyword)
 
     def advance(self, out, rows: Rows, clocked: bool = True) -> None:
         """Pick each live row's next token from the logits (the clock stamps a loop step), append it."""
@@ -284,77 +253,52 @@ class Loop:
         return True
 
 
-def decode(
-    model,
-    enc,
-    config,
-    *,
-    clock,
-    processors,
-    warpers,
-    sampler,
-    stop,
-    eos,
-    check_every: int,
-    refill: Refill | None = None,
-    step=None,
-    step_params: dict | None = None,
-) -> DecodeOutput:
-    """Greedy search (sampler None) or seeded sampling, compacting as rows finish (and refilling them);
-    `step`: a Loop subclass whose steps pick tokens otherwise (contrastive search), with `step_params`."""
-    max_new = config.max_new_tokens
+def decode(step: Step, enc: dict[str, torch.Tensor], refill: Refill | None = None) -> DecodeOutput:
+    """One batch (or, with `refill`, one stream) through the decode loop: `step` picks the tokens, the
+    loop compacts as rows finish (and refills free rows)."""
+    max_new, every = step.max_new, step.every
     total = refill.total if refill is not None else enc["input_ids"].shape[0]
-    rows = Rows(enc["input_ids"], enc["attention_mask"], eos, config.pad_token_id, max_new, total=total)
-    parts = (clock, processors, warpers, sampler, stop, eos, config.pad_token_id, max_new)
-    loop = _new_loop(step or Loop, model, parts, rows, total, check_every, step_params or {})
-    prealloc = _buffers(model, rows, max_new, refill, check_every, loop)
+    rows = Rows(enc["input_ids"], enc["attention_mask"], step.eos, step.pad, max_new, total=total)
+    prealloc = _buffers(step, rows, refill)
     if refill is not None and prealloc is None:
         raise ValueError("continuous refill needs the preallocated KV cache")
-    loop.mask4d = prealloc is not None and prepared_mask(model)
-    if sampler is not None:
-        sampler.rows = rows.live  # the sampler's seeds are the queue's; the live rows are its first
+    if step.sampler is not None:
+        step.sampler.rows = rows.live  # the sampler's seeds are the queue's; the live rows are its first
     steps = compactions = 0
     with torch.inference_mode():
-        out, cache = loop.prefill(rows, prealloc)
+        out, cache = step.prefill(rows, prealloc)
         while True:
-            loop.advance(out, rows)
+            step.advance(out, rows)
             if steps == 0:
-                loop.timeline.started(range(enc["input_ids"].shape[0]), 0, clock.mark(), 1)
+                step.timeline.started(range(enc["input_ids"].shape[0]), 0, step.clock.mark(), 1)
             steps += 1
             if refill is None and steps == max_new:
                 break
-            if steps % check_every == 0 or steps == 1:  # and after the first token: rows that end at once go
-                compactions += loop.check(rows, cache, refill, steps)
+            if steps % every == 0 or steps == 1:  # and after the first token: rows that end at once go
+                compactions += step.check(rows, cache, refill, steps)
                 if rows.live.numel() == 0:
                     break
-            out, cache = loop.forward(rows, cache)
-    return _output(loop, rows, steps, compactions, prealloc is not None, refill)
+            out, cache = step.forward(rows, cache)
+    return _output(step, rows, steps, compactions, prealloc is not None, refill)
 
 
-def _new_loop(kind, model, parts: tuple, rows: Rows, total: int, every: int, params: dict) -> Loop:
-    """The loop of one decode call: its parts (ending with max_new), an output row per queued prompt
-    (max_new + 1 columns: one spare for finished rows), the model's keywords."""
-    tokens = torch.full((total, parts[-1] + 1), rows.pad, dtype=torch.long, device=rows.ids.device)
-    keywords = (cache_keyword(model), last_logits_only(model))
-    return kind(model, *parts, tokens, Timeline(total), *keywords, every=every, **params)
-
-
-def _buffers(model, rows: Rows, max_new: int, refill: Refill | None, every: int, loop: Loop):
+def _buffers(step: Step, rows: Rows, refill: Refill | None):
     """The preallocated KV cache of a batch (prompt + max_new columns) or of a stream (its slots and
-    stream_span columns), each with the loop's spare columns and its rows per prompt; None where the
+    stream_span columns), each with the step's spare columns and its rows per prompt; None where the
     model's layers are not plain."""
     if refill is None:
-        return preallocated_cache(model, rows.width + max_new + loop.spare, rows=rows.live.numel() * loop.rows_each)
-    span = stream_span(max(refill.longest, rows.width), max_new, every) + loop.spare
-    return preallocated_cache(model, span, rows=refill.slots * loop.rows_each)
+        columns = rows.width + step.max_new + step.spare
+        return preallocated_cache(step.model, columns, rows=rows.live.numel() * step.rows_each)
+    span = stream_span(max(refill.longest, rows.width), step.max_new, step.every) + step.spare
+    return preallocated_cache(step.model, span, rows=refill.slots * step.rows_each)
 
 
-def _output(loop: Loop, rows: Rows, steps: int, compactions: int, preallocated: bool, refill) -> DecodeOutput:
-    finished = loop.finish(rows)
+def _output(step: Step, rows: Rows, steps: int, compactions: int, preallocated: bool, refill) -> DecodeOutput:
+    finished = step.finish(rows)
     kind = "preallocated" if preallocated else "dynamic"
-    width = loop.max_new if refill is not None else steps
+    width = step.max_new if refill is not None else steps
     admissions = refill.admissions if refill is not None else None
-    return DecodeOutput(loop.tokens[:, :width].cpu(), finished, steps, compactions, kind, loop.timeline, admissions)
+    return DecodeOutput(step.tokens[:, :width].cpu(), finished, steps, compactions, kind, step.timeline, admissions)
 
 
 class Timeline:

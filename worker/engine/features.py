@@ -3,7 +3,8 @@
 As mauve-text's own `featurize_tokens_from_model` does with GPT-2 (`hidden_states[-1][:, -1, :]`
 of the text cut to its first `max_tokens` tokens), here batched with left padding, so the
 last position of every row is its text's last token. The controller computes MAUVE from these
-stored features (controller.metrics.mauve) and never loads a model.
+stored features (controller.metrics.divergence) and never loads a model. The planner says
+whether a job is featurized (`JobSpec.compute`, from the metric registry).
 """
 
 from __future__ import annotations
@@ -11,9 +12,6 @@ from __future__ import annotations
 import torch
 
 from worker.engine.models import LoadedModel
-
-# The metrics computed from the stored features: a job asking for any of them (or for all) is featurized.
-FEATURE_METRICS = frozenset({"mauve"})
 
 
 def featurize(featurizer: LoadedModel, texts: list[str], max_tokens: int, batch_size: int) -> list[list[float]]:

@@ -1,7 +1,8 @@
 """Running one job: what local mode and the RQ worker both call (`run_job`).
 
 `run_job(spec, store=..., runtime=...)` loads (or reuses) the model on the runtime's
-pinned device, generates every prompt of the shard in batches (`generate_job`),
+pinned device, plans the job once (`plan_job`: worker.engine.plan's choices, the warm-up,
+then the batch plan), generates every prompt of the shard in batches (`generate_job`),
 measures, and writes to the store: generations.jsonl and log.jsonl first, result.json
 last (create-only), so a job is complete exactly when its result.json exists and a
 retry never doubles a result.
@@ -10,6 +11,7 @@ retry never doubles a result.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -17,6 +19,7 @@ import platform
 import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -29,27 +32,55 @@ from worker.core.errors import PermanentJobError
 from worker.core.logs import job_context
 from worker.core.policy import context_refusal, model_positions
 from worker.engine import generate as gen
-from worker.engine.batching import AutoBatch, buckets, cut
+from worker.engine.batching import AutoBatch, auto_groups, buckets, cut
 from worker.engine.device import device_info, resolve_device
-from worker.engine.engine_info import auto_groups, engine_record
-from worker.engine.features import FEATURE_METRICS, featurize
+from worker.engine.features import featurize
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
+from worker.engine.plan import BatchPlan, Plan, configure
+from worker.engine.record import engine_record
 from worker.engine.sampling import generation_seed
-from worker.engine.scoring import SCORED_METRICS, score_nll
+from worker.engine.scoring import score_nll
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.store import Store, jsonl_bytes
-from worker.strategies import variant_label
+from worker.strategies import Kind, get_strategy, variant_label
 
 log = structlog.get_logger("decodebench.job")
 
 
-class Runtime:
-    """A process's pinned device and its model cache; created once by whoever runs jobs."""
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the engine takes from the settings table, and the pod's names, given once where the process
+    starts (the worker's command line, `decodebench run`: `from_environment`); defaults are the table's."""
 
-    def __init__(self, device: str = "cpu") -> None:
+    model_cache_size: int = settings.SETTINGS["model_cache_size"].default
+    model_cache_mb: int | None = settings.SETTINGS["model_cache_mb"].default
+    auto_batch_max: int = settings.SETTINGS["auto_batch_max"].default
+    image: str | None = None  # recorded in every result's provenance
+    pod: str | None = None  # the pod and node names the chart gives the worker (Kubernetes' downward API)
+    node: str | None = None
+
+    @classmethod
+    def from_environment(cls) -> EngineSettings:
+        """The settings as the table resolves them (DECODEBENCH_* or defaults), and POD_NAME and NODE_NAME."""
+        return cls(
+            model_cache_size=settings.get("model_cache_size"),
+            model_cache_mb=settings.get("model_cache_mb"),
+            auto_batch_max=settings.get("auto_batch_max"),
+            image=settings.get("image"),
+            pod=os.environ.get("POD_NAME"),
+            node=os.environ.get("NODE_NAME"),
+        )
+
+
+class Runtime:
+    """A process's pinned device, its settings and its model cache; created once by whoever runs jobs."""
+
+    def __init__(self, device: str = "cpu", engine: EngineSettings | None = None) -> None:
         quiet_transformers()
+        self.settings = engine or EngineSettings()
         self.device = resolve_device(device)
-        self.cache = ModelCache()
+        budget_mb = self.settings.model_cache_mb
+        self.cache = ModelCache(self.settings.model_cache_size, budget_mb * 2**20 if budget_mb else None)
         self.device_info = device_info(self.device)
         self.batch_sizes = AutoBatch()  # batch_size: auto, probed once per model x device x lengths
 
@@ -66,9 +97,9 @@ def _provenance(
     return {
         "decodebench": worker.__version__,
         "host": socket.gethostname(),
-        "image": settings.get("image"),
-        "pod": os.environ.get("POD_NAME"),
-        "node": os.environ.get("NODE_NAME"),
+        "image": runtime.settings.image,
+        "pod": runtime.settings.pod,
+        "node": runtime.settings.node,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch": torch.__version__,
@@ -91,11 +122,11 @@ def _runs(groups, refill: bool) -> list[tuple[list, int | None]]:
         if refill and len(batches) > 1:
             runs.append(([p for batch in batches for p in batch], size))
         else:
-            runs.extend((batch, None) for batch in batches)
+            runs.extend((list(batch), None) for batch in batches)
     return runs
 
 
-def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, groups, seed_of, notes):
+def _generate(runtime: Runtime, lm: LoadedModel, plan: Plan, seed_of, notes):
     """Every batch (or stream) of the job, measured: [(prompts, BatchOutput)] and the memory readings.
 
     A batch's host half (copying tokens out, detokenising, cutting at stop strings,
@@ -107,20 +138,20 @@ def _generate(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Dec
     energy = EnergyCounter(runtime.device)
     pending = []
     with Sampler(runtime.device) as sampler, ThreadPoolExecutor(1, thread_name_prefix="decodebench-finish") as pool:
-        for batch, slots in _runs(groups, decoding.refill):
+        for batch, slots in _runs(plan.batches.groups, plan.refill):
             before = energy.read()
-            raws = gen.run_with_oom_retry(lm, decoding, batch, [seed_of[p.id] for p in batch], notes, slots)
+            raws = gen.run_with_oom_retry(lm, plan, batch, [seed_of[p.id] for p in batch], notes, slots)
             joules = energy.joules(before, energy.read())
             context = contextvars.copy_context()
-            pending.append((batch, joules, [pool.submit(context.run, _finish, lm, decoding, raw) for raw in raws]))
+            pending.append((batch, joules, [pool.submit(context.run, _finish, lm, plan, raw) for raw in raws]))
         outputs = [out for batch, joules, parts in pending for out in _split(batch, joules, parts)]
     torch_peak = torch.cuda.max_memory_allocated(runtime.device) / 2**20 if runtime.device.type == "cuda" else None
     memory = {"torch_peak_mb": round(torch_peak, 2) if torch_peak is not None else None, **sampler.summary()}
     return outputs, memory
 
 
-def _finish(lm: LoadedModel, decoding: gen.Decoding, raw: gen.RawBatch) -> gen.BatchOutput:
-    part = gen.finish_batch(lm.tokenizer, decoding, raw)
+def _finish(lm: LoadedModel, plan: Plan, raw: gen.RawBatch) -> gen.BatchOutput:
+    part = gen.finish_batch(lm.tokenizer, plan, raw)
     t = part.timing
     log.info("batch.done", n=t.n, new_tokens=t.new_tokens, total_s=round(t.total_s, 4), prefill_s=round(t.prefill_s, 4))
     return part
@@ -141,7 +172,7 @@ def _split(batch, joules: float | None, futures) -> list[tuple[list, gen.BatchOu
 
 def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size: int):
     """Each generation's (nll_sum, nll_count) under the scorer, and the scorer's info."""
-    if job.metrics and not SCORED_METRICS.intersection(job.metrics):
+    if "score" not in job.compute:
         return {}, None
     scorer = runtime.cache.get(job.scorer, runtime.device) if job.scorer else lm
     pairs, ids = [], []
@@ -157,7 +188,7 @@ def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size:
 
 def _features(job: JobSpec, runtime: Runtime, outputs, batch_size: int):
     """prompt id -> (features of prompt + text, of prompt + reference or None), and the featurizer's info."""
-    if job.featurizer is None or (job.metrics and not FEATURE_METRICS.intersection(job.metrics)):
+    if job.featurizer is None or "featurize" not in job.compute:
         return {}, None
     featurizer = runtime.cache.get(job.featurizer, runtime.device)
     items = [(p, text) for prompts, part in outputs for p, text in zip(prompts, part.texts)]
@@ -169,41 +200,47 @@ def _features(job: JobSpec, runtime: Runtime, outputs, batch_size: int):
     return {p.id: (f, by_ref.get(p.id)) for (p, _), f in zip(items, feats)}, info
 
 
-def _plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, decoding: gen.Decoding, notes: list[str]):
-    """The shard tokenised once, the batch size (fixed or auto) and the length-bucketed batches: groups of
-    (size, batches), longest prompts first (several groups only where auto sizes length buckets apart);
-    the size of the first (the longest prompts', which the scorer's batches use) and their record."""
+def plan_job(job: JobSpec, runtime: Runtime, lm: LoadedModel) -> Plan:
+    """The job's plan, decided once: the strategy's choices (worker.engine.plan.configure, with the assistant
+    model where the strategy has one), the shard tokenised once, the warm-up run before any probe (so that a
+    probe times warm kernels), then the batch plan."""
+    assistant = job.strategy.params.get("assistant") if get_strategy(job.strategy.name).kind is Kind.ASSISTED else None
+    draft = runtime.cache.get(ModelSpec(path=assistant, dtype=job.model.dtype), runtime.device) if assistant else None
+    plan = configure(lm, job.strategy, job.generation, draft)
     ids = lm.tokenizer([p.prompt for p in job.prompts])["input_ids"]
-    decoding.prompt_ids = {p.id: row for p, row in zip(job.prompts, ids)}
-    lengths = [len(row) for row in ids]
-    for m in (lm, decoding.assistant):  # before any allocation: positions past the model's end never run
-        why = m and context_refusal(
-            model_positions(m.model.config.to_dict()),
-            max(lengths, default=0),
-            job.generation.max_new_tokens,
-            m.spec.label,
+    plan = dataclasses.replace(plan, prompt_ids={p.id: row for p, row in zip(job.prompts, ids)})
+    longest = max((len(row) for row in ids), default=0)
+    for m in (lm, draft) if draft is not None else (lm,):  # before any allocation: no position past the end
+        why = context_refusal(
+            model_positions(m.model.config.to_dict()), longest, job.generation.max_new_tokens, m.spec.label
         )
         if why:
             raise PermanentJobError(why)
+    if plan.warmup:
+        for model in (lm, draft) if draft is not None else (lm,):
+            gen.warm_up(model, plan, job.prompts[:1])
+    return dataclasses.replace(plan, batches=plan_batches(job, runtime, lm, plan, [len(row) for row in ids]))
+
+
+def plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, plan: Plan, lengths: list[int]) -> BatchPlan:
+    """The batch size (fixed or auto) and the length-bucketed batches: groups of (size, batches), longest
+    prompts first (several groups only where auto sizes length buckets apart); the size of the first (the
+    longest prompts', which the scorer's batches use) and their record."""
     requested = job.generation.batch_size
     info: dict[str, Any] = {"requested": requested}
-    if job.generation.warmup:  # before any probe, so that a probe times warm kernels
-        gen.warm_up(lm, decoding, job.prompts[:1])
-        if decoding.assistant is not None:
-            gen.warm_up(decoding.assistant, decoding, job.prompts[:1])
-    if decoding.assistant is not None:
-        if requested != 1:
-            notes.append(f"assisted decoding runs one prompt at a time in transformers: batch_size {requested} -> 1")
+    if plan.assistant is not None:
         groups, info["used"] = [(1, buckets(lengths, 1))], 1
     elif requested == "auto":
-        sized, more = auto_groups(runtime, lm, decoding, job, lengths)
+        sized, more = auto_groups(runtime, lm, plan, job, lengths)
         groups = [(size, cut(ix, size)) for size, ix in sized]
         info.update(more)
     else:
         groups, info["used"] = [(requested, buckets(lengths, requested))], requested
     info["bucketing"] = "prompts sorted by token length (longest first); generations in the shard's order"
-    planned = [(size, [[job.prompts[i] for i in batch] for batch in batches]) for size, batches in groups]
-    return planned, groups[0][0], info
+    planned = tuple(
+        (size, tuple(tuple(job.prompts[i] for i in batch) for batch in batches)) for size, batches in groups
+    )
+    return BatchPlan(groups=planned, scorer_size=groups[0][0], record=info)
 
 
 def _records(job: JobSpec, outputs, seed_of: dict, scores: dict, features: dict) -> list[GenerationRecord]:
@@ -245,15 +282,15 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
     """Generate and measure one job; touches no store."""
     started = _now()
     lm = runtime.cache.get(job.model, runtime.device)
-    decoding = gen.configure_decoding(lm, job.strategy, job.generation)
-    notes: list[str] = list(decoding.notes)
-    if decoding.assistant_path is not None:
-        decoding.assistant = runtime.cache.get(
-            ModelSpec(path=decoding.assistant_path, dtype=job.model.dtype), runtime.device
+    plan = plan_job(job, runtime, lm)
+    notes: list[str] = list(plan.notes)
+    if plan.assistant is not None and job.generation.batch_size != 1:
+        notes.append(
+            f"assisted decoding runs one prompt at a time in transformers: batch_size {job.generation.batch_size} -> 1"
         )
     seed_of = {p.id: generation_seed(job.seed, p.id) for p in job.prompts}
-    groups, bs, batch_info = _plan_batches(job, runtime, lm, decoding, notes)
-    outputs, memory = _generate(job, runtime, lm, decoding, groups, seed_of, notes)
+    outputs, memory = _generate(runtime, lm, plan, seed_of, notes)
+    bs = plan.batches.scorer_size
     scores, scorer_info = _score(job, runtime, lm, outputs, bs)
     features, featurizer_info = _features(job, runtime, outputs, bs)
     records = _records(job, outputs, seed_of, scores, features)
@@ -261,7 +298,7 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         job=job,
         started_at=started,
         finished_at=_now(),
-        generation_config=decoding.describe(),
+        generation_config=plan.describe(),
         batches=[part.timing for _, part in outputs],
         load_s=lm.info["load_s"],
         n_generations=len(records),
@@ -269,7 +306,7 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         memory=memory,
         provenance=_provenance(job, runtime, lm.info, scorer_info, featurizer_info),
         notes=notes,
-        engine=engine_record(lm, decoding, runtime, batch_info, [part for _, part in outputs]),
+        engine=engine_record(lm, plan, runtime, [part for _, part in outputs]),
     )
     return result, records
 

@@ -8,7 +8,7 @@ length once (prompt + max_new_tokens) and writes each step's keys and values int
 attention reads a view of the filled part, so the values are the same tensors the
 dynamic layer would hold and greedy outputs are unchanged token for token.
 
-Everything else the own loop does to the cache also happens inside those buffers: compaction
+Everything else the decode loop does to the cache also happens inside those buffers: compaction
 (`batch_select_indices`), dropping leading columns no row attends to (`trim_front`), a
 continuous-refill stream's newcomers (`append_rows`) and the slide of the window of columns
 back to the buffers' front that reclaims the columns finished rows freed (`room`). A stream

@@ -1,15 +1,20 @@
-"""Loading models and tokenizers, and an LRU cache of loaded models per worker.
+"""Loading models and tokenizers, an LRU cache of loaded models per worker, and what a model takes.
 
 A worker process keeps its loaded models across jobs (RQ runs jobs in-process),
 bounded by a count and a parameter-memory budget.
+
+`probes(model)` answers, once per model object, what its forward pass takes: the name of its
+KV-cache keyword, whether it computes the last position's logits only (`logits_to_keep`),
+whether its layers take the preallocated cache (worker.engine.kvcache), whether transformers'
+own cache can be reordered (beam search), and whether decode steps may pass SDPA a prepared
+mask (`prepared_mask`). The answers live in a table beside the models, never on them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import inspect
 import time
-import zipfile
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,15 +22,13 @@ from typing import Any
 
 import structlog
 
-from worker.core import settings
 from worker.core.contract import ModelSpec
-from worker.core.errors import ModelUnavailableError, short, shown
 from worker.core.hub import unavailable_reason
+from worker.engine.checkpoint import check_fit, check_local, content_hash, first_line, refused
 
 log = structlog.get_logger("decodebench.models")
 
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
-_HASHED_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")
 
 
 @dataclass
@@ -48,103 +51,6 @@ def quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
-def content_hash(path: Path) -> str:
-    """sha256 over the names and bytes of a local checkpoint's weight, config and tokenizer files."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _HASHED_SUFFIXES):
-        h.update(f.relative_to(path).as_posix().encode())
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-_JSON_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json")
-_JSON_MAX_BYTES = 16 * 2**20
-
-
-def _refused(spec: ModelSpec, what: str) -> ModelUnavailableError:
-    return ModelUnavailableError(f"model {short(spec.label)} ({shown(spec.path)}): {what}", spec.path)
-
-
-def _first(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
-def _check_local(spec: ModelSpec, local: Path) -> None:
-    """What transformers would trip over (or read past) in a local model directory, named."""
-    for name in _JSON_FILES:
-        f = local / name
-        if not f.is_file():
-            if name == "config.json":
-                raise _refused(spec, "no config.json: not a model directory")
-            continue
-        if f.stat().st_size > _JSON_MAX_BYTES:
-            raise _refused(spec, f"{name} is larger than {_JSON_MAX_BYTES >> 20} MiB")
-        try:
-            data = json.loads(f.read_bytes())
-        except ValueError as err:  # JSONDecodeError and UnicodeDecodeError both are
-            raise _refused(spec, f"{name} is not valid JSON ({_first(err)})") from None
-        if not isinstance(data, dict):
-            raise _refused(spec, f"{name} is not a JSON object")
-    names = sorted(p.name for p in local.iterdir() if p.is_file())
-    if not any(n.endswith(".safetensors") for n in names):
-        pickles = [n for n in names if n.endswith(_PICKLE_SUFFIXES)]
-        if not pickles:
-            raise _refused(spec, "no weights file (*.safetensors) in it")
-        if spec.use_safetensors:
-            raise _refused(
-                spec,
-                f"weights only in pickle form ({', '.join(pickles[:3])}); convert them to safetensors, "
-                "or set use_safetensors: false on the model for a checkpoint you trust",
-            )
-        for name in pickles:
-            problem = _torch_archive_problem(local / name)
-            if problem:
-                raise _refused(spec, f"{name} is not a readable torch checkpoint: {problem}")
-
-
-def _torch_archive_problem(path: Path) -> str | None:
-    """Why a pickle weights file cannot be a torch checkpoint (None: it may be one).
-
-    torch.save writes a zip archive (checked member by member against its CRCs, so a
-    truncated or altered file is named here rather than failing inside torch.load with an
-    error that cannot be told from a device error); the legacy format is a bare pickle
-    (protocol 2 or later, first byte 0x80).
-    """
-    if zipfile.is_zipfile(path):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                bad = archive.testzip()
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
-            return f"a damaged zip archive ({_first(err)})"
-        return f"a damaged zip archive (member {bad} fails its CRC)" if bad else None
-    with path.open("rb") as f:
-        head = f.read(4)
-    if head.startswith(b"\x80"):
-        return None
-    if head.startswith(b"PK"):
-        return "an incomplete zip archive (truncated?)"
-    return "neither a zip archive (torch.save) nor a pickle (empty or another format?)"
-
-
-def _check_fit(spec: ModelSpec, model, info: dict, tokenizer) -> None:
-    """Weights that do not match the config (another architecture, other shapes), which
-    transformers would fill with random values, and a tokenizer with no vocabulary."""
-    missing, mismatched = list(info.get("missing_keys") or []), list(info.get("mismatched_keys") or [])
-    if missing or mismatched:
-        example = missing[0] if missing else mismatched[0][0]
-        raise _refused(
-            spec,
-            f"its weights do not fit its config ({type(model).__name__}, model_type {model.config.model_type!r}): "
-            f"{len(missing)} weights missing, {len(mismatched)} of another shape (e.g. {short(example)})",
-        )
-    if len(tokenizer) < 2:
-        raise _refused(spec, f"its tokenizer has {len(tokenizer)} token(s): no tokenizer or vocabulary files?")
-
-
 def _load_tokenizer(spec: ModelSpec, kwargs: dict[str, Any]):
     from transformers import AutoTokenizer
 
@@ -153,7 +59,7 @@ def _load_tokenizer(spec: ModelSpec, kwargs: dict[str, Any]):
     # a tokenizer.json of the wrong shape surfaces as whichever lookup failed on it
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         hub = unavailable_reason(err)  # the hub, not the tokenizer, is what failed: say so, with the fix
-        raise _refused(spec, hub or f"its tokenizer cannot load: {type(err).__name__}: {_first(err)}") from None
+        raise refused(spec, hub or f"its tokenizer cannot load: {type(err).__name__}: {first_line(err)}") from None
 
 
 def load(spec: ModelSpec, device) -> LoadedModel:
@@ -168,9 +74,9 @@ def load(spec: ModelSpec, device) -> LoadedModel:
     local = Path(spec.path)
     is_local = local.is_dir()
     if spec.path.startswith(("/", ".")) and not is_local:
-        raise _refused(spec, "the local path does not exist on this worker")
+        raise refused(spec, "the local path does not exist on this worker")
     if is_local:
-        _check_local(spec, local)
+        check_local(spec, local)
     kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
     if spec.revision and not is_local:
         kwargs["revision"] = spec.revision
@@ -188,10 +94,12 @@ def load(spec: ModelSpec, device) -> LoadedModel:
         attention = spec.attention if spec.attention == "eager" or model._supports_sdpa else "eager"
         model.set_attn_implementation(attention)
     except SafetensorError as err:
-        raise _refused(spec, f"its safetensors weights cannot be read (empty or truncated?): {_first(err)}") from None
+        raise refused(
+            spec, f"its safetensors weights cannot be read (empty or truncated?): {first_line(err)}"
+        ) from None
     except (OSError, ValueError) as err:
-        raise _refused(spec, unavailable_reason(err) or f"cannot load: {_first(err)}") from None
-    _check_fit(spec, model, loading, tokenizer)
+        raise refused(spec, unavailable_reason(err) or f"cannot load: {first_line(err)}") from None
+    check_fit(spec, model, loading, tokenizer)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -216,12 +124,11 @@ def load(spec: ModelSpec, device) -> LoadedModel:
 
 
 class ModelCache:
-    """LRU of loaded models, bounded by `max_models` and `max_bytes` of parameters."""
+    """LRU of loaded models, bounded by `max_models` and `max_bytes` of parameters (None: no limit)."""
 
-    def __init__(self, max_models: int | None = None, max_bytes: int | None = None) -> None:
-        self.max_models = max_models or settings.get("model_cache_size")
-        budget_mb = settings.get("model_cache_mb")
-        self.max_bytes = max_bytes or (budget_mb * 2**20 if budget_mb else None)
+    def __init__(self, max_models: int, max_bytes: int | None = None) -> None:
+        self.max_models = max_models
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple, LoadedModel] = OrderedDict()
 
     @staticmethod
@@ -271,3 +178,107 @@ class ModelCache:
     def entries(self) -> list[LoadedModel]:
         """The loaded models, least recently used first."""
         return list(self._entries.values())
+
+
+# Model families whose forward uses the attention mask only to build its causal mask (read in
+# transformers 5.24's modeling files), so a ready 4D boolean mask passes through unchanged.
+MASK_PASSTHROUGH = frozenset(
+    {"gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "phi3", "gemma", "olmo2", "smollm3"}
+)
+
+
+@dataclass
+class Probes:
+    """What one model's forward pass takes (answered once per model object; `probes`)."""
+
+    cache_keyword: str  # transformers >= 5.2x names the KV cache `cache`; earlier releases `past_key_values`
+    last_logits: bool  # the forward takes `logits_to_keep`: the logits of the last position only
+    preallocated: bool  # its layers are plain full-attention layers: the preallocated cache (kvcache)
+    reorderable: bool  # transformers' own cache is plain attention layers, which beam search reorders
+    prepared_mask: bool | None = None  # decode steps may pass SDPA the prepared mask (None: not asked yet)
+
+
+_PROBED: weakref.WeakKeyDictionary[Any, Probes] = weakref.WeakKeyDictionary()
+
+
+def probes(model) -> Probes:
+    """The model's probes, answered on the first call for this model object."""
+    found = _PROBED.get(model)
+    if found is None:
+        from worker.engine.kvcache import preallocated_cache, reorderable
+
+        params = inspect.signature(model.forward).parameters
+        found = Probes(
+            cache_keyword="cache" if "cache" in params else "past_key_values",
+            last_logits="logits_to_keep" in params,
+            preallocated=preallocated_cache(model, 1) is not None,
+            reorderable=reorderable(model),
+        )
+        _PROBED[model] = found
+    return found
+
+
+def cache_keyword(model) -> str:
+    return probes(model).cache_keyword
+
+
+def last_logits_only(model) -> dict[str, int]:
+    """The forward keyword that computes the logits of the last position only, where the model has it."""
+    return {"logits_to_keep": 1} if probes(model).last_logits else {}
+
+
+def prepared_mask(model) -> bool:
+    """Whether decode steps give SDPA its boolean mask ready-made (rows.attn as (rows, 1, 1, columns)),
+    given the preallocated cache (plain full-attention layers: a sliding-window layer needs
+    transformers' own mask).
+
+    transformers rebuilds the mask from the 2D one at every step, and for SDPA checks whether it
+    has any padding (`fast_all`): a host synchronisation per token on CUDA, and on the CPU a
+    little of a small model's step. The prepared mask is the same mask. The families listed were
+    read in transformers 5.24; a model of one is also checked once, when first asked (another
+    transformers release may read the mask otherwise): a decode step of a padded batch must give
+    bit-identical logits with either mask, or the loop keeps transformers' mask for it.
+    """
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != "sdpa" or config.model_type not in MASK_PASSTHROUGH:
+        return False
+    found = probes(model)
+    if found.prepared_mask is None:
+        found.prepared_mask = found.preallocated and _same_logits_either_mask(model, found.cache_keyword)
+    return found.prepared_mask
+
+
+def sdpa_mask(attn):
+    """A decode step's prepared mask: the 2D mask as (rows, 1, 1, columns) booleans, True = attend."""
+    return attn[:, None, None, :].bool()
+
+
+def _same_logits_either_mask(model, keyword: str) -> bool:
+    """One decode step of a two-row batch, one row left-padded, with transformers' mask and with the
+    prepared one: whether the logits are bit-identical."""
+    import torch
+
+    from worker.engine.kvcache import preallocated_cache
+
+    logits = []
+    try:
+        device = model.device
+        ids = torch.tensor([[1, 2, 3], [4, 5, 6]], device=device) % model.config.vocab_size
+        attn = torch.tensor([[0, 1, 1], [1, 1, 1]], device=device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        step = torch.cat([attn, attn.new_ones(2, 1)], dim=-1)
+        with torch.inference_mode():
+            for mask in (step, sdpa_mask(step)):
+                cache = preallocated_cache(model, 4)
+                model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{keyword: cache})
+                out = model(
+                    input_ids=ids[:, -1:],
+                    attention_mask=mask,
+                    position_ids=pos[:, -1:] + 1,
+                    use_cache=True,
+                    **{keyword: cache},
+                )
+                logits.append(out.logits[:, -1])
+    except Exception:  # a model this probe cannot run, or one that refuses the prepared mask: transformers' own
+        return False
+    return torch.equal(*logits)

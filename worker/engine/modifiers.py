@@ -1,4 +1,4 @@
-"""Repetition penalty, no-repeat n-grams and a minimum length, row by row, for the engine's own loop.
+"""Repetition penalty, no-repeat n-grams and a minimum length, row by row, for the engine's decode loop.
 
 transformers' processors, called on a padded batch as a custom loop calls them, see it as
 one tensor: the repetition penalty counts the pad id as a token of every padded row (with
@@ -13,7 +13,7 @@ alone, in any batch and in a continuous-refill stream, where rows start at diffe
 Everything is vectorised over the batch (no loop over rows, no host synchronisation), and
 a row alone gets exactly transformers' processors (`tests/test_modifiers.py`).
 
-`build_modifiers` gives the strategies' own loops (contrastive search, the beam loop)
+`build_modifiers` gives the strategies' batch searches (contrastive search, beam search)
 transformers' processors, with the repetition penalty skipping each row's left padding as
 transformers' generate() does; their rows start together, so a batch-wide minimum length is
 right for them.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from transformers.generation import logits_process as lp
 
-# GenerationConfig fields that make generate() add processors the own loops do not build.
+# GenerationConfig fields that make generate() add processors the engine does not build.
 _UNSUPPORTED_IF_SET = (
     "bad_words_ids",
     "begin_suppress_tokens",
@@ -41,7 +41,7 @@ _UNSUPPORTED_IF_SET = (
 
 def only_modifiers(config) -> bool:
     """Whether generate() would apply no processor to this configuration beyond the repetition
-    penalty, the no-repeat n-gram ban and the minimum new tokens (what the own loops rebuild)."""
+    penalty, the no-repeat n-gram ban and the minimum new tokens (what the engine rebuilds)."""
     if any(getattr(config, name, None) for name in _UNSUPPORTED_IF_SET):
         return False
     if (config.guidance_scale or 1.0) != 1.0 or (config.encoder_repetition_penalty or 1.0) != 1.0:
@@ -50,7 +50,7 @@ def only_modifiers(config) -> bool:
 
 
 def build_modifiers(cfg, prompt_len: int, attention_mask: torch.Tensor | None = None) -> list:
-    """The processors generate() adds for penalties and a minimum length, for the strategies' own loops."""
+    """The processors generate() adds for penalties and a minimum length, for the strategies' batch searches."""
     m: list = []
     if cfg.min_new_tokens:
         m.append(lp.MinNewTokensLengthLogitsProcessor(prompt_len, cfg.min_new_tokens, cfg.eos_token_id))

@@ -82,7 +82,7 @@ class SeededSampler(LogitsProcessor):
     `counter_uniforms(seed_i, t)`: it depends on the generation's seed and step only, never
     on the other rows of the batch, and there is no per-row loop. As a logits processor
     (inside transformers' generate) it returns scores whose argmax is the sample; the
-    engine's own decoding loop calls `pick` and keeps `rows` to the live rows.
+    engine's decode loop calls `pick` and keeps `rows` to the live rows.
     """
 
     method = "inverse-CDF draw with counter-based uniforms keyed by (generation seed, step)"

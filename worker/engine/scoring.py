@@ -6,9 +6,6 @@ import torch
 
 from worker.engine.models import LoadedModel
 
-# The metrics computed from each generation's nll_sum/nll_count: a job asking for any of them is scored.
-SCORED_METRICS = frozenset({"perplexity", "coherence"})
-
 
 def score_nll(
     scorer: LoadedModel, pairs: list[tuple[list[int], list[int]]], batch_size: int

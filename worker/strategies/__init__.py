@@ -2,12 +2,20 @@
 
 Importing this package registers every strategy. Light: it never imports torch.
 A plain strategy is a row of the table in `worker.strategies.table`: its parameters
-map onto transformers `GenerationConfig` settings. A strategy that needs a decoding
-loop of its own names it in `loop` ("module:function", under `worker.engine.loops`),
-imported only by the engine.
+map onto transformers `GenerationConfig` settings. Each strategy declares its `Kind`;
+the engine maps a kind to the step that decodes it (`worker.engine.plan`).
 """
 
 from worker.strategies import assisted, contrastive, diverse_beam, table  # noqa: F401  (register the strategies)
-from worker.strategies.registry import MODIFIERS, STRATEGIES, Param, Strategy, get_strategy, register, variant_label
+from worker.strategies.registry import (
+    MODIFIERS,
+    STRATEGIES,
+    Kind,
+    Param,
+    Strategy,
+    get_strategy,
+    register,
+    variant_label,
+)
 
-__all__ = ["MODIFIERS", "STRATEGIES", "Param", "Strategy", "get_strategy", "register", "variant_label"]
+__all__ = ["MODIFIERS", "STRATEGIES", "Kind", "Param", "Strategy", "get_strategy", "register", "variant_label"]

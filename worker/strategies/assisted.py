@@ -11,7 +11,7 @@ this strategy and records that in the result's notes.
 
 from __future__ import annotations
 
-from worker.strategies.registry import Param, Strategy, register
+from worker.strategies.registry import Kind, Param, Strategy, register
 
 register(
     Strategy(
@@ -25,6 +25,7 @@ register(
             "schedule": Param(str, "constant", "draft length schedule", choices=("constant", "heuristic")),
         },
         stochastic=False,
+        kind=Kind.ASSISTED,
         to_config=lambda p: {
             "do_sample": False,
             "num_beams": 1,

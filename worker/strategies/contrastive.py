@@ -6,16 +6,16 @@ At each step the k most likely tokens are candidates; each is scored
 
 where h_v is the candidate's last hidden state and h_j those of the context (padding
 excluded), and the best candidate is kept. transformers 5 moved contrastive search out
-of its core, so this is decodebench's own loop: one forward pass of B*k candidate
+of its core, so decodebench runs it itself (a step of the engine's decode loop): one forward pass of B*k candidate
 tokens per step, with the KV cache repeated k times and the winners' rows selected
 back, as the original implementation does. alpha = 0 (or k = 1) is greedy search.
 
-Registration is light: the loop is `worker.engine.loops.contrastive`.
+Registration is light: the engine's step is `worker.engine.loops.contrastive`.
 """
 
 from __future__ import annotations
 
-from worker.strategies.registry import Param, Strategy, register
+from worker.strategies.registry import Kind, Param, Strategy, register
 
 register(
     Strategy(
@@ -27,7 +27,7 @@ register(
         },
         stochastic=False,
         to_config=lambda p: {"do_sample": False, "num_beams": 1},
-        loop="worker.engine.loops.contrastive:generate",
+        kind=Kind.CONTRASTIVE,
         citation="Su et al. 2022",
     )
 )

@@ -19,18 +19,18 @@ be beaten by its best running beam; from then on it no longer steers the later g
 The answer is the best finished hypothesis over all groups. With one group this is
 exactly transformers' beam search (a test checks it token for token).
 
-transformers 5 moved group beam search out of its core, so this is decodebench's own
-loop: one forward pass per step of the num_beams rows of every prompt still searched over
-one KV cache, whose rows are reordered to the surviving beams' parents (a prompt whose
-groups can no longer improve leaves the pass). Registration is light: the loop is
-`worker.engine.loops.beam`.
+transformers 5 moved group beam search out of its core, so decodebench runs it itself: one
+forward pass per step of the num_beams rows of every prompt still searched over one KV
+cache, whose rows are reordered to the surviving beams' parents (a prompt whose groups can
+no longer improve leaves the pass). Registration is light: the engine's step is
+`worker.engine.loops.beam_step`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from worker.strategies.registry import Param, Strategy, register
+from worker.strategies.registry import Kind, Param, Strategy, register
 
 
 def check_groups(num_beams: int, num_beam_groups: int) -> None:
@@ -68,7 +68,7 @@ register(
             "length_penalty": p["length_penalty"],
             "early_stopping": False,
         },
-        loop="worker.engine.loops.beam:generate",
+        kind=Kind.DIVERSE_BEAM,
         citation="Vijayakumar et al. 2018",
     )
 )

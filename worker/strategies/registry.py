@@ -1,8 +1,9 @@
 """The strategy registry: parameters, strategies, `STRATEGIES`. Light: never imports torch.
 
 A plain strategy is a row of the table in `worker.strategies.table`: its parameters
-map onto transformers `GenerationConfig` settings. A strategy that needs a decoding
-loop of its own names it in `loop` ("module:function"), imported only by the engine.
+map onto transformers `GenerationConfig` settings. Every strategy declares its `kind`
+(`Kind`): how a token is chosen, which the engine maps to the step that decodes it
+(`worker.engine.plan.STEPS`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from worker.core.errors import short
@@ -83,6 +85,16 @@ class Param:
         return f"{self.type.__name__}{f' ({bounds})' if bounds else ''}, default {default}: {self.description}"
 
 
+class Kind(str, Enum):
+    """How a strategy chooses its tokens; the engine maps each kind to one step (worker.engine.plan)."""
+
+    TOKEN = "token"  # one token per row and step: greedy search and every sampling strategy
+    BEAM = "beam"  # beam search, one group (transformers' own where the engine cannot run it)
+    DIVERSE_BEAM = "diverse_beam"  # beam search in groups with a diversity penalty (only the engine runs it)
+    CONTRASTIVE = "contrastive"  # k candidates scored by confidence and degeneration (only the engine runs it)
+    ASSISTED = "assisted"  # speculative decoding with a draft model (transformers' generate())
+
+
 # Modifiers every strategy accepts.
 MODIFIERS: dict[str, Param] = {
     "repetition_penalty": Param(
@@ -101,7 +113,7 @@ class Strategy:
     params: dict[str, Param]
     stochastic: bool
     to_config: Callable[[dict[str, Any]], dict[str, Any]]
-    loop: str | None = None  # "module:function" for strategies with their own decoding loop
+    kind: Kind = Kind.TOKEN
     citation: str = ""
     all_params: dict[str, Param] = field(init=False)
 

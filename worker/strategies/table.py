@@ -6,7 +6,7 @@ generation_config defaults (many ship top_k=50) never leak into another strategy
 
 from __future__ import annotations
 
-from worker.strategies.registry import Param, Strategy, register
+from worker.strategies.registry import Kind, Param, Strategy, register
 
 TEMPERATURE = Param(float, 1.0, "softmax temperature", min=0.0, min_exclusive=True)
 SAMPLE_BASE = {"do_sample": True, "num_beams": 1, "top_k": 0, "top_p": 1.0}
@@ -41,6 +41,7 @@ register(
             "early_stopping": Param(bool, False, "stop when num_beams finished candidates exist"),
         },
         stochastic=False,
+        kind=Kind.BEAM,
         to_config=lambda p: {
             "do_sample": False,
             "num_beams": p["num_beams"],

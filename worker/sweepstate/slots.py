@@ -45,10 +45,6 @@ def release_slot(conn, tenant: str, job_id: str) -> None:
     conn.zrem(keys.slots(tenant), job_id)
 
 
-def live_slots(conn, tenant: str) -> int:
-    return conn.zcount(keys.slots(tenant), time.time(), "+inf")
-
-
 def record_usage(conn, tenant: str, job_id: str, started: float, ended: float) -> None:
     """One job's worker time, kept for an hour (status --all-tenants)."""
     key = keys.usage(tenant)

@@ -1,7 +1,8 @@
-"""Decoding loops of the strategies that transformers 5 no longer runs in its core, and their steps in
-the engine's own loop.
+"""The steps of the engine's decode loop that are not greedy search's or sampling's, and the batch
+searches that serve where a step does not fit.
 
-A strategy names its loop as "module:function" (`Strategy.loop`); the engine imports it. Where a
-strategy's step fits the own loop (worker.engine.decode), the engine runs that instead
-(`contrastive.Step`, `beam_step.BeamStep`): compaction and continuous refill come with it.
+`contrastive.ContrastiveStep` and `beam_step.BeamStep` are steps of the decode loop
+(worker.engine.decode: compaction and continuous refill come with it); `contrastive.generate`
+(candidates over a repeated cache) and `beam.generate` (beams over transformers' own cache) are
+the strategies' batch searches. The plan picks one, once (worker.engine.plan: `STEPS`, `SEARCHES`).
 """

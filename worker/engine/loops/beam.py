@@ -1,4 +1,4 @@
-"""Beam search's decoding loop, with groups: diverse beam search (`worker.strategies.diverse_beam`
+"""Beam search's batch search, with groups: diverse beam search (`worker.strategies.diverse_beam`
 has the method) and, with one group and no diversity penalty, transformers' beam search.
 
 A documented kernel: `search` is one long function on purpose, so that each step's
@@ -7,10 +7,10 @@ bookkeeping reads top to bottom as in transformers' `_beam_search`.
 The `beam` strategy runs here too where this loop reproduces generate()'s beam search
 (`supports`: early_stopping True or False, one sequence returned, no processor beyond the
 penalties and the minimum length, transformers' dynamic cache; and `kvcache.reorderable`:
-the model's cache is plain full or sliding-window attention layers); the engine picks it
-in `configure_decoding`, as it picks its own loop for greedy search and sampling. Where the
-model takes the preallocated cache, the same search runs as a step of the own loop instead
-(`beam_step.BeamStep`: compaction and continuous refill), and this loop serves the rest.
+the model's cache is plain full or sliding-window attention layers); the plan picks it
+(worker.engine.plan). Where the model takes the preallocated cache, the same search runs as
+a step of the decode loop instead (`beam_step.BeamStep`: compaction and continuous refill),
+and this batch search serves the rest.
 
 Prompts whose search is over leave the forward pass (compaction): a prompt is over once
 none of its groups can improve, or once every candidate of every group stopped (nothing
@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from worker.engine.decode import cache_keyword
+from worker.engine.models import cache_keyword
 from worker.engine.modifiers import only_modifiers
 from worker.strategies.diverse_beam import check_groups
-
-LOOP = "worker.engine.loops.beam:generate"
 
 
 def supports(config) -> bool:
@@ -53,8 +51,11 @@ def beam_params(config) -> dict:
     }
 
 
-def generate(model, enc, config, params, processors, criteria, check_every: int = 1):
-    """Run (diverse) beam search; returns each prompt's best hypothesis, (batch, prompt + new), padded after EOS."""
+def generate(model, enc, config, params, processors, criteria, check_every: int = 1, mask: bool = False):
+    """Run (diverse) beam search; returns each prompt's best hypothesis, (batch, prompt + new), padded after EOS.
+
+    `mask`: the batch searches' common signature (contrastive search's candidates use it); the beams
+    are rows of their own and take transformers' mask."""
     hyps, scores, lengths = search(model, enc, config, params, processors, criteria, check_every)
     best = scores.argmax(dim=-1)  # (B,)
     rows = torch.arange(hyps.shape[0], device=hyps.device)

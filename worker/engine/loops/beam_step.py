@@ -1,8 +1,8 @@
-"""Beam search, with groups, as a step of the engine's own loop (worker.engine.decode).
+"""Beam search, with groups, as a step of the engine's decode loop (worker.engine.decode).
 
 The same search as `worker.engine.loops.beam.search` (transformers' beam search with one
 group; diverse beam search with several), written per prompt instead of per batch, so that
-the own loop's compaction and continuous refill apply: a prompt occupies `num_beams`
+the decode loop's compaction and continuous refill apply: a prompt occupies `num_beams`
 consecutive rows; once its search is over its rows leave at the next check, and the queue's
 next prompts take them. A prompt's pools (running scores, its groups' finished hypotheses)
 are kept per queued prompt, and each step works on the live prompts' rows only, at each
@@ -16,22 +16,24 @@ writes each prompt's best hypothesis.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
+from transformers import Cache
 
-from worker.engine.decode import Finished, Loop
+from worker.engine.decode import Finished, Step
 
 
 class _Stepped(NamedTuple):
     logits: torch.Tensor  # (rows, vocabulary): each beam row's last logits
-    cache: object  # the rows' KV cache, which the step reorders to the beams' parents
+    cache: Cache  # the rows' KV cache, which the step reorders to the beams' parents
 
 
 @dataclass
-class BeamStep(Loop):
-    """(Diverse) beam search's step of the own loop: `num_beams` rows a prompt, the search's state per
+class BeamStep(Step):
+    """(Diverse) beam search's step of the decode loop: `num_beams` rows a prompt, the search's state per
     queued prompt, every prompt's best hypothesis written out by `finish`."""
 
     num_beams: int = 4
@@ -40,12 +42,12 @@ class BeamStep(Loop):
     length_penalty: float = 1.0
     early_stopping: bool = False
 
-    describe = "beam search's step (worker.engine.loops.beam_step)"
+    describe: ClassVar[str | None] = "beam search's step (worker.engine.loops.beam_step)"
 
-    @staticmethod
-    def params(strategy_params: dict) -> dict:
+    @classmethod
+    def options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
         keys = ("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "early_stopping")
-        return {k: strategy_params[k] for k in keys if k in strategy_params}
+        return {k: params[k] for k in keys if k in params}
 
     @property
     def rows_each(self) -> int:

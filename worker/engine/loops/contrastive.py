@@ -1,10 +1,11 @@
-"""Contrastive search's decoding loop (see `worker.strategies.contrastive` for the method).
+"""Contrastive search: its step of the decode loop and its batch search (`worker.strategies.contrastive`
+has the method).
 
 One forward pass of the B*k candidate tokens per step. The original implementation (and
 this loop's fallback, `_repeated`) repeats the KV cache k times, runs B*k rows of one
 token each, and selects the winners' rows back: every step copies the whole cache k
 times, and attention reads it k times. Where the model takes a prepared 4D mask and the
-preallocated cache (`decode.prepared_mask`), `_shared` runs the k candidates of a row as
+preallocated cache (`models.prepared_mask`, asked once by the plan), `_shared` runs the k candidates of a row as
 k tokens of that row instead, all at the same position, each seeing the row's past and
 itself only (a diagonal block in the mask): the cache is read once per row and never
 copied, and the winner's keys and values are moved into place afterwards
@@ -12,33 +13,34 @@ copied, and the winner's keys and values are moved into place afterwards
 rounding (the tests compare tokens with the repeated path and with a cache-free
 implementation written from the paper).
 
-Where `_shared` applies and no processor beyond the penalties is set (`runs_in_own_loop`),
-contrastive search runs as `Step`, a step of the engine's own loop (worker.engine.decode):
-compaction, continuous refill and per-row penalties come from there, and `generate`, the
-batch loop, serves the other models and configurations.
+Where `_shared` applies and no processor beyond the penalties is set (`runs_in_decode_loop`),
+contrastive search runs as `ContrastiveStep`, a step of the engine's decode loop
+(worker.engine.decode): compaction, continuous refill and per-row penalties come from there, and
+`generate`, the batch search, serves the other models and configurations (worker.engine.plan).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-from worker.engine.decode import Loop, cache_keyword, prepared_mask
+from worker.engine.decode import Step
 from worker.engine.kvcache import keep_candidate, preallocated_cache
+from worker.engine.models import cache_keyword
 from worker.engine.modifiers import only_modifiers
 
-LOOP = "worker.engine.loops.contrastive:generate"
 
-
-def generate(model, enc, config, params, processors, criteria, check_every: int = 1):
+def generate(model, enc, config, params, processors, criteria, check_every: int = 1, mask: bool = False):
     """Run contrastive search; returns the (batch, prompt + new) token ids like generate().
 
     Finished rows leave the candidate pass (cache, context and mask keep the live rows) at the
     checks, every `check_every` steps (a host synchronisation each: every 8 on CUDA); between
     them a finished row runs on, cut later at its recorded end, changing no other row. The
-    processors and stopping criteria see the whole batch (rows that left get pad tokens)."""
+    processors and stopping criteria see the whole batch (rows that left get pad tokens). `mask`: the
+    model takes the prepared mask (the plan's), so the candidates are tokens of their row (`_shared`)."""
     k, alpha = params["k"], params["alpha"]
     cache_kw = cache_keyword(model)  # `cache` in transformers >= 5.2x, `past_key_values` before
     input_ids, attn = enc["input_ids"], enc["attention_mask"]
@@ -46,9 +48,9 @@ def generate(model, enc, config, params, processors, criteria, check_every: int 
     pad = config.pad_token_id
     live = torch.arange(batch, device=input_ids.device)  # the batch rows still decoding
 
-    shared = prepared_mask(model)  # candidates as tokens of their row, over the preallocated cache
-    first = {cache_kw: preallocated_cache(model, input_ids.shape[1] + config.max_new_tokens + k)} if shared else {}
-    candidates, choose = (_shared, keep_candidate) if shared else (_repeated, _keep_repeated)
+    # candidates as tokens of their row, over the preallocated cache, where the model takes the prepared mask
+    first = {cache_kw: preallocated_cache(model, input_ids.shape[1] + config.max_new_tokens + k)} if mask else {}
+    candidates, choose = (_shared, keep_candidate) if mask else (_repeated, _keep_repeated)
 
     with torch.inference_mode():
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
@@ -166,11 +168,12 @@ def _best(hidden, context, context_mask, top_p, alpha: float):
     return ((1 - alpha) * top_p - alpha * penalty).argmax(dim=-1)
 
 
-def runs_in_own_loop(model, config) -> bool:
-    """Whether contrastive search can run as a step of the engine's own loop (worker.engine.decode:
+def runs_in_decode_loop(config, mask: bool) -> bool:
+    """Whether contrastive search can run as a step of the engine's decode loop (worker.engine.decode:
     compaction, continuous refill, per-row penalties): where the candidates share their row's cache
-    (`prepared_mask`, with the preallocated cache) and no processor beyond the penalties is set."""
-    return config.num_beams == 1 and not config.do_sample and only_modifiers(config) and prepared_mask(model)
+    (`mask`: the model takes the prepared mask, with the preallocated cache) and no processor beyond
+    the penalties is set."""
+    return config.num_beams == 1 and not config.do_sample and only_modifiers(config) and mask
 
 
 class _Picked(NamedTuple):
@@ -180,8 +183,8 @@ class _Picked(NamedTuple):
 
 
 @dataclass
-class Step(Loop):
-    """Contrastive search as the step of the engine's own loop: every step is one pass of each live
+class ContrastiveStep(Step):
+    """Contrastive search as the step of the engine's decode loop: every step is one pass of each live
     row's k candidates over the row's own cache (`_shared`), its winner's keys and values kept in
     place. The rows carry the logits of their last token (`Rows.carry`) and the hidden states of
     their columns (`Rows.context`, the degeneration penalty's context), so that compaction and
@@ -191,12 +194,11 @@ class Step(Loop):
     k: int = 4
     alpha: float = 0.6
 
-    describe = "contrastive search's step (worker.engine.loops.contrastive)"
-    cache_rows = 1  # KV-cache rows per prompt: the candidates are tokens of their row, not rows
+    describe: ClassVar[str | None] = "contrastive search's step (worker.engine.loops.contrastive)"
 
-    @staticmethod
-    def params(strategy_params: dict) -> dict:
-        return {"k": strategy_params["k"], "alpha": strategy_params["alpha"]}
+    @classmethod
+    def options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {"k": int(params["k"]), "alpha": float(params["alpha"])}
 
     @property
     def spare(self) -> int:
@@ -215,7 +217,7 @@ class Step(Loop):
     def _candidates(self, rows, cache) -> _Picked:
         scores = self.processors(rows, rows.carry.to(dtype=torch.float32, copy=True))
         top_p, top_ids = torch.softmax(scores, dim=-1).topk(self.k, dim=-1)
-        cache, logits, hidden = _shared(self.model, self.cache_kw, cache, rows.attn, top_ids)
+        cache, logits, hidden = _shared(self.model, self.cache_keyword, cache, rows.attn, top_ids)
         best = _best(hidden, rows.context, rows.attn.bool(), top_p, self.alpha)
         keep_candidate(cache, best, self.k)
         n = torch.arange(best.shape[0], device=best.device)

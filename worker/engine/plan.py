@@ -1,0 +1,244 @@
+"""The execution plan of a job: every choice of how it runs, made once, here, before anything runs.
+
+`configure(lm, strategy, settings)` turns a strategy variant on a loaded model into a frozen
+`Plan`: the transformers GenerationConfig (with the engine's seeded sampler taking over the
+sampling settings), the `Path` the batches take, the step of the decode loop, the KV-cache kind,
+the prepared mask, continuous refill and the warm-up. The job adds the batch plan
+(`worker.engine.batching.plan_batches`) with `dataclasses.replace`; nothing downstream decides
+again, and `Plan.record()` goes into result.json as it is.
+
+A strategy declares its kind (`worker.strategies.Kind`); `STEPS` maps a kind to its step of the
+decode loop (worker.engine.decode) and `SEARCHES` to the strategy's batch search, which serves the
+models and configurations the step does not (`Path.SEARCH`). Where neither fits, transformers'
+generate() runs the batch (`Path.GENERATE`): beam search on a model whose cache cannot be
+reordered, assisted decoding, processors the engine does not rebuild, a static cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from transformers import GenerationConfig
+
+from worker.core.contract import GenerationSettings, PromptItem, StrategySpec
+from worker.engine.decode import Step
+from worker.engine.loops import beam, contrastive
+from worker.engine.loops.beam_step import BeamStep
+from worker.engine.models import LoadedModel, prepared_mask, probes
+from worker.engine.modifiers import only_modifiers
+from worker.engine.sampling import SAMPLING_KEYS
+from worker.strategies import Kind, get_strategy
+
+
+class Path(str, Enum):
+    """Which code runs a job's batches."""
+
+    DECODE = "decode"  # the engine's decode loop driving a step (worker.engine.decode)
+    SEARCH = "search"  # a strategy's batch search (worker.engine.loops), where its step does not fit
+    GENERATE = "generate"  # transformers' generate()
+
+
+class Cache(str, Enum):
+    """The KV cache the batches decode over."""
+
+    PREALLOCATED = "preallocated"  # worker.engine.kvcache: allocated once per batch or stream, written in place
+    DYNAMIC = "dynamic"  # transformers' own (dynamic, or the kind the model's generation config names)
+    STATIC = "static"  # transformers' static cache (compiled forward pass on CUDA)
+
+
+# kind -> the step of the decode loop that decodes it
+STEPS: dict[Kind, type[Step]] = {
+    Kind.TOKEN: Step,
+    Kind.CONTRASTIVE: contrastive.ContrastiveStep,
+    Kind.BEAM: BeamStep,
+    Kind.DIVERSE_BEAM: BeamStep,
+}
+# kind -> the batch search that runs it where its step does not fit
+SEARCHES: dict[Kind, Callable[..., Any]] = {
+    Kind.CONTRASTIVE: contrastive.generate,
+    Kind.BEAM: beam.generate,
+    Kind.DIVERSE_BEAM: beam.generate,
+}
+ONLY_THE_ENGINE = frozenset({Kind.CONTRASTIVE, Kind.DIVERSE_BEAM})  # kinds transformers 5 no longer runs
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The job's prompts in groups that each run at their own size, longest prompts first: (size, batches);
+    the size the scorer's batches use (the first group's) and what result.json records about it."""
+
+    groups: tuple[tuple[int, tuple[tuple[PromptItem, ...], ...]], ...]
+    scorer_size: int
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one job runs, decided once (`configure`); the job adds `batches` and `prompt_ids`."""
+
+    config: GenerationConfig  # what generate() would be given (sampling settings moved to `sampler`)
+    kind: Kind
+    path: Path
+    step: type[Step] | None  # the decode loop's step (Path.DECODE)
+    params: Mapping[str, Any]  # the step's or the search's parameters
+    cache: Cache
+    mask: bool  # decode steps (and contrastive search's candidates) pass SDPA a prepared 4D mask
+    refill: bool  # a job of several batches runs as one stream of batch_size rows
+    warmup: bool  # one untimed short batch per loaded model before anything is timed
+    rows_each: int  # KV-cache rows one prompt occupies (beams; contrastive search's candidates off the step)
+    sampler: Mapping[str, Any] | None  # the seeded sampler's warpers (sampling strategies), else None
+    stop: tuple[str, ...]
+    assistant: LoadedModel | None = None  # assisted decoding's draft model
+    notes: tuple[str, ...] = ()  # what the result's notes say about the set-up
+    batches: BatchPlan | None = None
+    prompt_ids: Mapping[str, list[int]] | None = field(default=None, repr=False)  # the prompts, tokenised once
+
+    @property
+    def search(self) -> Callable[..., Any]:
+        """The strategy's batch search (Path.SEARCH)."""
+        return SEARCHES[self.kind]
+
+    def record(self) -> dict[str, Any]:
+        """The plan as result.json records it."""
+        return {
+            "path": self.path.value,
+            "kind": self.kind.value,
+            "step": None if self.step is None else f"{self.step.__module__}.{self.step.__name__}",
+            "search": _function(self.search) if self.path is Path.SEARCH else None,
+            "cache": self.cache.value,
+            "prepared_mask": self.mask,
+            "refill": self.refill,
+            "warmup": self.warmup,
+            "rows_per_prompt": self.rows_each,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """The generation config as result.json records it, with what the engine adds."""
+        out = self.config.to_dict()
+        if self.kind in SEARCHES and self.path is not Path.GENERATE:  # the strategy's parameters, as recorded before
+            out["decodebench_loop"] = {"function": _function(SEARCHES[self.kind]), **self.params}
+        if self.assistant is not None:
+            out["decodebench_assistant"] = self.assistant.info
+        out["decodebench_decode"] = (
+            "worker.engine.decode: own loop, finished rows dropped from the batch"  # as results have always said
+            if self.path is Path.DECODE
+            else "transformers generate()"
+        )
+        if self.sampler is not None:
+            from worker.engine.sampling import SeededSampler
+
+            out["decodebench_sampler"] = {
+                "method": SeededSampler.method + ", after transformers warpers",
+                **{k: v for k, v in self.sampler.items() if not k.startswith("_")},
+            }
+        return out
+
+
+def _function(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}:{fn.__name__}"
+
+
+def generation_config(lm: LoadedModel, kwargs: dict[str, Any], settings: GenerationSettings) -> GenerationConfig:
+    """The model's generation config with the strategy's settings, the lengths and its tokenizer's pad and EOS."""
+    cfg = GenerationConfig(**{**lm.model.generation_config.to_dict(), **kwargs})
+    cfg.max_new_tokens = settings.max_new_tokens
+    cfg.min_new_tokens = settings.min_new_tokens or None
+    cfg.max_length = None
+    cfg.pad_token_id = lm.tokenizer.pad_token_id
+    if cfg.eos_token_id is None:
+        cfg.eos_token_id = lm.tokenizer.eos_token_id
+    return cfg
+
+
+def _take_sampling(cfg: GenerationConfig, device) -> dict[str, Any] | None:
+    """The sampling settings, moved from generate()'s config to the engine's seeded sampler."""
+    if not (cfg.do_sample and cfg.num_beams == 1):
+        return None
+    sampler = {k: getattr(cfg, k) for k in SAMPLING_KEYS}
+    sampler["_device"] = device
+    cfg.do_sample = False
+    cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, cfg.typical_p = 1.0, None, 1.0, None, 1.0
+    cfg.epsilon_cutoff, cfg.eta_cutoff = 0.0, 0.0
+    return sampler
+
+
+def configure(
+    lm: LoadedModel, strategy: StrategySpec, settings: GenerationSettings, assistant: LoadedModel | None = None
+) -> Plan:
+    """The plan of a strategy variant on a loaded model (without its batches: the job adds them)."""
+    registered = get_strategy(strategy.name)
+    kind, params = registered.kind, registered.validate(strategy.params)
+    cfg = generation_config(lm, registered.generation_kwargs(strategy.params), settings)
+    sampler = _take_sampling(cfg, lm.device)
+    if (cfg.num_beams > 1 or kind is Kind.ASSISTED) and settings.stop:
+        cfg.stop_strings = list(settings.stop)
+    notes = []
+    if settings.static_cache:
+        if getattr(lm.model, "_can_compile_fullgraph", False) and kind not in ONLY_THE_ENGINE:
+            cfg.cache_implementation = "static"  # generate() compiles the forward pass on CUDA for it
+        else:
+            notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
+    if kind is Kind.BEAM:
+        params = beam.beam_params(cfg)
+    path, step = _path(lm, kind, cfg)
+    if path is Path.DECODE or path is Path.SEARCH:
+        prepared_mask(lm.model)  # its once-per-model check runs here, outside any timed batch
+    preallocated = path is Path.DECODE and probes(lm.model).preallocated
+    static = cfg.cache_implementation == "static"
+    cache = Cache.PREALLOCATED if preallocated else Cache.STATIC if static else Cache.DYNAMIC
+    return Plan(
+        config=cfg,
+        kind=kind,
+        path=path,
+        step=step,
+        params=params,
+        cache=cache,
+        mask=path is not Path.GENERATE and prepared_mask(lm.model),
+        refill=preallocated and settings.refill,  # refill writes newcomers into the preallocated buffers
+        warmup=settings.warmup,
+        rows_each=_rows_each(kind, step, cfg, params),
+        sampler=sampler,
+        stop=tuple(settings.stop),
+        assistant=assistant,
+        notes=tuple(notes),
+    )
+
+
+def _path(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> tuple[Path, type[Step] | None]:
+    """The path of the job's batches and, on the decode loop, its step."""
+    step = decode_step(lm, kind, cfg)
+    if step is not None:
+        return Path.DECODE, step
+    if kind in ONLY_THE_ENGINE:
+        return Path.SEARCH, None
+    if kind is Kind.BEAM and beam.supports(cfg) and probes(lm.model).reorderable:
+        return Path.SEARCH, None  # prompts that are done leave the forward pass
+    return Path.GENERATE, None
+
+
+def decode_step(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> type[Step] | None:
+    """The decode loop's step for the kind where the loop reproduces generate() (or the method's batch
+    search): processors the loop rebuilds only; greedy search and sampling over the dynamic cache;
+    contrastive search where its candidates share their row's cache; beam search (diverse or not) where
+    the model takes the preallocated cache."""
+    if kind is Kind.TOKEN:
+        plain = cfg.num_beams == 1 and not cfg.do_sample and cfg.cache_implementation in (None, "dynamic")
+        return STEPS[kind] if plain and only_modifiers(cfg) else None
+    if kind is Kind.CONTRASTIVE:
+        return STEPS[kind] if contrastive.runs_in_decode_loop(cfg, prepared_mask(lm.model)) else None
+    if kind is Kind.BEAM and not (beam.supports(cfg) and probes(lm.model).reorderable):
+        return None
+    if kind in (Kind.BEAM, Kind.DIVERSE_BEAM) and only_modifiers(cfg) and probes(lm.model).preallocated:
+        return STEPS[kind]
+    return None
+
+
+def _rows_each(kind: Kind, step: type[Step] | None, cfg: GenerationConfig, params: Mapping[str, Any]) -> int:
+    """KV-cache rows one prompt occupies: its beams, or contrastive search's k candidates where they are
+    rows of a repeated cache (off the decode loop); one elsewhere."""
+    if kind is Kind.CONTRASTIVE:
+        return 1 if step is not None else int(params["k"])
+    return max(int(cfg.num_beams or 1), int(params.get("num_beams", 1)))
