@@ -1,12 +1,15 @@
-"""KEDA scales a pool on its total work: the replica count the HPA would ask for, computed from
-the rendered ScaledObject for several queue states (the HPA arithmetic written out below).
+"""KEDA scales a pool on the work it can take: the replica count the HPA would ask for, computed
+from the rendered ScaledObject for several queue states (the HPA arithmetic written out below),
+and once from KEDA's own script run as the `keda` user against real RQ state.
 
 KEDA turns each redis trigger into a metric (the key's LLEN for a list, ZCARD for a sorted set),
-evaluates `advanced.scalingModifiers.formula` over them by trigger name, and hands the HPA that
-one composite metric with an AverageValue target of `scalingModifiers.target`. The HPA then asks
-for ceil(metric / target) pods, keeps the current count while metric / (target x current) is
-within its 10% tolerance of 1, and clamps to [minReplicaCount, maxReplicaCount]; KEDA itself takes
-a pool from 0 to 1 when the metric exceeds activationTarget and back to 0 after cooldownPeriod.
+evaluates `advanced.scalingModifiers.formula` over them by trigger name (expr-lang: the chart
+writes sums, comparisons and `?:`), and hands the HPA that one composite metric with an
+AverageValue target of `scalingModifiers.target`. The HPA then asks for ceil(metric / target)
+pods, keeps the current count while metric / (target x current) is within its 10% tolerance of
+1, and clamps to [minReplicaCount, maxReplicaCount]; KEDA itself takes a pool from 0 to 1 when
+the metric exceeds activationTarget and back to 0 after cooldownPeriod. Per tenant the formula
+counts min(waiting + running, max(max_running, running)); pending retries count one job in all.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from worker.rq.worker import touch
 
 FAKE_WORKER = r"""#!/bin/bash
 echo "start $$ ${CUDA_VISIBLE_DEVICES:-none} $*" >> "$LOG"
+echo "port ${CUDA_VISIBLE_DEVICES:-cpu} ${DECODEBENCH_METRICS_PORT:-unset}" >> "$LOG"
 trap 'echo "term $$" >> "$LOG"; sleep 0.3; echo "done $$" >> "$LOG"; exit "${TERM_STATUS:-0}"' TERM
 dev="${CUDA_VISIBLE_DEVICES:-cpu}"
 if [[ "$dev" == "${CRASH_DEVICE:-none}" ]]; then sleep 0.3; exit 3; fi
@@ -248,3 +249,23 @@ def test_cpu_pools_run_one_cpu_process_without_nvidia_smi(tmp_path):
     assert starts(log)[0][1:4] == ["none", "--device", "cpu"]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+
+
+def ports(log: Path) -> list[tuple[str, str]]:
+    if not log.exists():
+        return []
+    return [tuple(line.split()[1:]) for line in log.read_text().splitlines() if line.startswith("port ")]
+
+
+def test_each_process_serves_metrics_on_its_own_port_also_after_a_restart(tmp_path):
+    proc, log = launch(tmp_path, processes=4, CRASH_DEVICE="GPU-0002-uuid", DECODEBENCH_METRICS_PORT="9400")
+    wait_for(lambda: len(ports(log)) >= 6)  # GPU 2's process restarted at least twice
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert set(ports(log)) == {(f"GPU-{i:04d}-uuid", str(9400 + i)) for i in range(4)}  # port + i, every start
+    (tmp_path / "plain").mkdir()
+    plain, plain_log = launch(tmp_path / "plain", processes=2)
+    wait_for(lambda: len(ports(plain_log)) == 2)
+    plain.send_signal(signal.SIGTERM)
+    plain.wait(timeout=20)
+    assert {port for _, port in ports(plain_log)} == {"0"}  # no metrics: the worker serves none
