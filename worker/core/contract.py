@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from worker.core.engines import EngineSpec
+
 SCHEMA_VERSION = 1
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 StopReason = Literal["eos", "length", "stop_string"]
@@ -165,6 +167,9 @@ class JobSpec(Strict):
         description="Texts are cut to their first this many featurizer tokens before featurizing (as mauve does).",
     )
     timeout_s: JobTimeoutS = Field(default=JOB_TIMEOUT_DEFAULT, description="Wall-clock limit of the job on a worker.")
+    engine: EngineSpec | None = Field(
+        default=None, description="The engine that runs the job and its settings; None: decodebench's own engine."
+    )
 
 
 class GenerationRecord(Strict):

@@ -1,0 +1,111 @@
+"""The engine axis of a sweep (issue 26): old sweeps keep their ids and cells, other engines add
+cells `model::variant::engine`, bad engine input is one line at validation, unsupported
+strategy x engine pairs are refused by name, never run as something else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.launch.local import check_engines
+from controller.spec.load import load_spec, parse_spec
+from controller.spec.plan import plan
+from worker.core.errors import UsageError
+from worker.core.policy import Limits, job_refusal
+
+pytestmark = pytest.mark.pure
+QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+
+
+def spec(**over):
+    data = {
+        "name": "e",
+        "models": [{"path": "org/model-a"}],
+        "prompts": {"inline": [f"prompt {i}" for i in range(6)], "shard_size": 4},
+        "strategies": [{"name": "greedy"}, {"name": "top_p", "params": {"p": 0.9}}],
+        "generation": {"seeds": [1, 2], "max_new_tokens": 8},
+    }
+    data.update(over)
+    return parse_spec(data)
+
+
+def test_the_default_engine_keeps_ids_and_cells():
+    quick = load_spec(QUICKSTART)
+    assert plan(quick)[0].sweep_id == "cb3dce6badd617dc"
+    explicit = quick.model_copy(update={"engines": parse_spec(_with(engines=[{"name": "decodebench"}])).engines})
+    assert plan(explicit)[0].sweep_id == "cb3dce6badd617dc"
+    old, new = plan(spec()), plan(spec(engines=[{"name": "decodebench"}]))
+    assert [(j.job_id, j.cell) for j in old] == [(j.job_id, j.cell) for j in new]
+    assert all(j.engine is None for j in new)
+
+
+def _with(**over):
+    return {
+        "name": "q",
+        "models": [{"path": "m"}],
+        "prompts": {"inline": ["x"]},
+        "strategies": [{"name": "greedy"}],
+    } | over
+
+
+def test_a_second_engine_adds_its_own_cells_and_keeps_the_own_ones():
+    old = plan(spec())
+    both = plan(spec(engines=[{"name": "decodebench"}, {"name": "vllm", "dtype": "float32", "max_model_len": 256}]))
+    assert both[0].sweep_id != old[0].sweep_id
+    cells = sorted({j.cell for j in both})
+    top_p = "top_p(p=0.9,temperature=1.0)"
+    assert cells == sorted(["model-a::greedy", "model-a::greedy::vllm", f"model-a::{top_p}", f"model-a::{top_p}::vllm"])
+    vllm_jobs = [j for j in both if j.engine is not None]
+    assert vllm_jobs and all(j.engine.name == "vllm" and j.engine.max_model_len == 256 for j in vllm_jobs)
+    assert len({j.job_id for j in both}) == len(both)
+    labelled = plan(spec(engines=[{"name": "vllm", "label": "vllm-bf16", "dtype": "bfloat16"}]))
+    assert {j.cell.split("::")[-1] for j in labelled} == {"vllm-bf16"}
+
+
+@pytest.mark.parametrize(
+    ("engines", "needle"),
+    [
+        ([{"name": "tgi"}], "tgi"),
+        ([{"name": "vllm", "swap_space": 4}], "swap_space"),
+        ([{"name": "decodebench", "dtype": "float32"}], "dtype"),
+        ([{"name": "vllm"}, {"name": "vllm"}], "share the label vllm"),
+        ([{"name": "vllm", "max_model_len": 0}], "max_model_len"),
+    ],
+)
+def test_bad_engine_input_is_one_line(engines, needle):
+    with pytest.raises(UsageError) as err:
+        parse_spec(_with(engines=engines))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params"),
+    [("typical", {}), ("epsilon", {}), ("eta", {}), ("contrastive", {}), ("diverse_beam", {}), ("beam", {})],
+)
+def test_strategies_vllm_lacks_are_refused_by_name(strategy, params):
+    s = spec(strategies=[{"name": strategy, "params": params}], engines=[{"name": "vllm"}])
+    jobs = plan(s)
+    why = job_refusal(jobs[0], None, Limits())
+    assert why == why.splitlines()[0] and f"strategy {strategy} on engine vllm" in why
+    with pytest.raises(UsageError, match=f"strategy {strategy} on engine vllm"):
+        check_engines(jobs)
+    own = plan(spec(strategies=[{"name": strategy, "params": params}]))
+    assert job_refusal(own[0], None, Limits()) is None
+
+
+def test_a_modifier_vllm_lacks_is_refused_and_the_rest_pass():
+    jobs = plan(
+        spec(strategies=[{"name": "greedy", "params": {"no_repeat_ngram_size": 3}}], engines=[{"name": "vllm"}])
+    )
+    assert "no_repeat_ngram_size on engine vllm" in job_refusal(jobs[0], None, Limits())
+    ok = plan(spec(strategies=[{"name": "min_p", "params": {"repetition_penalty": 1.2}}], engines=[{"name": "vllm"}]))
+    assert job_refusal(ok[0], None, Limits()) is None
+
+
+def test_vllm_not_installed_fails_with_how_to_install(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(UsageError, match="setup-vllm.sh"):
+        check_engines(plan(spec(engines=[{"name": "vllm"}])))
