@@ -109,3 +109,26 @@ def test_vllm_not_installed_fails_with_how_to_install(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(UsageError, match="setup-vllm.sh"):
         check_engines(plan(spec(engines=[{"name": "vllm"}])))
+
+
+def test_greedy_agreement_between_engines_per_cell():
+    from controller.report.engines import add_agreement, has_engines
+    from worker.core.contract import GenerationRecord
+
+    def rec(cell, prompt, ids):
+        return GenerationRecord(
+            job_id="j", cell=cell, model="m", strategy="greedy", params={}, seed=0, job_seed=0, prompt_id=prompt,
+            prompt="p", text="t", token_ids=ids, n_new_tokens=len(ids), stop_reason="length", batch=0,
+        )  # fmt: skip
+
+    records = {
+        "m::greedy": [rec("m::greedy", "a", [1, 2]), rec("m::greedy", "b", [3, 4])],
+        "m::greedy::vllm": [rec("m::greedy::vllm", "a", [1, 2]), rec("m::greedy::vllm", "b", [3, 5])],
+    }
+    rows = [
+        {"cell": "m::greedy", "strategy": "greedy", "engine": "decodebench"},
+        {"cell": "m::greedy::vllm", "strategy": "greedy", "engine": "vllm"},
+    ]
+    assert has_engines(rows) and not has_engines(rows[:1])
+    add_agreement(rows, records)
+    assert rows[1]["engine_agreement"] == 0.5 and "engine_agreement" not in rows[0]

@@ -145,8 +145,10 @@ def test_refused_and_bad_input_are_one_permanent_reason(runtime, tmp_path):
 
 
 def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
+    import pandas as pd
+
     from controller.launch.local import run_sweep
-    from controller.report.aggregate import load_sweep
+    from controller.report.aggregate import load_sweep, summarize
 
     data = {
         "name": "mixed",
@@ -159,5 +161,12 @@ def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
     store = open_store(f"file://{tmp_path}")
     outcome = run_sweep(parse_spec(data), store, progress=False)
     assert not outcome.failed and len(outcome.ran) == 4
-    sweep = load_sweep(store, "default", outcome.sweep_id)
-    assert sweep is not None
+    summary = summarize(load_sweep(store, "default", outcome.sweep_id), n_boot=0)
+    rows = {r["cell"]: r for _, r in summary.iterrows()}
+    assert (
+        rows["austen-tiny::greedy::vllm"]["engine"] == "vllm" and rows["austen-tiny::greedy"]["engine"] == "decodebench"
+    )
+    assert rows["austen-tiny::greedy::vllm"]["engine_agreement"] == 1.0  # token-identical to the own engine
+    top_p = next(c for c in rows if c.startswith("austen-tiny::top_p") and c.endswith("::vllm"))
+    assert rows[top_p]["tokens_per_s"] > 0 and rows[top_p]["ttft_ms_p50"] > 0
+    assert pd.isna(rows[top_p]["engine_agreement"])  # sampled: compared by distribution, not text

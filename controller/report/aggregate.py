@@ -22,9 +22,11 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
+from controller.report.engines import AGREEMENT_COLUMN, ENGINE_COLUMN, add_agreement, has_engines
 from controller.report.intervals import CI_LEVEL, cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.speed import speed_columns
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
+from worker.core.engines import engine_label
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
 from worker.store import Store
@@ -250,9 +252,11 @@ def _cell_rows(data: SweepData, quality: _Quality) -> list[dict[str, Any]]:
             **speed_columns(results),
             "n_jobs": len(results),
             "cell": cell,
+            ENGINE_COLUMN: engine_label(job.engine),
         }
         quality(row, cell_data(records), prompt_groups([g.prompt_id for g in records]), cell)
         rows.append(row)
+    add_agreement(rows, records_by_cell)
     return rows
 
 
@@ -292,7 +296,7 @@ def summarize(
     reference = _reference_row(data, quality)
     if reference is not None:
         rows.append(reference)
-    frame = _frame(rows, [name for name, _ in selected], with_ci)
+    frame = _frame(rows, [name for name, _ in selected], with_ci, has_engines(rows))
     frame.attrs["ci"] = (
         {
             "level": CI_LEVEL,
@@ -308,16 +312,18 @@ def summarize(
     return frame
 
 
-def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataFrame:
+def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bool = False) -> pd.DataFrame:
     extra_metrics = [m for m in metric_names if m not in DESIGN_COLUMNS]
     columns = DESIGN_COLUMNS + extra_metrics + EXTRA_SPEED_COLUMNS
+    if engines:  # only where another engine ran: every other report keeps its columns
+        columns = columns[:3] + [ENGINE_COLUMN] + columns[3:] + [AGREEMENT_COLUMN]
     if with_ci:
         columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
     frame = pd.DataFrame(rows).reindex(columns=columns)
     for col in columns:
         if col in COUNT_COLUMNS:
             frame[col] = frame[col].astype("Int64")
-        elif col not in ("model", "strategy", "params", "memory_kind", "cell"):
+        elif col not in ("model", "strategy", "params", "memory_kind", "cell", ENGINE_COLUMN):
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
         else:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
