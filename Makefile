@@ -49,8 +49,11 @@ format: install
 
 # The engine against hand-written generate() and pipeline() loops, side by side in one run;
 # writes benchmarks/results.json (docs/performance.md). On a GPU host: BENCH_ARGS='--device cuda:0'.
+# Then, where .venv-vllm exists (make vllm-env), the own engine against vLLM (benchmarks/bench_engines.py).
 bench: install
 	$(BIN)/python benchmarks/bench_throughput.py $(BENCH_ARGS)
+	if [ -x .venv-vllm/bin/python ]; then .venv-vllm/bin/python benchmarks/bench_engines.py; \
+	else echo "bench: no .venv-vllm (make vllm-env): own engine vs vLLM skipped"; fi
 
 # Every benchmark of benchmarks/ (the queue and store ones need Redis and S3 on loopback).
 bench-all: install

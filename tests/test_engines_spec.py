@@ -132,3 +132,24 @@ def test_greedy_agreement_between_engines_per_cell():
     assert has_engines(rows) and not has_engines(rows[:1])
     add_agreement(rows, records)
     assert rows[1]["engine_agreement"] == 0.5 and "engine_agreement" not in rows[0]
+
+
+@pytest.mark.slow
+def test_a_vllm_job_on_a_worker_without_vllm_fails_once_with_how_to_install(tmp_path):
+    """The dispatch seam in worker.engine.job: a vLLM job reaching the own engine's environment is one
+    permanent reason naming the setup script, never an ImportError traceback, and nothing is written."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    from tests.services import TINY_MODEL
+    from worker.core.errors import PermanentJobError
+    from worker.engine.job import Runtime, run_job
+    from worker.store import open_store
+
+    s = spec(models=[{"path": str(TINY_MODEL)}], engines=[{"name": "vllm"}], strategies=[{"name": "greedy"}])
+    job = plan(s)[0]
+    store = open_store(f"file://{tmp_path}")
+    with pytest.raises(PermanentJobError, match="vLLM is not installed in this worker's environment.*setup-vllm.sh"):
+        run_job(job, store=store, runtime=Runtime("cpu"))
+    assert not store.job_complete(job.tenant, job.sweep_id, job.job_id)

@@ -9,13 +9,14 @@ positions) is a `PermanentJobError` with vLLM's own reason in one line, never a 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from worker.core.contract import ModelSpec
-from worker.core.engines import VllmEngine
+from worker.core.engines import VLLM_INSTALL, VllmEngine
 from worker.core.errors import PermanentJobError
 from worker.core.policy import model_positions
 
@@ -96,6 +97,8 @@ class LLMCache:
         key = (tuple(sorted((k, str(v)) for k, v in kwargs.items())), engine.kv_cache_space_gb)
         if self.loaded is not None and self.loaded.key == key:
             return self.loaded
+        if importlib.util.find_spec("vllm") is None:  # an own-engine worker: one permanent reason, not ImportError
+            raise PermanentJobError(f"engine vllm: vLLM is not installed in this worker's environment; {VLLM_INSTALL}")
         _check_positions(model, engine)  # before the loaded LLM is let go: a refused job keeps it
         self.close()
         _environment(engine)
