@@ -153,3 +153,24 @@ def test_a_vllm_job_on_a_worker_without_vllm_fails_once_with_how_to_install(tmp_
     with pytest.raises(PermanentJobError, match="vLLM is not installed in this worker's environment.*setup-vllm.sh"):
         run_job(job, store=store, runtime=Runtime("cpu"))
     assert not store.job_complete(job.tenant, job.sweep_id, job.job_id)
+
+
+@pytest.mark.slow
+def test_decodebench_run_without_vllm_says_how_to_install_in_one_line(tmp_path):
+    import importlib.util
+
+    import yaml
+    from click.testing import CliRunner
+
+    from controller.cli import main as cli
+    from tests.services import TINY_MODEL
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    path = tmp_path / "sweep.yaml"
+    sweep = _with(models=[{"path": str(TINY_MODEL)}], engines=[{"name": "vllm", "dtype": "float32"}])
+    path.write_text(yaml.safe_dump(sweep))
+    r = CliRunner().invoke(cli, ["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress"])
+    assert r.exit_code == 2, r.output
+    assert "vLLM is not installed in this environment; install it with bash scripts/setup-vllm.sh" in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
