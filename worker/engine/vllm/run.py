@@ -26,6 +26,7 @@ from worker.core.errors import PermanentJobError
 from worker.core.policy import context_refusal
 from worker.engine.sampling import generation_seed
 from worker.engine.telemetry import EnergyCounter, Sampler
+from worker.engine.vllm.beam import beam_outputs
 from worker.engine.vllm.llm import LLMCache, LoadedLLM
 from worker.engine.vllm.params import sampling_params, sampling_settings
 
@@ -98,16 +99,26 @@ def _check_lengths(job: JobSpec, loaded: LoadedLLM) -> None:
         raise PermanentJobError(f"engine vllm (max_model_len {limit}): {why}")
 
 
-def _generate(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None], device):
+def _caller(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None]):
+    """The call that generates a list of prompts: LLM.generate with per-generation SamplingParams, or
+    LLM.beam_search for beam."""
+    if job.strategy.name == "beam":
+        beams, length_penalty = settings_["beam_width"], settings_["length_penalty"]
+        return lambda prompts, n: beam_outputs(loaded.llm, prompts, beams, settings_["max_tokens"], length_penalty)
     params = [sampling_params(settings_, seed) for seed in seeds]
+    return lambda prompts, n: loaded.llm.generate(prompts, params[:n], use_tqdm=False)
+
+
+def _generate(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None], device):
+    call = _caller(job, loaded, settings_, seeds)
     prompts = [p.prompt for p in job.prompts]
     if job.generation.warmup:
-        loaded.llm.generate(prompts[:1], params[:1], use_tqdm=False)
+        call(prompts[:1], 1)
     energy = EnergyCounter(device)
     with Sampler(device) as sampler:
         before = energy.read()
         submitted = time.perf_counter()
-        outputs = loaded.llm.generate(prompts, params, use_tqdm=False)
+        outputs = call(prompts, len(prompts))
         returned = time.perf_counter()
         joules = energy.joules(before, energy.read())
     n_seqs = loaded.kwargs.get("max_num_seqs") or loaded.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
@@ -192,7 +203,7 @@ def generate_job(job: JobSpec, runtime) -> tuple[JobResult, list[GenerationRecor
     loaded = _cache(runtime).get(job.model, job.engine, runtime.device.type)
     _check_lengths(job, loaded)
     settings_ = sampling_settings(job.strategy, job.generation)
-    stochastic = settings_["temperature"] > 0
+    stochastic = settings_["temperature"] > 0 and job.strategy.name != "beam"
     seeds = [generation_seed(job.seed, p.id) if stochastic else None for p in job.prompts]
     outputs, timing, memory = _generate(job, loaded, settings_, seeds, runtime.device)
     records = _records(job, outputs, seeds)
