@@ -74,3 +74,39 @@ def next_token_logits(model, tokenizer, prompt: str) -> torch.Tensor:
     ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         return model(input_ids=ids).logits[0, -1]
+
+
+def first_token_check(model_path: str, prompt: str, strategy: str, params: dict, samples: int = 2000) -> GTest:
+    """vLLM's first tokens (one seed per draw) against the exact distribution from transformers' logits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from worker.core.contract import GenerationSettings, ModelSpec, StrategySpec
+    from worker.core.engines import VllmEngine
+    from worker.engine.vllm.llm import LLMCache
+    from worker.engine.vllm.params import sampling_params, sampling_settings
+    from worker.strategies import get_strategy
+
+    params = get_strategy(strategy).validate(params)
+    settings = sampling_settings(StrategySpec(name=strategy, params=params), GenerationSettings(max_new_tokens=1))
+    loaded = LLMCache().get(ModelSpec(path=model_path), VllmEngine(name="vllm", dtype="float32"), "cpu")
+    outs = loaded.llm.generate(
+        [prompt] * samples, [sampling_params(settings, s) for s in range(samples)], use_tqdm=False
+    )
+    tok = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    exact = filtered_probs(next_token_logits(model, tok, prompt), strategy, params)
+    return g_test([o.outputs[0].token_ids[0] for o in outs], exact)
+
+
+def main() -> None:
+    """`python -m worker.engine.vllm.agreement MODEL PROMPT STRATEGY [key=value ...]` (in .venv-vllm)."""
+    import sys
+
+    model, prompt, strategy, *pairs = sys.argv[1:]
+    params = {k: float(v) if "." in v else int(v) for k, v in (p.split("=", 1) for p in pairs)}
+    r = first_token_check(model, prompt, strategy, params)
+    print(f"{strategy} {params}: G={r.g} dof={r.dof} p={r.p_value:.4f} over {r.n} first tokens")
+
+
+if __name__ == "__main__":
+    main()
