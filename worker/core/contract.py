@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from worker.core.engines import EngineSpec
 
@@ -170,6 +170,15 @@ class JobSpec(Strict):
     engine: EngineSpec | None = Field(
         default=None, description="The engine that runs the job and its settings; None: decodebench's own engine."
     )
+
+    @model_serializer(mode="wrap")
+    def _without_own_engine(self, handler):
+        """An own-engine job serialises as it did before engines (no `engine` key): the same payloads,
+        signatures and result.json for workers and readers that predate engines."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("engine") is None:
+            data.pop("engine", None)
+        return data
 
 
 class GenerationRecord(Strict):
