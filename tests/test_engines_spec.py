@@ -192,3 +192,19 @@ def test_beam_on_vllm_is_refused_where_its_beam_search_differs(params, generatio
     assert f"refused: beam with {what} on engine vllm" in job_refusal(jobs[0], None, Limits())
     plain = plan(spec(strategies=[{"name": "beam", "params": {"num_beams": 2}}], engines=[{"name": "vllm"}]))
     assert job_refusal(plain[0], None, Limits()) is None
+
+
+def test_max_model_len_beyond_the_model_is_one_line_at_validation():
+    from controller.spec.context import check_context
+    from tests.services import TINY_MODEL
+
+    def jobs(length, max_new=8):
+        gen = {"seeds": [1], "max_new_tokens": max_new}
+        engines = [{"name": "vllm", "max_model_len": length}]
+        return plan(spec(models=[{"path": str(TINY_MODEL)}], engines=engines, generation=gen))
+
+    with pytest.raises(UsageError, match="max_model_len 1024 is beyond model austen-tiny's 256 positions"):
+        check_context(jobs(1024))
+    with pytest.raises(UsageError, match=r"engines.max_model_len: model 'austen-tiny \(max_model_len\)' takes 16"):
+        check_context(jobs(16, max_new=12))
+    check_context(jobs(256))
