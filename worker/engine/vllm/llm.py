@@ -63,10 +63,17 @@ def _check_positions(model: ModelSpec, engine: VllmEngine) -> None:
         )
 
 
-def _environment(engine: VllmEngine) -> None:
+# On the CPU, vLLM otherwise reserves gpu_memory_utilization (0.92) of the host's memory and refuses to
+# start where less is free: a worker shares its host, so the KV cache gets this much unless set.
+CPU_KV_CACHE_DEFAULT_GB = 1
+
+
+def _environment(engine: VllmEngine, device_type: str) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if engine.kv_cache_space_gb is not None:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.kv_cache_space_gb:g}"
+    elif device_type != "cuda":
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KV_CACHE_DEFAULT_GB)
 
 
 def _cache_info(llm) -> dict[str, Any]:
@@ -101,7 +108,7 @@ class LLMCache:
             raise PermanentJobError(f"engine vllm: vLLM is not installed in this worker's environment; {VLLM_INSTALL}")
         _check_positions(model, engine)  # before the loaded LLM is let go: a refused job keeps it
         self.close()
-        _environment(engine)
+        _environment(engine, device_type)
         started = time.perf_counter()
         try:
             from vllm import LLM
