@@ -183,3 +183,26 @@ def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
     top_p = next(c for c in rows if c.startswith("austen-tiny::top_p") and c.endswith("::vllm"))
     assert rows[top_p]["tokens_per_s"] > 0 and rows[top_p]["ttft_ms_p50"] > 0
     assert pd.isna(rows[top_p]["engine_agreement"])  # sampled: compared by distribution, not text
+
+
+def test_a_model_vllm_cannot_load_is_one_permanent_reason(tmp_path):
+    """An architecture vLLM lacks: one line naming the model and vLLM's reason, nothing written."""
+    import shutil
+
+    model = tmp_path / "odd"
+    shutil.copytree(TINY_MODEL, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchModelForCausalLM"]}))
+    data = {
+        "name": "odd",
+        "models": [{"path": str(model)}],
+        "prompts": {"inline": ["Anne"]},
+        "strategies": [{"name": "greedy"}],
+        "engines": [ENGINE],
+    }
+    (job,) = plan(parse_spec(data))
+    store = open_store(f"file://{tmp_path / 'runs'}")
+    with pytest.raises(PermanentJobError) as err:
+        run_job(job, store=store, runtime=Runtime("cpu"))
+    assert str(err.value).startswith("engine vllm cannot load model odd: ") and "\n" not in str(err.value)
+    assert not store.job_complete(job.tenant, job.sweep_id, job.job_id)
