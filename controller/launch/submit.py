@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from worker import sweepstate
 from worker.core import keys, settings, signing
 from worker.core.contract import JobSpec, JobStatus
+from worker.core.engines import engine_label
 from worker.core.errors import UsageError
 from worker.sweepstate.transitions import CHUNK, Lua
 
@@ -122,6 +123,17 @@ def _drop_from_registries(pipe, tenant: str, job_ids: list[str]) -> None:
                 pipe.zrem(keys.rq_registry_key(kind, qname), *part)
 
 
+def check_routable(jobs: list[JobSpec]) -> None:
+    """No queue routes a job to the workers of its engine yet (docs/engines.md): a sweep with another engine
+    than the own one is refused in one line before anything is written."""
+    other = next((j.engine for j in jobs if j.engine is not None), None)
+    if other is not None:
+        raise UsageError(
+            f"engine {engine_label(other)}: distributed mode runs the decodebench engine only for now; "
+            "run this sweep locally where vLLM is installed (.venv-vllm/bin/decodebench run)"
+        )
+
+
 def enqueue_jobs(
     conn,
     jobs: list[JobSpec],
@@ -144,6 +156,7 @@ def enqueue_jobs(
     from rq import Queue
     from rq.serializers import JSONSerializer
 
+    check_routable(jobs)
     sweep_id = jobs[0].sweep_id
     qname = keys.queue_name(tenant, priority)
     out = SubmitOutcome(sweep_id, qname, len(jobs))
@@ -270,6 +283,7 @@ def submit(
     from controller.sweep.plan import plan
 
     jobs = plan(spec, tenant)
+    check_routable(jobs)
     save_sweep(store, spec, jobs, tenant, mode="distributed")
     return enqueue_jobs(
         conn, jobs, tenant, priority, key=key, retry_failed=retry_failed, retries=retries, name=spec.name

@@ -22,11 +22,13 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
-from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, map_cells, pair_memo, score
+from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, cell_records, map_cells, pair_memo, score
+from controller.report.engines import AGREEMENT_COLUMN, ENGINE_COLUMN, add_agreement, agreement_cells, has_engines
 from controller.report.intervals import CI_LEVEL, cell_rng
 from controller.report.paired import compare_cells, comparison_columns, is_comparison_column
 from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
+from worker.core.engines import engine_label
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
 from worker.store import Store
@@ -242,6 +244,7 @@ def _tasks(data: SweepData, store_url: str | None, settings: Settings) -> list[C
             **speed_spread(results, n_boot=settings.n_boot, seed=settings.seed),
             "n_jobs": len(results),
             "cell": cell,
+            ENGINE_COLUMN: engine_label(job.engine),
         }
         records = records_by_cell.get(cell, []) if records_by_cell is not None else None
         where = (store_url, data.tenant, data.sweep_id) if store_url else None
@@ -297,12 +300,14 @@ def summarize(
     names = tuple(name for name, _ in selected)
     settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data))
     store_url = getattr(store, "url", None) if store is not None else None
-    outputs = map_cells(_tasks(data, store_url, settings), selected, settings, workers=workers, store=store)
+    tasks = _tasks(data, store_url, settings)
+    outputs = map_cells(tasks, selected, settings, workers=workers, store=store)
     data.examples = {(o.row["cell"], pid): ex for o in outputs for pid, ex in o.examples.items()}
     for line in (line for o in outputs for line in o.damaged):  # found while streaming a cell's generations
         structlog.get_logger("decodebench.report").warning(f"{line}; job left out of the report")
         data.damaged.append(line)
     rows = [o.row for o in outputs]
+    _agreement(rows, tasks)
     methods: dict[str, set[str]] = defaultdict(set)
     for o in outputs:
         for name, method in o.methods.items():
@@ -323,7 +328,7 @@ def summarize(
         rows.append(reference)
         for name, method in ref_methods.items():
             methods[name].add(method)
-    frame = _frame(rows, list(names), with_ci)
+    frame = _frame(rows, list(names), with_ci, has_engines(rows))
     frame.attrs.update(_attrs(frame, settings, methods, baseline))
     return frame
 
@@ -347,6 +352,13 @@ def _attrs(frame: pd.DataFrame, settings: Settings, methods: dict[str, set[str]]
     }
 
 
+def _agreement(rows: list[dict[str, Any]], tasks: list[CellTask]) -> None:
+    """Greedy token agreement across engines, where a sweep ran another engine: the records of just those cells."""
+    if has_engines(rows):
+        needed = agreement_cells(rows)
+        add_agreement(rows, {t.cell: cell_records(t)[1] for t in tasks if t.cell in needed})
+
+
 def smallest_cell(data: SweepData) -> int | None:
     """The generations of the sweep's smallest cell (from its jobs' prompts): MAUVE compares every cell on that many."""
     per_cell: dict[str, int] = defaultdict(int)
@@ -355,7 +367,7 @@ def smallest_cell(data: SweepData) -> int | None:
     return min(per_cell.values(), default=None)
 
 
-def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataFrame:
+def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bool = False) -> pd.DataFrame:
     extra_metrics = [m for m in metric_names if m not in DESIGN_COLUMNS]
     columns = (
         DESIGN_COLUMNS
@@ -364,6 +376,8 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataF
         + EXTRA_SPEED_COLUMNS
         + SPREAD_COLUMNS
     )
+    if engines:  # only where another engine ran: every other report keeps its columns
+        columns = columns[:3] + [ENGINE_COLUMN] + columns[3:] + [AGREEMENT_COLUMN]
     if with_ci:
         columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
         columns += comparison_columns(QUALITY_COLUMNS + extra_metrics)
@@ -371,7 +385,7 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool) -> pd.DataF
     for col in columns:
         if col in COUNT_COLUMNS:
             frame[col] = frame[col].astype("Int64")
-        elif col not in ("model", "strategy", "params", "memory_kind", "cell", "baseline"):
+        elif col not in ("model", "strategy", "params", "memory_kind", "cell", "baseline", ENGINE_COLUMN):
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
         else:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)

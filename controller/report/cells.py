@@ -115,7 +115,7 @@ def mauve_seed(seed: int, cell: str) -> int:
     return zlib.crc32(f"{seed}:{cell}".encode())
 
 
-def _records(task: CellTask) -> tuple[list[JobResult], list[GenerationRecord], list[str]]:
+def cell_records(task: CellTask) -> tuple[list[JobResult], list[GenerationRecord], list[str]]:
     """The cell's complete jobs and their records, each generation once; damaged jobs named and left out."""
     if task.records is not None:
         return task.results, task.records, []
@@ -140,7 +140,7 @@ def _records(task: CellTask) -> tuple[list[JobResult], list[GenerationRecord], l
 
 def run_cell(task: CellTask, selected: Sequence[tuple[str, Metric]], settings: Settings) -> CellOutput:
     """The map: one cell's row (counts, quality, intervals), its paired statistics and its examples."""
-    _, loaded, damaged = _records(task)
+    _, loaded, damaged = cell_records(task)
     rank = task.prompt_rank
     records = sorted(loaded, key=lambda g: (rank.get(g.prompt_id, len(rank)), g.prompt_id, g.job_seed))
     row = dict(task.row)

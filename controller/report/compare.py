@@ -21,20 +21,27 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
         return s
 
     a, b = keyed(summary_a), keyed(summary_b)
+    # sweeps with several engines (docs/engines.md) match cells on the engine too; the own engine's label
+    # stands for a summary without the column
+    keys = list(KEY_COLUMNS)
+    if "engine" in a.columns or "engine" in b.columns:
+        for s in (a, b):
+            s["engine"] = s["engine"].fillna("decodebench") if "engine" in s.columns else "decodebench"
+        keys.append("engine")
     shared = [
         c
         for c in a.columns
         if c in b.columns
-        and c not in KEY_COLUMNS
+        and c not in keys
         and "_ci_" not in c
         and not is_comparison_column(c)  # a sweep's own paired comparisons are not compared across sweeps
         and pd.api.types.is_numeric_dtype(a[c])
         and pd.api.types.is_numeric_dtype(b[c])
     ]
-    merged = a[KEY_COLUMNS + shared].merge(
-        b[KEY_COLUMNS + shared], on=KEY_COLUMNS, how="outer", suffixes=("_a", "_b"), indicator=True, sort=False
+    merged = a[keys + shared].merge(
+        b[keys + shared], on=keys, how="outer", suffixes=("_a", "_b"), indicator=True, sort=False
     )
-    out = merged[KEY_COLUMNS].copy()
+    out = merged[keys].copy()
     out["present"] = merged["_merge"].map({"both": "both", "left_only": "a", "right_only": "b"}).astype(object)
     deltas = {f"{c}_delta": merged[f"{c}_b"].astype(float) - merged[f"{c}_a"].astype(float) for c in shared}
     sides = {f"{c}_{side}": merged[f"{c}_{side}"] for c in shared for side in ("a", "b")}

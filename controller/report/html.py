@@ -73,13 +73,16 @@ def _label(row: pd.Series, with_model: bool = True) -> str:
         k: v for k, v in params.items() if spec is None or k not in spec.all_params or spec.all_params[k].default != v
     }
     variant = row["strategy"] + (f"({','.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
+    engine = row.get("engine")  # present only where a sweep runs several engines (docs/engines.md)
+    if isinstance(engine, str) and engine:
+        variant = f"{variant} @ {engine}"
     return f"{row['model']} · {variant}" if with_model else variant
 
 
 def summary_table(summary: pd.DataFrame) -> str:
     cols = [c for c in summary.columns if "_ci_" not in c and c != "cell" and not is_comparison_column(c)]
     head = "".join(
-        f'<th data-col="{e(c)}" class="{"t" if c in ("model", "strategy", "params", "memory_kind") else ""}">'
+        f'<th data-col="{e(c)}" class="{"t" if c in ("model", "strategy", "params", "memory_kind", "engine") else ""}">'
         f"{e(c)}</th>"
         for c in cols
     )

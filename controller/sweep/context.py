@@ -55,3 +55,17 @@ def check_context(jobs: list[JobSpec]) -> None:
         why = policy.context_refusal(positions, longest, max_new_tokens, model.label)
         if why:
             raise UsageError(f"generation.max_new_tokens: {why}")
+        _check_engine_lengths(jobs, model, positions, longest, max_new_tokens)
+
+
+def _check_engine_lengths(jobs: list[JobSpec], model, positions: int, longest: int, max_new_tokens: int) -> None:
+    """An engine's max_model_len (vLLM) within the model's positions, and every generation within it."""
+    from worker.core import policy
+
+    lengths = {j.engine.max_model_len for j in jobs if j.model.path == model.path and j.engine is not None}
+    for length in sorted(x for x in lengths if x is not None):
+        if length > positions:
+            raise UsageError(f"engines: max_model_len {length} is beyond model {model.label}'s {positions} positions")
+        why = policy.context_refusal(length, longest, max_new_tokens, f"{model.label} (max_model_len)")
+        if why:
+            raise UsageError(f"engines.max_model_len: {why}")

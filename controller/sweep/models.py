@@ -31,6 +31,7 @@ from worker.core.contract import (
     ModelSpec,
     PromptItem,
 )
+from worker.core.engines import EngineSpec, OwnEngine, engine_label
 from worker.core.errors import short
 from worker.strategies import STRATEGIES
 
@@ -173,6 +174,12 @@ class SweepSpec(_Strict):
     job_timeout_s: JobTimeoutS = Field(
         default=JOB_TIMEOUT_DEFAULT, description="Wall-clock limit of one job on a worker (at most a year)."
     )
+    engines: list[EngineSpec] = Field(
+        default_factory=lambda: [OwnEngine()],
+        min_length=1,
+        description="Engines every (model, strategy) cell runs on, each with its settings (docs/engines.md); "
+        "default: decodebench's own engine only.",
+    )
     # The spec file's directory: local paths enter the sweep id relative to it, so the same
     # sweep checked out in two places has one id.
     _base_dir: Path | None = PrivateAttr(default=None)
@@ -208,6 +215,13 @@ class SweepSpec(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _unique_engine_labels(self) -> SweepSpec:
+        dup = [label for label, n in Counter(engine_label(e) for e in self.engines).items() if n > 1]
+        if dup:
+            raise ValueError(f"engines: two engines share the label {dup[0]}; give them distinct `label`s")
+        return self
+
+    @model_validator(mode="after")
     def _bounded(self) -> SweepSpec:
         """At least one job per model, variant and seed: refuse a sweep over the limit before planning."""
         if self.jobs_per_shard() > settings.get("max_jobs"):
@@ -220,7 +234,7 @@ class SweepSpec(_Strict):
         per_model = sum(
             grid_size(e.params) * (seeds if STRATEGIES.get(e.name).stochastic else 1) for e in self.strategies
         )
-        return len(self.models) * per_model
+        return len(self.models) * per_model * len(self.engines)
 
 
 def spec_hash(obj: Any) -> str:

@@ -14,6 +14,7 @@ from controller.sweep.models import SweepSpec, expand_grid, over_limit, spec_has
 from controller.sweep.prompts import load_prompts
 from worker.core import settings
 from worker.core.contract import FEATURIZER_MAX_TOKENS, JobSpec, PromptItem, StrategySpec
+from worker.core.engines import DEFAULT_ENGINES, engine_label, is_default
 from worker.core.errors import UsageError
 from worker.core.settings import check_tenant
 from worker.strategies import get_strategy, variant_label
@@ -59,7 +60,11 @@ _LATER_DEFAULTS = [
     ("generation", "refill", True),
 ]
 # top-level settings added later: left out of the sweep id while they have their default
-_LATER_TOP_DEFAULTS = [("featurizer", None), ("featurizer_max_tokens", FEATURIZER_MAX_TOKENS)]
+_LATER_TOP_DEFAULTS = [
+    ("featurizer", None),
+    ("featurizer_max_tokens", FEATURIZER_MAX_TOKENS),
+    ("engines", DEFAULT_ENGINES),
+]
 
 
 def _extra_models(normalised: dict) -> list[dict]:
@@ -96,8 +101,10 @@ def compute_sweep_id(
     return spec_hash({"tenant": tenant, "spec": normalised})[:ID_LEN]
 
 
-def cell_key(model_label: str, strategy: StrategySpec) -> str:
-    return f"{model_label}::{variant_label(strategy.name, strategy.params)}"
+def cell_key(model_label: str, strategy: StrategySpec, engine=None) -> str:
+    """`model::variant`, and `::engine` after it for any engine but the own one (whose cells keep their names)."""
+    key = f"{model_label}::{variant_label(strategy.name, strategy.params)}"
+    return key if is_default(engine) else f"{key}::{engine_label(engine)}"
 
 
 def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | None = None) -> list[JobSpec]:
@@ -113,35 +120,43 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
     metrics = spec.metrics if spec.metrics is not None else []
     compute = worker_needs(metrics)  # what the metrics need the worker to compute with a model
     jobs = []
-    for model in spec.models:
-        for strategy in strategies:
-            seeds = spec.generation.seeds if get_strategy(strategy.name).stochastic else spec.generation.seeds[:1]
-            for seed in seeds:
-                for index, shard in enumerate(shards):
-                    coords = [sweep_id, model.label, strategy.name, strategy.params, seed, index]
-                    jobs.append(
-                        JobSpec(
-                            tenant=tenant,
-                            sweep_id=sweep_id,
-                            sweep_name=spec.name,
-                            job_id=spec_hash(coords)[:ID_LEN],
-                            cell=cell_key(model.label, strategy),
-                            model=model,
-                            strategy=strategy,
-                            seed=seed,
-                            shard=index,
-                            n_shards=len(shards),
-                            prompts=shard,
-                            generation=settings,
-                            metrics=metrics,
-                            compute=compute,
-                            scorer=spec.scorer,
-                            featurizer=spec.featurizer,
-                            featurizer_max_tokens=spec.featurizer_max_tokens,
-                            timeout_s=spec.job_timeout_s,
-                        )
+    for model, engine, strategy in _cells(spec, strategies):
+        seeds = spec.generation.seeds if get_strategy(strategy.name).stochastic else spec.generation.seeds[:1]
+        for seed in seeds:
+            for index, shard in enumerate(shards):
+                coords = [sweep_id, model.label, strategy.name, strategy.params, seed, index]
+                if not is_default(engine):  # the own engine's jobs keep the ids they had before engines
+                    coords.append(engine_label(engine))
+                jobs.append(
+                    JobSpec(
+                        tenant=tenant,
+                        sweep_id=sweep_id,
+                        sweep_name=spec.name,
+                        job_id=spec_hash(coords)[:ID_LEN],
+                        cell=cell_key(model.label, strategy, engine),
+                        model=model,
+                        strategy=strategy,
+                        seed=seed,
+                        shard=index,
+                        n_shards=len(shards),
+                        prompts=shard,
+                        generation=settings,
+                        metrics=metrics,
+                        compute=compute,
+                        scorer=spec.scorer,
+                        featurizer=spec.featurizer,
+                        featurizer_max_tokens=spec.featurizer_max_tokens,
+                        timeout_s=spec.job_timeout_s,
+                        engine=None if is_default(engine) else engine,
                     )
+                )
     return jobs
+
+
+def _cells(spec: SweepSpec, strategies: list[StrategySpec]):
+    """(model, engine, strategy variant) of every cell, grouped by model and engine so that a worker reuses
+    a loaded model."""
+    return [(m, e, s) for m in spec.models for e in spec.engines for s in strategies]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+
+from worker.core.engines import EngineSpec
 
 SCHEMA_VERSION = 1
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
@@ -173,6 +175,18 @@ class JobSpec(Strict):
         description="Texts are cut to their first this many featurizer tokens before featurizing (as mauve does).",
     )
     timeout_s: JobTimeoutS = Field(default=JOB_TIMEOUT_DEFAULT, description="Wall-clock limit of the job on a worker.")
+    engine: EngineSpec | None = Field(
+        default=None, description="The engine that runs the job and its settings; None: decodebench's own engine."
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_own_engine(self, handler):
+        """An own-engine job serialises as it did before engines (no `engine` key): the same payloads,
+        signatures and result.json for workers and readers that predate engines."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("engine") is None:
+            data.pop("engine", None)
+        return data
 
 
 class GenerationRecord(Strict):

@@ -4,7 +4,8 @@ at submit, by `decodebench validate`, and by the worker again before it runs a j
 - `job_models(job)`: every model a job loads, by role (model, scorer, featurizer, assistant);
 - `Limits`: the caps on the parameters that multiply a job's cost (beams, contrastive
   candidates, beam groups, draft tokens), built at the edge from settings;
-- `job_refusal(job, tenant, limits)`: one line saying why the job may not run, or None;
+- `job_refusal(job, tenant, limits)`: one line saying why the job may not run (a model the tenant may
+  not use, a strategy its engine cannot run exactly, a cost over the limits), or None;
 - `model_positions(config)` and `context_refusal(...)`: a model's context length and the check
   the engine makes before it allocates anything (longest prompt + max_new_tokens must fit).
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from worker.core import settings
 from worker.core.contract import JobSpec, ModelSpec
+from worker.core.engines import engine_refusal
 from worker.core.errors import short
 
 ASSISTANT_PARAM = "assistant"  # the assisted strategy's draft model (worker/strategies/assisted.py)
@@ -91,7 +93,8 @@ def job_refusal(job: JobSpec, tenant, limits: Limits) -> str | None:
         why = _model_refusal(role, spec, tenant)
         if why:
             return why
-    return _cost_refusal(job.strategy.name, job.strategy.params, limits)
+    why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation)
+    return why or _cost_refusal(job.strategy.name, job.strategy.params, limits)
 
 
 def model_positions(config: dict) -> int | None:

@@ -1,0 +1,55 @@
+"""Cross-engine columns of a summary (docs/engines.md), present only where a sweep runs another engine
+than the own one, so that every other sweep's report keeps its columns.
+
+- `engine`: the cell's engine label (decodebench, vllm, ...);
+- `engine_agreement`: for a deterministic strategy (greedy, beam) on another engine, the fraction of
+  generations whose tokens equal the own engine's for the same model, variant, prompt and seed.
+  Sampled strategies are compared by distribution, not text (`worker.engine.vllm.agreement`): empty here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.core.contract import GenerationRecord
+from worker.core.engines import OWN_ENGINE
+from worker.strategies import get_strategy
+
+ENGINE_COLUMN = "engine"
+AGREEMENT_COLUMN = "engine_agreement"
+
+
+def has_engines(rows: list[dict[str, Any]]) -> bool:
+    return any(row.get(ENGINE_COLUMN) not in (None, OWN_ENGINE) for row in rows)
+
+
+def token_agreement(a: list[GenerationRecord], b: list[GenerationRecord]) -> float | None:
+    """Fraction of the (prompt, seed) pairs both cells generated whose token ids are identical."""
+    theirs = {(g.prompt_id, g.job_seed): g.token_ids for g in b}
+    pairs = [(g.token_ids, theirs[(g.prompt_id, g.job_seed)]) for g in a if (g.prompt_id, g.job_seed) in theirs]
+    return sum(x == y for x, y in pairs) / len(pairs) if pairs else None
+
+
+def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """(another engine's deterministic row, its own-engine twin's cell) for every such row with a twin."""
+    cells = {row["cell"] for row in rows}
+    out = []
+    for row in rows:
+        engine, strategy = row.get(ENGINE_COLUMN), row.get("strategy")
+        if engine in (None, OWN_ENGINE) or get_strategy(strategy).stochastic:
+            continue
+        own = row["cell"].rsplit("::", 1)[0]  # plan.cell_key: the own engine's cell has no engine suffix
+        if own in cells:
+            out.append((row, own))
+    return out
+
+
+def agreement_cells(rows: list[dict[str, Any]]) -> set[str]:
+    """The cells whose records `add_agreement` reads (a streamed report loads only these)."""
+    return {c for row, own in _pairs(rows) for c in (row["cell"], own)}
+
+
+def add_agreement(rows: list[dict[str, Any]], records_by_cell: dict[str, list[GenerationRecord]]) -> None:
+    """`engine_agreement` on every other engine's deterministic row that has an own-engine twin."""
+    for row, own in _pairs(rows):
+        row[AGREEMENT_COLUMN] = token_agreement(records_by_cell.get(row["cell"], []), records_by_cell.get(own, []))

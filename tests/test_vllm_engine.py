@@ -1,0 +1,208 @@
+"""The vLLM engine on the bundled models (issue 26). Runs in .venv-vllm (scripts/setup-vllm.sh):
+the main suite runs this file there through tests/test_vllm_env.py; in an environment without vLLM
+it is skipped. One LLM is shared by every test (vLLM starts slowly on the CPU): the same engine
+settings throughout, so the worker's cache keeps it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from controller.sweep.load import parse_spec  # noqa: E402
+from controller.sweep.plan import plan  # noqa: E402
+from tests.services import PROMPTS, TINY_MODEL  # noqa: E402
+from worker.core.contract import StrategySpec  # noqa: E402
+from worker.core.errors import PermanentJobError  # noqa: E402
+from worker.engine.job import Runtime, run_job  # noqa: E402
+from worker.engine.vllm.agreement import filtered_probs, g_test, next_token_logits  # noqa: E402
+from worker.engine.vllm.params import sampling_params, sampling_settings  # noqa: E402
+from worker.engine.vllm.run import generate_job  # noqa: E402
+from worker.store import open_store  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ENGINE = {"name": "vllm", "dtype": "float32", "max_model_len": 256, "kv_cache_space_gb": 1, "max_num_seqs": 16}
+HELD_OUT = [json.loads(line) for line in PROMPTS.read_text().splitlines()[:16]]
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return Runtime("cpu")
+
+
+@pytest.fixture(scope="module")
+def hf():
+    tok = AutoTokenizer.from_pretrained(TINY_MODEL)
+    model = AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.float32).eval()
+    return model, tok
+
+
+def jobs_of(strategies, prompts=HELD_OUT, engines=(ENGINE,), **generation):
+    data = {
+        "name": "vllm-test",
+        "models": [{"path": str(TINY_MODEL)}],
+        "prompts": {"inline": prompts, "shard_size": 64},
+        "strategies": strategies,
+        "generation": {"max_new_tokens": 32, "warmup": False, **generation},
+        "engines": list(engines),
+    }
+    return plan(parse_spec(data))
+
+
+def texts(job, runtime):
+    result, records = generate_job(job, runtime)
+    return result, {r.prompt_id: r for r in records}
+
+
+def test_greedy_is_token_identical_to_transformers(runtime, hf):
+    model, tok = hf
+    (job,) = jobs_of([{"name": "greedy"}])
+    result, records = texts(job, runtime)
+    for p in HELD_OUT:
+        enc = tok(p["prompt"], return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**enc, do_sample=False, max_new_tokens=32, pad_token_id=0)
+        expected = out[0, enc["input_ids"].shape[1] :].tolist()
+        got = records[p["id"]].token_ids
+        assert got == expected[: len(got)] and (len(got) == 32 or expected[len(got)] == 0), p["id"]
+    # what vLLM applied is recorded, and the speed columns come from its request clocks
+    assert result.engine["name"] == "vllm" and result.engine["vllm"] == vllm.__version__
+    assert result.engine["llm"]["dtype"] == "float32" and result.engine["llm"]["max_model_len"] == 256
+    assert result.engine["sampling_params"]["temperature"] == 0.0
+    assert result.engine["kv_cache"]["block_size"] and result.engine["kv_cache"]["num_blocks"]
+    assert result.provenance["vllm"] == vllm.__version__
+    (timing,) = result.batches
+    assert len(timing.ttft_s) == len(timing.latency_s) == len(HELD_OUT)
+    assert all(0 < t <= lat for t, lat in zip(timing.ttft_s, timing.latency_s))
+
+
+def test_seeded_sampling_is_reproducible_across_runs_and_batch_compositions(runtime):
+    strategy = [{"name": "top_p", "params": {"p": 0.9}}]
+    (whole,) = jobs_of(strategy)
+    _, first = texts(whole, runtime)
+    _, again = texts(whole, runtime)
+    assert {k: r.token_ids for k, r in first.items()} == {k: r.token_ids for k, r in again.items()}
+    few = [HELD_OUT[5], HELD_OUT[2]]
+    (part,) = jobs_of(strategy, prompts=few)
+    _, alone = texts(part, runtime)
+    for p in few:
+        assert alone[p["id"]].token_ids == first[p["id"]].token_ids
+        assert alone[p["id"]].seed == first[p["id"]].seed
+    assert len({tuple(r.token_ids) for r in first.values()}) > 1
+
+
+def test_stop_strings_cut_the_text_before_them(runtime):
+    (job,) = jobs_of([{"name": "greedy"}], stop=[","])
+    _, records = texts(job, runtime)
+    stopped = [r for r in records.values() if r.stop_reason == "stop_string"]
+    assert stopped, "no greedy continuation of the held-out prompts has a comma in 32 tokens"
+    assert all("," not in r.text for r in records.values())
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params"),
+    [
+        ("sample", {"temperature": 1.0}),
+        ("top_k", {"k": 5, "temperature": 0.8}),
+        ("top_p", {"p": 0.8, "temperature": 1.0}),
+        ("min_p", {"p": 0.1, "temperature": 1.0}),
+    ],
+)
+def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, params):
+    """2,000 first tokens from vLLM (one seed each) against the exact distribution from the logits."""
+    model, tok = hf
+    prompt = HELD_OUT[0]["prompt"]
+    (job,) = jobs_of([{"name": "greedy"}])
+    settings = sampling_settings(StrategySpec(name=strategy, params=params), job.generation)
+    settings.update(max_tokens=1, min_tokens=0, stop=[])
+    llm = runtime.vllm.loaded.llm if getattr(runtime, "vllm", None) and runtime.vllm.loaded else None
+    if llm is None:
+        generate_job(job, runtime)
+        llm = runtime.vllm.loaded.llm
+    outs = llm.generate([prompt] * 2000, [sampling_params(settings, seed) for seed in range(2000)], use_tqdm=False)
+    samples = [o.outputs[0].token_ids[0] for o in outs]
+    exact = filtered_probs(next_token_logits(model, tok, prompt), strategy, params)
+    result = g_test(samples, exact)
+    assert result.outside_support == 0
+    assert result.p_value > 1e-3, result
+    wrong = filtered_probs(next_token_logits(model, tok, prompt), "sample", {"temperature": 2.0})
+    assert g_test(samples, wrong).p_value < 1e-3  # the test can tell a wrong distribution apart
+
+
+def test_beam_search_is_token_identical_to_transformers(runtime, hf):
+    """vLLM's LLM.beam_search against generate(num_beams=4): the best beam of each prompt, token by token."""
+    model, tok = hf
+    (job,) = jobs_of([{"name": "beam", "params": {"num_beams": 4}}])
+    result, records = texts(job, runtime)
+    for p in HELD_OUT:
+        enc = tok(p["prompt"], return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**enc, do_sample=False, num_beams=4, max_new_tokens=32, pad_token_id=0)
+        assert records[p["id"]].token_ids == out[0, enc["input_ids"].shape[1] :].tolist(), p["id"]
+    assert result.engine["sampling_params"]["beam_width"] == 4
+
+
+def test_refused_and_bad_input_are_one_permanent_reason(runtime, tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    (too_long,) = jobs_of([{"name": "greedy"}], engines=[{**ENGINE, "max_model_len": 1024}])
+    with pytest.raises(PermanentJobError, match="max_model_len 1024 is beyond"):
+        run_job(too_long, store=store, runtime=runtime)
+    (typical,) = jobs_of([{"name": "typical"}])
+    with pytest.raises(PermanentJobError, match="strategy typical on engine vllm"):
+        generate_job(typical, runtime)
+
+
+def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
+    import pandas as pd
+
+    from controller.launch.local import run_sweep
+    from controller.report.aggregate import load_sweep, summarize
+
+    data = {
+        "name": "mixed",
+        "models": [{"path": str(TINY_MODEL)}],
+        "prompts": {"inline": [p["prompt"] for p in HELD_OUT[:4]]},
+        "strategies": [{"name": "greedy"}, {"name": "top_p", "params": {"p": 0.9}}],
+        "generation": {"max_new_tokens": 16, "warmup": False},
+        "engines": [{"name": "decodebench"}, ENGINE],
+    }
+    store = open_store(f"file://{tmp_path}")
+    outcome = run_sweep(parse_spec(data), store, progress=False)
+    assert not outcome.failed and len(outcome.ran) == 4
+    summary = summarize(load_sweep(store, "default", outcome.sweep_id), n_boot=0)
+    rows = {r["cell"]: r for _, r in summary.iterrows()}
+    assert (
+        rows["austen-tiny::greedy::vllm"]["engine"] == "vllm" and rows["austen-tiny::greedy"]["engine"] == "decodebench"
+    )
+    assert rows["austen-tiny::greedy::vllm"]["engine_agreement"] == 1.0  # token-identical to the own engine
+    top_p = next(c for c in rows if c.startswith("austen-tiny::top_p") and c.endswith("::vllm"))
+    assert rows[top_p]["tokens_per_s"] > 0 and rows[top_p]["ttft_ms_p50"] > 0
+    assert pd.isna(rows[top_p]["engine_agreement"])  # sampled: compared by distribution, not text
+
+
+def test_a_model_vllm_cannot_load_is_one_permanent_reason(tmp_path):
+    """An architecture vLLM lacks: one line naming the model and vLLM's reason, nothing written."""
+    import shutil
+
+    model = tmp_path / "odd"
+    shutil.copytree(TINY_MODEL, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchModelForCausalLM"]}))
+    data = {
+        "name": "odd",
+        "models": [{"path": str(model)}],
+        "prompts": {"inline": ["Anne"]},
+        "strategies": [{"name": "greedy"}],
+        "engines": [ENGINE],
+    }
+    (job,) = plan(parse_spec(data))
+    store = open_store(f"file://{tmp_path / 'runs'}")
+    with pytest.raises(PermanentJobError) as err:
+        run_job(job, store=store, runtime=Runtime("cpu"))
+    assert str(err.value).startswith("engine vllm cannot load model odd: ") and "\n" not in str(err.value)
+    assert not store.job_complete(job.tenant, job.sweep_id, job.job_id)

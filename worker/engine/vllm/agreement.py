@@ -1,0 +1,112 @@
+"""Do the engines agree? The distribution check of docs/engines.md.
+
+Sampled texts differ between engines (each draws its random numbers its own way), so the check is
+on distributions: `exact_next_token_probs` is the strategy's next-token distribution computed
+from the model's logits in float64 by its definition (temperature, then top-k / top-p / min-p),
+`g_test` compares an engine's sampled counts against it (the G statistic, likelihood-ratio χ²,
+with cells of expected count below 5 pooled) and gives the p-value. A correct engine gives
+p-values spread uniformly on [0, 1]; a wrong filter gives p ≈ 0 for enough samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GTest:
+    g: float
+    dof: int
+    p_value: float
+    n: int
+    outside_support: int  # samples of tokens the exact distribution gives probability 0
+
+
+def filtered_probs(logits: torch.Tensor, strategy: str, params: dict) -> torch.Tensor:
+    """The strategy's next-token distribution from one row of logits, in float64, by its definition."""
+    logits = logits.double()
+    if strategy == "greedy":
+        out = torch.zeros_like(logits)
+        out[int(logits.argmax())] = 1.0
+        return out
+    probs = torch.softmax(logits / params.get("temperature", 1.0), dim=-1)
+    keep = torch.ones_like(probs, dtype=torch.bool)
+    if strategy == "top_k":
+        keep[:] = False
+        keep[torch.topk(probs, min(params["k"], probs.numel())).indices] = True
+    elif strategy == "top_p":  # the smallest set of most likely tokens with mass >= p
+        sorted_p, order = torch.sort(probs, descending=True)
+        before = torch.cumsum(sorted_p, 0) - sorted_p
+        keep[:] = False
+        keep[order[before < params["p"]]] = True
+    elif strategy == "min_p":
+        keep = probs >= params["p"] * probs.max()
+    probs = torch.where(keep, probs, torch.zeros_like(probs))
+    return probs / probs.sum()
+
+
+def g_test(samples: list[int], probs: torch.Tensor, min_expected: float = 5.0) -> GTest:
+    """G-test of `samples` (token ids) against `probs`; tokens of small expected count pooled into one cell."""
+    n = len(samples)
+    counts = Counter(samples)
+    outside = sum(c for t, c in counts.items() if probs[t] <= 0)
+    support = torch.nonzero(probs > 0).flatten().tolist()
+    big = [t for t in support if probs[t] * n >= min_expected]
+    cells = [(counts.get(t, 0), float(probs[t]) * n) for t in big]
+    rest_obs = n - outside - sum(o for o, _ in cells)
+    rest_exp = n - sum(e for _, e in cells)
+    if rest_exp > 1e-9:
+        cells.append((rest_obs, rest_exp))
+    g = 2.0 * sum(o * math.log(o / e) for o, e in cells if o > 0)
+    dof = max(len(cells) - 1, 1)
+    from scipy.stats import chi2
+
+    p_value = 0.0 if outside else float(chi2.sf(g, dof))
+    return GTest(round(g, 4), dof, p_value, n, outside)
+
+
+def next_token_logits(model, tokenizer, prompt: str) -> torch.Tensor:
+    """The model's logits for the token after `prompt` (float32 forward pass, no cache)."""
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        return model(input_ids=ids).logits[0, -1]
+
+
+def first_token_check(model_path: str, prompt: str, strategy: str, params: dict, samples: int = 2000) -> GTest:
+    """vLLM's first tokens (one seed per draw) against the exact distribution from transformers' logits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from worker.core.contract import GenerationSettings, ModelSpec, StrategySpec
+    from worker.core.engines import VllmEngine
+    from worker.engine.vllm.llm import LLMCache
+    from worker.engine.vllm.params import sampling_params, sampling_settings
+    from worker.strategies import get_strategy
+
+    params = get_strategy(strategy).validate(params)
+    settings = sampling_settings(StrategySpec(name=strategy, params=params), GenerationSettings(max_new_tokens=1))
+    loaded = LLMCache().get(ModelSpec(path=model_path), VllmEngine(name="vllm", dtype="float32"), "cpu")
+    outs = loaded.llm.generate(
+        [prompt] * samples, [sampling_params(settings, s) for s in range(samples)], use_tqdm=False
+    )
+    tok = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    exact = filtered_probs(next_token_logits(model, tok, prompt), strategy, params)
+    return g_test([o.outputs[0].token_ids[0] for o in outs], exact)
+
+
+def main() -> None:
+    """`python -m worker.engine.vllm.agreement MODEL PROMPT STRATEGY [key=value ...]` (in .venv-vllm)."""
+    import sys
+
+    model, prompt, strategy, *pairs = sys.argv[1:]
+    params = {k: float(v) if "." in v else int(v) for k, v in (p.split("=", 1) for p in pairs)}
+    r = first_token_check(model, prompt, strategy, params)
+    print(f"{strategy} {params}: G={r.g} dof={r.dof} p={r.p_value:.4f} over {r.n} first tokens")
+
+
+if __name__ == "__main__":
+    main()

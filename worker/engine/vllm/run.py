@@ -1,0 +1,227 @@
+"""One job on vLLM: `generate_job(job, runtime)`, the vLLM side of `worker.engine.job`'s dispatch seam.
+
+The whole shard goes to `LLM.generate` at once (vLLM schedules its own continuous batch, up to
+max_num_seqs), each prompt with its own `SamplingParams` carrying its own seed
+(`worker.engine.sampling.generation_seed`, the same as the own engine's), so a generation does not
+depend on which prompts it ran beside. Speed comes from vLLM's own request clocks: each request's
+arrival, first token and last token give its latency, TTFT and TPOT in the own engine's columns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import socket
+import sys
+import time
+from typing import Any
+
+import structlog
+
+import worker
+from worker.core import settings
+from worker.core.contract import BatchTiming, GenerationRecord, JobResult, JobSpec
+from worker.core.errors import PermanentJobError
+from worker.core.policy import context_refusal
+from worker.engine.sampling import generation_seed
+from worker.engine.telemetry import EnergyCounter, Sampler
+from worker.engine.vllm.beam import beam_outputs
+from worker.engine.vllm.llm import LLMCache, LoadedLLM
+from worker.engine.vllm.params import sampling_params, sampling_settings
+
+log = structlog.get_logger("decodebench.vllm")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+def _cache(runtime) -> LLMCache:
+    """The runtime's LLM cache, made on first use (the own engine's Runtime knows nothing of vLLM)."""
+    if getattr(runtime, "vllm", None) is None:
+        runtime.vllm = LLMCache()
+    return runtime.vllm
+
+
+def _stop_reason(completion) -> str:
+    if completion.finish_reason == "length":
+        return "length"
+    return "stop_string" if isinstance(completion.stop_reason, str) else "eos"
+
+
+def request_times(output, submitted: float, returned: float) -> tuple[float, float]:
+    """(ttft_s, latency_s) of one request from vLLM's request metrics: arrival to first token and to
+    last token. Where the installed vLLM reports none, the call's own clock (ttft = latency = the call)."""
+    m = getattr(output, "metrics", None)
+    arrival = getattr(m, "arrival_time", None)
+    first = getattr(m, "first_token_ts", None) or getattr(m, "first_token_time", None)
+    last = getattr(m, "last_token_ts", None) or getattr(m, "finished_time", None) or getattr(m, "last_token_time", None)
+    latency_of_first = getattr(m, "first_token_latency", None)
+    if latency_of_first is not None and first is not None and last is not None and last >= first:
+        return latency_of_first, latency_of_first + (last - first)  # first/last on one clock, arrival on another
+    if arrival is not None and first is not None and last is not None and last >= first >= arrival:
+        return first - arrival, last - arrival
+    return returned - submitted, returned - submitted
+
+
+def _timing(outputs, submitted: float, returned: float, n_seqs: int) -> BatchTiming:
+    ttft, latency, tpot = [], [], []
+    for out in outputs:
+        t, lat = request_times(out, submitted, returned)
+        n = len(out.outputs[0].token_ids)
+        ttft.append(round(t, 6))
+        latency.append(round(lat, 6))
+        tpot.append(round((lat - t) / (n - 1), 6) if n > 1 else None)
+    total = returned - submitted
+    prefill = min(ttft, default=0.0)
+    return BatchTiming(
+        n=len(outputs),
+        batch_size=n_seqs,
+        input_tokens=sum(len(o.prompt_token_ids or []) for o in outputs),
+        new_tokens=sum(len(o.outputs[0].token_ids) for o in outputs),
+        prefill_s=prefill,
+        total_s=total,
+        decode_s=max(total - prefill, 0.0),
+        steps=max((len(o.outputs[0].token_ids) for o in outputs), default=0),
+        latency_s=latency,
+        ttft_s=ttft,
+        tpot_s=tpot,
+    )
+
+
+def _check_lengths(job: JobSpec, loaded: LoadedLLM) -> None:
+    tokenizer = loaded.llm.get_tokenizer()
+    longest = max((len(tokenizer(p.prompt)["input_ids"]) for p in job.prompts), default=0)
+    limit = loaded.llm.llm_engine.vllm_config.model_config.max_model_len
+    why = context_refusal(limit, longest, job.generation.max_new_tokens, job.model.label)
+    if why:
+        raise PermanentJobError(f"engine vllm (max_model_len {limit}): {why}")
+
+
+def _caller(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None]):
+    """The call that generates a list of prompts: LLM.generate with per-generation SamplingParams, or
+    LLM.beam_search for beam."""
+    if job.strategy.name == "beam":
+        beams, length_penalty = settings_["beam_width"], settings_["length_penalty"]
+        return lambda prompts, n: beam_outputs(loaded.llm, prompts, beams, settings_["max_tokens"], length_penalty)
+    params = [sampling_params(settings_, seed) for seed in seeds]
+    return lambda prompts, n: loaded.llm.generate(prompts, params[:n], use_tqdm=False)
+
+
+def _generate(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None], device):
+    call = _caller(job, loaded, settings_, seeds)
+    prompts = [p.prompt for p in job.prompts]
+    if job.generation.warmup:
+        call(prompts[:1], 1)
+    energy = EnergyCounter(device)
+    with Sampler(device) as sampler:
+        before = energy.read()
+        submitted = time.perf_counter()
+        outputs = call(prompts, len(prompts))
+        returned = time.perf_counter()
+        joules = energy.joules(before, energy.read())
+    n_seqs = loaded.kwargs.get("max_num_seqs") or loaded.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+    timing = _timing(outputs, submitted, returned, min(n_seqs, len(prompts)))
+    timing.energy_j = None if joules is None else round(joules, 4)
+    return outputs, timing, {"torch_peak_mb": None, **sampler.summary()}
+
+
+def _records(job: JobSpec, outputs, seeds: list[int | None]) -> list[GenerationRecord]:
+    records = []
+    for p, out, seed in zip(job.prompts, outputs, seeds):
+        completion = out.outputs[0]
+        records.append(
+            GenerationRecord(
+                job_id=job.job_id,
+                cell=job.cell,
+                model=job.model.label,
+                strategy=job.strategy.name,
+                params=job.strategy.params,
+                seed=seed if seed is not None else generation_seed(job.seed, p.id),
+                job_seed=job.seed,
+                prompt_id=p.id,
+                prompt=p.prompt,
+                reference=p.reference,
+                text=completion.text,
+                token_ids=list(completion.token_ids),
+                n_new_tokens=len(completion.token_ids),
+                stop_reason=_stop_reason(completion),
+                batch=0,
+            )
+        )
+    return records
+
+
+def _provenance(job: JobSpec, runtime, loaded: LoadedLLM) -> dict[str, Any]:
+    import torch
+    import transformers
+    import vllm
+
+    return {
+        "decodebench": worker.__version__,
+        "engine": "vllm",
+        "vllm": vllm.__version__,
+        "host": socket.gethostname(),
+        "image": settings.get("image"),
+        "pod": os.environ.get("POD_NAME"),
+        "node": os.environ.get("NODE_NAME"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "device": runtime.device_info,
+        "model": {"path": job.model.path, "revision": job.model.revision, "load_s": loaded.info["load_s"]},
+        "seed": job.seed,
+        "seeding": "each generation's seed = sha256(job seed, prompt id), passed as SamplingParams.seed",
+    }
+
+
+def _engine_record(job: JobSpec, loaded: LoadedLLM, settings_: dict, timing: BatchTiming) -> dict[str, Any]:
+    import vllm
+
+    return {
+        "name": "vllm",
+        "label": job.engine.label or "vllm",
+        "vllm": vllm.__version__,
+        "llm": {k: v for k, v in loaded.kwargs.items() if k not in ("model", "tokenizer")},
+        "settings": job.engine.model_dump(mode="json"),
+        "kv_cache": loaded.info["kv_cache"],
+        "kv_cache_space_gb": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
+        "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"),
+        "sampling_params": settings_,
+        "batch_size": {"requested": job.generation.batch_size, "used": timing.batch_size, "how": "vLLM's scheduler"},
+        "timing": "vLLM request metrics: arrival, first token, last token per request",
+        "energy": EnergyCounter.source if timing.energy_j is not None else None,
+    }
+
+
+def generate_job(job: JobSpec, runtime) -> tuple[JobResult, list[GenerationRecord]]:
+    """Generate and measure one job on vLLM; touches no store (as `worker.engine.job.generate_job`)."""
+    started = _now()
+    loaded = _cache(runtime).get(job.model, job.engine, runtime.device.type)
+    _check_lengths(job, loaded)
+    settings_ = sampling_settings(job.strategy, job.generation)
+    stochastic = settings_["temperature"] > 0 and job.strategy.name != "beam"
+    seeds = [generation_seed(job.seed, p.id) if stochastic else None for p in job.prompts]
+    outputs, timing, memory = _generate(job, loaded, settings_, seeds, runtime.device)
+    records = _records(job, outputs, seeds)
+    notes = []
+    if job.generation.batch_size != "auto" and job.generation.batch_size != timing.batch_size:
+        notes.append(f"vllm schedules its own batch: the shard's {len(job.prompts)} prompts at once")
+    result = JobResult(
+        job=job,
+        started_at=started,
+        finished_at=_now(),
+        generation_config={"engine": "vllm", **settings_, "seeds": "per generation (generations.jsonl `seed`)"},
+        batches=[timing],
+        load_s=loaded.info["load_s"],
+        n_generations=len(records),
+        new_tokens=sum(r.n_new_tokens for r in records),
+        memory=memory,
+        provenance=_provenance(job, runtime, loaded),
+        notes=notes,
+        engine=_engine_record(job, loaded, settings_, timing),
+    )
+    return result, records
