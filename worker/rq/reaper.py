@@ -9,6 +9,7 @@ timings; docs/distributed.md derives the bounds they give.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -179,3 +180,13 @@ def enqueue_due_retries(conn, queues) -> None:
                 queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
                 pipe.zrem(registry.key, job_id)
                 pipe.execute()
+
+
+def touch(path: str | None) -> None:
+    """Mark this process alive for the pod's probes (no file configured: nothing to do)."""
+    try:
+        if path:
+            open(path, "a").close()
+            os.utime(path)
+    except OSError as err:
+        log.warning("worker.heartbeat_file_error", path=path, error=str(err))

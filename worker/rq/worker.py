@@ -16,7 +16,8 @@ model cache survives across jobs) plus what a fork-less worker lacks:
   decodebench's task for the tenant of the queue it came from, and passes the tenant's policy
   and the per-job limits (`worker.core.policy`); nothing else of the job hash is obeyed
   (`worker.rq.sealed`); with a tenants file, only declared tenants are served;
-- SIGTERM: finish the current job (within `stop_grace`, default its own timeout), else
+- SIGTERM: an idle worker exits at once, with a final `worker.stopped` line (`worker.rq.stopping`);
+  a busy one finishes the current job (within `stop_grace`, default its own timeout), else
   interrupt it and requeue it at the front; a second SIGTERM requeues at once;
 - cancel: a cancelled sweep's running job, or an RQ stop-job command, interrupts it."""
 
@@ -45,8 +46,9 @@ from worker.core.policy import Limits
 from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.fair import FairShare
 from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, resolve_queue_names, work_may_come_back
-from worker.rq.reaper import Timing, enqueue_due_retries, reap
+from worker.rq.reaper import Timing, enqueue_due_retries, reap, touch
 from worker.rq.sealed import SealedJob, sealed_refusal, signing_key
+from worker.rq.stopping import STOP_SIGNALS, StopPromptly
 from worker.rq.task import Interrupted, Lent, fail_unrunnable, job_ids, lend, refusal
 from worker.sweepstate import slots
 
@@ -55,7 +57,7 @@ INTERRUPT_SIGNAL = signal.SIGUSR1
 STUCK_IN_INTERMEDIATE = "Job was stuck in intermediate queue."  # rq.intermediate_queue's reason
 
 
-class DecodebenchWorker(SimpleWorker):
+class DecodebenchWorker(StopPromptly, SimpleWorker):
     queue_class = ReliableQueue
     job_class = SealedJob
 
@@ -340,6 +342,7 @@ class DecodebenchWorker(SimpleWorker):
         super().teardown()
 
     def _beat_loop(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the main thread's to handle
         next_maintenance = 0.0
         while True:
             touch(self.heartbeat_file)
@@ -386,15 +389,3 @@ class DecodebenchWorker(SimpleWorker):
     def run_maintenance_tasks(self) -> None:
         reap(self.connection, self.tenants, self.timing)  # before RQ's own abandoned-job cleanup
         super().run_maintenance_tasks()
-
-
-def touch(path: str | None) -> None:
-    """Mark this process alive for the pod's probes (no file configured: nothing to do)."""
-    if not path:
-        return
-    try:
-        with open(path, "a"):
-            pass
-        os.utime(path)
-    except OSError as err:
-        log.warning("worker.heartbeat_file_error", path=path, error=str(err))
