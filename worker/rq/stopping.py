@@ -27,6 +27,16 @@ class StopPromptly:
     """A mixin before RQ's worker class in the bases."""
 
     _born: float | None = None
+    _jobs_ok = 0
+    _jobs_failed = 0
+
+    def increment_successful_job_count(self, pipeline=None) -> None:  # RQ counts in Redis only
+        self._jobs_ok += 1
+        super().increment_successful_job_count(pipeline)
+
+    def increment_failed_job_count(self, pipeline=None) -> None:
+        self._jobs_failed += 1
+        super().increment_failed_job_count(pipeline)
 
     def bootstrap(self, *args, **kwargs) -> None:
         self._born = time.monotonic()
@@ -50,5 +60,5 @@ class StopPromptly:
     def teardown(self) -> None:
         super().teardown()
         uptime = 0.0 if self._born is None else time.monotonic() - self._born
-        ok, failed = self.successful_job_count, self.failed_job_count
+        ok, failed = self._jobs_ok, self._jobs_failed
         log.info("worker.stopped", name=self.name, jobs_run=ok + failed, jobs_failed=failed, uptime_s=round(uptime, 1))

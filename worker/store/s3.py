@@ -118,6 +118,9 @@ class S3Store(Store):
             try:
                 return fn()
             except Exception as err:
+                if _code(err) == "NoSuchBucket":  # bad input, not an outage: one line, exit 2
+                    where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+                    raise UsageError(f"store {self.url}: bucket {self.bucket!r}{where} does not exist") from None
                 if not is_transient(err):
                     raise
                 attempt += 1
