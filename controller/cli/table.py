@@ -50,8 +50,9 @@ def _column(summary: pd.DataFrame, c: str, with_ci: bool) -> list[str]:
             out.append("")
             continue
         text = f"{v:,.{d}f}"
-        if with_ci and lo is not None and hi is not None and not math.isnan(_num(lo.iloc[i])):
-            text += f" ±{(_num(hi.iloc[i]) - _num(lo.iloc[i])) / 2:.{d}f}"
+        half = (_num(hi.iloc[i]) - _num(lo.iloc[i])) / 2 if with_ci and lo is not None and hi is not None else 0
+        if half > 0 and f"{half:.{d}f}".strip("0.") != "":  # a zero-width interval says nothing
+            text += f" ±{half:.{d}f}"
         out.append(text)
     return out
 
