@@ -13,7 +13,7 @@ import math
 import pandas as pd
 
 from controller.report.aggregate import KEY_COLUMNS, REFERENCE, SPEED_COLUMNS, metric_columns
-from controller.report.format import fmt
+from controller.report.format import fmt, params_label
 from controller.report.labels import cell_label, varying_params
 from controller.report.paired import is_comparison_column
 
@@ -48,7 +48,7 @@ def _missing(v) -> bool:
 def _cell(row, c: str, key: bool = False) -> str:
     v = row[c]
     missing = _missing(v)
-    text = "" if missing else (str(v) if isinstance(v, str) else fmt(v))
+    text = "" if missing else params_label(v) if c == "params" else (str(v) if isinstance(v, str) else fmt(v))
     title = ""
     lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
     if not missing and lo is not None and not pd.isna(lo):
