@@ -71,3 +71,28 @@ def test_submit_to_a_missing_bucket_is_one_line_and_exit_2(tmp_path, monkeypatch
     assert result.exit_code == 2, result.output
     lines = [x for x in result.output.splitlines() if x.strip()]
     assert len(lines) == 1 and "bucket 'no-such-bucket'" in lines[0] and "does not exist" in lines[0], result.output
+
+
+def test_submit_through_the_server_to_a_missing_bucket_is_one_line_and_exit_2(
+    tmp_path, s3_endpoint, redis_url, signing_key_file
+):
+    from tests.helpers_server import deployment
+
+    model = f"{ROOT}/examples/models/austen-tiny"
+    extra = {**s3_env(s3_endpoint), "DECODEBENCH_STORE": "s3://no-such-bucket/demo"}
+    with deployment(tmp_path / "server", redis_url, signing_key_file, model, **extra) as dep:
+        spec = tmp_path / "sweep.yaml"
+        spec.write_text(
+            f"name: missing\nmodels: [{{path: {model}}}]\n"
+            f"prompts: {{path: {ROOT}/examples/prompts/austen-heldout.jsonl, limit: 2}}\n"
+            "strategies: [{name: greedy}]\n"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEBENCH_")}
+        env["DECODEBENCH_TOKEN"] = dep.tokens["bob"]
+        proc = subprocess.run(
+            [str(BIN / "decodebench"), "submit", str(spec), "--api", dep.url],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [x for x in (proc.stdout + proc.stderr).splitlines() if x.strip()]
+    assert len(lines) == 1 and "bucket 'no-such-bucket'" in lines[0] and "does not exist" in lines[0], lines
