@@ -52,6 +52,10 @@ def test_the_page_runs_as_written(tmp_path):
     assert "decodebench.default.normal" in out and "2 workers" in out, out[-3000:]
     logs = list(tmp_path.glob("tmp.*/w*.log"))
     assert len(logs) == 2 and all("worker.stopped" in p.read_text() for p in logs)
+    # the final lines count what the workers did: every job of the sweep, none failed
+    ran = [int(n) for p in logs for n in re.findall(r"worker\.stopped.*jobs_run=(\d+)", p.read_text())]
+    submitted = int(re.search(r"submitted: (\d+) jobs", out).group(1))
+    assert sum(ran) == submitted and all("jobs_failed=0" in p.read_text() for p in logs)
 
 
 def test_submit_to_a_missing_bucket_is_one_line_and_exit_2(tmp_path, monkeypatch, s3_endpoint, redis_url):
