@@ -108,6 +108,11 @@ def render_status(s: dict) -> str:
         speed += f", {tps:,.0f} tokens/s"
     eta = "complete" if s["complete"] else f"ETA {_duration(s['eta_s'])}"
     lines.append(f"throughput: {speed}; {eta}")
+    if s.get("stale"):
+        lines.append(
+            f"{s['stale']} running {plural(s['stale'], 'job')} without a recent heartbeat: "
+            "the worker may be gone (requeued once its heartbeat TTL has passed)"
+        )
     if s["lost"]:
         lines.append(f"{s['lost']} job run(s) lost with their worker and requeued")
     if s["n_failures"]:
@@ -115,6 +120,25 @@ def render_status(s: dict) -> str:
         for f in s["failures"]:
             lines.append(f"  {terminal(f['job_id'])}  {terminal(f['cell'])}: {terminal(f['reason'])}")
     return "\n".join(lines)
+
+
+def watch_live(to, sweep: str, interval: float) -> None:
+    """status --watch at a terminal: one block redrawn in place (rich Live) until nothing is queued
+    or running; exit 1 if a job failed or was cancelled."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    with Live(console=Console(highlight=False), auto_refresh=False) as live:
+        while True:
+            s = to.status(sweep)
+            problems = "".join(f"\nwarning: {terminal(p)}" for p in s["problems"])
+            live.update(Text(render_status(s) + problems), refresh=True)
+            if s["complete"]:
+                break
+            time.sleep(interval)
+    if s["totals"][JobStatus.FAILED.value] or s["totals"][JobStatus.CANCELLED.value]:
+        sys.exit(1)
 
 
 def render_tenants(rows: list[dict]) -> str:
@@ -153,6 +177,8 @@ def status(
         return
     if not sweep:
         raise UsageError("status: give a SWEEP (or --all-tenants)")
+    if watch and not as_json and click.get_text_stream("stdout").isatty():
+        return watch_live(to, sweep, interval)
     while True:
         s = to.status(sweep)
         for problem in s["problems"]:  # a damaged value in Redis: named, left out, the rest shown

@@ -122,8 +122,8 @@ def _report(store, tenant: str, sweep_id: str) -> None:
     """The table, the report's path and how to open it (nothing before the first complete job)."""
     import shlex
 
+    from controller.cli.table import echo_summary
     from controller.report.aggregate import load_sweep, summarize
-    from controller.report.format import markdown_table
     from controller.report.write import write_reports
     from worker.core import paths
 
@@ -132,7 +132,7 @@ def _report(store, tenant: str, sweep_id: str) -> None:
         return
     summary = summarize(data)
     keys = write_reports(store, tenant, sweep_id, summary, data)
-    click.echo(markdown_table(summary))
+    echo_summary(summary)
     where = location(store, keys.get("html", paths.report_key(tenant, sweep_id, "report.html")))
     click.echo(f"report: {where}")
     if store.url.startswith("file://"):

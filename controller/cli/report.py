@@ -76,8 +76,9 @@ def report(
         raise UsageError("--compare writes md, csv, json or parquet, not html")
     if api:
         tenant = _token_tenant(api)
+    from controller.cli.table import echo_summary
     from controller.report.compare import compare
-    from controller.report.format import compare_table, markdown_table
+    from controller.report.format import compare_table
     from controller.report.write import build, comparison_bytes, render, write_comparison, write_reports
     from worker.store import open_store
 
@@ -85,7 +86,7 @@ def report(
     data, summary = build(store, tenant, sweep, n_boot, baseline, workers)
     write_reports(store, tenant, data.sweep_id, summary, data)
     if compare_to is None:
-        click.echo(markdown_table(summary), nl=False)
+        echo_summary(summary, nl=False)
         body = render(fmt_name, summary, data) if out else None
     else:
         sweep_b = store.resolve_sweep(tenant, compare_to)

@@ -165,6 +165,7 @@ class _progress:
             return _lines(self.total)
         if not self.enabled:
             return lambda label: None
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -180,15 +181,36 @@ class _progress:
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
+            console=Console(stderr=True),  # stdout keeps the table alone
             transient=False,
         )
-        self.bar.start()
+        self.bar.start()  # from here sys.stderr prints above the bar; point stdlib log handlers at it
+        self.handlers = _repoint_log_handlers(sys.stderr)
         task = self.bar.add_task("jobs", total=self.total)
         return lambda label: self.bar.update(task, advance=1, description=label[:48])
 
     def __exit__(self, *exc) -> None:
         if self.enabled:
             self.bar.stop()
+            for handler, stream in self.handlers:
+                handler.setStream(stream)
+
+
+def _repoint_log_handlers(stream) -> list:
+    """Stdlib StreamHandlers writing to the real stderr (transformers' and others', set up before
+    the bar) write to `stream` instead; returns (handler, old stream) to put back."""
+    import logging
+
+    loggers = [
+        logging.getLogger(),
+        *(x for x in logging.Logger.manager.loggerDict.values() if isinstance(x, logging.Logger)),
+    ]
+    out = []
+    for logger in loggers:
+        for h in logger.handlers:
+            if type(h) is logging.StreamHandler and h.stream is sys.__stderr__:
+                out.append((h, h.setStream(stream)))
+    return out
 
 
 def _lines(total: int):

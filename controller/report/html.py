@@ -26,21 +26,19 @@ import plotly.io as pio
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
-from controller.metrics import METRICS
 from controller.metrics.tokenize import WORD_PATTERN
 from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
 from controller.report.format import fmt, model_based_metrics, params_label, row_label
 from controller.report.html_tables import metrics_glossary, provenance
-from controller.report.paired import comparison_html, comparison_table, is_comparison_column
+from controller.report.labels import cell_label, variant_label, varying_params
+from controller.report.paired import comparison_html, comparison_table
+from controller.report.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
 from controller.report.speed import unresolved_note, unresolved_speed
-from worker.strategies import STRATEGIES
+from controller.report.summary_table import summary_table
 
 EXAMPLE_PROMPTS = 3
 MARK_N = 3  # a word n-gram of this size seen earlier in the same text is marked
-SPEED = {"tokens_per_s": True, "latency_ms_p50": False, "latency_ms_p95": False, "ttft_ms_p50": False,
-         "peak_memory_mb": False}  # fmt: skip
 _WORD = re.compile(WORD_PATTERN)
-SPEED_CI = ["tokens_per_s_ci_low", "tokens_per_s_ci_high"]
 e = html.escape
 
 ASSETS = "assets"  # report.css, error_trap.js, report.js: package data of controller.report
@@ -60,205 +58,16 @@ def _f(value: Any) -> float:
     return out
 
 
-def _label(row: pd.Series, with_model: bool = True) -> str:
-    """`model · strategy(non-default params)`, e.g. `austen-tiny · top_p(p=0.9)`."""
-    if row["strategy"] == REFERENCE:
-        return REFERENCE
-    try:
-        params = json.loads(row["params"] or "{}")
-    except (TypeError, ValueError):
-        params = {}
-    spec = STRATEGIES.get(row["strategy"]) if row["strategy"] in STRATEGIES else None
-    shown = {
-        k: v for k, v in params.items() if spec is None or k not in spec.all_params or spec.all_params[k].default != v
-    }
-    variant = row["strategy"] + (f"({','.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
-    engine = row.get("engine")  # present only where a sweep runs several engines (docs/engines.md)
-    if isinstance(engine, str) and engine:
-        variant = f"{variant} @ {engine}"
-    return f"{row['model']} · {variant}" if with_model else variant
-
-
-def summary_table(summary: pd.DataFrame) -> str:
-    cols = [c for c in summary.columns if "_ci_" not in c and c != "cell" and not is_comparison_column(c)]
-    head = "".join(
-        f'<th data-col="{e(c)}" class="{"t" if c in ("model", "strategy", "params", "memory_kind", "engine") else ""}">'
-        f"{e(c)}</th>"
-        for c in cols
-    )
-    body = []
-    for _, row in summary.iterrows():
-        cells = []
-        for c in cols:
-            v = row[c]
-            missing = v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-            sort_value = "" if missing else str(v)
-            text = "" if missing else (str(v) if isinstance(v, str) else fmt(v))
-            title = ""
-            lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
-            if not missing and lo is not None and not pd.isna(lo):
-                title = f' title="95% CI [{e(fmt(lo))}, {e(fmt(hi))}]"'
-            klass = ' class="t"' if isinstance(v, str) or c in ("model", "strategy", "params") else ""
-            cells.append(f'<td{klass} data-v="{e(sort_value)}"{title}>{e(text)}</td>')
-        klass = ' class="reference"' if row["strategy"] == REFERENCE else ""
-        body.append(f"<tr{klass}>{''.join(cells)}</tr>")
-    return (
-        f'<div class="scroll"><table id="summary-table" class="sortable"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></div>"
-    )
-
-
-def pareto_front(xs: list[float], ys: list[float], *, y_higher_is_better: bool) -> list[int]:
-    """Indices of the points no other point beats on both speed (higher x) and quality."""
-    sign = 1.0 if y_higher_is_better else -1.0
-    front = []
-    for i, (x, y) in enumerate(zip(xs, ys)):
-        dominated = any(
-            xj >= x and sign * yj >= sign * y and (xj > x or sign * yj > sign * y)
-            for j, (xj, yj) in enumerate(zip(xs, ys))
-            if j != i
-        )
-        if not dominated:
-            front.append(i)
-    return sorted(front, key=lambda i: xs[i])
-
-
 def speed_note(summary: pd.DataFrame) -> str:
     """The sentence naming neighbouring cells whose tokens/s intervals overlap (empty if none)."""
     if not set(SPEED_CI) <= set(summary.columns):
         return ""
-    rows = [(_label(r), _f(r["tokens_per_s"]), _f(r[SPEED_CI[0]]), _f(r[SPEED_CI[1]])) for _, r in summary.iterrows()]
-    return unresolved_note(unresolved_speed(rows))
-
-
-def _direction(name: str) -> bool | None:
-    return METRICS.get(name).higher_is_better if name in METRICS else None
-
-
-def _metric_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str) -> list[dict]:
-    """The scatter of the cells on (tokens/s, m), their Pareto front and the reference line."""
-    sub = cells[cells[m].notna()]
-    xs, ys = [float(x) for x in sub["tokens_per_s"]], [float(y) for y in sub[m]]
-    labels = [_label(r, cells["model"].nunique() > 1) for _, r in sub.iterrows()]
-    front = pareto_front(xs, ys, y_higher_is_better=bool(_direction(m)))
-    mine = [
-        {
-            "type": "scatter",
-            "x": xs,
-            "y": ys,
-            "mode": "markers+text",
-            "text": labels,
-            "name": "cells",
-            "textposition": "top center",
-            "marker": {"size": 10, "color": "#1f77b4"},
-            "hovertemplate": "%{text}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>",
-            "error_x": _speed_bars(sub),  # tokens/s: its 95% interval over batches
-        },
-        {
-            "type": "scatter",
-            "x": [xs[i] for i in front],
-            "y": [ys[i] for i in front],
-            "mode": "lines+markers",
-            "name": "Pareto front",
-            "hoverinfo": "skip",
-            "line": {"dash": "dot", "color": "#d62728"},
-            "marker": {"size": 16, "symbol": "circle-open", "color": "#d62728"},
-        },
+    varying = varying_params(summary)
+    rows = [
+        (cell_label(r, varying), _f(r["tokens_per_s"]), _f(r[SPEED_CI[0]]), _f(r[SPEED_CI[1]]))
+        for _, r in summary.iterrows()
     ]
-    if not ref.empty and not pd.isna(ref[m].iloc[0]):
-        mine.append(
-            {
-                "type": "scatter",
-                "x": [min(xs), max(xs)],
-                "y": [float(ref[m].iloc[0])] * 2,
-                "mode": "lines",
-                "name": "reference",
-                "line": {"dash": "dash", "color": "#8d6e63"},
-            }
-        )
-    return mine
-
-
-def _speed_bars(sub: pd.DataFrame) -> dict:
-    lo, hi, x = (sub.get(c, pd.Series(math.nan, index=sub.index)).astype(float) for c in SPEED_CI + ["tokens_per_s"])
-    return {
-        "type": "data",
-        "symmetric": False,
-        "array": (hi - x).fillna(0).tolist(),
-        "arrayminus": (x - lo).fillna(0).tolist(),
-    }
-
-
-def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
-    """Plotly figure (a dict): the cells at (tokens/s, metric), a menu of metrics, the Pareto front."""
-    cells = summary[(summary["strategy"] != REFERENCE) & summary["tokens_per_s"].notna()]
-    ref = summary[summary["strategy"] == REFERENCE]
-    choices = [m for m in metric_columns(summary) if _direction(m) is not None and cells[m].notna().any()]
-    preferred = [m for m in ("diversity", "perplexity", "self_bleu_4", "bleu") if m in choices]
-    choices = preferred + [m for m in choices if m not in preferred]
-    if cells.empty or not choices:
-        return None
-    traces: list[dict] = []
-    buttons, spans = [], []
-    for k, m in enumerate(choices):
-        mine = _metric_traces(cells, ref, m)
-        for t in mine:
-            t["visible"] = k == 0
-        spans.append((len(traces), len(mine)))
-        traces += mine
-    for m, (start, count) in zip(choices, spans):
-        visible = [start <= i < start + count for i in range(len(traces))]
-        buttons.append(
-            {"label": m, "method": "update", "args": [{"visible": visible}, {"yaxis.title.text": _axis_title(m)}]}
-        )
-    xs_all = [float(x) for x in cells["tokens_per_s"]]
-    pad = (max(xs_all) - min(xs_all)) * 0.15 or max(xs_all) * 0.15 or 1.0
-    layout = {
-        "height": 460,
-        "margin": {"t": 60, "l": 60, "r": 20, "b": 50},
-        "title": {"text": "Quality vs speed (the Pareto front is dotted)", "x": 0.3},
-        "xaxis": {"title": {"text": "tokens/s (higher is better)"}, "range": [min(xs_all) - pad, max(xs_all) + pad]},
-        "yaxis": {"title": {"text": _axis_title(choices[0])}},
-        "updatemenus": [{"buttons": buttons, "x": 0, "y": 1.15, "xanchor": "left", "direction": "down"}],
-    }
-    return {"data": traces, "layout": layout}
-
-
-def _axis_title(m: str) -> str:
-    direction = SPEED.get(m, _direction(m))
-    return m + ("" if direction is None else " (higher is better)" if direction else " (lower is better)")
-
-
-def metric_figure(summary: pd.DataFrame, m: str) -> dict | None:
-    """Plotly figure (a dict): one bar per cell, the interval as error bars."""
-    rows = summary[summary[m].notna()]
-    if rows.empty:
-        return None
-    multi = summary["model"].dropna().nunique() > 1
-    labels, values = [_label(r, multi) for _, r in rows.iterrows()], [float(v) for v in rows[m]]
-    bar: dict[str, Any] = {
-        "type": "bar",
-        "x": labels,
-        "y": values,
-        "hovertemplate": "%{x}<br>%{y:.4g}<extra></extra>",
-        "marker": {"color": ["#bcaaa4" if x == REFERENCE else "#1f77b4" for x in labels]},
-    }
-    if f"{m}_ci_low" in rows.columns and rows[f"{m}_ci_low"].notna().any():
-        lo = [_f(v) for v in rows[f"{m}_ci_low"]]
-        hi = [_f(v) for v in rows[f"{m}_ci_high"]]
-        bar["error_y"] = {
-            "type": "data",
-            "symmetric": False,
-            "array": [h - v if not math.isnan(h) else 0 for h, v in zip(hi, values)],
-            "arrayminus": [v - lw if not math.isnan(lw) else 0 for lw, v in zip(lo, values)],
-        }
-    layout = {
-        "height": 320,
-        "title": {"text": _axis_title(m), "font": {"size": 14}},
-        "margin": {"t": 40, "l": 50, "r": 10, "b": 90},
-        "xaxis": {"tickangle": -25, "automargin": True},
-    }
-    return {"data": [bar], "layout": layout}
+    return unresolved_note(unresolved_speed(rows))
 
 
 def mark_repeats(text: str, n: int = MARK_N) -> str:
@@ -288,6 +97,7 @@ def examples(summary: pd.DataFrame, data: SweepData) -> str:
     for g in sorted(data.generations, key=lambda g: g.job_seed, reverse=True) if not by_key else ():
         by_key[(g.cell, g.prompt_id)] = g  # the lowest seed wins
     cells = [r for _, r in summary.iterrows() if r["strategy"] != REFERENCE]
+    varying = varying_params(summary)
     models = list(dict.fromkeys(r["model"] for r in cells))
     parts = []
     for model in models:
@@ -301,7 +111,7 @@ def examples(summary: pd.DataFrame, data: SweepData) -> str:
                 if g is None:
                     continue
                 cards.append(
-                    f'<div class="card"><h4>{e(_label(r, False))}</h4><p>{mark_repeats(g.text)}</p>'
+                    f'<div class="card"><h4>{e(variant_label(r, varying))}</h4><p>{mark_repeats(g.text)}</p>'
                     f'<div class="small">seed {g.job_seed} · {g.n_new_tokens} tokens · stopped: '
                     f"{e(g.stop_reason)}</div></div>"
                 )

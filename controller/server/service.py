@@ -260,6 +260,7 @@ def status_dict(s) -> dict[str, Any]:
         "failures": [{"job_id": j, "cell": c, "reason": r} for j, c, r in s.failures],
         "n_failures": s.n_failures,
         "lost": s.lost,
+        "stale": s.stale,
         "problems": s.problems,
     }
 

@@ -43,6 +43,10 @@ class StoreError(ServiceError):
     """The store failed to read or write an object."""
 
 
+class MissingBucketError(UsageError, StoreError):
+    """The store's S3 bucket does not exist: a wrong setting, not an outage (exit 2, HTTP 400)."""
+
+
 class CorruptRecordError(StoreError):
     """A stored record that cannot be read back (truncated, not JSON, not the contract's shape)."""
 

@@ -17,7 +17,8 @@ model cache survives across jobs) plus what a fork-less worker lacks:
   and the per-job limits (`worker.core.policy`); nothing else of the job hash is obeyed
   (`worker.rq.sealed`); with a tenants file, only declared tenants are served, and a
   changed file is taken between jobs (`worker.rq.reload`);
-- SIGTERM: finish the current job (within `stop_grace`, default its own timeout), else
+- SIGTERM: an idle worker exits at once, with a final `worker.stopped` line (`worker.rq.stopping`);
+  a busy one finishes the current job (within `stop_grace`, default its own timeout), else
   interrupt it and requeue it at the front; a second SIGTERM requeues at once;
 - cancel: a cancelled sweep's running job, or an RQ stop-job command, interrupts it."""
 
@@ -51,6 +52,7 @@ from worker.rq.queues import ReliableQueue, discover_queue_names, fair_order, re
 from worker.rq.reaper import Timing, enqueue_due_retries, reap
 from worker.rq.reload import TenantsReload, reload_tenants
 from worker.rq.sealed import SealedJob, sealed_refusal, signing_key
+from worker.rq.stopping import STOP_SIGNALS, StopPromptly
 from worker.rq.task import Interrupted, Lent, fail_unrunnable, job_ids, lend, refusal
 from worker.sweepstate import slots
 
@@ -59,7 +61,7 @@ INTERRUPT_SIGNAL = signal.SIGUSR1
 STUCK_IN_INTERMEDIATE = "Job was stuck in intermediate queue."  # rq.intermediate_queue's reason
 
 
-class DecodebenchWorker(SimpleWorker):
+class DecodebenchWorker(StopPromptly, SimpleWorker):
     queue_class = ReliableQueue
     job_class = SealedJob
 
@@ -346,6 +348,7 @@ class DecodebenchWorker(SimpleWorker):
         super().teardown()
 
     def _beat_loop(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the main thread's to handle
         next_maintenance = 0.0
         while True:
             touch(self.heartbeat_file)

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from worker.core import settings
-from worker.core.errors import StoreError, UsageError
+from worker.core.errors import MissingBucketError, StoreError, UsageError
 from worker.store.base import Store
 
 log = structlog.get_logger("decodebench.s3store")
@@ -118,6 +118,9 @@ class S3Store(Store):
             try:
                 return fn()
             except Exception as err:
+                if _code(err) == "NoSuchBucket":  # bad input, not an outage: one line, exit 2
+                    at = f" at {self.endpoint_url}" if self.endpoint_url else ""
+                    raise MissingBucketError(f"store {self.url}: bucket {self.bucket!r}{at} does not exist") from None
                 if not is_transient(err):
                     raise
                 attempt += 1

@@ -12,6 +12,7 @@ from worker.sweepstate.reads import (
     job_states,
     read_status,
     resolve_sweep,
+    stale_runs,
     submitted_sweeps,
     sweep_meta,
 )
@@ -32,6 +33,7 @@ from worker.sweepstate.transitions import (
 )
 
 __all__ = [
+    "stale_runs",
     "NONE",
     "CancelOutcome",
     "SweepStatus",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import ResponseError
 
-from worker.core import keys, paths
+from worker.core import keys, paths, settings
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError, short
 
@@ -62,6 +62,7 @@ class SweepStatus:
     recent: list[float]
     cancelled: bool
     lost: int = 0  # times a job was requeued because its worker died
+    stale: int = 0  # running jobs whose worker missed its last heartbeats (it may be gone)
     problems: list[str] = field(default_factory=list)  # values in Redis that did not decode, one line each
 
     def total(self, state: JobStatus | str) -> int:
@@ -127,7 +128,7 @@ def _text(raw: bytes) -> str:
 
 
 def read_status(conn, tenant: str, sweep_id: str, *, max_failures: int = 20) -> SweepStatus:
-    """The sweep's counters: O(cells + max_failures) Redis reads, one round trip; changes nothing.
+    """The sweep's counters: O(cells + max_failures) Redis reads, two round trips; changes nothing.
 
     Fields that are missing read as unknown; values that do not decode are left out and named
     in `problems` (one line each)."""
@@ -178,8 +179,20 @@ def read_status(conn, tenant: str, sweep_id: str, *, max_failures: int = 20) -> 
         recent=[x for x in (r.number(k["recent"], _text(x)) for x in recent) if x is not None],
         cancelled=bool(meta.get("cancelled")),
         lost=num("lost", int) or 0,
+        stale=stale_runs(conn, tenant, sweep_id),
         problems=r.problems,
     )
+
+
+def stale_runs(conn, tenant: str, sweep_id: str) -> int:
+    """The sweep's running jobs whose worker has not beaten for half the heartbeat TTL (three
+    beats): their worker may be gone; the reaper requeues them once the TTL has passed."""
+    horizon = time.time() + float(settings.get("heartbeat_ttl")) / 2
+    try:
+        members = conn.zrangebyscore(keys.running(tenant), 0, horizon)
+    except Exception:  # a damaged key: status still answers
+        return 0
+    return sum(1 for m in members if _text(m).startswith(f"{sweep_id} "))
 
 
 def _hmget(conn, key: str, fields: list[str]):

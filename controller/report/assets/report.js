@@ -10,17 +10,27 @@ function sortTable(table, col, desc){
   c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);
   return desc?-c:c;});
  rows.forEach(function(r){body.appendChild(r);});
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
+ Array.prototype.forEach.call(headRow(table).cells,function(th,i){
   th.className=(th.className.replace(/ ?(asc|desc)/g,''))+(i===col?(desc?' desc':' asc'):'');});
 }
+function headRow(table){return table.tHead.rows[table.tHead.rows.length-1];}
 document.querySelectorAll('table.sortable').forEach(function(table){
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
+ Array.prototype.forEach.call(headRow(table).cells,function(th,i){
   th.addEventListener('click',function(){sortTable(table,i,th.className.indexOf(' asc')>=0);});});
 });
 (function(){var m=/sort=(-?)([\w.]+)/.exec(location.hash);if(!m)return;
  var table=document.getElementById('summary-table');
- Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
+ Array.prototype.forEach.call(headRow(table).cells,function(th,i){
   if(th.getAttribute('data-col')===m[2])sortTable(table,i,m[1]==='-');});})();
+// sticky cell columns: each one's left offset is the width of those before it; the column
+// headers sit under the group row
+(function(){var table=document.getElementById('summary-table');if(!table)return;
+ var left=0,head=headRow(table);
+ Array.prototype.forEach.call(head.cells,function(th,i){if(th.className.indexOf('k')<0)return;
+  table.querySelectorAll('tr>:nth-child('+(i+1)+').k').forEach(function(c){c.style.setProperty('--left',left+'px');});
+  left+=th.getBoundingClientRect().width;});
+ var g=table.tHead.rows[0];if(g!==head)table.style.setProperty('--head-top',g.getBoundingClientRect().height+'px');
+ var first=g.cells[0];if(first&&first.className.indexOf('g-cell')>=0){first.classList.add('k');}})();
 (window.__reportCharts||[]).forEach(function(c){
  c.fig.layout.template=window.__reportTemplate;
  Plotly.newPlot(c.id,c.fig.data,c.fig.layout,{responsive:true,displaylogo:false,

@@ -1,0 +1,115 @@
+"""The summary as a terminal reads it: a rich table fitted to the terminal's width.
+
+Columns come by importance (the cell, speed, then the quality metrics of `format.CONCISE`); the
+least important go first when the terminal is narrow, and the table says how many it left out.
+A metric's column shares one number format (decimals chosen by the column's magnitude, so
+`rep_4` never mixes `0.00`, `2.58e-04` and `0.786`), and an interval shows as `± half-width`.
+On a pipe or in a file, `run` and `report` print the Markdown table instead (scripts parse it)."""
+
+from __future__ import annotations
+
+import math
+
+import click
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from controller.report.aggregate import REFERENCE
+from controller.report.format import CONCISE, SHORT
+from controller.report.labels import variant_label, varying_params
+from worker.core.safetext import terminal
+
+KEEP = ["model", "strategy", "tokens_per_s"]  # never dropped
+COUNTS = {"n_generations"}
+
+
+def _num(v) -> float:
+    try:
+        out = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+def decimals(values: list[float]) -> int:
+    """One format per column: 0 decimals from 1000, 1 from 100, 2 from 10, else 3."""
+    top = max((abs(v) for v in values if not math.isnan(v)), default=0.0)
+    return 0 if top >= 1000 else 1 if top >= 100 else 2 if top >= 10 else 3
+
+
+def _column(summary: pd.DataFrame, c: str, with_ci: bool) -> list[str]:
+    values = [_num(v) for v in summary[c]]
+    d = 0 if c in COUNTS else decimals(values)
+    lo = summary.get(f"{c}_ci_low")
+    hi = summary.get(f"{c}_ci_high")
+    out = []
+    for i, v in enumerate(values):
+        if math.isnan(v):
+            out.append("")
+            continue
+        text = f"{v:,.{d}f}"
+        half = (_num(hi.iloc[i]) - _num(lo.iloc[i])) / 2 if with_ci and lo is not None and hi is not None else 0
+        if half > 0 and f"{half:.{d}f}".strip("0.") != "":  # a zero-width interval says nothing
+            text += f" ±{half:.{d}f}"
+        out.append(text)
+    return out
+
+
+def summary_columns(summary: pd.DataFrame) -> dict[str, list[str]]:
+    """header -> its cells' texts, in order of importance; empty columns left out."""
+    varying = varying_params(summary)
+    cols: dict[str, list[str]] = {
+        "model": ["" if r["strategy"] == REFERENCE else terminal(r["model"]) for _, r in summary.iterrows()],
+        "strategy": [terminal(variant_label(r, varying)) for _, r in summary.iterrows()],
+    }
+    for c in CONCISE:
+        if c in ("model", "strategy", "params") or c not in summary.columns or not summary[c].notna().any():
+            continue
+        cols[SHORT.get(c, c)] = _column(summary, c, with_ci=c not in COUNTS)
+    return cols
+
+
+def fit(cols: dict[str, list[str]], width: int) -> tuple[list[str], int]:
+    """The headers that fit `width` (dropping from the least important), and how many were dropped."""
+    order = list(cols)
+    keep = [h for h in order if h in ("model", "strategy", SHORT.get("tokens_per_s"))]
+
+    def need(headers: list[str]) -> int:  # rich's simple box: one space each side, one between
+        return sum(max(len(h), *(len(x) for x in cols[h])) + 3 for h in headers) + 1
+
+    shown = list(order)
+    while need(shown) > width and len(shown) > len(keep):
+        drop = next(h for h in reversed(shown) if h not in keep)
+        shown.remove(drop)
+    return shown, len(order) - len(shown)
+
+
+def summary_table(summary: pd.DataFrame, width: int) -> Table:
+    cols = summary_columns(summary)
+    shown, dropped = fit(cols, width)
+    caption = f"{dropped} more column(s) in the report" if dropped else None
+    table = Table(box=None, pad_edge=False, header_style="bold", caption=caption, caption_justify="left")
+    for h in shown:
+        table.add_column(h, justify="left" if h in ("model", "strategy") else "right", no_wrap=True)
+    for i in range(len(summary)):
+        style = "dim" if summary.iloc[i]["strategy"] == REFERENCE else ""
+        table.add_row(*(Text(cols[h][i]) for h in shown), style=style)
+    return table
+
+
+def print_summary(summary: pd.DataFrame, console: Console | None = None) -> None:
+    """The fitted table on `console` (default: stdout at the terminal's width)."""
+    console = console or Console(highlight=False)
+    console.print(summary_table(summary, console.width))
+
+
+def echo_summary(summary: pd.DataFrame, *, nl: bool = True) -> None:
+    """At a terminal the fitted table; on a pipe or in a file the Markdown table."""
+    from controller.report.format import markdown_table
+
+    if click.get_text_stream("stdout").isatty():
+        print_summary(summary)
+    else:
+        click.echo(markdown_table(summary), nl=nl)
