@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from worker.core import hub
 from worker.core.contract import JobSpec, ModelSpec
 from worker.core.errors import ModelUnavailableError, short, shown
+from worker.core.policy import job_models
 
 
 @dataclass
@@ -27,8 +28,8 @@ class ModelCheck:
 
 
 def models_of(job: JobSpec) -> list[ModelSpec]:
-    """The models a job loads: its own, the scorer and the featurizer."""
-    return [m for m in (job.model, job.scorer, job.featurizer) if m is not None]
+    """The models a job loads: its own, the scorer, the featurizer and an assisted strategy's draft."""
+    return [m for _, m in job_models(job)]
 
 
 def check_models(jobs: list[JobSpec]) -> list[ModelCheck]:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from worker.core.errors import UsageError
 from worker.core.settings import DEFAULT_TENANT, check_tenant
-from worker.core.tenants import RESERVED, TenantsFile
+from worker.core.tenants import RESERVED, TenantsFile, one_line
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _SHA = re.compile(r"[0-9a-f]{64}")
@@ -108,17 +108,10 @@ def new_token() -> tuple[str, str]:
 
 def parse_tokens(data, source: str, tenants: TenantsFile | None) -> TokensFile:
     """A validated tokens file whose tenants are declared (or `default` without a tenants file)."""
-    from worker.core.tenants import _loc
-
     try:
         parsed = TokensFile.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        msg = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            msg = "unknown key (a token is stored as its sha256, never in clear)"
-        where = _loc(first["loc"])
-        raise UsageError(f"{source}: {where + ': ' if where else ''}{msg}") from None
+        raise one_line(err, source, "unknown key (a token is stored as its sha256, never in clear)") from None
     for i, t in enumerate(parsed.tokens):
         if t.tenant is None:
             continue

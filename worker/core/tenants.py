@@ -167,17 +167,24 @@ def _loc(loc: tuple) -> str:
     return out
 
 
+def one_line(err: ValidationError, source: str, unknown_key: str) -> UsageError:
+    """The first error of a file's validation as one line naming the field; `unknown_key` says what
+    an unknown key means in that file."""
+    first = err.errors()[0]
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = unknown_key
+    where = _loc(first["loc"])
+    return UsageError(f"{source}: {where + ': ' if where else ''}{msg}")
+
+
 def parse_tenants(data, source: str = "tenants file") -> TenantsFile:
     """A validated TenantsFile; UsageError with one line naming the field otherwise."""
     try:
         return TenantsFile.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        msg = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            msg = "unknown key (credentials are referenced: redis_password_env, secret, secrets.s3)"
-        where = _loc(first["loc"])
-        raise UsageError(f"{source}: {where + ': ' if where else ''}{msg}") from None
+        unknown = "unknown key (credentials are referenced: redis_password_env, secret, secrets.s3)"
+        raise one_line(err, source, unknown) from None
 
 
 def load_tenants(path: str | Path) -> TenantsFile:
