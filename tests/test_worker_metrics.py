@@ -108,6 +108,7 @@ def test_a_running_worker_serves_its_jobs_metrics(worker_proc, redis_url, tiny_m
     assert total(s, "decodebench_worker_jobs_finished_total", **pool) == n_good
     assert total(s, "decodebench_worker_jobs_failed_total", **pool) == n_bad  # the model is missing
     assert {lab["strategy"] for lab, _ in s["decodebench_worker_jobs_started_total"]} == {"greedy", "top_k"}
+    assert {lab["engine"] for lab, _ in s["decodebench_worker_jobs_started_total"]} == {"decodebench"}
     assert total(s, "decodebench_worker_generated_tokens_total", **pool) > 0
     assert total(s, "decodebench_worker_job_tokens_per_second_count", **pool) == n_good
     assert total(s, "decodebench_worker_job_tokens_per_second_sum", **pool) > 0

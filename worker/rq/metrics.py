@@ -4,16 +4,17 @@ Each process of a pod serves its own /metrics (the chart gives process i the por
 crashed process's restart shows as a new `process_start_time_seconds` of its own series. Names
 follow Prometheus's conventions (base units, `_total` counters); labels are bounded: the pool
 (DECODEBENCH_POOL), the tenant (the queue's, a declared name), the strategy (a registered name,
-else `other`: the payload is the tenant's word) and the device, never a job or sweep id.
+else `other`: the payload is the tenant's word), the engine (decodebench or vllm, else `other`) and
+the device, never a job or sweep id.
 
-    decodebench_worker_jobs_started_total{pool,tenant,strategy}        jobs taken and started
-    decodebench_worker_jobs_finished_total{pool,tenant,strategy}       ... that finished (done)
-    decodebench_worker_jobs_failed_total{pool,tenant,strategy}         ... that failed (refusals, retries included)
-    decodebench_worker_jobs_interrupted_total{pool,tenant,strategy}    ... cancelled, or requeued by a shutdown
-    decodebench_worker_job_duration_seconds{pool,tenant,strategy}      histogram: wall time of a job
+    decodebench_worker_jobs_started_total{pool,tenant,strategy,engine}        jobs taken and started
+    decodebench_worker_jobs_finished_total{pool,tenant,strategy,engine}       ... that finished (done)
+    decodebench_worker_jobs_failed_total{pool,tenant,strategy,engine}         ... that failed (refusals, retries too)
+    decodebench_worker_jobs_interrupted_total{pool,tenant,strategy,engine}    ... cancelled, or requeued by a shutdown
+    decodebench_worker_job_duration_seconds{pool,tenant,strategy,engine}      histogram: wall time of a job
     decodebench_worker_queue_wait_seconds{pool,tenant}                 histogram: enqueue (or retry) to start
-    decodebench_worker_generated_tokens_total{pool,tenant,strategy}    new tokens of finished jobs
-    decodebench_worker_job_tokens_per_second{pool,tenant,strategy}     histogram: a finished job's tokens / wall s
+    decodebench_worker_generated_tokens_total{pool,tenant,strategy,engine}    new tokens of finished jobs
+    decodebench_worker_job_tokens_per_second{pool,tenant,strategy,engine}     histogram: tokens / wall s
     decodebench_worker_busy{pool}                                      1 while a job runs
     decodebench_worker_gpu_memory_bytes{pool,device,kind}              torch's allocated, reserved, peak (CUDA only)
     decodebench_queue_jobs{pool,tenant,state}                          waiting, running, scheduled, read at scrape
@@ -38,7 +39,7 @@ from rq.job import JobStatus
 from worker.core import keys, settings
 
 log = structlog.get_logger("decodebench.worker")
-JOB_LABELS = ("pool", "tenant", "strategy")
+JOB_LABELS = ("pool", "tenant", "strategy", "engine")
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
 WAIT_BUCKETS = (0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 RATE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
@@ -54,6 +55,18 @@ def strategy_of(job) -> str:
     except Exception:
         return "other"
     return name if isinstance(name, str) and name in STRATEGIES else "other"
+
+
+def engine_of(job) -> str:
+    """The job's engine name (the own engine where the payload names none), else `other`."""
+    from worker.core.engines import ENGINE_NAMES, OWN_ENGINE
+
+    try:
+        engine = job.args[0].get("engine") or {}
+        name = engine.get("name", OWN_ENGINE) if isinstance(engine, dict) else "other"
+    except Exception:
+        return "other"
+    return name if name in ENGINE_NAMES else "other"
 
 
 class QueueCollector:
@@ -151,7 +164,7 @@ class WorkerMetrics:
     @contextmanager
     def job(self, job, tenant: str, refused: bool) -> Iterator[None]:
         """Count one job around RQ's perform_job: started, then its outcome as RQ recorded it."""
-        labels = (self.pool, tenant, strategy_of(job))
+        labels = (self.pool, tenant, strategy_of(job), engine_of(job))
         self.started.labels(*labels).inc()
         enqueued = job.enqueued_at
         if enqueued is not None:
