@@ -172,6 +172,6 @@ def test_a_job_id_pushed_three_times_runs_once(conn, store, redis_url, monkeypat
     assert sorted(runs) == sorted(q.enqueued)  # each job once
     samples_q = [int(x) for x in conn.lrange("test:samples:team-q", 0, -1)]
     assert len(samples_q) == 2 and max(samples_q) <= 2
-    assert done(conn, "team-q", q.sweep_id) == 2 and slots.live_slots(conn, "team-q") == 0
+    assert done(conn, "team-q", q.sweep_id) == 2 and conn.zcount(keys.slots("team-q"), time.time(), "+inf") == 0
     queue = keys.rq_queue_key(keys.queue_name("team-q"))
     assert conn.llen(queue) == 0 and conn.llen(queue + ":intermediate") == 0
