@@ -252,19 +252,25 @@ def comparison_markdown(table: list[tuple[str, list[str]]] | None) -> list[str]:
     return [*lines, ""]
 
 
+def labelled_table_html(table: list[tuple[str, list[str]]]) -> str:
+    """A `(label, cells)` table (its first row the header) as an HTML table, every value escaped."""
+    from html import escape as e
+
+    (_, header), *rows = table
+    head = "".join(f'<th class="t">{e(h)}</th>' for h in ["cell", *header])
+    body = "".join(
+        "<tr>" + "".join(f'<td class="t">{e(v)}</td>' for v in [label, *cells]) + "</tr>" for label, cells in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
 def comparison_html(table: list[tuple[str, list[str]]] | None) -> str:
     """The HTML report's section, collapsed behind a toggle (<details>); empty without comparisons."""
     from html import escape as e
 
     if table is None:
         return ""
-    (_, header), *rows = table
-    head = "".join(f'<th class="t">{e(h)}</th>' for h in ["cell", *header])
-    body = "".join(
-        "<tr>" + "".join(f'<td class="t">{e(v)}</td>' for v in [label, *cells]) + "</tr>" for label, cells in rows
-    )
     return (
-        f'<details id="comparisons"><summary>Paired comparisons against each cell\'s baseline ({len(rows)} cells)'
-        f'</summary><p class="small">{e(NOTE)}</p><div class="scroll"><table><thead><tr>{head}</tr></thead>'
-        f"<tbody>{body}</tbody></table></div></details>"
+        f'<details id="comparisons"><summary>Paired comparisons against each cell\'s baseline ({len(table) - 1} cells)'
+        f'</summary><p class="small">{e(NOTE)}</p><div class="scroll">{labelled_table_html(table)}</div></details>'
     )

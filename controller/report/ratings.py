@@ -305,14 +305,8 @@ def ratings_html(table: list[tuple[str, list[str]]] | None) -> str:
     """The HTML report's section from `rating_table`; empty without ratings."""
     from html import escape as e
 
+    from controller.report.paired import labelled_table_html
+
     if table is None:
         return ""
-    (_, header), *rows = table
-    head = "".join(f'<th class="t">{e(h)}</th>' for h in ["cell", *header])
-    body = "".join(
-        "<tr>" + "".join(f'<td class="t">{e(v)}</td>' for v in [label, *cells]) + "</tr>" for label, cells in rows
-    )
-    return (
-        f'<h2 id="ratings">Human ratings</h2><p class="small">{e(RATINGS_NOTE)}</p>'
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-    )
+    return f'<h2 id="ratings">Human ratings</h2><p class="small">{e(RATINGS_NOTE)}</p>{labelled_table_html(table)}'
