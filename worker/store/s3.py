@@ -49,7 +49,8 @@ _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
 
 
 def _code(err: Exception) -> str:
-    return str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
+    """The S3 error code of `err`; empty for an error without one (some carry `response = None`)."""
+    return str((getattr(err, "response", None) or {}).get("Error", {}).get("Code", ""))
 
 
 def is_transient(err: Exception) -> bool:
