@@ -38,6 +38,7 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, 
         raise UsageError("validate: give a SPEC file (or --schema)")
     from controller.sweep.context import check_context
 
+    _plugin_problems()
     spec = load_spec(spec_path)
     jobs = plan(spec, tenant)
     limits = Limits.from_settings()  # the per-job limits the submission server and workers apply
@@ -161,12 +162,22 @@ def strategies() -> None:
 
     for name, s in STRATEGIES.items():
         kind = "stochastic" if s.stochastic else "deterministic"
-        click.echo(f"{name}  ({kind}{', ' + s.citation if s.citation else ''}): {s.description}")
+        origin = f", plugin {s.plugin}" if s.plugin else ""
+        click.echo(terminal(f"{name}  ({kind}{', ' + s.citation if s.citation else ''}{origin}): {s.description}"))
         for pname, p in s.params.items():
-            click.echo(f"    {pname}: {p.describe()}")
+            click.echo(terminal(f"    {pname}: {p.describe()}"))
     click.echo("modifiers accepted by every strategy:")
     for pname, p in MODIFIERS.items():
         click.echo(f"    {pname}: {p.describe()}")
+    _plugin_problems()
+
+
+def _plugin_problems() -> None:
+    """One line on stderr per strategy plugin that did not load (its entry point and why)."""
+    from worker.strategies import PROBLEMS
+
+    for problem in PROBLEMS:
+        click.echo(terminal(problem.line), err=True)
 
 
 @click.command()

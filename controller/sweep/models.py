@@ -33,7 +33,7 @@ from worker.core.contract import (
 )
 from worker.core.engines import EngineSpec, OwnEngine, engine_label
 from worker.core.errors import short
-from worker.strategies import STRATEGIES
+from worker.strategies import BROKEN_PLUGINS, STRATEGIES
 
 Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]
 
@@ -94,7 +94,7 @@ class StrategyEntry(_Strict):
     @model_validator(mode="after")
     def _check(self) -> StrategyEntry:
         if self.name not in STRATEGIES:
-            raise ValueError(STRATEGIES.unknown_message(self.name))
+            raise ValueError(BROKEN_PLUGINS.get(self.name) or STRATEGIES.unknown_message(self.name))
         strategy = STRATEGIES.get(self.name)
         variants = grid_size(self.params)  # before any value is looked at: a grid can be huge
         if variants > settings.get("max_jobs"):

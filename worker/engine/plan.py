@@ -24,13 +24,15 @@ from typing import Any
 from transformers import GenerationConfig
 
 from worker.core.contract import GenerationSettings, PromptItem, StrategySpec
+from worker.core.errors import PermanentJobError
+from worker.engine.custom import step_class
 from worker.engine.decode import Step
 from worker.engine.loops import beam, contrastive
 from worker.engine.loops.beam_step import BeamStep
 from worker.engine.models import LoadedModel, prepared_mask, probes
 from worker.engine.modifiers import only_modifiers
 from worker.engine.sampling import SAMPLING_KEYS
-from worker.strategies import Kind, get_strategy
+from worker.strategies import Kind, Strategy, get_strategy
 
 
 class Path(str, Enum):
@@ -62,7 +64,8 @@ SEARCHES: dict[Kind, Callable[..., Any]] = {
     Kind.BEAM: beam.generate,
     Kind.DIVERSE_BEAM: beam.generate,
 }
-ONLY_THE_ENGINE = frozenset({Kind.CONTRASTIVE, Kind.DIVERSE_BEAM})  # kinds transformers 5 no longer runs
+# kinds transformers 5 no longer runs, and a strategy's own step (Kind.CUSTOM: a plugin's, worker.engine.custom)
+ONLY_THE_ENGINE = frozenset({Kind.CONTRASTIVE, Kind.DIVERSE_BEAM, Kind.CUSTOM})
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,11 @@ def configure(
             notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
     if kind is Kind.BEAM:
         params = beam.beam_params(cfg)
-    path, step = _path(lm, kind, cfg)
+    if kind is Kind.CUSTOM:  # the strategy's own step, always on the decode loop
+        path, step = Path.DECODE, _custom_step(registered, cfg)
+        notes.append(f"strategy {registered.name}: plugin {registered.plugin or registered.step}")
+    else:
+        path, step = _path(lm, kind, cfg)
     if path is Path.DECODE or path is Path.SEARCH:
         prepared_mask(lm.model)  # its once-per-model check runs here, outside any timed batch
     preallocated = path is Path.DECODE and probes(lm.model).preallocated
@@ -217,6 +224,16 @@ def _path(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> tuple[Path, typ
     if kind is Kind.BEAM and beam.supports(cfg) and probes(lm.model).reorderable:
         return Path.SEARCH, None  # prompts that are done leave the forward pass
     return Path.GENERATE, None
+
+
+def _custom_step(registered: Strategy, cfg: GenerationConfig) -> type[Step]:
+    """A Kind.CUSTOM strategy's step, where the decode loop applies all the model's generation config asks."""
+    if not only_modifiers(cfg):
+        raise PermanentJobError(
+            f"strategy {registered.name} runs on the decode loop only, which does not apply this model's "
+            "generation config (processors beyond the repetition penalty, no-repeat n-grams, minimum length)"
+        )
+    return step_class(registered)
 
 
 def decode_step(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> type[Step] | None:

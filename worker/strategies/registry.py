@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from worker.core.errors import short
+from worker.core.errors import UsageError, short
 from worker.core.registry import Registry
 
 # What the backend takes for an integer parameter without bounds of its own (a C int).
@@ -93,6 +93,7 @@ class Kind(str, Enum):
     DIVERSE_BEAM = "diverse_beam"  # beam search in groups with a diversity penalty (only the engine runs it)
     CONTRASTIVE = "contrastive"  # k candidates scored by confidence and degeneration (only the engine runs it)
     ASSISTED = "assisted"  # speculative decoding with a draft model (transformers' generate())
+    CUSTOM = "custom"  # the strategy's own step of the decode loop (`Strategy.step`: a plugin's, docs/sweeps.md)
 
 
 # Modifiers every strategy accepts.
@@ -115,6 +116,10 @@ class Strategy:
     to_config: Callable[[dict[str, Any]], dict[str, Any]]
     kind: Kind = Kind.TOKEN
     citation: str = ""
+    # Kind.CUSTOM: "module:Class" of the step (a worker.engine.custom.TokenStep or decode.Step subclass) in
+    # the installed package that declares the strategy; imported by the engine only, never named by a sweep
+    step: str = ""
+    plugin: str = ""  # where a plugin's strategy comes from: "<entry point> from <distribution> <version>"
     all_params: dict[str, Param] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -164,7 +169,13 @@ def register(strategy: Strategy) -> Strategy:
 
 
 def get_strategy(name: str) -> Strategy:
+    if name not in STRATEGIES and name in BROKEN_PLUGINS:  # a plugin that failed to load: say why
+        raise UsageError(BROKEN_PLUGINS[name])
     return STRATEGIES.get(name)
+
+
+# a plugin's entry point name -> the one line saying why its strategy is not registered (worker.strategies.plugins)
+BROKEN_PLUGINS: dict[str, str] = {}
 
 
 def variant_label(name: str, params: dict[str, Any]) -> str:
