@@ -10,11 +10,13 @@ TORCH  ?= torch==2.13.0
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml examples/plugin-strategy/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e '.[worker,dev]'
+	# the example strategy plugin (docs/strategies.md), which the tests run: offline, no build isolation
+	$(BIN)/pip install -q --no-build-isolation -e examples/plugin-strategy
 	touch $@
 
 # Progress on stderr (a bar on a terminal, else a line per tenth of the jobs); then the table,
