@@ -14,7 +14,7 @@ from controller.sweep.load import load_spec, parse_spec
 from controller.sweep.plan import plan
 from tests.services import SIGNING_KEY as KEY
 from worker import sweepstate
-from worker.core import keys, paths, signing
+from worker.core import keys, paths, rqadapter, signing
 from worker.core.contract import JobStatus
 from worker.rq.reaper import Timing, reap
 from worker.store import FileStore
@@ -73,7 +73,7 @@ def rq_queue(conn, tenant="default", priority="normal"):
         keys.queue_name(tenant, priority),
         connection=conn,
         serializer=JSONSerializer,
-        job_class=keys.rq_job_class(tenant),  # job hashes live under rq:job:<tenant>:
+        job_class=rqadapter.tenant_job_class(tenant),  # job hashes live under rq:job:<tenant>:
     )
 
 
@@ -297,7 +297,7 @@ def test_bulk_enqueue_writes_the_jobs_rq_enqueue_many_writes(conn):
 
     job = plan(parse_spec(spec_dict()), "default")[0]
     ours_q = rq_queue(conn)
-    ref = keys.rq_job_class("default")  # RQ's own enqueue_many with the same per-tenant job class
+    ref = rqadapter.tenant_job_class("default")  # RQ's own enqueue_many with the same per-tenant job class
     rq_q = Queue("decodebench.reference.normal", connection=conn, serializer=JSONSerializer, job_class=ref)
     policy = cq.retry_policy()
     cq.bulk_enqueue(conn, ours_q, cq.rq_template(ours_q, policy), [job], pipeline=None, key=KEY)

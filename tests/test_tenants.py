@@ -23,7 +23,7 @@ from tests.services import SIGNING_KEY as KEY
 from tests.services import redis_server
 from tests.test_queue import spec_dict
 from worker import sweepstate
-from worker.core import keys
+from worker.core import keys, rqadapter
 from worker.sweepstate import reads
 
 TENANTS = """
@@ -348,7 +348,7 @@ def test_rq_key_names_match_the_installed_rq():
     from rq.intermediate_queue import IntermediateQueue
     from rq.registry import CanceledJobRegistry, FailedJobRegistry, StartedJobRegistry
 
-    q = Queue(keys.queue_name("team-a"), connection=redis.Redis(), job_class=keys.rq_job_class("team-a"))
+    q = Queue(keys.queue_name("team-a"), connection=redis.Redis(), job_class=rqadapter.tenant_job_class("team-a"))
     assert q.key == keys.rq_queue_key(q.name) and Queue.redis_queues_keys == keys.RQ_QUEUES
     assert q.fetch_job.__self__.job_class.key_for("j") == keys.rq_job_key("team-a", "j")
     for cls, kind in ((FailedJobRegistry, "failed"), (CanceledJobRegistry, "canceled"), (StartedJobRegistry, "wip")):

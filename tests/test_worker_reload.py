@@ -49,6 +49,7 @@ def _serve(url: str) -> None:
         store=FileStore(os.environ["DECODEBENCH_STORE"]),
         runtime=types.SimpleNamespace(device="cpu"),
         timing=Timing(heartbeat_ttl=5.0, reaper_interval=0.3),
+        tenants_file=os.environ["DECODEBENCH_TENANTS_FILE"],  # as the worker's command line passes it
     )
     w.work(logging_level="WARNING")
 

@@ -105,7 +105,15 @@ def serve(
     timing = Timing.from_settings(heartbeat_ttl=heartbeat_ttl, reaper_interval=reaper_interval)
     bridge_rq_logging(log_level)
     worker = DecodebenchWorker(
-        list(queues), connection=conn, store=opened, runtime=runtime, timing=timing, stop_grace=stop_grace, name=name
+        list(queues),
+        connection=conn,
+        store=opened,
+        runtime=runtime,
+        timing=timing,
+        stop_grace=stop_grace,
+        name=name,
+        tenants_file=settings.get("tenants_file"),  # the settings table's, read here at the edge
+        heartbeat_file=settings.get("heartbeat_file"),
     )
     log.info(
         "worker.start",

@@ -17,16 +17,15 @@ from worker.core import keys, settings, signing
 from worker.core.contract import JobSpec, JobStatus
 from worker.core.engines import engine_label
 from worker.core.errors import UsageError
-from worker.sweepstate.transitions import CHUNK, Lua
+from worker.sweepstate.transitions import CHUNK
 
 
 def retry_policy(retries: int | None = None):
     """RQ Retry with backoff (DECODEBENCH_RETRY_INTERVALS, default 30,120,600 seconds)."""
-    from rq import Retry
+    from worker.core import rqadapter
 
     intervals = settings.get("retry_intervals")
-    count = len(intervals) if retries is None else retries
-    return Retry(max=count, interval=intervals) if count > 0 else None
+    return rqadapter.retry(len(intervals) if retries is None else retries, intervals)
 
 
 def job_timeout(job: JobSpec) -> int:
@@ -52,12 +51,11 @@ class SubmitOutcome:
 
 
 def _rq_jobs_exist(conn, tenant: str, job_ids: list[str]) -> list[bool]:
+    from worker.core import rqadapter
+
     out: list[bool] = []
     for i in range(0, len(job_ids), CHUNK):
-        with conn.pipeline(transaction=False) as pipe:
-            for job_id in job_ids[i : i + CHUNK]:
-                pipe.exists(keys.rq_job_key(tenant, job_id))
-            out += [bool(x) for x in pipe.execute()]
+        out += rqadapter.jobs_exist(conn, tenant, job_ids[i : i + CHUNK])
     return out
 
 
@@ -114,13 +112,11 @@ def _enqueue(conn, queue, todo: list[tuple[JobSpec, str]], policy, key: bytes) -
 
 def _drop_from_registries(pipe, tenant: str, job_ids: list[str]) -> None:
     """Retried jobs leave the tenant's failed and cancelled registries (their RQ job hashes are
-    rewritten by the enqueue). Not RQ's Job.delete: that also deletes the worker's execution and
-    result keys, which a tenant's Redis user may not touch; results expire with their TTL."""
+    rewritten by the enqueue); results expire with their TTL."""
+    from worker.core import rqadapter
+
     for i in range(0, len(job_ids), CHUNK):
-        part = job_ids[i : i + CHUNK]
-        for qname in keys.tenant_queues(tenant):
-            for kind in ("failed", "canceled"):
-                pipe.zrem(keys.rq_registry_key(kind, qname), *part)
+        rqadapter.drop_from_registries(pipe, keys.tenant_queues(tenant), job_ids[i : i + CHUNK])
 
 
 def check_routable(jobs: list[JobSpec]) -> None:
@@ -153,8 +149,7 @@ def enqueue_jobs(
     given, sees the jobs about to be enqueued before anything is written and may refuse them
     by raising (the submission server's quota).
     """
-    from rq import Queue
-    from rq.serializers import JSONSerializer
+    from worker.core import rqadapter
 
     check_routable(jobs)
     sweep_id = jobs[0].sweep_id
@@ -168,7 +163,7 @@ def enqueue_jobs(
     if admit is not None:
         admit([job for job, _ in todo])
     retry_from = [j.job_id for j, s in todo if s in (JobStatus.FAILED, JobStatus.CANCELLED)]
-    queue = Queue(qname, connection=conn, serializer=JSONSerializer, job_class=keys.rq_job_class(tenant))
+    queue = rqadapter.tenant_queue(conn, qname, tenant)
     sweepstate.prune_expired_sweeps(conn, tenant)
     with conn.pipeline(transaction=False) as pipe:
         sweepstate.register_sweep(
@@ -194,77 +189,37 @@ def enqueue_jobs(
     return out
 
 
-# RQ's own enqueue_many builds a Job object per job (~0.5 ms of CPU each): too slow for
-# 100,000 jobs. bulk_enqueue writes the very hashes RQ would: the fields common to all jobs
-# come from RQ's Job.to_dict() of a template job, the per-job ones (data, description, meta,
-# timeout) are serialised as Job.to_dict() does, and one Lua call per chunk stores them, with
-# the signature of each job's stored data (`decodebench_sig`), and pushes the ids.
-# tests/test_queue.py checks the result against RQ's enqueue_many.
-_BULK_ENQUEUE = Lua("""
-local n = tonumber(ARGV[1])
-local template = {}
-for i = 2, 2 * n + 1 do template[#template + 1] = ARGV[i] end
-local ids = {}
-for i = 2 * n + 2, #ARGV, 7 do
-  local key = ARGV[i]
-  redis.call('DEL', key)
-  redis.call('HSET', key, unpack(template))
-  redis.call('HSET', key, 'data', ARGV[i + 2], 'description', ARGV[i + 3], 'meta', ARGV[i + 4], 'timeout', ARGV[i + 5],
-    'decodebench_sig', ARGV[i + 6])
-  ids[#ids + 1] = ARGV[i + 1]
-  if #ids == 1000 then
-    redis.call('RPUSH', KEYS[1], unpack(ids))
-    ids = {}
-  end
-end
-if #ids > 0 then redis.call('RPUSH', KEYS[1], unpack(ids)) end
-return 1
-""")
-PER_JOB_FIELDS = ("data", "description", "meta", "timeout", signing.SIG_FIELD)
+PER_JOB_FIELDS = ("data", "description", "meta", "timeout", signing.SIG_FIELD)  # rq_job_fields' order
 
 
 def rq_template(queue, policy) -> dict:
-    """The fields RQ writes for every queued job of this queue, from RQ's own Job.to_dict()."""
-    from rq.utils import now
+    """The fields RQ writes for every queued job of this queue (`worker.core.rqadapter.job_template`)."""
+    from worker.core import rqadapter
 
-    job = queue.create_job(
-        keys.RQ_FUNCTION,
-        args=(),
-        job_id="template",
-        timeout=1,
-        result_ttl=keys.RESULT_TTL,
-        failure_ttl=keys.FAILURE_TTL,
-        retry=policy,
-    )
-    job.enqueued_at = now()  # as Queue._prepare_for_queue does
-    fields = job.to_dict()
-    return {k: v for k, v in fields.items() if k not in PER_JOB_FIELDS}
+    return rqadapter.job_template(queue, keys.RQ_FUNCTION, policy, keys.RESULT_TTL, keys.FAILURE_TTL)
 
 
 def rq_job_fields(job: JobSpec, key: bytes) -> tuple[bytes, str, bytes, int, str]:
     """(data, description, meta, timeout, signature) of one job, serialised as RQ's JSONSerializer and
     to_dict do; the signature covers the stored (compressed) data, the tenant and the job id."""
-    import json
     import zlib
 
-    data = b'["' + keys.RQ_FUNCTION.encode() + b'", null, [' + job.model_dump_json().encode() + b"], {}]"
-    meta = json.dumps({"tenant": job.tenant, "sweep_id": job.sweep_id, "cell": job.cell}).encode()
+    from worker.core import rqadapter
+
+    data = rqadapter.call_data(keys.RQ_FUNCTION, job.model_dump_json().encode())
+    meta = rqadapter.meta_field({"tenant": job.tenant, "sweep_id": job.sweep_id, "cell": job.cell})
     description = f"decodebench {job.cell} seed={job.seed} shard={job.shard + 1}/{job.n_shards}"
     stored = zlib.compress(data, 1)
     return stored, description, meta, job_timeout(job), signing.sign(key, job.tenant, job.job_id, stored)
 
 
 def bulk_enqueue(conn, queue, template: dict, jobs: list[JobSpec], *, pipeline, key: bytes) -> None:
-    """One Lua call writes the jobs' hashes (`queue.job_class`'s keys) and pushes their ids; the
-    queue joins RQ's queue set by a plain SADD (a tenant's Redis user may only SADD that set)."""
-    args: list = [len(template)]
-    for k, v in template.items():
-        args += [k, v]
-    for job in jobs:
-        args += [queue.job_class.key_for(job.job_id), job.job_id, *rq_job_fields(job, key)]
-    client = pipeline or conn
-    _BULK_ENQUEUE(client, [queue.key], args)
-    client.sadd(queue.redis_queues_keys, queue.key)
+    """The jobs' RQ hashes, each with its signature (`decodebench_sig`), written and their ids pushed
+    in one Lua call (`worker.core.rqadapter.bulk_enqueue`)."""
+    from worker.core import rqadapter
+
+    rows = [(job.job_id, dict(zip(PER_JOB_FIELDS, rq_job_fields(job, key)))) for job in jobs]
+    rqadapter.bulk_enqueue(pipeline or conn, queue, template, rows)
 
 
 def submit(

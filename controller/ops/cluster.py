@@ -188,12 +188,13 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 def queue_stats(redis_url: str) -> QueueStats:
     """Queue lengths and worker states from RQ. Raises ServiceError when Redis is unreachable."""
     from redis.exceptions import RedisError
-    from rq import Queue, Worker
+
+    from worker.core import rqadapter
 
     try:
         conn = open_redis(redis_url, socket_connect_timeout=3, socket_timeout=5)
-        depth = {q.name: q.count for q in Queue.all(connection=conn)}
-        workers = [(w.hostname or "", w.get_state()) for w in Worker.all(connection=conn)]
+        depth = rqadapter.queue_depths(conn)
+        workers = rqadapter.worker_states(conn)
     except (RedisError, OSError, ValueError) as exc:
         raise ServiceError(f"cannot read RQ queues at {redact_url(redis_url)}: {exc}") from exc
     return QueueStats(depth=depth, workers=workers)

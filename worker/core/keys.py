@@ -25,14 +25,12 @@ tenant name, so they never meet a tenant's):
 
 A sweep's keys expire DECODEBENCH_SWEEP_TTL_DAYS (default 30) after its last submit or retry.
 RQ queues are named `decodebench.<tenant>.<priority>` (the Helm chart relies on it).
-RQ job hashes are per tenant, `rq:job:<tenant>:<job id>` (`rq_job_class`; ':' is never in a
+RQ job hashes are per tenant, `rq:job:<tenant>:<job id>` (`rqadapter.tenant_job_class`; ':' is never in a
 tenant name). `server_acl_keys` and `keda_acl_keys` are the key patterns of the submission
 server's and KEDA's Redis users (controller/ops/acl.py).
 """
 
 from __future__ import annotations
-
-import functools
 
 from worker.core.settings import check_tenant
 
@@ -157,15 +155,6 @@ def rq_job_prefix(tenant: str) -> str:
 
 def rq_job_key(tenant: str, job_id: str) -> str:
     return rq_job_prefix(tenant) + job_id
-
-
-@functools.cache
-def rq_job_class(tenant: str):
-    """RQ's Job with the tenant's key prefix: every job hash RQ reads or writes for it (and
-    its dependents/dependencies keys) lives under `rq:job:<tenant>:`."""
-    from rq.job import Job
-
-    return type(f"TenantJob_{tenant}", (Job,), {"redis_job_namespace_prefix": rq_job_prefix(tenant)})
 
 
 def rq_queue_key(name: str) -> str:

@@ -34,16 +34,16 @@ from datetime import UTC, datetime
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
-from rq.job import JobStatus
 
 from worker.core import keys, settings
+from worker.core.rqadapter import Status
 
 log = structlog.get_logger("decodebench.worker")
 JOB_LABELS = ("pool", "tenant", "strategy", "engine")
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
 WAIT_BUCKETS = (0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 RATE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
-INTERRUPTED = (JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.QUEUED)
+INTERRUPTED = (Status.STOPPED, Status.CANCELED, Status.QUEUED)
 
 
 def strategy_of(job) -> str:
@@ -185,7 +185,7 @@ class WorkerMetrics:
             status = None if refused else job.get_status(refresh=True)
         except Exception:
             status = None
-        if status == JobStatus.FINISHED:
+        if status == Status.FINISHED:
             self.finished.labels(*labels).inc()
             result = getattr(job, "_result", None)
             tokens = int(result.get("new_tokens", 0) or 0) if isinstance(result, dict) else 0

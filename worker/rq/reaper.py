@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from worker import sweepstate
-from worker.core import keys, settings
+from worker.core import keys, rqadapter, settings
 from worker.core.contract import JobStatus
 from worker.rq.sealed import sealed_job_class
 from worker.sweepstate import slots
@@ -176,6 +176,6 @@ def enqueue_due_retries(conn, queues) -> None:
                 if pipe.zscore(registry.key, job_id) is None:
                     continue  # another worker moved it
                 pipe.multi()
-                queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+                rqadapter.enqueue_in_transaction(pipe, queue, job)
                 pipe.zrem(registry.key, job_id)
                 pipe.execute()

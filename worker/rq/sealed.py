@@ -18,7 +18,7 @@ queue whose registries it writes, TTLs, and a `data` field it inflates without b
   (so the signature still verifies on a retry) and clears the callback names.
 
 `sealed_job_class(tenant)` is the per-tenant class (key prefix `rq:job:<tenant>:`, as
-`keys.rq_job_class`); the worker's queues, registries, reaper and retries all use it.
+`rqadapter.tenant_job_class`); the worker's queues, registries, reaper and retries all use it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from rq.exceptions import DeserializationError, NoSuchJobError
 from rq.job import UNEVALUATED, Job, JobStatus
 from rq.utils import decode_redis_hash, import_attribute, now, str_to_date
 
-from worker.core import keys, settings, signing
+from worker.core import keys, rqadapter, settings, signing
 from worker.core.errors import PermanentJobError, UsageError, shown
 from worker.core.settings import check_tenant
 
@@ -71,6 +71,9 @@ def _intervals(value: bytes | None) -> list[int] | None:
 
 class SealedJob(Job):
     tenant = ""  # set by sealed_job_class
+    # why the dequeuing worker will not run this job (its signature, the tenant's policy), or None:
+    # set by DecodebenchWorker.perform_job, read by its prepare_job_execution, which RQ calls in between
+    refusal: str | None = None
 
     def restore(self, raw_data) -> None:
         obj = decode_redis_hash(raw_data)
@@ -182,5 +185,6 @@ def sealed_refusal(job, key: bytes, limit: int) -> str | None:
 
 @functools.cache
 def sealed_job_class(tenant: str) -> type[SealedJob]:
-    """The tenant's SealedJob, a subclass of `keys.rq_job_class(tenant)` (key prefix `rq:job:<tenant>:`)."""
-    return type(f"SealedJob_{tenant}", (SealedJob, keys.rq_job_class(tenant)), {"tenant": check_tenant(tenant)})
+    """The tenant's SealedJob, a subclass of `rqadapter.tenant_job_class(tenant)` (key prefix `rq:job:<tenant>:`)."""
+    bases = (SealedJob, rqadapter.tenant_job_class(tenant))
+    return type(f"SealedJob_{tenant}", bases, {"tenant": check_tenant(tenant)})

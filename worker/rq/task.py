@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from rq.exceptions import DeserializationError
 
 from worker import sweepstate
-from worker.core import keys
+from worker.core import keys, rqadapter
 from worker.core.contract import JobSpec, JobStatus
 from worker.core.errors import DecodebenchError, PermanentJobError, UsageError, short, shown
 from worker.core.policy import Limits, job_refusal
@@ -74,7 +73,7 @@ def job_ids(job) -> tuple[str, str, str, str] | None:
     """(tenant, sweep id, job id, cell) of an RQ job's JobSpec payload; None for another kind of job."""
     try:
         spec = _payload(job)
-    except DeserializationError:  # not a decodebench job: RQ's own heartbeats still apply
+    except rqadapter.DeserializationError:  # not a decodebench job: RQ's own heartbeats still apply
         return None
     ids = tuple(spec.get(k) for k in ("tenant", "sweep_id", "job_id", "cell")) if spec else ()
     return ids if ids and all(isinstance(i, str) for i in ids) else None  # type: ignore[return-value]
@@ -88,7 +87,7 @@ def refusal(job, tenant: str, tenants, limits: Limits) -> str | None:
         return f"refused: tenant {tenant} is not declared in the tenants file"
     try:
         func, spec = job.func_name, _payload(job)
-    except DeserializationError as err:  # RQ's own, for any payload its serializer cannot load
+    except rqadapter.DeserializationError as err:  # RQ's own, for any payload its serializer cannot load
         cause = first_line(str(err.__cause__ or err)) or type(err.__cause__ or err).__name__
         return f"refused: the job's payload is not readable JSON ({shown(cause, 120)})"
     if func != keys.RQ_FUNCTION:
@@ -138,7 +137,6 @@ def first_line(text: str) -> str:
 def classify(err: BaseException) -> tuple[bool, str]:
     """(permanent, reason): a permanent error fails the job at once, without retries."""
     from pydantic import ValidationError
-    from rq.timeouts import JobTimeoutException
 
     if isinstance(err, (PermanentJobError, UsageError)):
         return True, first_line(str(err)) or type(err).__name__
@@ -146,7 +144,7 @@ def classify(err: BaseException) -> tuple[bool, str]:
         e = err.errors()[0]
         where = shown(".".join(str(p) for p in e["loc"]), 80) or "job"  # the keys are the payload's
         return True, f"invalid job: {where}: {first_line(e['msg'])}"
-    if isinstance(err, JobTimeoutException):
+    if rqadapter.is_timeout(err):
         return True, f"job timed out ({first_line(str(err))}); raise job_timeout_s in the sweep spec"
     if isinstance(err, DecodebenchError):
         return False, first_line(str(err)) or type(err).__name__
@@ -169,14 +167,13 @@ def _failed(rq_job, ids, err: BaseException) -> None:
 def run_queued_job(job: dict) -> dict[str, Any]:
     """Run one job for RQ (a JobSpec as a JSON dict) and keep the sweep's state."""
     from pydantic import ValidationError
-    from rq import get_current_job
 
     from worker.engine.job import run_job
 
     lent = _lent.get()
     if lent is None:
         raise PermanentJobError("run_queued_job runs inside decodebench-worker, which lends it a store and a device")
-    rq_job = get_current_job()
+    rq_job = rqadapter.current_job()
     try:
         spec = JobSpec.model_validate(job)
     except ValidationError as err:  # the payload is the tenant's word: fail the job, not the worker

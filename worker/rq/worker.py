@@ -34,16 +34,14 @@ import uuid
 import structlog
 from redis.exceptions import RedisError
 from rq import Queue, SimpleWorker
-from rq.exceptions import DeserializationError, StopRequested
-from rq.job import JobStatus
-from rq.serializers import JSONSerializer
-from rq.utils import now
+from rq.exceptions import StopRequested
 from rq.worker import WorkerStatus
 
 from worker import sweepstate
-from worker.core import keys, settings
+from worker.core import keys, rqadapter, settings
 from worker.core.errors import PermanentJobError, UsageError
 from worker.core.policy import Limits
+from worker.core.rqadapter import SERIALIZER, DeserializationError, Status
 from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.fair import FairShare
 from worker.rq.liveness import touch
@@ -76,20 +74,24 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         stop_grace: float | None = None,
         name: str | None = None,
         tenants: TenantsFile | None = None,
+        tenants_file: str | None = None,
+        heartbeat_file: str | None = None,
         key: bytes | None = None,
         limits: Limits | None = None,
         **kwargs,
     ) -> None:
         """`store` and `runtime` (a worker.engine.job.Runtime) are lent to every job this worker runs;
-        `tenants` (default: DECODEBENCH_TENANTS_FILE, if set) gives weights, quotas and models; `key`
+        `tenants` gives weights, quotas and models, or `tenants_file` (DECODEBENCH_TENANTS_FILE, which
+        the command line passes), watched and taken again when it changes; without either every tenant
+        is served. `heartbeat_file` (DECODEBENCH_HEARTBEAT_FILE) is touched on every beat; `key`
         (default: DECODEBENCH_SIGNING_KEY_FILE's) checks job signatures; `limits` caps per-job cost."""
         self.signing_key = key or signing_key()
         self.limits = limits or Limits.from_settings()
         self.max_job_bytes = int(settings.get("max_job_mb")) * 2**20
         self.timing = timing or Timing.from_settings()
-        path = settings.get("tenants_file")
+        path = tenants_file if tenants is None else None
         self.tenant_file = tenants if tenants is not None else (load_tenants(path) if path else None)
-        self.tenants_reload = TenantsReload(path, self.tenant_file) if tenants is None and path else None
+        self.tenants_reload = TenantsReload(path, self.tenant_file) if path else None
         weights = {t.name: t.weight for t in self.tenant_file.tenants} if self.tenant_file else None
         self.fair = FairShare(weights=weights or {})
         self.lent = Lent(store=store, runtime=runtime)
@@ -105,11 +107,10 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
             [],
             name=name,
             connection=connection,
-            serializer=JSONSerializer,
+            serializer=SERIALIZER,
             job_monitoring_interval=max(1, int(self.timing.beat)),
             **kwargs,
         )
-        self._refused: dict[str, str] = {}  # job id -> why it is not run
         self._set_queues(names)
         self._lock = threading.Lock()
         self._current: tuple | None = None  # (job, execution, ids, tenant) while a job runs
@@ -119,7 +120,7 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
         # Touched on every beat, busy or idle: the pod's probes read it (charts/decodebench).
-        self.heartbeat_file: str | None = settings.get("heartbeat_file")
+        self.heartbeat_file = heartbeat_file
         self.metrics = worker_metrics(self, device)  # served on DECODEBENCH_METRICS_PORT, if set
 
     # -- queues and fairness -----------------------------------------------------------------
@@ -135,13 +136,13 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
                 by_name[n] = ReliableQueue(
                     n,
                     connection=self.connection,
-                    serializer=JSONSerializer,
+                    serializer=SERIALIZER,
                     max_running=policy.max_running if policy else None,
                     slot_ttl=self.timing.heartbeat_ttl,
                 )
                 self.fair.add(tenant)
         self.queues = [by_name[n] for n in sorted(by_name)]
-        self._ordered_queues = [by_name[n] for n in fair_order(list(by_name), self.fair.order())]
+        rqadapter.set_dequeue_order(self, [by_name[n] for n in fair_order(list(by_name), self.fair.order())])
 
     def reorder_queues(self, reference_queue: Queue) -> None:
         """After a dequeue from tenant T: charge T, and the tenants tried before it had nothing."""
@@ -178,9 +179,9 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         """As RQ's, but a burst worker leaves only when no job of its queues can still come back:
         none running elsewhere (it might be lost and requeued) and no retry waiting."""
         while True:
-            if not self._ordered_queues:
+            if not rqadapter.dequeue_order(self):
                 self.refresh_queues()
-            if self._ordered_queues:
+            if rqadapter.dequeue_order(self):
                 result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
                 if result is not None or timeout is not None:
                     return result
@@ -197,7 +198,7 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         if not slots.hold_run(self.connection, queue.tenant, job.id, self.name, self.timing.heartbeat_ttl):
             return self._drop(job, queue, "another worker runs it")
         try:
-            if job.get_status(refresh=False) not in (JobStatus.QUEUED, JobStatus.CREATED):
+            if job.get_status(refresh=False) not in (Status.QUEUED, Status.CREATED):
                 slots.release_slot(self.connection, queue.tenant, job.id)
                 return self._drop(job, queue, f"it is {job.get_status(refresh=False)} already")
             super().execute_job(job, queue)
@@ -209,7 +210,7 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         log.warning("job.duplicate_dropped", job_id=job.id, queue=queue.name, why=why)
 
     def prepare_job_execution(self, job, remove_from_intermediate_queue: bool = False) -> None:
-        why = self._refused.pop(job.id, None)
+        why = job.refusal  # perform_job's verdict, carried by the job through RQ's perform_job
         try:
             super().prepare_job_execution(job, remove_from_intermediate_queue=True)  # every queue uses it
         except DeserializationError:  # RQ names the job's function after its bookkeeping
@@ -227,7 +228,7 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         )
         if why:
             log.warning("job.refused", job_id=job.id, tenant=tenant, reason=why)
-            self._refused[job.id] = why
+        job.refusal = why
         ids = None if why else job_ids(job)
         if ids:
             sweepstate.heartbeat_job(self.connection, *ids, self.timing.heartbeat_ttl, create=True)
@@ -241,8 +242,8 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
             with self._lock:
                 self._current = None
                 self._pending = None
-                if self._stopped_job_id == job.id:
-                    self._stopped_job_id = None
+                if rqadapter.stopped_job_id(self) == job.id:
+                    rqadapter.mark_stopped(self, None)
             slots.release_slot(self.connection, tenant, job.id)
             if ids:
                 sweepstate.forget_job(self.connection, *ids)
@@ -285,7 +286,7 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
             job = self._current[0]
             self._pending = why
             if why == "cancel":
-                self._stopped_job_id = job.id  # RQ marks it STOPPED, never retried
+                rqadapter.mark_stopped(self, job.id)  # RQ marks it STOPPED, never retried
             else:
                 self._requeue_job_id = job.id
         os.kill(os.getpid(), INTERRUPT_SIGNAL)
@@ -309,12 +310,12 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
 
     def request_stop(self, signum, frame) -> None:
         """First SIGTERM/SIGINT: finish the current job (within stop_grace), then exit."""
-        self._shutdown_requested_date = now()
+        rqadapter.note_shutdown_requested(self)
         signal.signal(signal.SIGINT, self.request_force_stop)
         signal.signal(signal.SIGTERM, self.request_force_stop)
         if self.get_state() != WorkerStatus.BUSY:
             raise StopRequested()
-        self._stop_requested = True
+        rqadapter.request_stop_after_job(self)
         self.set_shutdown_requested_date()
         if self.stop_grace is not None:
             self._stop_deadline = time.monotonic() + self.stop_grace
@@ -324,7 +325,8 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
 
     def request_force_stop(self, signum, frame) -> None:
         """Second SIGTERM/SIGINT: requeue the current job now and exit."""
-        if self._shutdown_requested_date and (now() - self._shutdown_requested_date).total_seconds() < 1:
+        since = rqadapter.shutdown_requested_for(self)
+        if since is not None and since.total_seconds() < 1:
             return
         if self.get_state() != WorkerStatus.BUSY:
             raise SystemExit()

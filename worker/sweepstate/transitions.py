@@ -257,7 +257,7 @@ class CancelOutcome:
 
 def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
     """Stop the sweep's queued jobs (removed from the queues) and ask running ones to stop."""
-    from rq.job import JobStatus as RQStatus
+    from worker.core import rqadapter
 
     k = keys.sweep_keys(tenant, sweep_id)
     conn.hset(k["meta"], "cancelled", f"{time.time():.3f}")
@@ -267,14 +267,10 @@ def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
     qname = (conn.hget(k["meta"], "queue") or keys.queue_name(tenant).encode()).decode()
     if keys.parse_queue_name(qname) is None or keys.parse_queue_name(qname)[0] != tenant:
         qname = keys.queue_name(tenant)  # the meta hash is the tenant's own: never trust it for a key
-    registry_key = keys.rq_registry_key("canceled", qname)
-    expires = time.time() + keys.FAILURE_TTL  # as CanceledJobRegistry.add scores its entries
+    at = time.time()
     for i in range(0, len(ids), CHUNK):
-        part = ids[i : i + CHUNK]
         with conn.pipeline(transaction=False) as pipe:
-            for job_id in part:
-                pipe.hset(keys.rq_job_key(tenant, job_id), "status", RQStatus.CANCELED.value)
-            pipe.zadd(registry_key, {job_id: expires for job_id in part})
+            rqadapter.mark_canceled(pipe, tenant, qname, ids[i : i + CHUNK], keys.FAILURE_TTL, at)
             pipe.execute()
     stopping = []
     for raw in conn.zrange(keys.running(tenant), 0, -1):
@@ -289,9 +285,7 @@ def _send_stop(conn, tenant: str, job_id: str) -> None:
     """RQ's stop-job command to the job's worker, when this Redis user may publish it. A tenant's
     user may not (it could stop other tenants' jobs): its workers see the sweep's cancelled
     flag within one heartbeat instead."""
-    from rq.command import send_command
+    from worker.core import rqadapter
 
     with contextlib.suppress(Exception):  # not executing any more, or no right to publish
-        worker_name = conn.hget(keys.rq_job_key(tenant, job_id), "worker_name")
-        if worker_name:
-            send_command(conn, worker_name.decode(), "stop-job", job_id=job_id)
+        rqadapter.send_stop_job(conn, tenant, job_id)

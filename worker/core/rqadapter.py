@@ -1,0 +1,234 @@
+"""RQ behind one adapter: what decodebench's controller, sweep state and worker task know of RQ's API
+and persistence (job hashes, queues, registries, commands, the worker's private state).
+
+Written against rq 3.0.0 (`RQ_VERSION`; tests/test_rq_adapter.py fails when the installed rq is
+another): every field name, key and private attribute below is that version's. The import-linter
+contract `rq-behind-the-adapter` (pyproject.toml) lets only this module and the worker's subclasses
+of RQ's classes import rq: `worker.rq.sealed` (the job class), `worker.rq.queues` (the queue class
+and its dequeue), `worker.rq.worker` (the worker's hooks) and `worker.rq.reaper` (RQ's registries of
+lost jobs). Those touch RQ's private state only through the functions here. RQ's key names are built
+in `worker.core.keys` with the others.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from typing import Any
+
+from redis.commands.core import Script
+from rq import Queue, Retry, Worker, get_current_job
+from rq.command import send_command
+from rq.exceptions import DeserializationError  # noqa: F401  (re-exported: a job hash RQ cannot read)
+from rq.job import Job
+from rq.job import JobStatus as Status  # RQ's job statuses, for the worker's modules too
+from rq.serializers import JSONSerializer
+from rq.timeouts import JobTimeoutException
+from rq.utils import now
+
+from worker.core import keys
+
+RQ_VERSION = "3.0.0"
+SERIALIZER = JSONSerializer  # jobs are JSON, never pickle
+
+
+# -- job classes and queues ---------------------------------------------------------------------
+
+
+@functools.cache
+def tenant_job_class(tenant: str) -> type[Job]:
+    """RQ's Job with the tenant's key prefix: every job hash RQ reads or writes for it (and its
+    dependents/dependencies keys) lives under `rq:job:<tenant>:`."""
+    return type(f"TenantJob_{tenant}", (Job,), {"redis_job_namespace_prefix": keys.rq_job_prefix(tenant)})
+
+
+def tenant_queue(conn, name: str, tenant: str) -> Queue:
+    """The RQ queue `name` of a tenant, its jobs serialised as JSON under the tenant's prefix."""
+    return Queue(name, connection=conn, serializer=SERIALIZER, job_class=tenant_job_class(tenant))
+
+
+def retry(count: int, intervals: list[int]) -> Retry | None:
+    """RQ's retry policy: `count` retries after `intervals` seconds (None: no retry)."""
+    return Retry(max=count, interval=intervals) if count > 0 else None
+
+
+# -- job hashes written in bulk (submit) ---------------------------------------------------------
+
+# RQ's own enqueue_many builds a Job object per job (~0.5 ms of CPU each): too slow for 100,000
+# jobs. `bulk_enqueue` writes the very hashes RQ would: the fields common to all jobs come from
+# RQ's Job.to_dict() of a template job (`job_template`), the per-job ones are serialised as
+# Job.to_dict() does (`call_data`), and one Lua call per chunk stores them, with decodebench's
+# extra fields, and pushes the ids. tests/test_queue.py checks the result against enqueue_many.
+_BULK_ENQUEUE = """
+local n = tonumber(ARGV[1])
+local per = tonumber(ARGV[2])
+local template = {}
+for i = 3, 2 * n + 2 do template[#template + 1] = ARGV[i] end
+local names = {}
+for i = 2 * n + 3, 2 * n + 2 + per do names[#names + 1] = ARGV[i] end
+local ids = {}
+for i = 2 * n + 3 + per, #ARGV, per + 2 do
+  local key = ARGV[i]
+  local fields = {}
+  for j = 1, per do
+    fields[#fields + 1] = names[j]
+    fields[#fields + 1] = ARGV[i + 1 + j]
+  end
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(template))
+  redis.call('HSET', key, unpack(fields))
+  ids[#ids + 1] = ARGV[i + 1]
+  if #ids == 1000 then
+    redis.call('RPUSH', KEYS[1], unpack(ids))
+    ids = {}
+  end
+end
+if #ids > 0 then redis.call('RPUSH', KEYS[1], unpack(ids)) end
+return 1
+"""
+PER_JOB_FIELDS = ("data", "description", "meta", "timeout")  # what differs between a queue's jobs
+_scripts: dict[str, Script] = {}
+
+
+def job_template(queue: Queue, function: str, policy: Retry | None, result_ttl: int, failure_ttl: int) -> dict:
+    """The fields RQ writes for every queued job of this queue calling `function`, from its Job.to_dict()."""
+    job = queue.create_job(
+        function,
+        args=(),
+        job_id="template",
+        timeout=1,
+        result_ttl=result_ttl,
+        failure_ttl=failure_ttl,
+        retry=policy,
+    )
+    job.enqueued_at = now()  # as Queue._prepare_for_queue does
+    fields = job.to_dict()
+    return {k: v for k, v in fields.items() if k not in PER_JOB_FIELDS}
+
+
+def call_data(function: str, arg_json: bytes) -> bytes:
+    """A job's `data` as RQ's JSONSerializer writes the call (function, instance, args, kwargs),
+    uncompressed: one positional argument, already JSON."""
+    return b'["' + function.encode() + b'", null, [' + arg_json + b"], {}]"
+
+
+def meta_field(meta: dict[str, Any]) -> bytes:
+    return json.dumps(meta).encode()
+
+
+def bulk_enqueue(client, queue: Queue, template: dict, jobs: list[tuple[str, dict[str, Any]]]) -> None:
+    """Write each (job id, per-job fields: PER_JOB_FIELDS and any extra) as RQ's job hash on top of
+    `template` and push the ids onto the queue (one Lua call); the queue joins RQ's queue set by a
+    plain SADD (a tenant's Redis user may only SADD that set)."""
+    if not jobs:
+        return
+    names = list(jobs[0][1])
+    args: list = [len(template), len(names)]
+    for k, v in template.items():
+        args += [k, v]
+    args += names
+    for job_id, fields in jobs:
+        args += [queue.job_class.key_for(job_id), job_id, *(fields[n] for n in names)]
+    script = _scripts.get("bulk")
+    if script is None:
+        script = _scripts["bulk"] = Script(client, _BULK_ENQUEUE)  # the client only encodes the source here
+    script(keys=[queue.key], args=args, client=client)
+    client.sadd(queue.redis_queues_keys, queue.key)
+
+
+def jobs_exist(conn, tenant: str, job_ids: list[str]) -> list[bool]:
+    """Whether each job's RQ hash exists (one round trip)."""
+    with conn.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.exists(keys.rq_job_key(tenant, job_id))
+        return [bool(x) for x in pipe.execute()]
+
+
+def enqueue_in_transaction(pipe, queue: Queue, job: Job) -> None:
+    """Push the job onto its queue inside the caller's MULTI (`Queue._enqueue_job`, which RQ's
+    scheduler uses to move a due job), at the front where the job asks for it."""
+    queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+
+
+# -- registries and commands ---------------------------------------------------------------------
+
+
+def drop_from_registries(pipe, queue_names: list[str], job_ids: list[str], kinds=("failed", "canceled")) -> None:
+    """The jobs leave these registries of the queues. Not RQ's Job.delete: that also deletes the
+    worker's execution and result keys, which a tenant's Redis user may not touch."""
+    for qname in queue_names:
+        for kind in kinds:
+            pipe.zrem(keys.rq_registry_key(kind, qname), *job_ids)
+
+
+def mark_canceled(pipe, tenant: str, queue_name: str, job_ids: list[str], ttl: int, at: float) -> None:
+    """The jobs' hashes say canceled and they sit in the queue's canceled registry, scored as
+    CanceledJobRegistry.add scores its entries (their expiry)."""
+    for job_id in job_ids:
+        pipe.hset(keys.rq_job_key(tenant, job_id), "status", Status.CANCELED.value)
+    pipe.zadd(keys.rq_registry_key("canceled", queue_name), {job_id: at + ttl for job_id in job_ids})
+
+
+def send_stop_job(conn, tenant: str, job_id: str) -> None:
+    """RQ's stop-job command to the worker its hash names (raises where the user may not publish)."""
+    worker_name = conn.hget(keys.rq_job_key(tenant, job_id), "worker_name")
+    if worker_name:
+        send_command(conn, worker_name.decode(), "stop-job", job_id=job_id)
+
+
+def queue_depths(conn) -> dict[str, int]:
+    return {q.name: q.count for q in Queue.all(connection=conn)}
+
+
+def worker_states(conn) -> list[tuple[str, str]]:
+    return [(w.hostname or "", w.get_state()) for w in Worker.all(connection=conn)]
+
+
+# -- inside a job ------------------------------------------------------------------------------
+
+
+def current_job() -> Job | None:
+    return get_current_job()
+
+
+def is_timeout(err: BaseException) -> bool:
+    """Whether RQ's death penalty ended the job (its timeout)."""
+    return isinstance(err, JobTimeoutException)
+
+
+# -- the worker's private state (rq 3.0.0's Worker attributes) -----------------------------------
+
+
+def set_dequeue_order(worker: Worker, queues: list[Queue]) -> None:
+    """The order RQ's dequeue tries the worker's queues in (`Worker._ordered_queues`)."""
+    worker._ordered_queues = queues
+
+
+def dequeue_order(worker: Worker) -> list[Queue]:
+    return worker._ordered_queues
+
+
+def mark_stopped(worker: Worker, job_id: str | None) -> None:
+    """RQ marks the job STOPPED when it fails (never retried) (`Worker._stopped_job_id`)."""
+    worker._stopped_job_id = job_id
+
+
+def stopped_job_id(worker: Worker) -> str | None:
+    return worker._stopped_job_id
+
+
+def note_shutdown_requested(worker: Worker) -> None:
+    """When the first stop signal came (`Worker._shutdown_requested_date`)."""
+    worker._shutdown_requested_date = now()
+
+
+def shutdown_requested_for(worker: Worker) -> dt.timedelta | None:
+    """How long ago the first stop signal came, or None."""
+    at = worker._shutdown_requested_date
+    return None if at is None else now() - at
+
+
+def request_stop_after_job(worker: Worker) -> None:
+    """RQ's main loop leaves after the current job (`Worker._stop_requested`)."""
+    worker._stop_requested = True
