@@ -115,18 +115,28 @@ def serve(
         tenants_file=settings.get("tenants_file"),  # the settings table's, read here at the edge
         heartbeat_file=settings.get("heartbeat_file"),
     )
+    _log_start(worker, queues, opened.url, burst, timing)
+    worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
+    return 0
+
+
+def _log_start(worker, queues: tuple[str, ...], store_url: str, burst: bool, timing) -> None:
+    """The `worker.start` line, and one line per strategy plugin of this image that did not load
+    (its jobs fail with that line)."""
+    from worker.strategies import PROBLEMS
+
     log.info(
         "worker.start",
         name=worker.name,
         queues=worker.queue_names() or list(queues),
-        store=opened.url,
+        store=store_url,
         burst=burst,
         heartbeat_ttl_s=timing.heartbeat_ttl,
         reaper_interval_s=timing.reaper_interval,
         lost_job_requeued_within_s=timing.detection_bound,
     )
-    worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
-    return 0
+    for problem in PROBLEMS:
+        log.warning("worker.strategy_plugin_not_loaded", problem=problem.line)
 
 
 @click.command(cls=usage.Command, context_settings={"help_option_names": ["-h", "--help"]})

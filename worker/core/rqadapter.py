@@ -5,27 +5,34 @@ Written against rq 3.0.0 (`RQ_VERSION`; tests/test_rq_adapter.py fails when the 
 another): every field name, key and private attribute below is that version's. The import-linter
 contract `rq-behind-the-adapter` (pyproject.toml) lets only this module and the worker's subclasses
 of RQ's classes import rq: `worker.rq.sealed` (the job class), `worker.rq.queues` (the queue class
-and its dequeue), `worker.rq.worker` (the worker's hooks) and `worker.rq.reaper` (RQ's registries of
-lost jobs). Those touch RQ's private state only through the functions here. RQ's key names are built
-in `worker.core.keys` with the others.
+and its dequeue) and `worker.rq.worker` (the worker's hooks); they touch RQ's private worker state
+only through the functions here. RQ's key names are built in `worker.core.keys` with the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 from redis.commands.core import Script
+from redis.exceptions import WatchError
 from rq import Queue, Retry, Worker, get_current_job
 from rq.command import send_command
-from rq.exceptions import DeserializationError  # noqa: F401  (re-exported: a job hash RQ cannot read)
+from rq.exceptions import DeserializationError as DeserializationError  # re-exported: a payload RQ cannot read
+from rq.exceptions import NoSuchJobError
+from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.job import JobStatus as Status  # RQ's job statuses, for the worker's modules too
+from rq.job_lifecycle import record_job_failure
+from rq.registry import ScheduledJobRegistry, StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.timeouts import JobTimeoutException
-from rq.utils import now
+from rq.utils import current_timestamp, now
 
 from worker.core import keys
 
@@ -145,10 +152,87 @@ def jobs_exist(conn, tenant: str, job_ids: list[str]) -> list[bool]:
         return [bool(x) for x in pipe.execute()]
 
 
-def enqueue_in_transaction(pipe, queue: Queue, job: Job) -> None:
-    """Push the job onto its queue inside the caller's MULTI (`Queue._enqueue_job`, which RQ's
-    scheduler uses to move a due job), at the front where the job asks for it."""
-    queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+# -- lost jobs and due retries (the reaper) -------------------------------------------------------
+
+
+def queue_of(conn, name: str, job_class: type[Job]) -> Queue:
+    return Queue(name, connection=conn, serializer=SERIALIZER, job_class=job_class)
+
+
+def fetch(conn, job_class: type[Job], job_id: str) -> Job | None:
+    """The job, or None where its hash is gone."""
+    try:
+        return job_class.fetch(job_id, connection=conn, serializer=SERIALIZER)
+    except NoSuchJobError:
+        return None
+
+
+def drop_started(conn, queue_name: str, job_id: str) -> None:
+    """Remove a dead execution from RQ's started registry so RQ does not handle it twice."""
+    registry = StartedJobRegistry(queue_name, connection=conn)
+    stale = [m for m in conn.zrange(registry.key, 0, -1) if m.decode().split(":")[0] == job_id]
+    if stale:
+        conn.zrem(registry.key, *stale)
+
+
+def fail(conn, job: Job, reason: str) -> None:
+    """The job failed in RQ's books (its failed registry, status and reason), as RQ fails a job."""
+    with conn.pipeline() as pipe:
+        record_job_failure(job, reason, pipe)
+        pipe.execute()
+
+
+def requeue_front(conn, job: Job, *, failed: bool) -> None:
+    """The job back at the front of its queue; `failed`: out of the failed registry, where RQ's
+    cleanup put it as abandoned."""
+    if failed:
+        job.failed_job_registry.remove(job)
+    queue_of(conn, job.origin, type(job)).enqueue_job(job, at_front=True)
+
+
+def requeue_taken_not_started(conn, queue: Queue, grace_s: float, drop: Callable[[str], None]) -> list[str]:
+    """Jobs in the queue's intermediate list (taken by a worker, never started) for `grace_s` and more
+    since first seen there: back to the front of the queue (after `drop(job_id)`); their ids."""
+    pending = IntermediateQueue(queue.key, conn)
+    out = []
+    for job_id in pending.get_job_ids():
+        job = queue.fetch_job(job_id)
+        if job is None:
+            pending.remove(job_id)
+            continue
+        if job.get_status() != Status.QUEUED or pending.set_first_seen(job_id):
+            continue
+        first = pending.get_first_seen(job_id)
+        if first is None or time.time() - first.timestamp() < grace_s:
+            continue
+        if conn.lrem(pending.key, 1, job_id):  # we own it now
+            drop(job_id)
+            queue.enqueue_job(job, at_front=True)
+            conn.delete(pending.get_first_seen_key(job_id))
+            out.append(job_id)
+    return out
+
+
+def enqueue_due_retries(conn, queue: Queue) -> None:
+    """Move the queue's retries whose backoff has elapsed from its scheduled registry to it.
+
+    As RQScheduler.enqueue_scheduled_jobs, with the queue's own (per-tenant) job class, which RQ's
+    scheduler does not take. Each move is one transaction that WATCHes the registry, so two workers
+    never both enqueue a job and a dying worker never drops one."""
+    registry = ScheduledJobRegistry(queue=queue)
+    for job_id in registry.get_jobs_to_schedule(current_timestamp()):
+        job = queue.fetch_job(job_id)
+        if job is None:
+            conn.zrem(registry.key, job_id)
+            continue
+        with conn.pipeline() as pipe, contextlib.suppress(WatchError):
+            pipe.watch(registry.key)
+            if pipe.zscore(registry.key, job_id) is None:
+                continue  # another worker moved it
+            pipe.multi()
+            queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+            pipe.zrem(registry.key, job_id)
+            pipe.execute()
 
 
 # -- registries and commands ---------------------------------------------------------------------
