@@ -104,20 +104,31 @@ def serve(
         raise ServiceError(f"Redis at {redact_url(redis_url)} is not reachable: {err}") from None
     timing = Timing.from_settings(heartbeat_ttl=heartbeat_ttl, reaper_interval=reaper_interval)
     bridge_rq_logging(log_level)
-    worker = DecodebenchWorker(
-        list(queues),
+    worker = _worker(DecodebenchWorker, list(queues), conn, opened, runtime, timing, stop_grace, name)
+    _log_start(worker, queues, opened.url, burst, timing)
+    worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
+    return 0
+
+
+def _worker(cls, queues: list[str], conn, store, runtime, timing, stop_grace: float | None, name: str | None):
+    """The worker, given every setting it runs with from the settings table, here at the edge."""
+    from worker.core.policy import Limits
+    from worker.rq.sealed import signing_key
+
+    return cls(
+        queues,
         connection=conn,
-        store=opened,
+        store=store,
         runtime=runtime,
         timing=timing,
         stop_grace=stop_grace,
         name=name,
-        tenants_file=settings.get("tenants_file"),  # the settings table's, read here at the edge
+        tenants_file=settings.get("tenants_file"),
         heartbeat_file=settings.get("heartbeat_file"),
+        key=signing_key(),
+        limits=Limits.from_settings(),
+        max_job_bytes=int(settings.get("max_job_mb")) * 2**20,
     )
-    _log_start(worker, queues, opened.url, burst, timing)
-    worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
-    return 0
 
 
 def _log_start(worker, queues: tuple[str, ...], store_url: str, burst: bool, timing) -> None:

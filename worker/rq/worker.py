@@ -78,16 +78,15 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         heartbeat_file: str | None = None,
         key: bytes | None = None,
         limits: Limits | None = None,
+        max_job_bytes: int | None = None,
         **kwargs,
     ) -> None:
-        """`store` and `runtime` (a worker.engine.job.Runtime) are lent to every job this worker runs;
-        `tenants` gives weights, quotas and models, or `tenants_file` (DECODEBENCH_TENANTS_FILE, which
-        the command line passes), watched and taken again when it changes; without either every tenant
-        is served. `heartbeat_file` (DECODEBENCH_HEARTBEAT_FILE) is touched on every beat; `key`
-        (default: DECODEBENCH_SIGNING_KEY_FILE's) checks job signatures; `limits` caps per-job cost."""
+        """`store`, `runtime` (worker.engine.job.Runtime): lent to every job. `tenants` (weights, quotas,
+        models), or `tenants_file`, watched; neither: every tenant. `heartbeat_file`: touched every beat.
+        `key`, `limits`, `max_job_bytes`: signatures, per-job cost, payload size (settings' if None)."""
         self.signing_key = key or signing_key()
         self.limits = limits or Limits.from_settings()
-        self.max_job_bytes = int(settings.get("max_job_mb")) * 2**20
+        self.max_job_bytes = max_job_bytes or int(settings.get("max_job_mb")) * 2**20
         self.timing = timing or Timing.from_settings()
         path = tenants_file if tenants is None else None
         self.tenant_file = tenants if tenants is not None else (load_tenants(path) if path else None)
