@@ -332,13 +332,10 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         log.warning("worker.stopping_now", then="requeue the job")
         self._interrupt("shutdown")
 
-    def _install_signal_handlers(self) -> None:
-        super()._install_signal_handlers()
-        signal.signal(INTERRUPT_SIGNAL, self._on_interrupt_signal)
-
     # -- heartbeat thread and maintenance ----------------------------------------------------------
     def bootstrap(self, *args, **kwargs) -> None:
         super().bootstrap(*args, **kwargs)
+        signal.signal(INTERRUPT_SIGNAL, self._on_interrupt_signal)  # the heartbeat thread's interrupts
         self._beat_thread = threading.Thread(target=self._beat_loop, name="decodebench-heartbeat", daemon=True)
         self._beat_thread.start()
 
