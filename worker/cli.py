@@ -2,6 +2,7 @@
 
     decodebench-worker --device cuda:0 --queues team-a --queues team-b   # tenants (all priorities)
     decodebench-worker --device cpu --queues '*' --burst                 # every tenant; exit when done
+    decodebench-worker --device cuda:0 --engine vllm --queues team-a     # team-a's vLLM jobs only
 
 Every option also reads its DECODEBENCH_* variable (`--help` lists them); see
 `worker.core.settings`.
@@ -17,6 +18,7 @@ import click
 import structlog
 
 from worker.core import settings, usage
+from worker.core.engines import ENGINE_NAMES, OWN_ENGINE, engine_unavailable
 from worker.core.errors import DecodebenchError, UsageError
 from worker.core.safetext import terminal
 
@@ -68,10 +70,21 @@ def pin_device(device: str | None):
     return runtime
 
 
+def check_start(device: str | None, engine: str) -> None:
+    """A missing or malformed device, or an engine this environment cannot run (vLLM not importable):
+    one line, exit 2, before the store, the device or Redis is touched."""
+    if not device:
+        raise UsageError("--device is required: cpu or cuda:N (or set DECODEBENCH_DEVICE)")
+    settings.parse_device(device)
+    if why := engine_unavailable(engine):
+        raise UsageError(why)
+
+
 def serve(
     *,
     device: str | None,
     queues: tuple[str, ...],
+    engine: str = OWN_ENGINE,
     burst: bool,
     max_jobs: int | None,
     redis_url: str,
@@ -92,9 +105,7 @@ def serve(
     from worker.rq.worker import DecodebenchWorker
     from worker.store import open_store
 
-    if not device:
-        raise UsageError("--device is required: cpu or cuda:N (or set DECODEBENCH_DEVICE)")
-    settings.parse_device(device)
+    check_start(device, engine)
     opened = open_store(store)  # a bad store URL fails here, not in the first job
     runtime = pin_device(device)
     conn = connect_patiently(redis_url)
@@ -105,11 +116,19 @@ def serve(
     timing = Timing.from_settings(heartbeat_ttl=heartbeat_ttl, reaper_interval=reaper_interval)
     bridge_rq_logging(log_level)
     worker = DecodebenchWorker(
-        list(queues), connection=conn, store=opened, runtime=runtime, timing=timing, stop_grace=stop_grace, name=name
+        list(queues),
+        connection=conn,
+        store=opened,
+        runtime=runtime,
+        timing=timing,
+        stop_grace=stop_grace,
+        name=name,
+        engine=engine,
     )
     log.info(
         "worker.start",
         name=worker.name,
+        engine=engine,
         queues=worker.queue_names() or list(queues),
         store=opened.url,
         burst=burst,
@@ -127,9 +146,10 @@ def serve(
 @settings.option(
     "queues",
     multiple=True,
-    help="Tenants, queue names decodebench.<tenant>.<priority>, or '*' for every tenant; repeatable "
-    "or comma-separated.",
+    help="Tenants, queue names decodebench.<tenant>.<priority>[.<engine>], or '*' for every tenant; repeatable "
+    "or comma-separated. Only the queues of --engine.",
 )
+@settings.option("engine", type=click.Choice(ENGINE_NAMES))
 @click.option("--burst", is_flag=True, help="Exit once no job of the queues is queued, running or waiting to retry.")
 @click.option("--max-jobs", type=int, default=None, help="Exit after this many jobs.")
 @settings.option("redis_url")

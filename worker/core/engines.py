@@ -10,6 +10,7 @@ an engine. An unsupported pair is refused, never run as something else. Light: n
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,6 +76,18 @@ def engine_label(engine: OwnEngine | VllmEngine | None) -> str:
     if engine is None:
         return OWN_ENGINE
     return engine.label or engine.name
+
+
+def engine_name(engine: OwnEngine | VllmEngine | None) -> str:
+    """The engine that runs a job (whatever its label): its worker and its queues (worker.core.keys)."""
+    return OWN_ENGINE if engine is None else engine.name
+
+
+def engine_unavailable(name: str) -> str | None:
+    """One line if this environment cannot run engine `name` (vLLM not importable), else None."""
+    if name == VLLM_ENGINE and importlib.util.find_spec("vllm") is None:
+        return f"engine vllm: vLLM is not installed in this environment; install it with {VLLM_INSTALL}"
+    return None
 
 
 def is_default(engine: OwnEngine | VllmEngine | None) -> bool:

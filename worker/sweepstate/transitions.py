@@ -264,9 +264,9 @@ def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
     ids = [i.decode() for i in _CANCEL_QUEUED(conn, [k["state"], k["counts"], k["cells"]])]
     for name in keys.tenant_queues(tenant):
         _DROP_FROM_QUEUE(conn, [keys.rq_queue_key(name), k["state"]])
-    qname = (conn.hget(k["meta"], "queue") or keys.queue_name(tenant).encode()).decode()
-    if keys.parse_queue_name(qname) is None or keys.parse_queue_name(qname)[0] != tenant:
-        qname = keys.queue_name(tenant)  # the meta hash is the tenant's own: never trust it for a key
+    named = (conn.hget(k["meta"], "queue") or b"").decode(errors="replace").split(",")  # a mixed sweep's are several
+    mine = [q.strip() for q in named if (p := keys.parse_queue_name(q.strip())) and p[0] == tenant]
+    qname = mine[0] if mine else keys.queue_name(tenant)  # the meta hash is the tenant's own: never trust it for a key
     registry_key = keys.rq_registry_key("canceled", qname)
     expires = time.time() + keys.FAILURE_TTL  # as CanceledJobRegistry.add scores its entries
     for i in range(0, len(ids), CHUNK):
