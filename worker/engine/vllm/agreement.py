@@ -2,7 +2,8 @@
 
 Sampled texts differ between engines (each draws its random numbers its own way), so the check is
 on distributions: `exact_next_token_probs` is the strategy's next-token distribution computed
-from the model's logits in float64 by its definition (temperature, then top-k / top-p / min-p),
+from the model's logits in float64 by its definition (temperature, then top-k / top-p / min-p /
+typical / epsilon / eta),
 `g_test` compares an engine's sampled counts against it (the G statistic, likelihood-ratio χ²,
 with cells of expected count below 5 pooled) and gives the p-value. A correct engine gives
 p-values spread uniformly on [0, 1]; a wrong filter gives p ≈ 0 for enough samples.
@@ -45,8 +46,28 @@ def filtered_probs(logits: torch.Tensor, strategy: str, params: dict) -> torch.T
         keep[order[before < params["p"]]] = True
     elif strategy == "min_p":
         keep = probs >= params["p"] * probs.max()
+    elif strategy in ("typical", "epsilon", "eta"):
+        keep = _truncation_keep(probs, strategy, params)
     probs = torch.where(keep, probs, torch.zeros_like(probs))
     return probs / probs.sum()
+
+
+def _truncation_keep(probs: torch.Tensor, strategy: str, params: dict) -> torch.Tensor:
+    """The tokens typical, epsilon and eta sampling keep (Meister et al. 2023; Hewitt et al. 2022), with
+    transformers' conventions: the most likely token always stays, and typical sampling keeps the tokens
+    closest to the entropy until their mass reaches `mass`, the one that reaches it (and its ties) included."""
+    entropy = -(probs * torch.log(probs)).nansum()
+    if strategy == "typical":
+        surprise = torch.abs(-torch.log(probs) - entropy)
+        order = torch.argsort(surprise, stable=True)
+        reached = int((torch.cumsum(probs[order], 0) < params["mass"]).sum())
+        return surprise <= surprise[order[min(reached, probs.numel() - 1)]]
+    cutoff = (
+        params["epsilon"]
+        if strategy == "epsilon"
+        else min(params["eta"], math.sqrt(params["eta"]) * math.exp(-entropy))
+    )
+    return (probs >= cutoff) | (probs == probs.max())
 
 
 def g_test(samples: list[int], probs: torch.Tensor, min_expected: float = 5.0) -> GTest:

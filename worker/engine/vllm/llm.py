@@ -19,6 +19,8 @@ from worker.core.contract import ModelSpec
 from worker.core.engines import VLLM_INSTALL, VllmEngine
 from worker.core.errors import PermanentJobError
 from worker.core.policy import model_positions
+from worker.engine.vllm.logitsprocs import PATH as PROCESSOR_PATH
+from worker.engine.vllm.logitsprocs import processor_class
 
 
 @dataclass
@@ -39,6 +41,7 @@ def llm_kwargs(model: ModelSpec, engine: VllmEngine, device_type: str) -> dict[s
         "dtype": dtype,
         "trust_remote_code": model.trust_remote_code,
         "disable_log_stats": False,  # per-request metrics (arrival, first token, finish) in RequestOutput
+        "logits_processors": [PROCESSOR_PATH],  # typical, epsilon, eta (worker.engine.vllm.logitsprocs)
         **engine.llm_kwargs(),
     }
     if device_type != "cuda":
@@ -113,7 +116,7 @@ class LLMCache:
         try:
             from vllm import LLM
 
-            llm = LLM(**kwargs)
+            llm = LLM(**{**kwargs, "logits_processors": [processor_class()]})
         except Exception as err:  # vLLM's reason (an unsupported architecture, a length past the model) in one line
             reason = (" ".join(str(err).split()) or type(err).__name__)[:300]
             raise PermanentJobError(f"engine vllm cannot load model {model.label}: {reason}") from None
