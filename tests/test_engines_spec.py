@@ -134,6 +134,18 @@ def test_greedy_agreement_between_engines_per_cell():
     assert rows[1]["engine_agreement"] == 0.5 and "engine_agreement" not in rows[0]
 
 
+def test_the_distribution_checks_p_value_is_the_lowest_seeds_and_empty_without_one():
+    from types import SimpleNamespace
+
+    from controller.report.engines import gtest_p
+
+    def result(seed, check):
+        return SimpleNamespace(job=SimpleNamespace(seed=seed), engine={"distribution_check": check} if check else {})
+
+    assert gtest_p([result(2, {"p_value": 0.9}), result(1, {"p_value": 0.3}), result(0, None)]) == 0.3
+    assert gtest_p([result(1, None)]) is None and gtest_p([]) is None
+
+
 @pytest.mark.slow
 def test_a_vllm_job_on_a_worker_without_vllm_fails_once_with_how_to_install(tmp_path):
     """The dispatch seam in worker.engine.job: a vLLM job reaching the own engine's environment is one

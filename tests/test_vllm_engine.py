@@ -20,7 +20,13 @@ from tests.services import PROMPTS, TINY_MODEL  # noqa: E402
 from worker.core.contract import StrategySpec  # noqa: E402
 from worker.core.errors import PermanentJobError  # noqa: E402
 from worker.engine.job import Runtime, run_job  # noqa: E402
-from worker.engine.vllm.agreement import filtered_probs, g_test, next_token_logits  # noqa: E402
+from worker.engine.vllm.agreement import (  # noqa: E402
+    filtered_probs,
+    g_test,
+    g_test_pairs,
+    next_token_logits,
+    second_token_probs,
+)
 from worker.engine.vllm.params import sampling_params, sampling_settings  # noqa: E402
 from worker.engine.vllm.run import generate_job  # noqa: E402
 from worker.store import open_store  # noqa: E402
@@ -140,6 +146,28 @@ def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, 
         assert int((exact > 0).sum()) < int((unfiltered > 0).sum()) and g_test(samples, unfiltered).p_value < 1e-3
 
 
+@pytest.mark.parametrize(
+    ("strategy", "params"), [("top_p", {"p": 0.8, "temperature": 1.0}), ("typical", {"mass": 0.5, "temperature": 1.0})]
+)
+def test_second_token_distribution_matches_the_definition(runtime, hf, strategy, params):
+    """2,000 pairs of first tokens from vLLM against P(t1) x P(t2 | t1) from the model's logits."""
+    model, tok = hf
+    prompt = HELD_OUT[1]["prompt"]
+    (job,) = jobs_of([{"name": "greedy"}])
+    settings = sampling_settings(StrategySpec(name=strategy, params=params), job.generation)
+    settings.update(max_tokens=2, min_tokens=2, stop=[], ignore_eos=True)
+    if getattr(runtime, "vllm", None) is None or runtime.vllm.loaded is None:
+        generate_job(job, runtime)
+    llm = runtime.vllm.loaded.llm
+    outs = llm.generate([prompt] * 2000, [sampling_params(settings, seed) for seed in range(2000)], use_tqdm=False)
+    pairs = [tuple(o.outputs[0].token_ids[:2]) for o in outs]
+    joint = second_token_probs(model, tok, prompt, strategy, params)
+    result = g_test_pairs(pairs, joint)
+    assert result.outside_support == 0 and result.p_value > 1e-3, result
+    hotter = second_token_probs(model, tok, prompt, strategy, {**params, "temperature": 1.5})
+    assert g_test_pairs(pairs, hotter).p_value < 1e-3  # a wrong second step is told apart
+
+
 def test_beam_search_is_token_identical_to_transformers(runtime, hf):
     """vLLM's LLM.beam_search against generate(num_beams=4): the best beam of each prompt, token by token."""
     model, tok = hf
@@ -189,6 +217,12 @@ def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
     top_p = next(c for c in rows if c.startswith("austen-tiny::top_p") and c.endswith("::vllm"))
     assert rows[top_p]["tokens_per_s"] > 0 and rows[top_p]["ttft_ms_p50"] > 0
     assert pd.isna(rows[top_p]["engine_agreement"])  # sampled: compared by distribution, not text
+    assert rows[top_p]["engine_gtest_p"] > 1e-3 and pd.isna(rows["austen-tiny::greedy::vllm"]["engine_gtest_p"])
+    results = load_sweep(store, "default", outcome.sweep_id).results
+    (check,) = [r.engine["distribution_check"] for r in results if r.job.cell == top_p]
+    assert (
+        check["draws"] == 1000 and check["outside_support"] == 0 and check["p_value"] == rows[top_p]["engine_gtest_p"]
+    )
 
 
 def test_a_model_vllm_cannot_load_is_one_permanent_reason(tmp_path):

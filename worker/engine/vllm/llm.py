@@ -42,6 +42,7 @@ def llm_kwargs(model: ModelSpec, engine: VllmEngine, device_type: str) -> dict[s
         "trust_remote_code": model.trust_remote_code,
         "disable_log_stats": False,  # per-request metrics (arrival, first token, finish) in RequestOutput
         "logits_processors": [PROCESSOR_PATH],  # typical, epsilon, eta (worker.engine.vllm.logitsprocs)
+        "max_logprobs": -1,  # the distribution check reads the whole vocabulary's (worker.engine.vllm.selfcheck)
         **engine.llm_kwargs(),
     }
     if device_type != "cuda":

@@ -29,6 +29,7 @@ from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.engine.vllm.beam import beam_outputs
 from worker.engine.vllm.llm import LLMCache, LoadedLLM
 from worker.engine.vllm.params import sampling_params, sampling_settings
+from worker.engine.vllm.selfcheck import distribution_check
 
 log = structlog.get_logger("decodebench.vllm")
 
@@ -224,4 +225,5 @@ def generate_job(job: JobSpec, runtime) -> tuple[JobResult, list[GenerationRecor
         notes=notes,
         engine=_engine_record(job, loaded, settings_, timing),
     )
+    result.engine["distribution_check"] = distribution_check(job, loaded.llm, settings_)  # after the timing
     return result, records
