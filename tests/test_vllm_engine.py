@@ -27,6 +27,8 @@ from worker.engine.vllm.agreement import (  # noqa: E402
     next_token_logits,
     second_token_probs,
 )
+from worker.engine.vllm.llm import LLMCache  # noqa: E402
+from worker.engine.vllm.logitsprocs import KINDS  # noqa: E402
 from worker.engine.vllm.params import sampling_params, sampling_settings  # noqa: E402
 from worker.engine.vllm.run import generate_job  # noqa: E402
 from worker.store import open_store  # noqa: E402
@@ -58,6 +60,13 @@ def jobs_of(strategies, prompts=HELD_OUT, engines=(ENGINE,), **generation):
         "engines": list(engines),
     }
     return plan(parse_spec(data))
+
+
+def llm_for(runtime, job, strategy: str):
+    """The runtime's LLM for `job`'s model and engine, with the logits processor where `strategy` needs it."""
+    if getattr(runtime, "vllm", None) is None:
+        runtime.vllm = LLMCache()
+    return runtime.vllm.get(job.model, job.engine, "cpu", filters=strategy in KINDS).llm
 
 
 def texts(job, runtime):
@@ -129,10 +138,7 @@ def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, 
     (job,) = jobs_of([{"name": "greedy"}])
     settings = sampling_settings(StrategySpec(name=strategy, params=params), job.generation)
     settings.update(max_tokens=1, min_tokens=0, stop=[])
-    llm = runtime.vllm.loaded.llm if getattr(runtime, "vllm", None) and runtime.vllm.loaded else None
-    if llm is None:
-        generate_job(job, runtime)
-        llm = runtime.vllm.loaded.llm
+    llm = llm_for(runtime, job, strategy)
     outs = llm.generate([prompt] * 2000, [sampling_params(settings, seed) for seed in range(2000)], use_tqdm=False)
     samples = [o.outputs[0].token_ids[0] for o in outs]
     exact = filtered_probs(next_token_logits(model, tok, prompt), strategy, params)
@@ -156,9 +162,7 @@ def test_second_token_distribution_matches_the_definition(runtime, hf, strategy,
     (job,) = jobs_of([{"name": "greedy"}])
     settings = sampling_settings(StrategySpec(name=strategy, params=params), job.generation)
     settings.update(max_tokens=2, min_tokens=2, stop=[], ignore_eos=True)
-    if getattr(runtime, "vllm", None) is None or runtime.vllm.loaded is None:
-        generate_job(job, runtime)
-    llm = runtime.vllm.loaded.llm
+    llm = llm_for(runtime, job, strategy)
     outs = llm.generate([prompt] * 2000, [sampling_params(settings, seed) for seed in range(2000)], use_tqdm=False)
     pairs = [tuple(o.outputs[0].token_ids[:2]) for o in outs]
     joint = second_token_probs(model, tok, prompt, strategy, params)

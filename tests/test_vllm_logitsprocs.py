@@ -55,3 +55,16 @@ def test_only_sampled_requests_that_name_a_filter_are_filtered():
     assert filter_of(Params({FILTER_KEY: {"kind": "eta", "value": 0.01}})) == ("eta", 0.01)
     assert filter_of(Params({FILTER_KEY: {"kind": "eta", "value": 0.01}}, temperature=0.0)) is None
     assert filter_of(Params(None)) is None and filter_of(None) is None
+
+
+def test_only_the_llm_of_typical_epsilon_and_eta_cells_gets_the_processor():
+    """Every other cell runs plain vLLM (and its default model runner): the processor is opt-in per LLM."""
+    from worker.core.contract import ModelSpec
+    from worker.core.engines import VllmEngine
+    from worker.engine.vllm.llm import llm_kwargs
+    from worker.engine.vllm.logitsprocs import PATH
+
+    model, engine = ModelSpec(path="/m"), VllmEngine(name="vllm")
+    assert "logits_processors" not in llm_kwargs(model, engine, "cuda")
+    assert llm_kwargs(model, engine, "cuda", filters=True)["logits_processors"] == [PATH]
+    assert llm_kwargs(model, engine, "cpu")["max_logprobs"] == -1  # the distribution check's full vocabulary

@@ -37,7 +37,7 @@ def token_agreement(a: list[GenerationRecord], b: list[GenerationRecord]) -> flo
 
 def gtest_p(results: list[Any]) -> float | None:
     """The distribution check's p-value of a cell's results (its lowest seed's), None where none ran."""
-    checks = [(r.job.seed, c) for r in results if (c := (r.engine or {}).get("distribution_check"))]
+    checks = [(r.job.seed, c) for r in results if "p_value" in (c := (r.engine or {}).get("distribution_check") or {})]
     return min(checks, key=lambda sc: sc[0])[1]["p_value"] if checks else None
 
 

@@ -135,7 +135,8 @@ def first_token_check(model_path: str, prompt: str, strategy: str, params: dict,
 
     params = get_strategy(strategy).validate(params)
     settings = sampling_settings(StrategySpec(name=strategy, params=params), GenerationSettings(max_new_tokens=1))
-    loaded = LLMCache().get(ModelSpec(path=model_path), VllmEngine(name="vllm", dtype="float32"), "cpu")
+    filters = strategy in ("typical", "epsilon", "eta")  # the LLM with decodebench's logits processor
+    loaded = LLMCache().get(ModelSpec(path=model_path), VllmEngine(name="vllm", dtype="float32"), "cpu", filters)
     outs = loaded.llm.generate(
         [prompt] * samples, [sampling_params(settings, s) for s in range(samples)], use_tqdm=False
     )

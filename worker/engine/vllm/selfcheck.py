@@ -44,9 +44,18 @@ def vllm_logits(llm, prompt: str, settings: dict[str, Any]) -> torch.Tensor:
 
 
 def distribution_check(job: JobSpec, llm, settings: dict[str, Any], draws: int = DRAWS) -> dict[str, Any] | None:
-    """The first-token G-test of `wanted` jobs, as recorded in result.json; None for the others."""
+    """The first-token G-test of `wanted` jobs, as recorded in result.json; None for the others. A check
+    this vLLM cannot run (its full-vocabulary log-probabilities refused) is recorded as such; the job's
+    generations stand."""
     if not wanted(job):
         return None
+    try:
+        return _check(job, llm, settings, draws)
+    except Exception as err:  # a check of the engine, never the job's failure
+        return {"error": f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"}
+
+
+def _check(job: JobSpec, llm, settings: dict[str, Any], draws: int) -> dict[str, Any]:
     prompt = job.prompts[0]
     first = {**settings, "max_tokens": 1, "min_tokens": 0, "stop": []}
     seeds = [generation_seed(job.seed, f"{prompt.id}#check{i}") for i in range(draws)]
