@@ -137,3 +137,20 @@ def test_a_worker_refuses_at_start_an_engine_its_environment_cannot_run(monkeypa
     assert r.output.startswith("error: engine vllm: vLLM is not installed in this environment; install it with")
     r = CliRunner().invoke(main, ["--device", "cpu", "--engine", "tgi"])
     assert r.exit_code == 2 and "tgi" in r.output
+
+
+def test_cluster_status_counts_a_pools_own_engines_queues():
+    from controller.ops.cluster import pool_from_deployment, pool_queues
+
+    deployment = {
+        "metadata": {
+            "name": "db-decodebench-worker-vllm",
+            "labels": {"decodebench.io/pool": "vllm"},
+            "annotations": {"decodebench.io/queues": "default", "decodebench.io/engine": "vllm"},
+        }
+    }
+    pool = pool_from_deployment(deployment)
+    assert pool.engine == "vllm" and pool_queues(pool.tenants, [], pool.engine) == keys.engine_queues("default", "vllm")
+    assert pool_queues(("*",), [OWN_Q, VLLM_Q, "other"], "vllm") == [VLLM_Q]
+    assert pool_queues(("*",), [OWN_Q, VLLM_Q], "decodebench") == [OWN_Q]
+    assert pool_from_deployment({"metadata": {"name": "old"}}).engine == "decodebench"  # charts before engines
