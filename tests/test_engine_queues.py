@@ -84,8 +84,10 @@ def test_a_mixed_sweep_puts_each_job_on_its_engines_queue_and_status_cancel_retr
     assert s.total("queued") == 4 and sum(c.endswith("::vllm") for c in s.cells) == 2
     assert sweepstate.cancel_sweep(conn, "default", out.sweep_id).cancelled == 4
     assert queued_jobs(conn, "default") == 0
+    for queue in (OWN_Q, VLLM_Q):  # each cancelled job in its own queue's registry
+        assert conn.zcard(keys.rq_registry_key("canceled", queue)) == 2, queue
     again = cq.retry(conn, store, "default", out.sweep_id, key=KEY)
-    assert len(again.enqueued) == 4
+    assert len(again.enqueued) == 4 and not conn.zcard(keys.rq_registry_key("canceled", VLLM_Q))
     assert conn.llen(keys.rq_queue_key(OWN_Q)) == conn.llen(keys.rq_queue_key(VLLM_Q)) == 2
 
 

@@ -264,17 +264,22 @@ def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
     ids = [i.decode() for i in _CANCEL_QUEUED(conn, [k["state"], k["counts"], k["cells"]])]
     for name in keys.tenant_queues(tenant):
         _DROP_FROM_QUEUE(conn, [keys.rq_queue_key(name), k["state"]])
-    named = (conn.hget(k["meta"], "queue") or b"").decode(errors="replace").split(",")  # a mixed sweep's are several
-    mine = [q.strip() for q in named if (p := keys.parse_queue_name(q.strip())) and p[0] == tenant]
-    qname = mine[0] if mine else keys.queue_name(tenant)  # the meta hash is the tenant's own: never trust it for a key
-    registry_key = keys.rq_registry_key("canceled", qname)
+    own, fallback = set(keys.tenant_queues(tenant)), keys.queue_name(tenant)
     expires = time.time() + keys.FAILURE_TTL  # as CanceledJobRegistry.add scores its entries
     for i in range(0, len(ids), CHUNK):
         part = ids[i : i + CHUNK]
         with conn.pipeline(transaction=False) as pipe:
             for job_id in part:
+                pipe.hget(keys.rq_job_key(tenant, job_id), "origin")
+            origins = [(o or b"").decode(errors="replace") for o in pipe.execute()]
+        by_queue: dict[str, dict[str, float]] = {}  # each job in its own queue's registry (engines differ)
+        for job_id, origin in zip(part, origins, strict=True):
+            by_queue.setdefault(origin if origin in own else fallback, {})[job_id] = expires
+        with conn.pipeline(transaction=False) as pipe:
+            for job_id in part:
                 pipe.hset(keys.rq_job_key(tenant, job_id), "status", RQStatus.CANCELED.value)
-            pipe.zadd(registry_key, {job_id: expires for job_id in part})
+            for queue, members in by_queue.items():
+                pipe.zadd(keys.rq_registry_key("canceled", queue), members)
             pipe.execute()
     stopping = []
     for raw in conn.zrange(keys.running(tenant), 0, -1):
