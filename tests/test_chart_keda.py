@@ -24,7 +24,7 @@ from rq import Queue
 from rq.registry import ScheduledJobRegistry, StartedJobRegistry
 
 from tests import test_tenants
-from tests.helpers_chart import VALUES_BY_NAME, find, render
+from tests.helpers_chart import VALUES_BY_NAME, find, render, render_notes
 from tests.test_tenants import KEDA_SCRIPT, as_user, submit_as
 from worker.core import keys
 
@@ -253,3 +253,28 @@ def test_kedas_own_script_as_the_keda_user_gives_the_counts_the_arithmetic_uses(
     assert evaluate(so["spec"]["advanced"]["scalingModifiers"]["formula"], metrics) == expected
     assert desired_replicas(so, counts, 0) == math.ceil(expected / 8)
     assert admin.acl_log() == []
+
+
+def test_each_pool_runs_one_engine_and_scales_on_its_engines_queues_only(tmp_path):
+    """A vLLM pool (`engine: vllm`) passes --engine vllm (DECODEBENCH_ENGINE), runs the vLLM image, and
+    counts decodebench.<tenant>.<priority>.vllm only; the own pool keeps the queue names it had."""
+    from tests.helpers_chart import env_of, workers
+
+    docs = render(VALUES_BY_NAME["vllm-pool"])
+    pools = workers(docs)
+    for pool, engine in (("own", "decodebench"), ("vllm", "vllm")):
+        deployment = pools[pool]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert env_of(container)["DECODEBENCH_ENGINE"]["value"] == engine
+        assert deployment["metadata"]["annotations"]["decodebench.io/engine"] == engine
+        assert ("decodebench-worker-vllm" in container["image"]) == (engine == "vllm")
+        (so,) = find(docs, "ScaledObject", deployment["metadata"]["name"])
+        lists = [t["metadata"]["listName"] for t in so["spec"]["triggers"]]
+        queues = {name.split(":", 2)[2] for name in lists}
+        assert {keys.queue_engine(q) for q in queues} == {engine}, queues
+    own, vllm = (find(docs, "ScaledObject", pools[p]["metadata"]["name"])[0] for p in ("own", "vllm"))
+    assert desired_replicas(vllm, {f"rq:queue:{keys.queue_name('team-a', 'normal', 'vllm')}": 20}, 0) == 2
+    assert desired_replicas(own, {f"rq:queue:{keys.queue_name('team-a', 'normal', 'vllm')}": 20}, 0) == 0
+    assert desired_replicas(vllm, {waiting("team-a", "normal"): 20}, 0) == 0
+    notes = render_notes(VALUES_BY_NAME["vllm-pool"], tmp_path=tmp_path)
+    assert "tenants: team-a, team-b\n" in notes and "tenants: team-a, engine: vllm\n" in notes

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 IMAGES = {"Dockerfile.worker": "decodebench-worker", "Dockerfile.controller": "decodebench"}
 PINNED = re.compile(r"^[\w./-]+:(?P<tag>[\w.-]+)@sha256:[0-9a-f]{64}$")
-# CUDA of torch's default Linux wheels on PyPI (from their metadata: torch 2.13.0 requires
-# cuda-toolkit==13.0.3). A torch bump must check this and the worker's CUDA base image together.
-PYPI_TORCH_CUDA = {"2.13": "13.0"}
+# CUDA of torch's default Linux wheels on PyPI (from their metadata: torch 2.13.0 and 2.14.0, vLLM
+# 0.33's, require cuda-toolkit==13.0.3). A torch bump must check this and the worker's CUDA base image together.
+PYPI_TORCH_CUDA = {"2.13": "13.0", "2.14": "13.0"}
 
 
 def parse(name: str) -> DockerfileParser:
@@ -332,3 +332,28 @@ def test_the_worker_image_carries_oci_labels():
         labels["org.opencontainers.image.licenses"]
         == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
     )
+
+
+VLLM_LOCK = ROOT / "requirements" / "worker-vllm.lock.txt"
+
+
+def test_the_vllm_worker_image_is_the_worker_dockerfile_with_vllms_lock_and_torch():
+    """docker/vllm.args builds the vLLM worker image (docs/deploy.md): the same stages and base, ENGINE=vllm
+    choosing requirements/worker-vllm.lock.txt, vLLM's torch before it; the lock pins vLLM, its transformers
+    within the worker extra, and every dependency of the project with hashes, torch's CUDA packages left out."""
+    args = variant_args(ROOT / "docker" / "vllm.args")
+    assert set(args) == {"ENGINE", "TORCH_VERSION", "TORCH_INDEX_URL"} and args["ENGINE"] == "vllm"
+    df = DockerfileParser(fileobj=io.BytesIO((ROOT / "Dockerfile.worker").read_bytes()), build_args=args)
+    assert df.parent_images == [arg_default(parse("Dockerfile.worker"), "CUDA_IMAGE")] * 2
+    assert any("worker-vllm.lock.txt" in c for c in instructions(df, "COPY"))
+    assert any("vllm) lock=worker-vllm" in r and "--require-hashes" in r for r in instructions(df, "RUN"))
+    base = re.match(r"^nvidia/cuda:(\d+\.\d+)\.", df.parent_images[-1])
+    assert base and base.group(1) == torch_cuda(args["TORCH_VERSION"], args["TORCH_INDEX_URL"])
+    pins = lock_pins(VLLM_LOCK)
+    assert pins["vllm"] == "0.33.0" and "torch" not in pins and not any(n.startswith("triton") for n in pins)
+    for req in (Requirement(r) for r in PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["worker"]):
+        name = req.name.lower().replace("_", "-")
+        if name != "torch":
+            assert name in pins, f"{req.name} is not in {VLLM_LOCK.name} (run scripts/lock-worker-vllm.sh)"
+            assert req.specifier.contains(pins[name], prereleases=True), f"{req}: locked {pins[name]}"
+    assert Requirement("torch>=2.3").specifier.contains(args["TORCH_VERSION"])  # the worker extra's torch

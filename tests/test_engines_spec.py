@@ -81,7 +81,7 @@ def test_bad_engine_input_is_one_line(engines, needle):
 
 @pytest.mark.parametrize(
     ("strategy", "params"),
-    [("typical", {}), ("epsilon", {}), ("eta", {}), ("contrastive", {}), ("diverse_beam", {})],
+    [("contrastive", {}), ("diverse_beam", {})],
 )
 def test_strategies_vllm_lacks_are_refused_by_name(strategy, params):
     s = spec(strategies=[{"name": strategy, "params": params}], engines=[{"name": "vllm"}])
@@ -132,6 +132,18 @@ def test_greedy_agreement_between_engines_per_cell():
     assert has_engines(rows) and not has_engines(rows[:1])
     add_agreement(rows, records)
     assert rows[1]["engine_agreement"] == 0.5 and "engine_agreement" not in rows[0]
+
+
+def test_the_distribution_checks_p_value_is_the_lowest_seeds_and_empty_without_one():
+    from types import SimpleNamespace
+
+    from controller.report.engines import gtest_p
+
+    def result(seed, check):
+        return SimpleNamespace(job=SimpleNamespace(seed=seed), engine={"distribution_check": check} if check else {})
+
+    assert gtest_p([result(2, {"p_value": 0.9}), result(1, {"p_value": 0.3}), result(0, None)]) == 0.3
+    assert gtest_p([result(1, None)]) is None and gtest_p([]) is None
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from controller.sweep.load import load_spec, parse_spec
 from controller.sweep.plan import plan
 from tests.services import SIGNING_KEY as KEY
 from worker import sweepstate
-from worker.core import keys, paths, rqadapter, signing
+from worker.core import keys, rqadapter, signing
 from worker.core.contract import JobStatus
 from worker.rq.reaper import Timing, reap
 from worker.store import FileStore
@@ -341,15 +341,3 @@ def test_bulk_enqueue_writes_the_jobs_rq_enqueue_many_writes(conn):
         assert getattr(a, attr) == getattr(b, attr), attr
     assert a.get_status() == b.get_status() == "queued" and ours_q.job_ids == [job.job_id]
     assert conn.sismember(Queue.redis_queues_keys, ours_q.key)
-
-
-def test_a_sweep_with_another_engine_is_refused_before_anything_is_enqueued(conn, store):
-    """No queue routes jobs to the workers of their engine yet (docs/engines.md): one line, nothing written."""
-    from worker.core.errors import UsageError
-
-    spec = parse_spec({**spec_dict(), "engines": [{"name": "decodebench"}, {"name": "vllm"}]})
-    with pytest.raises(UsageError, match="engine vllm: distributed mode runs the decodebench engine only"):
-        cq.submit(conn, store, spec, "default", key=KEY)
-    sweep_id = plan(spec)[0].sweep_id
-    assert rq_queue(conn).count == 0 and not sweepstate.sweep_meta(conn, "default", sweep_id)
-    assert not store.exists(paths.spec_key("default", sweep_id))

@@ -263,3 +263,17 @@ def test_an_unreachable_server_is_exit_1(tmp_path, tiny_model):
     result = CliRunner().invoke(cli, ["status", "abc", "--api", url], env=env)
     assert result.exit_code == 1
     assert result.output.startswith(f"error: cannot reach the submission server at {url}")
+
+
+def test_a_mixed_engine_sweep_through_the_server_lands_on_each_engines_queue(dep, tmp_path, tiny_model, redis_url):
+    engines = [{"name": "decodebench"}, {"name": "vllm", "dtype": "float32", "max_model_len": 256}]
+    result = cli_as(dep, "alice", "submit", str(write_spec(tmp_path, tiny_model, engines=engines)))
+    assert result.exit_code == 0, result.output
+    assert "decodebench.team-a.normal, decodebench.team-a.normal.vllm" in result.output
+    conn = redis.Redis.from_url(redis_url)
+    for queue in ("decodebench.team-a.normal", "decodebench.team-a.normal.vllm"):
+        ids = [i.decode() for i in conn.lrange(keys.rq_queue_key(queue), 0, -1)]
+        engines_of = {
+            json.loads(conn.hget(keys.rq_job_key("team-a", i), "meta"))["cell"].endswith("::vllm") for i in ids
+        }
+        assert len(ids) == 9 and engines_of == {queue.endswith(".vllm")}, queue  # greedy: one seed

@@ -20,7 +20,15 @@ from tests.services import PROMPTS, TINY_MODEL  # noqa: E402
 from worker.core.contract import StrategySpec  # noqa: E402
 from worker.core.errors import PermanentJobError  # noqa: E402
 from worker.engine.job import Runtime, run_job  # noqa: E402
-from worker.engine.vllm.agreement import filtered_probs, g_test, next_token_logits  # noqa: E402
+from worker.engine.vllm.agreement import (  # noqa: E402
+    filtered_probs,
+    g_test,
+    g_test_pairs,
+    next_token_logits,
+    second_token_probs,
+)
+from worker.engine.vllm.llm import LLMCache  # noqa: E402
+from worker.engine.vllm.logitsprocs import KINDS  # noqa: E402
 from worker.engine.vllm.params import sampling_params, sampling_settings  # noqa: E402
 from worker.engine.vllm.run import generate_job  # noqa: E402
 from worker.store import open_store  # noqa: E402
@@ -52,6 +60,13 @@ def jobs_of(strategies, prompts=HELD_OUT, engines=(ENGINE,), **generation):
         "engines": list(engines),
     }
     return plan(parse_spec(data))
+
+
+def llm_for(runtime, job, strategy: str):
+    """The runtime's LLM for `job`'s model and engine, with the logits processor where `strategy` needs it."""
+    if getattr(runtime, "vllm", None) is None:
+        runtime.vllm = LLMCache()
+    return runtime.vllm.get(job.model, job.engine, "cpu", filters=strategy in KINDS).llm
 
 
 def texts(job, runtime):
@@ -111,6 +126,9 @@ def test_stop_strings_cut_the_text_before_them(runtime):
         ("top_k", {"k": 5, "temperature": 0.8}),
         ("top_p", {"p": 0.8, "temperature": 1.0}),
         ("min_p", {"p": 0.1, "temperature": 1.0}),
+        ("typical", {"mass": 0.5, "temperature": 1.0}),  # decodebench's logits processor from here on
+        ("epsilon", {"epsilon": 0.02, "temperature": 0.9}),
+        ("eta", {"eta": 0.05, "temperature": 1.0}),
     ],
 )
 def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, params):
@@ -120,10 +138,7 @@ def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, 
     (job,) = jobs_of([{"name": "greedy"}])
     settings = sampling_settings(StrategySpec(name=strategy, params=params), job.generation)
     settings.update(max_tokens=1, min_tokens=0, stop=[])
-    llm = runtime.vllm.loaded.llm if getattr(runtime, "vllm", None) and runtime.vllm.loaded else None
-    if llm is None:
-        generate_job(job, runtime)
-        llm = runtime.vllm.loaded.llm
+    llm = llm_for(runtime, job, strategy)
     outs = llm.generate([prompt] * 2000, [sampling_params(settings, seed) for seed in range(2000)], use_tqdm=False)
     samples = [o.outputs[0].token_ids[0] for o in outs]
     exact = filtered_probs(next_token_logits(model, tok, prompt), strategy, params)
@@ -132,6 +147,29 @@ def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, 
     assert result.p_value > 1e-3, result
     wrong = filtered_probs(next_token_logits(model, tok, prompt), "sample", {"temperature": 2.0})
     assert g_test(samples, wrong).p_value < 1e-3  # the test can tell a wrong distribution apart
+    if strategy in ("typical", "epsilon", "eta"):  # ... and the filter from no filter at all
+        unfiltered = filtered_probs(next_token_logits(model, tok, prompt), "sample", params)
+        assert int((exact > 0).sum()) < int((unfiltered > 0).sum()) and g_test(samples, unfiltered).p_value < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params"), [("top_p", {"p": 0.8, "temperature": 1.0}), ("typical", {"mass": 0.5, "temperature": 1.0})]
+)
+def test_second_token_distribution_matches_the_definition(runtime, hf, strategy, params):
+    """2,000 pairs of first tokens from vLLM against P(t1) x P(t2 | t1) from the model's logits."""
+    model, tok = hf
+    prompt = HELD_OUT[1]["prompt"]
+    (job,) = jobs_of([{"name": "greedy"}])
+    settings = sampling_settings(StrategySpec(name=strategy, params=params), job.generation)
+    settings.update(max_tokens=2, min_tokens=2, stop=[], ignore_eos=True)
+    llm = llm_for(runtime, job, strategy)
+    outs = llm.generate([prompt] * 2000, [sampling_params(settings, seed) for seed in range(2000)], use_tqdm=False)
+    pairs = [tuple(o.outputs[0].token_ids[:2]) for o in outs]
+    joint = second_token_probs(model, tok, prompt, strategy, params)
+    result = g_test_pairs(pairs, joint)
+    assert result.outside_support == 0 and result.p_value > 1e-3, result
+    hotter = second_token_probs(model, tok, prompt, strategy, {**params, "temperature": 1.5})
+    assert g_test_pairs(pairs, hotter).p_value < 1e-3  # a wrong second step is told apart
 
 
 def test_beam_search_is_token_identical_to_transformers(runtime, hf):
@@ -152,9 +190,9 @@ def test_refused_and_bad_input_are_one_permanent_reason(runtime, tmp_path):
     (too_long,) = jobs_of([{"name": "greedy"}], engines=[{**ENGINE, "max_model_len": 1024}])
     with pytest.raises(PermanentJobError, match="max_model_len 1024 is beyond"):
         run_job(too_long, store=store, runtime=runtime)
-    (typical,) = jobs_of([{"name": "typical"}])
-    with pytest.raises(PermanentJobError, match="strategy typical on engine vllm"):
-        generate_job(typical, runtime)
+    (contrastive,) = jobs_of([{"name": "contrastive"}])
+    with pytest.raises(PermanentJobError, match="strategy contrastive on engine vllm"):
+        generate_job(contrastive, runtime)
 
 
 def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
@@ -183,6 +221,12 @@ def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
     top_p = next(c for c in rows if c.startswith("austen-tiny::top_p") and c.endswith("::vllm"))
     assert rows[top_p]["tokens_per_s"] > 0 and rows[top_p]["ttft_ms_p50"] > 0
     assert pd.isna(rows[top_p]["engine_agreement"])  # sampled: compared by distribution, not text
+    assert rows[top_p]["engine_gtest_p"] > 1e-3 and pd.isna(rows["austen-tiny::greedy::vllm"]["engine_gtest_p"])
+    results = load_sweep(store, "default", outcome.sweep_id).results
+    (check,) = [r.engine["distribution_check"] for r in results if r.job.cell == top_p]
+    assert (
+        check["draws"] == 1000 and check["outside_support"] == 0 and check["p_value"] == rows[top_p]["engine_gtest_p"]
+    )
 
 
 def test_a_model_vllm_cannot_load_is_one_permanent_reason(tmp_path):

@@ -293,7 +293,7 @@ def test_a_worker_with_a_tenants_file_serves_declared_tenants_only(conn, store, 
     a = submit_as(conn, store, "team-a", tiny_model, seeds=(1,), prompts=["A"])
     conn.sadd(keys.RQ_QUEUES, *[keys.rq_queue_key(f"decodebench.ghost{i}.normal") for i in range(2000)])
     worker = run_worker(conn, ["*"], tenants=tenants)
-    assert sorted(worker.queue_names()) == sorted(keys.tenant_queues("team-a")) and worker.tenants == ["team-a"]
+    assert sorted(worker.queue_names()) == sorted(keys.engine_queues("team-a")) and worker.tenants == ["team-a"]
     assert sweepstate.read_status(conn, "team-a", a.sweep_id).total("done") == 2
     assert conn.llen(keys.rq_queue_key(keys.queue_name("team-x"))) == len(x.enqueued) == 2  # never taken
     with pytest.raises(UsageError, match="tenant 'team-x' is not declared in the tenants file"):

@@ -124,6 +124,6 @@ def test_a_new_tenant_is_served_under_its_policy_and_the_running_job_runs_on(set
 def test_declared_queue_names_follow_the_file():
     two = parse_tenants({"tenants": [{"name": "team-a"}, {"name": "team-b"}]})
     names, undeclared = declared_queue_names(["*"], two)
-    assert names == keys.tenant_queues("team-a") + keys.tenant_queues("team-b") and undeclared == []
+    assert names == keys.engine_queues("team-a") + keys.engine_queues("team-b") and undeclared == []
     names, undeclared = declared_queue_names(["team-a,team-x", "decodebench.team-b.high"], two)
-    assert names == [*keys.tenant_queues("team-a"), "decodebench.team-b.high"] and undeclared == ["team-x"]
+    assert names == [*keys.engine_queues("team-a"), "decodebench.team-b.high"] and undeclared == ["team-x"]

@@ -2,6 +2,7 @@
 
     decodebench-worker --device cuda:0 --queues team-a --queues team-b   # tenants (all priorities)
     decodebench-worker --device cpu --queues '*' --burst                 # every tenant; exit when done
+    decodebench-worker --device cuda:0 --engine vllm --queues team-a     # team-a's vLLM jobs only
 
 Every option also reads its DECODEBENCH_* variable (`--help` lists them); see
 `worker.core.settings`.
@@ -17,6 +18,7 @@ import click
 import structlog
 
 from worker.core import settings, usage
+from worker.core.engines import ENGINE_NAMES, OWN_ENGINE, engine_unavailable
 from worker.core.errors import DecodebenchError, UsageError
 from worker.core.safetext import terminal
 
@@ -68,10 +70,21 @@ def pin_device(device: str | None):
     return runtime
 
 
+def check_start(device: str | None, engine: str) -> None:
+    """A missing or malformed device, or an engine this environment cannot run (vLLM not importable):
+    one line, exit 2, before the store, the device or Redis is touched."""
+    if not device:
+        raise UsageError("--device is required: cpu or cuda:N (or set DECODEBENCH_DEVICE)")
+    settings.parse_device(device)
+    if why := engine_unavailable(engine):
+        raise UsageError(why)
+
+
 def serve(
     *,
     device: str | None,
     queues: tuple[str, ...],
+    engine: str = OWN_ENGINE,
     burst: bool,
     max_jobs: int | None,
     redis_url: str,
@@ -92,9 +105,7 @@ def serve(
     from worker.rq.worker import DecodebenchWorker
     from worker.store import open_store
 
-    if not device:
-        raise UsageError("--device is required: cpu or cuda:N (or set DECODEBENCH_DEVICE)")
-    settings.parse_device(device)
+    check_start(device, engine)
     opened = open_store(store)  # a bad store URL fails here, not in the first job
     runtime = pin_device(device)
     conn = connect_patiently(redis_url)
@@ -104,13 +115,13 @@ def serve(
         raise ServiceError(f"Redis at {redact_url(redis_url)} is not reachable: {err}") from None
     timing = Timing.from_settings(heartbeat_ttl=heartbeat_ttl, reaper_interval=reaper_interval)
     bridge_rq_logging(log_level)
-    worker = _worker(DecodebenchWorker, list(queues), conn, opened, runtime, timing, stop_grace, name)
+    worker = _worker(DecodebenchWorker, list(queues), conn, opened, runtime, timing, stop_grace, name, engine)
     _log_start(worker, queues, opened.url, burst, timing)
     worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
     return 0
 
 
-def _worker(cls, queues: list[str], conn, store, runtime, timing, stop_grace: float | None, name: str | None):
+def _worker(cls, queues: list[str], conn, store, runtime, timing, stop_grace, name, engine: str):
     """The worker, given every setting it runs with from the settings table, here at the edge."""
     from worker.core.policy import Limits
     from worker.rq.sealed import signing_key
@@ -128,6 +139,7 @@ def _worker(cls, queues: list[str], conn, store, runtime, timing, stop_grace: fl
         key=signing_key(),
         limits=Limits.from_settings(),
         max_job_bytes=int(settings.get("max_job_mb")) * 2**20,
+        engine=engine,
     )
 
 
@@ -139,6 +151,7 @@ def _log_start(worker, queues: tuple[str, ...], store_url: str, burst: bool, tim
     log.info(
         "worker.start",
         name=worker.name,
+        engine=worker.engine,
         queues=worker.queue_names() or list(queues),
         store=store_url,
         burst=burst,
@@ -156,9 +169,10 @@ def _log_start(worker, queues: tuple[str, ...], store_url: str, burst: bool, tim
 @settings.option(
     "queues",
     multiple=True,
-    help="Tenants, queue names decodebench.<tenant>.<priority>, or '*' for every tenant; repeatable "
-    "or comma-separated.",
+    help="Tenants, queue names decodebench.<tenant>.<priority>[.<engine>], or '*' for every tenant; repeatable "
+    "or comma-separated. Only the queues of --engine.",
 )
+@settings.option("engine", type=click.Choice(ENGINE_NAMES))
 @click.option("--burst", is_flag=True, help="Exit once no job of the queues is queued, running or waiting to retry.")
 @click.option("--max-jobs", type=int, default=None, help="Exit after this many jobs.")
 @settings.option("redis_url")

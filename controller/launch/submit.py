@@ -1,6 +1,7 @@
 """Submitting a sweep to RQ: plan it, store its spec, enqueue its jobs (and retry failed ones).
 
-Jobs are genuine RQ jobs on queues `decodebench.<tenant>.<priority>`, serialised as
+Jobs are genuine RQ jobs on queues `decodebench.<tenant>.<priority>` (another engine's on
+`decodebench.<tenant>.<priority>.<engine>`, which only that engine's workers take), serialised as
 JSON, calling `worker.rq.task.run_queued_job(job_spec_dict)` (`keys.RQ_FUNCTION`). The
 sweep's job states are recorded through `worker.sweepstate`, in the same pipeline as
 the enqueue, so `decodebench status` reads a few counters whatever the sweep's size.
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from worker import sweepstate
 from worker.core import keys, settings, signing
 from worker.core.contract import JobSpec, JobStatus
-from worker.core.engines import engine_label
+from worker.core.engines import ENGINE_NAMES, engine_name
 from worker.core.errors import UsageError
 from worker.sweepstate.transitions import CHUNK
 
@@ -120,14 +121,17 @@ def _drop_from_registries(pipe, tenant: str, job_ids: list[str]) -> None:
 
 
 def check_routable(jobs: list[JobSpec]) -> None:
-    """No queue routes a job to the workers of its engine yet (docs/engines.md): a sweep with another engine
-    than the own one is refused in one line before anything is written."""
-    other = next((j.engine for j in jobs if j.engine is not None), None)
-    if other is not None:
-        raise UsageError(
-            f"engine {engine_label(other)}: distributed mode runs the decodebench engine only for now; "
-            "run this sweep locally where vLLM is installed (.venv-vllm/bin/decodebench run)"
-        )
+    """Every job's engine has its queues and workers (worker.core.keys); anything else is refused in one
+    line before anything is written (the spec's validation already refuses unknown engines)."""
+    unknown = next((name for j in jobs if (name := engine_name(j.engine)) not in ENGINE_NAMES), None)
+    if unknown is not None:
+        raise UsageError(f"engine {unknown}: no queue routes to it; use one of {', '.join(ENGINE_NAMES)}")
+
+
+def job_queues(jobs: list[JobSpec], tenant: str, priority: str) -> dict[str, str]:
+    """engine -> the queue its jobs go to (the own engine's first)."""
+    used = {engine_name(j.engine) for j in jobs}
+    return {e: keys.queue_name(tenant, priority, e) for e in ENGINE_NAMES if e in used}
 
 
 def enqueue_jobs(
@@ -153,7 +157,8 @@ def enqueue_jobs(
 
     check_routable(jobs)
     sweep_id = jobs[0].sweep_id
-    qname = keys.queue_name(tenant, priority)
+    qnames = job_queues(jobs, tenant, priority)
+    qname = ", ".join(qnames.values())
     out = SubmitOutcome(sweep_id, qname, len(jobs))
     meta = sweepstate.sweep_meta(conn, tenant, sweep_id)
     out.new, out.cancelled = not meta, bool(meta.get("cancelled"))
@@ -163,7 +168,6 @@ def enqueue_jobs(
     if admit is not None:
         admit([job for job, _ in todo])
     retry_from = [j.job_id for j, s in todo if s in (JobStatus.FAILED, JobStatus.CANCELLED)]
-    queue = rqadapter.tenant_queue(conn, qname, tenant)
     sweepstate.prune_expired_sweeps(conn, tenant)
     with conn.pipeline(transaction=False) as pipe:
         sweepstate.register_sweep(
@@ -184,7 +188,9 @@ def enqueue_jobs(
         _drop_from_registries(pipe, tenant, retry_from)
         sweepstate.forget_losses(pipe, tenant, retry_from)
         pipe.execute()
-    out.enqueued = _enqueue(conn, queue, todo, retry_policy(retries), key)
+    for engine, name in qnames.items():  # each engine's jobs on its own queue
+        mine = [(job, state) for job, state in todo if engine_name(job.engine) == engine]
+        out.enqueued += _enqueue(conn, rqadapter.tenant_queue(conn, name, tenant), mine, retry_policy(retries), key)
     sweepstate.expire_sweep(conn, tenant, sweep_id, int(settings.get("sweep_ttl_days") * 86400))
     return out
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from worker.core import keys, settings
+from worker.core.engines import OWN_ENGINE
 from worker.core.errors import ServiceError, UsageError
 from worker.core.redisconn import open_redis, redact_url
 
@@ -19,6 +20,7 @@ POOL_LABEL = "decodebench.io/pool"
 QUEUES_ANNOTATION = "decodebench.io/queues"
 GPUS_ANNOTATION = "decodebench.io/gpus-per-pod"
 AUTOSCALING_ANNOTATION = "decodebench.io/autoscaling"
+ENGINE_ANNOTATION = "decodebench.io/engine"
 WORKER_SELECTOR = "app.kubernetes.io/name=decodebench,app.kubernetes.io/component=worker"
 RELEASE_LABEL = "app.kubernetes.io/instance"
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -35,6 +37,7 @@ class Pool:
     gpus_per_pod: int
     tenants: tuple[str, ...]
     autoscaled: bool
+    engine: str = OWN_ENGINE  # the engine its workers run: they take only its queues
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ def pool_from_deployment(obj: dict) -> Pool:
         gpus_per_pod=int(notes.get(GPUS_ANNOTATION, "0") or 0),
         tenants=tenants or ("*",),
         autoscaled=notes.get(AUTOSCALING_ANNOTATION) == "keda",
+        engine=notes.get(ENGINE_ANNOTATION) or OWN_ENGINE,
     )
 
 
@@ -115,11 +119,11 @@ def pod_from_object(obj: dict) -> Pod:
     )
 
 
-def pool_queues(tenants: tuple[str, ...], known: list[str]) -> list[str]:
-    """The RQ queues a pool serves: its tenants' queues, or every decodebench queue for '*'."""
+def pool_queues(tenants: tuple[str, ...], known: list[str], engine: str = OWN_ENGINE) -> list[str]:
+    """The RQ queues a pool serves: its tenants' queues of its engine, or every such queue for '*'."""
     if "*" in tenants:
-        return sorted(q for q in known if keys.parse_queue_name(q))
-    return [q for t in tenants for q in keys.tenant_queues(t)]
+        return sorted(q for q in known if keys.queue_engine(q) == engine)
+    return [q for t in tenants for q in keys.engine_queues(t, engine)]
 
 
 def pod_hostname(pod_name: str) -> str:
@@ -133,7 +137,7 @@ def summarise(pools: list[Pool], pods: list[Pod], stats: QueueStats | None) -> l
         mine = [p for p in pods if p.pool == pool.name and p.release == pool.release]
         row = PoolStatus(pool=pool, pods=sorted(mine, key=lambda p: p.name))
         if stats is not None:
-            row.queues = pool_queues(pool.tenants, list(stats.depth))
+            row.queues = pool_queues(pool.tenants, list(stats.depth), pool.engine)
             row.queued = sum(stats.depth.get(q, 0) for q in row.queues)
             hosts = {pod_hostname(p.name) for p in mine}
             states = [state for host, state in stats.workers if host in hosts]

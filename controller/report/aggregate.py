@@ -23,12 +23,11 @@ from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, cell_records, map_cells, pair_memo, score
-from controller.report.engines import AGREEMENT_COLUMN, ENGINE_COLUMN, add_agreement, agreement_cells, has_engines
+from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
 from controller.report.intervals import CI_LEVEL, cell_rng
 from controller.report.paired import compare_cells, comparison_columns, is_comparison_column
 from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
-from worker.core.engines import engine_label
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
 from worker.store import Store
@@ -244,7 +243,7 @@ def _tasks(data: SweepData, store_url: str | None, settings: Settings) -> list[C
             **speed_spread(results, n_boot=settings.n_boot, seed=settings.seed),
             "n_jobs": len(results),
             "cell": cell,
-            ENGINE_COLUMN: engine_label(job.engine),
+            **engine_row(job, results),
         }
         records = records_by_cell.get(cell, []) if records_by_cell is not None else None
         where = (store_url, data.tenant, data.sweep_id) if store_url else None
@@ -377,7 +376,7 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
         + SPREAD_COLUMNS
     )
     if engines:  # only where another engine ran: every other report keeps its columns
-        columns = columns[:3] + [ENGINE_COLUMN] + columns[3:] + [AGREEMENT_COLUMN]
+        columns = columns[:3] + [ENGINE_COLUMN] + columns[3:] + TRAILING
     if with_ci:
         columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
         columns += comparison_columns(QUALITY_COLUMNS + extra_metrics)

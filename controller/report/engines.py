@@ -4,7 +4,10 @@ than the own one, so that every other sweep's report keeps its columns.
 - `engine`: the cell's engine label (decodebench, vllm, ...);
 - `engine_agreement`: for a deterministic strategy (greedy, beam) on another engine, the fraction of
   generations whose tokens equal the own engine's for the same model, variant, prompt and seed.
-  Sampled strategies are compared by distribution, not text (`worker.engine.vllm.agreement`): empty here.
+  Sampled strategies are compared by distribution, not text (`worker.engine.vllm.agreement`): empty here;
+- `engine_gtest_p`: for a sampled strategy on vLLM, the p-value of the G-test its worker ran (the first
+  token of the first prompt against the strategy's definition on vLLM's logits, result.json's
+  `engine.distribution_check`; the lowest seed's): uniform on [0, 1] when vLLM samples by the definition.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from worker.core.contract import GenerationRecord
-from worker.core.engines import OWN_ENGINE
+from worker.core.engines import OWN_ENGINE, engine_label
 from worker.strategies import get_strategy
 
 ENGINE_COLUMN = "engine"
 AGREEMENT_COLUMN = "engine_agreement"
+GTEST_COLUMN = "engine_gtest_p"
+TRAILING = [AGREEMENT_COLUMN, GTEST_COLUMN]  # after the summary's other columns
 
 
 def has_engines(rows: list[dict[str, Any]]) -> bool:
@@ -28,6 +33,17 @@ def token_agreement(a: list[GenerationRecord], b: list[GenerationRecord]) -> flo
     theirs = {(g.prompt_id, g.job_seed): g.token_ids for g in b}
     pairs = [(g.token_ids, theirs[(g.prompt_id, g.job_seed)]) for g in a if (g.prompt_id, g.job_seed) in theirs]
     return sum(x == y for x, y in pairs) / len(pairs) if pairs else None
+
+
+def gtest_p(results: list[Any]) -> float | None:
+    """The distribution check's p-value of a cell's results (its lowest seed's), None where none ran."""
+    checks = [(r.job.seed, c) for r in results if "p_value" in (c := (r.engine or {}).get("distribution_check") or {})]
+    return min(checks, key=lambda sc: sc[0])[1]["p_value"] if checks else None
+
+
+def engine_row(job: Any, results: list[Any]) -> dict[str, Any]:
+    """A cell's engine columns known from its results: its engine's label and the distribution check."""
+    return {ENGINE_COLUMN: engine_label(job.engine), GTEST_COLUMN: gtest_p(results)}
 
 
 def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:

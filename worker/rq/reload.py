@@ -25,6 +25,7 @@ from pathlib import Path
 import structlog
 
 from worker.core import keys
+from worker.core.engines import OWN_ENGINE
 from worker.core.errors import UsageError
 from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.queues import _selected
@@ -60,23 +61,25 @@ class TenantsReload:
         return self.loaded
 
 
-def declared_queue_names(selectors: list[str], tenants: TenantsFile) -> tuple[list[str], list[str]]:
-    """(queue names the selectors give under `tenants`, tenants named but not declared)."""
+def declared_queue_names(
+    selectors: list[str], tenants: TenantsFile, engine: str = OWN_ENGINE
+) -> tuple[list[str], list[str]]:
+    """(queue names of `engine` the selectors give under `tenants`, tenants named but not declared)."""
     declared = [t.name for t in tenants.tenants]
     names: list[str] = []
     for selector in selectors:
         for part in (p.strip() for p in selector.split(",")):
             if part == "*":
-                names += [q for t in declared for q in keys.tenant_queues(t)]
+                names += [q for t in declared for q in keys.engine_queues(t, engine)]
             elif part:
-                names += _selected(part)
+                names += _selected(part, engine)
     undeclared = sorted({t for n in names if (t := keys.parse_queue_name(n)[0]) not in declared})
     return [n for n in dict.fromkeys(names) if keys.parse_queue_name(n)[0] in declared], undeclared
 
 
 def apply(worker, tenants: TenantsFile) -> None:
     """Make `worker` (a DecodebenchWorker) serve under `tenants` from its next dequeue on."""
-    names, undeclared = declared_queue_names(worker.selectors, tenants)
+    names, undeclared = declared_queue_names(worker.selectors, tenants, worker.engine)
     if undeclared:
         log.warning("worker.tenants_undeclared", tenants=undeclared, then="their queues are not served")
     before = {q.name for q in worker.queues}

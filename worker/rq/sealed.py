@@ -91,7 +91,7 @@ class SealedJob(Job):
         self.worker_name = _text(obj.get("worker_name"))
         self.description = _text(obj.get("description"), MAX_DESCRIPTION)
         origin, own = _text(obj.get("origin")) or "", keys.tenant_queues(self.tenant) if self.tenant else [""]
-        self.origin = origin if origin in own else own[len(own) // 2]  # the tenant's normal queue
+        self.origin = origin if origin in own else (keys.queue_name(self.tenant) if self.tenant else "")
         try:
             self._status = JobStatus(_text(obj.get("status")) or JobStatus.CREATED)
         except ValueError:

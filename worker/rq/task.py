@@ -20,6 +20,7 @@ import structlog
 from worker import sweepstate
 from worker.core import keys, rqadapter
 from worker.core.contract import JobSpec, JobStatus
+from worker.core.engines import OWN_ENGINE, engine_name
 from worker.core.errors import DecodebenchError, PermanentJobError, UsageError, short, shown
 from worker.core.policy import Limits, job_refusal
 
@@ -79,9 +80,10 @@ def job_ids(job) -> tuple[str, str, str, str] | None:
     return ids if ids and all(isinstance(i, str) for i in ids) else None  # type: ignore[return-value]
 
 
-def refusal(job, tenant: str, tenants, limits: Limits) -> str | None:
+def refusal(job, tenant: str, tenants, limits: Limits, engine: str = OWN_ENGINE) -> str | None:
     """Why a job taken from `tenant`'s queue must not run (its payload, signed, is still the tenant's
-    word); `tenants` is the tenants file (None: a single team), `limits` the per-job caps."""
+    word); `tenants` is the tenants file (None: a single team), `limits` the per-job caps, `engine` the
+    one engine this worker runs (a job of another engine is never run here as something else)."""
     policy = tenants.get(tenant) if tenants is not None else None
     if tenants is not None and policy is None:
         return f"refused: tenant {tenant} is not declared in the tenants file"
@@ -103,6 +105,8 @@ def refusal(job, tenant: str, tenants, limits: Limits) -> str | None:
         job_spec = JobSpec.model_validate(spec)
     except ValueError:  # pydantic's ValidationError: run_queued_job fails it with the field's reason
         return None
+    if (wanted := engine_name(job_spec.engine)) != engine:
+        return f"refused: a job of engine {wanted} taken by a worker of engine {engine} (queue {short(job.origin)})"
     return job_refusal(job_spec, policy, limits)
 
 

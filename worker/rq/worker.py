@@ -1,25 +1,24 @@
-"""The RQ worker of decodebench: one process, one pinned device, jobs run in-process.
+"""The RQ worker of decodebench: one process, one pinned device, one engine, jobs run in-process.
 
 `DecodebenchWorker` is RQ's `SimpleWorker` (no fork: CUDA is initialised once and the
 model cache survives across jobs) plus what a fork-less worker lacks:
 
-- a heartbeat thread that keeps RQ's worker/execution/job heartbeats and decodebench's
-  own per-job deadline fresh while a job runs, with a short TTL, and runs the reaper
-  (`worker.rq.reaper.reap`) and due retries on a timer, busy or idle;
-- the job runs with the worker's own store and runtime, lent to `run_queued_job` for the
-  duration of the job (`worker.rq.task.lend`);
-- weighted fair share across tenants (`worker.rq.fair`: stride scheduling by the tenants
-  file's weights), high before normal before low inside a tenant, a tenant's `max_running`
-  held across workers (`worker.sweepstate.slots`); a job id taken twice runs once;
-- a job is run only if its payload carries the submission server's signature for its tenant
-  and id (checked before a byte is inflated, inflated under DECODEBENCH_MAX_JOB_MB), calls
-  decodebench's task for the tenant of the queue it came from, and passes the tenant's policy
-  and the per-job limits (`worker.core.policy`); nothing else of the job hash is obeyed
-  (`worker.rq.sealed`); with a tenants file, only declared tenants are served, and a
-  changed file is taken between jobs (`worker.rq.reload`);
-- SIGTERM: an idle worker exits at once, with a final `worker.stopped` line (`worker.rq.stopping`);
-  a busy one finishes the current job (within `stop_grace`, default its own timeout), else
-  interrupt it and requeue it at the front; a second SIGTERM requeues at once;
+- a heartbeat thread that keeps RQ's worker/execution/job heartbeats and decodebench's own per-job
+  deadline fresh while a job runs, with a short TTL, and runs the reaper (`worker.rq.reaper.reap`) and
+  due retries on a timer, busy or idle;
+- the job runs with the worker's own store and runtime, lent to `run_queued_job` (`worker.rq.task.lend`);
+- weighted fair share across tenants (`worker.rq.fair`: stride scheduling by the tenants file's
+  weights), high before normal before low inside a tenant, a tenant's `max_running` held across
+  workers (`worker.sweepstate.slots`); a job id taken twice runs once;
+- it takes only its engine's queues (`worker.core.keys`), and a job of another engine fails for good;
+- a job is run only if its payload carries the submission server's signature for its tenant and id
+  (checked before a byte is inflated, inflated under DECODEBENCH_MAX_JOB_MB), calls decodebench's task
+  for the tenant of the queue it came from, and passes the tenant's policy and the per-job limits
+  (`worker.core.policy`); nothing else of the job hash is obeyed (`worker.rq.sealed`); with a tenants
+  file, only declared tenants are served, and a changed file is taken between jobs (`worker.rq.reload`);
+- SIGTERM: an idle worker exits at once, with a final `worker.stopped` line (`worker.rq.stopping`); a busy
+  one finishes the current job (within `stop_grace`, default its own timeout), else interrupt it and
+  requeue it at the front; a second SIGTERM requeues at once;
 - cancel: a cancelled sweep's running job, or an RQ stop-job command, interrupts it."""
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from rq.worker import WorkerStatus
 
 from worker import sweepstate
 from worker.core import keys, rqadapter, settings
+from worker.core.engines import OWN_ENGINE
 from worker.core.errors import PermanentJobError, UsageError
 from worker.core.policy import Limits
 from worker.core.rqadapter import SERIALIZER, DeserializationError, Status
@@ -79,11 +79,13 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         key: bytes | None = None,
         limits: Limits | None = None,
         max_job_bytes: int | None = None,
+        engine: str = OWN_ENGINE,
         **kwargs,
     ) -> None:
         """`store`, `runtime` (worker.engine.job.Runtime): lent to every job. `tenants` (weights, quotas,
         models), or `tenants_file`, watched; neither: every tenant. `heartbeat_file`: touched every beat.
-        `key`, `limits`, `max_job_bytes`: signatures, per-job cost, payload size (settings' if None)."""
+        `key`, `limits`, `max_job_bytes`: signatures, per-job cost, payload size (settings' if None).
+        `engine`: the one engine the worker runs, whose queues alone it takes."""
         self.signing_key = key or signing_key()
         self.limits = limits or Limits.from_settings()
         self.max_job_bytes = max_job_bytes or int(settings.get("max_job_mb")) * 2**20
@@ -95,9 +97,9 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         self.fair = FairShare(weights=weights or {})
         self.lent = Lent(store=store, runtime=runtime)
         device = str(runtime.device)
-        self.stop_grace = stop_grace
-        self.selectors = selectors
-        names, self.wildcard = resolve_queue_names(connection, selectors, None if weights is None else list(weights))
+        self.stop_grace, self.selectors, self.engine = stop_grace, selectors, engine
+        declared = None if weights is None else list(weights)
+        names, self.wildcard = resolve_queue_names(connection, selectors, declared, engine)
         if not names and not self.wildcard:
             raise UsageError("--queues: no queue given")
         host = socket.gethostname().split(".")[0]
@@ -141,7 +143,8 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
                 )
                 self.fair.add(tenant)
         self.queues = [by_name[n] for n in sorted(by_name)]
-        rqadapter.set_dequeue_order(self, [by_name[n] for n in fair_order(list(by_name), self.fair.order())])
+        order = fair_order(list(by_name), self.fair.order(), self.engine)
+        rqadapter.set_dequeue_order(self, [by_name[n] for n in order])
 
     def reorder_queues(self, reference_queue: Queue) -> None:
         """After a dequeue from tenant T: charge T, and the tenants tried before it had nothing."""
@@ -155,7 +158,7 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         if not self.wildcard:
             return
         known = {q.name for q in self.queues}
-        found = [n for n in discover_queue_names(self.connection) if n not in known]
+        found = [n for n in discover_queue_names(self.connection, self.engine) if n not in known]
         if found:
             self._set_queues([*known, *found])
             self.connection.hset(self.key, "queues", ",".join(self.queue_names()))
@@ -223,7 +226,7 @@ class DecodebenchWorker(StopPromptly, SimpleWorker):
         tenant = queue.tenant
         self.lent.tenant = tenant
         why = sealed_refusal(job, self.signing_key, self.max_job_bytes) or refusal(
-            job, tenant, self.tenant_file, self.limits
+            job, tenant, self.tenant_file, self.limits, self.engine
         )
         if why:
             log.warning("job.refused", job_id=job.id, tenant=tenant, reason=why)

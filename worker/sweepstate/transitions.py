@@ -264,13 +264,16 @@ def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
     ids = [i.decode() for i in _CANCEL_QUEUED(conn, [k["state"], k["counts"], k["cells"]])]
     for name in keys.tenant_queues(tenant):
         _DROP_FROM_QUEUE(conn, [keys.rq_queue_key(name), k["state"]])
-    qname = (conn.hget(k["meta"], "queue") or keys.queue_name(tenant).encode()).decode()
-    if keys.parse_queue_name(qname) is None or keys.parse_queue_name(qname)[0] != tenant:
-        qname = keys.queue_name(tenant)  # the meta hash is the tenant's own: never trust it for a key
+    own, fallback = set(keys.tenant_queues(tenant)), keys.queue_name(tenant)
     at = time.time()
     for i in range(0, len(ids), CHUNK):
+        part = ids[i : i + CHUNK]
+        by_queue: dict[str, list[str]] = {}  # each job in its own queue's registry (engines differ)
+        for job_id, origin in zip(part, rqadapter.job_origins(conn, tenant, part), strict=True):
+            by_queue.setdefault(origin if origin in own else fallback, []).append(job_id)
         with conn.pipeline(transaction=False) as pipe:
-            rqadapter.mark_canceled(pipe, tenant, qname, ids[i : i + CHUNK], keys.FAILURE_TTL, at)
+            for queue, members in by_queue.items():
+                rqadapter.mark_canceled(pipe, tenant, queue, members, keys.FAILURE_TTL, at)
             pipe.execute()
     stopping = []
     for raw in conn.zrange(keys.running(tenant), 0, -1):

@@ -405,8 +405,8 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- $_ := set $merged $key $value }}
 {{- end }}
 {{- end }}
-{{- /* A pool's image keys left empty fall back to worker.image. */}}
-{{- $image := deepCopy $.Values.worker.image }}
+{{- /* A pool's image keys left empty fall back to worker.image (worker.vllmImage for a vLLM pool). */}}
+{{- $image := deepCopy (ternary $.Values.worker.vllmImage $.Values.worker.image (eq $merged.engine "vllm")) }}
 {{- range $k, $v := $merged.image }}{{ if $v }}{{ $_ := set $image $k $v }}{{ end }}{{ end }}
 {{- $_ := set $merged "image" $image }}
 {{- /* A CPU pool carries no GPU toleration: it must not land on (and hold) a GPU node. */}}
@@ -416,6 +416,8 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- $_ := set $merged "tolerations" $tolerations }}
 {{- end }}
 {{- $_ := set $merged "mig" (hasPrefix "nvidia.com/mig-" $merged.gpuResource) }}
+{{- /* The suffix of the pool's RQ queue names: none for the own engine, .<engine> for another (worker/core/keys.py). */}}
+{{- $_ := set $merged "queueSuffix" (ternary "" (printf ".%s" $merged.engine) (eq $merged.engine "decodebench")) }}
 {{- $_ := set $merged "index" $i }}
 {{- $_ := set $merged "deployment" (include "decodebench.componentName" (dict "root" $ "suffix" (printf "worker-%s" $pool.name))) }}
 {{- $pools = append $pools $merged }}

@@ -2,9 +2,12 @@
 
 Sampled texts differ between engines (each draws its random numbers its own way), so the check is
 on distributions: `exact_next_token_probs` is the strategy's next-token distribution computed
-from the model's logits in float64 by its definition (temperature, then top-k / top-p / min-p),
+from the model's logits in float64 by its definition (temperature, then top-k / top-p / min-p /
+typical / epsilon / eta),
 `g_test` compares an engine's sampled counts against it (the G statistic, likelihood-ratio χ²,
-with cells of expected count below 5 pooled) and gives the p-value. A correct engine gives
+with cells of expected count below 5 pooled) and gives the p-value. `second_token_probs` is the exact
+joint distribution of the first two tokens (each first token's continuation filtered by the same
+definition), and `g_test_pairs` the same test over pairs. A correct engine gives
 p-values spread uniformly on [0, 1]; a wrong filter gives p ≈ 0 for enough samples.
 """
 
@@ -45,8 +48,28 @@ def filtered_probs(logits: torch.Tensor, strategy: str, params: dict) -> torch.T
         keep[order[before < params["p"]]] = True
     elif strategy == "min_p":
         keep = probs >= params["p"] * probs.max()
+    elif strategy in ("typical", "epsilon", "eta"):
+        keep = _truncation_keep(probs, strategy, params)
     probs = torch.where(keep, probs, torch.zeros_like(probs))
     return probs / probs.sum()
+
+
+def _truncation_keep(probs: torch.Tensor, strategy: str, params: dict) -> torch.Tensor:
+    """The tokens typical, epsilon and eta sampling keep (Meister et al. 2023; Hewitt et al. 2022), with
+    transformers' conventions: the most likely token always stays, and typical sampling keeps the tokens
+    closest to the entropy until their mass reaches `mass`, the one that reaches it (and its ties) included."""
+    entropy = -(probs * torch.log(probs)).nansum()
+    if strategy == "typical":
+        surprise = torch.abs(-torch.log(probs) - entropy)
+        order = torch.argsort(surprise, stable=True)
+        reached = int((torch.cumsum(probs[order], 0) < params["mass"]).sum())
+        return surprise <= surprise[order[min(reached, probs.numel() - 1)]]
+    cutoff = (
+        params["epsilon"]
+        if strategy == "epsilon"
+        else min(params["eta"], math.sqrt(params["eta"]) * math.exp(-entropy))
+    )
+    return (probs >= cutoff) | (probs == probs.max())
 
 
 def g_test(samples: list[int], probs: torch.Tensor, min_expected: float = 5.0) -> GTest:
@@ -76,6 +99,30 @@ def next_token_logits(model, tokenizer, prompt: str) -> torch.Tensor:
         return model(input_ids=ids).logits[0, -1]
 
 
+def second_token_probs(model, tokenizer, prompt: str, strategy: str, params: dict) -> dict[tuple[int, int], float]:
+    """The exact joint distribution of the first two tokens, P(t1) x P(t2 | t1), over every first token the
+    strategy can draw: one batched forward pass of the prompt followed by each of them (float64 filters)."""
+    first = filtered_probs(next_token_logits(model, tokenizer, prompt), strategy, params)
+    support = torch.nonzero(first > 0).flatten()
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    batch = torch.cat([ids.repeat(len(support), 1), support[:, None]], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=batch).logits[:, -1]
+    joint: dict[tuple[int, int], float] = {}
+    for t1, row in zip(support.tolist(), logits, strict=True):
+        second = filtered_probs(row, strategy, params)
+        for t2 in torch.nonzero(second > 0).flatten().tolist():
+            joint[(t1, t2)] = float(first[t1] * second[t2])
+    return joint
+
+
+def g_test_pairs(samples: list[tuple[int, int]], joint: dict[tuple[int, int], float]) -> GTest:
+    """`g_test` over pairs of tokens: each pair of the support one cell (a pair outside it: outside support)."""
+    index = {pair: i for i, pair in enumerate(joint)}
+    probs = torch.tensor([*joint.values(), 0.0], dtype=torch.float64)
+    return g_test([index.get(pair, len(joint)) for pair in samples], probs)
+
+
 def first_token_check(model_path: str, prompt: str, strategy: str, params: dict, samples: int = 2000) -> GTest:
     """vLLM's first tokens (one seed per draw) against the exact distribution from transformers' logits."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -88,7 +135,8 @@ def first_token_check(model_path: str, prompt: str, strategy: str, params: dict,
 
     params = get_strategy(strategy).validate(params)
     settings = sampling_settings(StrategySpec(name=strategy, params=params), GenerationSettings(max_new_tokens=1))
-    loaded = LLMCache().get(ModelSpec(path=model_path), VllmEngine(name="vllm", dtype="float32"), "cpu")
+    filters = strategy in ("typical", "epsilon", "eta")  # the LLM with decodebench's logits processor
+    loaded = LLMCache().get(ModelSpec(path=model_path), VllmEngine(name="vllm", dtype="float32"), "cpu", filters)
     outs = loaded.llm.generate(
         [prompt] * samples, [sampling_params(settings, s) for s in range(samples)], use_tqdm=False
     )

@@ -19,6 +19,8 @@ from worker.core.contract import ModelSpec
 from worker.core.engines import VLLM_INSTALL, VllmEngine
 from worker.core.errors import PermanentJobError
 from worker.core.policy import model_positions
+from worker.engine.vllm.logitsprocs import PATH as PROCESSOR_PATH
+from worker.engine.vllm.logitsprocs import processor_class
 
 
 @dataclass
@@ -29,8 +31,9 @@ class LoadedLLM:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def llm_kwargs(model: ModelSpec, engine: VllmEngine, device_type: str) -> dict[str, Any]:
-    """`vllm.LLM`'s keyword arguments for this model and engine entry (pure)."""
+def llm_kwargs(model: ModelSpec, engine: VllmEngine, device_type: str, filters: bool = False) -> dict[str, Any]:
+    """`vllm.LLM`'s keyword arguments for this model and engine entry (pure); `filters`: with the logits
+    processor of typical, epsilon and eta (only their cells' LLM has it: every other cell runs plain vLLM)."""
     dtype = engine.dtype if engine.dtype != "auto" else model.dtype
     kwargs: dict[str, Any] = {
         "model": model.path,
@@ -39,10 +42,13 @@ def llm_kwargs(model: ModelSpec, engine: VllmEngine, device_type: str) -> dict[s
         "dtype": dtype,
         "trust_remote_code": model.trust_remote_code,
         "disable_log_stats": False,  # per-request metrics (arrival, first token, finish) in RequestOutput
+        "max_logprobs": -1,  # the distribution check reads the whole vocabulary's (worker.engine.vllm.selfcheck)
         **engine.llm_kwargs(),
     }
     if device_type != "cuda":
         kwargs.pop("gpu_memory_utilization", None)
+    if filters:
+        kwargs["logits_processors"] = [PROCESSOR_PATH]
     return kwargs
 
 
@@ -66,14 +72,26 @@ def _check_positions(model: ModelSpec, engine: VllmEngine) -> None:
 # On the CPU, vLLM otherwise reserves gpu_memory_utilization (0.92) of the host's memory and refuses to
 # start where less is free: a worker shares its host, so the KV cache gets this much unless set.
 CPU_KV_CACHE_DEFAULT_GB = 1
+_USER_V2_RUNNER = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")  # what the other cells run with
 
 
-def _environment(engine: VllmEngine, device_type: str) -> None:
+def _environment(engine: VllmEngine, device_type: str, filters: bool) -> dict[str, str]:
+    """Set vLLM's variables for this LLM; those that differ from vLLM's defaults, for the record."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # The logits processor implements vLLM's V1 model runner interface; Model Runner V2 (vLLM's default
+    # on a GPU with Triton) takes another. Only typical, epsilon and eta cells run on V1 for it.
+    if filters:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    elif _USER_V2_RUNNER is None:
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    else:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = _USER_V2_RUNNER
     if engine.kv_cache_space_gb is not None:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.kv_cache_space_gb:g}"
     elif device_type != "cuda":
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KV_CACHE_DEFAULT_GB)
+    names = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_USE_V2_MODEL_RUNNER", "VLLM_CPU_KVCACHE_SPACE")
+    return {k: os.environ[k] for k in names if k in os.environ}
 
 
 def _cache_info(llm) -> dict[str, Any]:
@@ -99,8 +117,8 @@ class LLMCache:
     def __init__(self) -> None:
         self.loaded: LoadedLLM | None = None
 
-    def get(self, model: ModelSpec, engine: VllmEngine, device_type: str) -> LoadedLLM:
-        kwargs = llm_kwargs(model, engine, device_type)
+    def get(self, model: ModelSpec, engine: VllmEngine, device_type: str, filters: bool = False) -> LoadedLLM:
+        kwargs = llm_kwargs(model, engine, device_type, filters)
         key = (tuple(sorted((k, str(v)) for k, v in kwargs.items())), engine.kv_cache_space_gb)
         if self.loaded is not None and self.loaded.key == key:
             return self.loaded
@@ -108,16 +126,16 @@ class LLMCache:
             raise PermanentJobError(f"engine vllm: vLLM is not installed in this worker's environment; {VLLM_INSTALL}")
         _check_positions(model, engine)  # before the loaded LLM is let go: a refused job keeps it
         self.close()
-        _environment(engine, device_type)
+        env = _environment(engine, device_type, filters)
         started = time.perf_counter()
         try:
             from vllm import LLM
 
-            llm = LLM(**kwargs)
+            llm = LLM(**{**kwargs, "logits_processors": [processor_class()]} if filters else kwargs)
         except Exception as err:  # vLLM's reason (an unsupported architecture, a length past the model) in one line
             reason = (" ".join(str(err).split()) or type(err).__name__)[:300]
             raise PermanentJobError(f"engine vllm cannot load model {model.label}: {reason}") from None
-        info = {"load_s": round(time.perf_counter() - started, 3), "kv_cache": _cache_info(llm)}
+        info = {"load_s": round(time.perf_counter() - started, 3), "kv_cache": _cache_info(llm), "env": env}
         self.loaded = LoadedLLM(key, llm, kwargs, info)
         return self.loaded
 

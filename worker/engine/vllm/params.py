@@ -3,7 +3,9 @@
 Only the strategies of `worker.core.engines.VLLM_STRATEGIES` reach here (validation refuses the
 others). vLLM's `repetition_penalty` is the CTRL penalty of transformers (logits divided or
 multiplied over the prompt's and the output's tokens), `min_tokens` is `min_new_tokens`, and stop
-strings end a generation with the text cut before them (`include_stop_str_in_output=False`).
+strings end a generation with the text cut before them (`include_stop_str_in_output=False`). Typical,
+epsilon and eta carry their filter in `extra_args` for the decodebench logits processor
+(`worker.engine.vllm.logitsprocs`), which reproduces transformers' warpers.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from worker.core.contract import GenerationSettings, StrategySpec
 from worker.core.engines import VLLM_STRATEGIES
 from worker.core.errors import PermanentJobError
+from worker.engine.vllm.logitsprocs import FILTER_KEY, KINDS
 
 
 def sampling_settings(strategy: StrategySpec, generation: GenerationSettings) -> dict[str, Any]:
@@ -45,6 +48,8 @@ def sampling_settings(strategy: StrategySpec, generation: GenerationSettings) ->
         out["top_p"] = p["p"]
     elif strategy.name == "min_p":
         out["min_p"] = p["p"]
+    elif strategy.name in KINDS:  # transformers' warper, as a logits processor (worker.engine.vllm.logitsprocs)
+        out["extra_args"] = {FILTER_KEY: {"kind": strategy.name, "value": p[KINDS[strategy.name]]}}
     return out
 
 

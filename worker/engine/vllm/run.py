@@ -28,7 +28,9 @@ from worker.engine.sampling import generation_seed
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.engine.vllm.beam import beam_outputs
 from worker.engine.vllm.llm import LLMCache, LoadedLLM
+from worker.engine.vllm.logitsprocs import KINDS
 from worker.engine.vllm.params import sampling_params, sampling_settings
+from worker.engine.vllm.selfcheck import distribution_check
 
 log = structlog.get_logger("decodebench.vllm")
 
@@ -190,6 +192,7 @@ def _engine_record(job: JobSpec, loaded: LoadedLLM, settings_: dict, timing: Bat
         "kv_cache": loaded.info["kv_cache"],
         "kv_cache_space_gb": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
         "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"),
+        "environment": loaded.info.get("env"),
         "sampling_params": settings_,
         "batch_size": {"requested": job.generation.batch_size, "used": timing.batch_size, "how": "vLLM's scheduler"},
         "timing": "vLLM request metrics: arrival, first token, last token per request",
@@ -200,7 +203,7 @@ def _engine_record(job: JobSpec, loaded: LoadedLLM, settings_: dict, timing: Bat
 def generate_job(job: JobSpec, runtime) -> tuple[JobResult, list[GenerationRecord]]:
     """Generate and measure one job on vLLM; touches no store (as `worker.engine.job.generate_job`)."""
     started = _now()
-    loaded = _cache(runtime).get(job.model, job.engine, runtime.device.type)
+    loaded = _cache(runtime).get(job.model, job.engine, runtime.device.type, filters=job.strategy.name in KINDS)
     _check_lengths(job, loaded)
     settings_ = sampling_settings(job.strategy, job.generation)
     stochastic = settings_["temperature"] > 0 and job.strategy.name != "beam"
@@ -224,4 +227,5 @@ def generate_job(job: JobSpec, runtime) -> tuple[JobResult, list[GenerationRecor
         notes=notes,
         engine=_engine_record(job, loaded, settings_, timing),
     )
+    result.engine["distribution_check"] = distribution_check(job, loaded.llm, settings_)  # after the timing
     return result, records
