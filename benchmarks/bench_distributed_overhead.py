@@ -9,7 +9,7 @@ Both sides call the same `worker.engine.job.run_job` with the same warm model ca
 loaded once before timing), so the difference is the distributed machinery alone: the
 local side loops over the jobs as `decodebench run` does; the distributed side submits
 them to a redis-server on loopback and drains them with one in-process
-`DecodebenchWorker --burst`. Rounds run in ABBA order on fresh sweeps (local, distributed,
+`decodebench_worker(...)` in burst mode. Rounds run in ABBA order on fresh sweeps (local, distributed,
 distributed, local, …) so that a change of machine load affects both sides alike; medians
 are printed.
 """
@@ -59,14 +59,14 @@ def run_local(jobs, store, runtime) -> float:
 def run_distributed(conn, spec, store, runtime) -> tuple[float, float]:
     from controller.launch.submit import submit
     from worker.rq.reaper import Timing
-    from worker.rq.worker import DecodebenchWorker
+    from worker.rq.worker import decodebench_worker
     from worker.sweepstate import read_status
 
     start = time.perf_counter()
     out = submit(conn, store, spec, "bench", key=BENCH_KEY)
     t_submit = time.perf_counter() - start
     timing = Timing(heartbeat_ttl=60, reaper_interval=15)
-    worker = DecodebenchWorker(["bench"], connection=conn, store=store, runtime=runtime, timing=timing, key=BENCH_KEY)
+    worker = decodebench_worker(["bench"], connection=conn, store=store, runtime=runtime, timing=timing, key=BENCH_KEY)
     start = time.perf_counter()
     worker.work(burst=True)
     t_run = time.perf_counter() - start

@@ -37,12 +37,12 @@ def fake_run_job(spec, *, store, runtime):
 def _serve(url: str, selectors: list[str], tenants: dict | None, max_jobs: int | None) -> None:
     import worker.engine.job
     from worker.rq.reaper import Timing
-    from worker.rq.worker import DecodebenchWorker
+    from worker.rq.worker import decodebench_worker
     from worker.store import FileStore
 
     worker.engine.job.run_job = fake_run_job
     conn = redis.Redis.from_url(url)
-    w = DecodebenchWorker(
+    w = decodebench_worker(
         selectors,
         connection=conn,
         store=FileStore(os.environ["DECODEBENCH_STORE"]),

@@ -1,5 +1,5 @@
-"""RQ behind one adapter (worker/core/rqadapter.py): it is written against one rq version, and
-nothing but it (and the worker's subclasses the import contract names) imports rq."""
+"""RQ behind one adapter (the package worker/core/rqadapter/): it is written against one rq version,
+and nothing but it imports rq."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_installed_rq_is_the_one_the_adapter_was_written_against():
     assert rq.__version__ == rqadapter.RQ_VERSION, (
-        f"rq {rq.__version__} is installed, worker/core/rqadapter.py was written against {rqadapter.RQ_VERSION}: "
+        f"rq {rq.__version__} is installed, worker/core/rqadapter/ was written against {rqadapter.RQ_VERSION}: "
         "check every field, key and private attribute it names, then update RQ_VERSION"
     )
 
@@ -27,6 +27,7 @@ def test_only_the_modules_the_contract_names_import_rq():
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     (contract,) = [c for c in contracts if c["id"] == "rq-behind-the-adapter"]
     allowed = {line.split(" -> ")[0] for line in contract["ignore_imports"]}
+    assert all(m.startswith("worker.core.rqadapter.") for m in allowed)  # the adapter package, nothing else
     importers = set()
     for pkg in ("controller", "worker"):
         for path in (ROOT / pkg).rglob("*.py"):

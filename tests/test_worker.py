@@ -60,10 +60,10 @@ def cpu_runtime():
 
 
 def make_worker(conn, selectors=("default",), **kw):
-    from worker.rq.worker import DecodebenchWorker
+    from worker.rq.worker import decodebench_worker
     from worker.store import open_store
 
-    return DecodebenchWorker(
+    return decodebench_worker(
         list(selectors),
         connection=conn,
         store=kw.pop("store", None) or open_store(),

@@ -39,11 +39,11 @@ def slow_run_job(spec, *, store, runtime):
 def _serve(url: str) -> None:
     import worker.engine.job
     from worker.rq.reaper import Timing
-    from worker.rq.worker import DecodebenchWorker
+    from worker.rq.worker import decodebench_worker
     from worker.store import FileStore
 
     worker.engine.job.run_job = slow_run_job
-    w = DecodebenchWorker(
+    w = decodebench_worker(
         ["*"],
         connection=redis.Redis.from_url(url),
         store=FileStore(os.environ["DECODEBENCH_STORE"]),

@@ -102,7 +102,7 @@ def serve(
     from worker.core.redisconn import connect_patiently, redact_url
     from worker.rq.queues import bridge_rq_logging
     from worker.rq.reaper import Timing
-    from worker.rq.worker import DecodebenchWorker
+    from worker.rq.worker import decodebench_worker
     from worker.store import open_store
 
     check_start(device, engine)
@@ -115,7 +115,7 @@ def serve(
         raise ServiceError(f"Redis at {redact_url(redis_url)} is not reachable: {err}") from None
     timing = Timing.from_settings(heartbeat_ttl=heartbeat_ttl, reaper_interval=reaper_interval)
     bridge_rq_logging(log_level)
-    worker = _worker(DecodebenchWorker, list(queues), conn, opened, runtime, timing, stop_grace, name, engine)
+    worker = _worker(decodebench_worker, list(queues), conn, opened, runtime, timing, stop_grace, name, engine)
     _log_start(worker, queues, opened.url, burst, timing)
     worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
     return 0
@@ -151,7 +151,7 @@ def _log_start(worker, queues: tuple[str, ...], store_url: str, burst: bool, tim
     log.info(
         "worker.start",
         name=worker.name,
-        engine=worker.engine,
+        engine=worker.logic.engine,
         queues=worker.queue_names() or list(queues),
         store=store_url,
         burst=burst,

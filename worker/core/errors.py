@@ -51,6 +51,17 @@ class CorruptRecordError(StoreError):
     """A stored record that cannot be read back (truncated, not JSON, not the contract's shape)."""
 
 
+class Interrupted(BaseException):
+    """Raised inside a running job by its worker (not by the job): shutdown or cancel.
+
+    A BaseException so that no `except Exception` in the job swallows it.
+    """
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why  # "shutdown": requeue the job; "cancel": the sweep was cancelled
+
+
 _REPR = reprlib.Repr()
 _REPR.maxstring = 60
 _REPR.maxother = 60

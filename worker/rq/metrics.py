@@ -37,6 +37,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from worker.core import keys, settings
 from worker.core.rqadapter import Status
+from worker.core.rqadapter.job import return_value
 
 log = structlog.get_logger("decodebench.worker")
 JOB_LABELS = ("pool", "tenant", "strategy", "engine")
@@ -187,7 +188,7 @@ class WorkerMetrics:
             status = None
         if status == Status.FINISHED:
             self.finished.labels(*labels).inc()
-            result = getattr(job, "_result", None)
+            result = return_value(job)
             tokens = int(result.get("new_tokens", 0) or 0) if isinstance(result, dict) else 0
             self.tokens.labels(*labels).inc(tokens)
             if tokens and seconds > 0:

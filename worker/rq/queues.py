@@ -4,26 +4,24 @@
   worker's one engine (`--engine`);
 - `fair_order`: tenants in their fair-share order (`worker.rq.fair`), each tenant's high,
   normal, then low queue;
-- `ReliableQueue`: dequeues with LMOVE into RQ's intermediate list for every queue, so a
-  job is never only in a dying worker's memory; a tenant with `max_running` is dequeued
-  by one Lua step that also holds one of its slots (`worker.sweepstate.slots`);
+- `tenant_queue`: the worker's `ReliableQueue` of a tenant (`worker.core.rqadapter.queue`: it dequeues
+  with LMOVE into RQ's intermediate list for every queue, so a job is never only in a dying worker's
+  memory; a tenant with `max_running` is dequeued by one Lua step that also holds one of its slots,
+  `worker.sweepstate.slots`);
 - `bridge_rq_logging`: RQ's stdlib log lines through structlog (JSON in pods).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 
 import structlog
-from rq import Queue
-from rq.exceptions import DequeueTimeout, NoSuchJobError
-from rq.intermediate_queue import IntermediateQueue
 
 from worker.core import keys
 from worker.core.engines import OWN_ENGINE
 from worker.core.errors import UsageError
-from worker.rq.sealed import sealed_job_class
+from worker.core.rqadapter import SERIALIZER
+from worker.core.rqadapter.queue import ReliableQueue, known_queue_names, queued_taken_or_scheduled
 from worker.sweepstate import slots
 
 
@@ -72,87 +70,22 @@ def _selected(part: str, engine: str = OWN_ENGINE) -> list[str]:
 
 def discover_queue_names(conn, engine: str = OWN_ENGINE) -> list[str]:
     """`engine`'s decodebench queues in RQ's queue set (every tenant that has submitted)."""
-    out = []
-    for raw in conn.smembers(Queue.redis_queues_keys):
-        name = raw.decode().removeprefix(Queue.redis_queue_namespace_prefix)
-        if keys.queue_engine(name) == engine:
-            out.append(name)
-    return sorted(out)
+    return sorted(name for name in known_queue_names(conn) if keys.queue_engine(name) == engine)
 
 
-class ReliableQueue(Queue):
-    """Dequeues with LMOVE into RQ's intermediate list for every queue (RQ does so only for a
-    worker with a single queue): a worker killed between taking a job and registering it
-    leaves the job id in the intermediate list, where the reaper finds it.
-
-    Each queue knows its tenant, whose sealed job class it uses (`worker.rq.sealed`: nothing of a
-    job hash is obeyed), and the tenant's `max_running` (None: no quota) with the slot TTL (the
-    heartbeat TTL). decodebench has no job dependencies: a job hash's are never enqueued."""
-
-    POLL_S = 0.5
-
-    def __init__(self, name: str, *, max_running: int | None = None, slot_ttl: float = 60.0, **kwargs) -> None:
-        self.tenant = keys.parse_queue_name(name)[0]
-        kwargs["job_class"] = sealed_job_class(self.tenant)
-        super().__init__(name, **kwargs)
-        self.max_running = max_running
-        self.slot_ttl = slot_ttl
-
-    def take(self, connection, target: str, block_s: int | None):
-        """Move the next job id into `target` (blocking up to block_s when there is no quota)."""
-        if self.max_running is not None:
-            return slots.take_job(connection, self.tenant, self.key, target, self.max_running, self.slot_ttl)
-        raw = connection.blmove(self.key, target, block_s) if block_s else connection.lmove(self.key, target)
-        return raw.decode() if raw is not None else None
-
-    @classmethod
-    def dequeue_any(cls, queues, timeout, connection, job_class=None, serializer=None, death_penalty_class=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        queues = [
-            q if isinstance(q, ReliableQueue) else cls(q.name, connection=connection, serializer=serializer)
-            for q in queues
-        ]
-        while True:
-            for queue in queues:
-                target = IntermediateQueue.get_intermediate_queue_key(queue.key)
-                block = len(queues) == 1 and timeout is not None  # one queue: block in Redis, no polling
-                job_id = queue.take(connection, target, max(1, int(deadline - time.monotonic())) if block else None)
-                if job_id is None:
-                    continue
-                try:  # the queue's own (tenant's) sealed job class, not the worker's
-                    job = queue.job_class.fetch(job_id, connection=connection, serializer=serializer)
-                except NoSuchJobError:  # deleted while queued
-                    IntermediateQueue(queue.key, connection).remove(job_id)
-                    slots.release_slot(connection, queue.tenant, job_id)
-                    continue
-                job.origin = queue.name  # the queue it was taken from, whatever its hash says
-                return job, queue
-            if deadline is None:
-                return None
-            if time.monotonic() >= deadline:
-                raise DequeueTimeout(timeout, [q.key for q in queues])
-            time.sleep(min(cls.POLL_S, max(0.0, deadline - time.monotonic())))
-
-    def move_dependents_to_ready(self, job, pipeline=None, exclude_job_id=None, refresh_job_status=True) -> dict:
-        return {}
-
-    def enqueue_dependents(self, job, exclude_job_id=None, refresh_job_status=True) -> dict:
-        return {}
+def tenant_queue(conn, name: str, max_running: int | None, slot_ttl: float) -> ReliableQueue:
+    """The worker's queue `name`: its tenant's sealed job class, quota (`max_running`) and slots."""
+    return ReliableQueue(
+        name, connection=conn, serializer=SERIALIZER, max_running=max_running, slot_ttl=slot_ttl, slots=slots
+    )
 
 
 def work_may_come_back(conn, tenants: list[str], queues) -> bool:
     """Whether a job of these queues can still come: one running (it might be lost and requeued),
     queued, taken but not started, or waiting to retry."""
-    from rq.registry import ScheduledJobRegistry
-
     if any(conn.zcard(keys.running(t)) for t in tenants):
         return True
-    return any(
-        len(q)
-        or conn.llen(IntermediateQueue.get_intermediate_queue_key(q.key))
-        or ScheduledJobRegistry(queue=q).get_job_count(cleanup=False)
-        for q in queues
-    )
+    return queued_taken_or_scheduled(conn, queues)
 
 
 def fair_order(names: list[str], tenants: list[str], engine: str = OWN_ENGINE) -> list[str]:

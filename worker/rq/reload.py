@@ -78,7 +78,7 @@ def declared_queue_names(
 
 
 def apply(worker, tenants: TenantsFile) -> None:
-    """Make `worker` (a DecodebenchWorker) serve under `tenants` from its next dequeue on."""
+    """Make `worker` (a `DecodebenchLogic`) serve under `tenants` from its next dequeue on."""
     names, undeclared = declared_queue_names(worker.selectors, tenants, worker.engine)
     if undeclared:
         log.warning("worker.tenants_undeclared", tenants=undeclared, then="their queues are not served")

@@ -21,21 +21,10 @@ from worker import sweepstate
 from worker.core import keys, rqadapter
 from worker.core.contract import JobSpec, JobStatus
 from worker.core.engines import OWN_ENGINE, engine_name
-from worker.core.errors import DecodebenchError, PermanentJobError, UsageError, short, shown
+from worker.core.errors import DecodebenchError, Interrupted, PermanentJobError, UsageError, short, shown
 from worker.core.policy import Limits, job_refusal
 
 log = structlog.get_logger("decodebench.task")
-
-
-class Interrupted(BaseException):
-    """Raised inside a running job by its worker (not by the job): shutdown or cancel.
-
-    A BaseException so that no `except Exception` in the job swallows it.
-    """
-
-    def __init__(self, why: str) -> None:
-        super().__init__(why)
-        self.why = why  # "shutdown": requeue the job; "cancel": the sweep was cancelled
 
 
 @dataclass

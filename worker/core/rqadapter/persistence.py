@@ -1,18 +1,10 @@
-"""RQ behind one adapter: what decodebench's controller, sweep state and worker task know of RQ's API
-and persistence (job hashes, queues, registries, commands, the worker's private state).
-
-Written against rq 3.0.0 (`RQ_VERSION`; tests/test_rq_adapter.py fails when the installed rq is
-another): every field name, key and private attribute below is that version's. The import-linter
-contract `rq-behind-the-adapter` (pyproject.toml) lets only this module and the worker's subclasses
-of RQ's classes import rq: `worker.rq.sealed` (the job class), `worker.rq.queues` (the queue class
-and its dequeue) and `worker.rq.worker` (the worker's hooks); they touch RQ's private worker state
-only through the functions here. RQ's key names are built in `worker.core.keys` with the others.
-"""
+"""RQ's API and persistence as decodebench's controller, sweep state and worker task use them:
+job classes and queues per tenant, the job hashes submit writes in bulk, registries, lost jobs
+and due retries, commands, and what a running job asks of RQ (rq 3.0.0, `RQ_VERSION`)."""
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import functools
 import json
 import time
@@ -287,40 +279,3 @@ def current_job() -> Job | None:
 def is_timeout(err: BaseException) -> bool:
     """Whether RQ's death penalty ended the job (its timeout)."""
     return isinstance(err, JobTimeoutException)
-
-
-# -- the worker's private state (rq 3.0.0's Worker attributes) -----------------------------------
-
-
-def set_dequeue_order(worker: Worker, queues: list[Queue]) -> None:
-    """The order RQ's dequeue tries the worker's queues in (`Worker._ordered_queues`)."""
-    worker._ordered_queues = queues
-
-
-def dequeue_order(worker: Worker) -> list[Queue]:
-    return worker._ordered_queues
-
-
-def mark_stopped(worker: Worker, job_id: str | None) -> None:
-    """RQ marks the job STOPPED when it fails (never retried) (`Worker._stopped_job_id`)."""
-    worker._stopped_job_id = job_id
-
-
-def stopped_job_id(worker: Worker) -> str | None:
-    return worker._stopped_job_id
-
-
-def note_shutdown_requested(worker: Worker) -> None:
-    """When the first stop signal came (`Worker._shutdown_requested_date`)."""
-    worker._shutdown_requested_date = now()
-
-
-def shutdown_requested_for(worker: Worker) -> dt.timedelta | None:
-    """How long ago the first stop signal came, or None."""
-    at = worker._shutdown_requested_date
-    return None if at is None else now() - at
-
-
-def request_stop_after_job(worker: Worker) -> None:
-    """RQ's main loop leaves after the current job (`Worker._stop_requested`)."""
-    worker._stop_requested = True
