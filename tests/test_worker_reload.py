@@ -98,6 +98,8 @@ def test_a_new_tenant_is_served_under_its_policy_and_the_running_job_runs_on(set
     conn.set("test:job_s", 0.01)
     write_tenants(path, [{"name": "team-a"}, {"name": "team-b", "max_running": 1, "models": ["/other/model"]}])
     wait_for(lambda: sweepstate.read_status(conn, "team-b", b.sweep_id).total("failed") == 2)
+    # the sweep state is marked just before RQ records the failure in the job's hash: wait for both
+    wait_for(lambda: all(rq_status(conn, "team-b", job_id) == b"failed" for job_id in b.enqueued))
     for job_id in b.enqueued:
         assert reason(conn, job_id, "team-b") == f"refused: model '{MODEL}' is not among tenant team-b's models"
     wait_for(lambda: done(conn, "team-a", a.sweep_id) == 2)  # the job running during the change finished
@@ -127,3 +129,7 @@ def test_declared_queue_names_follow_the_file():
     assert names == keys.engine_queues("team-a") + keys.engine_queues("team-b") and undeclared == []
     names, undeclared = declared_queue_names(["team-a,team-x", "decodebench.team-b.high"], two)
     assert names == [*keys.engine_queues("team-a"), "decodebench.team-b.high"] and undeclared == ["team-x"]
+
+
+def rq_status(conn, tenant: str, job_id: str) -> bytes | None:
+    return conn.hget(keys.rq_job_key(tenant, job_id), "status")
