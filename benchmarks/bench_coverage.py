@@ -7,8 +7,9 @@ Each simulation draws a cell as a sweep would make it: G prompts × 3 seeds, eve
 its own skewed parameters (a repetition propensity from Beta(0.3, 2): most prompts hardly
 repeat, a few loop; a lognormal length; a 30-word topic of its own; a skewed mean token NLL),
 three generations per prompt drawn independently given those. The report's own interval code
-(`controller.report.intervals.confidence_intervals`, i.e. BCa over prompts for rep_2, mean
-length and perplexity; the exact delete-one-prompt jackknife for distinct-2 and self-BLEU-4)
+(`controller.report.intervals.confidence_intervals`, i.e. the studentised bootstrap over prompts
+for rep_2, mean length and perplexity; the exact delete-one-prompt jackknife, bootstrap-t of its
+pseudo-values on the logit scale with Student's t(G-1) as the floor, for distinct-2 and self-BLEU-4)
 gives each metric's interval, and the script counts how often it covers the truth:
 
 - for the ratio metrics (rep_2, mean_length, perplexity) the population value, the metric
@@ -17,7 +18,7 @@ gives each metric's interval, and the script counts how often it covers the trut
   cell grows), the expected value at this size, the mean over the simulations.
 
 Ratings: G items, 3 raters, item quality 1 + 4 · Beta(0.6, 2.5) (skewed), scores rounded and
-clipped to 1-5 around it; the interval is the report's BCa over items of the mean score.
+clipped to 1-5 around it; the interval is the report's bootstrap-t over items of the mean score.
 
 It prints, per metric and size, the coverage and the misses above and below the interval.
 """

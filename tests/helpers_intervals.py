@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def bootstrap_t(units: np.ndarray, center: float, draws: int = 20000) -> tuple[float, float]:
-    """A studentised bootstrap of Σ col 0 / Σ col 1 written out here: delta-method SE per replicate."""
+def bootstrap_t(units: np.ndarray, center: float, draws: int = 20000, t_floor: bool = False) -> tuple[float, float]:
+    """A studentised bootstrap of Σ col 0 / Σ col 1 written out here: delta-method SE per replicate;
+    `t_floor`: neither quantile inside Student's t(G − 1) (the jackknife's)."""
     G = len(units)
 
     def est_se(u):  # u: (..., G, 2)
@@ -20,4 +21,8 @@ def bootstrap_t(units: np.ndarray, center: float, draws: int = 20000) -> tuple[f
     r, s = est_se(units[idx])
     t = (r - theta) / s
     q = np.percentile(t[np.isfinite(t)], [2.5, 97.5])
+    if t_floor:
+        from scipy.stats import t as student
+
+        q = [min(q[0], -student.ppf(0.975, G - 1)), max(q[1], student.ppf(0.975, G - 1))]
     return center - q[1] * se, center - q[0] * se

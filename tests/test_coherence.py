@@ -43,10 +43,8 @@ def test_coherence_equals_a_direct_computation_with_the_cells_own_model(tiny_mod
 def test_coherence_uses_the_sweep_wide_scorer(tiny_model, small_model, runtime):
     scorer = runtime.cache.get(ModelSpec(path=small_model), runtime.device)
     _, records = generate_job(_job(tiny_model, ["coherence"], scorer=small_model), runtime)
-    direct = [
-        _direct_mean_logp(scorer, r.prompt, scorer.tokenizer(r.text, add_special_tokens=False)["input_ids"])
-        for r in records
-    ]
+    # the two bundled models share one tokenizer: the scorer scores the stored ids (tests/test_scoring_path.py)
+    direct = [_direct_mean_logp(scorer, r.prompt, r.token_ids) for r in records]
     value = METRICS.get("coherence").fn(cell_data(records))
     assert math.isclose(value, sum(direct) / len(direct), rel_tol=1e-4)
     own = METRICS.get("coherence").fn(cell_data(generate_job(_job(tiny_model, ["coherence"]), runtime)[1]))

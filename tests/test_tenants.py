@@ -187,6 +187,13 @@ def test_server_runs_submit_status_cancel_retry_failures_logs_list_under_its_acl
     denied(lambda: conn.set("other:key", 1))
     denied(lambda: conn.acl_setuser("server", commands=["+@all"]))
     denied(lambda: conn.execute_command("SCRIPT", "KILL"))
+    # A model's unavailable mark fails a sweep's jobs: workers write it, the server only reads it (status).
+    mark = keys.unavailable("team-a", a.sweep_id)
+    assert sweepstate.mark_unavailable(as_user(acl, "worker"), "team-a", a.sweep_id, "/m/bad", "cannot load")
+    assert [u[0] for u in sweepstate.read_status(conn, "team-a", a.sweep_id).unavailable] == ["/m/bad"]
+    denied(lambda: conn.hset(mark, "/m/good", "x forged"))
+    denied(lambda: conn.delete(mark))
+    denied(lambda: sweepstate.mark_unavailable(conn, "team-a", a.sweep_id, "/m/good", "forged"))
 
 
 def test_keda_runs_kedas_own_script_and_gets_counts_but_cannot_write(acl, tmp_path):

@@ -117,9 +117,24 @@ def render_status(s: dict) -> str:
         lines.append(f"{s['lost']} job run(s) lost with their worker and requeued")
     if s["n_failures"]:
         lines.append(f"failures ({len(s['failures'])} of {s['n_failures']} shown):")
-        for f in s["failures"]:
-            lines.append(f"  {terminal(f['job_id'])}  {terminal(f['cell'])}: {terminal(f['reason'])}")
+        lines += failure_lines(s)
     return "\n".join(lines)
+
+
+def failure_lines(out: dict) -> list[str]:
+    """The failures of a status or failures answer: each model that cannot load once, with the number of jobs
+    it failed; then every other failure, one per job."""
+    marked = out.get("unavailable") or []
+    lines = [
+        f"  model {terminal(u['model'])} cannot load, {u['jobs']} {plural(u['jobs'], 'job')} failed:"
+        f" {terminal(u['reason'])}"
+        for u in marked
+    ]
+    reasons = {u["reason"] for u in marked}
+    for f in out["failures"]:
+        if f["reason"] not in reasons:
+            lines.append(f"  {terminal(f['job_id'])}  {terminal(f['cell'])}: {terminal(f['reason'])}")
+    return lines
 
 
 def watch_live(to, sweep: str, interval: float) -> None:
@@ -206,8 +221,8 @@ def failures(sweep: str, tenant: str, as_json: bool, api: str | None, redis_url:
         click.echo(json.dumps(out))
         return
     click.echo(f"sweep {out['sweep_id']}: {out['n_failures']} failed {plural(out['n_failures'], 'job')}")
-    for f in out["failures"]:
-        click.echo(f"  {terminal(f['job_id'])}  {terminal(f['cell'])}: {terminal(f['reason'])}")
+    for line in failure_lines(out):
+        click.echo(line)
 
 
 @click.command()

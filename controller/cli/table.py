@@ -2,8 +2,9 @@
 
 Columns come by importance (the cell, speed, then the quality metrics of `format.CONCISE`); the
 least important go first when the terminal is narrow, and the table says how many it left out.
-A metric's column shares one number format (decimals chosen by the column's magnitude, so
-`rep_4` never mixes `0.00`, `2.58e-04` and `0.786`), and an interval shows as `± half-width`.
+A metric's column shares one number format (`format.ColumnFormat`, as in summary.md and the HTML
+report: decimals chosen by the column's magnitude, so `rep_4` never mixes `0.00`, `2.58e-04` and
+`0.786`), and an interval shows as `± half-width`.
 On a pipe or in a file, `run` and `report` print the Markdown table instead (scripts parse it)."""
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from rich.table import Table
 from rich.text import Text
 
 from controller.report.aggregate import REFERENCE
-from controller.report.format import CONCISE, SHORT
+from controller.report.format import CONCISE, SHORT, ColumnFormat, decimals
 from controller.report.labels import variant_label, varying_params
 from worker.core.safetext import terminal
 
 KEEP = ["model", "strategy", "tokens_per_s"]  # never dropped
+__all__ = ["decimals", "echo_summary", "fit", "print_summary", "summary_columns", "summary_table"]
 COUNTS = {"n_generations"}
 
 
@@ -33,24 +35,15 @@ def _num(v) -> float:
     return out
 
 
-def decimals(values: list[float]) -> int:
-    """One format per column: 0 decimals from 1000, 1 from 100, 2 from 10, else 3."""
-    top = max((abs(v) for v in values if not math.isnan(v)), default=0.0)
-    return 0 if top >= 1000 else 1 if top >= 100 else 2 if top >= 10 else 3
-
-
-def _column(summary: pd.DataFrame, c: str, with_ci: bool) -> list[str]:
-    values = [_num(v) for v in summary[c]]
-    d = 0 if c in COUNTS else decimals(values)
+def _column(summary: pd.DataFrame, c: str, with_ci: bool, num: ColumnFormat) -> list[str]:
+    d = num.decimals(c) or 0
     lo = summary.get(f"{c}_ci_low")
     hi = summary.get(f"{c}_ci_high")
     out = []
-    for i, v in enumerate(values):
-        if math.isnan(v):
-            out.append("")
-            continue
-        text = f"{v:,.{d}f}"
-        half = (_num(hi.iloc[i]) - _num(lo.iloc[i])) / 2 if with_ci and lo is not None and hi is not None else 0
+    for i, value in enumerate(summary[c]):
+        text = num(c, value, thousands=",")
+        bounds = with_ci and text and lo is not None and hi is not None
+        half = (_num(hi.iloc[i]) - _num(lo.iloc[i])) / 2 if bounds else 0
         if half > 0 and f"{half:.{d}f}".strip("0.") != "":  # a zero-width interval says nothing
             text += f" ±{half:.{d}f}"
         out.append(text)
@@ -60,6 +53,7 @@ def _column(summary: pd.DataFrame, c: str, with_ci: bool) -> list[str]:
 def summary_columns(summary: pd.DataFrame) -> dict[str, list[str]]:
     """header -> its cells' texts, in order of importance; empty columns left out."""
     varying = varying_params(summary)
+    num = ColumnFormat(summary)
     cols: dict[str, list[str]] = {
         "model": ["" if r["strategy"] == REFERENCE else terminal(r["model"]) for _, r in summary.iterrows()],
         "strategy": [terminal(variant_label(r, varying)) for _, r in summary.iterrows()],
@@ -67,7 +61,7 @@ def summary_columns(summary: pd.DataFrame) -> dict[str, list[str]]:
     for c in CONCISE:
         if c in ("model", "strategy", "params") or c not in summary.columns or not summary[c].notna().any():
             continue
-        cols[SHORT.get(c, c)] = _column(summary, c, with_ci=c not in COUNTS)
+        cols[SHORT.get(c, c)] = _column(summary, c, c not in COUNTS, num)
     return cols
 
 

@@ -2,7 +2,8 @@
 
 The worker scores each generation's new tokens with the scorer model (the generating
 model unless the sweep names another) and records `nll_sum` (Σ −log p, natural log)
-and `nll_count` (tokens scored). The cell's perplexity is token-weighted:
+and `nll_count` (tokens scored: the stored token ids where the scorer shares the generating
+model's tokenizer, a generated EOS included; see docs/metrics.md#perplexity). The cell's perplexity is token-weighted:
 
     perplexity = exp( Σ_i nll_sum_i / Σ_i nll_count_i )
 

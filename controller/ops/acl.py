@@ -4,7 +4,8 @@ Tenants hold no Redis credentials: the submission server (`decodebench serve`) i
 door. The users are the deployment's own:
 
 - `server`: decodebench's keys and RQ's keys of decodebench's queues (`worker.core.keys.
-  server_acl_keys`), only the commands submit, status, cancel, retry, failures, logs and list
+  server_acl_keys`; the workers' marks of models that cannot load read-only, `%R~`, so that no
+  server can forge one), only the commands submit, status, cancel, retry, failures, logs and list
   send (`SERVER_COMMANDS`; a test runs those code paths as this user), no pub/sub channel
   (cancel reaches running jobs through the sweep's flag). The server's code is trusted: it
   may load its own Lua scripts;
@@ -76,7 +77,7 @@ def _plus(commands) -> str:
 
 
 def server_rule(pw: str) -> str:
-    patterns = " ".join(f"~{p}" for p in keys.server_acl_keys())
+    patterns = " ".join([*(f"~{p}" for p in keys.server_acl_keys()), *(f"%R~{p}" for p in keys.server_acl_read_keys())])
     return f"user server on {pw} resetkeys resetchannels -@all {patterns} {_plus(SERVER_COMMANDS)}"
 
 

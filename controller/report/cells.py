@@ -31,7 +31,7 @@ from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult
 from worker.core.errors import CorruptRecordError
 
-CACHE_VERSION = "1"  # bump when a change alters any cell's numbers
+CACHE_VERSION = "2"  # bump when a change alters any cell's numbers (2: the jackknife's Student-t floor)
 MAUVE_COLUMNS = ["mauve_n", "mauve_n_references", "mauve_clusters"]
 EXAMPLE_PROMPTS = 3
 

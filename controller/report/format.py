@@ -62,6 +62,62 @@ def fmt(value: Any) -> str:
     return f"{value:.3f}" if a >= 0.001 else f"{value:.2e}"
 
 
+def is_count(column: str) -> bool:
+    """Columns that count things (generations, prompts, jobs, clusters): whole numbers, no decimals."""
+    return column.startswith("n_") or column in ("mauve_n", "mauve_n_references", "mauve_clusters")
+
+
+def decimals(values, *, count: bool = False) -> int:
+    """One number format per column, i.e. per metric, so that a column never mixes `0.00`, `2.58e-04` and
+    `0.786`: by its largest magnitude, 0 decimals from 1000, 1 from 100, 2 from 10, else 3; a column whose
+    largest value is below 0.01 gets three significant digits of it (at most 6 decimals); counts none."""
+    if count:
+        return 0
+    finite = [abs(float(v)) for v in values if _number(v) and math.isfinite(float(v))]
+    top = max(finite, default=0.0)
+    if top >= 1000 or top >= 100 or top >= 10:
+        return 0 if top >= 1000 else 1 if top >= 100 else 2
+    if top >= 0.01 or top == 0:
+        return 3
+    return min(6, 2 - math.floor(math.log10(top)))
+
+
+def _number(v) -> bool:
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class ColumnFormat:
+    """The numbers of a summary (or any frame of its columns) as people read them: every numeric column with
+    its own `decimals`, its intervals with the same; `fmt` for what is not a numeric column. The Markdown
+    tables, summary.md, the HTML table and the terminal's table all format through it."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame
+        self._decimals: dict[str, int | None] = {}
+
+    def decimals(self, column: str) -> int | None:
+        if column not in self._decimals:
+            col = self.frame[column] if column in self.frame.columns else None
+            numeric = (
+                col is not None
+                and pd.api.types.is_numeric_dtype(col)
+                and not pd.api.types.is_bool_dtype(col)
+                and column not in KEY_COLUMNS
+            )
+            self._decimals[column] = decimals(col.tolist(), count=is_count(column)) if numeric else None
+        return self._decimals[column]
+
+    def __call__(self, column: str, value: Any, thousands: str = "") -> str:
+        """`value` in `column`'s format ("" when missing); `thousands` "," groups the digits (the terminal)."""
+        d = self.decimals(column)
+        if d is None or not _number(value):
+            return fmt(value)
+        v = float(value.item() if hasattr(value, "item") else value)
+        return "" if math.isnan(v) else f"{v:{thousands}.{d}f}"
+
+
 def params_label(params: str | None) -> str:
     """`{"p":0.9,"temperature":1.0}` -> `p=0.9, temperature=1.0`."""
     try:
@@ -86,14 +142,15 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if c in ("model", "strategy", "params") else "---:" for c in keep) + "|",
     ]
+    num = ColumnFormat(summary)
     for _, row in summary.iterrows():
         cells = []
         for c in keep:
             value = row[c]
-            text = params_label(value) if c == "params" else fmt(value)
+            text = params_label(value) if c == "params" else num(c, value)
             lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
             if with_ci and text and lo is not None and not pd.isna(lo):
-                text += f" [{fmt(lo)}, {fmt(hi)}]"
+                text += f" [{num(c, lo)}, {num(c, hi)}]"
             if c == "mauve" and text and not pd.isna(row.get("mauve_n")):  # its sample beside the value
                 text += f" (n {row['mauve_n']}, refs {row['mauve_n_references']}, k {row['mauve_clusters']})"
             cells.append(markdown(text))
@@ -148,8 +205,8 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         lines += [
             f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
             f"every seed, move together); studentised bootstrap with {ci['n_boot']} replicates for the metrics "
-            "that sum per-generation statistics; the delete-one-prompt jackknife (bootstrap-t of its pseudo-values) "
-            "for the metrics that duplicated generations distort. Methods: "
+            "that sum per-generation statistics; the delete-one-prompt jackknife (bootstrap-t of its pseudo-values, "
+            "never narrower than Student's t) for the metrics that duplicated generations distort. Methods: "
             + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items()))
             + ".",
             "",

@@ -3,7 +3,7 @@ header row (cell · sample · speed · quality · other), the cell's columns sti
 scrolls, every interval on hover; in print, the same rows split by metric group into tables
 narrow enough for a landscape page (report.css hides the one or the others).
 
-Presentation only: values and intervals are the summary's, formatted by `format.fmt`."""
+Presentation only: values and intervals are the summary's, formatted per column by `format.ColumnFormat`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 import pandas as pd
 
 from controller.report.aggregate import KEY_COLUMNS, REFERENCE, SPEED_COLUMNS, metric_columns
-from controller.report.format import fmt, params_label
+from controller.report.format import ColumnFormat, params_label
 from controller.report.labels import cell_label, varying_params
 from controller.report.paired import is_comparison_column
 
@@ -45,14 +45,14 @@ def _missing(v) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
-def _cell(row, c: str, key: bool = False) -> str:
+def _cell(row, c: str, num: ColumnFormat, key: bool = False) -> str:
     v = row[c]
     missing = _missing(v)
-    text = "" if missing else params_label(v) if c == "params" else (str(v) if isinstance(v, str) else fmt(v))
+    text = "" if missing else params_label(v) if c == "params" else (str(v) if isinstance(v, str) else num(c, v))
     title = ""
     lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
     if not missing and lo is not None and not pd.isna(lo):
-        title = f' title="95% CI [{e(fmt(lo))}, {e(fmt(hi))}]"'
+        title = f' title="95% CI [{e(num(c, lo))}, {e(num(c, hi))}]"'
     classes = " ".join(k for k, on in (("t", isinstance(v, str) or c in KEY_COLUMNS), ("k", key)) if on)
     klass = f' class="{classes}"' if classes else ""
     return f'<td{klass} data-v="{e("" if missing else str(v))}"{title}>{e(text)}</td>'
@@ -69,10 +69,10 @@ def summary_table(summary: pd.DataFrame) -> str:
     cols = [c for _, cs in groups for c in cs]
     keys = set(groups[0][1]) if groups and groups[0][0] == "cell" else set()
     head = "".join(f'<th data-col="{e(c)}" class="{_head_class(c, keys)}">{e(c)}</th>' for c in cols)
-    body = []
+    body, num = [], ColumnFormat(summary)
     for _, row in summary.iterrows():
         klass = ' class="reference"' if row["strategy"] == REFERENCE else ""
-        body.append(f"<tr{klass}>{''.join(_cell(row, c, c in keys) for c in cols)}</tr>")
+        body.append(f"<tr{klass}>{''.join(_cell(row, c, num, c in keys) for c in cols)}</tr>")
     return (
         f'<div class="scroll screen-only"><table id="summary-table" class="sortable"><thead>'
         f'<tr class="groups">{group_row}</tr><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
@@ -85,7 +85,7 @@ def print_tables(summary: pd.DataFrame, groups: list[tuple[str, list[str]]]) -> 
     varying = varying_params(summary)
     multi = summary["model"].dropna().nunique() > 1
     labels = [cell_label(r, varying, multi) for _, r in summary.iterrows()]
-    parts = []
+    parts, num = [], ColumnFormat(summary)
     for group, cs in groups:
         if group == "cell":
             continue
@@ -93,7 +93,7 @@ def print_tables(summary: pd.DataFrame, groups: list[tuple[str, list[str]]]) -> 
             chunk = cs[start : start + PRINT_COLUMNS]
             head = '<th class="t">cell</th>' + "".join(f"<th>{e(c).replace('_', '_<wbr>')}</th>" for c in chunk)
             rows = [
-                f'<tr><td class="t">{e(label)}</td>{"".join(_cell(row, c) for c in chunk)}</tr>'
+                f'<tr><td class="t">{e(label)}</td>{"".join(_cell(row, c, num) for c in chunk)}</tr>'
                 for label, (_, row) in zip(labels, summary.iterrows())
             ]
             title = group + (f" ({start // PRINT_COLUMNS + 1})" if len(cs) > PRINT_COLUMNS else "")

@@ -262,6 +262,7 @@ def status_dict(s) -> dict[str, Any]:
         "lost": s.lost,
         "stale": s.stale,
         "problems": s.problems,
+        "unavailable": [{"model": m, "reason": r, "jobs": n} for m, r, n in s.unavailable],
     }
 
 
@@ -273,7 +274,8 @@ def status(ctx: Context, who: Identity, sweep: str, max_failures: int = 20) -> d
 
 def failures(ctx: Context, who: Identity, sweep: str) -> dict[str, Any]:
     out = status(ctx, who, sweep, max_failures=MAX_FAILURES)
-    return {"sweep_id": out["sweep_id"], "n_failures": out["n_failures"], "failures": out["failures"]}
+    keep = ("sweep_id", "n_failures", "failures", "unavailable")
+    return {k: out[k] for k in keep}
 
 
 def list_sweeps(ctx: Context, who: Identity) -> list[dict[str, Any]]:

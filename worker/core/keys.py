@@ -17,6 +17,8 @@ all live under `decodebench:<tenant>:…`:
     decodebench:<t>:sweep:<id>:counts        hash  "<cell>|<state>" -> number of jobs
     decodebench:<t>:sweep:<id>:failures      hash  job id -> first line of the failure reason
     decodebench:<t>:sweep:<id>:recent        list  finish times of the last jobs (throughput, ETA)
+    decodebench:<t>:sweep:<id>:unavailable   hash  model path -> why it cannot load, its jobs failed, its first
+                                                   load (worker.sweepstate.unavailable; written by workers only)
 
 The submission server's own keys live under `decodebench:server:…` (`server` is a reserved
 tenant name, so they never meet a tenant's):
@@ -97,6 +99,11 @@ def sweep(tenant: str, sweep_id: str, part: str) -> str:
     if part not in ("meta", "state", "cells", "counts", "failures", "recent"):
         raise ValueError(f"unknown sweep key part {part!r}")
     return f"{_t(tenant)}:sweep:{sweep_id}:{part}"
+
+
+def unavailable(tenant: str, sweep_id: str) -> str:
+    """The sweep's models that cannot load (written by workers only; the server's user reads it, never writes)."""
+    return f"{_t(tenant)}:sweep:{sweep_id}:unavailable"
 
 
 def sweep_keys(tenant: str, sweep_id: str) -> dict[str, str]:
@@ -202,19 +209,33 @@ def rq_registry_key(kind: str, queue: str) -> str:
     return f"rq:{kind}:{queue}"
 
 
+# decodebench's own keys the server writes, by their ending (every tenant's; `*` spans ':')
+_SERVER_OWN = (
+    "sweeps", "running", "lost", "doctor", "slots", "usage", "submit", "run:*",
+    *(f"sweep:*:{part}" for part in ("meta", "state", "cells", "counts", "failures", "recent")),
+)  # fmt: skip
+
+
 def server_acl_keys() -> list[str]:
     """Key patterns of the submission server's Redis user (read and write): decodebench's own
     keys of every tenant (sweep state, quota counters) and RQ's keys of decodebench's queues that
     submit, status, cancel, retry, failures, logs and list touch. The server is the only client
-    that writes sweeps (tenants hold no Redis credentials), so it serves every tenant."""
+    that writes sweeps (tenants hold no Redis credentials), so it serves every tenant. Not the
+    `unavailable` marks, which only workers write (`server_acl_read_keys`)."""
     q = f"{QUEUE_PREFIX}.*"
     return [
-        f"{PREFIX}:*",
+        *(f"{PREFIX}:*:{end}" for end in _SERVER_OWN),
+        f"{PREFIX}:server:*",
         rq_queue_key(q),
         "rq:job:*",
         *(rq_registry_key(kind, q) for kind in ("failed", "canceled", "scheduled")),
         RQ_QUEUES,
     ]
+
+
+def server_acl_read_keys() -> list[str]:
+    """Key patterns the server's Redis user may read only: the workers' marks of models that cannot load."""
+    return [f"{PREFIX}:*:sweep:*:unavailable"]
 
 
 def keda_acl_keys() -> list[str]:

@@ -39,7 +39,7 @@ from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.plan import BatchPlan, Plan, configure
 from worker.engine.record import engine_record
 from worker.engine.sampling import generation_seed
-from worker.engine.scoring import score_nll
+from worker.engine.scoring import retokenised, same_tokenizer, score_nll
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.store import Store, jsonl_bytes
 from worker.strategies import Kind, get_strategy, variant_label
@@ -171,19 +171,21 @@ def _split(batch, joules: float | None, futures) -> list[tuple[list, gen.BatchOu
 
 
 def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size: int):
-    """Each generation's (nll_sum, nll_count) under the scorer, and the scorer's info."""
+    """Each generation's (nll_sum, nll_count) under the scorer, and the scorer's info: the stored token ids when
+    the scorer shares the generating model's tokenizer, else the re-tokenised text (worker.engine.scoring)."""
     if "score" not in job.compute:
         return {}, None
     scorer = runtime.cache.get(job.scorer, runtime.device) if job.scorer else lm
+    stored = same_tokenizer(scorer.tokenizer, lm.tokenizer, [p.prompt for p in job.prompts])
     pairs, ids = [], []
     for prompts, part in outputs:
-        for p, prompt_ids, gen_ids, text in zip(prompts, part.prompt_ids, part.token_ids, part.texts):
-            if job.scorer:  # another tokenizer: score the text, context and continuation apart
-                prompt_ids = scorer.tokenizer(p.prompt)["input_ids"]
-                gen_ids = scorer.tokenizer(text, add_special_tokens=False)["input_ids"]
-            pairs.append((prompt_ids, gen_ids))
+        for p, prompt_ids, gen_ids, text, reason in zip(
+            prompts, part.prompt_ids, part.token_ids, part.texts, part.stop_reasons
+        ):
+            pairs.append((prompt_ids, gen_ids) if stored else retokenised(scorer, p.prompt, text, reason))
             ids.append(p.id)
-    return dict(zip(ids, score_nll(scorer, pairs, batch_size))), (scorer.info if job.scorer else None)
+    info = {**scorer.info, "scored": "generated token ids" if stored else "re-tokenised text"} if job.scorer else None
+    return dict(zip(ids, score_nll(scorer, pairs, batch_size))), info
 
 
 def _features(job: JobSpec, runtime: Runtime, outputs, batch_size: int):

@@ -23,6 +23,7 @@ from worker.core.contract import JobSpec, JobStatus
 from worker.core.engines import OWN_ENGINE, engine_name
 from worker.core.errors import DecodebenchError, Interrupted, PermanentJobError, UsageError, short, shown
 from worker.core.policy import Limits, job_refusal
+from worker.rq import unavailable
 
 log = structlog.get_logger("decodebench.task")
 
@@ -183,6 +184,7 @@ def run_queued_job(job: dict) -> dict[str, Any]:
     try:
         lent.active.set()
         try:
+            unavailable.before_job(conn, spec, lent.runtime)  # a model that cannot load fails once
             out = run_job(spec, store=lent.store, runtime=lent.runtime)
         finally:
             lent.active.clear()
@@ -191,7 +193,7 @@ def run_queued_job(job: dict) -> dict[str, Any]:
         sweepstate.transition(conn, *ids, state, allowed=(JobStatus.RUNNING,))
         raise
     except BaseException as err:
-        _failed(rq_job, ids, err)
+        _failed(rq_job, ids, unavailable.after_failure(conn, spec, err))
         raise
     sweepstate.transition(
         conn, *ids, JobStatus.DONE, new_tokens=int(out.get("new_tokens", 0) or 0), generations=len(spec.prompts)

@@ -1,7 +1,8 @@
 """A sweep's job states in Redis: every write (`transitions`) and every read (`reads`).
 
 The worker's task and reaper and the controller's submit, status and cancel all go
-through here; no other module touches decodebench's state keys.
+through here (and `unavailable`: the models a sweep cannot load, marked by workers); no
+other module touches decodebench's state keys.
 """
 
 from worker.sweepstate.reads import (
@@ -11,6 +12,7 @@ from worker.sweepstate.reads import (
     job_state,
     job_states,
     read_status,
+    read_unavailable,
     resolve_sweep,
     stale_runs,
     submitted_sweeps,
@@ -31,6 +33,7 @@ from worker.sweepstate.transitions import (
     transition,
     transition_many,
 )
+from worker.sweepstate.unavailable import gate_models, loaded_model, mark_unavailable
 
 __all__ = [
     "stale_runs",
@@ -49,6 +52,10 @@ __all__ = [
     "job_states",
     "prune_expired_sweeps",
     "read_status",
+    "read_unavailable",
+    "gate_models",
+    "loaded_model",
+    "mark_unavailable",
     "record_loss",
     "register_sweep",
     "resolve_sweep",

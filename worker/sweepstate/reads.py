@@ -64,6 +64,7 @@ class SweepStatus:
     lost: int = 0  # times a job was requeued because its worker died
     stale: int = 0  # running jobs whose worker missed its last heartbeats (it may be gone)
     problems: list[str] = field(default_factory=list)  # values in Redis that did not decode, one line each
+    unavailable: list[tuple[str, str, int]] = field(default_factory=list)  # (model, reason, jobs failed for it)
 
     def total(self, state: JobStatus | str) -> int:
         state = state.value if isinstance(state, JobStatus) else state
@@ -128,7 +129,8 @@ def _text(raw: bytes) -> str:
 
 
 def read_status(conn, tenant: str, sweep_id: str, *, max_failures: int = 20) -> SweepStatus:
-    """The sweep's counters: O(cells + max_failures) Redis reads, two round trips; changes nothing.
+    """The sweep's counters: O(cells + max_failures + marked models) Redis reads, three round trips; changes
+    nothing.
 
     Fields that are missing read as unknown; values that do not decode are left out and named
     in `problems` (one line each)."""
@@ -181,7 +183,22 @@ def read_status(conn, tenant: str, sweep_id: str, *, max_failures: int = 20) -> 
         lost=num("lost", int) or 0,
         stale=stale_runs(conn, tenant, sweep_id),
         problems=r.problems,
+        unavailable=read_unavailable(conn, tenant, sweep_id, meta.get("epoch", "")),
     )
+
+
+def read_unavailable(conn, tenant: str, sweep_id: str, epoch: str) -> list[tuple[str, str, int]]:
+    """(model path, reason, jobs failed for it) of every model the sweep's workers marked unavailable in the
+    current `epoch` (worker.sweepstate.unavailable)."""
+    raw = {_text(k): _text(v) for k, v in (conn.hgetall(keys.unavailable(tenant, sweep_id)) or {}).items()}
+    out = []
+    for name, value in raw.items():
+        stamp, _, reason = value.partition(" ")
+        if "\t" in name or stamp != epoch or not reason:
+            continue
+        jobs = raw.get(f"{name}\tjobs", "0")
+        out.append((name, reason, int(jobs) if jobs.isdigit() else 0))
+    return sorted(out)
 
 
 def stale_runs(conn, tenant: str, sweep_id: str) -> int:

@@ -180,12 +180,14 @@ def transition_many(conn, tenant: str, sweep_id: str, items, state: JobStatus, *
 
 def register_sweep(pipe, tenant: str, sweep_id: str, jobs, meta: dict, *, resume: bool, created_at: str) -> None:
     """Record a submitted sweep (on a pipeline): its meta, its jobs' cells, its place in the
-    tenant's index; `resume` clears a cancellation because jobs are being enqueued again."""
+    tenant's index; `resume` clears a cancellation and renews the epoch (worker.sweepstate.unavailable)
+    because jobs are being enqueued again."""
     k = keys.sweep_keys(tenant, sweep_id)
     pipe.hsetnx(k["meta"], "created_at", created_at)
     pipe.hset(k["meta"], mapping=meta)
     if resume:
         pipe.hdel(k["meta"], "cancelled", "finished_at")
+        pipe.hset(k["meta"], "epoch", created_at)  # a new try: models marked unavailable are tried again
     pipe.zadd(keys.sweeps(tenant), {sweep_id: time.time()}, nx=True)
     for i in range(0, len(jobs), CHUNK):
         pipe.hset(k["cells"], mapping={j.job_id: j.cell for j in jobs[i : i + CHUNK]})
