@@ -22,8 +22,8 @@ exactly transformers' beam search (a test checks it token for token).
 transformers 5 moved group beam search out of its core, so decodebench runs it itself: one
 forward pass per step of the num_beams rows of every prompt still searched over one KV
 cache, whose rows are reordered to the surviving beams' parents (a prompt whose groups can
-no longer improve leaves the pass). Registration is light: the engine's step is
-`worker.engine.loops.beam_step`.
+no longer improve leaves the pass); a model whose cache cannot be reordered so is refused.
+Registration is light: the engine's step is `worker.engine.loops.beam_step`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Beam search, with groups, as a step of the engine's decode loop (worker.engine.decode).
 
-The same search as `worker.engine.loops.beam.search` (transformers' beam search with one
-group; diverse beam search with several), written per prompt instead of per batch, so that
-the decode loop's compaction and continuous refill apply: a prompt occupies `num_beams`
+transformers' beam search with one group (token for token generate()'s, tests/test_beam.py);
+diverse beam search with several (`worker.strategies.diverse_beam` has the method), written per
+prompt, so that the decode loop's compaction and continuous refill apply: a prompt occupies `num_beams`
 consecutive rows; once its search is over its rows leave at the next check, and the queue's
 next prompts take them. A prompt's pools (running scores, its groups' finished hypotheses)
 are kept per queued prompt, and each step works on the live prompts' rows only, at each
@@ -24,6 +24,7 @@ import torch
 from transformers import Cache
 
 from worker.engine.decode import Finished, Step
+from worker.strategies.diverse_beam import check_groups
 
 
 class _Stepped(NamedTuple):
@@ -54,6 +55,7 @@ class BeamStep(Step):
         return self.num_beams
 
     def __post_init__(self) -> None:
+        check_groups(self.num_beams, self.num_beam_groups)
         total, dev = self.tokens.shape[0], self.tokens.device
         g, k = self.num_beam_groups, self.num_beams // self.num_beam_groups
         self.run = torch.full((total, g, k), -1e9, device=dev)
