@@ -124,8 +124,8 @@ def probe_step(model, rows: int, length: int, peak: LoopPeak | None, device):
     buffers of `length` columns, a prefill of the prompt into them, for a stream a second
     prefill into the newcomers' own cache while the buffers are held, one decode step, and
     the sampling step's vocabulary-sized tensors (the float64 CDF, a sort's values and
-    indices). Without (generate(), whose cache grows by concatenation, and the strategies'
-    batch loops), one forward pass of `length` tokens, which holds more than that cache and
+    indices). Without (generate(), whose cache grows by concatenation, and the decode loop over
+    transformers' own cache), one forward pass of `length` tokens, which holds more than that cache and
     its activations ever do.
     """
     extra = last_logits_only(model)
