@@ -1,24 +1,23 @@
-"""The strategies' steps in the engine's own loop against their batch loops, side by side.
+"""The strategies' steps in the engine's own loop, over each cache the plan can choose, side by side.
 
-Contrastive search (k = 4, alpha = 0.6, batch 16), four ways:
+Contrastive search (k = 4, alpha = 0.6, batch 16), three ways:
 
-- own: the default, a step of the engine's own loop (worker.engine.decode: compaction,
-  continuous refill, a row's k candidates as k tokens over the row's own cache);
+- own: the default, the step in the engine's decode loop (worker.engine.decode: compaction,
+  continuous refill, a row's k candidates as k tokens over the row's own preallocated cache);
 - own_batches: the same with `refill: false` (batch after batch, compaction only);
-- loop_shared: the strategy's batch loop (worker.engine.loops.contrastive:generate) with the
-  same shared-cache step;
-- loop_repeated: that loop with the original step, which repeats the cache k times and
-  selects the winners' rows back (the prepared mask refused).
+- repeated: the plan where the prepared mask is refused: the same step, its candidates over
+  transformers' cache repeated k times, the winners' rows selected back (batches).
 
-Beam search (4 beams, batch 8 prompts), three ways: own (loops.beam_step in the own loop,
-with refill), own_batches, and loop (the batch loop, worker.engine.loops.beam:generate).
+Beam search (4 beams, batch 8 prompts), three ways: own (loops.beam_step over the preallocated
+cache, with refill), own_batches, and dynamic (the same step in batches over transformers' own
+cache: the plan for a model whose layers do not take the preallocated one).
 
 Every set runs interleaved, 5 rounds (odd rounds reversed), on the mixed and the uniform
 prompts of bench_throughput.py, without a stop string and with one ("." for contrastive
 search; "," and "." for beam search). Printed ratios are medians of the rounds' ratios, > 1
-where the first side is faster: own_vs_loop (what the own loop adds), refill_vs_batches and,
-for contrastive search, shared_vs_repeated (the step alone). The outputs of every side are
-checked identical.
+where the first side is faster: refill_vs_batches (what refill adds), shared_vs_repeated
+(contrastive search's candidate pass, both in batches) and preallocated_vs_dynamic (beam search's
+cache, both in batches). The outputs of every side are checked identical.
 
     python benchmarks/bench_loops.py [--model M] [--prompts 32] [--new 48] [--rounds 5]
 """
@@ -26,6 +25,7 @@ checked identical.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -38,50 +38,45 @@ from worker.core.contract import ModelSpec  # noqa: E402
 from worker.core.logs import configure  # noqa: E402
 from worker.engine import plan as planning  # noqa: E402
 from worker.engine.job import Runtime, generate_job  # noqa: E402
-from worker.engine.loops import contrastive  # noqa: E402
-from worker.strategies import Kind  # noqa: E402
 
-decode_step, prepared_mask, runs_in_decode_loop = (
-    planning.decode_step,
-    planning.prepared_mask,
-    contrastive.runs_in_decode_loop,
-)
+
+def _dynamic(probes):
+    """The model's probes with the preallocated cache refused (transformers' own cache is planned)."""
+    return lambda model: dataclasses.replace(probes(model), preallocated=False)
+
+
+PLANS = {  # way -> the plan's probes it patches: (name, replacement)
+    "repeated": (("prepared_mask", lambda real: lambda model: False),),
+    "dynamic": (("prepared_mask", lambda real: lambda model: False), ("probes", _dynamic)),
+}
 
 
 def side(runtime, spec, way: str):
     """A run of the job one of the ways (see the module's docstring)."""
+    batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
 
     def run():
-        if way == "loop_shared":
-            contrastive.runs_in_decode_loop = lambda config, mask: False
-        if way == "loop_repeated":
-            planning.prepared_mask = lambda model: False
-        if way == "loop":
-            beams = (Kind.BEAM, Kind.DIVERSE_BEAM)
-            planning.decode_step = lambda lm, kind, cfg: None if kind in beams else decode_step(lm, kind, cfg)
+        saved = {name: getattr(planning, name) for name, _ in PLANS.get(way, ())}
+        for name, patch in PLANS.get(way, ()):
+            setattr(planning, name, patch(saved[name]))
         try:
-            result, records = generate_job(batches if way == "own_batches" else spec, runtime)
+            result, records = generate_job(spec if way == "own" else batches, runtime)
         finally:
-            planning.prepared_mask, planning.decode_step = prepared_mask, decode_step
-            contrastive.runs_in_decode_loop = runs_in_decode_loop
+            for name, real in saved.items():
+                setattr(planning, name, real)
         return result.new_tokens, [r.token_ids for r in records]
 
-    batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
     return run
 
 
 FAMILIES = {
     "contrastive": (
-        ("own", "own_batches", "loop_shared", "loop_repeated"),
-        {
-            "own_vs_loop": ("own", "loop_shared"),
-            "refill_vs_batches": ("own", "own_batches"),
-            "shared_vs_repeated": ("loop_shared", "loop_repeated"),
-        },
+        ("own", "own_batches", "repeated"),
+        {"refill_vs_batches": ("own", "own_batches"), "shared_vs_repeated": ("own_batches", "repeated")},
     ),
     "beam": (
-        ("own", "own_batches", "loop"),
-        {"own_vs_loop": ("own", "loop"), "refill_vs_batches": ("own", "own_batches")},
+        ("own", "own_batches", "dynamic"),
+        {"refill_vs_batches": ("own", "own_batches"), "preallocated_vs_dynamic": ("own_batches", "dynamic")},
     ),
 }
 

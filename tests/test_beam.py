@@ -1,6 +1,6 @@
-"""Beam search in the engine's beam loop (token for token generate()'s, prompts that are done
-dropping out of the forward pass) and diverse (group) beam search: transformers' beam search
-as its one-group case, the Hamming diversity term, a cache-free implementation from the
+"""Beam search as the step of the engine's decode loop (token for token generate()'s, prompts that
+are done dropping out of the forward pass) and diverse (group) beam search: transformers' beam
+search as its one-group case, the Hamming diversity term, a cache-free implementation from the
 paper, and the parameter check."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+from transformers import GenerationConfig
 
+from tests.helpers_beam import CountingModel, generate, search
 from tests.helpers_engine import job as engine_job
 from tests.services import AUSTEN_PROMPTS
 from worker.core.contract import ModelSpec
 from worker.engine.job import generate_job
 from worker.engine.loops import beam as beam_loop
-from worker.engine.loops.beam import generate, search
 from worker.strategies import get_strategy
 
 PROMPTS = AUSTEN_PROMPTS[:5] + ["Anne"]
@@ -45,7 +45,7 @@ def run(lm, prompts, max_new, eos=None, **params):
         max_new_tokens=max_new, eos_token_id=eos if eos is not None else tok.eos_token_id, pad_token_id=tok.pad_token_id
     )
     p = {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5, "length_penalty": 1.0, **params}
-    args = (lm.model, enc, cfg, p, LogitsProcessorList(), StoppingCriteriaList())
+    args = (lm.model, enc, cfg, p)
     return enc, *search(*args), generate(*args)
 
 
@@ -254,21 +254,6 @@ def test_the_beam_loop_takes_only_what_it_reproduces():
         assert not beam_loop.supports(GenerationConfig(**{**base, **other})), other
 
 
-class CountingModel:
-    """The model, recording the rows of every forward pass (prefill first)."""
-
-    def __init__(self, model) -> None:
-        self.model, self.rows = model, []
-
-    @property
-    def forward(self):
-        return self.model.forward
-
-    def __call__(self, **kwargs):
-        self.rows.append(kwargs["input_ids"].shape[0])
-        return self.model(**kwargs)
-
-
 @pytest.mark.parametrize("groups,penalty,length_penalty", [(2, 0.5, 1.0), (1, 0.0, 0.0)])
 def test_prompts_whose_search_is_over_leave_the_forward_pass_and_each_prompt_is_as_if_alone(
     lm, groups, penalty, length_penalty
@@ -279,7 +264,7 @@ def test_prompts_whose_search_is_over_leave_the_forward_pass_and_each_prompt_is_
     params = {"num_beams": 4, "num_beam_groups": groups, "diversity_penalty": penalty, "length_penalty": length_penalty}
     enc = tok(PROMPTS, return_tensors="pt", padding=True)
     counting = CountingModel(lm.model)
-    hyps, scores, lens = search(counting, enc, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+    hyps, scores, lens = search(counting, enc, cfg, params)
     batch_rows = len(PROMPTS) * 4
     assert counting.rows[0] == len(PROMPTS) and counting.rows[1] == batch_rows
     assert all(a >= b for a, b in zip(counting.rows[1:], counting.rows[2:])), counting.rows
@@ -287,7 +272,7 @@ def test_prompts_whose_search_is_over_leave_the_forward_pass_and_each_prompt_is_
     start = enc["input_ids"].shape[1]
     for b, prompt in enumerate(PROMPTS):
         one = tok([prompt], return_tensors="pt")
-        h1, s1, l1 = search(lm.model, one, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+        h1, s1, l1 = search(lm.model, one, cfg, params)
         assert torch.equal(lens[b], l1[0]), prompt
         for j in range(4):
             n = int(l1[0, j])
@@ -365,11 +350,11 @@ def test_any_batch_gives_every_prompt_its_search_alone(
         "early_stopping": early_stopping,
     }
     enc = tok(prompts, return_tensors="pt", padding=True)
-    hyps, scores, lens = search(lm.model, enc, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+    hyps, scores, lens = search(lm.model, enc, cfg, params)
     start, n = enc["input_ids"].shape[1], params["num_beams"]
     for b, prompt in enumerate(prompts):
         one = tok([prompt], return_tensors="pt")
-        h1, s1, l1 = search(lm.model, one, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+        h1, s1, l1 = search(lm.model, one, cfg, params)
         assert torch.equal(lens[b], l1[0]), prompt
         for j in range(n):
             m = int(l1[0, j])
@@ -384,7 +369,7 @@ def test_looking_for_finished_prompts_every_8_steps_as_on_cuda_changes_no_hypoth
     cfg = GenerationConfig(max_new_tokens=32, eos_token_id=eos, pad_token_id=tok.pad_token_id)
     params = {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5, "length_penalty": 0.0}
     enc = tok(PROMPTS, return_tensors="pt", padding=True)
-    args = (enc, cfg, params, LogitsProcessorList(), StoppingCriteriaList())
+    args = (enc, cfg, params)
     every_step = search(lm.model, *args)
     counting = CountingModel(lm.model)
     every_8 = search(counting, *args, check_every=8)

@@ -1,11 +1,14 @@
 """Beam search (and diverse beam search) as a step of the engine's own loop: a job is one stream of
 batch_size prompts x num_beams rows; prompts whose search is over leave and the queue's next prompts take
-their rows (continuous refill). Asserted: every prompt gets the hypotheses the strategy's batch loop gives
-it (which tests/test_beam.py holds to generate()'s beam search and to each prompt searched alone),
+their rows (continuous refill). Asserted: every prompt gets the hypotheses the same step gives it in plain
+batches over transformers' own cache, the plan for models whose layers do not take the preallocated one
+(which tests/test_beam.py holds to generate()'s beam search and to each prompt searched alone),
 whatever the stream's slots, stops, lengths, groups, penalties, check intervals and KV span; no KV buffer
 grows; each prompt's latency runs to the end of its search."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,17 +20,17 @@ from worker.engine import plan as planning
 from worker.engine.job import generate_job
 from worker.engine.loops.beam_step import BeamStep
 from worker.engine.plan import configure
-from worker.strategies import Kind
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def batch_loop(monkeypatch, spec, runtime):
-    """The job through the strategy's batch search (worker.engine.loops.beam), not the decode loop's step."""
+    """The job in plain batches over transformers' own cache (the plan of a model whose layers do not take
+    the preallocated cache): no refill, no prepared mask."""
     with monkeypatch.context() as patch:
-        real = planning.decode_step
-        beams = (Kind.BEAM, Kind.DIVERSE_BEAM)
-        patch.setattr(planning, "decode_step", lambda lm, kind, cfg: None if kind in beams else real(lm, kind, cfg))
+        real = planning.probes
+        patch.setattr(planning, "probes", lambda model: dataclasses.replace(real(model), preallocated=False))
+        patch.setattr(planning, "prepared_mask", lambda model: False)
         return generate_job(spec, runtime)
 
 
@@ -54,7 +57,10 @@ def test_a_beam_stream_refills_and_every_prompt_gets_the_batch_loops_search(
     assert result.engine["decode_loop"].startswith("worker.engine.decode (beam search's step")
     assert {r.stop_reason for r in ours} >= {"stop_string"}
     theirs_result, theirs = batch_loop(monkeypatch, spec, runtime)
-    assert theirs_result.engine["decode_loop"] == "decodebench's own loop (worker.engine.loops.beam:generate)"
+    assert theirs_result.engine["decode_loop"] == (
+        "worker.engine.decode (beam search's step (worker.engine.loops.beam_step); finished rows dropped)"
+    )
+    assert theirs_result.engine["plan"]["cache"] == "dynamic"
     assert outputs(ours) == outputs(theirs)
     # a prompt's latency runs to the end of its search, which may come after its best hypothesis ended
     assert all(0 < t <= lat <= stream.total_s + 1e-6 for t, lat in zip(stream.ttft_s, stream.latency_s))

@@ -1,6 +1,6 @@
-"""Contrastive search: finished rows leave the candidate pass, and a row's candidates run over the row's own
-cache (k tokens, a diagonal mask) where the model takes the prepared mask, choosing what the original
-repeated-cache step chooses; there it is a step of the engine's own loop, with continuous refill, and a
+"""Contrastive search, a step of the engine's own loop: finished rows leave the candidate pass, and a row's
+candidates run over the row's own cache (k tokens, a diagonal mask) where the model takes the prepared mask,
+choosing what the original repeated-cache candidates choose; there it runs with continuous refill, and a
 stream chooses what each prompt alone chooses. (The paper's cache-free check is in test_engine.)"""
 
 from __future__ import annotations
@@ -123,18 +123,18 @@ def test_the_loop_benchmark_runs_both_steps_and_checks_their_outputs_identical()
     assert run.returncode == 0, run.stderr[-2000:]
     sets = [line for line in run.stdout.splitlines() if line.startswith(("contrastive", "beam"))]
     assert len(sets) == 10 and all(line.endswith("identical 4/4") for line in sets), run.stdout
-    assert all(name in line for line in sets for name in ("own_vs_loop x", "refill_vs_batches x"))
+    assert all("refill_vs_batches x" in line for line in sets)
     assert sum("shared_vs_repeated x" in line for line in sets) == 4
+    assert sum("preallocated_vs_dynamic x" in line for line in sets) == 6
 
 
-def test_contrastive_search_runs_in_the_own_loop_with_refill_and_chooses_what_the_old_loop_chooses(
+def test_contrastive_search_runs_in_the_own_loop_with_refill_and_chooses_what_the_repeated_cache_chooses(
     small_model, runtime, monkeypatch
 ):
     """Where its candidates share their row's cache, contrastive search is a step of the engine's own loop
-    (compaction, continuous refill, per-row penalties): a stream of 3 rows over 10 prompts gives each prompt
-    what the strategy's own batch loop gives it, penalties included, and the result says which loop ran."""
-    from worker.engine.loops import contrastive
-
+    with continuous refill over the preallocated cache: a stream of 3 rows over 10 prompts gives each prompt
+    what the step gives it in batches over transformers' cache repeated k times (the plan where the prepared
+    mask is refused), penalties included, and the result says which loop and cache ran."""
     params = {"k": 4, "alpha": 0.6, "repetition_penalty": 1.2}
     spec = job(small_model, "contrastive", params, batch_size=3, max_new=16, stop=[","], prompts=MIXED)
     result, own = generate_job(spec, runtime)
@@ -142,9 +142,12 @@ def test_contrastive_search_runs_in_the_own_loop_with_refill_and_chooses_what_th
     assert stream.refills >= 2 and stream.compactions >= 2 and len(stream.latency_s) == len(MIXED)
     assert result.engine["decode_loop"].startswith("worker.engine.decode (contrastive search's step")
     assert "per row" in result.engine["modifiers"]
-    monkeypatch.setattr(contrastive, "runs_in_decode_loop", lambda config, mask: False)
+    monkeypatch.setattr(planning, "prepared_mask", lambda model: False)
     result, theirs = generate_job(spec, runtime)
-    assert result.engine["decode_loop"] == "decodebench's own loop (worker.engine.loops.contrastive:generate)"
+    assert result.engine["decode_loop"] == (
+        "worker.engine.decode (contrastive search's step (worker.engine.loops.contrastive); finished rows dropped)"
+    )
+    assert result.engine["plan"]["cache"] == "dynamic" and result.engine["plan"]["rows_per_prompt"] == 4
     assert [(r.token_ids, r.stop_reason) for r in own] == [(r.token_ids, r.stop_reason) for r in theirs]
 
 
@@ -179,17 +182,15 @@ def test_any_contrastive_stream_is_every_prompt_alone(
 def test_the_cuda_probe_plans_one_cache_row_per_prompt_for_the_own_loops_contrastive_step(
     tiny_model, runtime, monkeypatch
 ):
-    """The own loop's candidates are k tokens of their row, not k rows: the probe fits batch x 1 rows (the
-    strategy's loop, which repeats the cache k times where the mask is refused, keeps batch x k)."""
-    from worker.engine.loops import contrastive
-
+    """The own loop's candidates are k tokens of their row, not k rows: the probe fits batch x 1 rows (where
+    the mask is refused, the candidates repeat transformers' cache k times: batch x k)."""
     cuda = CudaProbe(runtime, monkeypatch)
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     spec = job(tiny_model, "contrastive", {"k": 5, "alpha": 0.6}, max_new=8)
-    for own in (True, False):
-        monkeypatch.setattr(contrastive, "runs_in_decode_loop", lambda config, mask, own=own: own)
-        cuda.probe(lm, configure(lm, spec.strategy, spec.generation), spec)
+    cuda.probe(lm, configure(lm, spec.strategy, spec.generation), spec)
+    monkeypatch.setattr(planning, "prepared_mask", lambda model: False)
+    cuda.probe(lm, configure(lm, spec.strategy, spec.generation), spec)
     rows = [each for _, each in cuda.asked]
     assert rows == [1, 5]
-    # the own loop's probe prefills the longest prompt's bucket into its buffers; the batch loop's is one pass
+    # the shared candidates' probe prefills the longest prompt's bucket into its buffers; the repeated one is one pass
     assert cuda.peaks[0] is not None and cuda.peaks[1] is None

@@ -15,7 +15,7 @@ variant and one set of generation settings, so a batch never mixes settings.
   carries), a prefill of the longest prompt's bucket into them (for a stream, an
   admission's prefill into a cache of its own as well), a decode step and the sampling
   step's vocabulary-sized tensors; the batch then takes HEADROOM (90%) of what
-  fitted. Elsewhere (generate(), a strategy's batch search) it is one forward pass of B
+  fitted. Elsewhere (generate(), transformers' own cache) it is one forward pass of B
   copies of the longest prompt padded to prompt + max_new_tokens, which holds more than
   that cache and its activations ever do;
 - on CPU, where memory is not what limits, the size with the best tokens/s in a short
@@ -124,8 +124,8 @@ def probe_step(model, rows: int, length: int, peak: LoopPeak | None, device):
     buffers of `length` columns, a prefill of the prompt into them, for a stream a second
     prefill into the newcomers' own cache while the buffers are held, one decode step, and
     the sampling step's vocabulary-sized tensors (the float64 CDF, a sort's values and
-    indices). Without (generate(), whose cache grows by concatenation, and the strategies'
-    batch loops), one forward pass of `length` tokens, which holds more than that cache and
+    indices). Without (generate(), whose cache grows by concatenation, and the decode loop over
+    transformers' own cache), one forward pass of `length` tokens, which holds more than that cache and
     its activations ever do.
     """
     extra = last_logits_only(model)
@@ -272,9 +272,8 @@ def probe_length(plan: Plan, longest: int, max_new: int, every: int) -> int:
 
 def loop_peak(plan: Plan, longest: int) -> LoopPeak | None:
     """What the CUDA probe runs in the decode loop's preallocated KV buffers (a prefill of the longest
-    prompt's bucket; for a stream, an admission's too), or None where the job runs elsewhere (generate(),
-    a strategy's batch search) or the model's cache is transformers' own: there the probe is one forward
-    pass of the whole length."""
+    prompt's bucket; for a stream, an admission's too), or None where the job runs in generate() or over
+    transformers' own cache: there the probe is one forward pass of the whole length."""
     if plan.path is not Path.DECODE or plan.cache is not Cache.PREALLOCATED:
         return None
     return LoopPeak(length_bucket(longest), stream=plan.refill)

@@ -112,6 +112,7 @@ class Step:
     last_logits: bool = False  # the model takes `logits_to_keep`: the prefill computes the last logits only
     mask: bool = False  # decode steps pass the prepared 4D mask (the plan's, with the preallocated cache)
     every: int = 1  # steps between checks
+    preallocated: bool = True  # the plan's cache: kvcache's preallocated buffers, else transformers' own
 
     describe: ClassVar[str | None] = None  # what result.json says of a step other than greedy's and sampling's
 
@@ -138,6 +139,7 @@ class Step:
         device: torch.device,
         mask: bool,
         every: int,
+        preallocated: bool = True,
     ) -> Step:
         """The step of one decode call: an output row per queued prompt (max_new + 1 columns: one spare
         for finished rows), the model's keywords (models.probes)."""
@@ -159,6 +161,7 @@ class Step:
             last_logits=found.last_logits,
             mask=mask,
             every=every,
+            preallocated=preallocated,
             **cls.options(params),
         )
 
@@ -285,7 +288,9 @@ def decode(step: Step, enc: dict[str, torch.Tensor], refill: Refill | None = Non
 def _buffers(step: Step, rows: Rows, refill: Refill | None):
     """The preallocated KV cache of a batch (prompt + max_new columns) or of a stream (its slots and
     stream_span columns), each with the step's spare columns and its rows per prompt; None where the
-    model's layers are not plain."""
+    plan chose transformers' own cache (the model's layers are not plain, or the step repeats rows)."""
+    if not step.preallocated:
+        return None
     if refill is None:
         columns = rows.width + step.max_new + step.spare
         return preallocated_cache(step.model, columns, rows=rows.live.numel() * step.rows_each)

@@ -2,7 +2,7 @@
 
 `run_batch(lm, plan, prompts, seeds)` runs one left-padded batch, or with continuous refill one
 stream of the job's prompts, on the path the plan chose (worker.engine.plan): the engine's decode
-loop with the plan's step, a strategy's batch search, or transformers' generate(); timed by
+loop with the plan's step over the plan's cache, or transformers' generate(); timed by
 `worker.engine.timing.StepClock`, sampling seeded per generation (`worker.engine.sampling`).
 `finish_batch` cuts each row at its end, detokenises and measures, on the host.
 """
@@ -18,8 +18,8 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from worker.core.contract import BatchTiming, PromptItem
 from worker.engine import decode
 from worker.engine.models import LoadedModel
-from worker.engine.modifiers import RowModifiers, build_modifiers
-from worker.engine.plan import Path, Plan
+from worker.engine.modifiers import RowModifiers
+from worker.engine.plan import Cache, Path, Plan
 from worker.engine.sampling import SeededSampler, build_warpers
 from worker.engine.stops import FinishRecorder, StopStrings
 from worker.engine.timing import StepClock, StepTimes, synchronize
@@ -42,12 +42,8 @@ def eos_ids(cfg: GenerationConfig) -> list[int]:
     return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
 
 
-def _run(lm: LoadedModel, plan: Plan, enc, processors, criteria):
-    """The strategy's batch search, or the generate() call, on one encoded batch."""
-    if plan.path is Path.SEARCH:
-        processors.extend(build_modifiers(plan.config, enc["input_ids"].shape[1], enc["attention_mask"]))
-        every = check_every(lm.device)
-        return plan.search(lm.model, enc, plan.config, plan.params, processors, criteria, every, mask=plan.mask)
+def _generate(lm: LoadedModel, plan: Plan, enc, processors, criteria):
+    """transformers' generate() on one encoded batch (Path.GENERATE)."""
     with torch.inference_mode():
         return lm.model.generate(
             **enc,
@@ -151,6 +147,7 @@ def _decode(lm: LoadedModel, plan: Plan, enc, clock, seeds: list[int], refill=No
         device=device,
         mask=plan.mask,
         every=check_every(device),
+        preallocated=plan.cache is Cache.PREALLOCATED,
     )
     out = decode.decode(step, enc, refill)
     recorder = FinishRecorder(prompt_len, [], None, len(seeds), "cpu")
@@ -211,10 +208,8 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
             stop = StopStrings(lm.tokenizer, list(plan.stop)) if plan.stop else None
             recorder = FinishRecorder(prompt_len, eos_ids(plan.config), stop, len(prompts), device)
             criteria.append(recorder)
-        elif plan.path is Path.SEARCH and plan.stop:  # a beam search's hypotheses end at stop strings too
-            criteria.append(StopStrings(lm.tokenizer, list(plan.stop)))
         clock.start()
-        out = _run(lm, plan, enc, processors, criteria)
+        out = _generate(lm, plan, enc, processors, criteria)
         times = clock.stop()
         new, steps, compactions, kv = out[:, prompt_len:].cpu(), out.shape[1] - prompt_len, None, None
     ids, mask = enc["input_ids"].cpu(), enc["attention_mask"].cpu()

@@ -17,9 +17,9 @@ allocates its buffers once, for its slots and `decode.stream_span` columns.
 `preallocated_cache(model, length, rows)` returns a `DynamicCache` with such layers where the
 model's layers are plain full-attention layers, and None otherwise (sliding-window,
 linear-attention or hybrid layers keep transformers' own cache). `reorderable(model)` says
-whether transformers' own cache is plain attention layers (full or sliding window), which
-the beam loop needs. `keep_candidate` keeps one of the k candidate columns contrastive search
-appends to each row.
+whether transformers' own cache is plain attention layers (full or sliding window), which the
+steps that reorder or repeat rows need. `keep_candidate` keeps one of the k candidate columns
+contrastive search appends to each row.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def preallocated_cache(model, length: int, rows: int | None = None) -> DynamicCa
 
 def reorderable(model) -> bool:
     """Whether transformers' default cache for the model is plain attention layers (full or sliding
-    window), whose rows the beam loop repeats, reorders and selects as generate() does."""
+    window), whose rows beam search's step repeats, reorders and selects as generate() does."""
     supported = getattr(type(model), "_supports_default_dynamic_cache", None)
     if supported is not None and not supported():
         return False

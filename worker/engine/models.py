@@ -6,8 +6,9 @@ bounded by a count and a parameter-memory budget.
 `probes(model)` answers, once per model object, what its forward pass takes: the name of its
 KV-cache keyword, whether it computes the last position's logits only (`logits_to_keep`),
 whether its layers take the preallocated cache (worker.engine.kvcache), whether transformers'
-own cache can be reordered (beam search), and whether decode steps may pass SDPA a prepared
-mask (`prepared_mask`). The answers live in a table beside the models, never on them.
+own cache can be reordered (the steps of beam, diverse beam and contrastive search), and
+whether decode steps may pass SDPA a prepared mask (`prepared_mask`). The answers live in a
+table beside the models, never on them.
 """
 
 from __future__ import annotations

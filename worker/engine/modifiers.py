@@ -11,12 +11,8 @@ its tokens, and its length is its own step counter. So a row computes what it co
 alone, in any batch and in a continuous-refill stream, where rows start at different steps.
 
 Everything is vectorised over the batch (no loop over rows, no host synchronisation), and
-a row alone gets exactly transformers' processors (`tests/test_modifiers.py`).
-
-`build_modifiers` gives the strategies' batch searches (contrastive search, beam search)
-transformers' processors, with the repetition penalty skipping each row's left padding as
-transformers' generate() does; their rows start together, so a batch-wide minimum length is
-right for them.
+a row alone gets exactly transformers' processors (`tests/test_modifiers.py`). Every step of the
+decode loop (greedy search, sampling, contrastive and beam search) applies them so.
 """
 
 from __future__ import annotations
@@ -49,33 +45,10 @@ def only_modifiers(config) -> bool:
     return not (config.min_length or config.encoder_no_repeat_ngram_size or config.remove_invalid_values)
 
 
-def build_modifiers(cfg, prompt_len: int, attention_mask: torch.Tensor | None = None) -> list:
-    """The processors generate() adds for penalties and a minimum length, for the strategies' batch searches."""
-    m: list = []
-    if cfg.min_new_tokens:
-        m.append(lp.MinNewTokensLengthLogitsProcessor(prompt_len, cfg.min_new_tokens, cfg.eos_token_id))
-    if cfg.repetition_penalty not in (None, 1.0):
-        m.append(PaddedRepetitionPenalty(cfg.repetition_penalty, attention_mask))
-    if cfg.no_repeat_ngram_size:
-        m.append(lp.NoRepeatNGramLogitsProcessor(cfg.no_repeat_ngram_size))
-    return m
-
-
-class PaddedRepetitionPenalty(lp.LogitsProcessor):
-    """transformers' repetition penalty without each row's left padding (as generate() builds it), for
-    loops whose rows are the prompts' rows each repeated (beams, candidates): the mask repeats to match."""
-
-    def __init__(self, penalty: float, attention_mask: torch.Tensor | None) -> None:
-        self.penalty = lp.RepetitionPenaltyLogitsProcessor(penalty)
-        self.mask = attention_mask.bool() if attention_mask is not None else None
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.mask is not None:
-            mask = self.mask.repeat_interleave(input_ids.shape[0] // self.mask.shape[0], dim=0)
-            width = mask.shape[-1]  # the prompt's columns; generated ones are the row's own
-            prompt = torch.where(mask, input_ids[:, :width], input_ids[:, -1:])
-            input_ids = torch.cat([prompt, input_ids[:, width:]], dim=-1)
-        return self.penalty(input_ids, scores)
+def any_set(config) -> bool:
+    """Whether the configuration sets a penalty or a minimum length (what `RowModifiers` applies)."""
+    penalty = config.repetition_penalty not in (None, 1.0)
+    return bool(config.min_new_tokens) or penalty or bool(config.no_repeat_ngram_size)
 
 
 class RowModifiers:

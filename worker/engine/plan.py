@@ -8,15 +8,18 @@ the prepared mask, continuous refill and the warm-up. The job adds the batch pla
 again, and `Plan.record()` goes into result.json as it is.
 
 A strategy declares its kind (`worker.strategies.Kind`); `STEPS` maps a kind to its step of the
-decode loop (worker.engine.decode) and `SEARCHES` to the strategy's batch search, which serves the
-models and configurations the step does not (`Path.SEARCH`). Where neither fits, transformers'
-generate() runs the batch (`Path.GENERATE`): beam search on a model whose cache cannot be
-reordered, assisted decoding, processors the engine does not rebuild, a static cache.
+decode loop (worker.engine.decode), which runs over the preallocated cache where the model's layers
+are plain (and the step does not repeat rows) and over transformers' own cache elsewhere. Where the
+loop cannot reproduce what generate() would do, transformers' generate() runs the batch
+(`Path.GENERATE`): beam search on a model whose cache cannot be reordered or with settings the step
+does not reproduce, assisted decoding, processors the engine does not rebuild, a static cache.
+Contrastive and diverse beam search have no such fallback (transformers 5 no longer runs them): a
+model whose cache the loop cannot reorder is refused, in one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -39,7 +42,6 @@ class Path(str, Enum):
     """Which code runs a job's batches."""
 
     DECODE = "decode"  # the engine's decode loop driving a step (worker.engine.decode)
-    SEARCH = "search"  # a strategy's batch search (worker.engine.loops), where its step does not fit
     GENERATE = "generate"  # transformers' generate()
 
 
@@ -58,14 +60,9 @@ STEPS: dict[Kind, type[Step]] = {
     Kind.BEAM: BeamStep,
     Kind.DIVERSE_BEAM: BeamStep,
 }
-# kind -> the batch search that runs it where its step does not fit
-SEARCHES: dict[Kind, Callable[..., Any]] = {
-    Kind.CONTRASTIVE: contrastive.generate,
-    Kind.BEAM: beam.generate,
-    Kind.DIVERSE_BEAM: beam.generate,
-}
 # kinds transformers 5 no longer runs, and a strategy's own step (Kind.CUSTOM: a plugin's, worker.engine.custom)
 ONLY_THE_ENGINE = frozenset({Kind.CONTRASTIVE, Kind.DIVERSE_BEAM, Kind.CUSTOM})
+OWN_STEPS = frozenset({Kind.CONTRASTIVE, Kind.BEAM, Kind.DIVERSE_BEAM})  # steps with parameters of their own
 
 
 @dataclass(frozen=True)
@@ -86,12 +83,12 @@ class Plan:
     kind: Kind
     path: Path
     step: type[Step] | None  # the decode loop's step (Path.DECODE)
-    params: Mapping[str, Any]  # the step's or the search's parameters
+    params: Mapping[str, Any]  # the step's parameters
     cache: Cache
     mask: bool  # decode steps (and contrastive search's candidates) pass SDPA a prepared 4D mask
     refill: bool  # a job of several batches runs as one stream of batch_size rows
     warmup: bool  # one untimed short batch per loaded model before anything is timed
-    rows_each: int  # KV-cache rows one prompt occupies (beams; contrastive search's candidates off the step)
+    rows_each: int  # KV-cache rows one prompt occupies (beams; contrastive search's candidates over a repeated cache)
     sampler: Mapping[str, Any] | None  # the seeded sampler's warpers (sampling strategies), else None
     stop: tuple[str, ...]
     assistant: LoadedModel | None = None  # assisted decoding's draft model
@@ -99,18 +96,12 @@ class Plan:
     batches: BatchPlan | None = None
     prompt_ids: Mapping[str, list[int]] | None = field(default=None, repr=False)  # the prompts, tokenised once
 
-    @property
-    def search(self) -> Callable[..., Any]:
-        """The strategy's batch search (Path.SEARCH)."""
-        return SEARCHES[self.kind]
-
     def record(self) -> dict[str, Any]:
         """The plan as result.json records it."""
         return {
             "path": self.path.value,
             "kind": self.kind.value,
             "step": None if self.step is None else f"{self.step.__module__}.{self.step.__name__}",
-            "search": _function(self.search) if self.path is Path.SEARCH else None,
             "cache": self.cache.value,
             "prepared_mask": self.mask,
             "refill": self.refill,
@@ -121,8 +112,8 @@ class Plan:
     def describe(self) -> dict[str, Any]:
         """The generation config as result.json records it, with what the engine adds."""
         out = self.config.to_dict()
-        if self.kind in SEARCHES and self.path is not Path.GENERATE:  # the strategy's parameters, as recorded before
-            out["decodebench_loop"] = {"function": _function(SEARCHES[self.kind]), **self.params}
+        if self.kind in OWN_STEPS and self.path is Path.DECODE:  # the strategy's parameters, as recorded before
+            out["decodebench_loop"] = {"function": f"{self.step.__module__}.{self.step.__name__}", **self.params}
         if self.assistant is not None:
             out["decodebench_assistant"] = self.assistant.info
         out["decodebench_decode"] = (
@@ -138,10 +129,6 @@ class Plan:
                 **{k: v for k, v in self.sampler.items() if not k.startswith("_")},
             }
         return out
-
-
-def _function(fn: Callable[..., Any]) -> str:
-    return f"{fn.__module__}:{fn.__name__}"
 
 
 def generation_config(lm: LoadedModel, kwargs: dict[str, Any], settings: GenerationSettings) -> GenerationConfig:
@@ -190,10 +177,10 @@ def configure(
         path, step = Path.DECODE, _custom_step(registered, cfg)
         notes.append(f"strategy {registered.name}: plugin {registered.plugin or registered.step}")
     else:
-        path, step = _path(lm, kind, cfg)
-    if path is Path.DECODE or path is Path.SEARCH:
-        prepared_mask(lm.model)  # its once-per-model check runs here, outside any timed batch
-    preallocated = path is Path.DECODE and probes(lm.model).preallocated
+        path, step = _path(lm, kind, cfg, strategy.name)
+    mask = path is Path.DECODE and prepared_mask(lm.model)  # its once-per-model check, outside any timed batch
+    # contrastive search's candidates repeat their row where the prepared mask is refused: transformers' cache
+    preallocated = path is Path.DECODE and probes(lm.model).preallocated and (kind is not Kind.CONTRASTIVE or mask)
     static = cfg.cache_implementation == "static"
     cache = Cache.PREALLOCATED if preallocated else Cache.STATIC if static else Cache.DYNAMIC
     return Plan(
@@ -203,10 +190,10 @@ def configure(
         step=step,
         params=params,
         cache=cache,
-        mask=path is not Path.GENERATE and prepared_mask(lm.model),
+        mask=mask,
         refill=preallocated and settings.refill,  # refill writes newcomers into the preallocated buffers
         warmup=settings.warmup,
-        rows_each=_rows_each(kind, step, cfg, params),
+        rows_each=_rows_each(kind, mask, cfg, params),
         sampler=sampler,
         stop=tuple(settings.stop),
         assistant=assistant,
@@ -214,15 +201,17 @@ def configure(
     )
 
 
-def _path(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> tuple[Path, type[Step] | None]:
-    """The path of the job's batches and, on the decode loop, its step."""
+def _path(lm: LoadedModel, kind: Kind, cfg: GenerationConfig, name: str) -> tuple[Path, type[Step] | None]:
+    """The path of the job's batches and, on the decode loop, its step; a kind only the engine runs, on a
+    model whose cache its step cannot drive, is refused in one line."""
     step = decode_step(lm, kind, cfg)
     if step is not None:
         return Path.DECODE, step
     if kind in ONLY_THE_ENGINE:
-        return Path.SEARCH, None
-    if kind is Kind.BEAM and beam.supports(cfg) and probes(lm.model).reorderable:
-        return Path.SEARCH, None  # prompts that are done leave the forward pass
+        raise PermanentJobError(
+            f"{name}: this model's KV cache is not plain attention layers, which decodebench's own loop"
+            " reorders row by row, and transformers 5 no longer runs this strategy"
+        )
     return Path.GENERATE, None
 
 
@@ -237,25 +226,24 @@ def _custom_step(registered: Strategy, cfg: GenerationConfig) -> type[Step]:
 
 
 def decode_step(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> type[Step] | None:
-    """The decode loop's step for the kind where the loop reproduces generate() (or the method's batch
-    search): processors the loop rebuilds only; greedy search and sampling over the dynamic cache;
-    contrastive search where its candidates share their row's cache; beam search (diverse or not) where
-    the model takes the preallocated cache."""
+    """The decode loop's step for the kind where the loop reproduces generate() (or, for the kinds only
+    the engine runs, the method): processors the loop rebuilds only; greedy search and sampling over the
+    dynamic cache; beam search where its step reproduces generate()'s and the model's cache can be
+    reordered; contrastive and diverse beam search where the model's cache is plain attention layers."""
     if kind is Kind.TOKEN:
         plain = cfg.num_beams == 1 and not cfg.do_sample and cfg.cache_implementation in (None, "dynamic")
         return STEPS[kind] if plain and only_modifiers(cfg) else None
-    if kind is Kind.CONTRASTIVE:
-        return STEPS[kind] if contrastive.runs_in_decode_loop(cfg, prepared_mask(lm.model)) else None
-    if kind is Kind.BEAM and not (beam.supports(cfg) and probes(lm.model).reorderable):
-        return None
-    if kind in (Kind.BEAM, Kind.DIVERSE_BEAM) and only_modifiers(cfg) and probes(lm.model).preallocated:
+    found = probes(lm.model)
+    if kind is Kind.BEAM:
+        return STEPS[kind] if beam.supports(cfg) and found.reorderable else None
+    if kind in ONLY_THE_ENGINE and kind in STEPS and (found.preallocated or found.reorderable):
         return STEPS[kind]
     return None
 
 
-def _rows_each(kind: Kind, step: type[Step] | None, cfg: GenerationConfig, params: Mapping[str, Any]) -> int:
+def _rows_each(kind: Kind, mask: bool, cfg: GenerationConfig, params: Mapping[str, Any]) -> int:
     """KV-cache rows one prompt occupies: its beams, or contrastive search's k candidates where they are
-    rows of a repeated cache (off the decode loop); one elsewhere."""
+    rows of a repeated cache (without the prepared mask); one elsewhere."""
     if kind is Kind.CONTRASTIVE:
-        return 1 if step is not None else int(params["k"])
+        return 1 if mask else int(params["k"])
     return max(int(cfg.num_beams or 1), int(params.get("num_beams", 1)))

@@ -12,7 +12,7 @@ from typing import Any
 
 from worker.core.contract import BatchTiming
 from worker.engine.models import LoadedModel
-from worker.engine.modifiers import build_modifiers
+from worker.engine.modifiers import any_set
 from worker.engine.plan import Cache, Path, Plan
 from worker.engine.telemetry import EnergyCounter
 
@@ -23,18 +23,14 @@ def _path_name(plan: Plan) -> str:
         step = f"{plan.step.describe}; " if plan.step.describe else ""
         refilled = ", free rows refilled" if plan.refill else ""
         return f"worker.engine.decode ({step}finished rows dropped{refilled})"
-    if plan.path is Path.SEARCH:
-        return f"decodebench's own loop ({plan.search.__module__}:{plan.search.__name__})"
     return "transformers generate()"
 
 
 def _modifiers(plan: Plan) -> str | None:
-    if not build_modifiers(plan.config, 0):  # no penalty and no minimum length set
+    if not any_set(plan.config):  # no penalty and no minimum length set
         return None
     if plan.path is Path.DECODE:
         return "per row: each generation's own tokens and steps (worker.engine.modifiers)"
-    if plan.path is Path.SEARCH:
-        return "transformers' processors, repetition penalty without the padding (worker.engine.modifiers)"
     return "transformers generate()"
 
 

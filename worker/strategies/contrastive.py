@@ -7,8 +7,9 @@ At each step the k most likely tokens are candidates; each is scored
 where h_v is the candidate's last hidden state and h_j those of the context (padding
 excluded), and the best candidate is kept. transformers 5 moved contrastive search out
 of its core, so decodebench runs it itself (a step of the engine's decode loop): one forward pass of B*k candidate
-tokens per step, with the KV cache repeated k times and the winners' rows selected
-back, as the original implementation does. alpha = 0 (or k = 1) is greedy search.
+tokens per step, as k tokens of their row over its own cache where the model takes the prepared mask, or
+with the KV cache repeated k times and the winners' rows selected back, as the original implementation
+does. alpha = 0 (or k = 1) is greedy search.
 
 Registration is light: the engine's step is `worker.engine.loops.contrastive`.
 """

@@ -15,15 +15,17 @@ of the group's 2K best continuations, those among the top K that end (EOS, a sto
 criterion, or the length limit) become finished hypotheses scored
 sum / new_len ** length_penalty, of which the group keeps its K best, and the K best
 that do not stop run on. A group stops improving once its K finished hypotheses cannot
-be beaten by its best running beam; from then on it no longer steers the later groups.
+be beaten by its best running beam (`stopping`: best_running, the default; best_candidate:
+by the best of its candidates at the step, ending ones included, as transformers 4.x's group
+beam search checked it); from then on it no longer steers the later groups.
 The answer is the best finished hypothesis over all groups. With one group this is
 exactly transformers' beam search (a test checks it token for token).
 
 transformers 5 moved group beam search out of its core, so decodebench runs it itself: one
 forward pass per step of the num_beams rows of every prompt still searched over one KV
 cache, whose rows are reordered to the surviving beams' parents (a prompt whose groups can
-no longer improve leaves the pass). Registration is light: the engine's step is
-`worker.engine.loops.beam_step`.
+no longer improve leaves the pass); a model whose cache cannot be reordered so is refused.
+Registration is light: the engine's step is `worker.engine.loops.beam_step`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 from worker.strategies.registry import Kind, Param, Strategy, register
+
+STOPPING = ("best_running", "best_candidate")  # what a group's worst hypothesis must beat (`stopping`)
 
 
 def check_groups(num_beams: int, num_beam_groups: int) -> None:
@@ -57,6 +61,15 @@ register(
             ),
             "length_penalty": Param(
                 float, 1.0, "exponent on length in the finished-hypothesis score (>0 favours longer)"
+            ),
+            "stopping": Param(
+                str,
+                None,
+                "when a group stops: once its K hypotheses cannot be beaten by its best running beam"
+                " (unset or best_running: transformers 5's rule) or by the best of its candidates at the step"
+                " (best_candidate: transformers 4.x's group beam search)",
+                optional=True,
+                choices=STOPPING,
             ),
         },
         stochastic=False,

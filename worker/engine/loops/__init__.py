@@ -1,8 +1,7 @@
-"""The steps of the engine's decode loop that are not greedy search's or sampling's, and the batch
-searches that serve where a step does not fit.
+"""The steps of the engine's decode loop that are not greedy search's or sampling's.
 
 `contrastive.ContrastiveStep` and `beam_step.BeamStep` are steps of the decode loop
-(worker.engine.decode: compaction and continuous refill come with it); `contrastive.generate`
-(candidates over a repeated cache) and `beam.generate` (beams over transformers' own cache) are
-the strategies' batch searches. The plan picks one, once (worker.engine.plan: `STEPS`, `SEARCHES`).
+(worker.engine.decode: compaction, and continuous refill over the preallocated cache, come with
+it); `beam.supports` says which beam-search settings the step reproduces. The plan picks the
+step, once (worker.engine.plan: `STEPS`).
 """

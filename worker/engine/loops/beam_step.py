@@ -1,8 +1,8 @@
 """Beam search, with groups, as a step of the engine's decode loop (worker.engine.decode).
 
-The same search as `worker.engine.loops.beam.search` (transformers' beam search with one
-group; diverse beam search with several), written per prompt instead of per batch, so that
-the decode loop's compaction and continuous refill apply: a prompt occupies `num_beams`
+transformers' beam search with one group (token for token generate()'s, tests/test_beam.py);
+diverse beam search with several (`worker.strategies.diverse_beam` has the method), written per
+prompt, so that the decode loop's compaction and continuous refill apply: a prompt occupies `num_beams`
 consecutive rows; once its search is over its rows leave at the next check, and the queue's
 next prompts take them. A prompt's pools (running scores, its groups' finished hypotheses)
 are kept per queued prompt, and each step works on the live prompts' rows only, at each
@@ -24,6 +24,7 @@ import torch
 from transformers import Cache
 
 from worker.engine.decode import Finished, Step
+from worker.strategies.diverse_beam import check_groups
 
 
 class _Stepped(NamedTuple):
@@ -41,19 +42,21 @@ class BeamStep(Step):
     diversity_penalty: float = 0.0
     length_penalty: float = 1.0
     early_stopping: bool = False
+    stopping: str = "best_running"  # what a group's worst hypothesis must beat: see `_stop_groups`
 
     describe: ClassVar[str | None] = "beam search's step (worker.engine.loops.beam_step)"
 
     @classmethod
     def options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
         keys = ("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "early_stopping")
-        return {k: params[k] for k in keys if k in params}
+        return {**{k: params[k] for k in keys if k in params}, "stopping": params.get("stopping") or "best_running"}
 
     @property
     def rows_each(self) -> int:
         return self.num_beams
 
     def __post_init__(self) -> None:
+        check_groups(self.num_beams, self.num_beam_groups)
         total, dev = self.tokens.shape[0], self.tokens.device
         g, k = self.num_beam_groups, self.num_beams // self.num_beam_groups
         self.run = torch.full((total, g, k), -1e9, device=dev)
@@ -108,6 +111,7 @@ class BeamStep(Step):
         parents = torch.empty((p, groups, k), dtype=torch.long, device=dev)
         tokens = torch.empty((p, groups, k), dtype=torch.long, device=dev)
         all_stop = torch.ones(p, dtype=torch.bool, device=dev)  # per prompt: every candidate stopped
+        best = torch.empty((p, groups), device=dev)  # per group: its best candidate's score this step
         for g in range(groups):
             scores = logp[:, g] - self.diversity_penalty * chosen[:, None, :] if g else logp[:, g]
             cand_scores, flat = (run[:, g, :, None] + scores).reshape(p, k * vocab).topk(n_cand, dim=-1)
@@ -118,6 +122,7 @@ class BeamStep(Step):
                 cand_ids = torch.cat([rows.ids[cand_rows.reshape(-1)], cand_tok.reshape(-1, 1)], dim=-1)
                 stops = stops | self.stop(cand_ids, None).view(p, n_cand)
             all_stop &= stops.all(dim=-1)
+            best[:, g] = cand_scores[:, 0]
             kept, keep = (cand_scores - 1e9 * stops.float()).topk(k, dim=-1)  # the k best that run on
             run[:, g] = kept
             parents[:, g] = cand_rows.gather(1, keep)
@@ -138,16 +143,23 @@ class BeamStep(Step):
             done[:, g] = torch.cat([done[:, g], finishing], dim=1).gather(1, top)
             if self.diversity_penalty:  # this group's picks count against the later groups while it matters
                 chosen.scatter_add_(1, tokens[:, g], improvable[:, g, None].float().expand(p, k).contiguous())
-        # transformers' early_stopping=False rule: a group can still improve while its pool has an empty
-        # slot or its best running beam, length-penalised now, beats the pool's worst
-        worst = torch.where(done, hyp_score.min(dim=-1, keepdim=True).values, -1e9)
-        improvable &= (run[..., :1] / norm[:, :, None] > worst).any(dim=-1) & ~all_stop[:, None]
-        if self.early_stopping is True:
-            improvable &= ~done.all(dim=-1)
-        improvable &= ~last[:, None]  # at the length limit a search is over, for good
+        best = run[..., 0] if self.stopping == "best_running" else best
+        self._stop_groups(improvable, best / norm, hyp_score, done, all_stop, last)
         searched = improvable.any(dim=-1)
         used.copy_(torch.where(~searched & (used < 0), t + 1, used))  # the step its search ended, once
         return parents, tokens, searched
+
+    def _stop_groups(self, improvable, best, hyp_score, done, all_stop, last) -> None:
+        """transformers' early_stopping=False rule, in place: a group can still improve while its pool has an
+        empty slot or `best` (length-penalised now) beats the pool's worst. `best` is the group's best
+        running beam (`stopping` "best_running", transformers 5's rule) or the best of all its candidates
+        this step, ending ones included ("best_candidate", the rule of transformers 4.x's group beam
+        search); a group all of whose candidates stopped, or at the length limit, is over."""
+        worst = torch.where(done, hyp_score.min(dim=-1, keepdim=True).values, -1e9)
+        improvable &= (best[..., None] > worst).any(dim=-1) & ~all_stop[:, None]
+        if self.early_stopping is True:
+            improvable &= ~done.all(dim=-1)
+        improvable &= ~last[:, None]  # at the length limit a search is over, for good
 
     def _pools(self) -> tuple[torch.Tensor, ...]:
         """The per-prompt state of the search, in one order: running scores, whether each group can still

@@ -1,8 +1,7 @@
-"""Contrastive search: its step of the decode loop and its batch search (`worker.strategies.contrastive`
-has the method).
+"""Contrastive search as a step of the engine's decode loop (`worker.strategies.contrastive` has the method).
 
 One forward pass of the B*k candidate tokens per step. The original implementation (and
-this loop's fallback, `_repeated`) repeats the KV cache k times, runs B*k rows of one
+this step's fallback, `_repeated`) repeats the KV cache k times, runs B*k rows of one
 token each, and selects the winners' rows back: every step copies the whole cache k
 times, and attention reads it k times. Where the model takes a prepared 4D mask and the
 preallocated cache (`models.prepared_mask`, asked once by the plan), `_shared` runs the k candidates of a row as
@@ -10,13 +9,13 @@ k tokens of that row instead, all at the same position, each seeing the row's pa
 itself only (a diagonal block in the mask): the cache is read once per row and never
 copied, and the winner's keys and values are moved into place afterwards
 (`kvcache.keep_candidate`). The logits and hidden states are the same up to float
-rounding (the tests compare tokens with the repeated path and with a cache-free
+rounding (the tests compare tokens with the repeated cache and with a cache-free
 implementation written from the paper).
 
-Where `_shared` applies and no processor beyond the penalties is set (`runs_in_decode_loop`),
-contrastive search runs as `ContrastiveStep`, a step of the engine's decode loop
-(worker.engine.decode): compaction, continuous refill and per-row penalties come from there, and
-`generate`, the batch search, serves the other models and configurations (worker.engine.plan).
+`ContrastiveStep` is the step either way (worker.engine.decode: compaction, per-row penalties and,
+over the preallocated cache, continuous refill): its candidates share their row's cache where the
+plan's mask is the prepared one, and run over transformers' own cache repeated k times elsewhere
+(worker.engine.plan).
 """
 
 from __future__ import annotations
@@ -28,71 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 
 from worker.engine.decode import Step
-from worker.engine.kvcache import keep_candidate, preallocated_cache
-from worker.engine.models import cache_keyword
-from worker.engine.modifiers import only_modifiers
-
-
-def generate(model, enc, config, params, processors, criteria, check_every: int = 1, mask: bool = False):
-    """Run contrastive search; returns the (batch, prompt + new) token ids like generate().
-
-    Finished rows leave the candidate pass (cache, context and mask keep the live rows) at the
-    checks, every `check_every` steps (a host synchronisation each: every 8 on CUDA); between
-    them a finished row runs on, cut later at its recorded end, changing no other row. The
-    processors and stopping criteria see the whole batch (rows that left get pad tokens). `mask`: the
-    model takes the prepared mask (the plan's), so the candidates are tokens of their row (`_shared`)."""
-    k, alpha = params["k"], params["alpha"]
-    cache_kw = cache_keyword(model)  # `cache` in transformers >= 5.2x, `past_key_values` before
-    input_ids, attn = enc["input_ids"], enc["attention_mask"]
-    batch = input_ids.shape[0]
-    pad = config.pad_token_id
-    live = torch.arange(batch, device=input_ids.device)  # the batch rows still decoding
-
-    # candidates as tokens of their row, over the preallocated cache, where the model takes the prepared mask
-    first = {cache_kw: preallocated_cache(model, input_ids.shape[1] + config.max_new_tokens + k)} if mask else {}
-    candidates, choose = (_shared, keep_candidate) if mask else (_repeated, _keep_repeated)
-
-    with torch.inference_mode():
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attn,
-            position_ids=pos,
-            use_cache=True,
-            output_hidden_states=True,
-            **first,
-        )
-        past = getattr(out, cache_kw)
-        context = _Context(out.hidden_states[-1], attn.bool(), config.max_new_tokens)  # (live, T, D) and growing
-        logits = out.logits[:, -1, :]  # (batch, vocab): a finished row keeps its last, unused
-        unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
-        for step in range(1, config.max_new_tokens + 1):
-            scores = processors(input_ids, logits.float())
-            top_p, top_ids = torch.softmax(scores[live], dim=-1).topk(k, dim=-1)  # (live, k)
-            n = live.numel()
-            rows = torch.arange(n, device=live.device)
-
-            past, cand_logits, hidden = candidates(model, cache_kw, past, attn, top_ids)  # (live, k, .)
-            best = _best(hidden, *context.view(), top_p, alpha)  # (live,)
-            choose(past, best, k)
-            logits = logits.index_copy(0, live, cand_logits[rows, best].to(logits.dtype))
-            next_tokens = torch.full((batch,), pad, dtype=input_ids.dtype, device=input_ids.device)
-            next_tokens[live] = top_ids[rows, best]
-            context.append(hidden[rows, best])
-            attn = torch.cat([attn, attn.new_ones(n, 1)], dim=-1)
-            input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
-            unfinished &= ~criteria(input_ids, scores)
-            if step % check_every:
-                continue
-            keep = unfinished[live]
-            if not bool(keep.all()):  # rows finished: they leave the candidate pass
-                if not bool(keep.any()):
-                    break
-                kept = keep.nonzero().squeeze(1)
-                live, attn = live[kept], attn[kept]
-                context.keep(kept)
-                past.batch_select_indices(kept)
-    return input_ids
+from worker.engine.kvcache import keep_candidate
 
 
 def _repeated(model, cache_kw: str, past, attn, top_ids):
@@ -136,27 +71,6 @@ def _shared(model, cache_kw: str, past, attn, top_ids):
     return getattr(cand, cache_kw), cand.logits, cand.hidden_states[-1]
 
 
-class _Context:
-    """The live rows' hidden states so far (the degeneration penalty's context) and their mask, in
-    buffers of the final length written one column per step: no copy of the whole context per token."""
-
-    def __init__(self, hidden: torch.Tensor, mask: torch.Tensor, max_new: int) -> None:
-        rows, self.length, dim = hidden.shape
-        self.hidden = hidden.new_empty(rows, self.length + max_new, dim)
-        self.mask = mask.new_ones(rows, self.length + max_new)
-        self.hidden[:, : self.length], self.mask[:, : self.length] = hidden, mask
-
-    def view(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.hidden[:, : self.length], self.mask[:, : self.length]
-
-    def append(self, hidden: torch.Tensor) -> None:
-        self.hidden[:, self.length] = hidden
-        self.length += 1
-
-    def keep(self, rows: torch.Tensor) -> None:
-        self.hidden, self.mask = self.hidden[rows], self.mask[rows]
-
-
 def _best(hidden, context, context_mask, top_p, alpha: float):
     """Each row's winner: (1 - alpha) p(v) - alpha max_j cos(h_v, h_j) over its context."""
     sim = torch.einsum(
@@ -168,14 +82,6 @@ def _best(hidden, context, context_mask, top_p, alpha: float):
     return ((1 - alpha) * top_p - alpha * penalty).argmax(dim=-1)
 
 
-def runs_in_decode_loop(config, mask: bool) -> bool:
-    """Whether contrastive search can run as a step of the engine's decode loop (worker.engine.decode:
-    compaction, continuous refill, per-row penalties): where the candidates share their row's cache
-    (`mask`: the model takes the prepared mask, with the preallocated cache) and no processor beyond
-    the penalties is set."""
-    return config.num_beams == 1 and not config.do_sample and only_modifiers(config) and mask
-
-
 class _Picked(NamedTuple):
     tokens: torch.Tensor  # (rows,) each row's winner
     hidden: torch.Tensor  # (rows, D) its last hidden state: the row's context from now on
@@ -185,11 +91,13 @@ class _Picked(NamedTuple):
 @dataclass
 class ContrastiveStep(Step):
     """Contrastive search as the step of the engine's decode loop: every step is one pass of each live
-    row's k candidates over the row's own cache (`_shared`), its winner's keys and values kept in
-    place. The rows carry the logits of their last token (`Rows.carry`) and the hidden states of
-    their columns (`Rows.context`, the degeneration penalty's context), so that compaction and
-    refill move them with the rows. Unlike the greedy loop's, a row's last token is already in the
-    cache after a step (the winner's column): the stream's buffers hold `spare` = k more columns."""
+    row's k candidates over the row's own cache (`_shared`, with the prepared mask), its winner's keys
+    and values kept in place, or, without the prepared mask, over transformers' cache repeated k
+    times (`_repeated`), the winners' rows selected back. The rows carry the logits of their last
+    token (`Rows.carry`) and the hidden states of their columns (`Rows.context`, the degeneration
+    penalty's context), so that compaction and refill move them with the rows. Unlike the greedy
+    loop's, a row's last token is already in the cache after a step (the winner's column): the
+    stream's buffers hold `spare` = k more columns."""
 
     k: int = 4
     alpha: float = 0.6
@@ -217,9 +125,10 @@ class ContrastiveStep(Step):
     def _candidates(self, rows, cache) -> _Picked:
         scores = self.processors(rows, rows.carry.to(dtype=torch.float32, copy=True))
         top_p, top_ids = torch.softmax(scores, dim=-1).topk(self.k, dim=-1)
-        cache, logits, hidden = _shared(self.model, self.cache_keyword, cache, rows.attn, top_ids)
+        candidates, choose = (_shared, keep_candidate) if self.mask else (_repeated, _keep_repeated)
+        cache, logits, hidden = candidates(self.model, self.cache_keyword, cache, rows.attn, top_ids)
         best = _best(hidden, rows.context, rows.attn.bool(), top_p, self.alpha)
-        keep_candidate(cache, best, self.k)
+        choose(cache, best, self.k)
         n = torch.arange(best.shape[0], device=best.device)
         rows.carry = logits[n, best]
         return _Picked(top_ids[n, best], hidden[n, best], scores)
