@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -77,3 +78,35 @@ def test_an_unloadable_model_is_tried_once_and_its_jobs_fail_with_one_reason(
         out = CliRunner().invoke(cli, [command, sweep_id, "--redis-url", redis_url]).output
         assert out.count("no weights file") == 1, out  # the reason once
         assert f"model {bad} cannot load, 4 jobs failed: " in out, out
+
+
+def test_a_first_load_held_by_a_dead_worker_is_taken_over(redis_url):
+    """A worker killed while it loads a model first must not keep the sweep's other workers waiting:
+    on its own host its death is seen at once (a gone or zombie process), elsewhere the probe expires."""
+    import os
+    import signal
+    import socket
+
+    import redis
+
+    from worker.rq.unavailable import _died_here
+    from worker.sweepstate import gate_models
+
+    conn = redis.Redis.from_url(redis_url)
+    conn.hset(keys.sweep("default", "s1", "meta"), "epoch", "7")
+    here = socket.gethostname()
+    assert gate_models(conn, "default", "s1", ["m"], f"{here}:1")[0] == "probe"
+    assert gate_models(conn, "default", "s1", ["m"], "other:2") == ("wait", "m", f"{here}:1")
+    assert gate_models(conn, "default", "s1", ["m"], "other:2", dead=f"{here}:1")[0] == "probe"
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not _died_here(f"{here}:{child.pid}") and not _died_here(f"{here}:{os.getpid()}")
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not _died_here(f"{here}:{child.pid}"):  # a zombie until reaped
+            assert time.monotonic() < deadline
+    finally:
+        child.wait()
+    assert _died_here(f"{here}:{child.pid}")  # reaped: gone
+    assert not _died_here(f"elsewhere:{child.pid}")  # another host's process: its probe's deadline decides

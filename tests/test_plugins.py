@@ -194,6 +194,7 @@ def test_each_bad_plugin_is_refused_with_its_reason_and_a_good_one_registers():
         ],
         registry,
         broken,
+        sink=None,  # the process's PROBLEMS stay the installed plugins' (the CLI prints them)
     )
     reasons = {p.name: p.reason for p in problems}
     assert "fine" in registry and registry.get("fine").plugin.startswith("fine = tests.test_plugins:GOOD")

@@ -31,25 +31,47 @@ def _first_line(text: str) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def _died_here(worker: str) -> bool:
+    """Whether `worker` ("host:pid") ran on this host and its process is gone (another host's prober frees
+    its probe when the probe's deadline passes, `sweepstate.unavailable.PROBE_S`)."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # killed but not yet reaped by its parent: a zombie
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def before_job(conn, spec: JobSpec, runtime) -> None:
     """Fail the job (PermanentJobError) if a model it needs is marked unavailable in its sweep; else load its
     model first where the sweep has not loaded it yet (the probe), waiting while another worker does."""
     t, s = spec.tenant, spec.sweep_id
     paths = [m.path for _, m in job_models(spec)]
+    dead = ""
     while True:
-        verdict, path, reason = sweepstate.gate_models(conn, t, s, paths, WORKER)
+        verdict, path, reason = sweepstate.gate_models(conn, t, s, paths, WORKER, dead)
         if verdict == "fail":
             log.warning("job.model_unavailable", job_id=spec.job_id, model=path, reason=reason)
             raise PermanentJobError(reason or f"model {path} is unavailable")
         if verdict != "wait":
             break
-        time.sleep(WAIT_S)
+        dead = reason if reason and _died_here(reason) else ""  # a prober of this host that died: take over
+        if not dead:
+            time.sleep(WAIT_S)
     if verdict == "run":
         return
+    cache = getattr(runtime, "cache", None)  # a runtime without a model cache has nothing to load first
     try:
-        if spec.engine is None or spec.engine.name != "vllm":  # vLLM loads its own models
+        if cache is not None and (spec.engine is None or spec.engine.name != "vllm"):  # vLLM loads its own
             log.info("model.first_load", job_id=spec.job_id, model=spec.model.path)
-            runtime.cache.get(spec.model, runtime.device)
+            cache.get(spec.model, runtime.device)
     except ModelUnavailableError:
         raise  # after_failure marks it
     except BaseException:

@@ -52,9 +52,10 @@ def load_plugins(
     entry_points: Iterable[Any] | None = None,
     registry: Registry[Strategy] = STRATEGIES,
     broken: dict[str, str] = BROKEN_PLUGINS,
+    sink: list[PluginProblem] | None = PROBLEMS,
 ) -> list[PluginProblem]:
     """Register every plugin of the entry-point group (or of `entry_points`); the problems, one per
-    plugin that was not registered (also appended to `PROBLEMS`)."""
+    plugin that was not registered (also appended to `sink`: the process's `PROBLEMS` by default)."""
     found = importlib.metadata.entry_points(group=GROUP) if entry_points is None else entry_points
     problems = []
     for ep in sorted(found, key=lambda e: e.name):
@@ -68,7 +69,8 @@ def load_plugins(
             broken.setdefault(ep.name, f"strategy {short(ep.name)} comes from {problem.line}")
             continue
         registry.register(strategy.name, replace(strategy, plugin=where))
-    PROBLEMS.extend(problems)
+    if sink is not None:
+        sink.extend(problems)
     return problems
 
 

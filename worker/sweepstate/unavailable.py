@@ -25,23 +25,25 @@ import time
 from worker.core import keys
 from worker.sweepstate.transitions import Lua
 
-PROBE_S = 300  # a worker that took the first load and died frees it after this long
+PROBE_S = 120  # a worker that took the first load and died on another host frees it after this long
 
 _GATE = Lua("""
 local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local cur = redis.call('HGET', KEYS[1], ARGV[i])
   if cur and string.sub(cur, 1, #epoch + 1) == epoch .. ' ' then
     redis.call('HINCRBY', KEYS[1], ARGV[i] .. '\\tjobs', 1)
     return {'fail', ARGV[i], string.sub(cur, #epoch + 2)}
   end
 end
-local p = ARGV[4]
+local p = ARGV[5]
 if redis.call('HGET', KEYS[1], p .. '\\tok') == epoch then return {'run'} end
 local probe = redis.call('HGET', KEYS[1], p .. '\\tprobe')
 if probe then
   local e, deadline, who = string.match(probe, '^(%S*) (%S+) (.*)$$')
-  if e == epoch and tonumber(deadline) > tonumber(ARGV[1]) and who ~= ARGV[3] then return {'wait'} end
+  if e == epoch and tonumber(deadline) > tonumber(ARGV[1]) and who ~= ARGV[3] and who ~= ARGV[4] then
+    return {'wait', p, who}
+  end
 end
 redis.call('HSET', KEYS[1], p .. '\\tprobe', epoch .. ' ' .. (tonumber(ARGV[1]) + tonumber(ARGV[2])) .. ' ' .. ARGV[3])
 local ttl = redis.call('TTL', KEYS[3])
@@ -80,10 +82,13 @@ def _text(value) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def gate_models(conn, tenant: str, sweep_id: str, paths: list[str], worker: str) -> tuple[str, str | None, str | None]:
+def gate_models(
+    conn, tenant: str, sweep_id: str, paths: list[str], worker: str, dead: str = ""
+) -> tuple[str, str | None, str | None]:
     """(verdict, model path, reason) for a job that needs `paths` (its generating model first): see the module
-    doc. `fail` counts the job among the model's failed jobs."""
-    out = [_text(v) for v in _GATE(conn, _keys(tenant, sweep_id), [time.time(), PROBE_S, worker, *paths])]
+    doc. `fail` counts the job among the model's failed jobs; `wait` gives the prober as its reason. A probe
+    held by `dead` (a worker known to have died) is taken over at once."""
+    out = [_text(v) for v in _GATE(conn, _keys(tenant, sweep_id), [time.time(), PROBE_S, worker, dead, *paths])]
     return out[0], (out[1] if len(out) > 1 else None), (out[2] if len(out) > 2 else None)
 
 
