@@ -124,7 +124,15 @@ def test_ctrl_c_says_how_to_resume(tmp_path, tiny_model, prompts_file):
     out = tmp_path / "runs"
     cmd = [str(Path(sys.executable).with_name("decodebench")), "run", str(spec), "--out", str(out)]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a shell's background job starts with SIGINT ignored, and Python keeps it so: Ctrl-C's default here
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not list(out.glob("default/sweeps/*/jobs/*/result.json")):
         time.sleep(0.2)
