@@ -216,6 +216,29 @@ class GenerationRecord(Strict):
         default=None, description="MAUVE feature of prompt + reference under the featurizer (None: no reference)."
     )
 
+    @classmethod
+    def of(
+        cls, job: JobSpec, prompt: PromptItem, *, seed: int, text: str, token_ids: list[int], **rest: Any
+    ) -> GenerationRecord:
+        """The record of one generation of `job` for `prompt` (what the job and prompt say, filled in here;
+        the stop reason, batch and any scores and features in `rest`), as every engine writes it."""
+        return cls(
+            job_id=job.job_id,
+            cell=job.cell,
+            model=job.model.label,
+            strategy=job.strategy.name,
+            params=job.strategy.params,
+            seed=seed,
+            job_seed=job.seed,
+            prompt_id=prompt.id,
+            prompt=prompt.prompt,
+            reference=prompt.reference,
+            text=text,
+            token_ids=token_ids,
+            n_new_tokens=len(token_ids),
+            **rest,
+        )
+
 
 class BatchTiming(Strict):
     """Raw timings of one generate() call; percentiles are computed only at report time."""

@@ -253,20 +253,12 @@ def _records(job: JobSpec, outputs, seed_of: dict, scores: dict, features: dict)
             nll_sum, nll_count = scores.get(p.id, (None, None))
             feats, ref_feats = features.get(p.id, (None, None))
             records.append(
-                GenerationRecord(
-                    job_id=job.job_id,
-                    cell=job.cell,
-                    model=job.model.label,
-                    strategy=job.strategy.name,
-                    params=job.strategy.params,
+                GenerationRecord.of(
+                    job,
+                    p,
                     seed=seed_of[p.id],
-                    job_seed=job.seed,
-                    prompt_id=p.id,
-                    prompt=p.prompt,
-                    reference=p.reference,
                     text=text,
                     token_ids=ids,
-                    n_new_tokens=len(ids),
                     stop_reason=reason,
                     batch=index,
                     nll_sum=nll_sum,

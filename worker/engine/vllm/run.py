@@ -134,20 +134,12 @@ def _records(job: JobSpec, outputs, seeds: list[int | None]) -> list[GenerationR
     for p, out, seed in zip(job.prompts, outputs, seeds):
         completion = out.outputs[0]
         records.append(
-            GenerationRecord(
-                job_id=job.job_id,
-                cell=job.cell,
-                model=job.model.label,
-                strategy=job.strategy.name,
-                params=job.strategy.params,
+            GenerationRecord.of(
+                job,
+                p,
                 seed=seed if seed is not None else generation_seed(job.seed, p.id),
-                job_seed=job.seed,
-                prompt_id=p.id,
-                prompt=p.prompt,
-                reference=p.reference,
                 text=completion.text,
                 token_ids=list(completion.token_ids),
-                n_new_tokens=len(completion.token_ids),
                 stop_reason=_stop_reason(completion),
                 batch=0,
             )
