@@ -30,13 +30,14 @@ nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv | tee 
 $PY -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, torch.version.cuda, transformers.__version__)" \
   | tee "$out/versions.txt"
 $PY -c "from controller.cli import main; main()" doctor --local --require-gpu 2>&1 | tee "$out/doctor.txt"
-$PY -m pytest tests/test_gpu.py -q -rs -p no:cacheprovider 2>&1 | tee "$out/test_gpu.txt"
+timeout --signal=INT --kill-after=15 "${TEST_GPU_S:-240}" $PY -m pytest tests/test_gpu.py -q -rs -p no:cacheprovider --durations=8 2>&1 \
+  | tee "$out/test_gpu.txt"
 # vs_pipeline at batch 1 on 32 prompts only (the per-prompt loop is slow by design); GPU section 3 minutes.
-# At most 7 minutes (SIGINT, then SIGKILL 30 s later): the results file is rewritten after each section,
+# At most BENCH_S seconds, 420 by default (SIGINT, then SIGKILL 30 s later): the results file is rewritten after each section,
 # so a run cut short keeps what it measured ("complete": false); transformers' continuous batching, the
 # last section, is the one most likely to overrun.
-timeout --signal=INT --kill-after=30 420 $PY benchmarks/bench_throughput.py --device cuda:0 --rounds 3 --batch 32 \
-  --pipeline-prompts 32 --pipeline-also --gpu-minutes 3 --out "$out/results_cuda.json" 2>&1 \
+timeout --signal=INT --kill-after=30 "${BENCH_S:-420}" $PY benchmarks/bench_throughput.py --device cuda:0 --rounds 3 --batch 32 \
+  --pipeline-prompts 32 --pipeline-also --gpu-minutes "${GPU_MINUTES:-3}" --out "$out/results_cuda.json" 2>&1 \
   | tee "$out/bench_throughput_cuda.txt"
 # Own engine vs vLLM (benchmarks/bench_engines.py, docs/engines.md) where the host's python has vLLM
 # (the GPU package, vllm 0.33, with its own torch: a vLLM worker image or a venv of its own; the

@@ -45,6 +45,22 @@ def cuda_runtime():
     return Runtime("cuda:0")
 
 
+def test_attention_leaves_cudnn_off_unless_asked(small_model, cuda_runtime):
+    """cuDNN's fused attention builds a plan per new shape, and a decode step's key length is new every step:
+    on an H200 a batch of 128 decoded 13x slower per step the first time (benchmarks/bench_sdpa_cold.py).
+    The runtime turns it off for its process unless DECODEBENCH_SDPA_CUDNN asks, and records which."""
+    from worker.engine.job import EngineSettings
+
+    assert cuda_runtime.device_info["sdpa_cudnn"] is False and not torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        assert Runtime("cuda:0", EngineSettings(sdpa_cudnn=True)).device_info["sdpa_cudnn"] is True
+    finally:
+        Runtime("cuda:0")  # the module's runtime's setting again
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    result, _ = generate_job(job(small_model), cuda_runtime)
+    assert result.provenance["device"]["sdpa_cudnn"] is False
+
+
 def test_result_records_device_uuid_torch_peak_and_nvml(small_model, cuda_runtime):
     result, records = generate_job(job(small_model), cuda_runtime)
     device = result.provenance["device"]
@@ -146,11 +162,11 @@ def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runti
     steps = []
 
     def no_sync(method):
-        def run(self, *args):
+        def run(self, *args, **kwargs):
             steps.append(method.__name__)
             torch.cuda.set_sync_debug_mode("error")  # a synchronising CUDA call raises here
             try:
-                return method(self, *args)
+                return method(self, *args, **kwargs)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
 

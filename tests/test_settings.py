@@ -103,3 +103,13 @@ def test_a_binary_or_non_utf8_sweep_file_is_one_line_and_exit_2(tmp_path, conten
     result = CliRunner().invoke(main, ["validate", str(path)], catch_exceptions=False)
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and "not UTF-8" in result.output and "Traceback" not in result.output
+
+
+def test_engine_settings_read_the_cudnn_attention_switch(monkeypatch):
+    """Off by default (a plan per new shape, docs/performance.md); DECODEBENCH_SDPA_CUDNN=1 turns it on."""
+    from worker.engine.job import EngineSettings
+
+    monkeypatch.delenv("DECODEBENCH_SDPA_CUDNN", raising=False)
+    assert EngineSettings.from_environment().sdpa_cudnn is False
+    monkeypatch.setenv("DECODEBENCH_SDPA_CUDNN", "1")
+    assert EngineSettings.from_environment().sdpa_cudnn is True

@@ -143,6 +143,13 @@ _SETTINGS = [
         int,
         scope="worker",
     ),
+    Setting(
+        "sdpa_cudnn",
+        False,
+        "Let attention use cuDNN's fused kernel on CUDA; off: it builds a plan per new shape (docs/performance.md).",
+        _flag,
+        scope="worker",
+    ),
     Setting("image", None, "Image reference recorded in every result's provenance (set by the chart).", scope="worker"),
     Setting(
         "metrics_port",

@@ -55,6 +55,7 @@ class EngineSettings:
     model_cache_size: int = settings.SETTINGS["model_cache_size"].default
     model_cache_mb: int | None = settings.SETTINGS["model_cache_mb"].default
     auto_batch_max: int = settings.SETTINGS["auto_batch_max"].default
+    sdpa_cudnn: bool = settings.SETTINGS["sdpa_cudnn"].default
     image: str | None = None  # recorded in every result's provenance
     pod: str | None = None  # the pod and node names the chart gives the worker (Kubernetes' downward API)
     node: str | None = None
@@ -66,6 +67,7 @@ class EngineSettings:
             model_cache_size=settings.get("model_cache_size"),
             model_cache_mb=settings.get("model_cache_mb"),
             auto_batch_max=settings.get("auto_batch_max"),
+            sdpa_cudnn=settings.get("sdpa_cudnn"),
             image=settings.get("image"),
             pod=os.environ.get("POD_NAME"),
             node=os.environ.get("NODE_NAME"),
@@ -82,6 +84,9 @@ class Runtime:
         budget_mb = self.settings.model_cache_mb
         self.cache = ModelCache(self.settings.model_cache_size, budget_mb * 2**20 if budget_mb else None)
         self.device_info = device_info(self.device)
+        if self.device.type == "cuda":  # process-wide, like the device: a worker process is pinned to one
+            torch.backends.cuda.enable_cudnn_sdp(self.settings.sdpa_cudnn)
+            self.device_info["sdpa_cudnn"] = torch.backends.cuda.cudnn_sdp_enabled()
         self.batch_sizes = AutoBatch()  # batch_size: auto, probed once per model x device x lengths
 
 

@@ -82,9 +82,9 @@ class RowModifiers:
         """The vocabulary's EOS ids as a mask, made once on the scores' device (no copy per step)."""
         if self._eos is None or self._eos.shape[0] != scores.shape[-1]:
             self._eos = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
-            for e in self.eos:  # one fill each: no index tensor copied to the device
+            for e in self.eos:  # one fill kernel each: no index tensor copied, no host sync
                 if e < scores.shape[-1]:
-                    self._eos[e] = True
+                    self._eos[e : e + 1].fill_(True)  # `mask[e] = True` copies a CPU scalar: a blocking copy
         return self._eos
 
     def _ban_repeats(self, ids: torch.Tensor, mine: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:

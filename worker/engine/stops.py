@@ -44,7 +44,8 @@ class StopStrings(StoppingCriteria):
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
         if self.alone.device != input_ids.device:
-            self.alone, self.maybe = self.alone.to(input_ids.device), self.maybe.to(input_ids.device)
+            device = input_ids.device  # once; not a blocking copy (a host sync) inside the loop
+            self.alone, self.maybe = self.alone.to(device, non_blocking=True), self.maybe.to(device, non_blocking=True)
         last = input_ids[:, -1].clamp(max=self.alone.shape[0] - 1)  # out-of-vocabulary ids: the dummy row
         if self.exact:
             return self.alone[last]
