@@ -26,6 +26,33 @@ def redis_url(redis_service):
     conn.flushall()
 
 
+@pytest.fixture()
+def conn(redis_url):
+    """A client of the flushed test database (the tests that run a worker in their own process)."""
+    import redis
+
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture()
+def store():
+    """The store DECODEBENCH_STORE names (the test session's)."""
+    from worker.store import open_store
+
+    return open_store(os.environ["DECODEBENCH_STORE"])
+
+
+@pytest.fixture()
+def restore_signals():
+    """An in-process worker installs SIGTERM/SIGINT/SIGUSR1/SIGALRM handlers: pytest's are put back."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint():
     with s3_server() as endpoint:

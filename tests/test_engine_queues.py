@@ -5,8 +5,6 @@ run by the wrong engine. The mixed sweep through both kinds of workers is in tes
 from __future__ import annotations
 
 import fnmatch
-import os
-import signal
 
 import pytest
 from click.testing import CliRunner
@@ -21,31 +19,10 @@ from worker.core import keys, paths
 from worker.core.errors import UsageError
 from worker.sweepstate.reads import queued_jobs
 
+pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the worker installs its handlers
+
 OWN_Q, VLLM_Q = "decodebench.default.normal", "decodebench.default.normal.vllm"
 ENGINES = [{"name": "decodebench"}, {"name": "vllm", "dtype": "float32", "max_model_len": 256}]
-
-
-@pytest.fixture()
-def conn(redis_url):
-    import redis
-
-    return redis.Redis.from_url(redis_url)
-
-
-@pytest.fixture()
-def store():
-    from worker.store import open_store
-
-    return open_store(os.environ["DECODEBENCH_STORE"])
-
-
-@pytest.fixture(autouse=True)
-def _restore_signals():
-    """The in-process worker installs SIGTERM/SIGINT/SIGUSR1 handlers: put pytest's back."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
 
 
 def test_queue_names_carry_the_engine_and_the_own_engine_keeps_its_names():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import zlib
 from pathlib import Path
 
@@ -24,28 +23,7 @@ from worker.core import keys, signing
 from worker.core.contract import ModelSpec
 from worker.core.errors import PermanentJobError
 
-
-@pytest.fixture()
-def conn(redis_url):
-    import redis
-
-    return redis.Redis.from_url(redis_url)
-
-
-@pytest.fixture()
-def store():
-    from worker.store import open_store
-
-    return open_store()
-
-
-@pytest.fixture(autouse=True)
-def _restore_signals():
-    """The in-process worker installs SIGTERM/SIGINT/SIGUSR1 handlers: put pytest's back."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
+pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the worker installs its handlers
 
 
 def plant(conn, job_id: str, data: bytes, tenant: str = "default", *, key: bytes | None = KEY, **fields) -> None:

@@ -24,31 +24,14 @@ from worker import sweepstate
 from worker.core import keys
 from worker.rq.reaper import Timing
 
+pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the worker installs its handlers
+
 FAST = Timing(heartbeat_ttl=5.0, reaper_interval=0.3, max_lost=3)
 
 
-@pytest.fixture()
-def conn(redis_url):
-    import redis
-
-    return redis.Redis.from_url(redis_url)
-
-
-@pytest.fixture()
-def store(tmp_path):
-    from worker.store import open_store
-
-    return open_store(os.environ["DECODEBENCH_STORE"])
-
-
 @pytest.fixture(autouse=True)
-def _restore_signals(monkeypatch):
-    """The in-process worker installs SIGTERM/SIGINT/SIGUSR1 handlers: put pytest's back."""
+def _fast_retries(monkeypatch):
     monkeypatch.setenv("DECODEBENCH_RETRY_INTERVALS", "1,1,1")
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
 
 
 @functools.cache

@@ -32,29 +32,14 @@ from worker.core import keys, signing
 from worker.core.errors import UsageError
 from worker.core.tenants import parse_tenants
 
+pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the worker installs its handlers
+
 FORGED_CALLBACK = "tests.helpers_forged.mark"
 
 
-@pytest.fixture()
-def conn(redis_url):
-    return redis.Redis.from_url(redis_url)
-
-
-@pytest.fixture()
-def store():
-    from worker.store import open_store
-
-    return open_store(os.environ["DECODEBENCH_STORE"])
-
-
 @pytest.fixture(autouse=True)
-def _restore_signals(monkeypatch):
-    """The in-process worker installs SIGTERM/SIGINT/SIGUSR1 handlers: put pytest's back."""
+def _fast_retries(monkeypatch):
     monkeypatch.setenv("DECODEBENCH_RETRY_INTERVALS", "1,1,1")
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
 
 
 def submit_as(conn, store, tenant: str, model: str, **kw):
@@ -326,7 +311,7 @@ def test_validate_applies_the_per_job_limits(tmp_path, tiny_model):
 def test_a_restored_job_keeps_only_what_decodebench_needs():
     from rq.serializers import JSONSerializer
 
-    from worker.rq.sealed import sealed_job_class
+    from worker.core.rqadapter.job import sealed_job_class
 
     job = sealed_job_class("team-a")("x", connection=redis.Redis(), serializer=JSONSerializer)
     job.restore(

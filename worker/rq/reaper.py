@@ -17,7 +17,7 @@ from worker import sweepstate
 from worker.core import keys, rqadapter, settings
 from worker.core.contract import JobStatus
 from worker.core.rqadapter import Status as RQStatus
-from worker.rq.sealed import sealed_job_class
+from worker.core.rqadapter.job import sealed_job_class
 from worker.sweepstate import slots
 
 log = structlog.get_logger("decodebench.reaper")

@@ -16,9 +16,9 @@ import json
 
 from worker.core import settings, signing
 from worker.core.errors import PermanentJobError, UsageError, shown
-from worker.core.rqadapter.job import SealedJob, open_payload, sealed_job_class, sealed_payload
+from worker.core.rqadapter.job import SealedJob, open_payload, sealed_payload
 
-__all__ = ["SealedJob", "sealed_job_class", "sealed_refusal", "signing_key", "unseal"]
+__all__ = ["sealed_refusal", "signing_key", "unseal"]
 
 
 def signing_key() -> bytes:
