@@ -127,6 +127,14 @@ def printed(tmp_path, html, pdf):
     return pages, " ".join(poppler("pdftotext", pdf).split())
 
 
+def chart_pages(pdf) -> list[str]:
+    """The text of each printed page from the quality-vs-speed chart to the Examples heading."""
+    pages = [" ".join(p.split()) for p in poppler("pdftotext", pdf).split("\f")]
+    first = next(i for i, p in enumerate(pages) if "Quality vs speed (the Pareto" in p)
+    last = next(i for i, p in enumerate(pages) if "example texts left out" in p)
+    return pages[first : last + 1]
+
+
 def before_examples(text: str) -> str:
     return re.sub(r"written \S+", "", text).split(" Examples ")[0]
 
@@ -152,5 +160,14 @@ def test_printing_without_the_samples_is_shorter_and_keeps_every_table_and_chart
     assert after[0] == after[1]
     assert text.count("austen-small · contrastive(penalty_alpha=0.8,top_k=4)") >= 9 + 20  # 9 tables, 20+ charts
     assert all(t in text for t in ("Quality vs speed", "tokens_per_s (higher is better)", "rouge_l (higher is better)"))
+    charts = chart_pages(path.parent / "report.pdf")  # each chart whole on its page:
+    assert charts[0].count("tokens/s (higher is better)") == 2  # both panels' speed axes under their title
+    first, last = (
+        "austen-tiny · greedy",
+        "austen-small · temperature(temperature=0.7)",
+    )  # a bar chart's first and last rows
+    assert [p.count(first) for p in charts] == [p.count(last) for p in charts] and sum(
+        p.count(last) for p in charts
+    ) >= 20
     proc = browse(tmp_path, with_samples.as_uri(), "--dump-dom")  # the payload stayed text in the browser
     assert proc.returncode == 0 and 'data-pwned="1"' not in proc.stdout and "&lt;img src=x onerror=" in proc.stdout
