@@ -37,7 +37,7 @@ def test_quickstart_sweep_summary_and_html(tmp_path):
     assert [line.split(" (")[0] for line in result.stderr.splitlines()] == [
         f"jobs {i}/60 done" for i in range(6, 61, 6)
     ]
-    assert where.startswith("report: ") and where.endswith("/report/report.html")
+    assert where.startswith("report: ") and where.endswith("/report/report.html") and "file://" not in where
     assert how.startswith("open it in a browser (it works offline): ") and how.endswith("report.html")
     (report,) = out.glob("default/sweeps/*/report")
     summary = pd.read_csv(report / "summary.csv")
