@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Install headless Chromium (Debian package `chromium`) for the HTML report's browser test.
+# Install headless Chromium (Debian package `chromium`) for the HTML report's browser test, and
+# poppler's pdftotext and pdfinfo (package `poppler-utils`), with which the print test reads its PDFs.
 #
-# Idempotent: when a working chromium is already on PATH (or CHROMIUM names one),
-# nothing is installed. Prints the browser's path on stdout.
+# Idempotent: when a working chromium is already on PATH (or CHROMIUM names one) and pdftotext
+# is there, nothing is installed. Prints the browser's path on stdout.
 #
 # Usage: scripts/install-chromium.sh
 # Env:   CHROMIUM   path of a browser to use instead (checked, never installed)
@@ -13,7 +14,7 @@ works() { "$1" --version >/dev/null 2>&1; }
 for candidate in "${CHROMIUM:-}" chromium chromium-browser google-chrome; do
   [[ -n "${candidate}" ]] || continue
   path="$(command -v "${candidate}" 2>/dev/null || true)"
-  if [[ -n "${path}" ]] && works "${path}"; then
+  if [[ -n "${path}" ]] && works "${path}" && command -v pdftotext >/dev/null 2>&1; then
     echo "${path}"
     exit 0
   fi
@@ -30,10 +31,10 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 # Update the package lists only when the package is not known yet.
-if ! apt-cache show chromium >/dev/null 2>&1; then
+if ! apt-cache show chromium poppler-utils >/dev/null 2>&1; then
   ${sudo} apt-get update -qq >&2
 fi
-${sudo} apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >&2
+${sudo} apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core poppler-utils >&2
 
 path="$(command -v chromium)"
 "${path}" --version >&2

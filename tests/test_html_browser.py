@@ -100,3 +100,37 @@ def test_report_screenshot(tmp_path, report_file):
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+# Names that would run a script if any writer (the table, plotly's labels and panel titles, the
+# examples, the provenance) let them through as markup: plotly reads <a href> in its texts.
+RUN_IMG = "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">"
+RUN_LINK = "<a href=\"javascript:document.body.setAttribute('data-pwned','link')\">x"
+CLICK_EVERY_LINK = """<script>setTimeout(function(){
+ document.querySelectorAll('svg a, a[href^="javascript"]').forEach(function(a){
+  a.dispatchEvent(new MouseEvent('click', {bubbles: true}));});
+ var pre=document.createElement('pre');pre.id='clicked';document.body.appendChild(pre);}, 3000);
+</script></body>"""
+
+
+def test_hostile_names_stay_text_in_the_browser(tmp_path):
+    """Issue 28, item 5: sweep, model and sample payloads in report.html, in Chromium, with every link
+    that plotly drew clicked: nothing runs, the page reports no script error, and each payload reads as text."""
+    cells = [(RUN_IMG, "greedy", {}), (RUN_LINK, "top_p", {"p": 0.9})]
+    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=cells)
+    data.spec["name"] = RUN_IMG
+    data.generations = [g.model_copy(update={"text": RUN_LINK + " " + g.text}) for g in data.generations]
+    summary = summarize(data, n_boot=20, n_boot_corpus=5)
+    store = FileStore(tmp_path / "store")
+    write_sweep(store, data)
+    key = write_reports(store, data.tenant, data.sweep_id, summary, data, formats=("html",))["html"]
+    page = tmp_path / "hostile.html"
+    page.write_text((tmp_path / "store" / key).read_text().replace("</body>", CLICK_EVERY_LINK))
+    proc = browse(tmp_path, page.as_uri(), "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    assert '<pre id="clicked"></pre>' in dom and "data-pwned=" not in dom.replace("setAttribute('data-pwned'", "")
+    errors = re.search(r'<pre id="js-errors">(.*?)</pre>', dom, re.S)
+    assert errors is not None and errors.group(1) == "", errors and errors.group(1)
+    assert dom.count("&lt;img src=x onerror=") >= 3 and dom.count('&lt;a href="javascript:') >= 3
+    assert dom.count('class="main-svg"') >= 4  # the charts were drawn with the names in them

@@ -56,6 +56,10 @@ def test_run_end_to_end_layout_table_and_logs(tmp_path, tiny_model, prompts_file
     assert result.exit_code == 0, result.output
     assert '"event": "job.start"' not in result.output  # the console level hides info lines ...
     assert "6 jobs run, 0 already complete, 0 failed" in result.output
+    # no TTY (make demo's case): a progress line per tenth of the jobs (here each of the 6) on stderr only
+    progress = [line for line in result.stderr.splitlines() if line.startswith("jobs ")]
+    assert [p.split(" done")[0] for p in progress] == [f"jobs {i}/6" for i in range(1, 7)]
+    assert "done (" not in result.stdout
     assert "tiny" in result.output and "greedy" in result.output and "top_p" in result.output
     sweep = sweep_dir(out)
     assert json.loads((sweep / "spec.json").read_text())["spec"]["name"] == "local-e2e"
@@ -72,6 +76,17 @@ def test_run_end_to_end_layout_table_and_logs(tmp_path, tiny_model, prompts_file
     assert len(gens) == 8 + 8 * 2  # greedy once, top_p per seed
     report = sweep / "report"
     assert (report / "summary.csv").exists() and (report / "summary.md").exists()
+
+
+def test_one_of_each_reads_in_the_singular(tmp_path, tiny_model, prompts_file):
+    spec = write_spec(tmp_path, tiny_model, prompts_file, limit=1, shard=1)
+    spec.write_text(spec.read_text().replace("  - name: top_p\n    params: {p: 0.9}\n", ""))
+    res = CliRunner().invoke(main, ["validate", str(spec)])
+    assert res.exit_code == 0, res.output
+    assert ": 1 cell, 1 job, 1 prompt, 1 generation, up to 12 tokens to generate" in res.output
+    res = CliRunner().invoke(main, ["--log-level", "warning", "run", str(spec), "--out", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output
+    assert ": 1 job run, 0 already complete, 0 failed" in res.stdout and "jobs 1/1 done" in res.stderr
 
 
 def test_second_run_skips_complete_jobs(tmp_path, tiny_model, prompts_file):

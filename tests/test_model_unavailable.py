@@ -9,6 +9,8 @@ engine's first failure names the hub (not "its tokenizer") and marks the model u
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +126,53 @@ def test_run_fails_the_model_once_and_runs_the_others(tmp_path, check):
     assert "not in the local cache and HF_HUB_OFFLINE=1" in reasons[0] and "tokenizer" not in reasons[0]
     assert reasons[0].endswith("6 jobs skipped")
     assert "report: " in proc.stdout and proc.stdout.rstrip().splitlines()[-1].endswith("report.html")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("check", [True, False], ids=["checked-first", "engine-fails-once"])
+def test_an_unreachable_hub_is_named_once_with_its_fix(tmp_path, check):
+    """The issue's first finding: a hub that cannot be reached (here a closed loopback port as HF_ENDPOINT,
+    not HF_HUB_OFFLINE) cost the client's retries for every job and blamed the tokenizer. Now the
+    cause and the fix are one line, once, with no retry lines, and the other model's jobs run."""
+    endpoint = closed_endpoint()
+    env = {k: v for k, v in offline_env(tmp_path).items() if k != "HF_HUB_OFFLINE" and "proxy" not in k.lower()}
+    args = ["run", str(spec_file(tmp_path)), "--out", str(tmp_path / "runs")] + ([] if check else ["--no-check-models"])
+    exe = str(Path(sys.executable).with_name("decodebench"))
+    proc = subprocess.run(
+        [exe, "--log-level", "warning", *args], env={**env, "HF_ENDPOINT": endpoint}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "6 jobs run, 0 already complete, 6 failed" in proc.stdout
+    reasons = [line for line in proc.stderr.splitlines() if "no-such-model" in line and "job.failed" not in line]
+    assert len(reasons) == 1, proc.stderr
+    assert f"the hub ({endpoint}) is unreachable and the model is not in the local cache" in reasons[0]
+    assert "HF_HUB_OFFLINE=1, or give the model as a local path" in reasons[0] and "tokenizer" not in reasons[0]
+    assert reasons[0].endswith("6 jobs skipped") and "Retrying" not in proc.stderr
+
+
+def closed_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends: refused at once
+
+
+@pytest.mark.slow
+def test_a_cached_hub_model_runs_from_the_cache_while_the_hub_is_unreachable(tmp_path):
+    """The other side of the probe: a hub id whose files are in the local cache loads from it, without
+    the client's retries, and the check says how to skip the probe next time."""
+    snapshot = tmp_path / "hf" / "hub" / "models--decodebench-tests--cached-tiny" / "snapshots" / ("0" * 40)
+    shutil.copytree(TINY_MODEL, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(SPEC.replace(f"  - path: {TINY_MODEL}\n", "").replace(MISSING, "decodebench-tests/cached-tiny"))
+    env = {k: v for k, v in offline_env(tmp_path).items() if k != "HF_HUB_OFFLINE" and "proxy" not in k.lower()}
+    env["HF_ENDPOINT"] = closed_endpoint()
+    exe = str(Path(sys.executable).with_name("decodebench"))
+    check = subprocess.run([exe, "validate", str(spec), "--check-models"], env=env, capture_output=True, text=True)
+    assert check.returncode == 0 and "in the local cache (the hub is unreachable: set HF_HUB_OFFLINE=1)" in check.stdout
+    argv = [exe, "--log-level", "warning", "run", str(spec), "--out", str(tmp_path / "runs"), "--no-check-models"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "6 jobs run, 0 already complete, 0 failed" in proc.stdout and "Retrying" not in proc.stderr

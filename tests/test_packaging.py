@@ -82,3 +82,20 @@ def test_cli_help_as_a_subprocess():
     exe = Path(sys.executable).with_name("decodebench")
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "validate" in proc.stdout and "run" in proc.stdout
+
+
+def test_the_readme_puts_decodebench_on_the_path_before_its_first_command():
+    """A new user follows the README (issue 28, item 3): `make demo` installs into .venv, and the README
+    says how to put that `decodebench` on the PATH before it shows a bare `decodebench` command; the
+    activation script it names puts the console script first on the PATH."""
+    text = (REPO / "README.md").read_text()
+    code = [line for block in text.split("```")[1::2] for line in block.splitlines()]  # the fenced blocks' lines
+    activate = next(i for i, line in enumerate(code) if line.startswith("source .venv/bin/activate"))
+    first = next(i for i, line in enumerate(code) if line.startswith("decodebench "))
+    assert activate < first
+    assert "VENV   ?= .venv" in (REPO / "Makefile").read_text()
+    venv = REPO / ".venv"
+    if venv.is_dir():  # where make install made it: the script it names exists and puts decodebench first
+        shell = f"source {venv}/bin/activate && command -v decodebench"
+        proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0 and proc.stdout.strip() == f"{venv}/bin/decodebench", proc.stderr

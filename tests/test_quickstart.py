@@ -29,7 +29,15 @@ def test_quickstart_sweep_summary_and_html(tmp_path):
     assert result.exit_code == 0, result.output
     assert "60 jobs run, 0 already complete, 0 failed" in result.output
     *_, where, how = result.output.rstrip().splitlines()  # make demo ends with the report and how to open it
-    assert where.startswith("report: ") and where.endswith("/report/report.html")
+    # and says nothing else (issue 28): stdout the one-line count, the table, the report, how to open it;
+    # stderr a progress line per tenth of the jobs
+    first, *table, blank, _, _ = result.stdout.rstrip().splitlines()
+    assert first.startswith("sweep ") and len(table) == 2 + 14 + 1 and all(t.startswith("|") for t in table)
+    assert blank == ""
+    assert [line.split(" (")[0] for line in result.stderr.splitlines()] == [
+        f"jobs {i}/60 done" for i in range(6, 61, 6)
+    ]
+    assert where.startswith("report: ") and where.endswith("/report/report.html") and "file://" not in where
     assert how.startswith("open it in a browser (it works offline): ") and how.endswith("report.html")
     (report,) = out.glob("default/sweeps/*/report")
     summary = pd.read_csv(report / "summary.csv")

@@ -288,6 +288,7 @@ def test_the_ratings_table_counts_items_and_marks_alpha_on_too_few(sweep):
     assert rated["rating_fluency_n"].sum() == n and (rated["rating_fluency_n"] < 10).all()
     defined = rated[rated["rating_fluency_alpha"].notna()]
     assert len(defined)  # α with its interval around it, where the bootstrap defines one
+    assert defined["rating_fluency_alpha_ci_low"].notna().any()
     for _, row in defined[defined["rating_fluency_alpha_ci_low"].notna()].iterrows():
         assert row["rating_fluency_alpha_ci_low"] <= row["rating_fluency_alpha"] <= row["rating_fluency_alpha_ci_high"]
     md = render("md", summary, loaded).decode()

@@ -53,6 +53,12 @@ FORMATS = tuple(paths.REPORT_FILES)
     show_default=True,
     help="Cells aggregated in parallel processes (0: one per CPU).",
 )
+@click.option(
+    "--print-samples/--no-print-samples",
+    default=None,
+    help="Whether report.html printed (or saved as PDF) carries the example texts; the page's "
+    "checkbox changes it. Default: yes up to 16 cells, no above.",
+)
 @settings.option("store", "--store", "store_url")
 @options.tenant
 @options.api
@@ -64,6 +70,7 @@ def report(
     n_boot: int,
     baseline: str | None,
     workers: int,
+    print_samples: bool | None,
     store_url: str,
     tenant: str,
     api: str | None,
@@ -84,10 +91,10 @@ def report(
 
     store = open_store(store_url)
     data, summary = build(store, tenant, sweep, n_boot, baseline, workers)
-    write_reports(store, tenant, data.sweep_id, summary, data)
+    write_reports(store, tenant, data.sweep_id, summary, data, print_samples=print_samples)
     if compare_to is None:
         echo_summary(summary, nl=False)
-        body = render(fmt_name, summary, data) if out else None
+        body = render(fmt_name, summary, data, print_samples) if out else None
     else:
         sweep_b = store.resolve_sweep(tenant, compare_to)
         _, other = build(store, tenant, sweep_b, n_boot, workers=workers)

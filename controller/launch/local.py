@@ -29,6 +29,7 @@ from worker.core import paths
 from worker.core.contract import JobSpec
 from worker.core.engines import VLLM_ENGINE, VLLM_INSTALL, engine_refusal
 from worker.core.errors import DecodebenchError, ModelUnavailableError, UsageError
+from worker.core.safetext import terminal
 from worker.store import Store
 
 log = structlog.get_logger("decodebench.local")
@@ -187,7 +188,10 @@ class _progress:
         self.bar.start()  # from here sys.stderr prints above the bar; point stdlib log handlers at it
         self.handlers = _repoint_log_handlers(sys.stderr)
         task = self.bar.add_task("jobs", total=self.total)
-        return lambda label: self.bar.update(task, advance=1, description=label[:48])
+        from rich.markup import escape
+
+        # the cell's label is user text: its escapes shown, not run, and no rich markup in it
+        return lambda label: self.bar.update(task, advance=1, description=escape(terminal(label)[:48]))
 
     def __exit__(self, *exc) -> None:
         if self.enabled:

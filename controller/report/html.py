@@ -37,6 +37,7 @@ from controller.report.speed import unresolved_note, unresolved_speed
 from controller.report.summary_table import summary_table
 
 EXAMPLE_PROMPTS = 3
+PRINT_SAMPLES_MAX_CELLS = 16  # above this many cells the printout leaves the examples out by default
 MARK_N = 3  # a word n-gram of this size seen earlier in the same text is marked
 _WORD = re.compile(WORD_PATTERN)
 e = html.escape
@@ -123,19 +124,54 @@ def examples(summary: pd.DataFrame, data: SweepData) -> str:
     return "".join(parts) or "<p>No generations.</p>"
 
 
-def render_html(summary: pd.DataFrame, data: SweepData) -> str:
-    """The whole page as one string."""
-    from controller.report.ratings import rating_table, ratings_html
-
+def figures(summary: pd.DataFrame) -> list[tuple[str, dict]]:
+    """(element id, plotly figure): quality vs speed, then a bar chart per speed and quality metric."""
     charts: list[tuple[str, dict]] = []
     scatter = quality_speed_figure(summary)
     if scatter is not None:
         charts.append(("chart-quality-speed", scatter))
-    bars = [c for c in list(SPEED) + metric_columns(summary) if c in summary.columns]
-    for m in bars:
+    for m in [c for c in list(SPEED) + metric_columns(summary) if c in summary.columns]:
         fig = metric_figure(summary, m)
         if fig is not None:
             charts.append((f"chart-{m}", fig))
+    return charts
+
+
+def print_samples_default(summary: pd.DataFrame) -> bool:
+    """Whether the printout carries the examples unless the reader says otherwise: yes for a sweep of
+    at most PRINT_SAMPLES_MAX_CELLS cells; above that their pages outnumber the table's and the plots'."""
+    return int((summary["strategy"] != REFERENCE).sum()) <= PRINT_SAMPLES_MAX_CELLS
+
+
+def samples_section(summary: pd.DataFrame, data: SweepData) -> str:
+    """The examples with their print toggle: the checkbox sits in the navigation (screen only); a
+    printout without them says so in one line where they would be."""
+    body = examples(summary, data)
+    n = body.count('<div class="card')
+    return f"""<p class="small" id="samples-intro">The first seed's generation of each cell for the same prompt; \
+<mark>marked</mark>: a word {MARK_N}-gram repeating an earlier one of the same text.</p>
+<p class="samples-omitted">{n} example text{"" if n == 1 else "s"} left out of this printout: they are in report.html \
+(untick "print without examples" to print them).</p>
+<div id="samples">{body}</div>"""
+
+
+def print_toggle(print_samples: bool) -> str:
+    checked = "" if print_samples else " checked"
+    return (
+        '<label class="print-toggle" title="Printing or saving as PDF: leave out the example texts">'
+        f'<input type="checkbox" id="print-no-samples"{checked}> print without examples</label>'
+    )
+
+
+def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | None = None) -> str:
+    """The whole page as one string. `print_samples`: whether a printout carries the example texts
+    (None: `print_samples_default`); on screen they are always there, and the page's checkbox
+    changes the choice before printing."""
+    if print_samples is None:
+        print_samples = print_samples_default(summary)
+    from controller.report.ratings import rating_table, ratings_html
+
+    charts = figures(summary)
     chart_js = to_json_plotly([{"id": i, "fig": f} for i, f in charts])
     template = to_json_plotly(pio.templates["plotly_white"].to_plotly_json())
     bar_divs = "".join(f'<div id="{e(i)}" class="chart"></div>' for i, _ in charts if i != "chart-quality-speed")
@@ -153,13 +189,14 @@ def render_html(summary: pd.DataFrame, data: SweepData) -> str:
 <script>
 {asset("error_trap.js")}</script>
 <script type="text/javascript">{get_plotlyjs()}</script>
-</head><body>
+</head><body{"" if print_samples else ' class="print-no-samples"'}>
 <pre id="js-errors"></pre>
 <h1>decodebench report: {e(str(name))}</h1>
 <div class="meta">sweep <code>{e(data.sweep_id)}</code> · tenant <code>{e(data.tenant)}</code> · {e(done)} ·
 {data.n_generations} generations · written {e(datetime.now(UTC).isoformat(timespec="seconds"))}</div>
 <nav><a href="#summary">Summary</a><a href="#quality-speed">Quality vs speed</a><a href="#metrics">Metrics</a>
-<a href="#examples">Examples</a><a href="#glossary">Glossary</a><a href="#provenance">Spec and provenance</a></nav>
+<a href="#examples">Examples</a><a href="#glossary">Glossary</a><a href="#provenance">Spec and provenance</a>
+{print_toggle(print_samples)}</nav>
 <h2 id="summary">Summary</h2>
 <p class="small">Click a header to sort. Empty: the metric does not apply. Hover a value for its interval.
 Columns: {e(columns)}; then extras.</p>
@@ -170,13 +207,11 @@ Columns: {e(columns)}; then extras.</p>
 <h2 id="metrics">Metrics</h2><p class="small">{e(ci_text)} The reference row is brown.</p>
 <div class="grid">{bar_divs}</div>
 <h2 id="examples">Examples</h2>
-<p class="small">The first seed's generation of each cell for the same prompt; <mark>marked</mark>: a word
-{MARK_N}-gram repeating an earlier one of the same text.</p>
-{examples(summary, data)}
+{samples_section(summary, data)}
 <h2 id="glossary">Glossary</h2><p class="small">{e(model_based_metrics(data))}</p>{metrics_glossary(summary)}
 <h2 id="provenance">Spec and provenance</h2>
 <h3>Provenance of the complete jobs</h3>{provenance(data)}
-<h3>Spec</h3><pre>{e(json.dumps(data.spec, indent=2, sort_keys=True, default=str))}</pre>
+<h3>Spec</h3><pre id="spec">{e(json.dumps(data.spec, indent=2, sort_keys=True, default=str))}</pre>
 <script>window.__reportTemplate={template};window.__reportCharts={chart_js};</script>
 <script>
 {asset("report.js")}</script>

@@ -27,7 +27,8 @@ def csv_bytes(frame: pd.DataFrame) -> bytes:
     return safe.to_csv(index=False).encode()
 
 
-def render(fmt_name: str, summary: pd.DataFrame, data: SweepData) -> bytes:
+def render(fmt_name: str, summary: pd.DataFrame, data: SweepData, print_samples: bool | None = None) -> bytes:
+    """One format's bytes; `print_samples` is report.html's (html.render_html; None: by the sweep's size)."""
     if fmt_name == "csv":
         return csv_bytes(summary)
     if fmt_name == "parquet":
@@ -41,18 +42,24 @@ def render(fmt_name: str, summary: pd.DataFrame, data: SweepData) -> bytes:
     if fmt_name == "html":
         from controller.report.html import render_html  # plotly only where the HTML is made
 
-        return render_html(summary, data).encode()
+        return render_html(summary, data, print_samples).encode()
     raise UsageError(f"unknown report format {fmt_name!r}; valid: {', '.join(FORMATS)}")
 
 
 def write_reports(
-    store: Store, tenant: str, sweep_id: str, summary: pd.DataFrame, data: SweepData, formats: tuple[str, ...] = FORMATS
+    store: Store,
+    tenant: str,
+    sweep_id: str,
+    summary: pd.DataFrame,
+    data: SweepData,
+    formats: tuple[str, ...] = FORMATS,
+    print_samples: bool | None = None,
 ) -> dict[str, str]:
     """Write every format under the sweep's `report/`; return {format: store key}."""
     keys = {}
     for name in formats:
         key = paths.report_key(tenant, sweep_id, paths.REPORT_FILES[name])
-        store.write_bytes(key, render(name, summary, data))
+        store.write_bytes(key, render(name, summary, data, print_samples))
         keys[name] = key
     return keys
 

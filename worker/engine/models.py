@@ -23,7 +23,9 @@ from typing import Any
 
 import structlog
 
+from worker.core import hub
 from worker.core.contract import ModelSpec
+from worker.core.errors import ModelUnavailableError
 from worker.core.hub import unavailable_reason
 from worker.engine.checkpoint import check_fit, check_local, content_hash, first_line, refused
 
@@ -63,6 +65,20 @@ def _load_tokenizer(spec: ModelSpec, kwargs: dict[str, Any]):
         raise refused(spec, hub or f"its tokenizer cannot load: {type(err).__name__}: {first_line(err)}") from None
 
 
+def _hub_kwargs(spec: ModelSpec) -> dict[str, Any]:
+    """A hub id's loading arguments. Where the hub's host does not answer one TCP probe (seconds), the
+    hub client would retry every file with back-off (about 25 s, a warning line each): a cached model
+    loads from the cache alone, an uncached one is refused at once with the cause and the fix."""
+    kwargs: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
+    if hub.offline() or hub.hub_reachable() is not False:
+        return kwargs
+    try:
+        hub.resolve(spec.path, spec.revision, reachable=False)
+    except ModelUnavailableError as err:
+        raise refused(spec, str(err)) from None
+    return {**kwargs, "local_files_only": True}
+
+
 def load(spec: ModelSpec, device) -> LoadedModel:
     """Load tokenizer and model with the Auto classes; a model that cannot load, or a directory
     that is not a model, is a permanent job error with one reason line naming the model."""
@@ -78,9 +94,7 @@ def load(spec: ModelSpec, device) -> LoadedModel:
         raise refused(spec, "the local path does not exist on this worker")
     if is_local:
         check_local(spec, local)
-    kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
-    if spec.revision and not is_local:
-        kwargs["revision"] = spec.revision
+    kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code, **({} if is_local else _hub_kwargs(spec))}
     tokenizer = _load_tokenizer(spec, kwargs)
     dtype = getattr(torch, _DTYPES[spec.dtype]) if spec.dtype != "auto" else "auto"
     try:

@@ -31,6 +31,10 @@ document.querySelectorAll('table.sortable').forEach(function(table){
   left+=th.getBoundingClientRect().width;});
  var g=table.tHead.rows[0];if(g!==head)table.style.setProperty('--head-top',g.getBoundingClientRect().height+'px');
  var first=g.cells[0];if(first&&first.className.indexOf('g-cell')>=0){first.classList.add('k');}})();
+// "print without examples": the body's class decides what report.css prints
+(function(){var box=document.getElementById('print-no-samples');if(!box)return;
+ function apply(){document.body.classList.toggle('print-no-samples',box.checked);}
+ box.addEventListener('change',apply);apply();})();
 (window.__reportCharts||[]).forEach(function(c){
  c.fig.layout.template=window.__reportTemplate;
  Plotly.newPlot(c.id,c.fig.data,c.fig.layout,{responsive:true,displaylogo:false,
