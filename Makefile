@@ -21,8 +21,10 @@ $(VENV)/.installed: pyproject.toml examples/plugin-strategy/pyproject.toml
 
 # Progress on stderr (a bar on a terminal, else a line per tenth of the jobs); then the table,
 # the path of report.html and how to open it. Put decodebench on the PATH: source .venv/bin/activate
+# One torch thread: the bundled models are too small for intra-op threads to pay, and on two busy
+# cores torch's two spinning threads made the sweep 47 s -> 404 s (docs/performance.md).
 demo: install
-	@$(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
+	@OMP_NUM_THREADS=1 $(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
 
 # Everything (what .ci/run calls): lint, layering contracts and the main suite, while .venv-vllm builds
 # in the background (log in .venv-vllm.log); then the vLLM engine's tests in it, which may not skip
