@@ -106,6 +106,7 @@ def test_report_screenshot(tmp_path, report_file):
 # examples, the provenance) let them through as markup: plotly reads <a href> in its texts.
 RUN_IMG = "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">"
 RUN_LINK = "<a href=\"javascript:document.body.setAttribute('data-pwned','link')\">x"
+PHISH = '<a href="https:evil.example">sign in'  # a model's label (no "/"): plotly drew it as a live link
 CLICK_EVERY_LINK = """<script>setTimeout(function(){
  document.querySelectorAll('svg a, a[href^="javascript"]').forEach(function(a){
   a.dispatchEvent(new MouseEvent('click', {bubbles: true}));});
@@ -116,7 +117,7 @@ CLICK_EVERY_LINK = """<script>setTimeout(function(){
 def test_hostile_names_stay_text_in_the_browser(tmp_path):
     """Issue 28, item 5: sweep, model and sample payloads in report.html, in Chromium, with every link
     that plotly drew clicked: nothing runs, the page reports no script error, and each payload reads as text."""
-    cells = [(RUN_IMG, "greedy", {}), (RUN_LINK, "top_p", {"p": 0.9})]
+    cells = [(RUN_IMG, "greedy", {}), (RUN_LINK, "top_p", {"p": 0.9}), (PHISH, "greedy", {})]
     data = make_sweep(seeds=(0, 1), n_prompts=4, cells=cells)
     data.spec["name"] = RUN_IMG
     data.generations = [g.model_copy(update={"text": RUN_LINK + " " + g.text}) for g in data.generations]
@@ -134,3 +135,5 @@ def test_hostile_names_stay_text_in_the_browser(tmp_path):
     assert errors is not None and errors.group(1) == "", errors and errors.group(1)
     assert dom.count("&lt;img src=x onerror=") >= 3 and dom.count('&lt;a href="javascript:') >= 3
     assert dom.count('class="main-svg"') >= 4  # the charts were drawn with the names in them
+    assert not re.search(r"<a[^>]*evil\.example", dom), "a name became a live link in a chart"
+    assert dom.count('&lt;a href="https:evil.example"&gt;sign in') >= 3  # drawn as the text it is

@@ -29,6 +29,12 @@ PANEL_COLUMNS = 3
 PANEL_HEIGHT = 420
 
 
+def inert(text: str) -> str:
+    """A user's string as plotly text: plotly reads a subset of HTML in every label (`<a href>` a live link,
+    `<b>`, `<br>`), and draws entities as their characters, so `<`, `>` and `&` as entities read as written."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _f(value: Any) -> float:
     try:
         return float(value)
@@ -86,9 +92,9 @@ def _panel_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str, k: int, varyin
     sub = cells[cells[m].notna()]
     traces = []
     for label, group in sub.groupby(sub.apply(lambda r: variant_label(r, varying), axis=1), sort=False):
-        hover = [cell_label(r, varying) for _, r in group.iterrows()]
+        hover = [inert(cell_label(r, varying)) for _, r in group.iterrows()]
         traces.append(
-            {"type": "scatter", "mode": "markers", "name": label, "legendgroup": label, "showlegend": k == 0,
+            {"type": "scatter", "mode": "markers", "name": inert(label), "legendgroup": label, "showlegend": k == 0,
              "x": [float(x) for x in group["tokens_per_s"]], "y": [float(y) for y in group[m]], "text": hover,
              "marker": markers[label], "error_x": _speed_bars(group),  # tokens/s: its 95% interval over batches
              "hovertemplate": "%{text}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>", **axes}
@@ -120,7 +126,7 @@ def _panels_layout(models: list, x_range: list[float], m: str) -> dict:
         layout[f"yaxis{suffix}"] = {"title": {"text": axis_title(m)}}
         if len(models) > 1:
             annotations.append(
-                {"text": f"<b>{model}</b>", "showarrow": False, "x": 0.5, "y": 1.0, "yanchor": "bottom",
+                {"text": f"<b>{inert(model)}</b>", "showarrow": False, "x": 0.5, "y": 1.0, "yanchor": "bottom",
                  "xref": f"x{suffix} domain", "yref": f"y{suffix} domain"}
             )  # fmt: skip
     layout["annotations"] = annotations
@@ -180,7 +186,7 @@ def metric_figure(summary: pd.DataFrame, m: str) -> dict | None:
     bar: dict[str, Any] = {
         "type": "bar",
         "orientation": "h",
-        "y": labels,
+        "y": [inert(label) for label in labels],
         "x": values,
         "hovertemplate": "%{y}<br>%{x:.4g}<extra></extra>",
         "marker": {"color": ["#bcaaa4" if x == REFERENCE else "#1f77b4" for x in labels]},
