@@ -1,6 +1,6 @@
-"""Report time and peak memory on a synthetic store: one process vs a process pool, cold and cached.
+"""Report time and peak memory on a synthetic store: one process vs a process pool vs report workers.
 
-    python benchmarks/bench_report.py                          # 100 cells x 200 generations, pool of 2
+    python benchmarks/bench_report.py                          # 100 cells x 200 generations, 2 workers
     python benchmarks/bench_report.py --cells 2000 --gens 200 --workers 8
 
 The store holds `--cells` cells of `--gens` generations each (top-p variants of one model, 2
@@ -12,14 +12,20 @@ prints its wall time and peak RSS (the controller, and the largest pool process)
 - `memory`: the old path, every generation loaded into the controller, one process;
 - `single`: streamed, one process, cold cache;
 - `pooled`: streamed, `--workers` processes, cold cache;
+- `distributed`: `report --distributed` as the operator runs it: a redis-server on loopback, `--workers`
+  `decodebench report-worker` processes started (and warm) before the clock starts, one signed job
+  per cell; the controller waits for the cells in the store and reduces. The largest worker's peak
+  RSS is read from /proc before it stops;
 - `cached`: the same report again, every cell from report/cache/.
 
-It prints the pooled/single speed-up; the ratio is bounded by the cores the machine has.
+It prints the pooled/single and distributed/single speed-ups; the ratios are bounded by the cores
+the machine has (the workers and the controller share them here; in a cluster they do not).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -66,6 +72,13 @@ def measure(args: argparse.Namespace) -> None:
     if args.mode == "memory":
         data = load_sweep(store, "default", args.sweep)
         summary = summarize(data, n_boot=args.n_boot)
+    elif args.mode == "distributed":
+        from controller.cli.backend import Direct
+        from controller.report.remote import Dispatch
+
+        dispatch = Dispatch(Direct(args.redis, args.store, "default").report_cells, store, stall_s=600, poll_s=0.2)
+        _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, remote=dispatch)
+        assert not dispatch.left, f"{len(dispatch.left)} cells computed by the controller"
     else:
         _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, workers=args.workers)
     wall = time.perf_counter() - t0
@@ -74,11 +87,41 @@ def measure(args: argparse.Namespace) -> None:
     print(json.dumps({"wall_s": wall, "rss_mb": self_mb, "child_rss_mb": child_mb, "rows": len(summary)}))
 
 
-def run(mode: str, store: str, sweep: str, workers: int, n_boot: int) -> dict:
+def run(mode: str, store: str, sweep: str, workers: int, n_boot: int, redis: str = "") -> dict:
     cmd = [sys.executable, __file__, "--measure", mode, "--store", store, "--sweep", sweep,
-           "--workers", str(workers), "--n-boot", str(n_boot)]  # fmt: skip
+           "--workers", str(workers), "--n-boot", str(n_boot), "--redis", redis]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def peak_rss_mb(pid: int) -> float:
+    """A live process's peak RSS (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@contextlib.contextmanager
+def report_workers(n: int, tmp: str, env: dict) -> dict:
+    """A redis-server and `n` warm report-worker processes; yields the Redis URL and, at the end,
+    the largest worker's peak RSS under "peak_mb"."""
+    from tests.services import redis_server
+
+    decodebench = str(Path(sys.executable).with_name("decodebench"))
+    with redis_server() as (url, _):
+        env = {**env, "DECODEBENCH_REDIS_URL": url, "DECODEBENCH_STORE": tmp, "DECODEBENCH_LOG_LEVEL": "warning"}
+        procs = [subprocess.Popen([decodebench, "report-worker", "default"], env=env) for _ in range(n)]
+        time.sleep(8)  # imported and waiting on the queue, as a deployed pool is
+        out = {"url": url, "peak_mb": 0.0}
+        try:
+            yield out
+        finally:
+            out["peak_mb"] = max(peak_rss_mb(p.pid) for p in procs)
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(30)
 
 
 def main() -> None:
@@ -90,6 +133,7 @@ def main() -> None:
     ap.add_argument("--measure", dest="mode", default=None)
     ap.add_argument("--store", default=None)
     ap.add_argument("--sweep", default=None)
+    ap.add_argument("--redis", default="")
     args = ap.parse_args()
     if args.mode:
         return measure(args)
@@ -98,19 +142,30 @@ def main() -> None:
         sweep = make_store(Path(tmp), args.cells, args.gens)
         print(f"store: {args.cells} cells x {args.gens} generations ({time.perf_counter() - t0:.0f} s to write); "
               f"{os.cpu_count()} CPUs; n_boot {args.n_boot}")  # fmt: skip
+        key = Path(tmp) / "signing.key"
+        key.write_bytes(os.urandom(48).hex().encode())
+        env = {**os.environ, "DECODEBENCH_SIGNING_KEY_FILE": str(key)}
+        os.environ.update(env)
         cache = Path(tmp) / "default" / "sweeps" / sweep / "report" / "cache"
         found = {}
-        for mode, workers in (("memory", 1), ("single", 1), ("pooled", args.workers), ("cached", args.workers)):
+        for mode, workers in (("memory", 1), ("single", 1), ("pooled", args.workers), ("distributed", args.workers),
+                              ("cached", args.workers)):  # fmt: skip
             if mode != "cached" and cache.exists():
                 for f in cache.iterdir():
                     f.unlink()
-            found[mode] = r = run(mode, tmp, sweep, workers, args.n_boot)
-            print(f"  {mode:7s} workers {workers}: {r['wall_s']:7.1f} s, controller peak RSS {r['rss_mb']:6.0f} MB, "
-                  f"largest pool process {r['child_rss_mb']:6.0f} MB")  # fmt: skip
-        print(
-            f"pooled / single speed-up: {found['single']['wall_s'] / found['pooled']['wall_s']:.2f}x "
-            f"on {args.workers} workers; cached / single: {found['single']['wall_s'] / found['cached']['wall_s']:.1f}x"
-        )
+            if mode == "distributed":
+                with report_workers(workers, tmp, env) as pool:
+                    r = run(mode, tmp, sweep, workers, args.n_boot, pool["url"])
+                r["child_rss_mb"] = pool["peak_mb"]
+            else:
+                r = run(mode, tmp, sweep, workers, args.n_boot)
+            found[mode] = r
+            what = "largest report worker" if mode == "distributed" else "largest pool process"
+            print(f"  {mode:11s} workers {workers}: {r['wall_s']:7.1f} s, controller peak RSS {r['rss_mb']:6.0f} MB, "
+                  f"{what} {r['child_rss_mb']:6.0f} MB")  # fmt: skip
+        ratio = {m: found["single"]["wall_s"] / r["wall_s"] for m, r in found.items()}
+        print(f"speed-up over single: pooled {ratio['pooled']:.2f}x, distributed {ratio['distributed']:.2f}x "
+              f"on {args.workers} workers; cached {ratio['cached']:.1f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

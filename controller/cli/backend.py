@@ -51,6 +51,9 @@ class Remote:
     def retry(self, sweep: str, priority: str) -> dict:
         return self.client.call("POST", f"/v1/sweeps/{quote(sweep, safe='')}/retry", {"priority": priority})
 
+    def report_cells(self, sweep: str, body: dict) -> dict:
+        return self.client.call("POST", f"/v1/sweeps/{quote(sweep, safe='')}/report-cells", body)
+
     def job_log(self, sweep: str | None, job: str) -> list[dict]:
         query = f"?sweep={quote(sweep, safe='')}" if sweep else ""
         return self.client.call("GET", f"/v1/jobs/{quote(job, safe='')}/log{query}")
@@ -140,6 +143,12 @@ class Direct:
 
         ctx = self._with(redis=True, store=True, key=True)
         return service.retry(ctx, self.who, sweep, service.RetryRequest(priority=priority))
+
+    def report_cells(self, sweep: str, body: dict) -> dict:
+        from controller.server import service
+
+        ctx = self._with(redis=True, store=True, key=True)
+        return service.report_cells(ctx, self.who, sweep, service.ReportCellsRequest.model_validate(body))
 
     def job_log(self, sweep: str | None, job: str) -> list[dict]:
         from controller.server import service

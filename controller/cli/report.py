@@ -59,9 +59,23 @@ FORMATS = tuple(paths.REPORT_FILES)
     help="Whether report.html printed (or saved as PDF) carries the example texts; the page's "
     "checkbox changes it. Default: yes up to 16 cells, no above.",
 )
+@click.option(
+    "--distributed",
+    is_flag=True,
+    help="Cells missing from the cache computed by the report workers (`decodebench report-worker`): "
+    "one signed job per cell, enqueued by the submission server (--api) or, as the operator, here.",
+)
+@click.option(
+    "--wait-s",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="With --distributed: cells still missing after this many seconds without a new one are computed here.",
+)
 @settings.option("store", "--store", "store_url")
 @options.tenant
 @options.api
+@options.redis_url
 def report(
     sweep: str,
     fmt_name: str,
@@ -71,9 +85,12 @@ def report(
     baseline: str | None,
     workers: int,
     print_samples: bool | None,
+    distributed: bool,
+    wait_s: float,
     store_url: str,
     tenant: str,
     api: str | None,
+    redis_url: str,
 ) -> None:
     """Aggregate SWEEP's complete jobs into report/summary.* and report/report.html.
 
@@ -83,6 +100,7 @@ def report(
         raise UsageError("--compare writes md, csv, json or parquet, not html")
     if api:
         tenant = _token_tenant(api)
+    remote = _dispatch(api, redis_url, store_url, tenant, wait_s) if distributed else None
     from controller.cli.table import echo_summary
     from controller.report.compare import compare
     from controller.report.format import compare_table
@@ -90,7 +108,7 @@ def report(
     from worker.store import open_store
 
     store = open_store(store_url)
-    data, summary = build(store, tenant, sweep, n_boot, baseline, workers)
+    data, summary = build(store, tenant, sweep, n_boot, baseline, workers, remote)
     write_reports(store, tenant, data.sweep_id, summary, data, print_samples=print_samples)
     if compare_to is None:
         echo_summary(summary, nl=False)
@@ -111,7 +129,51 @@ def report(
         raise SystemExit(1)
 
 
-COMMANDS = [report]
+@click.command("report-worker")
+@click.argument("tenants", nargs=-1)
+@click.option("--burst", is_flag=True, help="Exit once no report job of the queues is queued.")
+@click.option("--max-jobs", type=int, default=None, help="Exit after this many jobs.")
+@settings.option("store", "--store", "store_url")
+@options.redis_url
+@settings.option("log_format", type=click.Choice(["console", "json"]))
+@settings.option("log_level")
+def report_worker(
+    tenants: tuple[str, ...], burst: bool, max_jobs: int | None, store_url: str, redis_url: str, log_format: str,
+    log_level: str,
+) -> None:  # fmt: skip
+    """Compute report cells for `decodebench report --distributed`: the jobs of the report queues of
+    TENANTS (default '*', every tenant), each signed, each read from this process's store."""
+    import logging
+
+    from controller.report.mapworker import report_worker as make
+    from worker.core.logs import configure
+    from worker.core.redisconn import connect_patiently
+    from worker.core.signing import load_key
+    from worker.store import open_store
+
+    configure(log_format, log_level)
+    for name in ("rq.worker", "rq.job", "rq.queue", "rq.registry"):  # RQ's own lines at the same level
+        logging.getLogger(name).setLevel(str(log_level).upper())
+    store = open_store(store_url)
+    conn = connect_patiently(redis_url)
+    key = load_key(settings.get("signing_key_file"))
+    limit = int(settings.get("max_job_mb")) * 2**20
+    worker = make(list(tenants) or ["*"], connection=conn, store=store, key=key, max_job_bytes=limit)
+    worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
+
+
+COMMANDS = [report, report_worker]
+
+
+def _dispatch(api: str | None, redis_url: str, store_url: str, tenant: str, wait_s: float):
+    """`--distributed`: the cells missing from the cache enqueued through the backend (the submission
+    server with --api, else this process as the operator) and waited for in the store."""
+    from controller.cli.backend import backend
+    from controller.report.remote import Dispatch
+    from worker.store import open_store
+
+    to = backend(api, redis_url, store_url, tenant)
+    return Dispatch(to.report_cells, open_store(store_url), stall_s=wait_s)
 
 
 def _token_tenant(api: str) -> str:

@@ -145,17 +145,8 @@ def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bo
         jobs = None
     planned = len(jobs) if jobs is not None else None
     order = list(dict.fromkeys(j["cell"] for j in jobs or []))
-    return SweepData(
-        tenant,
-        sweep_id,
-        spec,
-        results,
-        generations,
-        planned,
-        cell_order=order,
-        damaged=damaged,
-        loaded=with_generations,
-    )
+    kept = {"cell_order": order, "damaged": damaged, "loaded": with_generations}
+    return SweepData(tenant, sweep_id, spec, results, generations, planned, **kept)
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -271,6 +262,19 @@ def _reference_row(data: SweepData, selected, settings: Settings) -> tuple[dict[
     return row, methods
 
 
+def cell_tasks(
+    data: SweepData, n_boot: int, seed: int, n_boot_corpus: int, metrics: MetricSource, store: Store | None
+) -> tuple[list[tuple[str, Metric]], Settings, list[CellTask]]:
+    """The metrics, the settings and one task per cell, as `summarize` maps them (and as the
+    submission server enqueues them for the report workers: the same digests on both sides)."""
+    selected = requested_metrics(data, metrics)
+    with_ci = several_seeds(data) and n_boot > 0
+    names = tuple(name for name, _ in selected)
+    settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data))
+    store_url = getattr(store, "url", None) if store is not None else None
+    return selected, settings, _tasks(data, store_url, settings)
+
+
 def summarize(
     data: SweepData,
     *,
@@ -281,6 +285,7 @@ def summarize(
     baseline: str | None = None,
     workers: int = 1,
     store: Store | None = None,
+    remote=None,
 ) -> pd.DataFrame:
     """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
 
@@ -292,15 +297,12 @@ def summarize(
     name (per model) or a cell key; default the first cell of each model. Comparisons, like
     intervals, need several seeds. `workers`: cells aggregated in a process pool of that many
     (0: one per CPU; 1: in this process); `store`: where each cell's output is cached (and, for a
-    sweep loaded without its generations, where each cell reads its own) — controller.report.cells.
+    sweep loaded without its generations, where each cell reads its own) — controller.report.cells;
+    `remote`: the cells missing from the cache computed by the cluster's report workers (cells.map_cells).
     """
-    selected = requested_metrics(data, metrics)
-    with_ci = several_seeds(data) and n_boot > 0
-    names = tuple(name for name, _ in selected)
-    settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data))
-    store_url = getattr(store, "url", None) if store is not None else None
-    tasks = _tasks(data, store_url, settings)
-    outputs = map_cells(tasks, selected, settings, workers=workers, store=store)
+    selected, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, metrics, store)
+    names = settings.names
+    outputs = map_cells(tasks, selected, settings, workers=workers, store=store, remote=remote)
     data.examples = {(o.row["cell"], pid): ex for o in outputs for pid, ex in o.examples.items()}
     for line in (line for o in outputs for line in o.damaged):  # found while streaming a cell's generations
         structlog.get_logger("decodebench.report").warning(f"{line}; job left out of the report")
@@ -311,7 +313,7 @@ def summarize(
     for o in outputs:
         for name, method in o.methods.items():
             methods[name].add(method)
-    if with_ci:
+    if settings.with_ci:
         compared = compare_cells(
             [o.stats for o in outputs if o.stats is not None],
             dict(selected),
@@ -327,7 +329,7 @@ def summarize(
         rows.append(reference)
         for name, method in ref_methods.items():
             methods[name].add(method)
-    frame = _frame(rows, list(names), with_ci, has_engines(rows))
+    frame = _frame(rows, list(names), settings.with_ci, has_engines(rows))
     frame.attrs.update(_attrs(frame, settings, methods, baseline))
     return frame
 

@@ -9,7 +9,8 @@ never holds every record: memory is bounded by a cell per process.
 Each output is cached in the store under the sweep's `report/cache/` by a digest of what it
 depends on (the cell's jobs and their generations' SHA-256, the metrics and interval settings,
 the code's CACHE_VERSION): a report after a retry recomputes only the cells whose jobs changed.
-Distributing the tasks over the RQ workers is not done here (docs/reports.md).
+`remote` hands the cells missing from the cache to the report workers of the cluster
+(controller.report.remote); whatever they do not deliver is computed here.
 """
 
 from __future__ import annotations
@@ -213,25 +214,45 @@ def from_json(doc: dict) -> CellOutput:
     return CellOutput(doc["row"], stats, doc.get("methods", {}), doc.get("examples", {}), doc.get("damaged", []))
 
 
-def map_cells(tasks: list[CellTask], selected, settings: Settings, *, workers: int = 1, store=None) -> list[CellOutput]:
+def _from_cache(store, key: str | None) -> CellOutput | None:
+    """The cached output under `key`, None where there is none (or it is damaged: recomputed)."""
+    if key is None or not store.exists(key):
+        return None
+    try:
+        return from_json(store.read_json(key))
+    except (CorruptRecordError, KeyError, TypeError, ValueError):
+        return None
+
+
+def cache_key(tenant: str, sweep_id: str, cell_digest: str) -> str:
+    """Where a cell's output is cached in the store."""
+    return paths.report_key(tenant, sweep_id, f"cache/{cell_digest}.json")
+
+
+def map_cells(
+    tasks: list[CellTask], selected, settings: Settings, *, workers: int = 1, store=None, remote=None
+) -> list[CellOutput]:
     """Every task's output, in order: from the cache where it holds the cell, else computed and cached.
 
     `workers` > 1 runs the computations in a process pool (only with the global registry's metrics:
-    a pool process finds them by name); `store` (with a task's `where`) holds the cache."""
+    a pool process finds them by name); `store` (with a task's `where`) holds the cache. `remote`,
+    a callable given the (task, digest) pairs missing from the cache and the settings, has them computed elsewhere
+    (controller.report.remote: the report workers) and returns once their outputs are in the cache
+    or given up on; what is still missing then is computed here."""
     outputs: list[CellOutput | None] = [None] * len(tasks)
     keys: list[str | None] = [None] * len(tasks)
-    todo = []
+    digests: list[str | None] = [None] * len(tasks)
     for i, task in enumerate(tasks):
         d = digest(task, settings) if store is not None and task.where is not None else None
         if d is not None:
-            keys[i] = paths.report_key(task.where[1], task.where[2], f"cache/{d}.json")  # type: ignore[index]
-            if store.exists(keys[i]):
-                try:
-                    outputs[i] = from_json(store.read_json(keys[i]))
-                    continue
-                except (CorruptRecordError, KeyError, TypeError, ValueError):
-                    pass  # a damaged cache entry is recomputed
-        todo.append(i)
+            digests[i], keys[i] = d, cache_key(task.where[1], task.where[2], d)  # type: ignore[index]
+            outputs[i] = _from_cache(store, keys[i])
+    todo = [i for i, out in enumerate(outputs) if out is None]
+    if remote is not None and todo:
+        remote([(tasks[i], digests[i]) for i in todo if digests[i] is not None], settings)
+        for i in todo:
+            outputs[i] = _from_cache(store, keys[i])
+        todo = [i for i in todo if outputs[i] is None]
     global_registry = all(METRICS.get(n) is m for n, m in selected if n in METRICS) and all(
         n in METRICS for n, _ in selected
     )

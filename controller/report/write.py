@@ -74,17 +74,24 @@ def write_comparison(store: Store, tenant: str, sweep_a: str, sweep_b: str, comp
 
 
 def build(
-    store: Store, tenant: str, sweep: str, n_boot: int = 1000, baseline: str | None = None, workers: int = 1
+    store: Store,
+    tenant: str,
+    sweep: str,
+    n_boot: int = 1000,
+    baseline: str | None = None,
+    workers: int = 1,
+    remote=None,
 ) -> tuple[SweepData, pd.DataFrame]:
     """Load SWEEP's results (not its generations: each cell streams its own) and summarise it;
-    `workers` cells at a time in a process pool, each cell's output cached in the store."""
+    `workers` cells at a time in a process pool, each cell's output cached in the store; `remote`
+    (controller.report.remote.Dispatch): the cells missing from the cache computed by report workers."""
     sweep_id = store.resolve_sweep(tenant, sweep)
     data = load_sweep(store, tenant, sweep_id, with_generations=False)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet; see `decodebench status {sweep_id}`")
     from controller.report.ratings import add_ratings, stored_ratings
 
-    summary = summarize(data, n_boot=n_boot, baseline=baseline, workers=workers, store=store)
+    summary = summarize(data, n_boot=n_boot, baseline=baseline, workers=workers, store=store, remote=remote)
     return data, add_ratings(summary, stored_ratings(store, tenant, sweep_id))
 
 

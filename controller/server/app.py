@@ -220,6 +220,13 @@ async def retry(sweep: str, request: Request, who: Caller) -> dict:
     return await run_in_threadpool(service.retry, ctx, who, sweep, req)
 
 
+@router.post("/v1/sweeps/{sweep}/report-cells")
+async def report_cells(sweep: str, request: Request, who: Caller) -> dict:
+    ctx = _ctx(request, "report-cells", sweep)
+    req = service.ReportCellsRequest.model_validate(await read_body(request))
+    return await run_in_threadpool(service.report_cells, ctx, who, sweep, req)
+
+
 @router.get("/v1/jobs/{job}/log")
 def job_log(job: str, request: Request, who: Caller, sweep: str | None = None) -> list:
     return service.job_log(_ctx(request, "logs", sweep), who, sweep, job)

@@ -55,6 +55,16 @@ class RetryRequest(BaseModel):
     priority: Literal["high", "normal", "low"] = Field(default="normal", description="Queue priority.")
 
 
+class ReportCellsRequest(BaseModel):
+    """POST /v1/sweeps/{sweep}/report-cells: the settings the cells' numbers depend on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_boot: int = Field(default=1000, ge=0, le=100_000, description="Bootstrap replicates of the intervals.")
+    n_boot_corpus: int = Field(default=100, ge=0, le=100_000, description="Replicates of a half-sample metric.")
+    seed: int = Field(default=0, ge=0, le=2**63, description="Seed of the intervals' draws.")
+
+
 @dataclass
 class Context:
     """What every request runs with: Redis (as the server's user), the store, the signing key,
@@ -227,6 +237,24 @@ def retry(ctx: Context, who: Identity, sweep: str, req: RetryRequest) -> dict[st
             check=lambda jobs: check_policy(ctx, tenant, jobs),
         )
     return {"tenant": tenant, **outcome(out)}
+
+
+def report_cells(ctx: Context, who: Identity, sweep: str, req: ReportCellsRequest) -> dict[str, Any]:
+    """`report --distributed`: one signed map job per cell of the tenant's sweep missing from the report
+    cache, on the tenant's report queue (controller.report.remote). The cells are built here from the
+    store under the token's tenant, never from what the client sends; the answer lists their digests."""
+    from controller.report.remote import enqueue_report
+
+    tenant = tenant_of(who)
+    paths.check_id("sweep", sweep)
+    try:
+        sweep_id = ctx.store.resolve_sweep(tenant, sweep)
+    except UsageError as err:
+        raise NotFound(str(err)) from None
+    return enqueue_report(
+        ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, n_boot=req.n_boot, seed=req.seed,
+        n_boot_corpus=req.n_boot_corpus,
+    )  # fmt: skip
 
 
 # -- reads and cancel --------------------------------------------------------------------------

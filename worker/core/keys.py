@@ -45,7 +45,11 @@ PRIORITIES = ("high", "normal", "low")
 RECENT = 200  # finish times kept per sweep for throughput and ETA
 RESULT_TTL = 24 * 3600  # RQ keeps a finished job (and its JSON spec) a day; results live in the store
 FAILURE_TTL = 7 * 24 * 3600  # failed jobs stay inspectable (and retryable from RQ) for a week
-RQ_FUNCTION = "worker.rq.task.run_queued_job"  # what every RQ job of decodebench calls
+RQ_FUNCTION = "worker.rq.task.run_queued_job"  # what every RQ job of a generation queue calls
+# what every job of a tenant's report queue calls: one cell of a report (a map task), run only by
+# `decodebench report-worker`, a controller process (a string here: worker.core imports no controller)
+REPORT_FUNCTION = "controller.report.remote.run_report_cell"
+REPORT_QUEUE_SUFFIX = "report"
 
 
 def _t(tenant: str) -> str:
@@ -180,6 +184,36 @@ def tenant_queues(tenant: str) -> list[str]:
     """Every queue of the tenant, of every engine (the own engine's first): what status, cancel,
     retry, the quotas and the reaper look at."""
     return [q for e in ENGINE_NAMES for q in engine_queues(tenant, e)]
+
+
+def report_queue(tenant: str) -> str:
+    """`decodebench.<tenant>.report`: the tenant's report cells (map jobs), which only report workers
+    take. Never a generation queue: those end in a priority or an engine name."""
+    return f"{QUEUE_PREFIX}.{check_tenant(tenant)}.{REPORT_QUEUE_SUFFIX}"
+
+
+def parse_report_queue(name: str) -> str | None:
+    """The tenant of a report queue's name, None for any other queue."""
+    head, _, rest = name.partition(".")
+    tenant, _, last = rest.rpartition(".")
+    if head != QUEUE_PREFIX or last != REPORT_QUEUE_SUFFIX or not tenant:
+        return None
+    try:
+        return check_tenant(tenant)
+    except ValueError:
+        return None
+
+
+def queue_tenant(name: str) -> str | None:
+    """The tenant of any decodebench queue (a generation queue of any engine, or a report queue)."""
+    parsed = parse_queue_name(name)
+    return parsed[0] if parsed else parse_report_queue(name)
+
+
+def queue_function(tenant: str, queue: str) -> str:
+    """The one function a job taken from `queue` calls, whatever its payload names: the report
+    function on the tenant's report queue, the generation task on any other."""
+    return REPORT_FUNCTION if queue == report_queue(tenant) else RQ_FUNCTION
 
 
 # -- RQ's keys for a tenant ------------------------------------------------------------------

@@ -6,9 +6,10 @@ queue whose registries it writes, TTLs, and a `data` field it inflates without b
 `SealedJob.restore` reads only what decodebench needs:
 
 - `data` is kept as stored, neither decompressed nor decoded, until decodebench has checked its
-  signature (`worker.rq.sealed.unseal`: `sealed_payload`, then `open_payload` here); RQ's call
-  tuple comes from that payload only, and the function run is always `keys.RQ_FUNCTION`;
-- the origin is one of the tenant's own queues (the dequeuing worker forces the queue it
+  signature (`unseal`, below, which both the GPU worker and the report worker run); RQ's call
+  tuple comes from that payload only, and the function run is the queue's (`keys.queue_function`:
+  `keys.RQ_FUNCTION`, or `keys.REPORT_FUNCTION` on the tenant's report queue);
+- the origin is one of the tenant's own queues (its report queue included) (the dequeuing worker forces the queue it
   took the job from); result and failure TTLs are decodebench's (`keys`); retries are
   bounded (`MAX_RETRIES`, intervals of at most a day);
 - callbacks, webhooks, dependencies, `ttl`, `group_id`, `enqueue_at_front`, repeats, rate
@@ -29,7 +30,7 @@ from rq.job import UNEVALUATED, Job, JobStatus
 from rq.utils import decode_redis_hash, import_attribute, now, str_to_date
 
 from worker.core import keys, signing
-from worker.core.errors import PermanentJobError
+from worker.core.errors import PermanentJobError, shown
 from worker.core.rqadapter.persistence import tenant_job_class
 from worker.core.settings import check_tenant
 
@@ -89,7 +90,8 @@ class SealedJob(Job):
         self.last_heartbeat = _date(obj.get("last_heartbeat"))
         self.worker_name = _text(obj.get("worker_name"))
         self.description = _text(obj.get("description"), MAX_DESCRIPTION)
-        origin, own = _text(obj.get("origin")) or "", keys.tenant_queues(self.tenant) if self.tenant else [""]
+        origin = _text(obj.get("origin")) or ""
+        own = [*keys.tenant_queues(self.tenant), keys.report_queue(self.tenant)] if self.tenant else [""]
         self.origin = origin if origin in own else (keys.queue_name(self.tenant) if self.tenant else "")
         try:
             self._status = JobStatus(_text(obj.get("status")) or JobStatus.CREATED)
@@ -121,7 +123,8 @@ class SealedJob(Job):
     def func(self):
         if not getattr(self, "_opened", True):
             raise PermanentJobError("the job's payload is not verified")
-        return import_attribute(keys.RQ_FUNCTION)  # the one function a decodebench job calls, whatever it names
+        # the one function a job of its queue calls (generation or report cell), whatever the payload names
+        return import_attribute(keys.queue_function(self.tenant, self.origin) if self.tenant else keys.RQ_FUNCTION)
 
     def to_dict(self, include_meta: bool = True, include_result: bool = True) -> dict:
         """RQ's fields, with the `data` as it was stored (its signature still holds)."""
@@ -161,3 +164,40 @@ def sealed_job_class(tenant: str) -> type[SealedJob]:
     """The tenant's SealedJob, a subclass of `tenant_job_class(tenant)` (key prefix `rq:job:<tenant>:`)."""
     bases = (SealedJob, tenant_job_class(tenant))
     return type(f"SealedJob_{tenant}", bases, {"tenant": check_tenant(tenant)})
+
+
+def unseal(job: SealedJob, key: bytes, limit: int) -> None:
+    """Check the job's signature, then inflate its payload (at most `limit` bytes) and take RQ's
+    call tuple from it. PermanentJobError with one line if any step fails; nothing is decoded
+    before the signature verifies. (Here, not in worker.rq, so that the report worker, a
+    controller process, checks its jobs with the very same code.)"""
+    sealed = sealed_payload(job)
+    if sealed is None:
+        return
+    stored, sig = sealed
+    if not sig:
+        raise PermanentJobError("refused: the job is not signed (workers run only jobs the submission server signed)")
+    if not signing.verify(key, job.tenant, job.id, stored, sig):
+        raise PermanentJobError(f"refused: the job's signature does not verify for tenant {job.tenant} and this job")
+    raw = signing.inflate(stored, limit)
+    try:
+        call = json.loads(raw)
+    except ValueError as err:
+        raise PermanentJobError(f"refused: the job's payload is not readable JSON ({shown(str(err), 120)})") from None
+    if not isinstance(call, list) or len(call) != 4:
+        raise PermanentJobError("refused: the job's payload is not readable JSON (not an RQ call)")
+    open_payload(job, call, raw)
+    args = call[2]  # (function, instance, args, kwargs)
+    spec = args[0] if isinstance(args, list) and args and isinstance(args[0], dict) else {}
+    own = spec.get("timeout_s")
+    if isinstance(own, int) and not isinstance(own, bool) and own > 0:  # the hash may only shorten it
+        job.timeout = min(job.timeout or own, own)
+
+
+def sealed_refusal(job, key: bytes, limit: int) -> str | None:
+    """`unseal`'s one-line reason if the job's payload may not even be read, else None."""
+    try:
+        unseal(job, key, limit)
+    except PermanentJobError as err:
+        return str(err).strip().splitlines()[0]
+    return None

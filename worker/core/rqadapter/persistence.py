@@ -144,6 +144,14 @@ def jobs_exist(conn, tenant: str, job_ids: list[str]) -> list[bool]:
         return [bool(x) for x in pipe.execute()]
 
 
+def job_statuses(conn, tenant: str, job_ids: list[str]) -> list[str | None]:
+    """Each job's RQ status (None where its hash is gone), one round trip."""
+    with conn.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hget(keys.rq_job_key(tenant, job_id), "status")
+        return [s.decode(errors="replace") if s else None for s in pipe.execute()]
+
+
 # -- lost jobs and due retries (the reaper) -------------------------------------------------------
 
 

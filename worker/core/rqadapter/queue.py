@@ -39,7 +39,7 @@ class ReliableQueue(Queue):
     def __init__(
         self, name: str, *, max_running: int | None = None, slot_ttl: float = 60.0, slots: Slots | None = None, **kw
     ) -> None:
-        self.tenant = keys.parse_queue_name(name)[0]
+        self.tenant = keys.queue_tenant(name)  # a generation or a report queue
         kw["job_class"] = sealed_job_class(self.tenant)
         super().__init__(name, **kw)
         self.max_running = max_running

@@ -1,0 +1,267 @@
+"""The report's map over the cluster: one signed RQ job per cell missing from the cache.
+
+    controller (report --distributed)          Redis                      report workers
+    cells' digests, cache checked ──▶ signer ──▶ decodebench.<t>.report ──▶ run_report_cell
+          ▲                        (server or operator)                       │ reads the cell's
+          └──────── report/cache/<digest>.json in the store ◀─────────────────┘ records, streamed
+
+- The signer (the submission server for a tenant's `report --distributed --api`, or the operator's
+  own process with the signing key) enqueues one job per cell, `enqueue_cells`: its payload is the
+  cell's digest (its cache key, `cells.digest`), its jobs with their generations' SHA-256, its row
+  so far, the prompt order and the settings; signed like every job (`worker.core.signing`). The
+  server builds the cells itself from the store (`enqueue_report`), never from what a tenant sends.
+- A report worker (`decodebench report-worker`, controller.report.mapworker) runs
+  `run_report_cell`: it reads the cell's results and records from ITS OWN store under the
+  payload's tenant (the queue's tenant: anything else is refused before it runs), checks each
+  result's hash against the payload, computes the cell as local mode does (`cells.run_cell`) and
+  writes its output to the cache; a cell it cannot compute gets `<digest>.fail.json` instead.
+- The controller waits for the cache entries (`wait_for_cells`, one store LIST per poll), then
+  reduces as in local mode; what did not come (a failed or refused job, no report worker running
+  within `stall_s`) is computed in the controller, with a warning line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import re
+import time
+import zlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import structlog
+
+from controller.metrics import METRICS
+from controller.report.cells import CellTask, Settings, cache_key, run_cell, to_json
+from worker.core import keys, paths, signing
+from worker.core.errors import PermanentJobError, UsageError
+
+log = structlog.get_logger("decodebench.report")
+REPORT_TIMEOUT_S = 3600  # one cell's job at most
+MAX_N_BOOT = 100_000  # replicates a report job may ask for
+DIGEST = re.compile(r"[0-9a-f]{32}")
+CHUNK = 500  # jobs per enqueue round trip
+
+_store: ContextVar[Any] = ContextVar("decodebench_report_store", default=None)
+
+
+@contextlib.contextmanager
+def lend_store(store) -> Iterator[None]:
+    """The report worker lends its own store to the job it runs (never a URL from the payload)."""
+    token = _store.set(store)
+    try:
+        yield
+    finally:
+        _store.reset(token)
+
+
+def job_id_of(digest: str) -> str:
+    return f"cell-{digest}"
+
+
+def fail_key(tenant: str, sweep_id: str, digest: str) -> str:
+    return paths.report_key(tenant, sweep_id, f"cache/{digest}.fail.json")
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def payload(tenant: str, sweep_id: str, task: CellTask, settings: Settings, digest: str) -> dict[str, Any]:
+    """What a report job carries: enough to rebuild the cell's task from the store, no records."""
+    return {
+        "tenant": tenant,
+        "sweep_id": sweep_id,
+        "cell": task.cell,
+        "digest": digest,
+        "jobs": sorted([r.job.job_id, r.generations_sha256] for r in task.results),
+        "row": {k: _plain(v) for k, v in task.row.items()},
+        "prompt_rank": task.prompt_rank,
+        "settings": dataclasses.asdict(settings),
+    }
+
+
+# -- the signer's side -------------------------------------------------------------------------
+
+
+def enqueue_cells(conn, key: bytes, tenant: str, sweep_id: str, items: list[tuple[CellTask, str]], settings) -> list:
+    """One signed job per (task, digest) on the tenant's report queue, except those already queued or
+    running (a second report of the same sweep waits for the same jobs); the digests with a job now."""
+    from worker.core import rqadapter
+
+    queue = rqadapter.tenant_queue(conn, keys.report_queue(tenant), tenant)
+    template = rqadapter.job_template(queue, keys.REPORT_FUNCTION, None, keys.RESULT_TTL, keys.FAILURE_TTL)
+    ids = [job_id_of(d) for _, d in items]
+    statuses = rqadapter.job_statuses(conn, tenant, ids) if ids else []
+    rows, done = [], []
+    for (task, digest), job_id, status in zip(items, ids, statuses):
+        if status in ("queued", "started"):
+            done.append(digest)  # waited for as it is
+            continue
+        body = json.dumps(payload(tenant, sweep_id, task, settings, digest)).encode()
+        stored = zlib.compress(rqadapter.call_data(keys.REPORT_FUNCTION, body), 1)
+        fields = {
+            "data": stored,
+            "description": f"decodebench report cell {task.cell}"[:200],
+            "meta": rqadapter.meta_field({"tenant": tenant, "sweep_id": sweep_id, "cell": task.cell}),
+            "timeout": REPORT_TIMEOUT_S,
+            signing.SIG_FIELD: signing.sign(key, tenant, job_id, stored),
+        }
+        rows.append((job_id, fields))
+        done.append(digest)
+    for i in range(0, len(rows), CHUNK):
+        rqadapter.bulk_enqueue(conn, queue, template, rows[i : i + CHUNK])
+    return done
+
+
+def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
+                   n_boot_corpus: int) -> dict[str, Any]:  # fmt: skip
+    """The submission server's side of `report --distributed --api`: the tenant's own sweep read from
+    the store (results only), its cells planned as `summarize` plans them, and a job enqueued for each
+    cell missing from the cache. What the client waits for: the digests (cache keys)."""
+    from controller.report.aggregate import cell_tasks, load_sweep
+    from controller.report.cells import digest
+
+    if not 0 <= n_boot <= MAX_N_BOOT or not 0 <= n_boot_corpus <= MAX_N_BOOT:
+        raise UsageError(f"n_boot: at most {MAX_N_BOOT:,} replicates")
+    data = load_sweep(store, tenant, sweep_id, with_generations=False)
+    if not data.results:
+        raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
+    _, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, METRICS, store)
+    cached = {k.rsplit("/", 1)[1] for k in store.list(paths.report_key(tenant, sweep_id, "cache/"))}
+    missing = []
+    for task in tasks:
+        d = digest(task, settings)
+        if d is not None and f"{d}.json" not in cached:
+            missing.append((task, d))
+            if f"{d}.fail.json" in cached:  # an earlier attempt's mark: this one starts afresh
+                store.delete(fail_key(tenant, sweep_id, d))
+    enqueued = enqueue_cells(conn, key, tenant, sweep_id, missing, settings)
+    return {"tenant": tenant, "sweep_id": sweep_id, "cells": len(tasks), "missing": len(missing),
+            "enqueued": len(enqueued), "digests": [d for _, d in missing]}  # fmt: skip
+
+
+def wait_for_cells(store, tenant: str, sweep_id: str, digests: list[str], *, stall_s: float, poll_s: float = 0.5):
+    """Poll the cache until every digest's output (or failure mark) is there, or none came for
+    `stall_s` seconds; the digests still missing (the caller computes them)."""
+    prefix = paths.report_key(tenant, sweep_id, "cache/")
+    pending, failed, last = set(digests), [], time.monotonic()
+    while pending:
+        names = {k.rsplit("/", 1)[1] for k in store.list(prefix)}
+        ready = {d for d in pending if f"{d}.json" in names}
+        marked = [d for d in pending - ready if f"{d}.fail.json" in names]
+        if ready or marked:
+            failed += marked
+            pending -= ready | set(marked)
+            last = time.monotonic()
+            log.info("report.cells_ready", ready=len(digests) - len(pending), of=len(digests))
+        elif time.monotonic() - last > stall_s:
+            log.warning(f"report: {len(pending)} cells did not come from the report workers within {stall_s:g} s; "
+                        "computed here")  # fmt: skip
+            break
+        if pending:
+            time.sleep(poll_s)
+    for d in failed:
+        with contextlib.suppress(Exception):
+            reason = store.read_json(fail_key(tenant, sweep_id, d)).get("reason")
+            log.warning(f"report: a report worker could not compute a cell ({reason}); computed here")
+    return sorted(pending) + failed
+
+
+class Dispatch:
+    """`map_cells`' remote: the cells missing from the cache asked of the signer (`ask(sweep_id, body)`,
+    a backend's `report_cells`: the submission server, or the operator's own process), then waited for
+    in the cache. `sent`: the digests the signer has jobs for; `left`: those that did not come."""
+
+    def __init__(self, ask, store, *, stall_s: float = 300.0, poll_s: float = 0.5) -> None:
+        self.ask, self.store, self.stall_s, self.poll_s = ask, store, stall_s, poll_s
+        self.sent: list[str] = []
+        self.left: list[str] = []
+
+    def __call__(self, items: list[tuple[CellTask, str]], settings: Settings) -> None:
+        if not items:
+            return
+        _, tenant, sweep_id = items[0][0].where  # type: ignore[misc]
+        body = {"n_boot": settings.n_boot, "n_boot_corpus": settings.n_boot_corpus, "seed": settings.seed}
+        asked = set(self.ask(sweep_id, body).get("digests") or [])
+        self.sent = [d for _, d in items if d in asked]
+        log.info("report.cells_enqueued", cells=len(self.sent), computed_here=len(items) - len(self.sent))
+        self.left = wait_for_cells(self.store, tenant, sweep_id, self.sent, stall_s=self.stall_s, poll_s=self.poll_s)
+
+
+# -- the report worker's side ------------------------------------------------------------------
+
+
+def settings_of(doc: Any) -> Settings:
+    """The payload's settings, checked: known metrics, bounded replicates."""
+    if not isinstance(doc, dict):
+        raise PermanentJobError("refused: the report job's settings are not an object")
+    try:
+        s = Settings(**doc)
+        s.names = tuple(s.names)
+    except TypeError as err:
+        raise PermanentJobError(f"refused: the report job's settings: {err}") from None
+    unknown = [n for n in s.names if n not in METRICS]
+    if unknown:
+        raise PermanentJobError(f"refused: unknown metric {unknown[0]!r} in the report job")
+    for name in ("n_boot", "n_boot_corpus", "seed"):
+        v = getattr(s, name)
+        if type(v) is not int or not 0 <= v <= (MAX_N_BOOT if name != "seed" else 2**63):
+            raise PermanentJobError(f"refused: the report job's {name} is out of bounds")
+    return s
+
+
+def check_payload(doc: Any, tenant: str) -> str | None:
+    """Why a report job taken from `tenant`'s report queue must not run (its payload, signed, is still
+    checked as the tenant's word), or None."""
+    if not isinstance(doc, dict):
+        return "refused: the report job's argument is not one object"
+    if doc.get("tenant") != tenant:
+        other = str(doc.get("tenant"))[:64]
+        return f"refused: a report job of tenant {other!r} on the report queue of tenant {tenant!r}"
+    try:
+        paths.check_id("sweep", doc.get("sweep_id"))
+    except (UsageError, TypeError, ValueError):
+        return "refused: the report job's sweep id is not a sweep id"
+    if not isinstance(doc.get("digest"), str) or not DIGEST.fullmatch(doc["digest"]):
+        return "refused: the report job's digest is not a cache key"
+    jobs = doc.get("jobs")
+    if not isinstance(jobs, list) or not jobs or not all(isinstance(j, list) and len(j) == 2 for j in jobs):
+        return "refused: the report job names no jobs"
+    if not isinstance(doc.get("row"), dict) or not isinstance(doc.get("prompt_rank"), dict):
+        return "refused: the report job's row or prompt order is not an object"
+    try:
+        settings_of(doc.get("settings"))
+    except PermanentJobError as err:
+        return str(err)
+    return None
+
+
+def run_report_cell(doc: dict) -> dict[str, Any]:
+    """What RQ calls for a job of a report queue (`keys.REPORT_FUNCTION`): compute one cell from the
+    worker's own store and write its output to the cache (or its failure mark)."""
+    store = _store.get()
+    if store is None:
+        raise PermanentJobError("run_report_cell runs inside decodebench report-worker, which lends it a store")
+    tenant, sweep_id, digest = doc["tenant"], doc["sweep_id"], doc["digest"]
+    try:
+        settings = settings_of(doc["settings"])
+        results = []
+        for job_id, sha in doc["jobs"]:
+            paths.check_id("job", job_id)
+            r = store.load_result(tenant, sweep_id, job_id)
+            if r.job.cell != doc["cell"] or r.generations_sha256 != sha or r.job.tenant != tenant:
+                raise PermanentJobError(f"job {job_id} changed since the report was asked for; report again")
+            results.append(r)
+        task = CellTask(doc["cell"], doc["row"], results, doc["prompt_rank"], None, (store.url, tenant, sweep_id))
+        out = run_cell(task, [(n, METRICS.get(n)) for n in settings.names], settings)
+        if out.damaged:
+            raise PermanentJobError(out.damaged[0])
+    except Exception as err:
+        store.write_json(fail_key(tenant, sweep_id, digest), {"reason": str(err).splitlines()[0][:300]})
+        raise
+    store.write_json(cache_key(tenant, sweep_id, digest), to_json(out))
+    return {"cell": doc["cell"], "digest": digest, "generations": out.row.get("n_generations")}

@@ -1,0 +1,185 @@
+"""The report's map over the cluster (issue 25, item 7): one signed job per cell on the tenant's
+report queue, run by `decodebench report-worker` processes, against a real redis-server and the
+moto S3 store; the controller reduces as in local mode."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import main as cli
+from controller.report import cells
+from controller.report.aggregate import load_sweep, summarize
+from controller.report.mapworker import report_worker
+from controller.report.remote import Dispatch, enqueue_cells, job_id_of, payload
+from controller.report.write import build
+from tests.helpers_report import make_sweep
+from tests.services import SIGNING_KEY as KEY
+from tests.test_report_scale import CELLS, write_with_hashes
+from worker.core import keys, paths, rqadapter, signing
+from worker.store import FileStore, open_store
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(autouse=True)
+def _restore_signals():
+    """The in-process report worker installs SIGTERM/SIGINT/SIGUSR1 handlers: put pytest's back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def report_workers(n: int, redis_url: str, store_url: str):
+    """`n` report-worker processes, as a pool would run them; stopped with SIGTERM at the end."""
+    env = {**os.environ, "DECODEBENCH_REDIS_URL": redis_url, "DECODEBENCH_STORE": store_url}
+    procs = [
+        subprocess.Popen([str(BIN / "decodebench"), "report-worker", "*"], env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(n)
+    ]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(30)
+
+
+def operator(redis_url: str, store_url: str, tenant: str = "default"):
+    from controller.cli.backend import Direct
+
+    return Direct(redis_url, store_url, tenant)
+
+
+def report_jobs(conn, tenant: str = "default") -> int:
+    return len(conn.keys(keys.rq_job_prefix(tenant) + "cell-*"))
+
+
+def test_a_distributed_report_equals_the_local_one_and_recomputes_only_changed_cells(redis_url, s3_bucket, monkeypatch):
+    import redis
+
+    conn = redis.Redis.from_url(redis_url)
+    url = f"s3://{s3_bucket}/runs"
+    store = open_store(url)
+    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    write_with_hashes(store, data)
+    local = summarize(data, n_boot=100)  # every record in memory, one process
+    here: list[str] = []
+    real = cells.run_cell
+    monkeypatch.setattr(cells, "run_cell", lambda task, *a: here.append(task.cell) or real(task, *a))
+    with report_workers(2, redis_url, url):
+        dispatch = Dispatch(operator(redis_url, url).report_cells, store, stall_s=90)
+        _, first = build(store, data.tenant, data.sweep_id, n_boot=100, remote=dispatch)
+        pd.testing.assert_frame_equal(local, first)
+        assert len(dispatch.sent) == 4 and dispatch.left == [] and here == []  # every cell by a report worker
+        assert report_jobs(conn) == 4
+
+        retried = next(r.job for r in data.results if r.job.strategy.name == "top_p")
+        write_with_hashes(store, data, change=retried.job_id)  # a retry wrote other texts
+        dispatch = Dispatch(operator(redis_url, url).report_cells, store, stall_s=90)
+        _, after = build(store, data.tenant, data.sweep_id, n_boot=100, remote=dispatch)
+        assert len(dispatch.sent) == 1 and dispatch.left == [] and here == []  # that cell only
+        assert report_jobs(conn) == 5
+        row = lambda s: s[s["cell"] == retried.cell].iloc[0]
+        assert row(after)["mean_length"] > row(first)["mean_length"]
+        unchanged = after[after["cell"] != retried.cell].drop(columns=[c for c in after if "_diff" in c])
+        expected = first[first["cell"] != retried.cell].drop(columns=[c for c in first if "_diff" in c])
+        pd.testing.assert_frame_equal(unchanged, expected)
+
+        r = CliRunner().invoke(
+            cli,
+            ["report", data.sweep_id, "--distributed", "--n-boot", "100", "--store", url, "--redis-url", redis_url],
+        )
+        assert r.exit_code == 0, r.output
+        assert report_jobs(conn) == 5 and here == []  # everything from the cache: no job, nothing here
+
+
+def test_cells_no_report_worker_delivers_are_computed_by_the_controller(redis_url, tmp_path):
+    import redis
+
+    conn = redis.Redis.from_url(redis_url)
+    store = FileStore(tmp_path / "s")
+    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2])
+    write_with_hashes(store, data)
+    dispatch = Dispatch(operator(redis_url, str(tmp_path / "s")).report_cells, store, stall_s=0.5, poll_s=0.1)
+    _, summary = build(store, data.tenant, data.sweep_id, n_boot=50, remote=dispatch)  # no worker runs
+    assert len(dispatch.sent) == 2 and len(dispatch.left) == 2 and report_jobs(conn) == 2
+    pd.testing.assert_frame_equal(summary, summarize(data, n_boot=50))
+
+
+# -- hostile ---------------------------------------------------------------------------------------
+
+
+def plant(conn, tenant: str, job_id: str, call: list, key: bytes | None, queue: str | None = None) -> None:
+    """A job hash as a client with Redis access could write it, pushed onto a report queue."""
+    stored = zlib.compress(json.dumps(call).encode())
+    sig = {signing.SIG_FIELD: signing.sign(key, tenant, job_id, stored)} if key else {}
+    conn.hset(keys.rq_job_key(tenant, job_id), mapping={"data": stored, "status": "queued", **sig})
+    conn.rpush(keys.rq_queue_key(queue or keys.report_queue(tenant)), job_id)
+
+
+def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp_path):
+    import redis
+
+    conn = redis.Redis.from_url(redis_url)
+    store = FileStore(tmp_path / "s")
+    a = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2], tenant="team-a", sweep_id="sweepaaaaaaaaaaa")
+    b = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2], tenant="team-b", sweep_id="sweepbbbbbbbbbbb")
+    write_with_hashes(store, a)
+    write_with_hashes(store, b)
+    sb = load_sweep(store, "team-b", b.sweep_id, with_generations=False)
+    from controller.metrics import METRICS
+    from controller.report.aggregate import cell_tasks
+
+    _, settings, tasks = cell_tasks(sb, 50, 0, 50, METRICS, store)
+    d = cells.digest(tasks[0], settings)
+    theirs = payload("team-b", b.sweep_id, tasks[0], settings, d)  # team-b's cell
+    call = lambda doc, f=keys.REPORT_FUNCTION: [f, None, [doc], {}]
+    planted = {
+        "unsigned": (call(theirs | {"tenant": "team-a"}), None, "not signed"),
+        "forged": (call(theirs | {"tenant": "team-a"}), b"another-key-of-at-least-32-bytes-xxxx", "does not verify"),
+        "cross-tenant": (call(theirs), KEY, "a report job of tenant 'team-b' on the report queue of tenant 'team-a'"),
+        "gpu-function": (call(theirs | {"tenant": "team-a"}, keys.RQ_FUNCTION), KEY, "not " + keys.REPORT_FUNCTION),
+        "bad-metric": (call(theirs | {"tenant": "team-a", "settings": {**theirs["settings"], "names": ["os"]}}), KEY,
+                       "unknown metric 'os'"),
+    }  # fmt: skip
+    for job_id, (c, key, _) in planted.items():
+        plant(conn, "team-a", job_id, c, key)
+    worker = report_worker(["team-a"], connection=conn, store=store, key=KEY, max_job_bytes=2**20, beat_s=0.2)
+    worker.work(burst=True)
+    for job_id, (_, _, reason) in planted.items():
+        job = rqadapter.fetch(conn, rqadapter.tenant_job_class("team-a"), job_id)
+        assert job.get_status() == "failed" and reason in job.meta["reason"], (job_id, job.meta)
+    assert store.list(paths.report_key("team-b", b.sweep_id, "cache/")) == []  # nothing written for team-b
+    assert store.list(paths.report_key("team-a", a.sweep_id, "cache/")) == []
+
+    # the signer builds a tenant's cells from its own prefix of the store: team-a cannot name team-b's sweep
+    from controller.server import service
+    from controller.server.errors import NotFound
+    from controller.server.tokens import Identity
+
+    ctx = service.Context(conn=conn, store=store, signing_key=KEY, tenants=None, limits=None)
+    with pytest.raises(NotFound):
+        service.report_cells(ctx, Identity("tok-a", "team-a", False), b.sweep_id, service.ReportCellsRequest())
+    assert report_jobs(conn, "team-b") == 0 and report_jobs(conn, "team-a") == 0
+
+    # a signed, well-formed job of team-a's own runs; one moved onto team-a's GPU queue is never a report
+    mine = enqueue_cells(conn, KEY, "team-b", b.sweep_id, [(tasks[0], d)], settings)
+    assert mine == [d] and conn.llen(keys.rq_queue_key(keys.report_queue("team-b"))) == 1
+    report_worker(["team-b"], connection=conn, store=store, key=KEY, max_job_bytes=2**20, beat_s=0.2).work(burst=True)
+    assert store.exists(cells.cache_key("team-b", b.sweep_id, d))
+    job = rqadapter.fetch(conn, rqadapter.tenant_job_class("team-b"), job_id_of(d))
+    assert job.get_status() == "finished"
