@@ -183,3 +183,61 @@ def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp
     assert store.exists(cells.cache_key("team-b", b.sweep_id, d))
     job = rqadapter.fetch(conn, rqadapter.tenant_job_class("team-b"), job_id_of(d))
     assert job.get_status() == "finished"
+
+
+def test_a_cell_a_report_worker_cannot_compute_is_marked_and_computed_by_the_controller(redis_url, tmp_path):
+    import redis
+
+    conn = redis.Redis.from_url(redis_url)
+    store = FileStore(tmp_path / "s")
+    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2])
+    write_with_hashes(store, data)
+    broken = data.results[0].job
+    key = paths.generations_key(data.tenant, data.sweep_id, broken.job_id)
+    store.write_bytes(key, store.read_bytes(key) + b"\n")  # no longer what its result.json's hash says
+    asked = operator(redis_url, str(tmp_path / "s")).report_cells(data.sweep_id, {"n_boot": 50})
+    assert len(asked["digests"]) == 2
+    report_worker(["default"], connection=conn, store=store, key=KEY, max_job_bytes=2**20, beat_s=0.2).work(burst=True)
+    names = {k.rsplit("/", 1)[1] for k in store.list(paths.report_key(data.tenant, data.sweep_id, "cache/"))}
+    marks = [n for n in names if n.endswith(".fail.json")]
+    assert len(marks) == 1 and len(names) == 2  # the other cell is cached
+    reason = store.read_json(paths.report_key(data.tenant, data.sweep_id, f"cache/{marks[0]}"))["reason"]
+    assert broken.job_id in reason
+    dispatch = Dispatch(operator(redis_url, str(tmp_path / "s")).report_cells, store, stall_s=0.5, poll_s=0.1)
+    got, summary = build(store, data.tenant, data.sweep_id, n_boot=50, remote=dispatch)
+    assert len(dispatch.sent) == 1 and len(dispatch.left) == 1  # asked again, then computed here
+    assert any(broken.job_id in line for line in got.damaged)  # named, as a local report names it
+    in_cell = [g for g in data.generations if g.cell == broken.cell and g.job_id != broken.job_id]
+    assert summary[summary["cell"] == broken.cell].iloc[0]["n_generations"] == len(in_cell)  # the rest of it
+
+
+def test_a_tenant_asks_the_server_for_its_report_cells_and_never_for_another_s(
+    redis_url, tmp_path, signing_key_file, tiny_model
+):
+    from tests.helpers_server import deployment
+
+    with deployment(tmp_path / "dep", redis_url, signing_key_file, tiny_model) as dep:
+        store = open_store(dep.extra["store"])
+        a = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2], tenant="team-a", sweep_id="sweepaaaaaaaaaaa")
+        write_with_hashes(store, a)
+        with dep.client("bob") as bob:
+            r = bob.post(f"/v1/sweeps/{a.sweep_id}/report-cells", json={"n_boot": 50})
+            assert r.status_code == 404
+            r = bob.post(f"/v1/sweeps/{a.sweep_id}/report-cells", json={"n_boot": 10**9})
+            assert r.status_code == 400
+        token = tmp_path / "alice.token"
+        token.write_text(dep.tokens["alice"])
+        env = {"DECODEBENCH_TOKEN_FILE": str(token), "DECODEBENCH_STORE": dep.extra["store"]}
+        with report_workers(1, redis_url, dep.extra["store"]):
+            args = ["report", a.sweep_id, "--distributed", "--api", dep.url, "--n-boot", "50", "--wait-s", "60"]
+            r = CliRunner().invoke(cli, args, env=env)
+        assert r.exit_code == 0, r.output
+        import redis
+
+        assert report_jobs(redis.Redis.from_url(redis_url), "team-a") == 2
+        assert report_jobs(redis.Redis.from_url(redis_url), "team-b") == 0
+        _, distributed = build(store, "team-a", a.sweep_id, n_boot=50)  # from the cache the workers wrote
+        for key in store.list(paths.report_key("team-a", a.sweep_id, "cache/")):
+            store.delete(key)
+        _, local = build(store, "team-a", a.sweep_id, n_boot=50)  # every cell computed here
+        pd.testing.assert_frame_equal(distributed, local)
