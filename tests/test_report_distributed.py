@@ -241,3 +241,16 @@ def test_a_tenant_asks_the_server_for_its_report_cells_and_never_for_another_s(
             store.delete(key)
         _, local = build(store, "team-a", a.sweep_id, n_boot=50)  # every cell computed here
         pd.testing.assert_frame_equal(distributed, local)
+
+
+def test_with_a_tenants_file_a_report_worker_serves_the_declared_tenants_only():
+    from controller.report.mapworker import ReportLogic
+    from worker.core.errors import UsageError
+
+    logic = ReportLogic(["*"], None, key=KEY, max_job_bytes=1, declared=["team-a", "team-b"])
+    assert logic.selectors == ["team-a", "team-b"] and not logic.wildcard  # RQ's queue set is never read
+    assert ReportLogic(["*"], None, key=KEY, max_job_bytes=1).wildcard
+    with pytest.raises(UsageError, match="not declared"):
+        ReportLogic(["team-x"], None, key=KEY, max_job_bytes=1, declared=["team-a"])
+    with pytest.raises(UsageError, match="TENANT"):
+        ReportLogic(["bad:name"], None, key=KEY, max_job_bytes=1)

@@ -142,13 +142,15 @@ def report_worker(
     log_level: str,
 ) -> None:  # fmt: skip
     """Compute report cells for `decodebench report --distributed`: the jobs of the report queues of
-    TENANTS (default '*', every tenant), each signed, each read from this process's store."""
+    TENANTS (default '*': every tenant, or the tenants file's), each signed, each read from this
+    process's store."""
     import logging
 
     from controller.report.mapworker import report_worker as make
     from worker.core.logs import configure
     from worker.core.redisconn import connect_patiently
     from worker.core.signing import load_key
+    from worker.core.tenants import load_tenants
     from worker.store import open_store
 
     configure(log_format, log_level)
@@ -158,7 +160,9 @@ def report_worker(
     conn = connect_patiently(redis_url)
     key = load_key(settings.get("signing_key_file"))
     limit = int(settings.get("max_job_mb")) * 2**20
-    worker = make(list(tenants) or ["*"], connection=conn, store=store, key=key, max_job_bytes=limit)
+    path = settings.get("tenants_file")
+    declared = [t.name for t in load_tenants(path).tenants] if path else None
+    worker = make(list(tenants) or ["*"], connection=conn, store=store, key=key, max_job_bytes=limit, declared=declared)
     worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
 
 

@@ -236,9 +236,10 @@ def map_cells(
 
     `workers` > 1 runs the computations in a process pool (only with the global registry's metrics:
     a pool process finds them by name); `store` (with a task's `where`) holds the cache. `remote`,
-    a callable given the (task, digest) pairs missing from the cache and the settings, has them computed elsewhere
-    (controller.report.remote: the report workers) and returns once their outputs are in the cache
-    or given up on; what is still missing then is computed here."""
+    a callable given the (task, digest) pairs missing from the cache and the settings, has them
+    computed elsewhere (controller.report.remote: the report workers, global registry's metrics
+    only) and returns once their outputs are in the cache or given up on; what is still missing
+    then is computed here."""
     outputs: list[CellOutput | None] = [None] * len(tasks)
     keys: list[str | None] = [None] * len(tasks)
     digests: list[str | None] = [None] * len(tasks)
@@ -248,14 +249,14 @@ def map_cells(
             digests[i], keys[i] = d, cache_key(task.where[1], task.where[2], d)  # type: ignore[index]
             outputs[i] = _from_cache(store, keys[i])
     todo = [i for i, out in enumerate(outputs) if out is None]
-    if remote is not None and todo:
+    global_registry = all(METRICS.get(n) is m for n, m in selected if n in METRICS) and all(
+        n in METRICS for n, _ in selected
+    )
+    if remote is not None and global_registry and todo:  # a report worker knows only the global registry
         remote([(tasks[i], digests[i]) for i in todo if digests[i] is not None], settings)
         for i in todo:
             outputs[i] = _from_cache(store, keys[i])
         todo = [i for i in todo if outputs[i] is None]
-    global_registry = all(METRICS.get(n) is m for n, m in selected if n in METRICS) and all(
-        n in METRICS for n, _ in selected
-    )
     if workers != 1 and global_registry and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
             done = pool.map(_pool_task, [(tasks[i], settings) for i in todo], chunksize=1)

@@ -46,7 +46,8 @@ log = structlog.get_logger("decodebench.report_worker")
 
 def report_worker(selectors: list[str], *, connection, store, key: bytes, max_job_bytes: int, **options):
     """The report worker of `selectors` (tenants, or `*` for every tenant's report queue)."""
-    own = {k: options.pop(k) for k in ("beat_s", "heartbeat_ttl", "reaper_interval", "stop_grace") if k in options}
+    own = ("beat_s", "heartbeat_ttl", "reaper_interval", "stop_grace", "declared")
+    own = {k: options.pop(k) for k in own if k in options}
     logic = ReportLogic(selectors, store, key=key, max_job_bytes=max_job_bytes, **own)
     host = socket.gethostname().split(".")[0]
     name = options.pop("name", None) or f"decodebench-report-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -67,14 +68,26 @@ class ReportLogic:
         heartbeat_ttl: float = 60.0,
         reaper_interval: float = 15.0,
         stop_grace: float | None = None,
+        declared: list[str] | None = None,
     ) -> None:
-        self.selectors = [s for s in selectors if s]
+        """`declared`: the tenants file's tenants (None: no tenants file). With one, `*` is the declared
+        tenants and another tenant is refused at start; without one, `*` is every report queue in RQ's
+        queue set, re-read every reaper interval."""
+        self.selectors = [p.strip() for s in selectors for p in s.split(",") if p.strip()]
         if not self.selectors:
-            raise UsageError("--tenants: no tenant given (or '*')")
-        self.wildcard = "*" in self.selectors
+            raise UsageError("TENANT: no tenant given (or '*')")
+        self.wildcard = "*" in self.selectors and declared is None
+        if "*" in self.selectors and declared is not None:
+            self.selectors = [*(s for s in self.selectors if s != "*"), *declared]
         for s in self.selectors:
-            if s != "*":
-                keys.report_queue(s)  # a bad tenant name fails here (ValueError -> one line)
+            if s == "*":
+                continue
+            try:
+                keys.report_queue(s)
+            except ValueError as err:
+                raise UsageError(f"TENANT: {err}") from None
+            if declared is not None and s not in declared:
+                raise UsageError(f"TENANT: tenant {s!r} is not declared in the tenants file")
         self.store, self.key, self.max_job_bytes = store, key, max_job_bytes
         self.beat_s, self.heartbeat_ttl = beat_s, heartbeat_ttl
         self.reaper_interval, self.stop_grace = reaper_interval, stop_grace
