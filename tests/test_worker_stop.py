@@ -29,7 +29,7 @@ def wait_for_line(log: Path, event: str, proc: subprocess.Popen, timeout: float 
     raise AssertionError(f"no {event} line within {timeout}s:\n{log.read_text()[-3000:]}")
 
 
-def test_idle_worker_stops_within_its_grace_and_logs_a_final_line(redis_url, tmp_path, signing_key_file):
+def worker_env(redis_url: str, tmp_path: Path, signing_key_file: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEBENCH_")}
     env.update(
         DECODEBENCH_REDIS_URL=redis_url,
@@ -40,6 +40,11 @@ def test_idle_worker_stops_within_its_grace_and_logs_a_final_line(redis_url, tmp
         DECODEBENCH_STOP_GRACE=str(GRACE_S),
         CUDA_VISIBLE_DEVICES="",
     )
+    return env
+
+
+def test_idle_worker_stops_within_its_grace_and_logs_a_final_line(redis_url, tmp_path, signing_key_file):
+    env = worker_env(redis_url, tmp_path, signing_key_file)
     log = tmp_path / "worker.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -62,3 +67,32 @@ def test_idle_worker_stops_within_its_grace_and_logs_a_final_line(redis_url, tmp
     assert len(stopped) == 1, log.read_text()[-3000:]
     assert stopped[0]["jobs_run"] == 0 and stopped[0]["jobs_failed"] == 0
     assert stopped[0]["uptime_s"] >= 1
+
+
+def test_a_worker_whose_redis_stopped_first_still_stops_cleanly_with_its_final_line(tmp_path, signing_key_file):
+    """docs/one-machine.md stops everything at once (`kill $(jobs -p)`): where Redis was gone by the worker's
+    teardown, RQ's deregistration raised ConnectionError out of it, a traceback and no `worker.stopped` line
+    (the clean-clone CI run of test_one_machine)."""
+    from tests.services import redis_server
+
+    log = tmp_path / "worker.log"
+    with redis_server() as (url, redis_proc), log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "decodebench.default.normal"],
+            env=worker_env(url, tmp_path, signing_key_file),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_line(log, "Worker", proc)
+            time.sleep(1)  # inside the blocking pop
+            proc.send_signal(signal.SIGTERM)  # as `kill $(jobs -p)` does: both at once
+            redis_proc.kill()
+            code = proc.wait(3 * GRACE_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = log.read_text()
+    assert code == 0 and "Traceback" not in text, text[-3000:]
+    assert sum('"worker.stopped"' in x for x in text.splitlines()) == 1, text[-3000:]

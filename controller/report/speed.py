@@ -109,9 +109,10 @@ def speed_spread(results: list[JobResult], *, n_boot: int = 1000, seed: int = 0)
     tokens/s: the studentised bootstrap over batches of Σ new tokens / Σ time (the column's own
     ratio); and the smallest and largest batch's rate. Latency and TTFT: the smallest and largest
     of the batches' medians (each generation's own where a stream recorded it)."""
-    # in job order, whatever order the results came in (the store lists them, a sweep in memory holds
-    # them as run): the bootstrap draws batch indices, so an interval must not depend on that order
-    results = sorted(results, key=lambda r: (r.job.job_id, r.job.shard))
+    # in the plan's order (seed, then shard), whatever order the results came in (the store lists them,
+    # a sweep in memory holds them as run): the bootstrap draws batch indices, so an interval must not
+    # depend on that order; one shard and the same prompts in four give the same batches in the same order
+    results = sorted(results, key=lambda r: (r.job.seed, r.job.shard, r.job.job_id))
     batches = [b for r in results for b in r.batches if b.total_s > 0]
     out = dict.fromkeys(SPREAD_COLUMNS, math.nan)
     if not batches:

@@ -30,7 +30,9 @@ from collections.abc import Iterator
 from typing import Protocol
 
 import structlog
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from redis.retry import Retry
 from rq import SimpleWorker
 from rq.exceptions import StopRequested
 from rq.utils import now
@@ -316,8 +318,14 @@ class HookedWorker(SimpleWorker):
         self._beat_stop.set()
         if self._beat_thread is not None:
             self._beat_thread.join(timeout=5)
-        super().teardown()
-        self.logic.stopped(self.name, self._born, self._jobs_ok, self._jobs_failed)
+        # stopping: one try per call (redis-py retries 10 times with backoff, a minute where Redis is gone)
+        self.connection.set_retry(Retry(NoBackoff(), 0))
+        try:
+            super().teardown()  # RQ deregisters the worker
+        except RedisError as err:  # Redis stopped first (with everything else): nothing left to deregister from
+            log.warning("worker.deregister_failed", error=str(err))
+        finally:
+            self.logic.stopped(self.name, self._born, self._jobs_ok, self._jobs_failed)
 
     def _beat_loop(self) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the main thread's to handle
