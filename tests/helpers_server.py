@@ -82,7 +82,7 @@ TENANTS = """
 tenants:
   - name: team-a
     models: [{model}]
-    quota: {{queued_jobs: 400, queued_mb: 64, sweeps_in_flight: 5}}
+    quota: {{queued_jobs: 400, queued_mb: 64, sweeps_in_flight: 5, queued_report_cells: 3}}
     rate_limit: 100000
   - name: team-b
     rate_limit: 100000

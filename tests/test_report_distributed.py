@@ -241,6 +241,18 @@ def test_a_tenant_asks_the_server_for_its_report_cells_and_never_for_another_s(
             store.delete(key)
         _, local = build(store, "team-a", a.sweep_id, n_boot=50)  # every cell computed here
         pd.testing.assert_frame_equal(distributed, local)
+        # quota.queued_report_cells (3 for team-a): a new seed is a new set of cells, so without the quota
+        # a token could fill the report queue; the refused report writes nothing
+        queue = keys.rq_queue_key(keys.report_queue("team-a"))
+        conn = redis.Redis.from_url(redis_url)
+        with dep.client("alice") as alice:
+            r = alice.post(f"/v1/sweeps/{a.sweep_id}/report-cells", json={"n_boot": 50, "seed": 1})
+            assert r.status_code == 200 and r.json()["enqueued"] == 2, r.text
+            r = alice.post(f"/v1/sweeps/{a.sweep_id}/report-cells", json={"n_boot": 50, "seed": 1})
+            assert r.status_code == 200 and conn.llen(queue) == 2  # the same cells: waited for, not queued again
+            r = alice.post(f"/v1/sweeps/{a.sweep_id}/report-cells", json={"n_boot": 50, "seed": 2})
+        assert r.status_code == 429, r.text
+        assert "quota.queued_report_cells is 3" in r.json()["error"] and conn.llen(queue) == 2
 
 
 def test_with_a_tenants_file_a_report_worker_serves_the_declared_tenants_only():

@@ -28,7 +28,7 @@ import json
 import re
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -87,9 +87,11 @@ def payload(tenant: str, sweep_id: str, task: CellTask, settings: Settings, dige
 # -- the signer's side -------------------------------------------------------------------------
 
 
-def enqueue_cells(conn, key: bytes, tenant: str, sweep_id: str, items: list[tuple[CellTask, str]], settings) -> list:
+def enqueue_cells(conn, key: bytes, tenant: str, sweep_id: str, items: list[tuple[CellTask, str]], settings,
+                  admit: Callable[[int], None] | None = None) -> list:  # fmt: skip
     """One signed job per (task, digest) on the tenant's report queue, except those already queued or
-    running (a second report of the same sweep waits for the same jobs); the digests with a job now."""
+    running (a second report of the same sweep waits for the same jobs); the digests with a job now.
+    `admit(n)` (the server's quota) is called with the number of new jobs before any is written."""
     from worker.core import rqadapter
 
     queue = rqadapter.tenant_queue(conn, keys.report_queue(tenant), tenant)
@@ -112,13 +114,15 @@ def enqueue_cells(conn, key: bytes, tenant: str, sweep_id: str, items: list[tupl
         }
         rows.append((job_id, fields))
         done.append(digest)
+    if admit is not None and rows:
+        admit(len(rows))
     for i in range(0, len(rows), CHUNK):
         rqadapter.bulk_enqueue(conn, queue, template, rows[i : i + CHUNK])
     return done
 
 
 def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
-                   n_boot_corpus: int) -> dict[str, Any]:  # fmt: skip
+                   n_boot_corpus: int, admit: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """The submission server's side of `report --distributed --api`: the tenant's own sweep read from
     the store (results only), its cells planned as `summarize` plans them, and a job enqueued for each
     cell missing from the cache. What the client waits for: the digests (cache keys)."""
@@ -139,7 +143,7 @@ def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boo
             missing.append((task, d))
             if f"{d}.fail.json" in cached:  # an earlier attempt's mark: this one starts afresh
                 store.delete(fail_key(tenant, sweep_id, d))
-    enqueued = enqueue_cells(conn, key, tenant, sweep_id, missing, settings)
+    enqueued = enqueue_cells(conn, key, tenant, sweep_id, missing, settings, admit)
     return {"tenant": tenant, "sweep_id": sweep_id, "cells": len(tasks), "missing": len(missing),
             "enqueued": len(enqueued), "digests": [d for _, d in missing]}  # fmt: skip
 

@@ -251,10 +251,23 @@ def report_cells(ctx: Context, who: Identity, sweep: str, req: ReportCellsReques
         sweep_id = ctx.store.resolve_sweep(tenant, sweep)
     except UsageError as err:
         raise NotFound(str(err)) from None
-    return enqueue_report(
-        ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, n_boot=req.n_boot, seed=req.seed,
-        n_boot_corpus=req.n_boot_corpus,
-    )  # fmt: skip
+    with _Locked(ctx, tenant):  # two reports of a tenant cannot both pass the same quota
+        return enqueue_report(
+            ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, n_boot=req.n_boot, seed=req.seed,
+            n_boot_corpus=req.n_boot_corpus, admit=lambda n: _admit_report(ctx, tenant, n),
+        )  # fmt: skip
+
+
+def _admit_report(ctx: Context, tenant: str, new: int) -> None:
+    """Refuse, before any is written, report cells that would take the tenant over quota.queued_report_cells
+    (a new seed or n_boot is a new set of cells: without this, a token could fill the report queue)."""
+    most = ctx.policy(tenant).quota.queued_report_cells
+    queued = state_reads.queued_report_cells(ctx.conn, tenant)
+    if queued + new > most:
+        raise OverQuota(
+            f"over quota: tenant {tenant} has {queued} report cells queued, this report adds {new}; "
+            f"quota.queued_report_cells is {most}"
+        )
 
 
 # -- reads and cancel --------------------------------------------------------------------------

@@ -6,7 +6,7 @@
         max_running: 4                 # jobs running at once, across all workers
         models: [/models/austen-tiny, gpt2@e7da7f2]  # optional: the only models (path[@revision]) its jobs may load
         trust_remote_code: false       # may its jobs run a checkpoint's own code
-        quota: {queued_jobs: 20000, queued_mb: 512, sweeps_in_flight: 20}
+        quota: {queued_jobs: 20000, queued_mb: 512, sweeps_in_flight: 20, queued_report_cells: 5000}
         rate_limit: 600                # requests a minute per token at the submission server
         secrets: {s3: team-a-s3}       # its S3 keys (reports read results with them)
     server: {redis_password_env: SERVER_REDIS_PASSWORD, secret: decodebench-server-redis}
@@ -81,6 +81,9 @@ class Quota(_Strict):
     queued_jobs: int = Field(default=100_000, ge=1, description="Jobs queued (not yet started) at once.")
     queued_mb: float = Field(default=1024.0, gt=0, description="MiB of queued job payloads (prompts included) at once.")
     sweeps_in_flight: int = Field(default=50, ge=1, description="Sweeps with jobs still queued or running.")
+    queued_report_cells: int = Field(
+        default=20_000, ge=1, description="Report cells (`report --distributed` map jobs) queued at once."
+    )
 
     @property
     def queued_bytes(self) -> int:

@@ -307,6 +307,11 @@ def queued_jobs(conn, tenant: str) -> int:
         return sum(pipe.execute())
 
 
+def queued_report_cells(conn, tenant: str) -> int:
+    """Report cells (map jobs of `report --distributed`) waiting in the tenant's report queue."""
+    return conn.llen(keys.rq_queue_key(keys.report_queue(tenant)))
+
+
 def queued_payload_bytes(conn, tenant: str, chunk: int = 5000) -> int:
     """Bytes of the stored (compressed) payloads of the jobs waiting in the tenant's queues."""
     total = 0
