@@ -26,6 +26,7 @@ from controller.report import cells
 from controller.report.remote import REPORT_TIMEOUT_S
 from tests import test_tenants
 from tests.helpers_chart import (
+    ROOT,
     SECRET_ENV,
     VALUES_BY_NAME,
     env_of,
@@ -112,6 +113,13 @@ def test_notes_name_the_report_workers_and_what_they_need(tmp_path):
     assert "Secret decodebench-keda-redis with key password (Redis user keda)" in notes
     assert "decodebench report <SWEEP_ID> --distributed" in notes
     assert "Report workers" not in render_notes(None, tmp_path=tmp_path / "default")
+
+
+def test_the_values_in_docs_deploy_md_render():
+    section = (ROOT / "docs" / "deploy.md").read_text().split("## 8c. Report workers", 1)[1]
+    values = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    docs = render(None, values)
+    assert deployment(docs) and [so["metadata"]["name"] for so in find(docs, "ScaledObject")] == [NAME]
 
 
 def test_with_tenants_the_queues_must_be_declared_tenants():
