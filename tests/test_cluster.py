@@ -19,6 +19,7 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from controller.cli import main
+from tests.helpers_chart import find
 from tests.services import free_port
 from tests.test_chart import VALUES_BY_NAME, render, workers
 from worker.core import keys
@@ -256,6 +257,30 @@ def test_status_shows_pods_gpus_queue_depth_and_workers_per_pool(kube, redis_url
     assert kube.requests[0]["auth"] == "Bearer t0ken"
     selectors = {r["query"]["labelSelector"][0] for r in kube.requests}
     assert selectors == {"app.kubernetes.io/name=decodebench,app.kubernetes.io/component=worker"}
+
+
+def test_report_workers_are_no_pool_and_their_cells_no_queued_jobs(kube, redis_url):
+    """The report-worker Deployment (reportWorkers) is no GPU pool: `cluster` selects the workers'
+    component only, and a '*' pool counts no report cell as a queued job."""
+    values = {"reportWorkers": {"enabled": True}}
+    kube.add_release(values, pods={"gpu": [{}]})
+    (report,) = find(render(values, namespace=NS), "Deployment", "db-decodebench-report-worker")
+    report["metadata"]["namespace"] = NS
+    report["status"] = {"replicas": 1, "readyReplicas": 1}
+    kube.deployments[report["metadata"]["name"]] = report
+    kube.pods.append(make_pod(report, "db-decodebench-report-worker-5f6d7c8b9-00000"))
+    conn = Redis.from_url(redis_url)
+    for queue, n in ((keys.report_queue("default"), 7), (keys.queue_name("default"), 2)):
+        q = Queue(queue, connection=conn, serializer=JSONSerializer)
+        for i in range(n):
+            q.enqueue(keys.RQ_FUNCTION, {"job": i})
+    result = cli("status", "--redis-url", redis_url, "--output", "json")
+    assert result.exit_code == 0, result.output
+    (pool,) = json.loads(result.output)["pools"]
+    assert pool["name"] == "gpu" and pool["queued"] == 2 and len(pool["pods"]) == 1
+    result = cli("scale", "report-worker", "--replicas", "2")
+    assert result.exit_code == 2 and "no worker pool 'report-worker' in namespace ml (pools: gpu)" in result.output
+    assert not [r for r in kube.requests if r["method"] == "PATCH"]
 
 
 def test_status_table(kube, redis_url):

@@ -162,7 +162,16 @@ def report_worker(
     limit = int(settings.get("max_job_mb")) * 2**20
     path = settings.get("tenants_file")
     declared = [t.name for t in load_tenants(path).tenants] if path else None
-    worker = make(list(tenants) or ["*"], connection=conn, store=store, key=key, max_job_bytes=limit, declared=declared)
+    worker = make(
+        list(tenants) or ["*"],
+        connection=conn,
+        store=store,
+        key=key,
+        max_job_bytes=limit,
+        declared=declared,
+        stop_grace=settings.get("stop_grace"),  # the chart sets these two, as for decodebench-worker
+        heartbeat_file=settings.get("heartbeat_file"),
+    )
     worker.work(burst=burst, max_jobs=max_jobs, logging_level=None)
 
 

@@ -35,6 +35,7 @@ import structlog
 from controller.report.remote import check_payload, lend_store
 from worker.core import keys
 from worker.core.errors import UsageError
+from worker.core.liveness import touch
 from worker.core.rqadapter import SERIALIZER, DeserializationError
 from worker.core.rqadapter.job import sealed_refusal
 from worker.core.rqadapter.queue import ReliableQueue, known_queue_names, queued_taken_or_scheduled
@@ -46,7 +47,7 @@ log = structlog.get_logger("decodebench.report_worker")
 
 def report_worker(selectors: list[str], *, connection, store, key: bytes, max_job_bytes: int, **options):
     """The report worker of `selectors` (tenants, or `*` for every tenant's report queue)."""
-    own = ("beat_s", "heartbeat_ttl", "reaper_interval", "stop_grace", "declared")
+    own = ("beat_s", "heartbeat_ttl", "reaper_interval", "stop_grace", "declared", "heartbeat_file")
     own = {k: options.pop(k) for k in own if k in options}
     logic = ReportLogic(selectors, store, key=key, max_job_bytes=max_job_bytes, **own)
     host = socket.gethostname().split(".")[0]
@@ -69,10 +70,12 @@ class ReportLogic:
         reaper_interval: float = 15.0,
         stop_grace: float | None = None,
         declared: list[str] | None = None,
+        heartbeat_file: str | None = None,
     ) -> None:
         """`declared`: the tenants file's tenants (None: no tenants file). With one, `*` is the declared
         tenants and another tenant is refused at start; without one, `*` is every report queue in RQ's
-        queue set, re-read every reaper interval."""
+        queue set, re-read every reaper interval. `heartbeat_file`: touched every beat, busy or idle
+        (the chart's probes read it)."""
         self.selectors = [p.strip() for s in selectors for p in s.split(",") if p.strip()]
         if not self.selectors:
             raise UsageError("TENANT: no tenant given (or '*')")
@@ -91,6 +94,7 @@ class ReportLogic:
         self.store, self.key, self.max_job_bytes = store, key, max_job_bytes
         self.beat_s, self.heartbeat_ttl = beat_s, heartbeat_ttl
         self.reaper_interval, self.stop_grace = reaper_interval, stop_grace
+        self.heartbeat_file = heartbeat_file
         self.active = threading.Event()
         self.worker: HookedWorker | None = None
 
@@ -175,7 +179,7 @@ class ReportLogic:
         return False
 
     def touch(self) -> None:
-        """No liveness file: a report worker's pod is probed by its process."""
+        touch(self.heartbeat_file)
 
     def maintain(self) -> None:
         self.refresh_queues()

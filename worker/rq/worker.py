@@ -14,7 +14,7 @@ across jobs) with decodebench's logic injected: `DecodebenchLogic`, a plain clas
   (`worker.core.policy`); nothing else of the job hash is obeyed (`worker.rq.sealed`); with a tenants
   file, only declared tenants are served, and a changed file is taken between jobs (`worker.rq.reload`);
 - the job runs with the worker's own store and runtime, lent to `run_queued_job` (`worker.rq.task.lend`);
-- every beat, busy or idle, the liveness file is touched (`worker.rq.liveness`); while a job runs its
+- every beat, busy or idle, the liveness file is touched (`worker.core.liveness`); while a job runs its
   run lock, slot and sweep heartbeat are kept fresh with a short TTL, and a cancelled sweep interrupts
   it; every reaper interval the reaper (`worker.rq.reaper.reap`) and due retries run;
 - SIGTERM: a busy worker finishes the current job within `stop_grace` (default its own timeout), else
@@ -35,12 +35,12 @@ from worker import sweepstate
 from worker.core import keys, settings
 from worker.core.engines import OWN_ENGINE
 from worker.core.errors import UsageError
+from worker.core.liveness import touch
 from worker.core.policy import Limits
 from worker.core.rqadapter.queue import ReliableQueue
 from worker.core.rqadapter.worker import HookedWorker
 from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.fair import FairShare
-from worker.rq.liveness import touch
 from worker.rq.metrics import worker_metrics
 from worker.rq.queues import discover_queue_names, fair_order, resolve_queue_names, tenant_queue, work_may_come_back
 from worker.rq.reaper import Timing, enqueue_due_retries, reap

@@ -438,6 +438,7 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- fail "redis: set redis.resources.limits.memory (or redis.maxmemory below it): without maxmemory a full Redis is OOM-killed instead of refusing writes" }}
 {{- end }}
 {{- include "decodebench.validateTenants" . }}
+{{- include "decodebench.validateReportWorkers" . }}
 {{- $proxy := .Values.networkPolicy.egress.proxy }}
 {{- if and .Values.networkPolicy.enabled $proxy.url (not $proxy.to) }}
 {{- fail "networkPolicy.egress.proxy: set `to` (the proxy's NetworkPolicy peers) with `url`: S3 and the Hub are reached through the proxy only" }}
@@ -495,10 +496,10 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- end }}
 {{- end }}
 
-{{/* The Redis users the deployment has with tenants: server and worker, keda when a pool autoscales, exporter with metrics. */}}
+{{/* The Redis users the deployment has with tenants: server and worker, keda when a pool or the report workers autoscale, exporter with metrics. */}}
 {{- define "decodebench.redisUsers" -}}
 {{- $users := list "server" "worker" }}
-{{- range (include "decodebench.pools" . | fromJson).pools }}{{ if and .autoscaling.enabled (not (has "keda" $users)) }}{{ $users = append $users "keda" }}{{ end }}{{ end }}
+{{- if include "decodebench.kedaOn" . }}{{ $users = append $users "keda" }}{{ end }}
 {{- if .Values.redis.metrics.enabled }}{{ $users = append $users "exporter" }}{{ end }}
 {{- toJson $users }}
 {{- end }}
@@ -508,4 +509,40 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 - name: tmp
   emptyDir:
     sizeLimit: {{ .size }}
+{{- end }}
+
+{{/* Whether KEDA scales anything: a pool, or the report workers. */}}
+{{- define "decodebench.kedaOn" -}}
+{{- $on := and .Values.reportWorkers.enabled .Values.reportWorkers.autoscaling.enabled }}
+{{- range (include "decodebench.pools" . | fromJson).pools }}{{ if .autoscaling.enabled }}{{ $on = true }}{{ end }}{{ end }}
+{{- if $on }}true{{ end }}
+{{- end }}
+
+{{/* The report workers' image: reportWorkers.image's keys set, else controller.image's. */}}
+{{- define "decodebench.reportWorkerImage" -}}
+{{- $image := deepCopy .Values.controller.image }}
+{{- range $k, $v := .Values.reportWorkers.image }}{{ if $v }}{{ $_ := set $image $k $v }}{{ end }}{{ end }}
+{{- toJson $image }}
+{{- end }}
+
+{{/* Autoscaled report workers watch named queues, as autoscaled pools do; with tenants, `decodebench
+report-worker` refuses at start a tenant the tenants file does not declare: refused here instead of a crash loop. */}}
+{{- define "decodebench.validateReportWorkers" -}}
+{{- $rw := .Values.reportWorkers }}
+{{- if and $rw.enabled (include "decodebench.tenantsOn" .) }}
+{{- $names := list }}{{ range .Values.tenants.tenants }}{{ $names = append $names .name }}{{ end }}
+{{- range $rw.queues }}
+{{- if and (ne . "*") (not (has . $names)) }}
+{{- fail (printf "reportWorkers.queues: tenant %q is not in tenants.tenants (%s); a report worker takes declared tenants only" . (join ", " $names)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $rw.enabled $rw.autoscaling.enabled }}
+{{- if has "*" $rw.queues }}
+{{- fail "reportWorkers: autoscaling watches named queues, so `queues` must list tenants, not \"*\"" }}
+{{- end }}
+{{- if gt (int $rw.autoscaling.minReplicas) (int $rw.autoscaling.maxReplicas) }}
+{{- fail (printf "reportWorkers: autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d)" (int $rw.autoscaling.minReplicas) (int $rw.autoscaling.maxReplicas)) }}
+{{- end }}
+{{- end }}
 {{- end }}
