@@ -15,12 +15,15 @@ prints its wall time and peak RSS (the controller, and the largest pool process)
 - `pooled`: streamed, `--workers` processes, cold cache;
 - `distributed`: `report --distributed` as the operator runs it: a redis-server on loopback, `--workers`
   `decodebench report-worker` processes started (and warm) before the clock starts, one signed job
-  per cell; the controller waits for the cells in the store and reduces. The largest worker's peak
-  RSS is read from /proc before it stops;
+  per cell, then one per (cell, baseline) pair; the controller waits for them in the store and
+  reduces (Holm, the reference row, the formats). The largest worker's peak RSS is read from /proc
+  before it stops;
 - `cached`: the same report again, every cell from report/cache/.
 
 It prints the pooled/single and distributed/single speed-ups; the ratios are bounded by the cores
-the machine has (the workers and the controller share them here; in a cluster they do not).
+the machine has (the workers and the controller share them here; in a cluster they do not). The
+controller's own CPU seconds (user + system, its pool processes not counted) say what is left on
+the controller once the map runs elsewhere, and are less disturbed than wall time by other work.
 """
 
 from __future__ import annotations
@@ -77,15 +80,18 @@ def measure(args: argparse.Namespace) -> None:
         from controller.cli.backend import Direct
         from controller.report.remote import Dispatch
 
-        dispatch = Dispatch(Direct(args.redis, args.store, "default").report_cells, store, stall_s=600, poll_s=0.2)
+        op = Direct(args.redis, args.store, "default")
+        dispatch = Dispatch(op.report_cells, store, ask_pairs=op.report_pairs, stall_s=600, poll_s=0.2)
         _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, remote=dispatch)
         assert not dispatch.left, f"{len(dispatch.left)} cells computed by the controller"
+        assert not dispatch.left_pairs, f"{len(dispatch.left_pairs)} pairs computed by the controller"
     else:
         _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, workers=args.workers)
     wall = time.perf_counter() - t0
-    self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    self_mb, cpu = own.ru_maxrss / 1024, own.ru_utime + own.ru_stime  # the controller's own CPU, its pool's not
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(json.dumps({"wall_s": wall, "rss_mb": self_mb, "child_rss_mb": child_mb, "rows": len(summary)}))
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": self_mb, "child_rss_mb": child_mb, "rows": len(summary)}))
 
 
 def run(mode: str, store: str, sweep: str, workers: int, n_boot: int, redis: str = "") -> dict:
@@ -164,8 +170,8 @@ def main() -> None:
                 r = run(mode, tmp, sweep, workers, args.n_boot)
             found[mode] = r
             what = "largest report worker" if mode == "distributed" else "largest pool process"
-            print(f"  {mode:11s} workers {workers}: {r['wall_s']:7.1f} s, controller peak RSS {r['rss_mb']:6.0f} MB, "
-                  f"{what} {r['child_rss_mb']:6.0f} MB")  # fmt: skip
+            print(f"  {mode:11s} workers {workers}: {r['wall_s']:7.1f} s, controller CPU {r['cpu_s']:6.1f} s, "
+                  f"controller peak RSS {r['rss_mb']:6.0f} MB, {what} {r['child_rss_mb']:6.0f} MB")  # fmt: skip
         if "single" in found:
             ratio = {m: f"{found['single']['wall_s'] / r['wall_s']:.2f}x" for m, r in found.items() if m != "single"}
             print(f"speed-up over single ({args.workers} workers): {ratio}")

@@ -235,6 +235,7 @@ def test_a_tenant_asks_the_server_for_its_report_cells_and_never_for_another_s(
         import redis
 
         assert report_jobs(redis.Redis.from_url(redis_url), "team-a") == 2
+        assert len(redis.Redis.from_url(redis_url).keys(keys.rq_job_prefix("team-a") + "pair-*")) == 1  # and its pair
         assert report_jobs(redis.Redis.from_url(redis_url), "team-b") == 0
         _, distributed = build(store, "team-a", a.sweep_id, n_boot=50)  # from the cache the workers wrote
         for key in store.list(paths.report_key("team-a", a.sweep_id, "cache/")):

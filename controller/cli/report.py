@@ -62,15 +62,16 @@ FORMATS = tuple(paths.REPORT_FILES)
 @click.option(
     "--distributed",
     is_flag=True,
-    help="Cells missing from the cache computed by the report workers (`decodebench report-worker`): "
-    "one signed job per cell, enqueued by the submission server (--api) or, as the operator, here.",
+    help="Cells and paired comparisons missing from the cache computed by the report workers (`decodebench "
+    "report-worker`): one signed job per cell, then per pair, enqueued by the submission server (--api) or, "
+    "as the operator, here.",
 )
 @click.option(
     "--wait-s",
     type=click.FloatRange(min=0),
     default=300.0,
     show_default=True,
-    help="With --distributed: cells still missing after this many seconds without a new one are computed here.",
+    help="With --distributed: cells or pairs still missing after this many seconds without one are computed here.",
 )
 @settings.option("store", "--store", "store_url")
 @options.tenant
@@ -141,7 +142,7 @@ def report_worker(
     tenants: tuple[str, ...], burst: bool, max_jobs: int | None, store_url: str, redis_url: str, log_format: str,
     log_level: str,
 ) -> None:  # fmt: skip
-    """Compute report cells for `decodebench report --distributed`: the jobs of the report queues of
+    """Compute report cells and pairs for `decodebench report --distributed`: the jobs of the report queues of
     TENANTS (default '*': every tenant, or the tenants file's), each signed, each read from this
     process's store."""
     import logging
@@ -179,14 +180,14 @@ COMMANDS = [report, report_worker]
 
 
 def _dispatch(api: str | None, redis_url: str, store_url: str, tenant: str, wait_s: float):
-    """`--distributed`: the cells missing from the cache enqueued through the backend (the submission
-    server with --api, else this process as the operator) and waited for in the store."""
+    """`--distributed`: the cells, then the pairs, missing from the cache enqueued through the backend (the
+    submission server with --api, else this process as the operator) and waited for in the store."""
     from controller.cli.backend import backend
     from controller.report.remote import Dispatch
     from worker.store import open_store
 
     to = backend(api, redis_url, store_url, tenant)
-    return Dispatch(to.report_cells, open_store(store_url), stall_s=wait_s)
+    return Dispatch(to.report_cells, open_store(store_url), ask_pairs=to.report_pairs, stall_s=wait_s)
 
 
 def _token_tenant(api: str) -> str:

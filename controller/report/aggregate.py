@@ -298,7 +298,7 @@ def summarize(
     intervals, need several seeds. `workers`: cells aggregated in a process pool of that many
     (0: one per CPU; 1: in this process); `store`: where each cell's output is cached (and, for a
     sweep loaded without its generations, where each cell reads its own) — controller.report.cells;
-    `remote`: the cells missing from the cache computed by the cluster's report workers (cells.map_cells).
+    `remote`: the cells (then the pairs) missing from the cache computed by the cluster's report workers.
     """
     selected, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, metrics, store)
     names = settings.names
@@ -320,7 +320,7 @@ def summarize(
             baseline=baseline,
             n_boot=n_boot,
             rng_for=lambda cell: cell_rng(seed, f"{cell}|paired"),
-            memo=pair_memo(store, outputs, settings, baseline, selected=selected, workers=workers),
+            memo=pair_memo(store, outputs, settings, baseline, selected=selected, workers=workers, remote=remote),
         )
         for row in rows:
             row.update(compared.get(row["cell"], {}))

@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from worker.core import paths
 from worker.core.contract import GenerationRecord, JobResult
 from worker.core.errors import CorruptRecordError
 
+MAX_N_BOOT = 100_000  # replicates a report job (a cell's, a pair's) may ask for
+DIGEST = re.compile(r"[0-9a-f]{32}")  # a cell's or a pair's cache digest
 CACHE_VERSION = "2"  # bump when a change alters any cell's numbers (2: the jackknife's Student-t floor)
 MAUVE_COLUMNS = ["mauve_n", "mauve_n_references", "mauve_clusters"]
 EXAMPLE_PROMPTS = 3
@@ -214,7 +217,7 @@ def from_json(doc: dict) -> CellOutput:
     return CellOutput(doc["row"], stats, doc.get("methods", {}), doc.get("examples", {}), doc.get("damaged", []))
 
 
-def _from_cache(store, key: str | None) -> CellOutput | None:
+def from_cache(store, key: str | None) -> CellOutput | None:
     """The cached output under `key`, None where there is none (or it is damaged: recomputed)."""
     if key is None or not store.exists(key):
         return None
@@ -247,7 +250,7 @@ def map_cells(
         d = digest(task, settings) if store is not None and task.where is not None else None
         if d is not None:
             digests[i], keys[i] = d, cache_key(task.where[1], task.where[2], d)  # type: ignore[index]
-            outputs[i] = _from_cache(store, keys[i])
+            outputs[i] = from_cache(store, keys[i])
     todo = [i for i, out in enumerate(outputs) if out is None]
     global_registry = all(METRICS.get(n) is m for n, m in selected if n in METRICS) and all(
         n in METRICS for n, _ in selected
@@ -255,7 +258,7 @@ def map_cells(
     if remote is not None and global_registry and todo:  # a report worker knows only the global registry
         remote([(tasks[i], digests[i]) for i in todo if digests[i] is not None], settings)
         for i in todo:
-            outputs[i] = _from_cache(store, keys[i])
+            outputs[i] = from_cache(store, keys[i])
         todo = [i for i in todo if outputs[i] is None]
     if workers != 1 and global_registry and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
@@ -273,8 +276,8 @@ def map_cells(
     return outputs  # type: ignore[return-value]
 
 
-def _pair_task(args: tuple[CellStats, CellStats, tuple[str, ...], int, int]) -> dict:
-    """What a pool process runs for one (cell, baseline) pair: the same draws as in the controller."""
+def pair_task(args: tuple[CellStats, CellStats, tuple[str, ...], int, int]) -> dict:
+    """One (cell, baseline) pair, as the controller computes it: in a pool process, or in a report worker."""
     from controller.report.paired import compare_pair
 
     a, b, names, n_boot, seed = args
@@ -282,13 +285,31 @@ def _pair_task(args: tuple[CellStats, CellStats, tuple[str, ...], int, int]) -> 
     return compare_pair(a, b, metrics, n_boot=n_boot, rng=cell_rng(seed, f"{a.cell}|paired"))
 
 
+def pair_name(cell_key: str, base_key: str, n_boot: int, seed: int, baseline: str | None) -> str:
+    """A pair's cache digest, from both cells' cache keys and the comparison's settings."""
+    doc = [CACHE_VERSION, cell_key, base_key, n_boot, seed, baseline]
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
+
+
+def pair_key(tenant: str, sweep_id: str, name: str) -> str:
+    """Where a pair's comparison is cached: beside its cells' outputs."""
+    return paths.report_key(tenant, sweep_id, f"cache/pair-{name}.json")
+
+
+def pair_json(pair: dict) -> dict:
+    return {k: _plain(v) for k, v in pair.items()}
+
+
 def pair_memo(
-    store, outputs: list[CellOutput], settings: Settings, baseline: str | None, *, selected=(), workers: int = 1
-):
+    store, outputs: list[CellOutput], settings: Settings, baseline: str | None, *, selected=(), workers: int = 1,
+    remote=None,
+):  # fmt: skip
     """`compare_cells`' memo: a pair's comparison cached beside its cells' outputs, keyed by both.
 
-    With `workers` != 1 (and the global registry's metrics) the pairs missing from the cache are
-    computed first in a process pool, like the cells."""
+    The pairs missing from the cache are asked of `remote` first (its `pairs(keys, settings,
+    baseline)`: the report workers, controller.report.remote), which returns once their entries
+    are in the cache or given up on; with `workers` != 1 what is still missing is computed in a
+    process pool, like the cells (both only with the global registry's metrics)."""
     from controller.report.paired import baselines
 
     digests = {o.row["cell"]: o.digest for o in outputs}
@@ -296,20 +317,21 @@ def pair_memo(
     def key_of(cell: str, base: str) -> str | None:
         if store is None or digests.get(cell) is None or digests.get(base) is None:
             return None
-        doc = [CACHE_VERSION, digests[cell], digests[base], settings.n_boot, settings.seed, baseline]
-        name = hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
+        name = pair_name(digests[cell], digests[base], settings.n_boot, settings.seed, baseline)  # type: ignore[arg-type]
         return digests[cell].rsplit("/", 1)[0] + f"/pair-{name}.json"  # type: ignore[union-attr]
 
     ready: dict[tuple[str, str], dict] = {}
     stats = {o.row["cell"]: o.stats for o in outputs if o.stats is not None}
-    pooled = workers != 1 and all(n in METRICS and METRICS.get(n) is m for n, m in selected)
-    if pooled:
-        todo = [(c, b) for c, b in baselines(list(stats.values()), baseline).items() if b is not None]
+    early = all(n in METRICS and METRICS.get(n) is m for n, m in selected) and (remote is not None or workers != 1)
+    todo = [(c, b) for c, b in baselines(list(stats.values()), baseline).items() if b is not None] if early else []
+    todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
+    if remote is not None and (keys := [k for c, b in todo if (k := key_of(c, b))]):
+        remote.pairs(keys, settings, baseline)
         todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
-        if len(todo) > 1:
-            with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
-                args = [(stats[c], stats[b], settings.names, settings.n_boot, settings.seed) for c, b in todo]
-                ready = dict(zip(todo, pool.map(_pair_task, args, chunksize=1)))
+    if workers != 1 and len(todo) > 1:
+        with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
+            args = [(stats[c], stats[b], settings.names, settings.n_boot, settings.seed) for c, b in todo]
+            ready = dict(zip(todo, pool.map(pair_task, args, chunksize=1)))
 
     def memo(cell: str, base: str, compute):
         key = key_of(cell, base)
@@ -320,7 +342,7 @@ def pair_memo(
                 pass
         pair = ready.pop((cell, base), None) or compute()
         if key is not None:
-            store.write_json(key, {k: _plain(v) for k, v in pair.items()})
+            store.write_json(key, pair_json(pair))
         return pair
 
     return memo

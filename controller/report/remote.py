@@ -1,4 +1,4 @@
-"""The report's map over the cluster: one signed RQ job per cell missing from the cache.
+"""The report's map over the cluster: one signed RQ job per cell (then per pair) missing from the cache.
 
     controller (report --distributed)          Redis                      report workers
     cells' digests, cache checked ──▶ signer ──▶ decodebench.<t>.report ──▶ run_report_cell
@@ -18,6 +18,10 @@
 - The controller waits for the cache entries (`wait_for_cells`, one store LIST per poll), then
   reduces as in local mode; what did not come (a failed or refused job, no report worker running
   within `stall_s`) is computed in the controller, with a warning line.
+- Then the paired comparisons, the same way (`Dispatch.pairs`, `enqueue_pair_report`): one job per
+  (cell, baseline) pair missing from the cache, planned by the signer from the store, its payload
+  ids and settings only (controller.report.pairjobs); the worker reads both cells' cached outputs
+  and writes `report/cache/pair-<digest>.json`, which the reduce reads as a local report's.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import re
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -35,14 +38,13 @@ from typing import Any
 import structlog
 
 from controller.metrics import METRICS
-from controller.report.cells import CellTask, Settings, cache_key, run_cell, to_json
+from controller.report.cells import DIGEST, MAX_N_BOOT, CellTask, Settings, cache_key, run_cell, to_json
+from controller.report.pairjobs import MAX_BASELINE, PAIR, pair_refusal, run_pair
 from worker.core import keys, paths, signing
 from worker.core.errors import PermanentJobError, UsageError
 
 log = structlog.get_logger("decodebench.report")
 REPORT_TIMEOUT_S = 3600  # one cell's job at most
-MAX_N_BOOT = 100_000  # replicates a report job may ask for
-DIGEST = re.compile(r"[0-9a-f]{32}")
 CHUNK = 500  # jobs per enqueue round trip
 
 _store: ContextVar[Any] = ContextVar("decodebench_report_store", default=None)
@@ -92,33 +94,42 @@ def enqueue_cells(conn, key: bytes, tenant: str, sweep_id: str, items: list[tupl
     """One signed job per (task, digest) on the tenant's report queue, except those already queued or
     running (a second report of the same sweep waits for the same jobs); the digests with a job now.
     `admit(n)` (the server's quota) is called with the number of new jobs before any is written."""
+    jobs = [(job_id_of(d), f"cell {task.cell}", {"cell": task.cell}, payload(tenant, sweep_id, task, settings, d))
+            for task, d in items]  # fmt: skip
+    _enqueue(conn, key, tenant, sweep_id, jobs, admit)
+    return [d for _, d in items]
+
+
+def _enqueue(conn, key: bytes, tenant: str, sweep_id: str, jobs: list[tuple[str, str, dict, dict]], admit) -> None:
+    """One signed job per (job id, what, meta, payload) on the tenant's report queue, but none for a job
+    id already queued or running; `admit(n)` with the number of new jobs before any is written."""
     from worker.core import rqadapter
 
     queue = rqadapter.tenant_queue(conn, keys.report_queue(tenant), tenant)
     template = rqadapter.job_template(queue, keys.REPORT_FUNCTION, None, keys.RESULT_TTL, keys.FAILURE_TTL)
-    ids = [job_id_of(d) for _, d in items]
-    statuses = rqadapter.job_statuses(conn, tenant, ids) if ids else []
-    rows, done = [], []
-    for (task, digest), job_id, status in zip(items, ids, statuses):
+    statuses = rqadapter.job_statuses(conn, tenant, [j[0] for j in jobs]) if jobs else []
+    rows = []
+    for (job_id, what, meta, doc), status in zip(jobs, statuses):
         if status in ("queued", "started"):
-            done.append(digest)  # waited for as it is
-            continue
-        body = json.dumps(payload(tenant, sweep_id, task, settings, digest)).encode()
-        stored = zlib.compress(rqadapter.call_data(keys.REPORT_FUNCTION, body), 1)
+            continue  # waited for as it is
+        stored = zlib.compress(rqadapter.call_data(keys.REPORT_FUNCTION, json.dumps(doc).encode()), 1)
         fields = {
             "data": stored,
-            "description": f"decodebench report cell {task.cell}"[:200],
-            "meta": rqadapter.meta_field({"tenant": tenant, "sweep_id": sweep_id, "cell": task.cell}),
+            "description": f"decodebench report {what}"[:200],
+            "meta": rqadapter.meta_field({"tenant": tenant, "sweep_id": sweep_id, **meta}),
             "timeout": REPORT_TIMEOUT_S,
             signing.SIG_FIELD: signing.sign(key, tenant, job_id, stored),
         }
         rows.append((job_id, fields))
-        done.append(digest)
     if admit is not None and rows:
         admit(len(rows))
     for i in range(0, len(rows), CHUNK):
         rqadapter.bulk_enqueue(conn, queue, template, rows[i : i + CHUNK])
-    return done
+
+
+def _bounded(n_boot: int, n_boot_corpus: int) -> None:
+    if not 0 <= n_boot <= MAX_N_BOOT or not 0 <= n_boot_corpus <= MAX_N_BOOT:
+        raise UsageError(f"n_boot: at most {MAX_N_BOOT:,} replicates")
 
 
 def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
@@ -129,8 +140,7 @@ def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boo
     from controller.report.aggregate import cell_tasks, load_sweep
     from controller.report.cells import digest
 
-    if not 0 <= n_boot <= MAX_N_BOOT or not 0 <= n_boot_corpus <= MAX_N_BOOT:
-        raise UsageError(f"n_boot: at most {MAX_N_BOOT:,} replicates")
+    _bounded(n_boot, n_boot_corpus)
     data = load_sweep(store, tenant, sweep_id, with_generations=False)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
@@ -148,9 +158,28 @@ def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boo
             "enqueued": len(enqueued), "digests": [d for _, d in missing]}  # fmt: skip
 
 
-def wait_for_cells(store, tenant: str, sweep_id: str, digests: list[str], *, stall_s: float, poll_s: float = 0.5):
+def enqueue_pair_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
+                        n_boot_corpus: int, baseline: str | None,
+                        admit: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The signer's side of the paired comparisons (`report --distributed`, after the cells): the tenant's
+    own sweep's pairs planned from the store (controller.report.pairjobs.plan_pairs), one job for each
+    missing from the cache whose cells are cached. What the client waits for: the pairs' digests."""
+    from controller.report.pairjobs import plan_pairs
+
+    _bounded(n_boot, n_boot_corpus)
+    total, docs = plan_pairs(store, tenant, sweep_id, n_boot=n_boot, seed=seed, n_boot_corpus=n_boot_corpus,
+                             baseline=baseline)  # fmt: skip
+    jobs = [(f"pair-{d['pair']}", f"pair {d['pair']}", {"pair": d["pair"]}, d) for d in docs]
+    _enqueue(conn, key, tenant, sweep_id, jobs, admit)
+    return {"tenant": tenant, "sweep_id": sweep_id, "pairs": total, "missing": len(docs), "enqueued": len(docs),
+            "names": [d["pair"] for d in docs]}  # fmt: skip
+
+
+def wait_for_cells(store, tenant: str, sweep_id: str, digests: list[str], *, stall_s: float, poll_s: float = 0.5,
+                   what: str = "cells"):  # fmt: skip
     """Poll the cache until every digest's output (or failure mark) is there, or none came for
-    `stall_s` seconds; the digests still missing (the caller computes them)."""
+    `stall_s` seconds; the digests still missing (the caller computes them). A pair's digest is given
+    as `pair-<digest>`, its entries' names."""
     prefix = paths.report_key(tenant, sweep_id, "cache/")
     pending, failed, last = set(digests), [], time.monotonic()
     while pending:
@@ -161,9 +190,9 @@ def wait_for_cells(store, tenant: str, sweep_id: str, digests: list[str], *, sta
             failed += marked
             pending -= ready | set(marked)
             last = time.monotonic()
-            log.info("report.cells_ready", ready=len(digests) - len(pending), of=len(digests))
+            log.info(f"report.{what}_ready", ready=len(digests) - len(pending), of=len(digests))
         elif time.monotonic() - last > stall_s:
-            log.warning(f"report: {len(pending)} cells did not come from the report workers within {stall_s:g} s; "
+            log.warning(f"report: {len(pending)} {what} did not come from the report workers within {stall_s:g} s; "
                         "computed here")  # fmt: skip
             break
         if pending:
@@ -171,19 +200,23 @@ def wait_for_cells(store, tenant: str, sweep_id: str, digests: list[str], *, sta
     for d in failed:
         with contextlib.suppress(Exception):
             reason = store.read_json(fail_key(tenant, sweep_id, d)).get("reason")
-            log.warning(f"report: a report worker could not compute a cell ({reason}); computed here")
+            log.warning(f"report: a report worker could not compute a {what[:-1]} ({reason}); computed here")
     return sorted(pending) + failed
 
 
 class Dispatch:
     """`map_cells`' remote: the cells missing from the cache asked of the signer (`ask(sweep_id, body)`,
     a backend's `report_cells`: the submission server, or the operator's own process), then waited for
-    in the cache. `sent`: the digests the signer has jobs for; `left`: those that did not come."""
+    in the cache; and `pair_memo`'s: the pairs, likewise (`ask_pairs`, a backend's `report_pairs`;
+    None: the pairs are computed here). `sent`/`sent_pairs`: what the signer has jobs for;
+    `left`/`left_pairs`: what did not come."""
 
-    def __init__(self, ask, store, *, stall_s: float = 300.0, poll_s: float = 0.5) -> None:
-        self.ask, self.store, self.stall_s, self.poll_s = ask, store, stall_s, poll_s
+    def __init__(self, ask, store, *, ask_pairs=None, stall_s: float = 300.0, poll_s: float = 0.5) -> None:
+        self.ask, self.ask_pairs, self.store, self.stall_s, self.poll_s = ask, ask_pairs, store, stall_s, poll_s
         self.sent: list[str] = []
         self.left: list[str] = []
+        self.sent_pairs: list[str] = []
+        self.left_pairs: list[str] = []
 
     def __call__(self, items: list[tuple[CellTask, str]], settings: Settings) -> None:
         if not items:
@@ -194,6 +227,24 @@ class Dispatch:
         self.sent = [d for _, d in items if d in asked]
         log.info("report.cells_enqueued", cells=len(self.sent), computed_here=len(items) - len(self.sent))
         self.left = wait_for_cells(self.store, tenant, sweep_id, self.sent, stall_s=self.stall_s, poll_s=self.poll_s)
+
+    def pairs(self, pair_keys: list[str], settings: Settings, baseline: str | None) -> None:
+        """The pairs whose cache keys (`cells.pair_key`) are given, asked of the signer and waited for."""
+        if not pair_keys or self.ask_pairs is None:
+            return
+        if baseline is not None and (len(baseline) > MAX_BASELINE or not baseline.isprintable()):
+            log.warning(f"report: a baseline of over {MAX_BASELINE} characters, or with control characters, is "
+                        "not sent to the signer; the pairs are computed here")  # fmt: skip
+            return
+        tenant, _, sweep_id = pair_keys[0].split("/")[:3]  # <tenant>/sweeps/<sweep>/report/cache/pair-<d>.json
+        body = {"n_boot": settings.n_boot, "n_boot_corpus": settings.n_boot_corpus, "seed": settings.seed,
+                "baseline": baseline}  # fmt: skip
+        asked = {f"pair-{n}" for n in self.ask_pairs(sweep_id, body).get("names") or []}
+        wanted = [k.rsplit("/", 1)[1].removesuffix(".json") for k in pair_keys]
+        self.sent_pairs = [n for n in wanted if n in asked]
+        log.info("report.pairs_enqueued", pairs=len(self.sent_pairs), computed_here=len(wanted) - len(self.sent_pairs))
+        self.left_pairs = wait_for_cells(self.store, tenant, sweep_id, self.sent_pairs, stall_s=self.stall_s,
+                                         poll_s=self.poll_s, what="pairs")  # fmt: skip
 
 
 # -- the report worker's side ------------------------------------------------------------------
@@ -230,6 +281,10 @@ def check_payload(doc: Any, tenant: str) -> str | None:
         paths.check_id("sweep", doc.get("sweep_id"))
     except (UsageError, TypeError, ValueError):
         return "refused: the report job's sweep id is not a sweep id"
+    if "kind" in doc:  # a pair's job; a cell's payload has no kind
+        if doc["kind"] != PAIR:
+            return f"refused: the report job's kind {str(doc['kind'])[:32]!r} is not {PAIR!r}"
+        return pair_refusal(doc, tenant)
     if not isinstance(doc.get("digest"), str) or not DIGEST.fullmatch(doc["digest"]):
         return "refused: the report job's digest is not a cache key"
     jobs = doc.get("jobs")
@@ -245,11 +300,14 @@ def check_payload(doc: Any, tenant: str) -> str | None:
 
 
 def run_report_cell(doc: dict) -> dict[str, Any]:
-    """What RQ calls for a job of a report queue (`keys.REPORT_FUNCTION`): compute one cell from the
-    worker's own store and write its output to the cache (or its failure mark)."""
+    """What RQ calls for a job of a report queue (`keys.REPORT_FUNCTION`): compute one cell (or, for
+    `kind: "pair"`, one pair: controller.report.pairjobs) from the worker's own store and write its
+    output to the cache (or its failure mark)."""
     store = _store.get()
     if store is None:
         raise PermanentJobError("run_report_cell runs inside decodebench report-worker, which lends it a store")
+    if doc.get("kind") == PAIR:
+        return run_pair(store, doc)
     tenant, sweep_id, digest = doc["tenant"], doc["sweep_id"], doc["digest"]
     try:
         settings = settings_of(doc["settings"])

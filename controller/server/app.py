@@ -227,6 +227,13 @@ async def report_cells(sweep: str, request: Request, who: Caller) -> dict:
     return await run_in_threadpool(service.report_cells, ctx, who, sweep, req)
 
 
+@router.post("/v1/sweeps/{sweep}/report-pairs")
+async def report_pairs(sweep: str, request: Request, who: Caller) -> dict:
+    ctx = _ctx(request, "report-pairs", sweep)
+    req = service.ReportPairsRequest.model_validate(await read_body(request))
+    return await run_in_threadpool(service.report_pairs, ctx, who, sweep, req)
+
+
 @router.get("/v1/jobs/{job}/log")
 def job_log(job: str, request: Request, who: Caller, sweep: str | None = None) -> list:
     return service.job_log(_ctx(request, "logs", sweep), who, sweep, job)

@@ -65,6 +65,14 @@ class ReportCellsRequest(BaseModel):
     seed: int = Field(default=0, ge=0, le=2**63, description="Seed of the intervals' draws.")
 
 
+class ReportPairsRequest(ReportCellsRequest):
+    """POST /v1/sweeps/{sweep}/report-pairs: the cells' settings and the comparisons' baseline."""
+
+    baseline: str | None = Field(
+        default=None, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*$", description="A strategy name or a cell key."
+    )
+
+
 @dataclass
 class Context:
     """What every request runs with: Redis (as the server's user), the store, the signing key,
@@ -245,6 +253,18 @@ def report_cells(ctx: Context, who: Identity, sweep: str, req: ReportCellsReques
     store under the token's tenant, never from what the client sends; the answer lists their digests."""
     from controller.report.remote import enqueue_report
 
+    return _report_jobs(ctx, who, sweep, enqueue_report, req.model_dump())
+
+
+def report_pairs(ctx: Context, who: Identity, sweep: str, req: ReportPairsRequest) -> dict[str, Any]:
+    """Then its paired comparisons: one job per (cell, baseline) pair missing from the cache whose cells
+    are cached, planned here from the store likewise (controller.report.pairjobs); held to the same quota."""
+    from controller.report.remote import enqueue_pair_report
+
+    return _report_jobs(ctx, who, sweep, enqueue_pair_report, req.model_dump())
+
+
+def _report_jobs(ctx: Context, who: Identity, sweep: str, enqueue, settings: dict) -> dict[str, Any]:
     tenant = tenant_of(who)
     paths.check_id("sweep", sweep)
     try:
@@ -252,20 +272,18 @@ def report_cells(ctx: Context, who: Identity, sweep: str, req: ReportCellsReques
     except UsageError as err:
         raise NotFound(str(err)) from None
     with _Locked(ctx, tenant):  # two reports of a tenant cannot both pass the same quota
-        return enqueue_report(
-            ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, n_boot=req.n_boot, seed=req.seed,
-            n_boot_corpus=req.n_boot_corpus, admit=lambda n: _admit_report(ctx, tenant, n),
-        )  # fmt: skip
+        return enqueue(ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, **settings,
+                       admit=lambda n: _admit_report(ctx, tenant, n))  # fmt: skip
 
 
 def _admit_report(ctx: Context, tenant: str, new: int) -> None:
-    """Refuse, before any is written, report cells that would take the tenant over quota.queued_report_cells
-    (a new seed or n_boot is a new set of cells: without this, a token could fill the report queue)."""
+    """Refuse, before any is written, report jobs (cells and pairs, one queue) that would take the tenant over
+    quota.queued_report_cells (a new seed or n_boot is a new set: without this, a token could fill the queue)."""
     most = ctx.policy(tenant).quota.queued_report_cells
     queued = state_reads.queued_report_cells(ctx.conn, tenant)
     if queued + new > most:
         raise OverQuota(
-            f"over quota: tenant {tenant} has {queued} report cells queued, this report adds {new}; "
+            f"over quota: tenant {tenant} has {queued} report jobs queued, this report adds {new}; "
             f"quota.queued_report_cells is {most}"
         )
 
