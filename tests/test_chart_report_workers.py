@@ -95,6 +95,10 @@ BAD = {
         },
         "reportWorkers: autoscaling.minReplicas (3) is above autoscaling.maxReplicas (2)",
     ),
+    "pool-named-like-them": (  # `decodebench cluster` lists the report workers as the pool `report-workers`
+        {"reportWorkers": {"enabled": True}, "worker": {"pools": [{"name": "report-workers"}]}},
+        'the pool name "report-workers" is the report workers\' (reportWorkers)',
+    ),
 }
 
 
@@ -378,6 +382,9 @@ def test_the_rendered_report_worker_computes_the_cells_of_a_distributed_report(
     assert worker.returncode == 0, out
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     jobs = [x for x in lines if x.get("event") == "report_worker.job"]
-    assert len(jobs) == len(CELLS) and not any(j["refused"] for j in jobs) and {j["tenant"] for j in jobs} == {"team-a"}
-    assert [x["jobs_run"] for x in lines if x.get("event") == "report_worker.stopped"] == [len(CELLS)]
+    cell_jobs = [j for j in jobs if j["job_id"].startswith("cell-")]
+    pair_jobs = [j for j in jobs if j["job_id"].startswith("pair-")]  # each cell against its model's first: m's 2
+    assert len(cell_jobs) == len(CELLS) and len(pair_jobs) == 2 and len(jobs) == len(cell_jobs) + len(pair_jobs)
+    assert not any(j["refused"] for j in jobs) and {j["tenant"] for j in jobs} == {"team-a"}
+    assert [x["jobs_run"] for x in lines if x.get("event") == "report_worker.stopped"] == [len(jobs)]
     assert acl["admin"].acl_log() == []  # the `worker` user was refused nothing

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -98,10 +99,11 @@ class KubeStandIn:
                 "Forbidden",
                 f'{resource} is forbidden: User "{user}" cannot {verb} resource "{resource}" in the namespace "{ns}"',
             )
-        selector = dict(kv.split("=", 1) for kv in query.get("labelSelector", [""])[0].split(",") if kv)
+        terms = label_terms(query.get("labelSelector", [""])[0])
 
         def selected(obj):
-            return obj["metadata"].get("namespace") == ns and selector.items() <= obj["metadata"]["labels"].items()
+            labels = obj["metadata"]["labels"]
+            return obj["metadata"].get("namespace") == ns and all(labels.get(k) in allowed for k, allowed in terms)
 
         if method == "GET" and rest == ["pods"]:
             return 200, {
@@ -130,6 +132,17 @@ class KubeStandIn:
                 "status": {"replicas": dep["status"]["replicas"]},
             }
         return 404, status(404, "NotFound", f"the server could not find the requested resource ({path})")
+
+
+def label_terms(selector: str) -> list[tuple[str, set[str]]]:
+    """A label selector's terms as the API server reads them: `k=v` and set-based `k in (a,b)`."""
+    terms = []
+    for m in re.finditer(r"([\w./-]+)\s+in\s+\(([^)]*)\)|([\w./-]+)=([^,]*)", selector):
+        if m.group(1):
+            terms.append((m.group(1), {v.strip() for v in m.group(2).split(",")}))
+        else:
+            terms.append((m.group(3), {m.group(4)}))
+    return terms
 
 
 def status(code: int, reason: str, message: str) -> dict:
@@ -256,12 +269,12 @@ def test_status_shows_pods_gpus_queue_depth_and_workers_per_pool(kube, redis_url
     assert max(p["restarts"] for p in a10g["pods"]) == 4
     assert kube.requests[0]["auth"] == "Bearer t0ken"
     selectors = {r["query"]["labelSelector"][0] for r in kube.requests}
-    assert selectors == {"app.kubernetes.io/name=decodebench,app.kubernetes.io/component=worker"}
+    assert selectors == {"app.kubernetes.io/name=decodebench,app.kubernetes.io/component in (worker,report-worker)"}
 
 
-def test_report_workers_are_no_pool_and_their_cells_no_queued_jobs(kube, redis_url):
-    """The report-worker Deployment (reportWorkers) is no GPU pool: `cluster` selects the workers'
-    component only, and a '*' pool counts no report cell as a queued job."""
+def test_report_workers_are_a_pool_of_their_own_and_count_only_report_cells(kube, redis_url):
+    """The report-worker Deployment (reportWorkers) is the pool `report-workers`: its queued jobs are the
+    report cells, a GPU pool's are not, and `cluster scale` patches it (the Role names it)."""
     values = {"reportWorkers": {"enabled": True}}
     kube.add_release(values, pods={"gpu": [{}]})
     (report,) = find(render(values, namespace=NS), "Deployment", "db-decodebench-report-worker")
@@ -276,11 +289,21 @@ def test_report_workers_are_no_pool_and_their_cells_no_queued_jobs(kube, redis_u
             q.enqueue(keys.RQ_FUNCTION, {"job": i})
     result = cli("status", "--redis-url", redis_url, "--output", "json")
     assert result.exit_code == 0, result.output
-    (pool,) = json.loads(result.output)["pools"]
-    assert pool["name"] == "gpu" and pool["queued"] == 2 and len(pool["pods"]) == 1
-    result = cli("scale", "report-worker", "--replicas", "2")
-    assert result.exit_code == 2 and "no worker pool 'report-worker' in namespace ml (pools: gpu)" in result.output
-    assert not [r for r in kube.requests if r["method"] == "PATCH"]
+    pools = {p["name"]: p for p in json.loads(result.output)["pools"]}
+    assert set(pools) == {"gpu", "report-workers"}
+    assert pools["gpu"]["queued"] == 2 and len(pools["gpu"]["pods"]) == 1
+    assert pools["report-workers"]["queued"] == 7 and len(pools["report-workers"]["pods"]) == 1
+    result = cli("scale", "report-workers", "--replicas", "3")
+    assert result.exit_code == 0, result.output
+    (patch,) = [r for r in kube.requests if r["method"] == "PATCH"]
+    assert patch["path"].endswith("/deployments/db-decodebench-report-worker/scale")
+    assert kube.deployments["db-decodebench-report-worker"]["spec"]["replicas"] == 3
+    (role,) = find(render(values, namespace=NS), "Role", "db-decodebench-controller")
+    (rule,) = [r for r in role["rules"] if r["resources"] == ["deployments/scale"]]
+    assert "db-decodebench-report-worker" in rule["resourceNames"]
+    autoscaled = {"reportWorkers": {"enabled": True, "queues": ["default"], "autoscaling": {"enabled": True}}}
+    (role,) = find(render(autoscaled, namespace=NS), "Role", "db-decodebench-controller")
+    assert all("db-decodebench-report-worker" not in r.get("resourceNames", []) for r in role["rules"])
 
 
 def test_status_table(kube, redis_url):

@@ -1,4 +1,5 @@
-"""`decodebench cluster status|scale`: the worker pools of a Helm release, through the Kubernetes API.
+"""`decodebench cluster status|scale`: the worker pools of a Helm release (and its report workers, the
+pool `report-workers`), through the Kubernetes API.
 
 `KubeClient` is the thin adapter over the kubernetes client, `queue_stats` the one over RQ;
 the rest are plain functions of what they return. The chart labels each pool's Deployment
@@ -21,7 +22,9 @@ QUEUES_ANNOTATION = "decodebench.io/queues"
 GPUS_ANNOTATION = "decodebench.io/gpus-per-pod"
 AUTOSCALING_ANNOTATION = "decodebench.io/autoscaling"
 ENGINE_ANNOTATION = "decodebench.io/engine"
-WORKER_SELECTOR = "app.kubernetes.io/name=decodebench,app.kubernetes.io/component=worker"
+# The GPU worker pools and the report workers (reportWorkers: the pool `report-workers`, engine `report`).
+WORKER_SELECTOR = "app.kubernetes.io/name=decodebench,app.kubernetes.io/component in (worker,report-worker)"
+REPORT_ENGINE = keys.REPORT_QUEUE_SUFFIX  # a report worker's "engine": it takes the report queues
 RELEASE_LABEL = "app.kubernetes.io/instance"
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 TIMEOUT = (5, 30)  # connect, read (seconds)
@@ -120,7 +123,12 @@ def pod_from_object(obj: dict) -> Pod:
 
 
 def pool_queues(tenants: tuple[str, ...], known: list[str], engine: str = OWN_ENGINE) -> list[str]:
-    """The RQ queues a pool serves: its tenants' queues of its engine, or every such queue for '*'."""
+    """The RQ queues a pool serves: its tenants' queues of its engine, or every such queue for '*'
+    (the report workers: the tenants' report queues)."""
+    if engine == REPORT_ENGINE:
+        if "*" in tenants:
+            return sorted(q for q in known if keys.parse_report_queue(q))
+        return [keys.report_queue(t) for t in tenants]
     if "*" in tenants:
         return sorted(q for q in known if keys.queue_engine(q) == engine)
     return [q for t in tenants for q in keys.engine_queues(t, engine)]

@@ -449,6 +449,9 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- fail (printf "worker.pools: the pool name %q appears twice; pool names must be unique" .name) }}
 {{- end }}
 {{- $_ := set $seen .name true }}
+{{- if and (eq .name "report-workers") $.Values.reportWorkers.enabled }}
+{{- fail "worker.pools: the pool name \"report-workers\" is the report workers' (reportWorkers) in `decodebench cluster`; rename the pool" }}
+{{- end }}
 {{- if .autoscaling.enabled }}
 {{- if has "*" .queues }}
 {{- fail (printf "worker.pools[%d] (%s): autoscaling watches named queues, so `queues` must list tenants, not \"*\"" (int .index) .name) }}
