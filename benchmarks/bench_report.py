@@ -114,7 +114,9 @@ def measure(args: argparse.Namespace) -> None:
         _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, workers=args.workers)
     wall = time.perf_counter() - t0
     own = resource.getrusage(resource.RUSAGE_SELF)
-    self_mb, cpu = own.ru_maxrss / 1024, own.ru_utime + own.ru_stime  # the controller's own CPU, its pool's not
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec, so that of a process spawned by this bench
+    # (which held the whole synthetic sweep while it wrote the store) was at least the bench's own peak
+    self_mb, cpu = peak_rss_mb(os.getpid()), own.ru_utime + own.ru_stime  # the controller's own CPU, its pool's not
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": self_mb, "child_rss_mb": child_mb, "rows": len(summary)}))
 
