@@ -20,6 +20,10 @@ prints its wall time and peak RSS (the controller, and the largest pool process)
   before it stops;
 - `cached`: the same report again, every cell from report/cache/.
 
+Before the modes it prints what planning the report holds (`plan`, always): tracemalloc of
+`load_sweep(with_generations=False)` + `cell_tasks` in a fresh subprocess, what the controller (and the
+submission server planning report jobs) keeps for the whole report, in MB, per cell and per job.
+
 It prints the pooled/single and distributed/single speed-ups; the ratios are bounded by the cores
 the machine has (the workers and the controller share them here; in a cluster they do not). The
 controller's own CPU seconds (user + system, its pool processes not counted) say what is left on
@@ -65,8 +69,29 @@ def make_store(path: Path, n_cells: int, gens: int) -> str:
     return data.sweep_id
 
 
+def measure_plan(args: argparse.Namespace) -> None:
+    """What planning the report holds (traced Python memory of the loaded sweep and its cell tasks); a JSON line."""
+    import tracemalloc
+
+    from controller.metrics import METRICS
+    from controller.report.aggregate import cell_tasks, load_sweep
+    from worker.store import FileStore
+
+    store = FileStore(args.store)
+    tracemalloc.start()
+    data = load_sweep(store, "default", args.sweep, with_generations=False)
+    _, _, tasks = cell_tasks(data, args.n_boot, 0, 100, METRICS, store)
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    n_jobs = len(data.results)
+    print(json.dumps({"held_mb": held / 2**20, "peak_mb": peak / 2**20, "jobs": n_jobs, "cells": len(tasks),
+                      "per_job_kb": held / 1024 / n_jobs, "per_cell_kb": held / 1024 / len(tasks)}))  # fmt: skip
+
+
 def measure(args: argparse.Namespace) -> None:
     """One report in this process; prints a JSON line."""
+    if args.mode == "plan":
+        return measure_plan(args)
     from controller.report.aggregate import load_sweep, summarize
     from controller.report.write import build
     from worker.store import FileStore
@@ -89,7 +114,9 @@ def measure(args: argparse.Namespace) -> None:
         _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, workers=args.workers)
     wall = time.perf_counter() - t0
     own = resource.getrusage(resource.RUSAGE_SELF)
-    self_mb, cpu = own.ru_maxrss / 1024, own.ru_utime + own.ru_stime  # the controller's own CPU, its pool's not
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec, so that of a process spawned by this bench
+    # (which held the whole synthetic sweep while it wrote the store) was at least the bench's own peak
+    self_mb, cpu = peak_rss_mb(os.getpid()), own.ru_utime + own.ru_stime  # the controller's own CPU, its pool's not
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": self_mb, "child_rss_mb": child_mb, "rows": len(summary)}))
 
@@ -155,6 +182,9 @@ def main() -> None:
         env = {**os.environ, "DECODEBENCH_SIGNING_KEY_FILE": str(key)}
         os.environ.update(env)
         cache = Path(tmp) / "default" / "sweeps" / sweep / "report" / "cache"
+        p = run("plan", tmp, sweep, 1, args.n_boot)
+        print(f"  plan: load_sweep + cell_tasks hold {p['held_mb']:6.1f} MB traced (peak {p['peak_mb']:.1f} MB): "
+              f"{p['per_cell_kb']:.1f} KB a cell, {p['per_job_kb']:.2f} KB a job ({p['jobs']} jobs)")  # fmt: skip
         found = {}
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         for mode in modes:

@@ -25,6 +25,7 @@ from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, cell_records, map_cells, pair_memo, score
 from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
 from controller.report.intervals import CI_LEVEL, cell_rng
+from controller.report.jobs import Compactor, JobInfo, prompts_of
 from controller.report.paired import compare_cells, comparison_columns, is_comparison_column
 from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
@@ -57,12 +58,12 @@ REFERENCE = "reference"
 
 @dataclass
 class SweepData:
-    """Everything the report needs of one sweep: its spec and its complete jobs."""
+    """Everything the report needs of one sweep: its spec and its complete jobs (JobResults, or JobInfos)."""
 
     tenant: str
     sweep_id: str
     spec: dict[str, Any]
-    results: list[JobResult]
+    results: list[JobResult | JobInfo]
     generations: list[GenerationRecord]
     planned_jobs: int | None = None
     prompts: list[PromptItem] = field(default_factory=list)
@@ -91,21 +92,12 @@ class SweepData:
         return str((self.spec or {}).get("name") or self.sweep_spec.get("name") or "")
 
 
-def prompts_of(results: list[JobResult]) -> list[PromptItem]:
-    """The prompts of the jobs, each once, in shard order."""
-    seen: dict[str, PromptItem] = {}
-    for r in sorted(results, key=lambda r: r.job.shard):
-        for p in r.job.prompts:
-            seen.setdefault(p.id, p)
-    return list(seen.values())
-
-
 def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bool = True) -> SweepData:
     """Read the spec and every COMPLETE job (result.json present); each generation once.
 
-    `with_generations=False` reads the results only: `summarize(..., store=store)` then streams each
-    cell's generations when it aggregates that cell (and names a damaged one), so the report never
-    holds every record at once.
+    `with_generations=False` reads the results only, each kept as a compact JobInfo (report.jobs):
+    `summarize(..., store=store)` streams each cell's generations when it aggregates that cell (and
+    names a damaged one), so the report never holds every record, nor every whole result, at once.
 
     A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
     and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
@@ -118,9 +110,10 @@ def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bo
         log.warning(f"{err}; the report goes on without the sweep's spec")
         damaged.append(str(err))
         spec = {}
-    results: list[JobResult] = []
+    results: list[JobResult | JobInfo] = []
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
+    compact = Compactor()
     for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
         try:  # a damaged job (a worker killed mid-write, a hand edit) is named and left out, as if missing
             result = store.load_result(tenant, sweep_id, job_id)
@@ -131,7 +124,7 @@ def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bo
             log.warning(f"{err}; job left out of the report")
             damaged.append(str(err))
             continue
-        results.append(result)
+        results.append(result if with_generations else compact(result))
         for record in records:
             key = (job_id, record.prompt_id)
             if key not in seen:
@@ -187,7 +180,7 @@ def reference_data(prompts: list[PromptItem]) -> CellData | None:
 # -- the summary ------------------------------------------------------------------------
 
 
-def _order(data: SweepData, results: list[JobResult]) -> tuple:
+def _order(data: SweepData, results: list[JobResult | JobInfo]) -> tuple:
     """Sort cells in plan order, else as the spec lists models and strategies."""
     cell = results[0].job.cell
     if cell in data.cell_order:
@@ -213,7 +206,7 @@ def _order(data: SweepData, results: list[JobResult]) -> tuple:
 def _tasks(data: SweepData, store_url: str | None, settings: Settings) -> list[CellTask]:
     """One task per (model, strategy variant) cell, in plan order: its ids, speed, jobs and records."""
     prompt_rank = {p.id: i for i, p in enumerate(data.prompts)}
-    by_cell: dict[str, list[JobResult]] = defaultdict(list)
+    by_cell: dict[str, list[JobResult | JobInfo]] = defaultdict(list)
     for r in data.results:
         by_cell[r.job.cell].append(r)
     records_by_cell: dict[str, list[GenerationRecord]] | None = None
@@ -238,7 +231,8 @@ def _tasks(data: SweepData, store_url: str | None, settings: Settings) -> list[C
         }
         records = records_by_cell.get(cell, []) if records_by_cell is not None else None
         where = (store_url, data.tenant, data.sweep_id) if store_url else None
-        tasks.append(CellTask(cell, row, results, prompt_rank, records, where))
+        jobs = [(r.job.job_id, r.generations_sha256) for r in results]  # a task holds no JobResult
+        tasks.append(CellTask(cell, row, jobs, prompt_rank, records, where))
     return tasks
 
 
@@ -357,7 +351,7 @@ def _agreement(rows: list[dict[str, Any]], tasks: list[CellTask]) -> None:
     """Greedy token agreement across engines, where a sweep ran another engine: the records of just those cells."""
     if has_engines(rows):
         needed = agreement_cells(rows)
-        add_agreement(rows, {t.cell: cell_records(t)[1] for t in tasks if t.cell in needed})
+        add_agreement(rows, {t.cell: cell_records(t)[0] for t in tasks if t.cell in needed})
 
 
 def smallest_cell(data: SweepData) -> int | None:

@@ -1,7 +1,7 @@
 """Per-cell aggregation as a map: one task per cell, run in-process or in a process pool, cached per cell.
 
 `summarize` (controller.report.aggregate) is the reduce: it builds a `CellTask` per cell (its
-results, the settings, and its records or where to read them), runs them through `map_cells`,
+jobs' ids and hashes, its row so far, and its records or where to read them), runs them through `map_cells`,
 and assembles the rows, the paired comparisons and the reference row. A task reads its own
 cell's generations from the store when the sweep was loaded without them, so the controller
 never holds every record: memory is bounded by a cell per process.
@@ -30,7 +30,7 @@ from controller.metrics.divergence import sizes as mauve_sizes
 from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.paired import CellStats
 from worker.core import paths
-from worker.core.contract import GenerationRecord, JobResult
+from worker.core.contract import GenerationRecord
 from worker.core.errors import CorruptRecordError
 
 MAX_N_BOOT = 100_000  # replicates a report job (a cell's, a pair's) may ask for
@@ -58,7 +58,7 @@ class CellTask:
 
     cell: str
     row: dict[str, Any]
-    results: list[JobResult]
+    jobs: list[tuple[str, str | None]]  # (job id, its generations' SHA-256) of each complete job: no JobResult
     prompt_rank: dict[str, int]
     records: list[GenerationRecord] | None = None  # None: read them from the store
     where: tuple[str, str, str] | None = None  # (store URL, tenant, sweep id)
@@ -119,32 +119,32 @@ def mauve_seed(seed: int, cell: str) -> int:
     return zlib.crc32(f"{seed}:{cell}".encode())
 
 
-def cell_records(task: CellTask) -> tuple[list[JobResult], list[GenerationRecord], list[str]]:
-    """The cell's complete jobs and their records, each generation once; damaged jobs named and left out."""
+def cell_records(task: CellTask) -> tuple[list[GenerationRecord], list[str]]:
+    """The records of the cell's complete jobs, each generation once, streamed from the store by job id and
+    hash where the task does not hold them; a damaged job's generations are named and left out."""
     if task.records is not None:
-        return task.results, task.records, []
+        return task.records, []
     from worker.store import open_store
 
     url, tenant, sweep_id = task.where  # type: ignore[misc]
     store = open_store(url)
-    results, records, damaged, seen = [], [], [], set()
-    for r in task.results:
+    records, damaged, seen = [], [], set()
+    for job_id, sha in task.jobs:
         try:
-            loaded = store.load_generations(tenant, sweep_id, r.job.job_id, r.generations_sha256)
+            loaded = store.load_generations(tenant, sweep_id, job_id, sha)
         except CorruptRecordError as err:
             damaged.append(str(err))
             continue
-        results.append(r)
         for g in loaded:
             if (g.job_id, g.prompt_id) not in seen:
                 seen.add((g.job_id, g.prompt_id))
                 records.append(g)
-    return results, records, damaged
+    return records, damaged
 
 
 def run_cell(task: CellTask, selected: Sequence[tuple[str, Metric]], settings: Settings) -> CellOutput:
     """The map: one cell's row (counts, quality, intervals), its paired statistics and its examples."""
-    _, loaded, damaged = cell_records(task)
+    loaded, damaged = cell_records(task)
     rank = task.prompt_rank
     records = sorted(loaded, key=lambda g: (rank.get(g.prompt_id, len(rank)), g.prompt_id, g.job_seed))
     row = dict(task.row)
@@ -175,7 +175,7 @@ def _pool_task(args: tuple[CellTask, Settings]) -> CellOutput:
 
 def digest(task: CellTask, settings: Settings) -> str | None:
     """The cache key of a cell's output; None where a job has no generations hash (not cacheable)."""
-    jobs = sorted((r.job.job_id, r.generations_sha256) for r in task.results)
+    jobs = sorted(task.jobs)
     if any(sha is None for _, sha in jobs):
         return None
     used = settings.__dict__ | {"sample_size": settings.sample_size if "mauve" in settings.names else None}

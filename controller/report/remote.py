@@ -79,7 +79,7 @@ def payload(tenant: str, sweep_id: str, task: CellTask, settings: Settings, dige
         "sweep_id": sweep_id,
         "cell": task.cell,
         "digest": digest,
-        "jobs": sorted([r.job.job_id, r.generations_sha256] for r in task.results),
+        "jobs": sorted([job_id, sha] for job_id, sha in task.jobs),
         "row": {k: _plain(v) for k, v in task.row.items()},
         "prompt_rank": task.prompt_rank,
         "settings": dataclasses.asdict(settings),
@@ -311,14 +311,14 @@ def run_report_cell(doc: dict) -> dict[str, Any]:
     tenant, sweep_id, digest = doc["tenant"], doc["sweep_id"], doc["digest"]
     try:
         settings = settings_of(doc["settings"])
-        results = []
+        jobs = []
         for job_id, sha in doc["jobs"]:
             paths.check_id("job", job_id)
-            r = store.load_result(tenant, sweep_id, job_id)
+            r = store.load_result(tenant, sweep_id, job_id)  # checked, then let go: the map needs id and hash
             if r.job.cell != doc["cell"] or r.generations_sha256 != sha or r.job.tenant != tenant:
                 raise PermanentJobError(f"job {job_id} changed since the report was asked for; report again")
-            results.append(r)
-        task = CellTask(doc["cell"], doc["row"], results, doc["prompt_rank"], None, (store.url, tenant, sweep_id))
+            jobs.append((job_id, sha))
+        task = CellTask(doc["cell"], doc["row"], jobs, doc["prompt_rank"], None, (store.url, tenant, sweep_id))
         out = run_cell(task, [(n, METRICS.get(n)) for n in settings.names], settings)
         if out.damaged:
             raise PermanentJobError(out.damaged[0])

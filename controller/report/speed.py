@@ -17,6 +17,9 @@ from controller.metrics import ratio
 from controller.report.intervals import studentized, values_of
 from worker.core.contract import JobResult
 
+# the memory readings of a result that the speed columns use (report.jobs keeps only these)
+MEMORY_KEYS = ("torch_peak_mb", "rss_peak_mb", "nvml_peak_mb", "nvml_mean_mb", "gpu_util_mean")
+
 # The spread of speed: a 95% interval of tokens/s over batches, and the range over batches of
 # tokens/s and of each batch's median latency and TTFT (a busy machine shows here).
 SPREAD_COLUMNS = [
@@ -53,7 +56,7 @@ def _tpot_ms(batches) -> float | None:
 
 
 def speed_columns(results: list[JobResult]) -> dict[str, Any]:
-    """Speed and memory of a cell from the raw per-batch values of all its jobs."""
+    """Speed and memory of a cell from the raw per-batch values of all its jobs (JobResults or report.jobs.JobInfos)."""
     batches = [b for r in results for b in r.batches]
     new_tokens = sum(b.new_tokens for b in batches)
     total_s = sum(b.total_s for b in batches)

@@ -1,0 +1,116 @@
+"""What a report keeps of each complete job when the sweep is loaded without its generations.
+
+A loaded JobResult costs ~17 KB of memory (2.5 KB of JSON), over half of it its JobSpec's
+prompts, which every cell repeats; a sweep of 190k jobs held that way needs ~3 GB on the
+controller (and on the submission server, which plans report jobs from the same load). A
+`JobInfo` keeps only what the report reads of a result, under the same attribute names (so
+the speed columns, the engine columns and the provenance table read either): the job's ids,
+seed and shard, its generations' SHA-256, its batches' timings, the memory readings the speed
+columns use, the distribution check's p-value and its provenance. What the jobs of a sweep
+repeat (model, strategy, engine, metrics, a shard's prompts, the provenance but its seed) is
+held once and shared. A cell's map needs only its jobs' ids and hashes (cells.CellTask.jobs):
+it streams their generations from the store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from controller.report.speed import MEMORY_KEYS
+from worker.core.contract import BatchTiming, EngineSpec, JobResult, ModelSpec, PromptItem, StrategySpec
+
+NO_ENGINE: Mapping[str, Any] = MappingProxyType({})  # the engine record of a job without a distribution check
+
+
+@dataclass(slots=True)
+class Batch:
+    """The fields of a BatchTiming that the speed columns read."""
+
+    n: int
+    new_tokens: int
+    prefill_s: float
+    total_s: float
+    decode_s: float
+    steps: int | None
+    energy_j: float | None
+    latency_s: list[float] | None
+    ttft_s: list[float] | None
+    tpot_s: list[float | None] | None
+
+
+@dataclass(slots=True)
+class JobView:
+    """The fields of a JobSpec that the report reads; model, strategy, engine, metrics and prompts shared."""
+
+    tenant: str
+    job_id: str
+    cell: str
+    seed: int
+    shard: int
+    model: ModelSpec
+    strategy: StrategySpec
+    engine: EngineSpec | None
+    metrics: tuple[str, ...]
+    prompts: list[PromptItem]
+
+
+@dataclass(slots=True)
+class JobInfo:
+    """A complete job as the report keeps it (see the module doc); `provenance` is without the seed."""
+
+    job: JobView
+    generations_sha256: str | None
+    batches: list[Batch]
+    memory: dict[str, float]
+    engine: Mapping[str, Any]
+    provenance: Mapping[str, Any]
+
+
+def batch(b: BatchTiming) -> Batch:
+    return Batch(b.n, b.new_tokens, b.prefill_s, b.total_s, b.decode_s, b.steps, b.energy_j, b.latency_s, b.ttft_s,
+                 b.tpot_s)  # fmt: skip
+
+
+class Compactor:
+    """Turns JobResults into JobInfos, one object for each distinct shared part over all the jobs it sees."""
+
+    def __init__(self) -> None:
+        self._shared: dict[tuple, Any] = {}
+
+    def _once(self, kind: str, key: Any, value: Any) -> Any:
+        return self._shared.setdefault((kind, key), value)
+
+    def __call__(self, r: JobResult) -> JobInfo:
+        j = r.job
+        prompts = self._once("prompts", tuple((p.id, p.prompt, p.reference) for p in j.prompts), j.prompts)
+        job = JobView(
+            self._once("text", j.tenant, j.tenant),
+            j.job_id,
+            self._once("text", j.cell, j.cell),
+            j.seed,
+            j.shard,
+            self._once("model", j.model.model_dump_json(), j.model),
+            self._once("strategy", j.strategy.model_dump_json(), j.strategy),
+            None if j.engine is None else self._once("engine", j.engine.model_dump_json(), j.engine),
+            self._once("metrics", tuple(j.metrics), tuple(j.metrics)),
+            prompts,
+        )
+        check = (r.engine or {}).get("distribution_check") or {}
+        engine = {"distribution_check": {"p_value": check["p_value"]}} if "p_value" in check else NO_ENGINE
+        provenance = {k: v for k, v in r.provenance.items() if k != "seed"}
+        provenance = self._once("provenance", json.dumps(provenance, sort_keys=True, default=str), provenance)
+        memory = {k: v for k in MEMORY_KEYS if (v := r.memory.get(k)) is not None}
+        return JobInfo(job, r.generations_sha256, [batch(b) for b in r.batches], memory, engine, provenance)
+
+
+def prompts_of(results: list[JobResult] | list[JobInfo]) -> list[PromptItem]:
+    """The prompts of the jobs, each once, in shard order."""
+    seen: dict[str, PromptItem] = {}
+    for r in sorted(results, key=lambda r: r.job.shard):
+        for p in r.job.prompts:
+            seen.setdefault(p.id, p)
+    return list(seen.values())
