@@ -32,13 +32,7 @@ from worker.store import FileStore, open_store
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(autouse=True)
-def _restore_signals():
-    """The in-process report worker installs SIGTERM/SIGINT/SIGUSR1 handlers: put pytest's back."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
+pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the in-process report worker's handlers
 
 
 @contextlib.contextmanager
