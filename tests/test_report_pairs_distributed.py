@@ -15,10 +15,12 @@ from controller.report.remote import Dispatch
 from controller.report.write import build
 from tests.helpers_report import make_sweep
 from tests.services import SIGNING_KEY as KEY
-from tests.test_report_distributed import _restore_signals, operator, plant, report_workers  # noqa: F401
+from tests.test_report_distributed import operator, plant, report_workers
 from tests.test_report_scale import CELLS, write_with_hashes
 from worker.core import keys, paths, rqadapter
 from worker.store import FileStore, open_store
+
+pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the in-process report worker's handlers
 
 
 def pair_jobs(conn, tenant: str = "default") -> int:
