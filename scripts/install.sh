@@ -17,14 +17,8 @@ TORCH="${TORCH:-torch==2.13.0}"
 INSTALLER="${INSTALLER:-uv}"
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-if [ "$INSTALLER" = uv ]; then
-  source scripts/uv-env.sh
-  use_uv "$VENV"
-  install() { "$UV" pip install -q --python "$VENV/bin/python" "$@"; }
-else
-  "$VENV/bin/pip" install -q --upgrade pip
-  install() { "$VENV/bin/pip" install -q "$@"; }
-fi
+source scripts/uv-env.sh
+installer "$VENV" "$INSTALLER"
 
 # shellcheck disable=SC2086  # TORCH may carry options, e.g. 'torch==2.13.0 --index-url ...'
 install $TORCH

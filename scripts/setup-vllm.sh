@@ -29,16 +29,8 @@ start=$(date +%s)
 rm -f "$MARK"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 
-if [ "$INSTALLER" = uv ]; then
-  source scripts/uv-env.sh
-  use_uv "$VENV"
-  install() { "$UV" pip install -q --python "$VENV/bin/python" "$@"; }
-  uninstall() { "$UV" pip uninstall -q --python "$VENV/bin/python" "$@"; }
-else
-  "$VENV/bin/pip" install -q --upgrade pip
-  install() { "$VENV/bin/pip" install -q "$@"; }
-  uninstall() { "$VENV/bin/pip" uninstall -q -y "$@"; }
-fi
+source scripts/uv-env.sh
+installer "$VENV" "$INSTALLER"
 
 install "$TORCH"
 install "$VLLM_PKG"

@@ -1,5 +1,6 @@
-# Sourced by scripts/install.sh and scripts/setup-vllm.sh: `use_uv VENV` makes uv (PyPI's `uv`, pip-installed
-# into VENV where none is on the PATH) the installer, with pip's own sources. uv reads none of pip's
+# Sourced by scripts/install.sh and scripts/setup-vllm.sh: `installer VENV uv|pip` defines `install` and
+# `uninstall` (pip's arguments) for VENV. uv (PyPI's `uv`, pip-installed into VENV where none is on the
+# PATH) is given pip's own sources. uv reads none of pip's
 # configuration, so it gets pip's: the find-links, index, extra indexes and constraints that `pip config
 # list` shows (pip.conf files and PIP_* variables; the CPU torch wheel comes from there), chosen among as
 # pip does (UV_INDEX_STRATEGY=unsafe-best-match). Sets UV to the binary.
@@ -35,4 +36,17 @@ use_uv() {
   [ -x "$UV" ] || { echo "uv: could not install $UV_PKG into $1 (INSTALLER=pip installs with pip)" >&2; return 1; }
   eval "$(pip_sources_for_uv "$1")"
   export UV_INDEX_STRATEGY=unsafe-best-match
+}
+
+installer() {
+  if [ "$2" = uv ]; then
+    use_uv "$1"
+    install() { "$UV" pip install -q --python "$VENV_PY" "$@"; }
+    uninstall() { "$UV" pip uninstall -q --python "$VENV_PY" "$@"; }
+  else
+    "$1/bin/pip" install -q --upgrade pip
+    install() { "$VENV_PIP" install -q "$@"; }
+    uninstall() { "$VENV_PIP" uninstall -q -y "$@"; }
+  fi
+  VENV_PY="$1/bin/python" VENV_PIP="$1/bin/pip"
 }

@@ -133,12 +133,7 @@ class ReportLogic:
 
     # -- running a job ---------------------------------------------------------------------------
     def claim(self, job_id: str, tenant: str, status: str | None) -> str | None:
-        if not slots.hold_run(self.connection, tenant, job_id, self.worker.name, self.heartbeat_ttl):
-            return "another worker runs it"
-        if status is not None:
-            self.release(job_id, tenant)
-            return f"it is {status} already"
-        return None
+        return slots.claim_run(self.connection, tenant, job_id, self.worker.name, self.heartbeat_ttl, status)
 
     def release(self, job_id: str, tenant: str) -> None:
         slots.release_run(self.connection, tenant, job_id, self.worker.name)

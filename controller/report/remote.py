@@ -90,41 +90,52 @@ def payload(tenant: str, sweep_id: str, task: CellTask, settings: Settings, dige
 
 
 def enqueue_cells(conn, key: bytes, tenant: str, sweep_id: str, items: list[tuple[CellTask, str]], settings,
-                  admit: Callable[[int], None] | None = None) -> list:  # fmt: skip
+                  admission: Admission | None = None) -> int:  # fmt: skip
     """One signed job per (task, digest) on the tenant's report queue, except those already queued or
-    running (a second report of the same sweep waits for the same jobs); the digests with a job now.
-    `admit(n)` (the server's quota) is called with the number of new jobs before any is written."""
+    running (a second report of the same sweep waits for the same jobs); how many jobs were written."""
     jobs = [(job_id_of(d), f"cell {task.cell}", {"cell": task.cell}, payload(tenant, sweep_id, task, settings, d))
             for task, d in items]  # fmt: skip
-    _enqueue(conn, key, tenant, sweep_id, jobs, admit)
-    return [d for _, d in items]
+    return _enqueue(conn, key, tenant, sweep_id, jobs, admission or Admission())
 
 
-def _enqueue(conn, key: bytes, tenant: str, sweep_id: str, jobs: list[tuple[str, str, dict, dict]], admit) -> None:
+@dataclasses.dataclass
+class Admission:
+    """The server's hold on a tenant's report jobs: `lock()` is held from reading which jobs are queued
+    until the new ones are written (never while the sweep is planned), and `check(n)` refuses n new jobs
+    over the quota before any is written. The operator's own process: no lock, no quota."""
+
+    lock: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    check: Callable[[int], None] = lambda n: None
+
+
+def _enqueue(conn, key: bytes, tenant: str, sweep_id: str, jobs: list[tuple[str, str, dict, dict]],
+             admission: Admission) -> int:  # fmt: skip
     """One signed job per (job id, what, meta, payload) on the tenant's report queue, but none for a job
-    id already queued or running; `admit(n)` with the number of new jobs before any is written."""
+    id already queued or running; how many were written."""
     from worker.core import rqadapter
 
     queue = rqadapter.tenant_queue(conn, keys.report_queue(tenant), tenant)
     template = rqadapter.job_template(queue, keys.REPORT_FUNCTION, None, keys.RESULT_TTL, keys.FAILURE_TTL)
-    statuses = rqadapter.job_statuses(conn, tenant, [j[0] for j in jobs]) if jobs else []
-    rows = []
-    for (job_id, what, meta, doc), status in zip(jobs, statuses):
-        if status in ("queued", "started"):
-            continue  # waited for as it is
-        stored = zlib.compress(rqadapter.call_data(keys.REPORT_FUNCTION, json.dumps(doc).encode()), 1)
-        fields = {
-            "data": stored,
-            "description": f"decodebench report {what}"[:200],
-            "meta": rqadapter.meta_field({"tenant": tenant, "sweep_id": sweep_id, **meta}),
-            "timeout": REPORT_TIMEOUT_S,
-            signing.SIG_FIELD: signing.sign(key, tenant, job_id, stored),
-        }
-        rows.append((job_id, fields))
-    if admit is not None and rows:
-        admit(len(rows))
-    for i in range(0, len(rows), CHUNK):
-        rqadapter.bulk_enqueue(conn, queue, template, rows[i : i + CHUNK])
+    with admission.lock():
+        statuses = rqadapter.job_statuses(conn, tenant, [j[0] for j in jobs]) if jobs else []
+        rows = []
+        for (job_id, what, meta, doc), status in zip(jobs, statuses):
+            if status in ("queued", "started"):
+                continue  # waited for as it is
+            stored = zlib.compress(rqadapter.call_data(keys.REPORT_FUNCTION, json.dumps(doc).encode()), 1)
+            fields = {
+                "data": stored,
+                "description": f"decodebench report {what}"[:200],
+                "meta": rqadapter.meta_field({"tenant": tenant, "sweep_id": sweep_id, **meta}),
+                "timeout": REPORT_TIMEOUT_S,
+                signing.SIG_FIELD: signing.sign(key, tenant, job_id, stored),
+            }
+            rows.append((job_id, fields))
+        if rows:
+            admission.check(len(rows))
+        for i in range(0, len(rows), CHUNK):
+            rqadapter.bulk_enqueue(conn, queue, template, rows[i : i + CHUNK])
+    return len(rows)
 
 
 def _bounded(n_boot: int, n_boot_corpus: int) -> None:
@@ -133,7 +144,7 @@ def _bounded(n_boot: int, n_boot_corpus: int) -> None:
 
 
 def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
-                   n_boot_corpus: int, admit: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
+                   n_boot_corpus: int, admission: Admission | None = None) -> dict[str, Any]:  # fmt: skip
     """The submission server's side of `report --distributed --api`: the tenant's own sweep read from
     the store (results only), its cells planned as `summarize` plans them, and a job enqueued for each
     cell missing from the cache. What the client waits for: the digests (cache keys)."""
@@ -153,14 +164,14 @@ def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boo
             missing.append((task, d))
             if f"{d}.fail.json" in cached:  # an earlier attempt's mark: this one starts afresh
                 store.delete(fail_key(tenant, sweep_id, d))
-    enqueued = enqueue_cells(conn, key, tenant, sweep_id, missing, settings, admit)
+    enqueued = enqueue_cells(conn, key, tenant, sweep_id, missing, settings, admission)
     return {"tenant": tenant, "sweep_id": sweep_id, "cells": len(tasks), "missing": len(missing),
-            "enqueued": len(enqueued), "digests": [d for _, d in missing]}  # fmt: skip
+            "enqueued": enqueued, "digests": [d for _, d in missing]}  # fmt: skip
 
 
 def enqueue_pair_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
                         n_boot_corpus: int, baseline: str | None,
-                        admit: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
+                        admission: Admission | None = None) -> dict[str, Any]:  # fmt: skip
     """The signer's side of the paired comparisons (`report --distributed`, after the cells): the tenant's
     own sweep's pairs planned from the store (controller.report.pairjobs.plan_pairs), one job for each
     missing from the cache whose cells are cached. What the client waits for: the pairs' digests."""
@@ -170,8 +181,8 @@ def enqueue_pair_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, 
     total, docs = plan_pairs(store, tenant, sweep_id, n_boot=n_boot, seed=seed, n_boot_corpus=n_boot_corpus,
                              baseline=baseline)  # fmt: skip
     jobs = [(f"pair-{d['pair']}", f"pair {d['pair']}", {"pair": d["pair"]}, d) for d in docs]
-    _enqueue(conn, key, tenant, sweep_id, jobs, admit)
-    return {"tenant": tenant, "sweep_id": sweep_id, "pairs": total, "missing": len(docs), "enqueued": len(docs),
+    enqueued = _enqueue(conn, key, tenant, sweep_id, jobs, admission or Admission())
+    return {"tenant": tenant, "sweep_id": sweep_id, "pairs": total, "missing": len(docs), "enqueued": enqueued,
             "names": [d["pair"] for d in docs]}  # fmt: skip
 
 

@@ -271,9 +271,12 @@ def _report_jobs(ctx: Context, who: Identity, sweep: str, enqueue, settings: dic
         sweep_id = ctx.store.resolve_sweep(tenant, sweep)
     except UsageError as err:
         raise NotFound(str(err)) from None
-    with _Locked(ctx, tenant):  # two reports of a tenant cannot both pass the same quota
-        return enqueue(ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, **settings,
-                       admit=lambda n: _admit_report(ctx, tenant, n))  # fmt: skip
+    # two reports of a tenant cannot both pass the same quota: the lock from reading which jobs are queued to
+    # writing the new ones, not while the sweep is planned from the store (seconds for a large sweep)
+    from controller.report.remote import Admission
+
+    hold = Admission(lock=lambda: _Locked(ctx, tenant), check=lambda n: _admit_report(ctx, tenant, n))
+    return enqueue(ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, **settings, admission=hold)
 
 
 def _admit_report(ctx: Context, tenant: str, new: int) -> None:

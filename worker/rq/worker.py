@@ -187,13 +187,7 @@ class DecodebenchLogic:
 
     # -- running a job ---------------------------------------------------------------------------
     def claim(self, job_id: str, tenant: str, status: str | None) -> str | None:
-        if not slots.hold_run(self.connection, tenant, job_id, self.worker.name, self.heartbeat_ttl):
-            return "another worker runs it"
-        if status is not None:
-            slots.release_slot(self.connection, tenant, job_id)
-            self.release(job_id, tenant)
-            return f"it is {status} already"
-        return None
+        return slots.claim_run(self.connection, tenant, job_id, self.worker.name, self.heartbeat_ttl, status)
 
     def release(self, job_id: str, tenant: str) -> None:
         slots.release_run(self.connection, tenant, job_id, self.worker.name)

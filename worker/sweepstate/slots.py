@@ -70,6 +70,19 @@ def hold_run(conn, tenant: str, job_id: str, holder: str, ttl: float) -> bool:
     return bool(conn.set(keys.run_lock(tenant, job_id), holder, nx=True, px=max(1, int(ttl * 1000))))
 
 
+def claim_run(conn, tenant: str, job_id: str, holder: str, ttl: float, status: str | None) -> str | None:
+    """A worker's claim of a dequeued job: its run lock for `holder`, unless another holds it; a job
+    already in a final `status` (finished, failed, ...) gives its lock and its slot (none for a report
+    job) back. Why it must not run, or None if it may."""
+    if not hold_run(conn, tenant, job_id, holder, ttl):
+        return "another worker runs it"
+    if status is not None:
+        release_slot(conn, tenant, job_id)
+        release_run(conn, tenant, job_id, holder)
+        return f"it is {status} already"
+    return None
+
+
 def extend_run(conn, tenant: str, job_id: str, holder: str, ttl: float) -> None:
     _EXTEND_RUN(conn, [keys.run_lock(tenant, job_id)], [holder, max(1, int(ttl * 1000))])
 
