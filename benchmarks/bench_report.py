@@ -18,7 +18,10 @@ prints its wall time and peak RSS (the controller, and the largest pool process)
   per cell, then one per (cell, baseline) pair; the controller waits for them in the store and
   reduces (Holm, the reference row, the formats). The largest worker's peak RSS is read from /proc
   before it stops;
-- `cached`: the same report again, every cell from report/cache/.
+- `cached`: the same report again, every cell from report/cache/;
+- `held` (after a mode that filled the cache): what the reduce holds of every cell's output, traced
+  (tracemalloc of `map_cells`' outputs, every cell from the cache): the memory that grows with the
+  cells on the controller besides planning, in MB and per cell.
 
 Before the modes it prints what planning the report holds (`plan`, always): tracemalloc of
 `load_sweep(with_generations=False)` + `cell_tasks` in a fresh subprocess, what the controller (and the
@@ -34,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import resource
@@ -49,23 +51,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def make_store(path: Path, n_cells: int, gens: int) -> str:
-    from tests.helpers_report import make_sweep
-    from worker.core import paths
+    from tests.helpers_report import make_sweep, write_with_hashes
     from worker.store import FileStore
-    from worker.store.base import jsonl_bytes
 
     cells = [("m", "top_p", {"p": round(0.5 + i / (2 * n_cells), 6)}) for i in range(n_cells)]
     data = make_sweep(seeds=(0, 1), n_prompts=max(2, gens // 2), cells=cells, shard_size=8, batch_size=4)
-    store = FileStore(path)
-    store.write_json(paths.spec_key(data.tenant, data.sweep_id), data.spec)
-    by_job: dict[str, list] = {}
-    for g in data.generations:
-        by_job.setdefault(g.job_id, []).append(g.model_dump())
-    for r in data.results:
-        body = jsonl_bytes(by_job.get(r.job.job_id, []))
-        store.write_bytes(paths.generations_key(data.tenant, data.sweep_id, r.job.job_id), body)
-        result = r.model_copy(update={"generations_sha256": hashlib.sha256(body).hexdigest()})
-        store.write_json(paths.result_key(data.tenant, data.sweep_id, r.job.job_id), result.model_dump(mode="json"))
+    write_with_hashes(FileStore(path), data)
     return data.sweep_id
 
 
@@ -88,10 +79,36 @@ def measure_plan(args: argparse.Namespace) -> None:
                       "per_job_kb": held / 1024 / n_jobs, "per_cell_kb": held / 1024 / len(tasks)}))  # fmt: skip
 
 
+def measure_held(args: argparse.Namespace) -> None:
+    """What the reduce holds of the cells' outputs, every one read from the cache (traced); a JSON line."""
+    import tracemalloc
+
+    from controller.metrics import METRICS
+    from controller.report.aggregate import cell_tasks, load_sweep
+    from controller.report.cells import map_cells
+    from worker.store import FileStore
+
+    store = FileStore(args.store)
+    data = load_sweep(store, "default", args.sweep, with_generations=False)
+    selected, settings, tasks = cell_tasks(data, args.n_boot, 0, 100, METRICS, store)  # build()'s settings
+
+    def missing(todo: list, _settings) -> None:  # map_cells asks for the cells not in the cache
+        raise SystemExit(f"held: {len(todo)} cells are not in the cache: list `held` after a mode that fills it")
+
+    tracemalloc.start()
+    outputs = map_cells(tasks, selected, settings, store=store, remote=missing)
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(json.dumps({"held_mb": held / 2**20, "peak_mb": peak / 2**20, "cells": len(outputs),
+                      "per_cell_kb": held / 1024 / len(outputs)}))  # fmt: skip
+
+
 def measure(args: argparse.Namespace) -> None:
     """One report in this process; prints a JSON line."""
     if args.mode == "plan":
         return measure_plan(args)
+    if args.mode == "held":
+        return measure_held(args)
     from controller.report.aggregate import load_sweep, summarize
     from controller.report.write import build
     from worker.store import FileStore
@@ -189,6 +206,11 @@ def main() -> None:
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         for mode in modes:
             workers = 1 if mode in ("memory", "single") else args.workers
+            if mode == "held":
+                h = run(mode, tmp, sweep, 1, args.n_boot)
+                print(f"  held: the reduce holds {h['held_mb']:6.1f} MB of the cells' outputs traced "
+                      f"(peak {h['peak_mb']:.1f} MB): {h['per_cell_kb']:.1f} KB a cell")  # fmt: skip
+                continue
             if mode != "cached" and cache.exists():
                 for f in cache.iterdir():
                     f.unlink()

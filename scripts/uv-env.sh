@@ -36,6 +36,10 @@ use_uv() {
   [ -x "$UV" ] || { echo "uv: could not install $UV_PKG into $1 (INSTALLER=pip installs with pip)" >&2; return 1; }
   eval "$(pip_sources_for_uv "$1")"
   export UV_INDEX_STRATEGY=unsafe-best-match
+  # Bytecode at install, as pip does: uv writes none by default, and where PYTHONDONTWRITEBYTECODE=1 (this
+  # machine, CI) Python writes none either, so every process compiled torch and transformers again (each
+  # `decodebench` the tests spawn took ~7 s more; the suite 744 s against 523 s; docs/performance.md).
+  export UV_COMPILE_BYTECODE=1
 }
 
 installer() {

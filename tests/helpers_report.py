@@ -207,6 +207,25 @@ def write_sweep(store: Store, data: SweepData) -> None:
         store.write_json(paths.result_key(data.tenant, data.sweep_id, job_id), r.model_dump(mode="json"))
 
 
+def write_with_hashes(store: Store, data: SweepData, *, change: str | None = None) -> None:
+    """Write the sweep as workers do, each result.json carrying its generations' SHA-256 (what the report
+    streams a cell's generations by); `change`: a job whose texts are written otherwise (a retry's)."""
+    from worker.store.base import jsonl_bytes
+
+    store.write_json(paths.spec_key(data.tenant, data.sweep_id), data.spec)
+    by_job: dict[str, list[dict]] = {}
+    for g in data.generations:
+        by_job.setdefault(g.job_id, []).append(g.model_dump())
+    for r in data.results:
+        rows = by_job.get(r.job.job_id, [])
+        if r.job.job_id == change:
+            rows = [{**row, "text": row["text"] + " again"} for row in rows]
+        body = jsonl_bytes(rows)
+        store.write_bytes(paths.generations_key(data.tenant, data.sweep_id, r.job.job_id), body)
+        result = r.model_copy(update={"generations_sha256": hashlib.sha256(body).hexdigest()})
+        store.write_json(paths.result_key(data.tenant, data.sweep_id, r.job.job_id), result.model_dump(mode="json"))
+
+
 # -- throwaway metrics: the aggregation is tested without the real metric implementations --
 
 

@@ -37,9 +37,9 @@ from tests.helpers_chart import (
     render_notes,
     validate_keda,
 )
-from tests.helpers_report import make_sweep
+from tests.helpers_report import make_sweep, write_with_hashes
 from tests.test_chart_keda import desired_replicas, evaluate
-from tests.test_report_scale import CELLS, write_with_hashes
+from tests.test_report_scale import CELLS
 from worker.core import keys
 from worker.store import open_store
 

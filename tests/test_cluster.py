@@ -6,6 +6,7 @@ pods made from their templates), and a real redis-server holding RQ queues and w
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -129,6 +130,9 @@ def test_report_workers_are_a_pool_of_their_own_and_count_only_report_cells(kube
     (patch,) = [r for r in kube.requests if r["method"] == "PATCH"]
     assert patch["path"].endswith("/deployments/db-decodebench-report-worker/scale")
     assert kube.deployments["db-decodebench-report-worker"]["spec"]["replicas"] == 3
+    assert "resets it to reportWorkers.replicas" in result.output  # not a GPU pool's values
+    helps = [re.sub(r"-\s+", "-", cli(*args, "--help").output) for args in ((), ("scale",), ("status",))]
+    assert all("report-workers" in text or "report workers" in text for text in helps)  # --help names the pool
     (role,) = find(render(values, namespace=NS), "Role", "db-decodebench-controller")
     (rule,) = [r for r in role["rules"] if r["resources"] == ["deployments/scale"]]
     assert "db-decodebench-report-worker" in rule["resourceNames"]

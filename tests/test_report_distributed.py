@@ -23,9 +23,9 @@ from controller.report.aggregate import load_sweep, summarize
 from controller.report.mapworker import report_worker
 from controller.report.remote import Dispatch, enqueue_cells, job_id_of, payload
 from controller.report.write import build
-from tests.helpers_report import make_sweep
+from tests.helpers_report import make_sweep, write_with_hashes
 from tests.services import SIGNING_KEY as KEY
-from tests.test_report_scale import CELLS, write_with_hashes
+from tests.test_report_scale import CELLS
 from worker.core import keys, paths, rqadapter, signing
 from worker.store import FileStore, open_store
 

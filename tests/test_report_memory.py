@@ -9,8 +9,8 @@ import pandas as pd
 from controller.metrics import METRICS
 from controller.report import cells
 from controller.report.aggregate import cell_tasks, load_sweep, summarize
-from tests.helpers_report import make_sweep
-from tests.test_report_scale import CELLS, write_with_hashes
+from tests.helpers_report import make_sweep, write_with_hashes
+from tests.test_report_scale import CELLS
 from worker.core import paths
 from worker.core.contract import JobResult
 from worker.store import FileStore
@@ -65,3 +65,42 @@ def test_a_damaged_result_is_named_and_left_out_of_a_streamed_sweep(tmp_path):
     streamed = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
     assert len(streamed.results) == len(data.results) - 1 and job_id not in {r.job.job_id for r in streamed.results}
     assert len(streamed.damaged) == 1 and job_id in streamed.damaged[0]
+
+
+def test_the_reduce_holds_each_cell_as_a_row_and_reads_compared_statistics_from_the_cache(tmp_path, monkeypatch):
+    """A cached cell's per-prompt statistics (the part of its output that grows with the prompts) are not
+    held for the whole table: a comparison reads both cells' again, each baseline once, and the numbers
+    are those of the sweep in memory."""
+    from controller.report import aggregate, paircache
+
+    data, store = written(tmp_path)
+    held: list = []
+    real_map = aggregate.map_cells
+    monkeypatch.setattr(aggregate, "map_cells", lambda *a, **k: held.extend(out := real_map(*a, **k)) or out)
+    reads: list[str] = []
+    real_read = paircache.from_cache
+    monkeypatch.setattr(paircache, "from_cache", lambda s, key: reads.append(key) or real_read(s, key))
+    streamed = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
+    summary = summarize(streamed, n_boot=50, store=store)
+    assert len(held) == 4 and all(o.spilled and o.stats.kept == {} and o.stats.prompts == [] for o in held)
+    assert all(o.stats.values for o in held)  # the values stay: the table's rows and who is compared with whom
+    # two models: m's baseline compared with two cells, n's with none; three cells read, the baseline once
+    assert len(reads) == len(set(reads)) == 3
+    pd.testing.assert_frame_equal(summary, summarize(data, n_boot=50))
+
+
+def test_a_compared_cell_whose_cache_entry_left_meanwhile_is_computed_again(tmp_path, monkeypatch):
+    from controller.report import aggregate
+
+    data, store = written(tmp_path)
+    real_map = aggregate.map_cells
+
+    def then_delete(*a, **k):  # report/cache/ deleted while the report runs: safe, as it is between reports
+        out = real_map(*a, **k)
+        for key in store.list(paths.report_key(data.tenant, data.sweep_id, "cache/")):
+            store.delete(key)
+        return out
+
+    monkeypatch.setattr(aggregate, "map_cells", then_delete)
+    summary = summarize(load_sweep(store, data.tenant, data.sweep_id, with_generations=False), n_boot=50, store=store)
+    pd.testing.assert_frame_equal(summary, summarize(data, n_boot=50))

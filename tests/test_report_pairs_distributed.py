@@ -13,10 +13,10 @@ from controller.report.mapworker import report_worker
 from controller.report.pairjobs import pair_payload
 from controller.report.remote import Dispatch
 from controller.report.write import build
-from tests.helpers_report import make_sweep
+from tests.helpers_report import make_sweep, write_with_hashes
 from tests.services import SIGNING_KEY as KEY
 from tests.test_report_distributed import operator, plant, report_workers
-from tests.test_report_scale import CELLS, write_with_hashes
+from tests.test_report_scale import CELLS
 from worker.core import keys, paths, rqadapter
 from worker.store import FileStore, open_store
 

@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import pandas as pd
 
 from controller.report import cells
 from controller.report.aggregate import load_sweep, summarize
 from controller.report.write import build
-from tests.helpers_report import make_sweep
+from tests.helpers_report import make_sweep, write_with_hashes
 from worker.core import paths
 from worker.store import FileStore
-from worker.store.base import jsonl_bytes
 
 CELLS = [("m", "greedy", {}), ("m", "top_p", {"p": 0.9}), ("m", "top_k", {"k": 5}), ("n", "greedy", {})]
-
-
-def write_with_hashes(store, data, *, change: str | None = None) -> None:
-    """Write the sweep as workers do, result.json carrying its generations' SHA-256; `change` a job's texts."""
-    store.write_json(paths.spec_key(data.tenant, data.sweep_id), data.spec)
-    for r in data.results:
-        rows = [g.model_dump() for g in data.generations if g.job_id == r.job.job_id]
-        if r.job.job_id == change:
-            rows = [{**row, "text": row["text"] + " again"} for row in rows]
-        body = jsonl_bytes(rows)
-        store.write_bytes(paths.generations_key(data.tenant, data.sweep_id, r.job.job_id), body)
-        result = r.model_copy(update={"generations_sha256": hashlib.sha256(body).hexdigest()})
-        store.write_json(paths.result_key(data.tenant, data.sweep_id, r.job.job_id), result.model_dump(mode="json"))
 
 
 def test_pooled_and_streamed_reports_equal_the_in_memory_one(tmp_path):
@@ -68,3 +52,57 @@ def test_a_report_after_a_retry_recomputes_only_the_changed_cell(tmp_path, monke
     assert ran == [retried.cell]
     row = lambda s: s[s["cell"] == retried.cell].iloc[0]
     assert row(after)["mean_length"] > row(first)["mean_length"]
+
+
+def test_the_report_reads_s3_several_records_at_a_time_in_order(s3_bucket, monkeypatch):
+    """An S3 read is a round trip (tens of ms); the report's result.json per job and each cell's generations
+    are read `read_concurrency` at once (on the loopback S3 endpoint here), kept in order, a damaged job
+    still named and left out. A local disk reads one at a time (threads only share its parsing CPU)."""
+    import threading
+    import time
+
+    from worker.store import open_store
+    from worker.store.s3 import S3Store
+
+    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    store = open_store(f"s3://{s3_bucket}/runs")
+    write_with_hashes(store, data)
+    victim = sorted(r.job.job_id for r in data.results)[3]
+    key = paths.result_key(data.tenant, data.sweep_id, victim)
+    store.write_bytes(key, store.read_bytes(key)[:-5])
+    in_flight, most, lock = [0], [0], threading.Lock()
+    real = S3Store.read_bytes
+
+    def counted(self, key):  # a round trip, counted while it lasts
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        try:
+            time.sleep(0.01)
+            return real(self, key)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(S3Store, "read_bytes", counted)
+    streamed = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
+    assert most[0] > 1  # reads overlapped (one at a time before)
+    kept = sorted(r.job.job_id for r in data.results if r.job.job_id != victim)
+    assert [r.job.job_id for r in streamed.results] == kept
+    assert len(streamed.damaged) == 1 and victim in streamed.damaged[0]
+    most[0] = 0
+    task = next(t for t in cells_of(streamed, store) if len(t.jobs) > 1)
+    records, damaged = cells.cell_records(task)
+    assert most[0] > 1 and damaged == []
+    assert [g.job_id for g in records] == [g.job_id for j, _ in task.jobs for g in data.generations if g.job_id == j]
+    threaded = summarize(streamed, n_boot=50, store=store)
+    monkeypatch.setattr(store, "read_concurrency", 1)  # one read at a time, everything in memory: the same report
+    pd.testing.assert_frame_equal(threaded, summarize(load_sweep(store, data.tenant, data.sweep_id), n_boot=50))
+    assert FileStore.read_concurrency == 1
+
+
+def cells_of(streamed, store):
+    from controller.metrics import METRICS
+    from controller.report.aggregate import cell_tasks
+
+    return cell_tasks(streamed, 50, 0, 50, METRICS, store)[2]

@@ -62,7 +62,11 @@ _release = settings.option("release")
 
 @click.group("cluster")
 def cluster() -> None:
-    """Worker pools on Kubernetes: pods, GPUs, queue depth; scale a pool."""
+    """Worker pools on Kubernetes: pods, GPUs, queue depth; scale a pool.
+
+    The pools are the chart's GPU pools (worker.pools[]) and, where the chart's reportWorkers is on,
+    the report workers: the pool `report-workers` (engine `report`, no GPU), whose queued count is
+    the tenants' report jobs (`report --distributed`)."""
 
 
 @cluster.command("status")
@@ -72,7 +76,7 @@ def cluster() -> None:
 @options.redis_url
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def status(namespace: str | None, context: str | None, release: str | None, redis_url: str, output: str) -> None:
-    """Worker pods per pool, their GPUs and readiness, queue depth and idle/busy workers."""
+    """Worker pods per pool (report-workers included), their GPUs and readiness, queue depth, idle/busy workers."""
     from controller.ops.cluster import KubeClient, queue_stats, render, summarise
 
     kube = KubeClient(context, namespace)
@@ -111,8 +115,8 @@ def status(namespace: str | None, context: str | None, release: str | None, redi
 @_context
 @_release
 def scale(pool: str, replicas: int, namespace: str | None, context: str | None, release: str | None) -> None:
-    """Set the number of pods of worker pool POOL."""
-    from controller.ops.cluster import KubeClient
+    """Set the number of pods of worker pool POOL (a GPU pool's name, or report-workers)."""
+    from controller.ops.cluster import REPORT_ENGINE, KubeClient
 
     kube = KubeClient(context, namespace)
     pools = kube.pools(release)
@@ -126,15 +130,16 @@ def scale(pool: str, replicas: int, namespace: str | None, context: str | None, 
         raise UsageError(f"pool {pool!r} exists in several releases ({releases}); choose one with --release")
     target = matches[0]
     if target.autoscaled:
+        values = "reportWorkers.autoscaling" if target.engine == REPORT_ENGINE else "worker.pools[].autoscaling"
         raise UsageError(
-            f"pool {pool!r} is autoscaled by KEDA; change worker.pools[].autoscaling "
-            "(minReplicas/maxReplicas) in the Helm values instead"
+            f"pool {pool!r} is autoscaled by KEDA; change {values} (minReplicas/maxReplicas) in the Helm values instead"
         )
     kube.scale(target.deployment, replicas)
     click.echo(
         f"pool {pool}: {target.replicas} -> {replicas} replicas (deployment {target.deployment} in {kube.namespace})"
     )
-    click.echo("note: the next `helm upgrade` resets it to worker.pools[].replicas from the values")
+    values = "reportWorkers.replicas" if target.engine == REPORT_ENGINE else "worker.pools[].replicas"
+    click.echo(f"note: the next `helm upgrade` resets it to {values} from the values")
 
 
 COMMANDS = [doctor, cluster]

@@ -22,10 +22,11 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
-from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, cell_records, map_cells, pair_memo, score
+from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, cell_records, map_cells, run_cell, score
 from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
 from controller.report.intervals import CI_LEVEL, cell_rng
-from controller.report.jobs import Compactor, JobInfo, prompts_of
+from controller.report.jobs import Compactor, JobInfo, job_reader, prompts_of, read_each
+from controller.report.paircache import pair_memo, stats_loader
 from controller.report.paired import compare_cells, comparison_columns, is_comparison_column
 from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
@@ -93,7 +94,8 @@ class SweepData:
 
 
 def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bool = True) -> SweepData:
-    """Read the spec and every COMPLETE job (result.json present); each generation once.
+    """Read the spec and every COMPLETE job (result.json present); each generation once. The jobs are
+    read the store's `read_concurrency` at a time (S3: 16 round trips in flight), kept in job-id order.
 
     `with_generations=False` reads the results only, each kept as a compact JobInfo (report.jobs):
     `summarize(..., store=store)` streams each cell's generations when it aggregates that cell (and
@@ -114,16 +116,14 @@ def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bo
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
     compact = Compactor()
-    for job_id in sorted(store.complete_job_ids(tenant, sweep_id)):
-        try:  # a damaged job (a worker killed mid-write, a hand edit) is named and left out, as if missing
-            result = store.load_result(tenant, sweep_id, job_id)
-            records = (
-                store.load_generations(tenant, sweep_id, job_id, result.generations_sha256) if with_generations else []
-            )
-        except CorruptRecordError as err:
-            log.warning(f"{err}; job left out of the report")
-            damaged.append(str(err))
+    job_ids = sorted(store.complete_job_ids(tenant, sweep_id))
+    read = job_reader(store, tenant, sweep_id, with_generations)
+    for job_id, loaded in zip(job_ids, read_each(read, job_ids, store.read_concurrency)):
+        if isinstance(loaded, CorruptRecordError):  # a damaged job (a worker killed mid-write, a hand edit)
+            log.warning(f"{loaded}; job left out of the report")
+            damaged.append(str(loaded))
             continue
+        result, records = loaded
         results.append(result if with_generations else compact(result))
         for record in records:
             key = (job_id, record.prompt_id)
@@ -308,6 +308,7 @@ def summarize(
         for name, method in o.methods.items():
             methods[name].add(method)
     if settings.with_ci:
+        by_cell = {t.cell: t for t in tasks}
         compared = compare_cells(
             [o.stats for o in outputs if o.stats is not None],
             dict(selected),
@@ -315,6 +316,7 @@ def summarize(
             n_boot=n_boot,
             rng_for=lambda cell: cell_rng(seed, f"{cell}|paired"),
             memo=pair_memo(store, outputs, settings, baseline, selected=selected, workers=workers, remote=remote),
+            load=stats_loader(store, outputs, lambda cell: run_cell(by_cell[cell], selected, settings)),
         )
         for row in rows:
             row.update(compared.get(row["cell"], {}))

@@ -72,6 +72,7 @@ class CellOutput:
     examples: dict[str, dict[str, Any]] = field(default_factory=dict)  # prompt id -> its lowest-seed generation
     damaged: list[str] = field(default_factory=list)
     digest: str | None = None  # its cache key, where it has one
+    spilled: bool = False  # its per-prompt statistics dropped here, read again from the cache (`spill`)
 
 
 def score(
@@ -121,19 +122,27 @@ def mauve_seed(seed: int, cell: str) -> int:
 
 def cell_records(task: CellTask) -> tuple[list[GenerationRecord], list[str]]:
     """The records of the cell's complete jobs, each generation once, streamed from the store by job id and
-    hash where the task does not hold them; a damaged job's generations are named and left out."""
+    hash (S3: several reads in flight, report.jobs.read_each) where the task does not hold them; a damaged
+    job's generations are named and left out."""
     if task.records is not None:
         return task.records, []
+    from controller.report.jobs import read_each
     from worker.store import open_store
 
     url, tenant, sweep_id = task.where  # type: ignore[misc]
     store = open_store(url)
-    records, damaged, seen = [], [], set()
-    for job_id, sha in task.jobs:
+    shas = dict(task.jobs)
+
+    def read(job_id: str) -> list[GenerationRecord] | CorruptRecordError:
         try:
-            loaded = store.load_generations(tenant, sweep_id, job_id, sha)
+            return store.load_generations(tenant, sweep_id, job_id, shas[job_id])
         except CorruptRecordError as err:
-            damaged.append(str(err))
+            return err
+
+    records, damaged, seen = [], [], set()
+    for loaded in read_each(read, [job_id for job_id, _ in task.jobs], store.read_concurrency):
+        if isinstance(loaded, CorruptRecordError):
+            damaged.append(str(loaded))
             continue
         for g in loaded:
             if (g.job_id, g.prompt_id) not in seen:
@@ -184,14 +193,14 @@ def digest(task: CellTask, settings: Settings) -> str | None:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value.item() if hasattr(value, "item") else value
 
 
 def _nested(values: Any) -> Any:
-    return [_nested(v) for v in values] if isinstance(values, list) else _plain(values)
+    return [_nested(v) for v in values] if isinstance(values, list) else plain(values)
 
 
 def to_json(out: CellOutput) -> dict:
@@ -199,9 +208,9 @@ def to_json(out: CellOutput) -> dict:
     if out.stats is not None:
         s = out.stats
         stats = {"cell": s.cell, "model": s.model, "strategy": s.strategy, "prompts": s.prompts,
-                 "values": {k: _plain(v) for k, v in s.values.items()},
+                 "values": {k: plain(v) for k, v in s.values.items()},
                  "kept": {k: [kind, _nested(arr.tolist())] for k, (kind, arr) in s.kept.items()}}  # fmt: skip
-    return {"row": {k: _plain(v) for k, v in out.row.items()}, "stats": stats, "methods": out.methods,
+    return {"row": {k: plain(v) for k, v in out.row.items()}, "stats": stats, "methods": out.methods,
             "examples": out.examples, "damaged": out.damaged}  # fmt: skip
 
 
@@ -232,6 +241,17 @@ def cache_key(tenant: str, sweep_id: str, cell_digest: str) -> str:
     return paths.report_key(tenant, sweep_id, f"cache/{cell_digest}.json")
 
 
+def spill(out: CellOutput, key: str | None) -> CellOutput:
+    """What the reduce keeps of a cell's output once it is in the cache under `key`: the row, methods,
+    examples and the statistics' values, not their per-prompt arrays (the bulk of an output, growing
+    with the prompts), which a comparison reads again from the cache (controller.report.paircache)."""
+    out.digest = key
+    if key is not None and out.stats is not None and not out.damaged:
+        s = out.stats
+        out.stats, out.spilled = CellStats(s.cell, s.model, s.strategy, [], s.values, {}), True
+    return out
+
+
 def map_cells(
     tasks: list[CellTask], selected, settings: Settings, *, workers: int = 1, store=None, remote=None
 ) -> list[CellOutput]:
@@ -242,7 +262,8 @@ def map_cells(
     a callable given the (task, digest) pairs missing from the cache and the settings, has them
     computed elsewhere (controller.report.remote: the report workers, global registry's metrics
     only) and returns once their outputs are in the cache or given up on; what is still missing
-    then is computed here."""
+    then is computed here. Each output is cached and `spill`ed as it arrives, so the outputs held
+    grow by a row per cell, not by a cell's per-prompt statistics."""
     outputs: list[CellOutput | None] = [None] * len(tasks)
     keys: list[str | None] = [None] * len(tasks)
     digests: list[str | None] = [None] * len(tasks)
@@ -250,7 +271,8 @@ def map_cells(
         d = digest(task, settings) if store is not None and task.where is not None else None
         if d is not None:
             digests[i], keys[i] = d, cache_key(task.where[1], task.where[2], d)  # type: ignore[index]
-            outputs[i] = from_cache(store, keys[i])
+            if (cached := from_cache(store, keys[i])) is not None:
+                outputs[i] = spill(cached, keys[i])
     todo = [i for i, out in enumerate(outputs) if out is None]
     global_registry = all(METRICS.get(n) is m for n, m in selected if n in METRICS) and all(
         n in METRICS for n, _ in selected
@@ -258,91 +280,22 @@ def map_cells(
     if remote is not None and global_registry and todo:  # a report worker knows only the global registry
         remote([(tasks[i], digests[i]) for i in todo if digests[i] is not None], settings)
         for i in todo:
-            outputs[i] = from_cache(store, keys[i])
+            if (cached := from_cache(store, keys[i])) is not None:
+                outputs[i] = spill(cached, keys[i])
         todo = [i for i in todo if outputs[i] is None]
+
+    def done(i: int, out: CellOutput) -> None:
+        if keys[i] is not None and not out.damaged:
+            store.write_json(keys[i], to_json(out))
+        outputs[i] = spill(out, keys[i])
+
     if workers != 1 and global_registry and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
-            done = pool.map(_pool_task, [(tasks[i], settings) for i in todo], chunksize=1)
-            for i, out in zip(todo, done):
-                outputs[i] = out
+            for i, out in zip(todo, pool.map(_pool_task, [(tasks[i], settings) for i in todo], chunksize=1)):
+                done(i, out)
     else:
         for i in todo:
-            outputs[i] = run_cell(tasks[i], selected, settings)
-    for i in todo:
-        if keys[i] is not None and not outputs[i].damaged:  # type: ignore[union-attr]
-            store.write_json(keys[i], to_json(outputs[i]))  # type: ignore[arg-type]
-    for i, key in enumerate(keys):
+            done(i, run_cell(tasks[i], selected, settings))
+    for i, key in enumerate(keys):  # an uncached (damaged, or no store) output keeps its statistics
         outputs[i].digest = key  # type: ignore[union-attr]
     return outputs  # type: ignore[return-value]
-
-
-def pair_task(args: tuple[CellStats, CellStats, tuple[str, ...], int, int]) -> dict:
-    """One (cell, baseline) pair, as the controller computes it: in a pool process, or in a report worker."""
-    from controller.report.paired import compare_pair
-
-    a, b, names, n_boot, seed = args
-    metrics = {n: METRICS.get(n) for n in names}
-    return compare_pair(a, b, metrics, n_boot=n_boot, rng=cell_rng(seed, f"{a.cell}|paired"))
-
-
-def pair_name(cell_key: str, base_key: str, n_boot: int, seed: int, baseline: str | None) -> str:
-    """A pair's cache digest, from both cells' cache keys and the comparison's settings."""
-    doc = [CACHE_VERSION, cell_key, base_key, n_boot, seed, baseline]
-    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
-
-
-def pair_key(tenant: str, sweep_id: str, name: str) -> str:
-    """Where a pair's comparison is cached: beside its cells' outputs."""
-    return paths.report_key(tenant, sweep_id, f"cache/pair-{name}.json")
-
-
-def pair_json(pair: dict) -> dict:
-    return {k: _plain(v) for k, v in pair.items()}
-
-
-def pair_memo(
-    store, outputs: list[CellOutput], settings: Settings, baseline: str | None, *, selected=(), workers: int = 1,
-    remote=None,
-):  # fmt: skip
-    """`compare_cells`' memo: a pair's comparison cached beside its cells' outputs, keyed by both.
-
-    The pairs missing from the cache are asked of `remote` first (its `pairs(keys, settings,
-    baseline)`: the report workers, controller.report.remote), which returns once their entries
-    are in the cache or given up on; with `workers` != 1 what is still missing is computed in a
-    process pool, like the cells (both only with the global registry's metrics)."""
-    from controller.report.paired import baselines
-
-    digests = {o.row["cell"]: o.digest for o in outputs}
-
-    def key_of(cell: str, base: str) -> str | None:
-        if store is None or digests.get(cell) is None or digests.get(base) is None:
-            return None
-        name = pair_name(digests[cell], digests[base], settings.n_boot, settings.seed, baseline)  # type: ignore[arg-type]
-        return digests[cell].rsplit("/", 1)[0] + f"/pair-{name}.json"  # type: ignore[union-attr]
-
-    ready: dict[tuple[str, str], dict] = {}
-    stats = {o.row["cell"]: o.stats for o in outputs if o.stats is not None}
-    early = all(n in METRICS and METRICS.get(n) is m for n, m in selected) and (remote is not None or workers != 1)
-    todo = [(c, b) for c, b in baselines(list(stats.values()), baseline).items() if b is not None] if early else []
-    todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
-    if remote is not None and (keys := [k for c, b in todo if (k := key_of(c, b))]):
-        remote.pairs(keys, settings, baseline)
-        todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
-    if workers != 1 and len(todo) > 1:
-        with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
-            args = [(stats[c], stats[b], settings.names, settings.n_boot, settings.seed) for c, b in todo]
-            ready = dict(zip(todo, pool.map(pair_task, args, chunksize=1)))
-
-    def memo(cell: str, base: str, compute):
-        key = key_of(cell, base)
-        if key is not None and (cell, base) not in ready and store.exists(key):
-            try:
-                return store.read_json(key)
-            except CorruptRecordError:
-                pass
-        pair = ready.pop((cell, base), None) or compute()
-        if key is not None:
-            store.write_json(key, pair_json(pair))
-        return pair
-
-    return memo

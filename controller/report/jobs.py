@@ -15,13 +15,50 @@ it streams their generations from the store.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from controller.report.speed import MEMORY_KEYS
 from worker.core.contract import BatchTiming, EngineSpec, JobResult, ModelSpec, PromptItem, StrategySpec
+from worker.core.errors import CorruptRecordError
+
+READ_WINDOW = 512  # reads handed to the threads at a time: what is held before the reader takes it
+
+
+def read_each(read: Callable[[str], Any], keys: Iterable[str], threads: int) -> Iterator[Any]:
+    """`read(key)` of every key, in order, `threads` at once (a store's `read_concurrency`: S3's round
+    trips overlap; a local disk reads one at a time), a window of READ_WINDOW keys at a time (so a
+    sweep of 190k jobs is never all in flight, nor all held). `read` catches what it expects; anything
+    else it raises is raised here, as a serial loop would."""
+    keys = list(keys)
+    if threads <= 1 or len(keys) <= 1:
+        yield from map(read, keys)
+        return
+    pool = ThreadPoolExecutor(max_workers=min(threads, len(keys)), thread_name_prefix="store-read")
+    try:
+        for start in range(0, len(keys), READ_WINDOW):
+            yield from pool.map(read, keys[start : start + READ_WINDOW])
+    finally:  # a reader that stops early (or a read that raised) does not wait for the window's other reads
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def job_reader(store, tenant: str, sweep_id: str, with_generations: bool) -> Callable[[str], Any]:
+    """`read(job_id)`: the job's (result, its generations or []), or the CorruptRecordError naming what
+    is damaged (a worker killed mid-write, a hand edit): the report leaves that job out, as if missing."""
+
+    def read(job_id: str) -> tuple[JobResult, list] | CorruptRecordError:
+        try:
+            result = store.load_result(tenant, sweep_id, job_id)
+            sha = result.generations_sha256
+            return result, store.load_generations(tenant, sweep_id, job_id, sha) if with_generations else []
+        except CorruptRecordError as err:
+            return err
+
+    return read
+
 
 NO_ENGINE: Mapping[str, Any] = MappingProxyType({})  # the engine record of a job without a distribution check
 

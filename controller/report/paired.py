@@ -185,20 +185,27 @@ def compare_cells(
     n_boot: int,
     rng_for: Callable[[str], np.random.Generator],
     memo: Callable[[str, str, Callable[[], dict]], dict] | None = None,
+    load: Callable[[CellStats], CellStats] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """cell -> its comparison columns (`baseline` and the `<m>_diff*` of every metric), Holm over the table.
 
     `memo(cell, baseline, compute)`, if given, may return a stored pair's columns instead of
-    `compute()` (the report's cache); Holm is always applied afresh over the whole table."""
+    `compute()` (the report's cache); Holm is always applied afresh over the whole table.
+    `load(stats)`, if given, is a cell's whole statistics where `cells` holds only its key, model,
+    strategy and values (the report's reduce: controller.report.paircache.stats_loader)."""
     base_of = baselines(cells, baseline)
     by_key = {c.cell: c for c in cells}
+    whole = load or (lambda stats: stats)
     out: dict[str, dict[str, Any]] = {}
     for c in cells:
         base = base_of[c.cell]
         if base is None:
             out[c.cell] = {BASELINE_COLUMN: None}
             continue
-        compute = lambda c=c, base=base: compare_pair(c, by_key[base], metrics, n_boot=n_boot, rng=rng_for(c.cell))
+
+        def compute(c: CellStats = c, base: str = base) -> dict:
+            return compare_pair(whole(c), whole(by_key[base]), metrics, n_boot=n_boot, rng=rng_for(c.cell))
+
         pair = memo(c.cell, base, compute) if memo is not None else compute()
         out[c.cell] = {BASELINE_COLUMN: base, **{k: math.nan if v is None else v for k, v in pair.items()}}
     slots = [(cell, f"{m}_diff_p") for cell in out for m in metrics if f"{m}_diff_p" in out[cell]]

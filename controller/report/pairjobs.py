@@ -6,11 +6,11 @@ tenant, or the operator's own process, plans them here from the store (`plan_pai
 cells as `summarize` plans them, the same digests, the same `paired.baselines`) and enqueues one job
 per pair missing from the cache on the tenant's report queue, calling the same function as a cell's
 job with `kind: "pair"` in its payload. The payload is ids and settings only: both cells' digests,
-the pair's digest (`cells.pair_name` of both cells' cache keys and the settings), the metric names,
+the pair's digest (`paircache.pair_name` of both cells' cache keys and the settings), the metric names,
 n_boot, seed, baseline. A report worker checks it (`pair_refusal`: the pair's digest must be what its
 cells and settings give, so its key is always under the queue's tenant and the payload's sweep),
 reads both cells' cached outputs from its own store and computes the pair as the controller would
-(`cells.pair_task`: the same draws), then writes `cache/pair-<digest>.json` (what `cells.pair_memo`
+(`paircache.pair_task`: the same draws), then writes `cache/pair-<digest>.json` (what `paircache.pair_memo`
 reads) or `pair-<digest>.fail.json` with a reason.
 """
 
@@ -19,16 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from controller.metrics import METRICS
-from controller.report.cells import (
-    DIGEST,
-    MAX_N_BOOT,
-    cache_key,
-    from_cache,
-    pair_json,
-    pair_key,
-    pair_name,
-    pair_task,
-)
+from controller.report.cells import DIGEST, MAX_N_BOOT, cache_key, from_cache
+from controller.report.paircache import pair_json, pair_key, pair_name, pair_task
 from controller.report.paired import CellStats, baselines
 from worker.core import paths
 from worker.core.errors import PermanentJobError, UsageError

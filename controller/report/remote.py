@@ -240,7 +240,7 @@ class Dispatch:
         self.left = wait_for_cells(self.store, tenant, sweep_id, self.sent, stall_s=self.stall_s, poll_s=self.poll_s)
 
     def pairs(self, pair_keys: list[str], settings: Settings, baseline: str | None) -> None:
-        """The pairs whose cache keys (`cells.pair_key`) are given, asked of the signer and waited for."""
+        """The pairs whose cache keys (`paircache.pair_key`) are given, asked of the signer and waited for."""
         if not pair_keys or self.ask_pairs is None:
             return
         if baseline is not None and (len(baseline) > MAX_BASELINE or not baseline.isprintable()):

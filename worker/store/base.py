@@ -40,6 +40,9 @@ class Store:
     """Byte-level operations are the adapter's; JSON and job helpers are shared."""
 
     url: str
+    # reads worth having in flight at once (controller.report.jobs.read_each): 1 for a local disk, where a
+    # read costs CPU that threads only share; more where each read is a network round trip (S3)
+    read_concurrency: int = 1
 
     # -- adapter interface -------------------------------------------------------------
     def read_bytes(self, key: str) -> bytes:

@@ -64,6 +64,8 @@ def is_transient(err: Exception) -> bool:
 
 
 class S3Store(Store):
+    read_concurrency = 16  # each read a round trip (tens of ms to S3): the report keeps this many in flight
+
     def __init__(
         self,
         bucket: str,
@@ -100,6 +102,7 @@ class S3Store(Store):
         config = Config(
             retries={"max_attempts": settings.get("s3_max_attempts"), "mode": "standard"},
             connect_timeout=10,
+            max_pool_connections=32,  # the report's reads in flight (read_concurrency), and writes beside them
             read_timeout=60,
             s3={"addressing_style": "path" if self.endpoint_url else "auto"},
         )
