@@ -106,3 +106,43 @@ def cells_of(streamed, store):
     from controller.report.aggregate import cell_tasks
 
     return cell_tasks(streamed, 50, 0, 50, METRICS, store)[2]
+
+
+def test_the_report_command_says_how_far_it_is_phase_by_phase_on_stderr(tmp_path, monkeypatch):
+    """A team sweep's report takes minutes: without a terminal it prints a line per tenth of each phase
+    (the results read, the cells, the pairs) and at each phase's end, on stderr (stdout keeps the
+    table); --no-progress prints none. A second report reads every cell and pair from the cache."""
+    from click.testing import CliRunner
+
+    from controller.cli import main
+
+    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    write_with_hashes(FileStore(tmp_path / "s"), data)
+    args = ["report", data.sweep_id, "--store", str(tmp_path / "s"), "--n-boot", "50"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    lines = [line for line in first.stderr.splitlines() if line.startswith("report: ") and line.endswith("s)")]
+    phases = [line.split()[1] for line in lines]
+    assert phases == sorted(phases, key=["results", "cells", "pairs"].index)  # in order, each phase's lines together
+    n_jobs = len(data.results)
+    assert f"report: results {n_jobs}/{n_jobs} (" in first.stderr and "report: cells 4/4 (" in first.stderr
+    assert "report: pairs 2/2 (" in first.stderr  # two models: two cells compared with their model's first
+    assert len([p for p in phases if p == "results"]) <= 10 + 1 and "report: " not in first.stdout
+    quiet = CliRunner().invoke(main, [*args, "--no-progress"])
+    assert quiet.exit_code == 0 and not [line for line in quiet.stderr.splitlines() if "/" in line and "cells" in line]
+
+
+def test_progress_lines_come_at_each_tenth_and_once_at_the_end(capsys):
+    from controller.cli.progress import ReportProgress
+
+    with ReportProgress(None) as tick:
+        tick("cells", 0, 95)
+        for done in range(1, 96):
+            tick("cells", done, 95)
+        tick("cells", 95, 95)  # the end again (a phase that ticks once more): not printed twice
+        tick("pairs", 3, 3)
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split()[2] for line in err] == [f"{d}/95" for d in (10, 19, 29, 38, 48, 57, 67, 76, 86, 95)] + ["3/3"]
+    with ReportProgress(False) as tick:
+        tick("cells", 5, 5)
+    assert capsys.readouterr().err == ""

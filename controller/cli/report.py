@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
 from controller.cli import options
 from controller.cli.options import location
+from controller.cli.progress import ReportProgress
 from worker.core import paths, settings
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal
@@ -73,6 +75,7 @@ FORMATS = tuple(paths.REPORT_FILES)
     show_default=True,
     help="With --distributed: cells or pairs still missing after this many seconds without one are computed here.",
 )
+@click.option("--no-progress", is_flag=True, help="No progress bar (without a TTY: no progress lines).")
 @settings.option("store", "--store", "store_url")
 @options.tenant
 @options.api
@@ -88,6 +91,7 @@ def report(
     print_samples: bool | None,
     distributed: bool,
     wait_s: float,
+    no_progress: bool,
     store_url: str,
     tenant: str,
     api: str | None,
@@ -109,7 +113,9 @@ def report(
     from worker.store import open_store
 
     store = open_store(store_url)
-    data, summary = build(store, tenant, sweep, n_boot, baseline, workers, remote)
+    bar = False if no_progress else (True if sys.stderr.isatty() else None)  # None: a line per tenth of a phase
+    with ReportProgress(bar) as tick:
+        data, summary = build(store, tenant, sweep, n_boot, baseline, workers, remote, progress=tick)
     write_reports(store, tenant, data.sweep_id, summary, data, print_samples=print_samples)
     if compare_to is None:
         echo_summary(summary, nl=False)

@@ -190,7 +190,7 @@ class _progress:
             transient=False,
         )
         self.bar.start()  # from here sys.stderr prints above the bar; point stdlib log handlers at it
-        self.handlers = _repoint_log_handlers(sys.stderr)
+        self.handlers = repoint_log_handlers(sys.stderr)
         task = self.bar.add_task("jobs", total=self.total)
         from rich.markup import escape
 
@@ -204,7 +204,7 @@ class _progress:
                 handler.setStream(stream)
 
 
-def _repoint_log_handlers(stream) -> list:
+def repoint_log_handlers(stream) -> list:
     """Stdlib StreamHandlers writing to the real stderr (transformers' and others', set up before
     the bar) write to `stream` instead; returns (handler, old stream) to put back."""
     import logging

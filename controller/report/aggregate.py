@@ -22,12 +22,12 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
-from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, cell_records, map_cells, run_cell, score
+from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, Tick, cell_records, map_cells, score
 from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
-from controller.report.intervals import CI_LEVEL, cell_rng
+from controller.report.intervals import CI_LEVEL
 from controller.report.jobs import Compactor, JobInfo, job_reader, prompts_of, read_each
-from controller.report.paircache import pair_memo, stats_loader
-from controller.report.paired import compare_cells, comparison_columns, is_comparison_column
+from controller.report.paircache import compare
+from controller.report.paired import comparison_columns, is_comparison_column
 from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
@@ -42,16 +42,9 @@ QUALITY_COLUMNS = [
 ]  # fmt: skip
 DESIGN_COLUMNS = ID_COLUMNS + SPEED_COLUMNS + QUALITY_COLUMNS
 EXTRA_SPEED_COLUMNS = [
-    "decode_ms_per_token",
-    "joules_per_token",
-    "joules_per_1k_tokens",
-    "nvml_peak_mb",
-    "nvml_mean_mb",
-    "gpu_util_mean",
-    "memory_kind",
-    "n_jobs",
-    "cell",
-]
+    "decode_ms_per_token", "joules_per_token", "joules_per_1k_tokens", "nvml_peak_mb", "nvml_mean_mb", "gpu_util_mean",
+    "memory_kind", "n_jobs", "cell",
+]  # fmt: skip
 COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs", *MAUVE_COLUMNS]
 KEY_COLUMNS = ["model", "strategy", "params"]
 REFERENCE = "reference"
@@ -93,7 +86,9 @@ class SweepData:
         return str((self.spec or {}).get("name") or self.sweep_spec.get("name") or "")
 
 
-def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bool = True) -> SweepData:
+def load_sweep(
+    store: Store, tenant: str, sweep_id: str, *, with_generations: bool = True, progress: Tick | None = None
+) -> SweepData:
     """Read the spec and every COMPLETE job (result.json present); each generation once. The jobs are
     read the store's `read_concurrency` at a time (S3: 16 round trips in flight), kept in job-id order.
 
@@ -118,7 +113,9 @@ def load_sweep(store: Store, tenant: str, sweep_id: str, *, with_generations: bo
     compact = Compactor()
     job_ids = sorted(store.complete_job_ids(tenant, sweep_id))
     read = job_reader(store, tenant, sweep_id, with_generations)
-    for job_id, loaded in zip(job_ids, read_each(read, job_ids, store.read_concurrency)):
+    tick = progress or (lambda what, done, total: None)
+    for done, (job_id, loaded) in enumerate(zip(job_ids, read_each(read, job_ids, store.read_concurrency)), 1):
+        tick("results", done, len(job_ids))
         if isinstance(loaded, CorruptRecordError):  # a damaged job (a worker killed mid-write, a hand edit)
             log.warning(f"{loaded}; job left out of the report")
             damaged.append(str(loaded))
@@ -280,6 +277,7 @@ def summarize(
     workers: int = 1,
     store: Store | None = None,
     remote=None,
+    progress: Tick | None = None,
 ) -> pd.DataFrame:
     """One row per (model, strategy variant) cell, plus the `reference` row; see the module doc.
 
@@ -292,11 +290,12 @@ def summarize(
     intervals, need several seeds. `workers`: cells aggregated in a process pool of that many
     (0: one per CPU; 1: in this process); `store`: where each cell's output is cached (and, for a
     sweep loaded without its generations, where each cell reads its own) — controller.report.cells;
-    `remote`: the cells (then the pairs) missing from the cache computed by the cluster's report workers.
+    `remote`: the cells (then the pairs) missing from the cache computed by the cluster's report workers;
+    `progress(what, done, total)`: called as the cells, then the pairs, are done (the CLI's bar).
     """
     selected, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, metrics, store)
     names = settings.names
-    outputs = map_cells(tasks, selected, settings, workers=workers, store=store, remote=remote)
+    outputs = map_cells(tasks, selected, settings, workers=workers, store=store, remote=remote, progress=progress)
     data.examples = {(o.row["cell"], pid): ex for o in outputs for pid, ex in o.examples.items()}
     for line in (line for o in outputs for line in o.damaged):  # found while streaming a cell's generations
         structlog.get_logger("decodebench.report").warning(f"{line}; job left out of the report")
@@ -308,16 +307,7 @@ def summarize(
         for name, method in o.methods.items():
             methods[name].add(method)
     if settings.with_ci:
-        by_cell = {t.cell: t for t in tasks}
-        compared = compare_cells(
-            [o.stats for o in outputs if o.stats is not None],
-            dict(selected),
-            baseline=baseline,
-            n_boot=n_boot,
-            rng_for=lambda cell: cell_rng(seed, f"{cell}|paired"),
-            memo=pair_memo(store, outputs, settings, baseline, selected=selected, workers=workers, remote=remote),
-            load=stats_loader(store, outputs, lambda cell: run_cell(by_cell[cell], selected, settings)),
-        )
+        compared = compare(outputs, tasks, selected, settings, baseline, store, workers, remote, progress)
         for row in rows:
             row.update(compared.get(row["cell"], {}))
     reference, ref_methods = _reference_row(data, selected, settings)

@@ -20,7 +20,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +33,7 @@ from worker.core import paths
 from worker.core.contract import GenerationRecord
 from worker.core.errors import CorruptRecordError
 
+Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
 MAX_N_BOOT = 100_000  # replicates a report job (a cell's, a pair's) may ask for
 DIGEST = re.compile(r"[0-9a-f]{32}")  # a cell's or a pair's cache digest
 CACHE_VERSION = "2"  # bump when a change alters any cell's numbers (2: the jackknife's Student-t floor)
@@ -253,8 +254,9 @@ def spill(out: CellOutput, key: str | None) -> CellOutput:
 
 
 def map_cells(
-    tasks: list[CellTask], selected, settings: Settings, *, workers: int = 1, store=None, remote=None
-) -> list[CellOutput]:
+    tasks: list[CellTask], selected, settings: Settings, *, workers: int = 1, store=None, remote=None,
+    progress: Tick | None = None,
+) -> list[CellOutput]:  # fmt: skip
     """Every task's output, in order: from the cache where it holds the cell, else computed and cached.
 
     `workers` > 1 runs the computations in a process pool (only with the global registry's metrics:
@@ -263,7 +265,9 @@ def map_cells(
     computed elsewhere (controller.report.remote: the report workers, global registry's metrics
     only) and returns once their outputs are in the cache or given up on; what is still missing
     then is computed here. Each output is cached and `spill`ed as it arrives, so the outputs held
-    grow by a row per cell, not by a cell's per-prompt statistics."""
+    grow by a row per cell, not by a cell's per-prompt statistics. `progress("cells", done, total)`
+    is called as outputs arrive."""
+    tick = progress or (lambda what, done, total: None)
     outputs: list[CellOutput | None] = [None] * len(tasks)
     keys: list[str | None] = [None] * len(tasks)
     digests: list[str | None] = [None] * len(tasks)
@@ -274,6 +278,7 @@ def map_cells(
             if (cached := from_cache(store, keys[i])) is not None:
                 outputs[i] = spill(cached, keys[i])
     todo = [i for i, out in enumerate(outputs) if out is None]
+    tick("cells", len(tasks) - len(todo), len(tasks))
     global_registry = all(METRICS.get(n) is m for n, m in selected if n in METRICS) and all(
         n in METRICS for n, _ in selected
     )
@@ -283,11 +288,15 @@ def map_cells(
             if (cached := from_cache(store, keys[i])) is not None:
                 outputs[i] = spill(cached, keys[i])
         todo = [i for i in todo if outputs[i] is None]
+        tick("cells", len(tasks) - len(todo), len(tasks))
+    finished = [len(tasks) - len(todo)]
 
     def done(i: int, out: CellOutput) -> None:
         if keys[i] is not None and not out.damaged:
             store.write_json(keys[i], to_json(out))
         outputs[i] = spill(out, keys[i])
+        finished[0] += 1
+        tick("cells", finished[0], len(tasks))
 
     if workers != 1 and global_registry and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:

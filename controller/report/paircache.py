@@ -22,9 +22,9 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
 from controller.metrics import METRICS
-from controller.report.cells import CACHE_VERSION, CellOutput, Settings, from_cache, plain
+from controller.report.cells import CACHE_VERSION, CellOutput, Settings, Tick, from_cache, plain, run_cell
 from controller.report.intervals import cell_rng
-from controller.report.paired import CellStats
+from controller.report.paired import CellStats, compare_cells
 from worker.core import paths
 from worker.core.errors import CorruptRecordError
 
@@ -90,7 +90,7 @@ def stats_loader(store, outputs: list[CellOutput], recompute: Callable[[str], Ce
 
 def pair_memo(
     store, outputs: list[CellOutput], settings: Settings, baseline: str | None, *, selected=(), workers: int = 1,
-    remote=None,
+    remote=None, progress: Tick | None = None,
 ):  # fmt: skip
     """`compare_cells`' memo: a pair's comparison cached beside its cells' outputs, keyed by both.
 
@@ -98,7 +98,8 @@ def pair_memo(
     baseline)`: the report workers, controller.report.remote), which returns once their entries
     are in the cache or given up on; with `workers` != 1 what is still missing is computed in a
     process pool, like the cells (both only with the global registry's metrics), each process
-    reading a spilled cell's statistics from the store."""
+    reading a spilled cell's statistics from the store. `progress("pairs", done, total)` is called as
+    each pair's comparison is had (read, received or computed)."""
     from controller.report.paired import baselines
 
     digests = {o.row["cell"]: o.digest for o in outputs}
@@ -111,6 +112,14 @@ def pair_memo(
 
     ready: dict[tuple[str, str], dict] = {}
     stats = {o.row["cell"]: o.stats for o in outputs if o.stats is not None}
+    total = sum(b is not None for b in baselines(list(stats.values()), baseline).values())
+    had = [0]
+
+    def tick() -> None:
+        had[0] += 1
+        if progress is not None:
+            progress("pairs", had[0], total)
+
     refs: dict[str, Ref] = {o.row["cell"]: (store.url, o.digest) if o.spilled else o.stats for o in outputs}  # type: ignore[misc]
     early = all(n in METRICS and METRICS.get(n) is m for n, m in selected) and (remote is not None or workers != 1)
     todo = [(c, b) for c, b in baselines(list(stats.values()), baseline).items() if b is not None] if early else []
@@ -125,6 +134,7 @@ def pair_memo(
 
     def memo(cell: str, base: str, compute):
         key = key_of(cell, base)
+        tick()
         if key is not None and (cell, base) not in ready and store.exists(key):
             try:
                 return store.read_json(key)
@@ -136,3 +146,20 @@ def pair_memo(
         return pair
 
     return memo
+
+
+def compare(outputs, tasks, selected, settings: Settings, baseline, store, workers, remote, progress) -> dict:
+    """`summarize`'s comparisons: each cell's with its baseline (`paired.compare_cells`, Holm over the
+    table), through the cache (`pair_memo`) and with the spilled cells' statistics read again (`stats_loader`)."""
+    by_cell = {t.cell: t for t in tasks}
+    return compare_cells(
+        [o.stats for o in outputs if o.stats is not None],
+        dict(selected),
+        baseline=baseline,
+        n_boot=settings.n_boot,
+        rng_for=lambda cell: cell_rng(settings.seed, f"{cell}|paired"),
+        memo=pair_memo(
+            store, outputs, settings, baseline, selected=selected, workers=workers, remote=remote, progress=progress
+        ),  # fmt: skip
+        load=stats_loader(store, outputs, lambda cell: run_cell(by_cell[cell], selected, settings)),
+    )

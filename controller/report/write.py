@@ -81,17 +81,21 @@ def build(
     baseline: str | None = None,
     workers: int = 1,
     remote=None,
+    progress=None,
 ) -> tuple[SweepData, pd.DataFrame]:
     """Load SWEEP's results (not its generations: each cell streams its own) and summarise it;
     `workers` cells at a time in a process pool, each cell's output cached in the store; `remote`
-    (controller.report.remote.Dispatch): the cells missing from the cache computed by report workers."""
+    (controller.report.remote.Dispatch): the cells missing from the cache computed by report workers;
+    `progress(what, done, total)`: the results read, the cells, the pairs (controller.cli.progress)."""
     sweep_id = store.resolve_sweep(tenant, sweep)
-    data = load_sweep(store, tenant, sweep_id, with_generations=False)
+    data = load_sweep(store, tenant, sweep_id, with_generations=False, progress=progress)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet; see `decodebench status {sweep_id}`")
     from controller.report.ratings import add_ratings, stored_ratings
 
-    summary = summarize(data, n_boot=n_boot, baseline=baseline, workers=workers, store=store, remote=remote)
+    summary = summarize(
+        data, n_boot=n_boot, baseline=baseline, workers=workers, store=store, remote=remote, progress=progress
+    )
     return data, add_ratings(summary, stored_ratings(store, tenant, sweep_id))
 
 

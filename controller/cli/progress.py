@@ -1,0 +1,57 @@
+"""`decodebench report`'s progress on stderr, phase by phase: the results read, the cells, the pairs.
+
+The report code calls `tick(what, done, total)` (controller.report: `load_sweep`, `map_cells`,
+`pair_memo`) from its main thread; on a terminal each phase is a rich bar, otherwise a line
+`report: cells 200/2000 (1m05s)` every tenth of a phase and at its end (as `run` prints its
+jobs), and `--no-progress` prints nothing. stdout keeps the summary table alone.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class ReportProgress:
+    """A context manager giving `tick(what, done, total)`: `enabled` True a bar, None lines, False nothing."""
+
+    def __init__(self, enabled: bool | None) -> None:
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.printed: dict[str, int] = {}  # phase -> the last tenth printed
+        self.tasks: dict[str, int] = {}
+        self.bar = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            from controller.launch.local import repoint_log_handlers
+
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            self.bar = Progress(*columns, console=Console(stderr=True), transient=False)
+            self.bar.start()
+            self.handlers = repoint_log_handlers(sys.stderr)
+        return self.tick
+
+    def tick(self, what: str, done: int, total: int) -> None:
+        if self.enabled is False or total <= 0:
+            return
+        if self.bar is not None:
+            if what not in self.tasks:
+                self.tasks[what] = self.bar.add_task(what, total=total)
+            self.bar.update(self.tasks[what], completed=done, total=total)
+            return
+        tenth = 10 if done >= total else done * 10 // total
+        if tenth <= self.printed.get(what, 0):
+            return  # within the tenth last printed (the end of a phase is printed once)
+        self.printed[what] = tenth
+        m, s = divmod(int(time.monotonic() - self.start), 60)
+        print(f"report: {what} {done}/{total} ({m}m{s:02d}s)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            for handler, stream in self.handlers:
+                handler.setStream(stream)
