@@ -113,6 +113,8 @@ def report(
     from worker.store import open_store
 
     store = open_store(store_url)
+    if out is not None:  # a path that cannot be written fails now, in one line, not after the whole report
+        out.parent.mkdir(parents=True, exist_ok=True)
     bar = False if no_progress else (True if sys.stderr.isatty() else None)  # None: a line per tenth of a phase
     with ReportProgress(bar) as tick:
         data, summary = build(store, tenant, sweep, n_boot, baseline, workers, remote, progress=tick)
@@ -128,7 +130,6 @@ def report(
         click.echo(compare_table(comparison), nl=False)
         body = comparison_bytes(fmt_name, comparison) if out else None
     if out is not None and body is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(body)
         click.echo(f"wrote {terminal(str(out))}", err=True)
     click.echo(f"report: {location(store, paths.report_key(tenant, data.sweep_id, 'report.html'))}", err=True)
