@@ -92,7 +92,7 @@ def measure_held(args: argparse.Namespace) -> None:
     data = load_sweep(store, "default", args.sweep, with_generations=False)
     selected, settings, tasks = cell_tasks(data, args.n_boot, 0, 100, METRICS, store)  # build()'s settings
 
-    def missing(todo: list, _settings) -> None:  # map_cells asks for the cells not in the cache
+    def missing(todo: list, _settings, _on_ready) -> None:  # map_cells asks for the cells not in the cache
         raise SystemExit(f"held: {len(todo)} cells are not in the cache: list `held` after a mode that fills it")
 
     tracemalloc.start()

@@ -39,6 +39,21 @@ def counting(monkeypatch) -> list[str]:
     return calls
 
 
+def waits(monkeypatch) -> list[tuple[str, int]]:
+    """(what, how many are in) each time the controller's wait for the report workers saw more come in."""
+    from controller.report import remote
+
+    arrived: list[tuple[str, int]] = []
+    real = remote.wait_for_cells
+
+    def wait(*args, on_ready=None, what="cells", **kw):
+        seen = None if on_ready is None else (lambda n: arrived.append((what, n)) or on_ready(n))
+        return real(*args, on_ready=seen, what=what, **kw)
+
+    monkeypatch.setattr(remote, "wait_for_cells", wait)
+    return arrived
+
+
 def test_the_report_workers_compute_the_pairs_and_the_report_equals_the_local_one(redis_url, tmp_path, monkeypatch):
     import redis
 
@@ -52,8 +67,16 @@ def test_the_report_workers_compute_the_pairs_and_the_report_equals_the_local_on
     op = operator(redis_url, url)
     with report_workers(2, redis_url, url):
         dispatch = Dispatch(op.report_cells, store, ask_pairs=op.report_pairs, stall_s=90)
-        _, distributed = build(store, data.tenant, data.sweep_id, n_boot=100, remote=dispatch)
+        ticks, arrived = [], waits(monkeypatch)
+        _, distributed = build(store, data.tenant, data.sweep_id, n_boot=100, remote=dispatch,
+                               progress=lambda *tick: ticks.append(tick))  # fmt: skip
         assert len(dispatch.sent) == 4 and len(dispatch.sent_pairs) == 2 and dispatch.left_pairs == []
+        # the progress moves while the controller waits, as the workers' outputs come in, and never backwards
+        assert {w for w, _ in arrived} == {"cells", "pairs"}
+        assert all((w, n, {"cells": 4, "pairs": 2}[w]) in ticks for w, n in arrived), (arrived, ticks)
+        for what in ("cells", "pairs"):
+            counts = [done for w, done, _ in ticks if w == what]
+            assert counts == sorted(counts) and counts[-1] == {"cells": 4, "pairs": 2}[what]
         assert here == [] and pair_jobs(conn) == 2  # m's top_p and top_k against m's greedy, by the workers
         pd.testing.assert_frame_equal(local, distributed, check_exact=True)
 

@@ -261,7 +261,7 @@ def map_cells(
 
     `workers` > 1 runs the computations in a process pool (only with the global registry's metrics:
     a pool process finds them by name); `store` (with a task's `where`) holds the cache. `remote`,
-    a callable given the (task, digest) pairs missing from the cache and the settings, has them
+    a callable given the (task, digest) pairs missing from the cache, the settings and `on_ready(n)`, has them
     computed elsewhere (controller.report.remote: the report workers, global registry's metrics
     only) and returns once their outputs are in the cache or given up on; what is still missing
     then is computed here. Each output is cached and `spill`ed as it arrives, so the outputs held
@@ -283,7 +283,9 @@ def map_cells(
         n in METRICS for n, _ in selected
     )
     if remote is not None and global_registry and todo:  # a report worker knows only the global registry
-        remote([(tasks[i], digests[i]) for i in todo if digests[i] is not None], settings)
+        cached = len(tasks) - len(todo)  # the report workers' outputs move the progress as they come
+        on_ready = lambda ready: tick("cells", cached + ready, len(tasks))
+        remote([(tasks[i], digests[i]) for i in todo if digests[i] is not None], settings, on_ready)
         for i in todo:
             if (cached := from_cache(store, keys[i])) is not None:
                 outputs[i] = spill(cached, keys[i])

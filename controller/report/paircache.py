@@ -113,19 +113,19 @@ def pair_memo(
     ready: dict[tuple[str, str], dict] = {}
     stats = {o.row["cell"]: o.stats for o in outputs if o.stats is not None}
     total = sum(b is not None for b in baselines(list(stats.values()), baseline).values())
-    had = [0]
+    had, shown = [0], [0]
 
-    def tick() -> None:
-        had[0] += 1
-        if progress is not None:
-            progress("pairs", had[0], total)
+    def show(n: int) -> None:  # never backwards: the report workers' count, then this process's
+        if progress is not None and n > shown[0]:
+            shown[0] = n
+            progress("pairs", n, total)
 
     refs: dict[str, Ref] = {o.row["cell"]: (store.url, o.digest) if o.spilled else o.stats for o in outputs}  # type: ignore[misc]
     early = all(n in METRICS and METRICS.get(n) is m for n, m in selected) and (remote is not None or workers != 1)
     todo = [(c, b) for c, b in baselines(list(stats.values()), baseline).items() if b is not None] if early else []
     todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
     if remote is not None and (keys := [k for c, b in todo if (k := key_of(c, b))]):
-        remote.pairs(keys, settings, baseline)
+        remote.pairs(keys, settings, baseline, lambda ready: show(total - len(todo) + ready))
         todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
     if workers != 1 and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
@@ -134,7 +134,8 @@ def pair_memo(
 
     def memo(cell: str, base: str, compute):
         key = key_of(cell, base)
-        tick()
+        had[0] += 1
+        show(had[0])
         if key is not None and (cell, base) not in ready and store.exists(key):
             try:
                 return store.read_json(key)

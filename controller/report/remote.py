@@ -187,10 +187,10 @@ def enqueue_pair_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, 
 
 
 def wait_for_cells(store, tenant: str, sweep_id: str, digests: list[str], *, stall_s: float, poll_s: float = 0.5,
-                   what: str = "cells"):  # fmt: skip
+                   what: str = "cells", on_ready=None):  # fmt: skip
     """Poll the cache until every digest's output (or failure mark) is there, or none came for
     `stall_s` seconds; the digests still missing (the caller computes them). A pair's digest is given
-    as `pair-<digest>`, its entries' names."""
+    as `pair-<digest>`, its entries' names. `on_ready(n)`: called with how many are in as they come."""
     prefix = paths.report_key(tenant, sweep_id, "cache/")
     pending, failed, last = set(digests), [], time.monotonic()
     while pending:
@@ -202,6 +202,8 @@ def wait_for_cells(store, tenant: str, sweep_id: str, digests: list[str], *, sta
             pending -= ready | set(marked)
             last = time.monotonic()
             log.info(f"report.{what}_ready", ready=len(digests) - len(pending), of=len(digests))
+            if on_ready is not None:
+                on_ready(len(digests) - len(pending))
         elif time.monotonic() - last > stall_s:
             log.warning(f"report: {len(pending)} {what} did not come from the report workers within {stall_s:g} s; "
                         "computed here")  # fmt: skip
@@ -220,7 +222,7 @@ class Dispatch:
     a backend's `report_cells`: the submission server, or the operator's own process), then waited for
     in the cache; and `pair_memo`'s: the pairs, likewise (`ask_pairs`, a backend's `report_pairs`;
     None: the pairs are computed here). `sent`/`sent_pairs`: what the signer has jobs for;
-    `left`/`left_pairs`: what did not come."""
+    `left`/`left_pairs`: what did not come. `on_ready(n)`, where given: how many have come so far."""
 
     def __init__(self, ask, store, *, ask_pairs=None, stall_s: float = 300.0, poll_s: float = 0.5) -> None:
         self.ask, self.ask_pairs, self.store, self.stall_s, self.poll_s = ask, ask_pairs, store, stall_s, poll_s
@@ -229,7 +231,7 @@ class Dispatch:
         self.sent_pairs: list[str] = []
         self.left_pairs: list[str] = []
 
-    def __call__(self, items: list[tuple[CellTask, str]], settings: Settings) -> None:
+    def __call__(self, items: list[tuple[CellTask, str]], settings: Settings, on_ready=None) -> None:
         if not items:
             return
         _, tenant, sweep_id = items[0][0].where  # type: ignore[misc]
@@ -237,9 +239,10 @@ class Dispatch:
         asked = set(self.ask(sweep_id, body).get("digests") or [])
         self.sent = [d for _, d in items if d in asked]
         log.info("report.cells_enqueued", cells=len(self.sent), computed_here=len(items) - len(self.sent))
-        self.left = wait_for_cells(self.store, tenant, sweep_id, self.sent, stall_s=self.stall_s, poll_s=self.poll_s)
+        self.left = wait_for_cells(self.store, tenant, sweep_id, self.sent, stall_s=self.stall_s, poll_s=self.poll_s,
+                                   on_ready=on_ready)  # fmt: skip
 
-    def pairs(self, pair_keys: list[str], settings: Settings, baseline: str | None) -> None:
+    def pairs(self, pair_keys: list[str], settings: Settings, baseline: str | None, on_ready=None) -> None:
         """The pairs whose cache keys (`paircache.pair_key`) are given, asked of the signer and waited for."""
         if not pair_keys or self.ask_pairs is None:
             return
@@ -255,7 +258,7 @@ class Dispatch:
         self.sent_pairs = [n for n in wanted if n in asked]
         log.info("report.pairs_enqueued", pairs=len(self.sent_pairs), computed_here=len(wanted) - len(self.sent_pairs))
         self.left_pairs = wait_for_cells(self.store, tenant, sweep_id, self.sent_pairs, stall_s=self.stall_s,
-                                         poll_s=self.poll_s, what="pairs")  # fmt: skip
+                                         poll_s=self.poll_s, what="pairs", on_ready=on_ready)  # fmt: skip
 
 
 # -- the report worker's side ------------------------------------------------------------------
