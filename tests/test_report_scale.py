@@ -112,6 +112,8 @@ def test_the_report_command_says_how_far_it_is_phase_by_phase_on_stderr(tmp_path
     """A team sweep's report takes minutes: without a terminal it prints a line per tenth of each phase
     (the results read, the cells, the pairs) and at each phase's end, on stderr (stdout keeps the
     table); --no-progress prints none. A second report reads every cell and pair from the cache."""
+    import shutil
+
     from click.testing import CliRunner
 
     from controller.cli import main
@@ -128,6 +130,9 @@ def test_the_report_command_says_how_far_it_is_phase_by_phase_on_stderr(tmp_path
     assert f"report: results {n_jobs}/{n_jobs} (" in first.stderr and "report: cells 4/4 (" in first.stderr
     assert "report: pairs 2/2 (" in first.stderr  # two models: two cells compared with their model's first
     assert len([p for p in phases if p == "results"]) <= 10 + 1 and "report: " not in first.stdout
+    shutil.rmtree(tmp_path / "s" / data.tenant / "sweeps" / data.sweep_id / "report" / "cache")
+    pooled = CliRunner().invoke(main, [*args, "--workers", "2"])  # cells, then pairs, in a process pool
+    assert pooled.exit_code == 0 and "report: cells 4/4 (" in pooled.stderr and "report: pairs 2/2 (" in pooled.stderr
     quiet = CliRunner().invoke(main, [*args, "--no-progress"])
     assert quiet.exit_code == 0 and not [line for line in quiet.stderr.splitlines() if "/" in line and "cells" in line]
 

@@ -283,8 +283,8 @@ def map_cells(
         n in METRICS for n, _ in selected
     )
     if remote is not None and global_registry and todo:  # a report worker knows only the global registry
-        cached = len(tasks) - len(todo)  # the report workers' outputs move the progress as they come
-        on_ready = lambda ready: tick("cells", cached + ready, len(tasks))
+        had = len(tasks) - len(todo)  # the report workers' outputs move the progress as they come
+        on_ready = lambda ready: tick("cells", had + ready, len(tasks))
         remote([(tasks[i], digests[i]) for i in todo if digests[i] is not None], settings, on_ready)
         for i in todo:
             if (cached := from_cache(store, keys[i])) is not None:

@@ -88,6 +88,16 @@ def stats_loader(store, outputs: list[CellOutput], recompute: Callable[[str], Ce
     return lambda stats: load(stats.cell) if stats.cell in keys else stats
 
 
+def _cached_pair(store, key: str | None) -> dict | None:
+    """A pair's cached comparison; None where there is none or it is damaged (computed again)."""
+    if key is None or not store.exists(key):
+        return None
+    try:
+        return store.read_json(key)
+    except CorruptRecordError:
+        return None
+
+
 def pair_memo(
     store, outputs: list[CellOutput], settings: Settings, baseline: str | None, *, selected=(), workers: int = 1,
     remote=None, progress: Tick | None = None,
@@ -112,7 +122,8 @@ def pair_memo(
 
     ready: dict[tuple[str, str], dict] = {}
     stats = {o.row["cell"]: o.stats for o in outputs if o.stats is not None}
-    total = sum(b is not None for b in baselines(list(stats.values()), baseline).values())
+    compared = [(c, b) for c, b in baselines(list(stats.values()), baseline).items() if b is not None]
+    total = len(compared)
     had, shown = [0], [0]
 
     def show(n: int) -> None:  # never backwards: the report workers' count, then this process's
@@ -122,28 +133,26 @@ def pair_memo(
 
     refs: dict[str, Ref] = {o.row["cell"]: (store.url, o.digest) if o.spilled else o.stats for o in outputs}  # type: ignore[misc]
     early = all(n in METRICS and METRICS.get(n) is m for n, m in selected) and (remote is not None or workers != 1)
-    todo = [(c, b) for c, b in baselines(list(stats.values()), baseline).items() if b is not None] if early else []
-    todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
+    todo = [(c, b) for c, b in compared if (k := key_of(c, b)) is None or not store.exists(k)] if early else []
     if remote is not None and (keys := [k for c, b in todo if (k := key_of(c, b))]):
         remote.pairs(keys, settings, baseline, lambda ready: show(total - len(todo) + ready))
         todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
     if workers != 1 and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
             args = [(refs[c], refs[b], settings.names, settings.n_boot, settings.seed) for c, b in todo]
-            ready = dict(zip(todo, pool.map(pair_task, args, chunksize=1)))
+            for pair, result in zip(todo, pool.map(pair_task, args, chunksize=1)):
+                ready[pair] = result
+                show(total - len(todo) + len(ready))
 
     def memo(cell: str, base: str, compute):
         key = key_of(cell, base)
         had[0] += 1
+        pair = None if (cell, base) in ready else _cached_pair(store, key)
+        if pair is None:
+            pair = ready.pop((cell, base), None) or compute()
+            if key is not None:
+                store.write_json(key, pair_json(pair))
         show(had[0])
-        if key is not None and (cell, base) not in ready and store.exists(key):
-            try:
-                return store.read_json(key)
-            except CorruptRecordError:
-                pass
-        pair = ready.pop((cell, base), None) or compute()
-        if key is not None:
-            store.write_json(key, pair_json(pair))
         return pair
 
     return memo
