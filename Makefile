@@ -12,7 +12,7 @@ install: $(VENV)/.installed
 
 # What a sweep needs (the demo's install: no dev tools), the example strategy plugin included;
 # scripts/install.sh installs with uv and pip's own sources (INSTALLER=pip: with pip)
-$(VENV)/.installed-run: pyproject.toml examples/plugin-strategy/pyproject.toml scripts/install.sh
+$(VENV)/.installed-run: pyproject.toml examples/plugin-strategy/pyproject.toml scripts/install.sh scripts/uv-env.sh
 	PYTHON="$(PYTHON)" VENV="$(VENV)" TORCH="$(TORCH)" bash scripts/install.sh run
 	touch $@
 

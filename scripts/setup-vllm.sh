@@ -6,7 +6,8 @@
 # torchvision/torchaudio/torchcodec are removed: pip pulls builds that do not match the CPU torch
 # and vLLM then fails at import ("operator torchvision::nms does not exist") or at load
 # ("Could not load this library: .../libtorchcodec_image.so"); text models need none of them. Idempotent:
-# a finished environment (the marker file) is left alone unless pyproject.toml or this script is newer.
+# a finished environment (the marker file) is left alone unless pyproject.toml, this script or
+# scripts/uv-env.sh (the installer's settings) is newer.
 #
 # The installer is uv with pip's own sources (scripts/uv-env.sh): on the 2-core development machine it
 # builds the environment in about 40 s where pip takes about 200 s, with the same 213 packages at the
@@ -21,7 +22,7 @@ TORCH="${TORCH:-torch==2.13.0}"
 INSTALLER="${VLLM_INSTALLER:-uv}"
 MARK="$VENV/.installed"
 
-if [ -f "$MARK" ] && [ "$MARK" -nt pyproject.toml ] && [ "$MARK" -nt "$0" ]; then
+if [ -f "$MARK" ] && [ "$MARK" -nt pyproject.toml ] && [ "$MARK" -nt "$0" ] && [ "$MARK" -nt scripts/uv-env.sh ]; then
   echo "setup-vllm: $VENV ready ($("$VENV/bin/python" -c 'import vllm; print("vllm", vllm.__version__)' 2>/dev/null || echo 'vllm missing'))"
   exit 0
 fi

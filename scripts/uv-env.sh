@@ -1,9 +1,8 @@
 # Sourced by scripts/install.sh and scripts/setup-vllm.sh: `installer VENV uv|pip` defines `install` and
 # `uninstall` (pip's arguments) for VENV. uv (PyPI's `uv`, pip-installed into VENV where none is on the
-# PATH) is given pip's own sources. uv reads none of pip's
-# configuration, so it gets pip's: the find-links, index, extra indexes and constraints that `pip config
-# list` shows (pip.conf files and PIP_* variables; the CPU torch wheel comes from there), chosen among as
-# pip does (UV_INDEX_STRATEGY=unsafe-best-match). Sets UV to the binary.
+# PATH) reads none of pip's configuration, so it is given pip's sources: the find-links, index, extra
+# indexes and constraints that `pip config list` shows (pip.conf files and PIP_* variables; the CPU torch
+# wheel comes from there), chosen among as pip does (UV_INDEX_STRATEGY=unsafe-best-match). Sets UV.
 UV_PKG="${UV_PKG:-uv==0.13.9}"
 
 # pip's sources as uv's variables: global < user < site < environment, as pip ranks them.

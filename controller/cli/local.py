@@ -9,6 +9,7 @@ import click
 
 from controller.cli import options
 from controller.cli.options import location, plural, store_flag
+from controller.cli.progress import progress_mode
 from worker.core import settings
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal
@@ -93,7 +94,7 @@ def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool,
     settings.parse_device(device)
     spec = load_spec(spec_path)
     opened = open_store(store)
-    bar = False if no_progress else (True if sys.stderr.isatty() else None)  # None: a line per tenth of the jobs
+    bar = progress_mode(no_progress)  # None: a line per tenth of the jobs
     resume = f"run the same command again to resume: decodebench run {terminal(spec_path)}{store_flag(store)}"
     try:
         outcome = run_sweep(spec, opened, tenant=tenant, device=device, progress=bar, check=not no_check_models)

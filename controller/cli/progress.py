@@ -12,6 +12,11 @@ import sys
 import time
 
 
+def progress_mode(no_progress: bool) -> bool | None:
+    """What `run` and `report` show on stderr: a bar at a terminal (True), else lines (None); False: nothing."""
+    return False if no_progress else (True if sys.stderr.isatty() else None)
+
+
 class ReportProgress:
     """A context manager giving `tick(what, done, total)`: `enabled` True a bar, None lines, False nothing."""
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
 from controller.cli import options
 from controller.cli.options import location
-from controller.cli.progress import ReportProgress
+from controller.cli.progress import ReportProgress, progress_mode
 from worker.core import paths, settings
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal
@@ -115,8 +114,7 @@ def report(
     store = open_store(store_url)
     if out is not None:  # a path that cannot be written fails now, in one line, not after the whole report
         out.parent.mkdir(parents=True, exist_ok=True)
-    bar = False if no_progress else (True if sys.stderr.isatty() else None)  # None: a line per tenth of a phase
-    with ReportProgress(bar) as tick:
+    with ReportProgress(progress_mode(no_progress)) as tick:
         data, summary = build(store, tenant, sweep, n_boot, baseline, workers, remote, progress=tick)
     write_reports(store, tenant, data.sweep_id, summary, data, print_samples=print_samples)
     if compare_to is None:

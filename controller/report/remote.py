@@ -39,9 +39,10 @@ import structlog
 
 from controller.metrics import METRICS
 from controller.report.cells import DIGEST, MAX_N_BOOT, CellTask, Settings, cache_key, run_cell, to_json
+from controller.report.jobs import job_reader, read_each
 from controller.report.pairjobs import MAX_BASELINE, PAIR, pair_refusal, run_pair
 from worker.core import keys, paths, signing
-from worker.core.errors import PermanentJobError, UsageError
+from worker.core.errors import CorruptRecordError, PermanentJobError, UsageError
 
 log = structlog.get_logger("decodebench.report")
 REPORT_TIMEOUT_S = 3600  # one cell's job at most
@@ -325,13 +326,14 @@ def run_report_cell(doc: dict) -> dict[str, Any]:
     tenant, sweep_id, digest = doc["tenant"], doc["sweep_id"], doc["digest"]
     try:
         settings = settings_of(doc["settings"])
-        jobs = []
-        for job_id, sha in doc["jobs"]:
-            paths.check_id("job", job_id)
-            r = store.load_result(tenant, sweep_id, job_id)  # checked, then let go: the map needs id and hash
+        jobs = [(paths.check_id("job", job_id), sha) for job_id, sha in doc["jobs"]]
+        read = job_reader(store, tenant, sweep_id, with_generations=False)  # S3: several in flight, as at load
+        for (job_id, sha), loaded in zip(jobs, read_each(read, [j for j, _ in jobs], store.read_concurrency)):
+            if isinstance(loaded, CorruptRecordError):
+                raise loaded
+            r = loaded[0]  # checked, then let go: the map needs id and hash
             if r.job.cell != doc["cell"] or r.generations_sha256 != sha or r.job.tenant != tenant:
                 raise PermanentJobError(f"job {job_id} changed since the report was asked for; report again")
-            jobs.append((job_id, sha))
         task = CellTask(doc["cell"], doc["row"], jobs, doc["prompt_rank"], None, (store.url, tenant, sweep_id))
         out = run_cell(task, [(n, METRICS.get(n)) for n in settings.names], settings)
         if out.damaged:
