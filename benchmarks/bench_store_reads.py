@@ -11,6 +11,12 @@ result.json per job — runs with `read_concurrency` 1 and with S3Store's own (1
 the request), the round trip to a real S3 endpoint that loopback does not have: moto answers in
 about a millisecond, with its own CPU on the same cores, so the 0 ms ratio is the floor, not the
 cluster's figure. The reports are checked equal.
+
+Then the planner's second call (`report --distributed` asks for the cells, then the pairs): the
+pairs planned from the store (`plan_pairs` without a memo: every result.json read again) against
+from the memo the cells' call left (controller.report.plancache: the sweep's listing only, to check
+its fingerprint), at each latency; a listing is charged the latency once per 1,000 keys, as S3's
+pages. The two plans are checked equal.
 """
 
 from __future__ import annotations
@@ -45,6 +51,23 @@ def timed(store, tenant: str, sweep: str, concurrency: int) -> tuple[float, list
     return time.perf_counter() - t0, [r.job.job_id for r in data.results]
 
 
+def plans(store, tenant: str, sweep: str, rounds: int) -> tuple[float, float]:
+    """Medians of `plan_pairs` from the store and from a warm memo (interleaved)."""
+    from controller.report.pairjobs import plan_pairs
+    from controller.report.plancache import PlanMemo
+
+    memo, times, found = PlanMemo(), {"store": [], "memo": []}, []
+    settings = {"n_boot": 100, "seed": 0, "n_boot_corpus": 100, "baseline": None}
+    plan_pairs(store, tenant, sweep, memo=memo, **settings)  # the cells' call's plan, remembered
+    for _ in range(rounds):
+        for how in ("store", "memo"):
+            t0 = time.perf_counter()
+            found.append(plan_pairs(store, tenant, sweep, memo=memo if how == "memo" else None, **settings))
+            times[how].append(time.perf_counter() - t0)
+    assert all(f == found[0] for f in found), "the memo's plan is not the store's"
+    return statistics.median(times["store"]), statistics.median(times["memo"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=400)
@@ -66,14 +89,19 @@ def main() -> None:
         tenant, sweep = write(store, args.jobs)
         print(f"moto S3 on loopback: {args.jobs} jobs written in {time.perf_counter() - t0:.0f} s; "
               f"{os.cpu_count()} CPUs; {args.rounds} rounds, medians")  # fmt: skip
-        real = S3Store.read_bytes
+        real, real_list = S3Store.read_bytes, S3Store.list_versions
         for latency in [float(x) / 1000 for x in args.latency_ms.split(",")]:
 
             def slow(self, key, latency=latency):
                 time.sleep(latency)
                 return real(self, key)
 
-            S3Store.read_bytes = slow  # type: ignore[method-assign]
+            def listing(self, prefix, latency=latency):
+                found = real_list(self, prefix)
+                time.sleep(latency * (1 + len(found) // 1000))  # a page of 1,000 keys a round trip
+                return found
+
+            S3Store.read_bytes, S3Store.list_versions = slow, listing  # type: ignore[method-assign]
             times: dict[int, list[float]] = {1: [], threads: []}
             order = None
             for _ in range(args.rounds):
@@ -85,7 +113,10 @@ def main() -> None:
             one, many = statistics.median(times[1]), statistics.median(times[threads])
             print(f"  +{latency * 1000:4.0f} ms a read: load_sweep one at a time {one:6.2f} s, "
                   f"{threads} in flight {many:6.2f} s: {one / many:.2f}x")  # fmt: skip
-        S3Store.read_bytes = real  # type: ignore[method-assign]
+            planned, remembered = plans(store, tenant, sweep, args.rounds)
+            print(f"  +{latency * 1000:4.0f} ms a read: the pairs planned from the store {planned:6.2f} s, "
+                  f"from the memo {remembered:6.2f} s: {planned / remembered:.1f}x")  # fmt: skip
+        S3Store.read_bytes, S3Store.list_versions = real, real_list  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

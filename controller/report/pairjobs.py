@@ -19,11 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from controller.metrics import METRICS
+from controller.report import plancache
 from controller.report.cells import DIGEST, MAX_N_BOOT, cache_key, from_cache
 from controller.report.paircache import pair_json, pair_key, pair_name, pair_task
 from controller.report.paired import CellStats, baselines
+from controller.report.plancache import PlanMemo
 from worker.core import paths
-from worker.core.errors import PermanentJobError, UsageError
+from worker.core.errors import PermanentJobError
 
 PAIR = "pair"  # the payload's `kind`; a cell's payload has none
 MAX_BASELINE = 1024  # characters of a baseline (a strategy name or a cell key)
@@ -43,22 +45,20 @@ def fail_key(tenant: str, sweep_id: str, name: str) -> str:
 
 
 def plan_pairs(store, tenant: str, sweep_id: str, *, n_boot: int, seed: int, n_boot_corpus: int,
-               baseline: str | None) -> tuple[int, list[dict[str, Any]]]:  # fmt: skip
+               baseline: str | None, memo: PlanMemo | None = None) -> tuple[int, list[dict[str, Any]]]:  # fmt: skip
     """The sweep's compared pairs (how many), and the payloads of those missing from the cache whose
     two cells are both cached (a pair with a cell not cached is left to the controller). Planned
-    from the store only: the cells as `summarize` plans them, each compared with the baseline
-    `paired.baselines` gives it (from the cells' keys, models and strategies, as in the reduce)."""
-    from controller.report.aggregate import cell_tasks, load_sweep
-    from controller.report.cells import digest
-
-    data = load_sweep(store, tenant, sweep_id, with_generations=False)
-    if not data.results:
-        raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
-    _, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, METRICS, store)
+    from the store only: the cells as `summarize` plans them (or, with `memo`, as the cells' call
+    planned them if the sweep's fingerprint has not changed since: no result.json read), each compared
+    with the baseline `paired.baselines` gives it (from the cells' keys, models and strategies, as in
+    the reduce)."""
+    found = plancache.lookup(memo, store, tenant, sweep_id, n_boot, seed, n_boot_corpus)
+    basis = found.basis or found.plan()[1]
+    settings = basis.settings
     if not settings.with_ci:  # no intervals, no comparisons
         return 0, []
-    digests = {t.cell: digest(t, settings) for t in tasks}
-    cells = [CellStats(t.cell, t.row["model"], t.row["strategy"], [], {}) for t in tasks]
+    digests = basis.digests
+    cells = [CellStats(cell, model, strategy, [], {}) for cell, model, strategy, _ in basis.cells]
     pairs = [(c, b) for c, b in baselines(cells, baseline).items() if b is not None]
     cached = {k.rsplit("/", 1)[1] for k in store.list(paths.report_key(tenant, sweep_id, "cache/"))}
     todo = []

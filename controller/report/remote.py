@@ -38,9 +38,11 @@ from typing import Any
 import structlog
 
 from controller.metrics import METRICS
+from controller.report import plancache
 from controller.report.cells import DIGEST, MAX_N_BOOT, CellTask, Settings, cache_key, run_cell, to_json
 from controller.report.jobs import job_reader, read_each
 from controller.report.pairjobs import MAX_BASELINE, PAIR, pair_refusal, run_pair
+from controller.report.plancache import PlanMemo
 from worker.core import keys, paths, signing
 from worker.core.errors import CorruptRecordError, PermanentJobError, UsageError
 
@@ -145,22 +147,24 @@ def _bounded(n_boot: int, n_boot_corpus: int) -> None:
 
 
 def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
-                   n_boot_corpus: int, admission: Admission | None = None) -> dict[str, Any]:  # fmt: skip
+                   n_boot_corpus: int, admission: Admission | None = None,
+                   memo: PlanMemo | None = None) -> dict[str, Any]:  # fmt: skip
     """The submission server's side of `report --distributed --api`: the tenant's own sweep read from
     the store (results only), its cells planned as `summarize` plans them, and a job enqueued for each
-    cell missing from the cache. What the client waits for: the digests (cache keys)."""
-    from controller.report.aggregate import cell_tasks, load_sweep
-    from controller.report.cells import digest
-
+    cell missing from the cache. What the client waits for: the digests (cache keys). With `memo`
+    (controller.report.plancache): a sweep unchanged since it was planned, whose cells are all cached,
+    is answered from the memo without reading its results; a plan read is remembered for the pairs."""
     _bounded(n_boot, n_boot_corpus)
-    data = load_sweep(store, tenant, sweep_id, with_generations=False)
-    if not data.results:
-        raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
-    _, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, METRICS, store)
+    found = plancache.lookup(memo, store, tenant, sweep_id, n_boot, seed, n_boot_corpus)
     cached = {k.rsplit("/", 1)[1] for k in store.list(paths.report_key(tenant, sweep_id, "cache/"))}
+    if found.basis is not None and all(d is None or f"{d}.json" in cached for d in found.basis.digests.values()):
+        return {"tenant": tenant, "sweep_id": sweep_id, "cells": len(found.basis.cells), "missing": 0,
+                "enqueued": 0, "digests": []}  # fmt: skip
+    tasks, basis = found.plan()
+    settings, digests = basis.settings, basis.digests
     missing = []
     for task in tasks:
-        d = digest(task, settings)
+        d = digests[task.cell]
         if d is not None and f"{d}.json" not in cached:
             missing.append((task, d))
             if f"{d}.fail.json" in cached:  # an earlier attempt's mark: this one starts afresh
@@ -171,16 +175,17 @@ def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boo
 
 
 def enqueue_pair_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
-                        n_boot_corpus: int, baseline: str | None,
-                        admission: Admission | None = None) -> dict[str, Any]:  # fmt: skip
+                        n_boot_corpus: int, baseline: str | None, admission: Admission | None = None,
+                        memo: PlanMemo | None = None) -> dict[str, Any]:  # fmt: skip
     """The signer's side of the paired comparisons (`report --distributed`, after the cells): the tenant's
-    own sweep's pairs planned from the store (controller.report.pairjobs.plan_pairs), one job for each
-    missing from the cache whose cells are cached. What the client waits for: the pairs' digests."""
+    own sweep's pairs planned from the store (controller.report.pairjobs.plan_pairs; with `memo`, from
+    the cells' plan when the sweep has not changed since), one job for each missing from the cache
+    whose cells are cached. What the client waits for: the pairs' digests."""
     from controller.report.pairjobs import plan_pairs
 
     _bounded(n_boot, n_boot_corpus)
     total, docs = plan_pairs(store, tenant, sweep_id, n_boot=n_boot, seed=seed, n_boot_corpus=n_boot_corpus,
-                             baseline=baseline)  # fmt: skip
+                             baseline=baseline, memo=memo)  # fmt: skip
     jobs = [(f"pair-{d['pair']}", f"pair {d['pair']}", {"pair": d["pair"]}, d) for d in docs]
     enqueued = _enqueue(conn, key, tenant, sweep_id, jobs, admission or Admission())
     return {"tenant": tenant, "sweep_id": sweep_id, "pairs": total, "missing": len(docs), "enqueued": enqueued,

@@ -11,12 +11,13 @@ submits cannot both pass the same quota.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controller.report.plancache import PlanMemo
 from controller.server.errors import Busy, Forbidden, NotFound, OverQuota, TooLarge
 from controller.server.tokens import Identity
 from worker import sweepstate
@@ -76,7 +77,8 @@ class ReportPairsRequest(ReportCellsRequest):
 @dataclass
 class Context:
     """What every request runs with: Redis (as the server's user), the store, the signing key,
-    the tenants file (None: one tenant, `default`) and the cost limits."""
+    the tenants file (None: one tenant, `default`), the cost limits, and what report planning
+    remembers between a report's calls (controller.report.plancache)."""
 
     conn: Any
     store: Any
@@ -84,6 +86,7 @@ class Context:
     tenants: TenantsFile | None
     limits: Any
     lock_s: float = 30.0
+    plans: PlanMemo = field(default_factory=PlanMemo)  # report plans between a report's calls (cells, pairs)
 
     def policy(self, tenant: str) -> Tenant:
         found = self.tenants.get(tenant) if self.tenants else None
@@ -276,7 +279,7 @@ def _report_jobs(ctx: Context, who: Identity, sweep: str, enqueue, settings: dic
     from controller.report.remote import Admission
 
     hold = Admission(lock=lambda: _Locked(ctx, tenant), check=lambda n: _admit_report(ctx, tenant, n))
-    return enqueue(ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, **settings, admission=hold)
+    return enqueue(ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, **settings, admission=hold, memo=ctx.plans)
 
 
 def _admit_report(ctx: Context, tenant: str, new: int) -> None:

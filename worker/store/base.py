@@ -57,6 +57,11 @@ class Store:
 
     def list(self, prefix: str) -> list[str]:
         """Keys under `prefix`, sorted."""
+        return sorted(self.list_versions(prefix))
+
+    def list_versions(self, prefix: str) -> dict[str, str]:
+        """Keys under `prefix`, each with a tag that changes when the object is written again with other
+        bytes (S3: its ETag and size; a file: its mtime and size); one listing, no object read."""
         raise NotImplementedError
 
     def delete(self, key: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from worker.core.errors import StoreError
@@ -66,16 +67,24 @@ class FileStore(Store):
         return self._path(key).exists()
 
     def list(self, prefix: str) -> list[str]:
-        base = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
-        if not base.exists():
-            return []
-        out = []
-        for p in base.rglob("*"):
-            if p.is_file() and not p.name.startswith("."):
-                rel = p.relative_to(self.root).as_posix()
-                if rel.startswith(prefix):
-                    out.append(rel)
-        return sorted(out)
+        return sorted(rel for rel, _ in self._under(prefix))
+
+    def list_versions(self, prefix: str) -> dict[str, str]:
+        out = {}
+        for rel, p in self._under(prefix):
+            st = p.stat()  # a write is a rename of a new file: a new mtime
+            out[rel] = f"{st.st_mtime_ns}-{st.st_size}"
+        return out
+
+    def _under(self, prefix: str) -> Iterator[tuple[str, Path]]:
+        """(key, file) of each file whose key starts with `prefix`, under the directory it names or the
+        one file a whole key names; names starting with "." (a write's temporary file) left out."""
+        top = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
+        files = [top] if top.is_file() else (p for p in top.rglob("*") if p.is_file()) if top.is_dir() else []
+        for p in files:
+            rel = p.relative_to(self.root).as_posix()
+            if not p.name.startswith(".") and rel.startswith(prefix):
+                yield rel, p
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)

@@ -187,20 +187,22 @@ class S3Store(Store):
                 return False
             raise StoreError(f"{self.url}/{key}: {_code(err)}: {err}") from None
 
-    def list(self, prefix: str) -> list[str]:
+    def list_versions(self, prefix: str) -> dict[str, str]:
         from botocore.exceptions import ClientError
 
-        def pages() -> list[str]:
-            out = []
+        def pages() -> dict[str, str]:
+            out = {}
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
-                out += [o["Key"][len(self.prefix) :] for o in page.get("Contents", [])]
+                for o in page.get("Contents", []):
+                    out[o["Key"][len(self.prefix) :]] = f"{o.get('ETag', '')}-{o.get('Size', '')}"
             return out
 
         try:
-            return sorted(k for k in self._retry(f"list {prefix}", pages) if not k.rsplit("/", 1)[-1].startswith("."))
+            found = self._retry(f"list {prefix}", pages)
         except ClientError as err:
             raise StoreError(f"{self.url}: list {prefix!r} failed: {_code(err)}: {err}") from None
+        return {k: v for k, v in found.items() if not k.rsplit("/", 1)[-1].startswith(".")}
 
     def delete(self, key: str) -> None:
         self._retry(f"delete {key}", lambda: self.client.delete_object(Bucket=self.bucket, Key=self._key(key)))

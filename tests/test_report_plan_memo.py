@@ -1,0 +1,138 @@
+"""The report planner's memo (controller.report.plancache, issue 25 item 7): `report --distributed`
+asks the planner (the submission server, or the operator's own process) for the cells, then for the
+pairs; the second call, and a report asked again of an unchanged sweep, plan from what the first
+remembered instead of reading every job's result.json again, and a sweep that changed in between
+(a job retried, a result added) is planned afresh. Against a real redis-server and, for the S3
+listing's version tags, the loopback S3 endpoint."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.report.pairjobs import plan_pairs
+from controller.report.plancache import PlanMemo, fingerprint
+from controller.report.write import build
+from controller.server import service
+from controller.server.tokens import Identity
+from tests.helpers_report import make_sweep, write_with_hashes
+from tests.services import SIGNING_KEY as KEY
+from tests.test_report_scale import CELLS
+from worker.core import paths
+from worker.store import FileStore, open_store
+
+SETTINGS = {"n_boot": 50, "seed": 0, "n_boot_corpus": 100}
+
+
+def results_read(store, monkeypatch) -> list[str]:
+    """Every result.json this store instance reads from now on."""
+    read: list[str] = []
+    real = store.read_bytes
+    monkeypatch.setattr(
+        store, "read_bytes", lambda key: (key.endswith("/result.json") and read.append(key)) or real(key)
+    )
+    return read
+
+
+def cached_cells(store, data) -> None:
+    """The sweep written and reported once, then its pairs taken out of the cache (its cells stay)."""
+    write_with_hashes(store, data)
+    build(store, data.tenant, data.sweep_id, n_boot=SETTINGS["n_boot"])
+    for key in store.list(paths.report_key(data.tenant, data.sweep_id, "cache/pair-")):
+        store.delete(key)
+
+
+def ask(ctx, data, what: str) -> dict:
+    who = Identity("tok", data.tenant, False)
+    if what == "cells":
+        return service.report_cells(ctx, who, data.sweep_id, service.ReportCellsRequest(**SETTINGS))
+    return service.report_pairs(ctx, who, data.sweep_id, service.ReportPairsRequest(**SETTINGS))
+
+
+def test_the_pairs_and_a_repeated_report_are_planned_without_reading_the_results_again(
+    redis_url, s3_bucket, monkeypatch
+):
+    import redis
+
+    store = open_store(f"s3://{s3_bucket}/runs")
+    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:4])
+    cached_cells(store, data)
+    fresh_pairs = plan_pairs(store, data.tenant, data.sweep_id, baseline=None, **SETTINGS)  # no memo: from the store
+    ctx = service.Context(conn=redis.Redis.from_url(redis_url), store=store, signing_key=KEY, tenants=None, limits=None)
+    read = results_read(store, monkeypatch)
+
+    cells = ask(ctx, data, "cells")  # planned from the store: every result read once, and remembered
+    assert cells["cells"] == 4 and cells["missing"] == 0 and len(read) == len(data.results)
+    read.clear()
+    pairs = ask(ctx, data, "pairs")  # from the memo: no result read
+    assert read == []
+    assert (
+        pairs["pairs"] == fresh_pairs[0] > 0
+        and len(fresh_pairs[1]) == fresh_pairs[0]
+        and pairs["names"] == [d["pair"] for d in fresh_pairs[1]]
+    )
+    again = ask(ctx, data, "cells")  # the same report asked again: every cell cached, nothing read
+    assert read == [] and again == cells
+
+
+def test_a_sweep_that_changed_since_it_was_planned_is_planned_afresh(redis_url, tmp_path, monkeypatch):
+    import redis
+
+    store = FileStore(tmp_path / "s")
+    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:3])
+    cached_cells(store, data)
+    ctx = service.Context(conn=redis.Redis.from_url(redis_url), store=store, signing_key=KEY, tenants=None, limits=None)
+    assert ask(ctx, data, "cells")["missing"] == 0
+    read = results_read(store, monkeypatch)
+
+    retried = data.results[0].job.job_id  # a retry rewrites a job: its cell is another cell now
+    write_with_hashes(store, data, change=retried)
+    read.clear()
+    cells = ask(ctx, data, "cells")
+    assert len(read) == len(data.results)  # the memo's fingerprint no longer matches: planned from the store
+    assert cells["missing"] == 1 and cells["enqueued"] == 1
+    read.clear()
+    pairs = ask(ctx, data, "pairs")
+    assert read == []  # the new plan was remembered
+    fresh = plan_pairs(store, data.tenant, data.sweep_id, baseline=None, **SETTINGS)
+    assert pairs["pairs"] == fresh[0] and pairs["names"] == [d["pair"] for d in fresh[1]]
+
+
+def test_the_memo_answers_only_for_its_sweep_settings_and_fingerprint(tmp_path):
+    from controller.report import plancache
+
+    store = FileStore(tmp_path / "s")
+    a = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2])
+    write_with_hashes(store, a)
+    memo = PlanMemo(size=2)
+    first = plancache.lookup(memo, store, a.tenant, a.sweep_id, 50, 0, 100)
+    assert first.basis is None
+    _, basis = first.plan()
+    assert plancache.lookup(memo, store, a.tenant, a.sweep_id, 50, 0, 100).basis == basis
+    assert plancache.lookup(memo, store, a.tenant, a.sweep_id, 50, 1, 100).basis is None  # another seed
+    assert plancache.lookup(memo, store, "team-b", a.sweep_id, 50, 0, 100).basis is None  # another tenant
+    for seed in (1, 2):  # two more plans: the memo keeps the last two
+        plancache.lookup(memo, store, a.tenant, a.sweep_id, 50, seed, 100).plan()
+    assert plancache.lookup(memo, store, a.tenant, a.sweep_id, 50, 0, 100).basis is None
+    assert plancache.lookup(None, store, a.tenant, a.sweep_id, 50, 2, 100).basis is None  # no memo, nothing found
+    # anything a plan reads changes the fingerprint: a job's files, the spec, the plan; the report cache does not
+    before = fingerprint(store, a.tenant, a.sweep_id)
+    store.write_json(paths.report_key(a.tenant, a.sweep_id, "cache/x.json"), {})
+    assert fingerprint(store, a.tenant, a.sweep_id) == before
+    for key in (paths.spec_key(a.tenant, a.sweep_id), paths.result_key(a.tenant, a.sweep_id, a.results[0].job.job_id)):
+        store.write_bytes(key, store.read_bytes(key) + b" ")
+        assert fingerprint(store, a.tenant, a.sweep_id) != before
+        before = fingerprint(store, a.tenant, a.sweep_id)
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_list_versions_names_the_listed_keys_and_changes_when_an_object_is_rewritten(kind, tmp_path, request):
+    store = (
+        FileStore(tmp_path / "s") if kind == "file" else open_store(f"s3://{request.getfixturevalue('s3_bucket')}/r")
+    )
+    for key, body in (("t/a/1.json", b"one"), ("t/a/2.json", b"two"), ("t/b/3.json", b"three")):
+        store.write_bytes(key, body)
+    tags = store.list_versions("t/a/")
+    assert sorted(tags) == store.list("t/a/") == ["t/a/1.json", "t/a/2.json"]
+    store.write_bytes("t/a/1.json", b"uno")
+    after = store.list_versions("t/a/")
+    assert after["t/a/1.json"] != tags["t/a/1.json"] and after["t/a/2.json"] == tags["t/a/2.json"]
