@@ -21,6 +21,11 @@ Ratings: G items, 3 raters, item quality 1 + 4 · Beta(0.6, 2.5) (skewed), score
 clipped to 1-5 around it; the interval is the report's bootstrap-t over items of the mean score.
 
 It prints, per metric and size, the coverage and the misses above and below the interval.
+
+`--variants` also prints, for the jackknife metrics, what other intervals built from the same
+leave-one-out values would cover (Student's t(G-1) around the estimate, on the logit scale as the
+report's; BCa of the pseudo-values with the same t floor) and the jackknife SE against the standard
+deviation of the estimates over the simulations: why the report's interval is the one it is.
 """
 
 from __future__ import annotations
@@ -93,19 +98,42 @@ def rating_scores(rng: np.random.Generator, n_items: int, raters: int = 3) -> np
     return np.clip(np.rint(quality[:, None] + rng.normal(0, 0.7, (n_items, raters))), 1, 5)
 
 
-def run(G: int, sims: int, n_boot: int, truth: dict[str, float]) -> dict[str, list]:
+def variants(value: float, loo: np.ndarray, rng: np.random.Generator) -> dict[str, tuple[float, float]]:
+    """Other intervals from the same leave-one-out values (logit scale, mapped back), and the SE."""
+    from scipy import stats
+
+    from controller.report.intervals import jackknife_se, pseudo_values
+
+    logit, expit = (lambda x: np.log(x) - np.log1p(-x)), (lambda x: 1 / (1 + np.exp(-x)))
+    G, centre = len(loo), float(logit(value))
+    pv = pseudo_values(centre, logit(loo))
+    se, q = jackknife_se(logit(loo)), float(stats.t.ppf(0.975, G - 1))
+    bca = stats.bootstrap((pv,), np.mean, method="BCa", n_resamples=1000, rng=rng, vectorized=True)
+    lo, hi = (float(x) + centre - float(pv.mean()) for x in bca.confidence_interval)
+    return {
+        "student_t": (expit(centre - q * se), expit(centre + q * se)),
+        "bca_floor": (expit(min(lo, centre - q * se)), expit(max(hi, centre + q * se))),
+        "se": (jackknife_se(loo), math.nan),
+    }
+
+
+def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: bool = False) -> dict[str, list]:
     metrics = [(m, METRICS.get(m)) for m in METRIC_NAMES]
     found: dict[str, list] = {m: [] for m in [*METRIC_NAMES, "rating"]}  # (value, low, high) per simulation
     for s in range(sims):
         rng = np.random.default_rng([G, s])
         cell, groups = simulate_cell(G, rng)
         values = evaluate(metrics, cell)
+        keep: dict = {}
         cis = confidence_intervals(
-            metrics, cell, values, groups, n_boot=n_boot, n_boot_corpus=100, rng=cell_rng(s, f"G{G}")
+            metrics, cell, values, groups, n_boot=n_boot, n_boot_corpus=100, rng=cell_rng(s, f"G{G}"), keep=keep
         )
         for m in METRIC_NAMES:
             lo, hi, _ = cis.get(m, (math.nan, math.nan, ""))
             found[m].append((values[m], lo, hi))
+            if with_variants and keep.get(m, ("",))[0] == "loo" and 0 < values[m] < 1:
+                for how, (vlo, vhi) in variants(values[m], keep[m][1], np.random.default_rng([G, s, 2])).items():
+                    found.setdefault(f"{m}:{how}", []).append((values[m], vlo, vhi))
         scores = rating_scores(rng, G)
         lo, hi = rating_interval([list(map(int, r)) for r in scores], np.random.default_rng([G, s, 1]))
         found["rating"].append((float(scores.mean()), lo, hi))
@@ -115,13 +143,17 @@ def run(G: int, sims: int, n_boot: int, truth: dict[str, float]) -> dict[str, li
 def report(G: int, found: dict[str, list], truth: dict[str, float]) -> None:
     for m, rows in found.items():
         arr = np.array(rows, dtype=float)
+        if m.endswith(":se"):  # the jackknife SE against the estimates' spread over the simulations
+            ratio = np.mean(arr[:, 1]) / np.std(arr[:, 0], ddof=1)
+            print(f"  {m:22s} G={G:4d}  jackknife SE / SD of the estimates {ratio:.3f}")
+            continue
         target = truth[m] if m in truth else float(np.mean(arr[:, 0]))
         above = int(np.sum(target > arr[:, 2]))
         below = int(np.sum(target < arr[:, 1]))
         n = int(np.sum(np.isfinite(arr[:, 1])))
         cover = (n - above - below) / n if n else math.nan
         width = float(np.nanmean(arr[:, 2] - arr[:, 1]))
-        print(f"  {m:12s} G={G:4d}  coverage {cover:6.1%}  misses: truth above {above:3d}, below {below:3d}"
+        print(f"  {m:22s} G={G:4d}  coverage {cover:6.1%}  misses: truth above {above:3d}, below {below:3d}"
               f"  (n={n}, mean width {width:.4g})")  # fmt: skip
         sys.stdout.flush()
 
@@ -133,6 +165,7 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--population", type=int, default=20_000, help="prompts of the population cell")
     ap.add_argument("--metrics", nargs="*", default=None, help="only these (and no ratings)")
+    ap.add_argument("--variants", action="store_true", help="other intervals of the jackknife metrics, and the SE")
     args = ap.parse_args()
     t0 = time.perf_counter()
     truth = population(args.population, seed=10**6)
@@ -141,7 +174,7 @@ def main() -> None:
     if args.metrics:
         METRIC_NAMES[:] = [m for m in METRIC_NAMES if m in args.metrics]
     for G in args.prompts:
-        found = run(G, args.sims, args.n_boot, truth)
+        found = run(G, args.sims, args.n_boot, truth, args.variants)
         if args.metrics:
             found.pop("rating")
         report(G, found, truth)
