@@ -113,6 +113,14 @@ def test_the_memo_answers_only_for_its_sweep_settings_and_fingerprint(tmp_path):
     for seed in (1, 2):  # two more plans: the memo keeps the last two
         plancache.lookup(memo, store, a.tenant, a.sweep_id, 50, seed, 100).plan()
     assert plancache.lookup(memo, store, a.tenant, a.sweep_id, 50, 0, 100).basis is None
+    small = PlanMemo(max_cells=3)  # a bound on the cells over all sweeps (each basis here has 2)
+    for seed in (0, 1):
+        plancache.lookup(small, store, a.tenant, a.sweep_id, 50, seed, 100).plan()
+    found = [plancache.lookup(small, store, a.tenant, a.sweep_id, 50, seed, 100).basis for seed in (0, 1)]
+    assert found[0] is None and found[1] is not None and len(found[1].cells) == 2
+    tiny = PlanMemo(max_cells=1)
+    tiny.put(("k",), "fp", basis)
+    assert tiny.get(("k",), "fp") is None  # a basis larger than the whole memo is not kept
     assert plancache.lookup(None, store, a.tenant, a.sweep_id, 50, 2, 100).basis is None  # no memo, nothing found
     # anything a plan reads changes the fingerprint: a job's files, the spec, the plan; the report cache does not
     before = fingerprint(store, a.tenant, a.sweep_id)

@@ -8,11 +8,12 @@ report asked again of an unchanged sweep read them all again to find that nothin
 A `PlanMemo` keeps, per (tenant, sweep, n_boot, seed, n_boot_corpus), the small part of a plan those
 calls need: the settings and each cell's key, model, strategy and cache digest (`Basis`, a few
 hundred bytes a cell, never a job), under the sweep's fingerprint: a hash of the store's version tag
-(an S3 ETag and size, a file's mtime and size) of each of its job files, its spec and its plan, listed
-before the plan was read (a listing: a round trip per 1,000 keys, no object read). A call whose
-listing gives another fingerprint (a job retried or finished, a spec rewritten) plans afresh, so a
-memo never answers for data it was not planned from; one that gives the same reads no result.json.
-The memo lives in the planning process only (a server restart, or another replica, plans afresh).
+(an S3 ETag and size, a file's inode, mtime and size) of each of its job files, its spec and its
+plan, listed before the plan was read (a listing: a round trip per 1,000 keys, no object read). A
+call whose listing gives another fingerprint (a job retried or finished, a spec rewritten) plans
+afresh, so a memo never answers for data it was not planned from; one that gives the same reads no
+result.json. The memo lives in the planning process only (a server restart, or another replica,
+plans afresh).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ if TYPE_CHECKING:  # light to import: the submission server's Context holds a Pl
     from controller.report.cells import CellTask, Settings
     from worker.store import Store
 
-MEMO_SWEEPS = 32  # sweeps (with their settings) remembered; each a few hundred bytes a cell
+MEMO_SWEEPS = 32  # sweeps (with their settings) remembered, the least recently used dropped first
+MEMO_CELLS = 100_000  # cells remembered over all of them (~30 MB): a tenant's many seeds cannot grow the server
 
 
 @dataclass(frozen=True)
@@ -97,12 +99,13 @@ class Lookup:
 
 
 class PlanMemo:
-    """The last `size` sweeps' bases, each under the fingerprint it was planned from; thread-safe (the
-    server plans in a thread pool)."""
+    """The last `size` sweeps' bases (at most `max_cells` cells in all), each under the fingerprint it
+    was planned from; thread-safe (the server plans in a thread pool)."""
 
-    def __init__(self, size: int = MEMO_SWEEPS) -> None:
-        self.size = size
+    def __init__(self, size: int = MEMO_SWEEPS, max_cells: int = MEMO_CELLS) -> None:
+        self.size, self.max_cells = size, max_cells
         self._entries: OrderedDict[tuple, tuple[str, Basis]] = OrderedDict()
+        self._cells = 0
         self._lock = threading.Lock()
 
     def get(self, key: tuple, fp: str) -> Basis | None:
@@ -115,10 +118,14 @@ class PlanMemo:
 
     def put(self, key: tuple, fp: str, basis: Basis) -> None:
         with self._lock:
+            if key in self._entries:
+                self._cells -= len(self._entries.pop(key)[1].cells)
+            if len(basis.cells) > self.max_cells:  # a sweep larger than the whole memo is planned each time
+                return
             self._entries[key] = (fp, basis)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._cells += len(basis.cells)
+            while len(self._entries) > self.size or self._cells > self.max_cells:
+                self._cells -= len(self._entries.popitem(last=False)[1][1].cells)
 
 
 def lookup(memo: PlanMemo | None, store: Store, tenant: str, sweep_id: str, *settings: int) -> Lookup:

@@ -61,7 +61,7 @@ class Store:
 
     def list_versions(self, prefix: str) -> dict[str, str]:
         """Keys under `prefix`, each with a tag that changes when the object is written again with other
-        bytes (S3: its ETag and size; a file: its mtime and size); one listing, no object read."""
+        bytes (S3: its ETag and size; a file: its inode, mtime and size); one listing, no object read."""
         raise NotImplementedError
 
     def delete(self, key: str) -> None:

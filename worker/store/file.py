@@ -72,8 +72,8 @@ class FileStore(Store):
     def list_versions(self, prefix: str) -> dict[str, str]:
         out = {}
         for rel, p in self._under(prefix):
-            st = p.stat()  # a write is a rename of a new file: a new mtime
-            out[rel] = f"{st.st_mtime_ns}-{st.st_size}"
+            st = p.stat()  # a write renames a new file over the key: a new inode and mtime, where mtime may be coarse
+            out[rel] = f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
         return out
 
     def _under(self, prefix: str) -> Iterator[tuple[str, Path]]:
