@@ -104,3 +104,33 @@ def test_a_compared_cell_whose_cache_entry_left_meanwhile_is_computed_again(tmp_
     monkeypatch.setattr(aggregate, "map_cells", then_delete)
     summary = summarize(load_sweep(store, data.tenant, data.sweep_id, with_generations=False), n_boot=50, store=store)
     pd.testing.assert_frame_equal(summary, summarize(data, n_boot=50))
+
+
+def test_per_request_timings_are_held_as_packed_floats_and_give_the_numbers_of_whole_results(tmp_path):
+    """With continuous refill each batch carries a latency, a TTFT and a TPOT per request (tens of numbers a
+    job): a JobInfo holds them as array("d"), 8 bytes a number, and the speed columns are those of the
+    JobResults; a TPOT list with a None (a one-token generation) is kept as it is."""
+    from array import array
+
+    data = make_sweep(seeds=(0, 1), n_prompts=8, shard_size=4, cells=CELLS[:2])
+    for k, r in enumerate(data.results):
+        timed = []
+        for i, b in enumerate(r.batches):
+            per = [0.1 + 0.01 * (k + i + j) for j in range(b.n)]
+            tpot = [None if (k, i, j) == (0, 0, 0) else t / 50 for j, t in enumerate(per)]
+            timed.append(b.model_copy(update={"latency_s": per, "ttft_s": [t / 10 for t in per], "tpot_s": tpot}))
+        data.results[k] = r.model_copy(update={"batches": timed})
+    store = FileStore(tmp_path / "s")
+    write_with_hashes(store, data)
+    streamed = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
+    batches = [b for r in streamed.results for b in r.batches]
+    assert all(isinstance(b.latency_s, array) and isinstance(b.ttft_s, array) for b in batches)
+    assert sum(isinstance(b.tpot_s, list) and None in b.tpot_s for b in batches) == 1
+    assert sum(isinstance(b.tpot_s, array) for b in batches) == len(batches) - 1
+    summary = summarize(streamed, n_boot=50, store=store)
+    whole = summarize(data, n_boot=50)
+    speed = ["latency_ms_p50", "latency_ms_p95", "ttft_ms_p50", "decode_ms_per_token"]
+    untimed = summarize(make_sweep(seeds=(0, 1), n_prompts=8, shard_size=4, cells=CELLS[:2]), n_boot=50)
+    assert summary[speed].iloc[:2].notna().all().all()  # the two cells (the reference row has no speed)
+    assert (summary[speed].iloc[:2] != untimed[speed].iloc[:2]).all().all()  # the per-request timings were read
+    pd.testing.assert_frame_equal(summary, whole)  # every speed column, exactly

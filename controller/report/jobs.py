@@ -1,21 +1,22 @@
 """What a report keeps of each complete job when the sweep is loaded without its generations.
 
-A loaded JobResult costs ~17 KB of memory (2.5 KB of JSON), over half of it its JobSpec's
-prompts, which every cell repeats; a sweep of 190k jobs held that way needs ~3 GB on the
-controller (and on the submission server, which plans report jobs from the same load). A
-`JobInfo` keeps only what the report reads of a result, under the same attribute names (so
-the speed columns, the engine columns and the provenance table read either): the job's ids,
-seed and shard, its generations' SHA-256, its batches' timings, the memory readings the speed
-columns use, the distribution check's p-value and its provenance. What the jobs of a sweep
-repeat (model, strategy, engine, metrics, a shard's prompts, the provenance but its seed) is
-held once and shared. A cell's map needs only its jobs' ids and hashes (cells.CellTask.jobs):
-it streams their generations from the store.
+A loaded JobResult costs ~17 KB of memory (2.5 KB of JSON), over half of it its JobSpec's prompts,
+which every cell repeats; a sweep of 190k jobs held that way needs ~3 GB on the controller (and on
+the submission server, which plans report jobs from the same load). A `JobInfo` keeps only what the
+report reads of a result, under the same attribute names (so the speed columns, the engine columns
+and the provenance table read either): the job's ids, seed and shard, its generations' SHA-256, its
+batches' timings (per-request ones packed, 8 bytes a number), the memory readings the speed columns
+use, the distribution check's p-value and its provenance. What the jobs of a sweep repeat (model,
+strategy, engine, metrics, a shard's prompts, the provenance but its seed) is held once and shared.
+A cell's map needs only its jobs' ids and hashes (cells.CellTask.jobs): it streams their generations
+from the store.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -74,9 +75,9 @@ class Batch:
     decode_s: float
     steps: int | None
     energy_j: float | None
-    latency_s: list[float] | None
-    ttft_s: list[float] | None
-    tpot_s: list[float | None] | None
+    latency_s: Sequence[float] | None  # an array("d") (jobs._floats)
+    ttft_s: Sequence[float] | None
+    tpot_s: Sequence[float | None] | None
 
 
 @dataclass(slots=True)
@@ -107,9 +108,17 @@ class JobInfo:
     provenance: Mapping[str, Any]
 
 
+def _floats(values: list | None) -> Sequence | None:
+    """A batch's per-request timings, 8 bytes a number (a list holds a 32-byte float object each); a
+    list with a None (a request with no decode step's time) kept as it is."""
+    if values is None or any(v is None for v in values):
+        return values
+    return array("d", values)
+
+
 def batch(b: BatchTiming) -> Batch:
-    return Batch(b.n, b.new_tokens, b.prefill_s, b.total_s, b.decode_s, b.steps, b.energy_j, b.latency_s, b.ttft_s,
-                 b.tpot_s)  # fmt: skip
+    return Batch(b.n, b.new_tokens, b.prefill_s, b.total_s, b.decode_s, b.steps, b.energy_j, _floats(b.latency_s),
+                 _floats(b.ttft_s), _floats(b.tpot_s))  # fmt: skip
 
 
 class Compactor:
