@@ -330,6 +330,8 @@ def test_file_store_keeps_each_key_inside_its_tenants_directory(tmp_path):
             store.write_bytes(key, b"x")
     assert store.read_json("team-b/sweeps/s1/spec.json") == {"secret": "b"}
     assert not (tmp_path / "outside" / "x.json").exists()
+    # a listing does not enter a symlinked directory: no other tenant's names through it
+    assert store.list("team-a/") == ["team-a/sweeps/s1/spec.json"] == sorted(store.list_versions("team-a/"))
 
 
 @pytest.mark.parametrize(

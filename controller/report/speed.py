@@ -8,6 +8,7 @@ first token and time per output token (docs/metrics.md).
 from __future__ import annotations
 
 import math
+import statistics
 import zlib
 from typing import Any
 
@@ -121,8 +122,9 @@ def speed_spread(results: list[JobResult], *, n_boot: int = 1000, seed: int = 0)
     if not batches:
         return out
     rates = [b.new_tokens / b.total_s for b in batches]
-    latency = [1000.0 * float(np.median(b.latency_s or [b.total_s])) for b in batches]
-    ttft = [1000.0 * float(np.median(b.ttft_s or [b.prefill_s])) for b in batches]
+    # statistics.median: numpy's (the mean of the two middle values) on a batch's few numbers, 20x faster
+    latency = [1000.0 * float(statistics.median(b.latency_s or [b.total_s])) for b in batches]
+    ttft = [1000.0 * float(statistics.median(b.ttft_s or [b.prefill_s])) for b in batches]
     out |= {"tokens_per_s_batch_min": min(rates), "tokens_per_s_batch_max": max(rates)}
     out |= {"latency_ms_batch_min": min(latency), "latency_ms_batch_max": max(latency)}
     out |= {"ttft_ms_batch_min": min(ttft), "ttft_ms_batch_max": max(ttft)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from worker.core.errors import StoreError
@@ -19,6 +19,8 @@ class FileStore(Store):
 
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root).expanduser().resolve()
+        self._root = str(self.root)
+        self._base = os.path.join(self._root, "")  # the root with one trailing separator ("/" stays "/")
         self.url = f"file://{self.root}"
 
     def _path(self, key: str) -> Path:
@@ -27,13 +29,13 @@ class FileStore(Store):
         parts = key.split("/")
         if key.startswith("/") or "\\" in key or any(part in ("..", ".") for part in parts):
             raise StoreError(f"key {key!r} escapes the store root")
-        p = (self.root / key).resolve()
-        if self.root not in p.parents and p != self.root:
+        p = os.path.realpath(os.path.join(self._root, key))  # symlinks followed, as the open will
+        if p != self._root and not p.startswith(self._base):
             raise StoreError(f"key {key!r} escapes the store root")
-        tenant_root = self.root / parts[0]
-        if p != self.root and p != tenant_root and tenant_root not in p.parents:
+        tenant_root = self._base + parts[0]
+        if p not in (self._root, tenant_root) and not p.startswith(tenant_root + os.sep):
             raise StoreError(f"key {key!r} escapes the directory of tenant {parts[0]!r}")
-        return p
+        return Path(p)
 
     def read_bytes(self, key: str) -> bytes:
         try:
@@ -78,13 +80,19 @@ class FileStore(Store):
 
     def _under(self, prefix: str) -> Iterator[tuple[str, Path]]:
         """(key, file) of each file whose key starts with `prefix`, under the directory it names or the
-        one file a whole key names; names starting with "." (a write's temporary file) left out."""
+        one file a whole key names; names starting with "." (a write's temporary file) left out; a
+        symlinked directory is not entered (reading through it is refused anyway, `_path`)."""
         top = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
-        files = [top] if top.is_file() else (p for p in top.rglob("*") if p.is_file()) if top.is_dir() else []
-        for p in files:
-            rel = p.relative_to(self.root).as_posix()
-            if not p.name.startswith(".") and rel.startswith(prefix):
-                yield rel, p
+        if top.is_file():
+            found: Iterable[tuple[str, str]] = [(str(top.parent), top.name)]
+        else:
+            found = ((d, name) for d, _, names in os.walk(top) for name in names)
+        start = len(self._base)
+        for d, name in found:
+            path = os.path.join(d, name)
+            rel = path[start:].replace(os.sep, "/")
+            if not name.startswith(".") and rel.startswith(prefix) and os.path.isfile(path):
+                yield rel, Path(path)
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
