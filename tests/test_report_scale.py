@@ -151,3 +151,29 @@ def test_progress_lines_come_at_each_tenth_and_once_at_the_end(capsys):
     with ReportProgress(False) as tick:
         tick("cells", 5, 5)
     assert capsys.readouterr().err == ""
+
+
+def test_the_wait_for_report_workers_spends_at_most_a_tenth_of_its_time_listing_the_cache(tmp_path, monkeypatch):
+    """A big report's cache holds thousands of entries; polling it every 0.5 s whatever a listing costs
+    took a core's share from the report workers beside it. The wait now sleeps long enough that its
+    listings are at most remote.LIST_SHARE of its time."""
+    import time
+
+    from controller.report import remote
+
+    store = FileStore(tmp_path / "s")
+    real, calls = store.list, []
+
+    def slow_list(prefix):  # a listing of 30 ms, a large cache's
+        calls.append(time.monotonic())
+        time.sleep(0.03)
+        return real(prefix)
+
+    monkeypatch.setattr(store, "list", slow_list)
+    t0 = time.monotonic()
+    left = remote.wait_for_cells(store, "default", "sweep0000000000a", ["a" * 32], stall_s=1.0, poll_s=0.01)
+    assert left == ["a" * 32]  # nothing came: given back to compute here
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert gaps and min(gaps) >= 0.27  # 30 ms of listing, then sleep until it is a tenth: >= 0.3 s apart
+    listing = 0.03 * len(calls)
+    assert listing <= remote.LIST_SHARE * (time.monotonic() - t0) + 0.03  # the last listing is not slept after
