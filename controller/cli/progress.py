@@ -8,6 +8,7 @@ jobs), and `--no-progress` prints nothing. stdout keeps the summary table alone.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -26,18 +27,16 @@ class ReportProgress:
         self.printed: dict[str, int] = {}  # phase -> the last tenth printed
         self.tasks: dict[str, int] = {}
         self.bar = None
+        self.stack = contextlib.ExitStack()
 
     def __enter__(self):
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-            from controller.launch.local import repoint_log_handlers
+            from controller.launch.local import stderr_bar
 
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            self.bar = Progress(*columns, console=Console(stderr=True), transient=False)
-            self.bar.start()
-            self.handlers = repoint_log_handlers(sys.stderr)
+            self.bar = self.stack.enter_context(stderr_bar(*columns))
         return self.tick
 
     def tick(self, what: str, done: int, total: int) -> None:
@@ -56,7 +55,4 @@ class ReportProgress:
         print(f"report: {what} {done}/{total} ({m}m{s:02d}s)", file=sys.stderr, flush=True)
 
     def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            for handler, stream in self.handlers:
-                handler.setStream(stream)
+        self.stack.close()

@@ -11,10 +11,12 @@ Ctrl-C stops after the running job's interruption and returns what was done.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,44 +166,43 @@ class _progress:
 
     def __init__(self, enabled: bool | None, total: int) -> None:
         self.enabled, self.total = enabled, total
+        self.stack = contextlib.ExitStack()
 
     def __enter__(self):
         if self.enabled is None:
             return _lines(self.total)
         if not self.enabled:
             return lambda label: None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),  # stdout keeps the table alone
-            transient=False,
-        )
-        self.bar.start()  # from here sys.stderr prints above the bar; point stdlib log handlers at it
-        self.handlers = repoint_log_handlers(sys.stderr)
-        task = self.bar.add_task("jobs", total=self.total)
         from rich.markup import escape
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        bar = self.stack.enter_context(stderr_bar(*columns, TimeRemainingColumn()))
+        task = bar.add_task("jobs", total=self.total)
         # the cell's label is user text: its escapes shown, not run, and no rich markup in it
-        return lambda label: self.bar.update(task, advance=1, description=escape(terminal(label)[:48]))
+        return lambda label: bar.update(task, advance=1, description=escape(terminal(label)[:48]))
 
     def __exit__(self, *exc) -> None:
-        if self.enabled:
-            self.bar.stop()
-            for handler, stream in self.handlers:
-                handler.setStream(stream)
+        self.stack.close()
+
+
+@contextlib.contextmanager
+def stderr_bar(*columns) -> Iterator:
+    """A rich Progress of these columns on stderr (stdout keeps the table alone), for `run`'s jobs and
+    `report`'s phases (controller.cli.progress); while it runs, the stdlib log handlers that wrote to
+    stderr print above it."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    bar = Progress(*columns, console=Console(stderr=True), transient=False)
+    bar.start()
+    handlers = repoint_log_handlers(sys.stderr)
+    try:
+        yield bar
+    finally:
+        bar.stop()
+        for handler, stream in handlers:
+            handler.setStream(stream)
 
 
 def repoint_log_handlers(stream) -> list:

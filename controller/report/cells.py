@@ -127,19 +127,12 @@ def cell_records(task: CellTask) -> tuple[list[GenerationRecord], list[str]]:
     job's generations are named and left out."""
     if task.records is not None:
         return task.records, []
-    from controller.report.jobs import read_each
+    from controller.report.jobs import generations_reader, read_each
     from worker.store import open_store
 
     url, tenant, sweep_id = task.where  # type: ignore[misc]
     store = open_store(url)
-    shas = dict(task.jobs)
-
-    def read(job_id: str) -> list[GenerationRecord] | CorruptRecordError:
-        try:
-            return store.load_generations(tenant, sweep_id, job_id, shas[job_id])
-        except CorruptRecordError as err:
-            return err
-
+    read = generations_reader(store, tenant, sweep_id, dict(task.jobs))
     records, damaged, seen = [], [], set()
     for loaded in read_each(read, [job_id for job_id, _ in task.jobs], store.read_concurrency):
         if isinstance(loaded, CorruptRecordError):
@@ -307,6 +300,4 @@ def map_cells(
     else:
         for i in todo:
             done(i, run_cell(tasks[i], selected, settings))
-    for i, key in enumerate(keys):  # an uncached (damaged, or no store) output keeps its statistics
-        outputs[i].digest = key  # type: ignore[union-attr]
-    return outputs  # type: ignore[return-value]
+    return outputs  # type: ignore[return-value]  # each `spill`ed: its digest set, its statistics kept where uncached

@@ -61,6 +61,19 @@ def job_reader(store, tenant: str, sweep_id: str, with_generations: bool) -> Cal
     return read
 
 
+def generations_reader(store, tenant: str, sweep_id: str, shas: Mapping[str, str | None]) -> Callable[[str], Any]:
+    """`read(job_id)`: the job's generations checked against its hash in `shas` (a cell task's jobs), or the
+    CorruptRecordError naming what is damaged: the cell leaves that job out."""
+
+    def read(job_id: str) -> list | CorruptRecordError:
+        try:
+            return store.load_generations(tenant, sweep_id, job_id, shas[job_id])
+        except CorruptRecordError as err:
+            return err
+
+    return read
+
+
 NO_ENGINE: Mapping[str, Any] = MappingProxyType({})  # the engine record of a job without a distribution check
 
 

@@ -88,14 +88,18 @@ def stats_loader(store, outputs: list[CellOutput], recompute: Callable[[str], Ce
     return lambda stats: load(stats.cell) if stats.cell in keys else stats
 
 
-def _cached_pair(store, key: str | None) -> dict | None:
-    """A pair's cached comparison; None where there is none or it is damaged (computed again)."""
-    if key is None or not store.exists(key):
-        return None
+def _cached_pair(store, key: str) -> dict | None:
+    """A pair's cached comparison; None where it is damaged (computed again)."""
     try:
         return store.read_json(key)
     except CorruptRecordError:
         return None
+
+
+def _entries(store, keys: dict[str, str | None]) -> set[str]:
+    """The report cache's entries beside these cells' cache keys: one listing, not a round trip per pair."""
+    cache = next((k.rsplit("/", 1)[0] + "/" for k in keys.values() if k is not None), None)
+    return set(store.list(cache)) if store is not None and cache is not None else set()
 
 
 def pair_memo(
@@ -133,10 +137,12 @@ def pair_memo(
 
     refs: dict[str, Ref] = {o.row["cell"]: (store.url, o.digest) if o.spilled else o.stats for o in outputs}  # type: ignore[misc]
     early = all(n in METRICS and METRICS.get(n) is m for n, m in selected) and (remote is not None or workers != 1)
-    todo = [(c, b) for c, b in compared if (k := key_of(c, b)) is None or not store.exists(k)] if early else []
+    cached = _entries(store, digests)
+    todo = [(c, b) for c, b in compared if key_of(c, b) not in cached] if early else []
     if remote is not None and (keys := [k for c, b in todo if (k := key_of(c, b))]):
         remote.pairs(keys, settings, baseline, lambda ready: show(total - len(todo) + ready))
-        todo = [(c, b) for c, b in todo if (k := key_of(c, b)) is None or not store.exists(k)]
+        cached = _entries(store, digests)
+        todo = [(c, b) for c, b in todo if key_of(c, b) not in cached]
     if workers != 1 and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
             args = [(refs[c], refs[b], settings.names, settings.n_boot, settings.seed) for c, b in todo]
@@ -147,7 +153,7 @@ def pair_memo(
     def memo(cell: str, base: str, compute):
         key = key_of(cell, base)
         had[0] += 1
-        pair = None if (cell, base) in ready else _cached_pair(store, key)
+        pair = None if (cell, base) in ready or key not in cached else _cached_pair(store, key)
         if pair is None:
             pair = ready.pop((cell, base), None) or compute()
             if key is not None:

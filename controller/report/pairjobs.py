@@ -23,7 +23,6 @@ from controller.report import plancache
 from controller.report.cells import DIGEST, MAX_N_BOOT, cache_key, from_cache
 from controller.report.paircache import pair_json, pair_key, pair_name, pair_task
 from controller.report.paired import CellStats, baselines
-from controller.report.plancache import PlanMemo
 from worker.core import paths
 from worker.core.errors import PermanentJobError
 
@@ -44,8 +43,8 @@ def fail_key(tenant: str, sweep_id: str, name: str) -> str:
     return paths.report_key(tenant, sweep_id, f"cache/pair-{name}.fail.json")
 
 
-def plan_pairs(store, tenant: str, sweep_id: str, *, n_boot: int, seed: int, n_boot_corpus: int,
-               baseline: str | None, memo: PlanMemo | None = None) -> tuple[int, list[dict[str, Any]]]:  # fmt: skip
+def plan_pairs(store, tenant: str, sweep_id: str, *, n_boot: int, seed: int, n_boot_corpus: int, baseline: str | None,
+               memo: plancache.PlanMemo | None = None) -> tuple[int, list[dict[str, Any]]]:  # fmt: skip
     """The sweep's compared pairs (how many), and the payloads of those missing from the cache whose
     two cells are both cached (a pair with a cell not cached is left to the controller). Planned
     from the store only: the cells as `summarize` plans them (or, with `memo`, as the cells' call

@@ -42,7 +42,6 @@ from controller.report import plancache
 from controller.report.cells import DIGEST, MAX_N_BOOT, CellTask, Settings, cache_key, run_cell, to_json
 from controller.report.jobs import job_reader, read_each
 from controller.report.pairjobs import MAX_BASELINE, PAIR, pair_refusal, run_pair
-from controller.report.plancache import PlanMemo
 from worker.core import keys, paths, signing
 from worker.core.errors import CorruptRecordError, PermanentJobError, UsageError
 
@@ -149,7 +148,7 @@ def _bounded(n_boot: int, n_boot_corpus: int) -> None:
 
 def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
                    n_boot_corpus: int, admission: Admission | None = None,
-                   memo: PlanMemo | None = None) -> dict[str, Any]:  # fmt: skip
+                   memo: plancache.PlanMemo | None = None) -> dict[str, Any]:  # fmt: skip
     """The submission server's side of `report --distributed --api`: the tenant's own sweep read from
     the store (results only), its cells planned as `summarize` plans them, and a job enqueued for each
     cell missing from the cache. What the client waits for: the digests (cache keys). With `memo`
@@ -177,7 +176,7 @@ def enqueue_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boo
 
 def enqueue_pair_report(conn, store, key: bytes, tenant: str, sweep_id: str, *, n_boot: int, seed: int,
                         n_boot_corpus: int, baseline: str | None, admission: Admission | None = None,
-                        memo: PlanMemo | None = None) -> dict[str, Any]:  # fmt: skip
+                        memo: plancache.PlanMemo | None = None) -> dict[str, Any]:  # fmt: skip
     """The signer's side of the paired comparisons (`report --distributed`, after the cells): the tenant's
     own sweep's pairs planned from the store (controller.report.pairjobs.plan_pairs; with `memo`, from
     the cells' plan when the sweep has not changed since), one job for each missing from the cache
