@@ -213,3 +213,35 @@ def test_cuda_oom_halves_the_batch_and_says_so(tiny_model, runtime, monkeypatch)
     result, records = generate_job(job(tiny_model, "greedy", batch_size=4, prompts=PROMPTS[:4]), runtime)
     assert len(records) == 4 and calls[:3] == [4, 2, 1]
     assert any("halved" in n for n in result.notes)
+
+
+def test_ctrl_c_while_the_finisher_starts_finishes_nothing_afterwards(tiny_model, runtime, monkeypatch):
+    """Ctrl-C can land while the pool starts its finisher thread (CI saw it: a `batch.done` line after
+    `run`'s "interrupted" line). The pool then does not know its own thread and its shutdown waits for
+    nothing; the job must still finish (and log) no batch after it has raised."""
+    import threading
+    import time
+
+    ended: list[float] = []
+    real_finish, real_start = engine.finish_batch, threading.Thread.start
+
+    def slow_finish(*args, **kwargs):
+        time.sleep(0.3)
+        try:
+            return real_finish(*args, **kwargs)
+        finally:
+            ended.append(time.monotonic())
+
+    def start_then_ctrl_c(thread):
+        real_start(thread)
+        if thread.name.startswith("decodebench-finish"):
+            raise KeyboardInterrupt  # as if SIGINT arrived during Thread.start's wait
+
+    monkeypatch.setattr(engine, "finish_batch", slow_finish)
+    monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        generate_job(job(tiny_model, "greedy", batch_size=4, max_new=4), runtime)
+    gave_up = time.monotonic()
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    time.sleep(0.6)  # the finisher thread's queued batch had time to run
+    assert all(t <= gave_up for t in ended), "a batch was finished after the job gave up"

@@ -18,7 +18,8 @@ import os
 import platform
 import socket
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,18 +142,42 @@ def _generate(runtime: Runtime, lm: LoadedModel, plan: Plan, seed_of, notes):
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)
     energy = EnergyCounter(runtime.device)
-    pending = []
-    with Sampler(runtime.device) as sampler, ThreadPoolExecutor(1, thread_name_prefix="decodebench-finish") as pool:
-        for batch, slots in _runs(plan.batches.groups, plan.refill):
-            before = energy.read()
-            raws = gen.run_with_oom_retry(lm, plan, batch, [seed_of[p.id] for p in batch], notes, slots)
-            joules = energy.joules(before, energy.read())
-            context = contextvars.copy_context()
-            pending.append((batch, joules, [pool.submit(context.run, _finish, lm, plan, raw) for raw in raws]))
-        outputs = [out for batch, joules, parts in pending for out in _split(batch, joules, parts)]
+    pending, door = [], _Door()
+    try:
+        with Sampler(runtime.device) as sampler, ThreadPoolExecutor(1, thread_name_prefix="decodebench-finish") as pool:
+            for batch, slots in _runs(plan.batches.groups, plan.refill):
+                before = energy.read()
+                raws = gen.run_with_oom_retry(lm, plan, batch, [seed_of[p.id] for p in batch], notes, slots)
+                joules = energy.joules(before, energy.read())
+                context = contextvars.copy_context()
+                pending.append((batch, joules, [pool.submit(door.run, context, lm, plan, raw) for raw in raws]))
+            outputs = [out for batch, joules, parts in pending for out in _split(batch, joules, parts)]
+    finally:
+        door.close()
     torch_peak = torch.cuda.max_memory_allocated(runtime.device) / 2**20 if runtime.device.type == "cuda" else None
     memory = {"torch_peak_mb": round(torch_peak, 2) if torch_peak is not None else None, **sampler.summary()}
     return outputs, memory
+
+
+class _Door:
+    """The finisher's way in. Ctrl-C may land anywhere in the job, even while the pool starts its thread
+    (the pool then neither knows that thread nor waits for it), so the pool's own shutdown cannot promise
+    that no batch is finished after the job gave up. `close` waits for a batch being finished and turns the
+    rest away: nothing is finished, or logged, after the job has returned or raised."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = True
+
+    def run(self, context: contextvars.Context, lm: LoadedModel, plan: Plan, raw: gen.RawBatch) -> gen.BatchOutput:
+        with self._lock:
+            if not self._open:
+                raise CancelledError("the job gave up before this batch was finished")
+            return context.run(_finish, lm, plan, raw)
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
 
 
 def _finish(lm: LoadedModel, plan: Plan, raw: gen.RawBatch) -> gen.BatchOutput:
