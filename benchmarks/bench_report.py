@@ -27,6 +27,9 @@ Before the modes it prints what planning the report holds (`plan`, always): trac
 `load_sweep(with_generations=False)` + `cell_tasks` in a fresh subprocess, what the controller (and the
 submission server planning report jobs) keeps for the whole report, in MB, per cell and per job.
 
+`--profile DIR` writes each mode's controller profile (cProfile of the measured call) to
+DIR/MODE.pstats (`python -m pstats DIR/distributed.pstats`): where the serial part goes.
+
 It prints the pooled/single and distributed/single speed-ups; the ratios are bounded by the cores
 the machine has (the workers and the controller share them here; in a cluster they do not). The
 controller's own CPU seconds (user + system, its pool processes not counted) say what is left on
@@ -114,6 +117,12 @@ def measure(args: argparse.Namespace) -> None:
     from worker.store import FileStore
 
     store = FileStore(args.store)
+    profile = None
+    if args.profile:  # where the controller's CPU goes: pstats files, one per mode (python -m pstats FILE)
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
     t0 = time.perf_counter()
     if args.mode == "memory":
         data = load_sweep(store, "default", args.sweep)
@@ -130,6 +139,9 @@ def measure(args: argparse.Namespace) -> None:
     else:
         _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, workers=args.workers)
     wall = time.perf_counter() - t0
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(str(Path(args.profile) / f"{args.mode}.pstats"))
     own = resource.getrusage(resource.RUSAGE_SELF)
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec, so that of a process spawned by this bench
     # (which held the whole synthetic sweep while it wrote the store) was at least the bench's own peak
@@ -138,9 +150,9 @@ def measure(args: argparse.Namespace) -> None:
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": self_mb, "child_rss_mb": child_mb, "rows": len(summary)}))
 
 
-def run(mode: str, store: str, sweep: str, workers: int, n_boot: int, redis: str = "") -> dict:
+def run(mode: str, store: str, sweep: str, workers: int, n_boot: int, redis: str = "", profile: str = "") -> dict:
     cmd = [sys.executable, __file__, "--measure", mode, "--store", store, "--sweep", sweep,
-           "--workers", str(workers), "--n-boot", str(n_boot), "--redis", redis]  # fmt: skip
+           "--workers", str(workers), "--n-boot", str(n_boot), "--redis", redis, "--profile", profile]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -186,6 +198,7 @@ def main() -> None:
     ap.add_argument("--store", default=None)
     ap.add_argument("--sweep", default=None)
     ap.add_argument("--redis", default="")
+    ap.add_argument("--profile", default="", help="a folder: each mode's controller profile as MODE.pstats")
     args = ap.parse_args()
     if args.mode:
         return measure(args)
@@ -216,10 +229,10 @@ def main() -> None:
                     f.unlink()
             if mode == "distributed":
                 with report_workers(workers, tmp, env) as pool:
-                    r = run(mode, tmp, sweep, workers, args.n_boot, pool["url"])
+                    r = run(mode, tmp, sweep, workers, args.n_boot, pool["url"], args.profile)
                 r["child_rss_mb"] = pool["peak_mb"]
             else:
-                r = run(mode, tmp, sweep, workers, args.n_boot)
+                r = run(mode, tmp, sweep, workers, args.n_boot, profile=args.profile)
             found[mode] = r
             what = "largest report worker" if mode == "distributed" else "largest pool process"
             print(f"  {mode:11s} workers {workers}: {r['wall_s']:7.1f} s, controller CPU {r['cpu_s']:6.1f} s, "

@@ -149,6 +149,7 @@ def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp
         "gpu-function": (call(theirs | {"tenant": "team-a"}, keys.RQ_FUNCTION), KEY, "not " + keys.REPORT_FUNCTION),
         "bad-metric": (call(theirs | {"tenant": "team-a", "settings": {**theirs["settings"], "names": ["os"]}}), KEY,
                        "unknown metric 'os'"),
+        "bad-units": (call(theirs | {"tenant": "team-a", "units": [[1, 2, 3]]}), KEY, "not [tokens, seconds] pairs"),
     }  # fmt: skip
     for job_id, (c, key, _) in planted.items():
         plant(conn, "team-a", job_id, c, key)
@@ -261,3 +262,32 @@ def test_with_a_tenants_file_a_report_worker_serves_the_declared_tenants_only():
         ReportLogic(["team-x"], None, key=KEY, max_job_bytes=1, declared=["team-a"])
     with pytest.raises(UsageError, match="TENANT"):
         ReportLogic(["bad:name"], None, key=KEY, max_job_bytes=1)
+
+
+def test_a_report_worker_refuses_a_cell_whose_timings_changed_since_it_was_asked_for(redis_url, tmp_path):
+    """tokens/s's interval is the map's, from the batch units the job was signed with: a result.json
+    rewritten with other timings (same generations, so the same hash) is not computed under that digest."""
+    import redis
+
+    conn = redis.Redis.from_url(redis_url)
+    store = FileStore(tmp_path / "s")
+    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:1])
+    write_with_hashes(store, data)
+    asked = operator(redis_url, str(tmp_path / "s")).report_cells(data.sweep_id, {"n_boot": 50})
+    (digest,) = asked["digests"]
+    job = data.results[0].job
+    key = paths.result_key(data.tenant, data.sweep_id, job.job_id)
+    doc = store.read_json(key)
+    doc["batches"][0]["total_s"] *= 3  # a rerun on a busier machine
+    store.write_json(key, doc)
+    report_worker(["default"], connection=conn, store=store, key=KEY, max_job_bytes=2**20, beat_s=0.2).work(burst=True)
+    assert not store.exists(cells.cache_key(data.tenant, data.sweep_id, digest))
+    mark = store.read_json(paths.report_key(data.tenant, data.sweep_id, f"cache/{digest}.fail.json"))
+    assert "timings changed" in mark["reason"]
+    # reported again, the cell is planned with the new timings and computed
+    dispatch = Dispatch(operator(redis_url, str(tmp_path / "s")).report_cells, store, stall_s=30, poll_s=0.1)
+    with report_workers(1, redis_url, str(tmp_path / "s")):
+        _, summary = build(store, data.tenant, data.sweep_id, n_boot=50, remote=dispatch)
+    assert not dispatch.left
+    row = summary[summary["cell"] == job.cell].iloc[0]
+    assert row["tokens_per_s_ci_low"] < row["tokens_per_s"] < row["tokens_per_s_ci_high"]

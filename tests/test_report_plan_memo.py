@@ -144,3 +144,27 @@ def test_list_versions_names_the_listed_keys_and_changes_when_an_object_is_rewri
     store.write_bytes("t/a/1.json", b"uno")
     after = store.list_versions("t/a/")
     assert after["t/a/1.json"] != tags["t/a/1.json"] and after["t/a/2.json"] == tags["t/a/2.json"]
+
+
+def test_a_plan_lists_the_sweeps_jobs_once_and_plans_the_jobs_of_that_listing(tmp_path, monkeypatch):
+    """On a memo miss the fingerprint's listing (a page per 1,000 keys from S3) also names the complete
+    jobs: the jobs are not listed a second time, and a job that completes after it waits for the next plan."""
+    from controller.report import plancache
+
+    store = FileStore(tmp_path / "s")
+    a = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2])
+    late = a.results[-1].job.job_id
+    write_with_hashes(store, a)
+    key = paths.result_key(a.tenant, a.sweep_id, late)
+    body = store.read_bytes(key)
+    store.delete(key)  # not complete when the planner lists the jobs
+    listings: list[str] = []
+    for name in ("list", "list_versions"):
+        real = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda prefix, real=real: listings.append(prefix) or real(prefix))
+    found = plancache.lookup(PlanMemo(), store, a.tenant, a.sweep_id, 50, 0, 100)
+    store.write_bytes(key, body)  # completes between the listing and the read
+    tasks, _ = found.plan()
+    assert listings.count(paths.jobs_prefix(a.tenant, a.sweep_id)) == 1
+    assert late not in {job_id for t in tasks for job_id, _ in t.jobs}
+    assert sum(len(t.jobs) for t in tasks) == len(a.results) - 1

@@ -51,3 +51,29 @@ def test_overlapping_speed_intervals_are_named_and_drawn_as_error_bars():
     scatter = quality_speed_figure(summary)["data"][0]
     x = np.array(scatter["x"])
     assert np.allclose(np.array(scatter["error_x"]["array"]), x * 0 + summary.loc[cells, "tokens_per_s"].max() * 2 - x)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_reports_interval_is_computed_by_the_map_and_equals_the_cells_own(tmp_path, workers):
+    """The controller plans each cell with its batches' units, no bootstrap; the map (in process, in a
+    pool, from the cache) gives the interval speed_spread gives over the cell's results."""
+    from controller.metrics import METRICS
+    from controller.report.aggregate import cell_tasks, load_sweep
+    from controller.report.write import build
+    from tests.helpers_report import write_with_hashes
+    from worker.store import FileStore
+
+    data = make_sweep(seeds=(0, 1, 2), n_prompts=8, batch_size=2)
+    store = FileStore(tmp_path)
+    write_with_hashes(store, data)
+    loaded = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
+    _, _, tasks = cell_tasks(loaded, 300, 0, 50, METRICS, store)
+    assert all(np.isnan(t.row["tokens_per_s_ci_low"]) for t in tasks)  # the plan holds no interval
+    for _ in range(2):  # computed, then from the cache
+        _, summary = build(store, data.tenant, data.sweep_id, n_boot=300, workers=workers)
+        for cell in {r.job.cell for r in data.results}:
+            want = speed_spread([r for r in data.results if r.job.cell == cell], n_boot=300)
+            row = summary[summary["cell"] == cell].iloc[0]
+            assert (row["tokens_per_s_ci_low"], row["tokens_per_s_ci_high"]) == pytest.approx(
+                (want["tokens_per_s_ci_low"], want["tokens_per_s_ci_high"]), rel=1e-12
+            )

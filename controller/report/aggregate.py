@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from controller.report.intervals import CI_LEVEL
 from controller.report.jobs import Compactor, JobInfo, job_reader, prompts_of, read_each
 from controller.report.paircache import compare
 from controller.report.paired import comparison_columns, is_comparison_column
-from controller.report.speed import SPREAD_COLUMNS, speed_columns, speed_spread
+from controller.report.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
 from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
@@ -87,7 +87,13 @@ class SweepData:
 
 
 def load_sweep(
-    store: Store, tenant: str, sweep_id: str, *, with_generations: bool = True, progress: Tick | None = None
+    store: Store,
+    tenant: str,
+    sweep_id: str,
+    *,
+    with_generations: bool = True,
+    progress: Tick | None = None,
+    listed: Iterable[str] | None = None,
 ) -> SweepData:
     """Read the spec and every COMPLETE job (result.json present); each generation once. The jobs are
     read the store's `read_concurrency` at a time (S3: 16 round trips in flight), kept in job-id order.
@@ -111,7 +117,7 @@ def load_sweep(
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
     compact = Compactor()
-    job_ids = sorted(store.complete_job_ids(tenant, sweep_id))
+    job_ids = sorted(store.complete_job_ids(tenant, sweep_id, listed))  # `listed`: the keys a caller listed
     read = job_reader(store, tenant, sweep_id, with_generations)
     tick = progress or (lambda what, done, total: None)
     for done, (job_id, loaded) in enumerate(zip(job_ids, read_each(read, job_ids, store.read_concurrency)), 1):
@@ -221,7 +227,7 @@ def _tasks(data: SweepData, store_url: str | None, settings: Settings) -> list[C
             "params": params_json(job.strategy.params),
             "n_seeds": len({r.job.seed for r in results}),
             **speed_columns(results),
-            **speed_spread(results, n_boot=settings.n_boot, seed=settings.seed),
+            **speed_ranges(results),  # tokens/s's interval: the map's (speed.rate_interval of the task's units)
             "n_jobs": len(results),
             "cell": cell,
             **engine_row(job, results),
@@ -229,7 +235,7 @@ def _tasks(data: SweepData, store_url: str | None, settings: Settings) -> list[C
         records = records_by_cell.get(cell, []) if records_by_cell is not None else None
         where = (store_url, data.tenant, data.sweep_id) if store_url else None
         jobs = [(r.job.job_id, r.generations_sha256) for r in results]  # a task holds no JobResult
-        tasks.append(CellTask(cell, row, jobs, prompt_rank, records, where))
+        tasks.append(CellTask(cell, row, jobs, prompt_rank, records, where, batch_units(results)))
     return tasks
 
 

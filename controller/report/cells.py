@@ -29,6 +29,7 @@ from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.metrics.divergence import sizes as mauve_sizes
 from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.paired import CellStats
+from controller.report.speed import rate_interval
 from worker.core import paths
 from worker.core.contract import GenerationRecord
 from worker.core.errors import CorruptRecordError
@@ -36,7 +37,9 @@ from worker.core.errors import CorruptRecordError
 Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
 MAX_N_BOOT = 100_000  # replicates a report job (a cell's, a pair's) may ask for
 DIGEST = re.compile(r"[0-9a-f]{32}")  # a cell's or a pair's cache digest
-CACHE_VERSION = "2"  # bump when a change alters any cell's numbers (2: the jackknife's Student-t floor)
+# bump when a change alters any cell's numbers (2: the jackknife's Student-t floor; 3: tokens/s's interval
+# computed by the map, from the task's batch units)
+CACHE_VERSION = "3"
 MAUVE_COLUMNS = ["mauve_n", "mauve_n_references", "mauve_clusters"]
 EXAMPLE_PROMPTS = 3
 
@@ -63,6 +66,7 @@ class CellTask:
     prompt_rank: dict[str, int]
     records: list[GenerationRecord] | None = None  # None: read them from the store
     where: tuple[str, str, str] | None = None  # (store URL, tenant, sweep id)
+    units: list[list[float]] | None = None  # [new tokens, seconds] of its timed batches (speed.batch_units)
 
 
 @dataclass
@@ -151,6 +155,8 @@ def run_cell(task: CellTask, selected: Sequence[tuple[str, Metric]], settings: S
     rank = task.prompt_rank
     records = sorted(loaded, key=lambda g: (rank.get(g.prompt_id, len(rank)), g.prompt_id, g.job_seed))
     row = dict(task.row)
+    if task.units is not None:  # the bootstrap of tokens/s over batches, here in the map, not on the controller
+        row |= rate_interval(task.units, task.cell, n_boot=settings.n_boot, seed=settings.seed)
     row["n_prompts"] = len({g.prompt_id for g in records})
     row["n_generations"] = len(records)
     prompt_ids = [g.prompt_id for g in records]
@@ -183,7 +189,7 @@ def digest(task: CellTask, settings: Settings) -> str | None:
         return None
     used = settings.__dict__ | {"sample_size": settings.sample_size if "mauve" in settings.names else None}
     doc = {"v": CACHE_VERSION, "cell": task.cell, "jobs": jobs, "row": task.row, "rank": task.prompt_rank,
-           "settings": used}  # fmt: skip
+           "units": task.units, "settings": used}  # fmt: skip
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 

@@ -55,8 +55,8 @@ class Basis:
         return {cell: d for cell, _, _, d in self.cells}
 
 
-def fingerprint(store: Store, tenant: str, sweep_id: str) -> str:
-    """A hash of the version tags of everything a plan reads: the sweep's job files, spec and plan."""
+def versions(store: Store, tenant: str, sweep_id: str) -> dict[str, str]:
+    """The version tags of everything a plan reads: the sweep's job files, spec and plan."""
     tags: dict[str, str] = {}
     for prefix in (
         paths.jobs_prefix(tenant, sweep_id),
@@ -64,6 +64,12 @@ def fingerprint(store: Store, tenant: str, sweep_id: str) -> str:
         paths.plan_key(tenant, sweep_id),
     ):
         tags |= store.list_versions(prefix)
+    return tags
+
+
+def fingerprint(store: Store, tenant: str, sweep_id: str, tags: dict[str, str] | None = None) -> str:
+    """A hash of `versions` (listed here unless given)."""
+    tags = versions(store, tenant, sweep_id) if tags is None else tags
     h = hashlib.sha256()
     for key in sorted(tags):
         h.update(f"{key}\0{tags[key]}\n".encode())
@@ -80,15 +86,17 @@ class Lookup:
     key: tuple  # (tenant, sweep id, n_boot, seed, n_boot_corpus)
     fingerprint: str | None
     basis: Basis | None
+    listed: list[str] | None = None  # the keys the fingerprint was listed from: the plan's complete jobs
 
     def plan(self) -> tuple[list[CellTask], Basis]:
         """The sweep's cells as `summarize` plans them, from the store (its results, not its
-        generations), and their basis, remembered under the fingerprint listed before the read."""
+        generations), and their basis, remembered under the fingerprint listed before the read; the
+        complete jobs are those of that listing (the jobs are not listed twice)."""
         from controller.metrics import METRICS
         from controller.report.aggregate import cell_tasks, load_sweep
 
         tenant, sweep_id, n_boot, seed, n_boot_corpus = self.key
-        data = load_sweep(self.store, tenant, sweep_id, with_generations=False)
+        data = load_sweep(self.store, tenant, sweep_id, with_generations=False, listed=self.listed)
         if not data.results:
             raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
         _, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, METRICS, self.store)
@@ -134,5 +142,6 @@ def lookup(memo: PlanMemo | None, store: Store, tenant: str, sweep_id: str, *set
     key = (tenant, sweep_id, *settings)
     if memo is None:
         return Lookup(None, store, key, None, None)
-    fp = fingerprint(store, tenant, sweep_id)
-    return Lookup(memo, store, key, fp, memo.get(key, fp))
+    tags = versions(store, tenant, sweep_id)
+    fp = fingerprint(store, tenant, sweep_id, tags)
+    return Lookup(memo, store, key, fp, memo.get(key, fp), list(tags))

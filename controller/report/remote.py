@@ -42,6 +42,7 @@ from controller.report import plancache
 from controller.report.cells import DIGEST, MAX_N_BOOT, CellTask, Settings, cache_key, run_cell, to_json
 from controller.report.jobs import job_reader, read_each
 from controller.report.pairjobs import MAX_BASELINE, PAIR, pair_refusal, run_pair
+from controller.report.speed import job_units
 from worker.core import keys, paths, signing
 from worker.core.errors import CorruptRecordError, PermanentJobError, UsageError
 
@@ -85,6 +86,7 @@ def payload(tenant: str, sweep_id: str, task: CellTask, settings: Settings, dige
         "jobs": sorted([job_id, sha] for job_id, sha in task.jobs),
         "row": {k: _plain(v) for k, v in task.row.items()},
         "prompt_rank": task.prompt_rank,
+        "units": task.units,
         "settings": dataclasses.asdict(settings),
     }
 
@@ -314,11 +316,29 @@ def check_payload(doc: Any, tenant: str) -> str | None:
         return "refused: the report job names no jobs"
     if not isinstance(doc.get("row"), dict) or not isinstance(doc.get("prompt_rank"), dict):
         return "refused: the report job's row or prompt order is not an object"
+    units = doc.get("units")
+    if not isinstance(units, list) or not all(isinstance(u, list) and len(u) == 2 for u in units):
+        return "refused: the report job's batch units are not [tokens, seconds] pairs"
     try:
         settings_of(doc.get("settings"))
     except PermanentJobError as err:
         return str(err)
     return None
+
+
+def checked_units(store, tenant: str, sweep_id: str, cell: str, jobs: list[tuple[str, str]]) -> list[list[float]]:
+    """The cell's batch units (speed.batch_units) from the jobs' results in the worker's own store, each
+    result checked to be the one the report was asked for (its cell, tenant and generations' hash)."""
+    read = job_reader(store, tenant, sweep_id, with_generations=False)  # S3: several in flight, as at load
+    per_job = []
+    for (job_id, sha), loaded in zip(jobs, read_each(read, [j for j, _ in jobs], store.read_concurrency)):
+        if isinstance(loaded, CorruptRecordError):
+            raise loaded
+        r = loaded[0]  # checked, then let go: the map needs its id, hash and batch units
+        if r.job.cell != cell or r.generations_sha256 != sha or r.job.tenant != tenant:
+            raise PermanentJobError(f"job {job_id} changed since the report was asked for; report again")
+        per_job.append(job_units(r))
+    return [u for _, units in sorted(per_job) for u in units]
 
 
 def run_report_cell(doc: dict) -> dict[str, Any]:
@@ -334,14 +354,11 @@ def run_report_cell(doc: dict) -> dict[str, Any]:
     try:
         settings = settings_of(doc["settings"])
         jobs = [(paths.check_id("job", job_id), sha) for job_id, sha in doc["jobs"]]
-        read = job_reader(store, tenant, sweep_id, with_generations=False)  # S3: several in flight, as at load
-        for (job_id, sha), loaded in zip(jobs, read_each(read, [j for j, _ in jobs], store.read_concurrency)):
-            if isinstance(loaded, CorruptRecordError):
-                raise loaded
-            r = loaded[0]  # checked, then let go: the map needs id and hash
-            if r.job.cell != doc["cell"] or r.generations_sha256 != sha or r.job.tenant != tenant:
-                raise PermanentJobError(f"job {job_id} changed since the report was asked for; report again")
-        task = CellTask(doc["cell"], doc["row"], jobs, doc["prompt_rank"], None, (store.url, tenant, sweep_id))
+        units = checked_units(store, tenant, sweep_id, doc["cell"], jobs)
+        if units != doc["units"]:  # what the digest was computed over
+            raise PermanentJobError("a job's timings changed since the report was asked for; report again")
+        where = (store.url, tenant, sweep_id)
+        task = CellTask(doc["cell"], doc["row"], jobs, doc["prompt_rank"], None, where, units)
         out = run_cell(task, [(n, METRICS.get(n)) for n in settings.names], settings)
         if out.damaged:
             raise PermanentJobError(out.damaged[0])

@@ -107,16 +107,40 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
     }
 
 
-def speed_spread(results: list[JobResult], *, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
-    """The spread of a cell's speed over its batches (SPREAD_COLUMNS; NaN where it has no batch).
+def _plan_order(r) -> tuple:
+    return (r.job.seed, r.job.shard, r.job.job_id)
 
-    tokens/s: the studentised bootstrap over batches of Σ new tokens / Σ time (the column's own
-    ratio); and the smallest and largest batch's rate. Latency and TTFT: the smallest and largest
-    of the batches' medians (each generation's own where a stream recorded it)."""
-    # in the plan's order (seed, then shard), whatever order the results came in (the store lists them,
-    # a sweep in memory holds them as run): the bootstrap draws batch indices, so an interval must not
-    # depend on that order; one shard and the same prompts in four give the same batches in the same order
-    results = sorted(results, key=lambda r: (r.job.seed, r.job.shard, r.job.job_id))
+
+def job_units(r) -> tuple[tuple, list[list[float]]]:
+    """A job's place in the plan's order and [new tokens, seconds] of each of its timed batches."""
+    return _plan_order(r), [[b.new_tokens, b.total_s] for b in r.batches if b.total_s > 0]
+
+
+def batch_units(results) -> list[list[float]]:
+    """[new tokens, seconds] of each timed batch of a cell, in the plan's order (seed, then shard), whatever
+    order the results came in (the store lists them, a sweep in memory holds them as run): the bootstrap
+    draws batch indices, so an interval must not depend on that order; one shard and the same prompts in
+    four give the same batches in the same order. What a cell's map needs for `rate_interval`."""
+    return [u for _, units in sorted(map(job_units, results)) for u in units]
+
+
+def rate_interval(units: list[list[float]], cell: str, *, n_boot: int, seed: int) -> dict[str, float]:
+    """tokens/s's 95% interval: the studentised bootstrap over batches of Σ new tokens / Σ time (the
+    column's own ratio), seeded by (seed, cell); NaN with fewer than two batches or no replicates. The
+    map computes it (a cell's task carries its batches' units), not the controller."""
+    out = {"tokens_per_s_ci_low": math.nan, "tokens_per_s_ci_high": math.nan}
+    if len(units) >= 2 and n_boot > 0:
+        rng = np.random.default_rng([seed, zlib.crc32(cell.encode())])
+        interval = studentized(np.asarray(units, dtype=float), values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True)
+        if interval is not None:
+            out["tokens_per_s_ci_low"], out["tokens_per_s_ci_high"] = interval
+    return out
+
+
+def speed_ranges(results: list[JobResult]) -> dict[str, float]:
+    """SPREAD_COLUMNS but the interval (NaN, `rate_interval` fills it): the smallest and largest batch's
+    tokens/s, and of the batches' median latency and TTFT (each generation's own where a stream
+    recorded it); NaN where the cell has no timed batch."""
     batches = [b for r in results for b in r.batches if b.total_s > 0]
     out = dict.fromkeys(SPREAD_COLUMNS, math.nan)
     if not batches:
@@ -128,13 +152,15 @@ def speed_spread(results: list[JobResult], *, n_boot: int = 1000, seed: int = 0)
     out |= {"tokens_per_s_batch_min": min(rates), "tokens_per_s_batch_max": max(rates)}
     out |= {"latency_ms_batch_min": min(latency), "latency_ms_batch_max": max(latency)}
     out |= {"ttft_ms_batch_min": min(ttft), "ttft_ms_batch_max": max(ttft)}
-    if len(batches) >= 2 and n_boot > 0:
-        units = np.array([[b.new_tokens, b.total_s] for b in batches], dtype=float)
-        key = zlib.crc32(results[0].job.cell.encode()) if results else 0
-        interval = studentized(units, values_of(ratio), n_boot=n_boot, rng=np.random.default_rng([seed, key]),
-                               is_ratio=True)  # fmt: skip
-        if interval is not None:
-            out["tokens_per_s_ci_low"], out["tokens_per_s_ci_high"] = interval
+    return out
+
+
+def speed_spread(results: list[JobResult], *, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+    """The spread of a cell's speed over its batches (SPREAD_COLUMNS; NaN where it has no batch): the
+    ranges and tokens/s's interval together, as the report's row holds them."""
+    out = speed_ranges(results)
+    if results:
+        out |= rate_interval(batch_units(results), results[0].job.cell, n_boot=n_boot, seed=seed)
     return out
 
 

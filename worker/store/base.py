@@ -114,9 +114,12 @@ class Store:
     def job_complete(self, tenant: str, sweep_id: str, job_id: str) -> bool:
         return self.exists(paths.result_key(tenant, sweep_id, job_id))
 
-    def complete_job_ids(self, tenant: str, sweep_id: str) -> set[str]:
+    def complete_job_ids(self, tenant: str, sweep_id: str, listed: Iterable[str] | None = None) -> set[str]:
+        """The ids of the jobs with a result.json; `listed`: the keys under the sweep's jobs prefix, where
+        the caller has listed them already (controller.report.plancache), else listed here."""
         prefix = paths.jobs_prefix(tenant, sweep_id)
-        return {k[len(prefix) :].split("/")[0] for k in self.list(prefix) if k.endswith("/result.json")}
+        keys = self.list(prefix) if listed is None else listed
+        return {k[len(prefix) :].split("/")[0] for k in keys if k.startswith(prefix) and k.endswith("/result.json")}
 
     def load_result(self, tenant: str, sweep_id: str, job_id: str) -> JobResult:
         """A job's result.json; CorruptRecordError if it is truncated or not a JobResult."""
