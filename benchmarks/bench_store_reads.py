@@ -16,7 +16,11 @@ Then the planner's second call (`report --distributed` asks for the cells, then 
 pairs planned from the store (`plan_pairs` without a memo: every result.json read again) against
 from the memo the cells' call left (controller.report.plancache: the sweep's listing only, to check
 its fingerprint), at each latency; a listing is charged the latency once per 1,000 keys, as S3's
-pages. The two plans are checked equal.
+pages. The plans are checked equal.
+
+Each also from the sweep's results snapshot (controller.report.snapshot: every result unchanged since
+the last load comes from one object, `report/cache/results.jsonl.gz`; the cold loads delete it first): a
+report of a sweep that grew or had a retry reads only what changed.
 """
 
 from __future__ import annotations
@@ -42,30 +46,39 @@ def write(store, n_jobs: int) -> tuple[str, str]:
     return data.tenant, data.sweep_id
 
 
-def timed(store, tenant: str, sweep: str, concurrency: int) -> tuple[float, list[str]]:
+def timed(store, tenant: str, sweep: str, concurrency: int, snapshot: bool = False) -> tuple[float, list[str]]:
+    """One load_sweep's wall time and jobs: cold (the sweep's results snapshot deleted first), or from the
+    snapshot the previous load left."""
+    from controller.report import snapshot as snap
     from controller.report.aggregate import load_sweep
 
     store.read_concurrency = concurrency
+    if not snapshot:
+        store.delete(snap.key_of(tenant, sweep))
     t0 = time.perf_counter()
     data = load_sweep(store, tenant, sweep, with_generations=False)
     return time.perf_counter() - t0, [r.job.job_id for r in data.results]
 
 
-def plans(store, tenant: str, sweep: str, rounds: int) -> tuple[float, float]:
-    """Medians of `plan_pairs` from the store and from a warm memo (interleaved)."""
+def plans(store, tenant: str, sweep: str, rounds: int) -> tuple[float, ...]:
+    """Medians of `plan_pairs` from the store (cold), from the results snapshot and from a warm memo
+    (interleaved)."""
+    from controller.report import snapshot
     from controller.report.pairjobs import plan_pairs
     from controller.report.plancache import PlanMemo
 
-    memo, times, found = PlanMemo(), {"store": [], "memo": []}, []
+    memo, times, found = PlanMemo(), {"store": [], "snapshot": [], "memo": []}, []
     settings = {"n_boot": 100, "seed": 0, "n_boot_corpus": 100, "baseline": None}
     plan_pairs(store, tenant, sweep, memo=memo, **settings)  # the cells' call's plan, remembered
     for _ in range(rounds):
-        for how in ("store", "memo"):
+        for how in ("store", "snapshot", "memo"):
+            if how == "store":
+                store.delete(snapshot.key_of(tenant, sweep))
             t0 = time.perf_counter()
             found.append(plan_pairs(store, tenant, sweep, memo=memo if how == "memo" else None, **settings))
             times[how].append(time.perf_counter() - t0)
     assert all(f == found[0] for f in found), "the memo's plan is not the store's"
-    return statistics.median(times["store"]), statistics.median(times["memo"])
+    return tuple(statistics.median(times[how]) for how in ("store", "snapshot", "memo"))
 
 
 def main() -> None:
@@ -102,20 +115,22 @@ def main() -> None:
                 return found
 
             S3Store.read_bytes, S3Store.list_versions = slow, listing  # type: ignore[method-assign]
-            times: dict[int, list[float]] = {1: [], threads: []}
+            times: dict[object, list[float]] = {1: [], threads: [], "snapshot": []}
             order = None
             for _ in range(args.rounds):
-                for c in (1, threads):
-                    wall, ids = timed(store, tenant, sweep, c)
+                for c in (1, threads, "snapshot"):
+                    wall, ids = timed(store, tenant, sweep, threads if c == "snapshot" else c, c == "snapshot")
                     assert order is None or ids == order, "the reads changed the report's jobs"
                     order = ids
                     times[c].append(wall)
-            one, many = statistics.median(times[1]), statistics.median(times[threads])
+            one, many, warm = (statistics.median(times[c]) for c in (1, threads, "snapshot"))
             print(f"  +{latency * 1000:4.0f} ms a read: load_sweep one at a time {one:6.2f} s, "
-                  f"{threads} in flight {many:6.2f} s: {one / many:.2f}x")  # fmt: skip
-            planned, remembered = plans(store, tenant, sweep, args.rounds)
+                  f"{threads} in flight {many:6.2f} s: {one / many:.2f}x; "
+                  f"from the results snapshot {warm:6.2f} s: {many / warm:.1f}x over {threads} in flight")  # fmt: skip
+            planned, snapped, remembered = plans(store, tenant, sweep, args.rounds)
             print(f"  +{latency * 1000:4.0f} ms a read: the pairs planned from the store {planned:6.2f} s, "
-                  f"from the memo {remembered:6.2f} s: {planned / remembered:.1f}x")  # fmt: skip
+                  f"from the results snapshot {snapped:6.2f} s ({planned / snapped:.1f}x), "
+                  f"from the memo {remembered:6.2f} s ({planned / remembered:.1f}x)")  # fmt: skip
         S3Store.read_bytes, S3Store.list_versions = real, real_list  # type: ignore[method-assign]
 
 

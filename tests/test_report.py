@@ -108,7 +108,9 @@ def test_report_command_writes_all_and_prints_markdown(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("| model | strategy |")
     report_dir = tmp_path / "runs" / "default" / "sweeps" / data.sweep_id / "report"
-    assert sorted(p.name for p in report_dir.iterdir()) == sorted(paths.REPORT_FILES.values())
+    # beside the formats, the report cache: here only the results snapshot (controller.report.snapshot)
+    assert sorted(p.name for p in report_dir.iterdir()) == sorted([*paths.REPORT_FILES.values(), "cache"])
+    assert [p.name for p in (report_dir / "cache").iterdir()] == ["results.jsonl.gz"]
     assert out.read_bytes() == (report_dir / "summary.csv").read_bytes()
 
 

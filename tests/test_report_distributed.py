@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as cli
-from controller.report import cells
+from controller.report import cells, snapshot
 from controller.report.aggregate import load_sweep, summarize
 from controller.report.mapworker import report_worker
 from controller.report.remote import Dispatch, enqueue_cells, job_id_of, payload
@@ -56,6 +56,12 @@ def operator(redis_url: str, store_url: str, tenant: str = "default"):
     from controller.cli.backend import Direct
 
     return Direct(redis_url, store_url, tenant)
+
+
+def cache_entries(store, tenant: str, sweep_id: str) -> list[str]:
+    """The names in a sweep's report cache but the results snapshot's (controller.report.snapshot)."""
+    names = [k.rsplit("/", 1)[1] for k in store.list(paths.report_key(tenant, sweep_id, "cache/"))]
+    return [n for n in names if n != snapshot.NAME]
 
 
 def report_jobs(conn, tenant: str = "default") -> int:
@@ -158,8 +164,9 @@ def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp
     for job_id, (_, _, reason) in planted.items():
         job = rqadapter.fetch(conn, rqadapter.tenant_job_class("team-a"), job_id)
         assert job.get_status() == "failed" and reason in job.meta["reason"], (job_id, job.meta)
-    assert store.list(paths.report_key("team-b", b.sweep_id, "cache/")) == []  # nothing written for team-b
-    assert store.list(paths.report_key("team-a", a.sweep_id, "cache/")) == []
+    # nothing written for team-b (the results snapshot is the signer's planning load's, above)
+    assert cache_entries(store, "team-b", b.sweep_id) == []
+    assert cache_entries(store, "team-a", a.sweep_id) == []
 
     # the signer builds a tenant's cells from its own prefix of the store: team-a cannot name team-b's sweep
     from controller.server import service
@@ -193,7 +200,7 @@ def test_a_cell_a_report_worker_cannot_compute_is_marked_and_computed_by_the_con
     asked = operator(redis_url, str(tmp_path / "s")).report_cells(data.sweep_id, {"n_boot": 50})
     assert len(asked["digests"]) == 2
     report_worker(["default"], connection=conn, store=store, key=KEY, max_job_bytes=2**20, beat_s=0.2).work(burst=True)
-    names = {k.rsplit("/", 1)[1] for k in store.list(paths.report_key(data.tenant, data.sweep_id, "cache/"))}
+    names = set(cache_entries(store, data.tenant, data.sweep_id))
     marks = [n for n in names if n.endswith(".fail.json")]
     assert len(marks) == 1 and len(names) == 2  # the other cell is cached
     reason = store.read_json(paths.report_key(data.tenant, data.sweep_id, f"cache/{marks[0]}"))["reason"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.report import snapshot
 from controller.report.pairjobs import plan_pairs
 from controller.report.plancache import PlanMemo, fingerprint
 from controller.report.write import build
@@ -24,13 +25,17 @@ SETTINGS = {"n_boot": 50, "seed": 0, "n_boot_corpus": 100}
 
 
 def results_read(store, monkeypatch) -> list[str]:
-    """Every result.json this store instance reads from now on."""
+    """Every result.json, and the sweep's results snapshot (controller.report.snapshot), this store
+    instance reads from now on."""
     read: list[str] = []
     real = store.read_bytes
-    monkeypatch.setattr(
-        store, "read_bytes", lambda key: (key.endswith("/result.json") and read.append(key)) or real(key)
-    )
+    wanted = ("/result.json", "/" + snapshot.NAME)
+    monkeypatch.setattr(store, "read_bytes", lambda key: (key.endswith(wanted) and read.append(key)) or real(key))
     return read
+
+
+def results(read: list[str]) -> list[str]:
+    return [k for k in read if k.endswith("/result.json")]
 
 
 def cached_cells(store, data) -> None:
@@ -59,11 +64,12 @@ def test_the_pairs_and_a_repeated_report_are_planned_without_reading_the_results
     fresh_pairs = plan_pairs(store, data.tenant, data.sweep_id, baseline=None, **SETTINGS)  # no memo: from the store
     ctx = service.Context(conn=redis.Redis.from_url(redis_url), store=store, signing_key=KEY, tenants=None, limits=None)
     read = results_read(store, monkeypatch)
+    store.delete(snapshot.key_of(data.tenant, data.sweep_id))  # the reports so far left one
 
     cells = ask(ctx, data, "cells")  # planned from the store: every result read once, and remembered
-    assert cells["cells"] == 4 and cells["missing"] == 0 and len(read) == len(data.results)
+    assert cells["cells"] == 4 and cells["missing"] == 0 and len(results(read)) == len(data.results)
     read.clear()
-    pairs = ask(ctx, data, "pairs")  # from the memo: no result read
+    pairs = ask(ctx, data, "pairs")  # from the memo: no result read, nor the results snapshot
     assert read == []
     assert (
         pairs["pairs"] == fresh_pairs[0] > 0
@@ -88,7 +94,9 @@ def test_a_sweep_that_changed_since_it_was_planned_is_planned_afresh(redis_url, 
     write_with_hashes(store, data, change=retried)
     read.clear()
     cells = ask(ctx, data, "cells")
-    assert len(read) == len(data.results)  # the memo's fingerprint no longer matches: planned from the store
+    # the memo's fingerprint no longer matches: planned from the store, the results snapshot and what
+    # changed since it was written (the retried job, read again)
+    assert snapshot.key_of(data.tenant, data.sweep_id) in read and any(f"/{retried}/" in k for k in results(read))
     assert cells["missing"] == 1 and cells["enqueued"] == 1
     read.clear()
     pairs = ask(ctx, data, "pairs")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +22,11 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
+from controller.report import snapshot
 from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, Tick, cell_records, map_cells, score
 from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
 from controller.report.intervals import CI_LEVEL
-from controller.report.jobs import Compactor, JobInfo, job_reader, prompts_of, read_each
+from controller.report.jobs import Compactor, JobInfo, prompts_of
 from controller.report.paircache import compare
 from controller.report.paired import comparison_columns, is_comparison_column
 from controller.report.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
@@ -93,14 +94,16 @@ def load_sweep(
     *,
     with_generations: bool = True,
     progress: Tick | None = None,
-    listed: Iterable[str] | None = None,
+    versions: Mapping[str, str] | None = None,
 ) -> SweepData:
     """Read the spec and every COMPLETE job (result.json present); each generation once. The jobs are
     read the store's `read_concurrency` at a time (S3: 16 round trips in flight), kept in job-id order.
 
     `with_generations=False` reads the results only, each kept as a compact JobInfo (report.jobs):
     `summarize(..., store=store)` streams each cell's generations when it aggregates that cell (and
-    names a damaged one), so the report never holds every record, nor every whole result, at once.
+    names a damaged one), so the report never holds every record, nor every whole result, at once;
+    a result unchanged since the last such load comes from the sweep's snapshot (report.snapshot).
+    `versions`: the version tags of the sweep's keys, where the caller has listed them (plancache).
 
     A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
     and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
@@ -117,10 +120,9 @@ def load_sweep(
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str]] = set()
     compact = Compactor()
-    job_ids = sorted(store.complete_job_ids(tenant, sweep_id, listed))  # `listed`: the keys a caller listed
-    read = job_reader(store, tenant, sweep_id, with_generations)
+    job_ids, each = snapshot.complete_jobs(store, tenant, sweep_id, with_generations, versions)
     tick = progress or (lambda what, done, total: None)
-    for done, (job_id, loaded) in enumerate(zip(job_ids, read_each(read, job_ids, store.read_concurrency)), 1):
+    for done, (job_id, loaded) in enumerate(each, 1):  # to its end: the snapshot is written after the last
         tick("results", done, len(job_ids))
         if isinstance(loaded, CorruptRecordError):  # a damaged job (a worker killed mid-write, a hand edit)
             log.warning(f"{loaded}; job left out of the report")

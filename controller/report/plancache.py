@@ -86,7 +86,7 @@ class Lookup:
     key: tuple  # (tenant, sweep id, n_boot, seed, n_boot_corpus)
     fingerprint: str | None
     basis: Basis | None
-    listed: list[str] | None = None  # the keys the fingerprint was listed from: the plan's complete jobs
+    versions: dict[str, str] | None = None  # the tags the fingerprint was listed from: the plan's complete jobs
 
     def plan(self) -> tuple[list[CellTask], Basis]:
         """The sweep's cells as `summarize` plans them, from the store (its results, not its
@@ -96,7 +96,7 @@ class Lookup:
         from controller.report.aggregate import cell_tasks, load_sweep
 
         tenant, sweep_id, n_boot, seed, n_boot_corpus = self.key
-        data = load_sweep(self.store, tenant, sweep_id, with_generations=False, listed=self.listed)
+        data = load_sweep(self.store, tenant, sweep_id, with_generations=False, versions=self.versions)
         if not data.results:
             raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
         _, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, METRICS, self.store)
@@ -144,4 +144,4 @@ def lookup(memo: PlanMemo | None, store: Store, tenant: str, sweep_id: str, *set
         return Lookup(None, store, key, None, None)
     tags = versions(store, tenant, sweep_id)
     fp = fingerprint(store, tenant, sweep_id, tags)
-    return Lookup(memo, store, key, fp, memo.get(key, fp), list(tags))
+    return Lookup(memo, store, key, fp, memo.get(key, fp), tags)

@@ -81,7 +81,10 @@ class Store:
 
     def read_json(self, key: str) -> Any:
         """The JSON object at `key`; a CorruptRecordError naming it if it does not parse."""
-        data = self.read_bytes(key)
+        return self.parse_json(key, self.read_bytes(key))
+
+    def parse_json(self, key: str, data: bytes) -> Any:
+        """`data`, read from `key`, as JSON; a CorruptRecordError naming it if it does not parse."""
         try:
             return json.loads(data)
         except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError; absurd nesting
@@ -123,9 +126,15 @@ class Store:
 
     def load_result(self, tenant: str, sweep_id: str, job_id: str) -> JobResult:
         """A job's result.json; CorruptRecordError if it is truncated or not a JobResult."""
+        return self.load_result_bytes(tenant, sweep_id, job_id)[0]
+
+    def load_result_bytes(self, tenant: str, sweep_id: str, job_id: str) -> tuple[JobResult, bytes]:
+        """A job's result.json, and its bytes as read (controller.report.snapshot keeps them);
+        CorruptRecordError if it is truncated or not a JobResult."""
         key = paths.result_key(tenant, sweep_id, job_id)
+        data = self.read_bytes(key)
         try:
-            return JobResult.model_validate(self.read_json(key))
+            return JobResult.model_validate(self.parse_json(key, data)), data
         except ValidationError as err:
             raise self.damaged(key, _reason(err)) from None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from worker.core.errors import StoreError
@@ -73,26 +73,35 @@ class FileStore(Store):
 
     def list_versions(self, prefix: str) -> dict[str, str]:
         out = {}
-        for rel, p in self._under(prefix):
-            st = p.stat()  # a write renames a new file over the key: a new inode and mtime, where mtime may be coarse
+        for rel, entry in self._under(prefix):
+            st = entry.stat()  # a write renames a new file over the key: a new inode and mtime (mtime may be coarse)
             out[rel] = f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
         return out
 
-    def _under(self, prefix: str) -> Iterator[tuple[str, Path]]:
-        """(key, file) of each file whose key starts with `prefix`, under the directory it names or the
-        one file a whole key names; names starting with "." (a write's temporary file) left out; a
-        symlinked directory is not entered (reading through it is refused anyway, `_path`)."""
+    def _under(self, prefix: str) -> Iterator[tuple[str, os.DirEntry | Path]]:
+        """(key, its directory entry) of each file whose key starts with `prefix`, under the directory
+        it names or the one file a whole key names; names starting with "." (a write's temporary file)
+        left out; a symlinked directory is not entered (reading through it is refused anyway, `_path`)."""
         top = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
-        if top.is_file():
-            found: Iterable[tuple[str, str]] = [(str(top.parent), top.name)]
-        else:
-            found = ((d, name) for d, _, names in os.walk(top) for name in names)
         start = len(self._base)
-        for d, name in found:
-            path = os.path.join(d, name)
-            rel = path[start:].replace(os.sep, "/")
-            if not name.startswith(".") and rel.startswith(prefix) and os.path.isfile(path):
-                yield rel, Path(path)
+        if top.is_file():
+            rel = str(top)[start:].replace(os.sep, "/")
+            if not top.name.startswith(".") and rel.startswith(prefix):
+                yield rel, top
+            return
+        stack = [str(top)]
+        while stack:
+            try:
+                entries = list(os.scandir(stack.pop()))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif not entry.name.startswith(".") and entry.is_file():
+                    rel = entry.path[start:].replace(os.sep, "/")
+                    if rel.startswith(prefix):
+                        yield rel, entry
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
