@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 
 
 def progress_mode(no_progress: bool) -> bool | None:
@@ -22,9 +21,10 @@ class ReportProgress:
     """A context manager giving `tick(what, done, total)`: `enabled` True a bar, None lines, False nothing."""
 
     def __init__(self, enabled: bool | None) -> None:
+        from controller.launch.local import tenth_lines
+
         self.enabled = enabled
-        self.start = time.monotonic()
-        self.printed: dict[str, int] = {}  # phase -> the last tenth printed
+        self.lines = tenth_lines("report: {what} {done}/{total} ({elapsed})")  # without a TTY
         self.tasks: dict[str, int] = {}
         self.bar = None
         self.stack = contextlib.ExitStack()
@@ -47,12 +47,7 @@ class ReportProgress:
                 self.tasks[what] = self.bar.add_task(what, total=total)
             self.bar.update(self.tasks[what], completed=done, total=total)
             return
-        tenth = 10 if done >= total else done * 10 // total
-        if tenth <= self.printed.get(what, 0):
-            return  # within the tenth last printed (the end of a phase is printed once)
-        self.printed[what] = tenth
-        m, s = divmod(int(time.monotonic() - self.start), 60)
-        print(f"report: {what} {done}/{total} ({m}m{s:02d}s)", file=sys.stderr, flush=True)
+        self.lines(what, done, total)
 
     def __exit__(self, *exc) -> None:
         self.stack.close()

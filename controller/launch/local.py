@@ -16,7 +16,7 @@ import datetime as dt
 import importlib.util
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,15 +222,30 @@ def repoint_log_handlers(stream) -> list:
     return out
 
 
+def tenth_lines(form: str) -> Callable[[str, int, int], None]:
+    """Progress without a TTY: `tick(what, done, total)` prints `form` (with {what}, {done}, {total} and
+    {elapsed}) on stderr when a phase passes another tenth of its total, and at its end (once): `run`'s
+    jobs and `report`'s phases (controller.cli.progress)."""
+    start, printed = time.monotonic(), {}
+
+    def tick(what: str, done: int, total: int) -> None:
+        tenth = 10 if done >= total else done * 10 // total
+        if total <= 0 or tenth <= printed.get(what, 0):
+            return  # within the tenth last printed
+        printed[what] = tenth
+        m, s = divmod(int(time.monotonic() - start), 60)
+        line = form.format(what=what, done=done, total=total, elapsed=f"{m}m{s:02d}s")
+        print(line, file=sys.stderr, flush=True)
+
+    return tick
+
+
 def _lines(total: int):
     """Without a TTY: `jobs 6/60 done (0m41s)` on stderr every tenth of the jobs, and at the end."""
-    start, done = time.monotonic(), [0]
-    every = max(1, -(-total // 10))
+    tick, done = tenth_lines("jobs {done}/{total} done ({elapsed})"), [0]
 
     def advance(label: str) -> None:
         done[0] += 1
-        if done[0] % every == 0 or done[0] == total:
-            m, s = divmod(int(time.monotonic() - start), 60)
-            print(f"jobs {done[0]}/{total} done ({m}m{s:02d}s)", file=sys.stderr, flush=True)
+        tick("jobs", done[0], total)
 
     return advance
