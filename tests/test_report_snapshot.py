@@ -188,3 +188,19 @@ def test_a_store_that_refuses_the_snapshot_only_costs_the_reads(tmp_path, monkey
     monkeypatch.setattr(store, "write_bytes", write_bytes)
     for _ in range(2):
         assert len(load_sweep(store, data.tenant, data.sweep_id, with_generations=False).results) == len(data.results)
+
+
+def test_a_planted_snapshot_of_millions_of_entries_is_read_no_further_than_the_sweep_needs(tmp_path):
+    """A tenant's planted file could hold millions of tiny valid entries (a gzip of a few MB): the
+    submission server, which plans from the same load, reads at most the sweep's jobs plus SLACK."""
+    store = FileStore(tmp_path / "s")
+    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:1])
+    write_with_hashes(store, data)
+    want = view(load_sweep(store, data.tenant, data.sweep_id, with_generations=False))
+    header, _ = _entries(store, data)
+    many = b"".join(b'{"job":"%08d","tag":"t","size":1}\n1\n' % i for i in range(200_000))
+    planted = gzip.compress(header + many)
+    store.write_bytes(snapshot.key_of(data.tenant, data.sweep_id), planted)
+    found = list(snapshot._entries(planted, json.loads(header), False, limit=len(data.results) + snapshot.SLACK))
+    assert len(found) == len(data.results) + snapshot.SLACK
+    assert view(load_sweep(store, data.tenant, data.sweep_id, with_generations=False)) == want

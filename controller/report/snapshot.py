@@ -43,6 +43,7 @@ from worker.core.errors import CorruptRecordError, StoreError
 NAME = "results.jsonl.gz"  # in the report cache: deleting report/cache/ stays safe
 VERSION = 1
 MAX_LINE = 16 * 2**20  # bytes of one entry: far above any result.json, and what one bad line can cost
+SLACK = 1024  # entries read beyond the sweep's complete jobs (those of jobs since deleted)
 
 
 def key_of(tenant: str, sweep_id: str) -> str:
@@ -59,10 +60,13 @@ def _head(line: bytes) -> Any:
         return None
 
 
-def _entries(data: bytes | None, header: dict, bodies: bool) -> Iterator[tuple[str, str, bytes, bytes | None]]:
+def _entries(
+    data: bytes | None, header: dict, bodies: bool, limit: int
+) -> Iterator[tuple[str, str, bytes, bytes | None]]:
     """(job id, tag, head line, its result.json's bytes or None) of each entry in the file's order, up
     to the first that is not one: the damage of a truncated or hand-edited file, another sweep's or
-    version's header, ids not increasing, a size out of bounds. `bodies=False` skips the bytes."""
+    version's header, ids not increasing, a size out of bounds; at most `limit` entries (a planted
+    file of millions of tiny entries costs no more than the sweep's own). `bodies=False` skips the bytes."""
     if not data:
         return
     last = ""
@@ -70,7 +74,8 @@ def _entries(data: bytes | None, header: dict, bodies: bool) -> Iterator[tuple[s
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
             if _head(f.readline(MAX_LINE)) != header:
                 return
-            while line := f.readline(MAX_LINE):
+            while limit > 0 and (line := f.readline(MAX_LINE)):
+                limit -= 1
                 head = _head(line)
                 job, tag, size = (head.get(k) for k in ("job", "tag", "size")) if isinstance(head, dict) else [None] * 3
                 if not (isinstance(job, str) and isinstance(tag, str) and job > last):
@@ -116,13 +121,17 @@ def load_results(
     except StoreError:  # none yet (or unreadable: then every result is read, and the snapshot rewritten)
         data = None
     listed = {j: tags.get(paths.result_key(tenant, sweep_id, j)) for j in job_ids}
-    old = [(job, tag) for job, tag, _, _ in _entries(data, header, bodies=False)]
-    hits = {job for job, tag in old if listed.get(job) == tag}
+    limit = len(job_ids) + SLACK
+    hits, n_old = set(), 0
+    for job, tag, _, _ in _entries(data, header, bodies=False, limit=limit):
+        n_old += 1
+        if listed.get(job) == tag:
+            hits.add(job)
     read = lambda job_id: _read(store, tenant, sweep_id, job_id)
     fetched = read_each(read, [j for j in job_ids if j not in hits], store.read_concurrency)
-    kept = ((job, line, body) for job, _, line, body in _entries(data, header, bodies=True) if job in hits)
+    kept = ((job, line, body) for job, _, line, body in _entries(data, header, True, limit) if job in hits)
     out, buffer = _writer(header)
-    stale = len(hits) != len(old) or len(hits) != len(job_ids)
+    stale = len(hits) != n_old or len(hits) != len(job_ids)
     for job_id in job_ids:
         if job_id in hits:
             _, line, body = next(kept)
