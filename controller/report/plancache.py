@@ -13,7 +13,7 @@ plan, listed before the plan was read (a listing: a round trip per 1,000 keys, n
 call whose listing gives another fingerprint (a job retried or finished, a spec rewritten) plans
 afresh, so a memo never answers for data it was not planned from; one that gives the same reads no
 result.json. The memo lives in the planning process only (a server restart, or another replica,
-plans afresh).
+plans afresh: from the sweep's results snapshot, report.snapshot, one object and what changed since).
 """
 
 from __future__ import annotations
