@@ -25,7 +25,9 @@ It prints, per metric and size, the coverage and the misses above and below the 
 `--variants` also prints, for the jackknife metrics, what other intervals built from the same
 leave-one-out values would cover (Student's t(G-1) around the estimate, on the logit scale as the
 report's; BCa of the pseudo-values with the same t floor) and the jackknife SE against the standard
-deviation of the estimates over the simulations: why the report's interval is the one it is.
+deviation of the estimates over the simulations (with a 95% range from resampling the simulations:
+how firm that ratio is): why the report's interval is the one it is. `--halves K` adds the delete-half
+jackknife's SE from K random halves of the prompts against the same spread.
 """
 
 from __future__ import annotations
@@ -117,7 +119,22 @@ def variants(value: float, loo: np.ndarray, rng: np.random.Generator) -> dict[st
     }
 
 
-def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: bool = False) -> dict[str, list]:
+def half_se(metric, cell: CellData, groups: list[list[int]], k: int, rng: np.random.Generator) -> float:
+    """The delete-half jackknife's SE (Shao and Wu 1989: consistent for non-smooth statistics): the
+    metric on `k` random halves of the prompts, sqrt((G - d) / d · mean squared deviation), d = G // 2."""
+    G, d = len(groups), len(groups) // 2
+    values = []
+    for _ in range(k):
+        idx = [i for g in rng.choice(G, G - d, replace=False) for i in groups[g]]
+        part = CellData(texts=[cell.texts[i] for i in idx], words=[cell.words[i] for i in idx],
+                        nll_sum=[cell.nll_sum[i] for i in idx], nll_count=[cell.nll_count[i] for i in idx])  # fmt: skip
+        values.append(metric.fn(part))
+    v = np.asarray(values, dtype=float)
+    return math.sqrt((G - d) / d * float(np.mean((v - v.mean()) ** 2)))
+
+
+def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: bool = False,
+        halves: int = 0) -> dict[str, list]:  # fmt: skip
     metrics = [(m, METRICS.get(m)) for m in METRIC_NAMES]
     found: dict[str, list] = {m: [] for m in [*METRIC_NAMES, "rating"]}  # (value, low, high) per simulation
     for s in range(sims):
@@ -134,6 +151,9 @@ def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: 
             if with_variants and keep.get(m, ("",))[0] == "loo" and 0 < values[m] < 1:
                 for how, (vlo, vhi) in variants(values[m], keep[m][1], np.random.default_rng([G, s, 2])).items():
                     found.setdefault(f"{m}:{how}", []).append((values[m], vlo, vhi))
+                if halves:
+                    se = half_se(METRICS.get(m), cell, groups, halves, np.random.default_rng([G, s, 3]))
+                    found.setdefault(f"{m}:half_se", []).append((values[m], se, math.nan))
         scores = rating_scores(rng, G)
         lo, hi = rating_interval([list(map(int, r)) for r in scores], np.random.default_rng([G, s, 1]))
         found["rating"].append((float(scores.mean()), lo, hi))
@@ -143,9 +163,13 @@ def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: 
 def report(G: int, found: dict[str, list], truth: dict[str, float]) -> None:
     for m, rows in found.items():
         arr = np.array(rows, dtype=float)
-        if m.endswith(":se"):  # the jackknife SE against the estimates' spread over the simulations
+        if m.endswith("se"):  # an SE (the jackknife's, the delete-half one) against the estimates' spread
             ratio = np.mean(arr[:, 1]) / np.std(arr[:, 0], ddof=1)
-            print(f"  {m:22s} G={G:4d}  jackknife SE / SD of the estimates {ratio:.3f}")
+            idx = np.random.default_rng(0).integers(0, len(arr), (2000, len(arr)))  # the simulations resampled
+            lo, hi = np.percentile(arr[idx, 1].mean(axis=1) / arr[idx, 0].std(axis=1, ddof=1), [2.5, 97.5])
+            what = "delete-half SE" if m.endswith("half_se") else "jackknife SE"
+            print(f"  {m:22s} G={G:4d}  {what} / SD of the estimates {ratio:.3f} (95% over the simulations "
+                  f"{lo:.3f}-{hi:.3f})")  # fmt: skip
             continue
         target = truth[m] if m in truth else float(np.mean(arr[:, 0]))
         above = int(np.sum(target > arr[:, 2]))
@@ -166,6 +190,7 @@ def main() -> None:
     ap.add_argument("--population", type=int, default=20_000, help="prompts of the population cell")
     ap.add_argument("--metrics", nargs="*", default=None, help="only these (and no ratings)")
     ap.add_argument("--variants", action="store_true", help="other intervals of the jackknife metrics, and the SE")
+    ap.add_argument("--halves", type=int, default=0, help="with --variants: the delete-half SE from this many halves")
     args = ap.parse_args()
     t0 = time.perf_counter()
     truth = population(args.population, seed=10**6)
@@ -174,7 +199,7 @@ def main() -> None:
     if args.metrics:
         METRIC_NAMES[:] = [m for m in METRIC_NAMES if m in args.metrics]
     for G in args.prompts:
-        found = run(G, args.sims, args.n_boot, truth, args.variants)
+        found = run(G, args.sims, args.n_boot, truth, args.variants, args.halves)
         if args.metrics:
             found.pop("rating")
         report(G, found, truth)
