@@ -229,8 +229,10 @@ def tenth_lines(form: str) -> Callable[[str, int, int], None]:
     start, printed = time.monotonic(), {}
 
     def tick(what: str, done: int, total: int) -> None:
+        if total <= 0:
+            return
         tenth = 10 if done >= total else done * 10 // total
-        if total <= 0 or tenth <= printed.get(what, 0):
+        if tenth <= printed.get(what, 0):
             return  # within the tenth last printed
         printed[what] = tenth
         m, s = divmod(int(time.monotonic() - start), 60)

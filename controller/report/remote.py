@@ -42,7 +42,7 @@ from controller.report import plancache
 from controller.report.cells import DIGEST, MAX_N_BOOT, CellTask, Settings, cache_key, run_cell, to_json
 from controller.report.jobs import job_reader, read_each
 from controller.report.pairjobs import MAX_BASELINE, PAIR, pair_refusal, run_pair
-from controller.report.speed import job_units
+from controller.report.speed import job_units, join_units
 from worker.core import keys, paths, signing
 from worker.core.errors import CorruptRecordError, PermanentJobError, UsageError
 
@@ -338,7 +338,7 @@ def checked_units(store, tenant: str, sweep_id: str, cell: str, jobs: list[tuple
         if r.job.cell != cell or r.generations_sha256 != sha or r.job.tenant != tenant:
             raise PermanentJobError(f"job {job_id} changed since the report was asked for; report again")
         per_job.append(job_units(r))
-    return [u for _, units in sorted(per_job) for u in units]
+    return join_units(per_job)
 
 
 def run_report_cell(doc: dict) -> dict[str, Any]:

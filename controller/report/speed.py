@@ -121,7 +121,12 @@ def batch_units(results) -> list[list[float]]:
     order the results came in (the store lists them, a sweep in memory holds them as run): the bootstrap
     draws batch indices, so an interval must not depend on that order; one shard and the same prompts in
     four give the same batches in the same order. What a cell's map needs for `rate_interval`."""
-    return [u for _, units in sorted(map(job_units, results)) for u in units]
+    return join_units(map(job_units, results))
+
+
+def join_units(per_job) -> list[list[float]]:
+    """The jobs' `job_units`, in the plan's order, as one list of batches."""
+    return [u for _, units in sorted(per_job) for u in units]
 
 
 def rate_interval(units: list[list[float]], cell: str, *, n_boot: int, seed: int) -> dict[str, float]:
