@@ -28,11 +28,18 @@ report's; BCa of the pseudo-values with the same t floor) and the jackknife SE a
 deviation of the estimates over the simulations (with a 95% range from resampling the simulations:
 how firm that ratio is): why the report's interval is the one it is. `--halves K` adds the delete-half
 jackknife's SE from K random halves of the prompts against the same spread.
+
+To run more simulations on several cores, split them and report them together:
+
+    python benchmarks/bench_coverage.py --prompts 128 --sims 2000 --save a.json &
+    python benchmarks/bench_coverage.py --prompts 128 --sims 2000 --start 2000 --save b.json
+    python benchmarks/bench_coverage.py --load a.json b.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -134,10 +141,10 @@ def half_se(metric, cell: CellData, groups: list[list[int]], k: int, rng: np.ran
 
 
 def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: bool = False,
-        halves: int = 0) -> dict[str, list]:  # fmt: skip
+        halves: int = 0, start: int = 0) -> dict[str, list]:  # fmt: skip
     metrics = [(m, METRICS.get(m)) for m in METRIC_NAMES]
     found: dict[str, list] = {m: [] for m in [*METRIC_NAMES, "rating"]}  # (value, low, high) per simulation
-    for s in range(sims):
+    for s in range(start, start + sims):
         rng = np.random.default_rng([G, s])
         cell, groups = simulate_cell(G, rng)
         values = evaluate(metrics, cell)
@@ -177,9 +184,34 @@ def report(G: int, found: dict[str, list], truth: dict[str, float]) -> None:
         n = int(np.sum(np.isfinite(arr[:, 1])))
         cover = (n - above - below) / n if n else math.nan
         width = float(np.nanmean(arr[:, 2] - arr[:, 1]))
-        print(f"  {m:22s} G={G:4d}  coverage {cover:6.1%}  misses: truth above {above:3d}, below {below:3d}"
+        mc = math.sqrt(cover * (1 - cover) / n) if n else math.nan  # the simulations' own error of the coverage
+        print(f"  {m:22s} G={G:4d}  coverage {cover:6.1%} (±{mc:.1%})  misses: truth above {above:3d}, below {below:3d}"
               f"  (n={n}, mean width {width:.4g})")  # fmt: skip
         sys.stdout.flush()
+
+
+def combine(paths: list[str]) -> None:
+    """One report of the simulations of several `--save` files (e.g. two halves run side by side); a
+    simulation index that two files both hold is refused, as the same draws counted twice."""
+    truth: dict[str, float] = {}
+    runs: dict[int, dict[str, list]] = {}
+    seen: dict[int, set[int]] = {}
+    for path in paths:
+        with open(path) as f:
+            saved = json.load(f)
+        truth = saved["truth"]
+        for G, part in saved["runs"].items():
+            G = int(G)
+            n = len(next(iter(part["found"].values())))
+            indices = set(range(part["start"], part["start"] + n))
+            if indices & seen.setdefault(G, set()):
+                sys.exit(f"{path}: simulations of G={G} overlap an earlier file's")
+            seen[G] |= indices
+            for m, rows in part["found"].items():
+                runs.setdefault(G, {}).setdefault(m, []).extend(rows)
+    for G in sorted(runs):
+        print(f"G={G}: {len(seen[G])} simulations")
+        report(G, runs[G], truth)
 
 
 def main() -> None:
@@ -191,18 +223,28 @@ def main() -> None:
     ap.add_argument("--metrics", nargs="*", default=None, help="only these (and no ratings)")
     ap.add_argument("--variants", action="store_true", help="other intervals of the jackknife metrics, and the SE")
     ap.add_argument("--halves", type=int, default=0, help="with --variants: the delete-half SE from this many halves")
+    ap.add_argument("--start", type=int, default=0, help="index of the first simulation (to split a run)")
+    ap.add_argument("--save", help="also write each simulation's (value, low, high) to this JSON file")
+    ap.add_argument("--load", nargs="+", help="report the simulations of these --save files together; simulate none")
     args = ap.parse_args()
     t0 = time.perf_counter()
+    if args.load:
+        return combine(args.load)
     truth = population(args.population, seed=10**6)
     truth["rating"] = rating_truth(np.random.default_rng(10**6 + 1))
     print(f"population values ({args.population} prompts): " + ", ".join(f"{k} {v:.5g}" for k, v in truth.items()))
     if args.metrics:
         METRIC_NAMES[:] = [m for m in METRIC_NAMES if m in args.metrics]
+    saved: dict = {"truth": truth, "runs": {}}
     for G in args.prompts:
-        found = run(G, args.sims, args.n_boot, truth, args.variants, args.halves)
+        found = run(G, args.sims, args.n_boot, truth, args.variants, args.halves, args.start)
         if args.metrics:
             found.pop("rating")
         report(G, found, truth)
+        saved["runs"][str(G)] = {"start": args.start, "found": found}
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(saved, f)
     print(f"{time.perf_counter() - t0:.0f} s")
 
 

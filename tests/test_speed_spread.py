@@ -8,9 +8,15 @@ import pytest
 from controller.report.aggregate import summarize
 from controller.report.format import summary_markdown
 from controller.report.html import quality_speed_figure
-from controller.report.speed import speed_spread, unresolved_speed
+from controller.report.speed import batch_units, rate_interval, speed_ranges, unresolved_speed
 from tests.helpers_intervals import bootstrap_t
 from tests.helpers_report import make_sweep
+
+
+def speed_spread(results, *, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+    """A cell's speed spread as the report's row holds it: its ranges, and the map's tokens/s interval
+    over its results' batches."""
+    return speed_ranges(results) | rate_interval(batch_units(results), results[0].job.cell, n_boot=n_boot, seed=seed)
 
 
 def test_spread_columns_equal_numpy_over_the_batches():

@@ -160,15 +160,6 @@ def speed_ranges(results: list[JobResult]) -> dict[str, float]:
     return out
 
 
-def speed_spread(results: list[JobResult], *, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
-    """The spread of a cell's speed over its batches (SPREAD_COLUMNS; NaN where it has no batch): the
-    ranges and tokens/s's interval together, as the report's row holds them."""
-    out = speed_ranges(results)
-    if results:
-        out |= rate_interval(batch_units(results), results[0].job.cell, n_boot=n_boot, seed=seed)
-    return out
-
-
 def unresolved_speed(rows: list[tuple[str, float, float, float]]) -> list[tuple[str, str]]:
     """Neighbours in tokens/s order whose intervals overlap: their speed ordering is not resolved.
 
