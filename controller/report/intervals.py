@@ -118,15 +118,21 @@ def gradient(f: Callable[[np.ndarray], np.ndarray], sums: np.ndarray, *, is_rati
 
 
 def linearised_se(
-    units: np.ndarray, f: Callable, *, is_ratio: bool = False, at: np.ndarray | None = None
+    units: np.ndarray,
+    f: Callable,
+    *,
+    is_ratio: bool = False,
+    at: np.ndarray | None = None,
+    grad: Callable | None = None,
 ) -> np.ndarray:
     """Delta-method standard error of f(Σ units) over resampled units: units (..., G, k) -> (...).
 
     With d_i = ∇f(S) · x_i, the resampled sum's f has variance G · var(d) (the sum of G draws).
-    The gradient is taken at each row's own sums (exact for a ratio), or at `at` for all rows
-    (the full sample's sums: one numerical gradient instead of one per replicate)."""
+    The gradient is taken at each row's own sums (exact for a ratio; `grad(sums)` where given), or
+    at `at` for all rows (the full sample's sums: one numerical gradient instead of one per replicate)."""
     G = units.shape[-2]
-    g = gradient(f, units.sum(axis=-2) if at is None else at, is_ratio=is_ratio)
+    sums = units.sum(axis=-2) if at is None else at
+    g = gradient(f, sums, is_ratio=is_ratio) if grad is None else grad(sums)
     d = np.einsum("...gk,...k->...g", units, g)
     with np.errstate(invalid="ignore"):
         return np.sqrt(G * d.var(axis=-1, ddof=1))
@@ -141,6 +147,7 @@ def studentized(
     is_ratio: bool = False,
     center: float | None = None,
     t_floor: bool = False,
+    grad: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[float, float] | None:
     """Studentised (bootstrap-t) 95% interval of f(Σ units) over resampled units (rows of units).
 
@@ -151,22 +158,24 @@ def studentized(
     [θ − q(0.975) · se, θ − q(0.025) · se] with q the quantiles of t*, θ = `center` or f(S).
     Where every unit is equal (se 0) the interval is [θ, θ]; where fewer than half of the
     replicates are finite (too few units), θ ± t(G−1) · se. `t_floor`: neither quantile inside
-    Student's, q(0.975) ≥ t(G−1) and q(0.025) ≤ −t(G−1) (the jackknife's, see `pseudo_interval`)."""
+    Student's, q(0.975) ≥ t(G−1) and q(0.025) ≤ −t(G−1) (the jackknife's, see `pseudo_interval`).
+    `grad(sums)`: f's gradient, exact or cheap enough to take at every replicate's own sums."""
     value = float(f(units.sum(axis=0)[None])[0])
     theta = value if center is None else center
-    se = float(linearised_se(units, f, is_ratio=is_ratio))
+    se = float(linearised_se(units, f, is_ratio=is_ratio, grad=grad))
     if not (math.isfinite(value) and math.isfinite(se)):
         return None
     if se == 0:
         return theta, theta
     # the gradient at each replicate's sums (exact for a ratio, numerical for a few statistics); for a
     # combine of many statistics (BLEU's 11) once, at the sample's sums, which costs 2k + 1 calls, not B(2k + 1)
-    fixed = units.sum(axis=0) if not is_ratio and units.shape[1] > MAX_K_PER_REPLICATE else None
+    per_replicate = is_ratio or grad is not None or units.shape[1] <= MAX_K_PER_REPLICATE
+    fixed = None if per_replicate else units.sum(axis=0)
 
     def statistic(idx: np.ndarray, axis: int = -1) -> np.ndarray:
         drawn = units[np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (f(drawn.sum(axis=-2)) - value) / linearised_se(drawn, f, is_ratio=is_ratio, at=fixed)
+            return (f(drawn.sum(axis=-2)) - value) / linearised_se(drawn, f, is_ratio=is_ratio, at=fixed, grad=grad)
 
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore")  # NaN replicates: handled below

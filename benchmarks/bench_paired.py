@@ -1,0 +1,179 @@
+"""Calibration of the report's paired comparisons: the size of its tests and the coverage of its paired intervals.
+
+    python benchmarks/bench_paired.py          # 500 simulated pairs at 16, 32, 128 prompts; effects 0 and 0.1
+    python benchmarks/bench_paired.py --sims 200 --prompts 32 --effect 0
+
+Each simulation draws two cells A and B of one sweep as decodebench makes them: the same G prompts
+× 3 seeds, and **common random numbers**: a generation's draws come from a stream seeded by (prompt,
+seed), which both cells share, so their texts for a prompt and seed are correlated (here: each
+position of a generation takes the shared stream's uniforms with probability 0.5 and the cell's own
+otherwise, which leaves each cell's distribution what it would be alone). The prompts are
+bench_coverage's skewed ones (a repetition propensity from Beta(0.3, 2), a lognormal length, a
+topic of its own, a skewed mean token NLL).
+
+- `--effect 0` (the null): B draws from the same process as A, so every metric's expected
+  difference is 0 and the pair (A, B) of a prompt is exchangeable: a valid test rejects "no
+  difference" at p < 0.05 in at most 5% of the simulations, and the paired interval covers 0 in 95%.
+- `--effect E` (> 0): B repeats more (each prompt's repetition propensity × (1 + E), capped) and
+  writes longer (× (1 + E / 2)); the truth is the difference of the population values (the metric
+  on 20,000 prompts of each process) for the ratio metrics, and the mean difference over the
+  simulations for distinct-n and self-BLEU (whose values depend on the corpus size). It prints
+  each interval's coverage of that truth and each test's power.
+
+The comparisons are the report's own (`controller.report.paired.compare_pair`, fed what
+`confidence_intervals(keep=)` keeps: per-prompt sums of the additive metrics, leave-one-out values
+of the plain ones), i.e. the paired bootstrap-t and the permutation test for rep_2, mean length and
+perplexity, the bootstrap-t of the difference's jackknife pseudo-values and the jackknife t-test for
+distinct-2 and self-BLEU-4. Also printed: how often the smallest Holm-adjusted p-value of the five
+metrics of a pair is below 0.05 (the family-wise error rate, under the null).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sps
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_coverage import SEEDS, VOCAB, ZIPF, prompt_params
+from controller.metrics import METRICS, CellData
+from controller.report.intervals import cell_rng, evaluate, leave_one_out, prompt_groups, prompt_sums
+from controller.report.paired import CellStats, compare_pair, holm
+
+METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4"]
+CUM_ZIPF = np.cumsum(ZIPF)
+SHARED = 0.5  # the chance that a position of a generation takes the shared stream's uniforms
+MAX_POSITIONS = 512  # uniforms drawn for every generation, whatever its length: an effect on B leaves A's draws alone
+
+
+def generation(p: dict, u: np.ndarray) -> tuple[list[str], float, int]:
+    """bench_coverage's generative process driven by given uniforms: u[0] the length, u[1 + 3t:4 + 3t]
+    position t's branch, pick and NLL (one uniform a decision, so two cells can share them)."""
+    n = min(max(1, int(sps.poisson.ppf(u[0], p["length"]))), (len(u) - 1) // 3)
+    words: list[int] = []
+    for t in range(n):
+        branch, pick = u[1 + 3 * t], u[2 + 3 * t]
+        if len(words) > 2 and branch < p["rep"]:  # continue an earlier occurrence: repeated n-grams
+            starts = [i + 1 for i, w in enumerate(words[:-1]) if w == words[-1]]
+            words.append(words[starts[int(pick * len(starts))]] if starts else words[int(pick * len(words))])
+        elif branch < p["rep"] + (1 - p["rep"]) * 0.3:
+            words.append(int(p["topic"][int(pick * 30)]))
+        else:
+            words.append(min(int(np.searchsorted(CUM_ZIPF, pick)), VOCAB - 1))
+    z = sps.norm.ppf(np.clip(u[3 : 3 + 3 * n : 3], 1e-12, 1 - 1e-12))
+    return [f"w{w}" for w in words], float(n * p["nll"] + z.sum()), n
+
+
+def uniforms(shared: np.random.Generator, own: np.random.Generator, positions: int) -> np.ndarray:
+    """One generation's uniforms (the length's, then 3 a position): a decision takes the shared stream's
+    with probability SHARED (the coin is shared too), else the cell's own, so two cells' draws are
+    correlated and each cell's are still independent uniforms."""
+    size = 1 + 3 * positions
+    common, mine, coin = shared.random(size), own.random(size), shared.random(positions + 1)
+    return np.where(np.concatenate([coin[:1], np.repeat(coin[1:], 3)]) < SHARED, common, mine)
+
+
+def pair_of_cells(G: int, sim: int, effect: float) -> tuple[CellData, CellData, list[list[int]]]:
+    """Cells A and B on the same G prompts, common random numbers seeded by (simulation, prompt, seed)."""
+    rng = np.random.default_rng([G, sim])
+    cells: dict[str, dict[str, list]] = {c: {"words": [], "nll_sum": [], "nll_count": []} for c in "AB"}
+    keys = []
+    for g in range(G):
+        p = prompt_params(rng)
+        q = p | {"rep": min(0.95, p["rep"] * (1 + effect)), "length": p["length"] * (1 + effect / 2)}
+        for s in range(SEEDS):
+            for name, params, own in (("A", p, 1), ("B", q, 2)):
+                u = uniforms(
+                    np.random.default_rng([G, sim, g, s]), np.random.default_rng([G, sim, g, s, own]), MAX_POSITIONS
+                )
+                w, nll, n = generation(params, u)
+                cells[name]["words"].append(w), cells[name]["nll_sum"].append(nll), cells[name]["nll_count"].append(n)
+            keys.append(f"p{g}")
+    out = [CellData(texts=[" ".join(w) for w in c["words"]], **c) for c in cells.values()]
+    return out[0], out[1], prompt_groups(keys)
+
+
+def stats_of(name: str, cell: CellData, groups: list[list[int]]) -> CellStats:
+    """What the report keeps of a cell for its comparisons (confidence_intervals(keep=))."""
+    values = evaluate([(m, METRICS.get(m)) for m in METRIC_NAMES], cell)
+    kept = {}
+    for m in METRIC_NAMES:
+        metric = METRICS.get(m)
+        if metric.interval == "bootstrap":
+            kept[m] = ("sums", prompt_sums(metric.stats(cell), groups))
+        else:
+            kept[m] = ("loo", leave_one_out(metric, cell, groups))
+    return CellStats(cell=name, model="sim", strategy=name, prompts=[f"p{g}" for g in range(len(groups))],
+                     values=values, kept=kept)  # fmt: skip
+
+
+def population_diff(effect: float, n_prompts: int) -> dict[str, float]:
+    """The ratio metrics' population difference B − A (both on the same n_prompts prompts)."""
+    a, b, _ = pair_of_cells(n_prompts, 10**6, effect)
+    ratio = [(m, METRICS.get(m)) for m in ("rep_2", "mean_length", "perplexity")]
+    va, vb = evaluate(ratio, a), evaluate(ratio, b)
+    return {m: vb[m] - va[m] for m, _ in ratio}
+
+
+def run(G: int, sims: int, effect: float, n_boot: int) -> list[dict[str, tuple[float, float, float, float]]]:
+    metrics = {m: METRICS.get(m) for m in METRIC_NAMES}
+    rows = []
+    for sim in range(sims):
+        a, b, groups = pair_of_cells(G, sim, effect)
+        pair = compare_pair(stats_of("B", b, groups), stats_of("A", a, groups), metrics, n_boot=n_boot,
+                            rng=cell_rng(sim, f"G{G}"))  # fmt: skip
+        rows.append({m: tuple(pair[f"{m}{s}"] for s in ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p"))
+                     for m in METRIC_NAMES})  # fmt: skip
+    return rows
+
+
+def report(G: int, rows: list[dict], effect: float, truth: dict[str, float]) -> None:
+    n = len(rows)
+    for m in METRIC_NAMES:
+        arr = np.array([r[m] for r in rows], dtype=float)
+        target = 0.0 if effect == 0 else truth.get(m, float(np.mean(arr[:, 0])))
+        above, below = int(np.sum(target > arr[:, 2])), int(np.sum(target < arr[:, 1]))
+        cover = 1 - (above + below) / n
+        rejected = float(np.mean(arr[:, 3] < 0.05))
+        what = "size (rejected at 0.05)" if effect == 0 else "power (rejected at 0.05)"
+        mc = [math.sqrt(x * (1 - x) / n) for x in (cover, rejected)]  # the simulations' own error
+        print(f"  {m:12s} G={G:4d}  interval covers {cover:6.1%} (±{mc[0]:.1%}; truth above {above}, below {below})"
+              f"  {what} {rejected:6.1%} (±{mc[1]:.1%})"
+              f"  mean width {np.mean(arr[:, 2] - arr[:, 1]):.4g}"
+              + (f"  truth {target:+.4g} = {target / np.std(arr[:, 0], ddof=1):+.2f} SD of the differences"
+                 if effect else ""))  # fmt: skip
+    if effect == 0:
+        fwer = np.mean([min(holm([r[m][3] for m in METRIC_NAMES])) < 0.05 for r in rows])
+        k = len(METRIC_NAMES)
+        print(f"  {'any metric':12s} G={G:4d}  smallest Holm p of the {k} below 0.05: {fwer:.1%} (family-wise error)")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sims", type=int, default=500)
+    ap.add_argument("--prompts", type=int, nargs="*", default=[16, 32, 128])
+    ap.add_argument("--effect", type=float, nargs="*", default=[0.0, 0.1])
+    ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--population", type=int, default=20_000, help="prompts of the population cells")
+    ap.add_argument("--metrics", nargs="*", default=None, help="only these")
+    args = ap.parse_args()
+    if args.metrics:
+        METRIC_NAMES[:] = [m for m in METRIC_NAMES if m in args.metrics]
+    t0 = time.perf_counter()
+    for effect in args.effect:
+        truth = population_diff(effect, args.population) if effect else {}
+        print(f"effect {effect}: " + (", ".join(f"{k} {v:+.5g}" for k, v in truth.items()) or "the null"))
+        for G in args.prompts:
+            report(G, run(G, args.sims, effect, args.n_boot), effect, truth)
+    print(f"{time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
