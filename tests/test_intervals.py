@@ -212,8 +212,8 @@ def test_a_paired_interval_is_a_bootstrap_t_at_each_replicates_sums_never_inside
     base = rng.binomial(n.astype(int), 0.02).astype(float)
     a = np.stack([base, n], 1)
     b = a.copy()
-    b[:2, 0] += [14, 9]  # two prompts loop in one cell only
-    b[2, 0] = max(0.0, b[2, 0] - 1)
+    b[:, 0] += rng.integers(0, 2, 16)  # the cells' texts differ a little at every prompt...
+    b[:2, 0] += [14, 9]  # ...and two prompts loop in one cell only
     lo, hi = paired_interval(a, b, ratio, n_boot=4000, rng=np.random.default_rng(0))
     want_lo, want_hi = paired_bootstrap_t(a, b)
     width = want_hi - want_lo
@@ -223,3 +223,57 @@ def test_a_paired_interval_is_a_bootstrap_t_at_each_replicates_sums_never_inside
     d -= (b[:, 0] - b[:, 0].sum() / b[:, 1].sum() * b[:, 1]) / b[:, 1].sum()
     half = student.ppf(0.975, 15) * math.sqrt(16 * d.var(ddof=1))
     assert lo <= diff - half + 1e-12 and hi >= diff + half - 1e-12
+
+
+def test_bleu_has_a_percentile_interval_equal_to_sacrebleu_on_resampled_prompts():
+    """BLEU's counts were rounded before sacrebleu saw them, so the numerical gradient of the delta-method SE
+    was 0 and every BLEU interval (each cell's and each comparison's) was [θ, θ]. Now the percentile bootstrap
+    over prompts, as sacrebleu's own: written out here with sacrebleu.corpus_bleu on the drawn generations."""
+    import sacrebleu
+
+    from controller.metrics import METRICS
+    from controller.report.intervals import confidence_intervals, evaluate, prompt_groups
+
+    rng = random.Random(5)
+    words = ["the", "a", "cat", "sat", "on", "mat", "dog", "ran", "to", "house", "and", "then"]
+    refs = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(24)]
+    texts, keys, references = [], [], []
+    for g, ref in enumerate(refs):
+        for _ in range(3):  # three seeds: a copy of the reference with a few words changed
+            out = [w if rng.random() < 0.6 else rng.choice(words) for w in ref.split()]
+            texts.append(" ".join(out)), keys.append(f"p{g}"), references.append(ref)
+    cell = cell_data([{"text": t, "reference": r} for t, r in zip(texts, references)])
+    groups = prompt_groups(keys)
+    metric = METRICS.get("bleu")
+    values = evaluate([("bleu", metric)], cell)
+    assert values["bleu"] == pytest.approx(sacrebleu.corpus_bleu(texts, [references]).score)
+    lo, hi, method = confidence_intervals([("bleu", metric)], cell, values, groups, n_boot=2000, n_boot_corpus=100,
+                                          rng=np.random.default_rng(0))["bleu"]  # fmt: skip
+    assert method == "percentile" and lo < values["bleu"] < hi
+    draws = np.random.default_rng(1).integers(0, len(groups), (400, len(groups)))
+    boot = [sacrebleu.corpus_bleu([texts[i] for g in d for i in groups[g]],
+                                  [[references[i] for g in d for i in groups[g]]]).score for d in draws]  # fmt: skip
+    want_lo, want_hi = np.percentile(boot, [2.5, 97.5])
+    width = want_hi - want_lo
+    assert abs(lo - want_lo) < 0.15 * width and abs(hi - want_hi) < 0.15 * width
+
+
+def test_a_rare_event_share_gets_a_percentile_interval_inside_zero_one():
+    """The quickstart's rep-4 of a sampling cell (one repeated 4-gram in 96 generations) had the interval
+    [-0.00005, 222606]: most replicates draw no repetition, their delta-method SE is 0 (numerical-gradient noise
+    of 1e-12 where the gradient is not exact), and t = (0 - θ) / 1e-12 took over the quantile. More than 2.5% of
+    the replicates without spread: the percentile interval, written out here."""
+    from controller.metrics import METRICS
+    from controller.report.intervals import bootstrap
+
+    totals = np.array([118.0, 113, 122, 119, 122, 113, 126, 125, 116, 124, 118, 120, 122, 119, 116, 122] * 2)
+    stats = np.stack([totals, totals], axis=1)  # [unique, total] 4-grams of each prompt: nothing repeats...
+    stats[3, 0] -= 1  # ...but one 4-gram of one prompt
+    groups = [[g] for g in range(len(stats))]
+    metric = METRICS.get("rep_4")
+    lo, hi = bootstrap(metric, cell_data([]), groups, n_boot=4000, rng=np.random.default_rng(0), stats=stats)
+    draws = np.random.default_rng(1).integers(0, len(stats), (20000, len(stats)))
+    drawn = stats[draws].sum(axis=1)
+    want = np.percentile(1 - drawn[:, 0] / drawn[:, 1], [2.5, 97.5])
+    assert 0 <= lo <= hi <= 1
+    assert lo == pytest.approx(want[0], abs=1e-9) and hi == pytest.approx(want[1], rel=0.2)

@@ -40,7 +40,8 @@ def test_every_metric_declares_how_it_aggregates_and_its_interval():
     declared = {n: METRICS.get(n) for n in METRICS}
     assert all(m.interval in INTERVALS for m in declared.values())
     assert [n for n, m in declared.items() if m.additive] == ADDITIVE
-    assert [n for n, m in declared.items() if m.interval == "bootstrap"] == ADDITIVE
+    assert [n for n, m in declared.items() if m.interval == "bootstrap"] == [n for n in ADDITIVE if n != "bleu"]
+    assert [n for n, m in declared.items() if m.interval == "percentile"] == ["bleu"]  # as sacrebleu's own
     assert [n for n, m in declared.items() if m.interval == "jackknife"] == JACKKNIFE
     assert all(callable(m.fn) for m in declared.values())
 
@@ -53,6 +54,8 @@ def test_a_metric_declares_one_consistent_aggregation():
 
     with pytest.raises(ValueError, match="bootstrap interval needs per-item statistics"):
         Metric(**meta, fn=lambda c: 1.0, interval="bootstrap")
+    with pytest.raises(ValueError, match="bootstrap interval needs per-item statistics"):
+        Metric(**meta, fn=lambda c: 1.0, interval="percentile")
     with pytest.raises(ValueError, match="per_item and combine go together"):
         Metric(**meta, per_item=rows)
     with pytest.raises(ValueError, match="built from per_item and combine"):

@@ -24,6 +24,7 @@ registry stays light.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -68,24 +69,32 @@ def bleu_signature() -> str:
 
 
 def _bleu_value(sums: Sequence[float]) -> float | None:
-    """sacrebleu's corpus BLEU from the summed [pairs, sys_len, ref_len, counts..., totals...]."""
+    """sacrebleu's corpus BLEU from the summed [pairs, sys_len, ref_len, counts..., totals...].
+
+    The counts are not rounded: a report's delta-method SE takes BLEU's numerical gradient, a step of
+    1e-6 a count, which rounding turned into a gradient of 0 (every BLEU interval was [θ, θ]). sacrebleu
+    formats the lengths as integers, so its brevity penalty is applied here, by its own formula, to its
+    score at equal lengths: bp · (1.0 · exp(…)) is bit for bit its bp · exp(…) wherever the sums are counts."""
     if sums[0] == 0:
         return None
     scorer, _ = _bleu_scorers()
     k = scorer.max_ngram_order
-    n = [round(x) for x in sums[1:]]  # counts as ints (a bootstrap's sums are integer-valued floats)
-    return float(
-        scorer.compute_bleu(
-            correct=n[2 : 2 + k],
-            total=n[2 + k :],
-            sys_len=n[0],
-            ref_len=n[1],
-            smooth_method=scorer.smooth_method,
-            smooth_value=scorer.smooth_value,
-            effective_order=scorer.effective_order,
-            max_ngram_order=k,
-        ).score
-    )
+    sys_len, ref_len = max(0.0, float(sums[1])), max(0.0, float(sums[2]))
+    bp = 1.0
+    if sys_len < ref_len:
+        bp = math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0
+    counts = [max(0.0, float(x)) for x in sums[3:]]  # a gradient's step below a count of 0 is 0
+    unpenalised = scorer.compute_bleu(
+        correct=counts[:k],
+        total=counts[k:],
+        sys_len=1,
+        ref_len=1,
+        smooth_method=scorer.smooth_method,
+        smooth_value=scorer.smooth_value,
+        effective_order=scorer.effective_order,
+        max_ngram_order=k,
+    ).score
+    return float(bp * unpenalised)
 
 
 @additive_metric(
@@ -95,6 +104,10 @@ def _bleu_value(sums: Sequence[float]) -> float | None:
     level="corpus",
     higher_is_better=True,
     needs_references=True,
+    # the percentile bootstrap, as sacrebleu's own --confidence and Koehn (2004): BLEU is far from smooth in its
+    # counts where a cell has few higher-order matches (the exp smoothing jumps at a count of 0), and a delta-method
+    # SE there is meaningless; the quickstart's cells have 0-12 4-gram matches
+    interval="percentile",
     citation=_SACREBLEU,
     unit="BLEU (0-100)",
 )

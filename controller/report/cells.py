@@ -39,8 +39,9 @@ MAX_N_BOOT = 100_000  # replicates a report job (a cell's, a pair's) may ask for
 DIGEST = re.compile(r"[0-9a-f]{32}")  # a cell's or a pair's cache digest
 # bump when a change alters any cell's numbers (2: the jackknife's Student-t floor; 3: tokens/s's interval
 # computed by the map, from the task's batch units; 4: paired intervals of additive metrics with the t floor and
-# a per-replicate gradient)
-CACHE_VERSION = "4"
+# a per-replicate gradient; 5: BLEU's interval no longer [θ, θ], no t from a replicate without spread, shares
+# clipped to [0, 1])
+CACHE_VERSION = "5"
 MAUVE_COLUMNS = ["mauve_n", "mauve_n_references", "mauve_clusters"]
 EXAMPLE_PROMPTS = 3
 

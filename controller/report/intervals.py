@@ -9,6 +9,7 @@ method each metric declares when it registers (`Metric.interval`, see
   `scipy.stats.bootstrap`, vectorised: scipy resamples prompt indices, a replicate's value is
   `combine` of the drawn prompts' summed per-generation statistics (exactly the metric on those
   generations), studentised by its delta-method standard error;
+- "percentile" (BLEU): the same replicates' percentile interval, not studentised;
 - "jackknife" (plain corpus metrics): the delete-one-prompt jackknife, from the metric's own
   exact `leave_one_out` where it declares one, else `fn` on the cell without each prompt;
   θ − q · SE with the t quantiles q from a bootstrap of the pseudo-values, never inside Student's;
@@ -34,6 +35,7 @@ from controller.metrics import CellData, Metric, column_sums, ratio
 CI_LEVEL = 0.95
 Z = NormalDist().inv_cdf((1 + CI_LEVEL) / 2)
 MAX_K_PER_REPLICATE = 2  # statistics up to which a general combine's gradient is taken per replicate
+NO_SPREAD = 1e-6  # a replicate's SE below this share of the sample's is none: numerical-gradient noise
 PERCENTILES = [(1 - CI_LEVEL) / 2 * 100, (1 + CI_LEVEL) / 2 * 100]
 
 
@@ -148,6 +150,7 @@ def studentized(
     center: float | None = None,
     t_floor: bool = False,
     grad: Callable[[np.ndarray], np.ndarray] | None = None,
+    percentile: bool = False,
 ) -> tuple[float, float] | None:
     """Studentised (bootstrap-t) 95% interval of f(Σ units) over resampled units (rows of units).
 
@@ -157,9 +160,14 @@ def studentized(
     t* = (f(S*) − f(S)) / se*, se* its delta-method standard error; the interval is
     [θ − q(0.975) · se, θ − q(0.025) · se] with q the quantiles of t*, θ = `center` or f(S).
     Where every unit is equal (se 0) the interval is [θ, θ]; where fewer than half of the
-    replicates are finite (too few units), θ ± t(G−1) · se. `t_floor`: neither quantile inside
+    replicates are finite (too few units), θ ± t(G−1) · se. A replicate with no spread (se* 0, or
+    within floating-point noise of it where the gradient is numerical) has no t; where more than
+    2.5% of them have none (a rare event: rep-4 with one repeating prompt among 32), the t quantile
+    on that side would be infinite, and the interval is the percentile bootstrap's, moved to θ (the
+    report's rep-4 intervals had reached 10⁷ from such noise). `t_floor`: neither quantile inside
     Student's, q(0.975) ≥ t(G−1) and q(0.025) ≤ −t(G−1) (the jackknife's, see `pseudo_interval`).
-    `grad(sums)`: f's gradient, exact or cheap enough to take at every replicate's own sums."""
+    `grad(sums)`: f's gradient, exact or cheap enough to take at every replicate's own sums.
+    `percentile`: the percentile bootstrap's interval, moved to θ, whatever the replicates' t."""
     value = float(f(units.sum(axis=0)[None])[0])
     theta = value if center is None else center
     se = float(linearised_se(units, f, is_ratio=is_ratio, grad=grad))
@@ -175,21 +183,33 @@ def studentized(
     def statistic(idx: np.ndarray, axis: int = -1) -> np.ndarray:
         drawn = units[np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (f(drawn.sum(axis=-2)) - value) / linearised_se(drawn, f, is_ratio=is_ratio, at=fixed, grad=grad)
+            return np.stack([f(drawn.sum(axis=-2)), linearised_se(drawn, f, is_ratio=is_ratio, at=fixed, grad=grad)])
 
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore")  # NaN replicates: handled below
         res = sps.bootstrap(
             (np.arange(len(units)),), statistic, n_resamples=n_boot, vectorized=True, method="percentile", rng=rng
         )
-    t = np.asarray(res.bootstrap_distribution, dtype=float)
-    ok = t[np.isfinite(t)]
-    if len(ok) < len(t) / 2:  # too few units for a bootstrap-t (e.g. 2): Student's t instead
-        q_high = float(sps.t.ppf((1 + CI_LEVEL) / 2, len(units) - 1))
-        return theta - q_high * se, theta + q_high * se
+    estimates, spreads = np.asarray(res.bootstrap_distribution, dtype=float)
+    return _from_replicates(estimates, spreads, value, theta, se, len(units), t_floor=t_floor, percentile=percentile)
+
+
+def _from_replicates(
+    estimates: np.ndarray, spreads: np.ndarray, value: float, theta: float, se: float, G: int, *, t_floor: bool,
+    percentile: bool
+) -> tuple[float, float]:  # fmt: skip
+    """`studentized`'s interval from its replicates' estimates and delta-method SEs (see there)."""
+    flat = ~(spreads > NO_SPREAD * se)  # no t: se* is 0 or floating-point noise (NaN counts too)
+    if percentile or np.mean(flat & np.isfinite(estimates)) > (1 - CI_LEVEL) / 2:
+        low, high = np.percentile(estimates[np.isfinite(estimates)], PERCENTILES)
+        return float(low) + theta - value, float(high) + theta - value
+    ok = (estimates[~flat] - value) / spreads[~flat]
+    ok = ok[np.isfinite(ok)]
+    q_t = float(sps.t.ppf((1 + CI_LEVEL) / 2, G - 1))
+    if len(ok) < len(estimates) / 2:  # too few units for a bootstrap-t (e.g. 2): Student's t instead
+        return theta - q_t * se, theta + q_t * se
     q_low, q_high = (float(q) for q in np.percentile(ok, PERCENTILES))
     if t_floor:
-        q_t = float(sps.t.ppf((1 + CI_LEVEL) / 2, len(units) - 1))
         q_low, q_high = min(q_low, -q_t), max(q_high, q_t)
     return theta - q_high * se, theta - q_low * se
 
@@ -211,7 +231,11 @@ def bootstrap(
     per_prompt = prompt_sums(stats, groups)
     if keep is not None:
         keep[metric.name] = ("sums", per_prompt)
-    return studentized(per_prompt, values_of(metric.combine), n_boot=n_boot, rng=rng, is_ratio=metric.combine is ratio)
+    f, is_ratio, percentile = values_of(metric.combine), metric.combine is ratio, metric.interval == "percentile"
+    interval = studentized(per_prompt, f, n_boot=n_boot, rng=rng, is_ratio=is_ratio, percentile=percentile)
+    if interval is not None and metric.unit == "fraction":  # a share: the truth is in [0, 1], so is its interval
+        interval = (min(max(interval[0], 0.0), 1.0), min(max(interval[1], 0.0), 1.0))
+    return interval
 
 
 # -- jackknives of the plain corpus metrics -------------------------------------------------
@@ -336,7 +360,7 @@ def confidence_intervals(
         value = values.get(name, math.nan)
         if math.isnan(value) or not applicable(metric, cell, reference_row=reference_row):
             continue
-        if metric.interval == "bootstrap":
+        if metric.interval in ("bootstrap", "percentile"):
             known = (stats or {}).get(name)
             interval = bootstrap(metric, cell, groups, n_boot=n_boot, rng=rng, keep=keep, stats=known)
         elif metric.interval == "jackknife":
