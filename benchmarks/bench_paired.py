@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_coverage import SEEDS, VOCAB, ZIPF, prompt_params
 from controller.metrics import METRICS, CellData
-from controller.report.intervals import cell_rng, evaluate, leave_one_out, prompt_groups, prompt_sums
+from controller.report.cells import Settings, score
+from controller.report.intervals import cell_rng, evaluate, prompt_groups
 from controller.report.paired import CellStats, compare_pair, holm
 
 METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4"]
@@ -100,17 +101,13 @@ def pair_of_cells(G: int, sim: int, effect: float) -> tuple[CellData, CellData, 
 
 
 def stats_of(name: str, cell: CellData, groups: list[list[int]]) -> CellStats:
-    """What the report keeps of a cell for its comparisons (confidence_intervals(keep=))."""
-    values = evaluate([(m, METRICS.get(m)) for m in METRIC_NAMES], cell)
-    kept = {}
-    for m in METRIC_NAMES:
-        metric = METRICS.get(m)
-        if metric.interval == "bootstrap":
-            kept[m] = ("sums", prompt_sums(metric.stats(cell), groups))
-        else:
-            kept[m] = ("loo", leave_one_out(metric, cell, groups))
-    return CellStats(cell=name, model="sim", strategy=name, prompts=[f"p{g}" for g in range(len(groups))],
-                     values=values, kept=kept)  # fmt: skip
+    """What the report keeps of a cell for its comparisons: the report's own `cells.score` (the cell's own
+    intervals, which it also computes, are not used: 2 replicates keep them cheap)."""
+    selected = [(m, METRICS.get(m)) for m in METRIC_NAMES]
+    settings = Settings(tuple(METRIC_NAMES), with_ci=True, n_boot=2, n_boot_corpus=2, seed=0, sample_size=None)
+    prompts = [f"p{g}" for g in range(len(groups))]
+    _, stats = score(selected, settings, {"model": "sim", "strategy": name}, cell, groups, name, prompts=prompts)
+    return stats
 
 
 def population_diff(effect: float, n_prompts: int) -> dict[str, float]:

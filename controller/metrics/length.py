@@ -54,6 +54,7 @@ def mean_new_tokens(cell: CellData) -> np.ndarray | None:
     level="corpus",
     higher_is_better=None,
     unit="fraction",
+    unit_interval=True,
 )
 def eos_rate(cell: CellData) -> np.ndarray | None:
     """Per generation [stop_reason_i == "eos", 1]: #{i : eos} / N.

@@ -143,7 +143,8 @@ class Metric:
     per_item: PerItem | None = None
     combine: Combine | None = None
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
-    unit_interval: bool = False  # a share in [0, 1]: its jackknife interval is built on the logit scale
+    unit_interval: bool = False  # a share in [0, 1]: a jackknife interval is built on the logit scale, a bootstrap
+    # one clipped to [0, 1]
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
     unit: str = ""
@@ -233,6 +234,7 @@ def additive_metric(
     interval: Interval = "bootstrap",
     citation: str = "",
     unit: str = "",
+    unit_interval: bool = False,
     registry: Registry[Metric] = METRICS,
 ):
     """Decorator: register `per_item(cell) -> (N, k) array | None` with `combine(sums) -> float | None`.
@@ -244,7 +246,7 @@ def additive_metric(
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes,
-                  citation=citation, unit=unit)  # fmt: skip
+                  citation=citation, unit=unit, unit_interval=unit_interval)  # fmt: skip
     return registry.decorator(name, lambda per_item: Metric(name=name, per_item=per_item, combine=combine, **fields))
 
 

@@ -74,6 +74,7 @@ def _register(n: int) -> None:
         higher_is_better=False,
         citation=f"{_WELLECK}; {_SU}",
         unit="fraction",
+        unit_interval=True,
     )(lambda cell: ngram_stats(cell, (n,)))
 
 
@@ -89,6 +90,7 @@ for _n in (2, 3, 4):
     higher_is_better=True,
     citation=_SU,
     unit="fraction",
+    unit_interval=True,
 )
 def diversity(cell: CellData) -> np.ndarray:
     """Per generation [unique, total] 2-, 3- and 4-grams; the value is Π_n (1 − rep-n)."""

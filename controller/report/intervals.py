@@ -233,8 +233,8 @@ def bootstrap(
         keep[metric.name] = ("sums", per_prompt)
     f, is_ratio, percentile = values_of(metric.combine), metric.combine is ratio, metric.interval == "percentile"
     interval = studentized(per_prompt, f, n_boot=n_boot, rng=rng, is_ratio=is_ratio, percentile=percentile)
-    if interval is not None and metric.unit == "fraction":  # a share: the truth is in [0, 1], so is its interval
-        interval = (min(max(interval[0], 0.0), 1.0), min(max(interval[1], 0.0), 1.0))
+    if interval is not None and metric.unit_interval:  # a share: the truth is in [0, 1], so is its interval
+        return float(np.clip(interval[0], 0.0, 1.0)), float(np.clip(interval[1], 0.0, 1.0))
     return interval
 
 
