@@ -6,14 +6,16 @@
 Each simulation draws a cell as a sweep would make it: G prompts × 3 seeds, every prompt with
 its own skewed parameters (a repetition propensity from Beta(0.3, 2): most prompts hardly
 repeat, a few loop; a lognormal length; a 30-word topic of its own; a skewed mean token NLL),
-three generations per prompt drawn independently given those. The report's own interval code
-(`controller.report.intervals.confidence_intervals`, i.e. the studentised bootstrap over prompts
-for rep_2, mean length and perplexity; the exact delete-one-prompt jackknife, bootstrap-t of its
-pseudo-values on the logit scale with Student's t(G-1) as the floor, for distinct-2 and self-BLEU-4)
-gives each metric's interval, and the script counts how often it covers the truth:
+three generations per prompt drawn independently given those; for BLEU and eos_rate a cell of
+its own (`reference_cell`: references, a skewed copy propensity, a rare EOS). The report's own
+interval code (`controller.report.intervals.confidence_intervals`, i.e. the studentised bootstrap
+over prompts, Student's t(G-1) as the floor, for rep_2, mean length, perplexity, BLEU and eos_rate;
+the exact delete-one-prompt jackknife, bootstrap-t of its pseudo-values on the logit scale with the
+same floor, for distinct-2 and self-BLEU-4) gives each metric's interval, and the script counts how
+often it covers the truth:
 
-- for the ratio metrics (rep_2, mean_length, perplexity) the population value, the metric
-  on 20,000 prompts;
+- for the ratio metrics (rep_2, mean_length, perplexity, BLEU, eos_rate) the population value,
+  the metric on 20,000 prompts;
 - for distinct-n and self-BLEU, whose value depends on the corpus size (distinct-n falls as a
   cell grows), the expected value at this size, the mean over the simulations.
 
@@ -50,7 +52,8 @@ from controller.metrics import METRICS, CellData
 from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.ratings import _bootstrap as rating_interval
 
-METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4"]
+METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4", "bleu", "eos_rate"]
+REFERENCE_NAMES = ("bleu", "eos_rate")  # simulated on `reference_cell`, the others on `simulate_cell`
 VOCAB = 3000
 ZIPF = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
 ZIPF /= ZIPF.sum()
@@ -92,10 +95,41 @@ def simulate_cell(G: int, rng: np.random.Generator) -> tuple[CellData, list[list
     return cell, prompt_groups(keys)
 
 
+def reference_cell(G: int, rng: np.random.Generator) -> CellData:
+    """A cell with a reference per prompt and stop reasons, for BLEU and eos_rate (its own random stream, so
+    the other metrics' draws stay as they were). Per prompt: a reference of lognormal length (topic and Zipf
+    words); a copy propensity from Beta(1.5, 3) (a few prompts followed closely, most loosely): each generation
+    walks the reference and copies its word with that probability, else drops it (10%) or writes another
+    word; an EOS propensity from Beta(0.2, 8) (mean 2.4%, most prompts almost never stop, a few often), each
+    generation ending at EOS with it. BLEU's 4-gram matches come from the runs of copied words."""
+    texts, refs, reasons = [], [], []
+    for _ in range(G):
+        length, topic = int(np.clip(rng.lognormal(3.0, 0.4), 5, 80)), rng.integers(0, VOCAB, 30)
+        ref = [int(topic[rng.integers(30)]) if rng.random() < 0.3 else int(rng.choice(VOCAB, p=ZIPF))
+               for _ in range(length)]  # fmt: skip
+        copy, eos = rng.beta(1.5, 3.0), rng.beta(0.2, 8.0)
+        for _ in range(SEEDS):
+            out = []
+            for w in ref:
+                u = rng.random()
+                if u < copy:
+                    out.append(w)
+                elif u > 1 - 0.1 * (1 - copy):
+                    continue
+                else:
+                    out.append(int(rng.choice(VOCAB, p=ZIPF)))
+            texts.append(" ".join(f"w{w}" for w in out))
+            refs.append(" ".join(f"w{w}" for w in ref))
+            reasons.append("eos" if rng.random() < eos else "length")
+    return CellData(texts=texts, words=[t.split() for t in texts], references=refs, stop_reasons=reasons)
+
+
 def population(n_prompts: int, seed: int) -> dict[str, float]:
-    """The ratio metrics on a very large cell: their population values."""
+    """The ratio metrics (and BLEU, eos_rate) on a very large cell: their population values."""
     cell, _ = simulate_cell(n_prompts, np.random.default_rng(seed))
-    return evaluate([(m, METRICS.get(m)) for m in ("rep_2", "mean_length", "perplexity")], cell)
+    out = evaluate([(m, METRICS.get(m)) for m in ("rep_2", "mean_length", "perplexity")], cell)
+    extra = [(m, METRICS.get(m)) for m in REFERENCE_NAMES if m in METRIC_NAMES]
+    return {**out, **evaluate(extra, reference_cell(n_prompts, np.random.default_rng([seed, 5])))}
 
 
 def rating_truth(rng: np.random.Generator, n: int = 200_000) -> float:
@@ -142,7 +176,8 @@ def half_se(metric, cell: CellData, groups: list[list[int]], k: int, rng: np.ran
 
 def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: bool = False,
         halves: int = 0, start: int = 0) -> dict[str, list]:  # fmt: skip
-    metrics = [(m, METRICS.get(m)) for m in METRIC_NAMES]
+    metrics = [(m, METRICS.get(m)) for m in METRIC_NAMES if m not in REFERENCE_NAMES]
+    on_references = [(m, METRICS.get(m)) for m in METRIC_NAMES if m in REFERENCE_NAMES]
     found: dict[str, list] = {m: [] for m in [*METRIC_NAMES, "rating"]}  # (value, low, high) per simulation
     for s in range(start, start + sims):
         rng = np.random.default_rng([G, s])
@@ -152,6 +187,12 @@ def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: 
         cis = confidence_intervals(
             metrics, cell, values, groups, n_boot=n_boot, n_boot_corpus=100, rng=cell_rng(s, f"G{G}"), keep=keep
         )
+        if on_references:
+            ref_cell = reference_cell(G, np.random.default_rng([G, s, 5]))
+            ref_values = evaluate(on_references, ref_cell)
+            values.update(ref_values)
+            cis.update(confidence_intervals(on_references, ref_cell, ref_values, groups, n_boot=n_boot,
+                                            n_boot_corpus=100, rng=cell_rng(s, f"R{G}")))  # fmt: skip
         for m in METRIC_NAMES:
             lo, hi, _ = cis.get(m, (math.nan, math.nan, ""))
             found[m].append((values[m], lo, hi))

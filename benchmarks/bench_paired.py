@@ -20,11 +20,15 @@ topic of its own, a skewed mean token NLL).
   simulations for distinct-n and self-BLEU (whose values depend on the corpus size). It prints
   each interval's coverage of that truth and each test's power.
 
+BLEU is compared on pairs of their own (`pair_with_references`: bench_coverage's reference cells, a
+reference per prompt that each generation copies word by word with a skewed propensity, with common
+random numbers as above; under an effect B copies more, its propensity × (1 + E)).
+
 The comparisons are the report's own (`controller.report.paired.compare_pair`, fed what
 `confidence_intervals(keep=)` keeps: per-prompt sums of the additive metrics, leave-one-out values
 of the plain ones), i.e. the paired bootstrap-t and the permutation test for rep_2, mean length and
-perplexity, the bootstrap-t of the difference's jackknife pseudo-values and the jackknife t-test for
-distinct-2 and self-BLEU-4. Also printed: how often the smallest Holm-adjusted p-value of the five
+perplexity and BLEU, the bootstrap-t of the difference's jackknife pseudo-values and the jackknife t-test
+for distinct-2 and self-BLEU-4. Also printed: how often the smallest Holm-adjusted p-value of the
 metrics of a pair is below 0.05 (the family-wise error rate, under the null).
 """
 
@@ -47,7 +51,8 @@ from controller.report.cells import Settings, score
 from controller.report.intervals import cell_rng, evaluate, prompt_groups
 from controller.report.paired import CellStats, compare_pair, holm
 
-METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4"]
+METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4", "bleu"]
+REFERENCE_NAMES = ("bleu",)  # on `pair_with_references`, the others on `pair_of_cells`
 CUM_ZIPF = np.cumsum(ZIPF)
 SHARED = 0.5  # the chance that a position of a generation takes the shared stream's uniforms
 MAX_POSITIONS = 512  # uniforms drawn for every generation, whatever its length: an effect on B leaves A's draws alone
@@ -100,33 +105,73 @@ def pair_of_cells(G: int, sim: int, effect: float) -> tuple[CellData, CellData, 
     return out[0], out[1], prompt_groups(keys)
 
 
-def stats_of(name: str, cell: CellData, groups: list[list[int]]) -> CellStats:
+def pair_with_references(G: int, sim: int, effect: float) -> tuple[CellData, CellData, list[list[int]]]:
+    """Cells A and B with references (bench_coverage's `reference_cell`: a reference per prompt, each
+    generation copying its words with the prompt's propensity, else dropping one or writing another),
+    common random numbers as in `pair_of_cells`; B copies more: its propensity × (1 + E), capped."""
+    rng = np.random.default_rng([G, sim, 5])
+    texts: dict[str, list[str]] = {"A": [], "B": []}
+    refs, keys = [], []
+    for g in range(G):
+        length, topic = int(np.clip(rng.lognormal(3.0, 0.4), 5, 80)), rng.integers(0, VOCAB, 30)
+        ref = [int(topic[rng.integers(30)]) if rng.random() < 0.3 else int(rng.choice(VOCAB, p=ZIPF))
+               for _ in range(length)]  # fmt: skip
+        copy = rng.beta(1.5, 3.0)
+        for s in range(SEEDS):
+            for name, c, own in (("A", copy, 1), ("B", min(0.95, copy * (1 + effect)), 2)):
+                u = uniforms(np.random.default_rng([G, sim, g, s, 5]), np.random.default_rng([G, sim, g, s, 5, own]),
+                             length)  # fmt: skip
+                out = []
+                for t, w in enumerate(ref):  # a position: copy, drop (10% of the rest) or another word
+                    branch, pick = u[1 + 3 * t], u[2 + 3 * t]
+                    if branch < c:
+                        out.append(w)
+                    elif branch < 1 - 0.1 * (1 - c):
+                        out.append(min(int(np.searchsorted(CUM_ZIPF, pick)), VOCAB - 1))
+                texts[name].append(" ".join(f"w{w}" for w in out))
+            refs.append(" ".join(f"w{w}" for w in ref)), keys.append(f"p{g}")
+    a, b = (CellData(texts=t, words=[x.split() for x in t], references=refs) for t in texts.values())
+    return a, b, prompt_groups(keys)
+
+
+def stats_of(name: str, cell: CellData, groups: list[list[int]], names: list[str]) -> CellStats:
     """What the report keeps of a cell for its comparisons: the report's own `cells.score` (the cell's own
     intervals, which it also computes, are not used: 2 replicates keep them cheap)."""
-    selected = [(m, METRICS.get(m)) for m in METRIC_NAMES]
-    settings = Settings(tuple(METRIC_NAMES), with_ci=True, n_boot=2, n_boot_corpus=2, seed=0, sample_size=None)
+    selected = [(m, METRICS.get(m)) for m in names]
+    settings = Settings(tuple(names), with_ci=True, n_boot=2, n_boot_corpus=2, seed=0, sample_size=None)
     prompts = [f"p{g}" for g in range(len(groups))]
     _, stats = score(selected, settings, {"model": "sim", "strategy": name}, cell, groups, name, prompts=prompts)
     return stats
 
 
 def population_diff(effect: float, n_prompts: int) -> dict[str, float]:
-    """The ratio metrics' population difference B − A (both on the same n_prompts prompts)."""
-    a, b, _ = pair_of_cells(n_prompts, 10**6, effect)
-    ratio = [(m, METRICS.get(m)) for m in ("rep_2", "mean_length", "perplexity")]
-    va, vb = evaluate(ratio, a), evaluate(ratio, b)
-    return {m: vb[m] - va[m] for m, _ in ratio}
+    """The ratio metrics' (and BLEU's) population difference B − A (both on the same n_prompts prompts)."""
+    out = {}
+    for make, names in ((pair_of_cells, ("rep_2", "mean_length", "perplexity")), (pair_with_references, ("bleu",))):
+        selected = [(m, METRICS.get(m)) for m in names if m in METRIC_NAMES]
+        if selected:
+            a, b, _ = make(n_prompts, 10**6, effect)
+            va, vb = evaluate(selected, a), evaluate(selected, b)
+            out |= {m: vb[m] - va[m] for m, _ in selected}
+    return out
 
 
 def run(G: int, sims: int, effect: float, n_boot: int) -> list[dict[str, tuple[float, float, float, float]]]:
-    metrics = {m: METRICS.get(m) for m in METRIC_NAMES}
     rows = []
     for sim in range(sims):
-        a, b, groups = pair_of_cells(G, sim, effect)
-        pair = compare_pair(stats_of("B", b, groups), stats_of("A", a, groups), metrics, n_boot=n_boot,
-                            rng=cell_rng(sim, f"G{G}"))  # fmt: skip
-        rows.append({m: tuple(pair[f"{m}{s}"] for s in ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p"))
-                     for m in METRIC_NAMES})  # fmt: skip
+        row = {}
+        plain = [m for m in METRIC_NAMES if m not in REFERENCE_NAMES]
+        with_references = [m for m in METRIC_NAMES if m in REFERENCE_NAMES]
+        for make, names, key in ((pair_of_cells, plain, f"G{G}"), (pair_with_references, with_references, f"R{G}")):
+            if not names:
+                continue
+            a, b, groups = make(G, sim, effect)
+            metrics = {m: METRICS.get(m) for m in names}
+            pair = compare_pair(stats_of("B", b, groups, names), stats_of("A", a, groups, names), metrics,
+                                n_boot=n_boot, rng=cell_rng(sim, key))  # fmt: skip
+            row |= {m: tuple(pair[f"{m}{s}"] for s in ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p"))
+                    for m in names}  # fmt: skip
+        rows.append(row)
     return rows
 
 

@@ -30,7 +30,7 @@ def test_coverage_parts_are_joined_and_overlapping_parts_refused(tmp_path):
 
 def test_paired_cells_share_their_random_numbers_and_the_benchmark_runs():
     sys.path.insert(0, str(ROOT))
-    from benchmarks.bench_paired import pair_of_cells
+    from benchmarks.bench_paired import pair_of_cells, pair_with_references
 
     a, b, groups = pair_of_cells(6, 0, 0.0)
     assert len(groups) == 6 and len(a.words) == len(b.words) == 18
@@ -40,6 +40,11 @@ def test_paired_cells_share_their_random_numbers_and_the_benchmark_runs():
     assert same > 0.3 > other
     a2, _, _ = pair_of_cells(6, 0, 0.5)  # an effect changes B only
     assert a2.words == a.words
+    ra, rb, _ = pair_with_references(6, 0, 0.0)  # BLEU's pairs: the same references, correlated copies
+    assert ra.references == rb.references and len(ra.texts) == 18
+    copied = lambda cell: np.mean([w in r.split() for t, r in zip(cell.texts, cell.references) for w in t.split()])
+    ra2, rb2, _ = pair_with_references(6, 0, 0.5)
+    assert ra2.texts == ra.texts and copied(rb2) > copied(rb)
     run = bench("benchmarks/bench_paired.py", "--sims", "3", "--prompts", "8", "--effect", "0", "0.1",
                 "--population", "200", "--n-boot", "50")  # fmt: skip
     assert run.returncode == 0, run.stderr

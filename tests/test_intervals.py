@@ -95,7 +95,7 @@ def test_bootstrap_interval_of_a_ratio_is_an_independent_bootstrap_t(data_and_su
     words = np.array([sum(len(w) for w in cell_data(p).words) for p in prompts], dtype=float)
     n = np.array([len(p) for p in prompts], dtype=float)
     theta = words.sum() / n.sum()
-    lo, hi = bootstrap_t(np.stack([words, n], 1), theta)
+    lo, hi = bootstrap_t(np.stack([words, n], 1), theta, t_floor=True)
     r = row(summary, "top_p")
     assert r["mean_length"] == pytest.approx(theta)
     width = hi - lo
@@ -225,11 +225,15 @@ def test_a_paired_interval_is_a_bootstrap_t_at_each_replicates_sums_never_inside
     assert lo <= diff - half + 1e-12 and hi >= diff + half - 1e-12
 
 
-def test_bleu_has_a_percentile_interval_equal_to_sacrebleu_on_resampled_prompts():
+def test_bleu_has_a_studentised_interval_equal_to_an_independent_bootstrap_t():
     """BLEU's counts were rounded before sacrebleu saw them, so the numerical gradient of the delta-method SE
-    was 0 and every BLEU interval (each cell's and each comparison's) was [θ, θ]. Now the percentile bootstrap
-    over prompts, as sacrebleu's own: written out here with sacrebleu.corpus_bleu on the drawn generations."""
+    was 0 and every BLEU interval was [θ, θ]; then the percentile bootstrap, which covered 85% at 16 prompts
+    (56% where 4-gram matches are few). Now the bootstrap-t, written out here: corpus BLEU of summed counts in
+    numpy (checked against sacrebleu.corpus_bleu), each replicate's delta-method SE from BLEU's analytic gradient
+    at the sample's sums (every generation longer than its reference: no brevity penalty), quantiles never
+    inside Student's t(G - 1)."""
     import sacrebleu
+    from scipy.stats import t as student
 
     from controller.metrics import METRICS
     from controller.report.intervals import confidence_intervals, evaluate, prompt_groups
@@ -239,23 +243,40 @@ def test_bleu_has_a_percentile_interval_equal_to_sacrebleu_on_resampled_prompts(
     refs = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(24)]
     texts, keys, references = [], [], []
     for g, ref in enumerate(refs):
-        for _ in range(3):  # three seeds: a copy of the reference with a few words changed
-            out = [w if rng.random() < 0.6 else rng.choice(words) for w in ref.split()]
+        for _ in range(3):  # three seeds: a copy of the reference with a few words changed and one more
+            out = [w if rng.random() < 0.6 else rng.choice(words) for w in ref.split()] + [rng.choice(words)]
             texts.append(" ".join(out)), keys.append(f"p{g}"), references.append(ref)
     cell = cell_data([{"text": t, "reference": r} for t, r in zip(texts, references)])
     groups = prompt_groups(keys)
     metric = METRICS.get("bleu")
     values = evaluate([("bleu", metric)], cell)
-    assert values["bleu"] == pytest.approx(sacrebleu.corpus_bleu(texts, [references]).score)
-    lo, hi, method = confidence_intervals([("bleu", metric)], cell, values, groups, n_boot=2000, n_boot_corpus=100,
+    lo, hi, method = confidence_intervals([("bleu", metric)], cell, values, groups, n_boot=4000, n_boot_corpus=100,
                                           rng=np.random.default_rng(0))["bleu"]  # fmt: skip
-    assert method == "percentile" and lo < values["bleu"] < hi
-    draws = np.random.default_rng(1).integers(0, len(groups), (400, len(groups)))
-    boot = [sacrebleu.corpus_bleu([texts[i] for g in d for i in groups[g]],
-                                  [[references[i] for g in d for i in groups[g]]]).score for d in draws]  # fmt: skip
-    want_lo, want_hi = np.percentile(boot, [2.5, 97.5])
+
+    sentence = sacrebleu.metrics.BLEU(effective_order=True)
+    stats = [sentence.sentence_score(t, [r]) for t, r in zip(texts, references)]
+    per_generation = np.array([[*s.counts, *s.totals] for s in stats], dtype=float)
+    x = np.stack([per_generation[items].sum(0) for items in groups])  # each prompt's counts and totals
+    assert all(s.sys_len > s.ref_len for s in stats)
+
+    def bleu(sums):  # (..., 8): 100 · exp(mean log precision); every count > 0 here, so no smoothing
+        return 100 * np.exp(np.mean(np.log(sums[..., :4] / sums[..., 4:]), axis=-1))
+
+    S = x.sum(0)
+    theta = float(bleu(S))
+    assert values["bleu"] == pytest.approx(theta, rel=1e-12)
+    assert theta == pytest.approx(sacrebleu.corpus_bleu(texts, [references]).score, rel=1e-12)
+    grad = theta / 4 * np.concatenate([1 / S[:4], -1 / S[4:]])
+    G = len(x)
+    idx = np.random.default_rng(1).integers(0, G, (20000, G))
+    se = np.sqrt(G * (x @ grad).var(ddof=1))
+    se_star = np.sqrt(G * (x[idx] @ grad).var(axis=-1, ddof=1))
+    q_low, q_high = np.percentile((bleu(x[idx].sum(1)) - theta) / se_star, [2.5, 97.5])
+    q = student.ppf(0.975, G - 1)
+    want_lo, want_hi = theta - max(q_high, q) * se, theta - min(q_low, -q) * se
     width = want_hi - want_lo
-    assert abs(lo - want_lo) < 0.15 * width and abs(hi - want_hi) < 0.15 * width
+    assert method == "bootstrap" and lo < theta < hi
+    assert abs(lo - want_lo) < 0.05 * width and abs(hi - want_hi) < 0.05 * width
 
 
 def test_a_rare_event_share_gets_a_percentile_interval_inside_zero_one():
@@ -277,3 +298,25 @@ def test_a_rare_event_share_gets_a_percentile_interval_inside_zero_one():
     want = np.percentile(1 - drawn[:, 0] / drawn[:, 1], [2.5, 97.5])
     assert 0 <= lo <= hi <= 1
     assert lo == pytest.approx(want[0], abs=1e-9) and hi == pytest.approx(want[1], rel=0.2)
+
+
+@pytest.mark.parametrize("reason, G", [("length", 16), ("eos", 16), ("length", 40)])
+def test_a_share_where_every_generation_is_alike_gets_the_exact_binomial_interval(reason, G):
+    """No generation of the cell ended at EOS (or every one did): every bootstrap replicate is alike and the
+    interval was [0, 0], as if no generation could ever end. The first generation of each prompt is an independent
+    draw of the share, so the exact (Clopper-Pearson) interval of 0 (or G) successes in G trials holds it:
+    [0, 1 - 0.025^(1/G)], written out here."""
+    from controller.metrics import CellData
+    from controller.report.intervals import confidence_intervals, evaluate, prompt_groups
+
+    n = G * 3
+    cell = CellData(texts=["a b"] * n, words=[["a", "b"]] * n, stop_reasons=[reason] * n)
+    metrics = [("eos_rate", METRICS.get("eos_rate"))]
+    values = evaluate(metrics, cell)
+    groups = prompt_groups([f"p{i // 3}" for i in range(n)])
+    (lo, hi, how), = confidence_intervals(metrics, cell, values, groups, n_boot=200, n_boot_corpus=20,
+                                         rng=np.random.default_rng(0)).values()  # fmt: skip
+    edge = 1 - 0.025 ** (1 / G)
+    want = (0.0, edge) if reason == "length" else (1 - edge, 1.0)
+    assert values["eos_rate"] == (reason == "eos")
+    assert (lo, hi) == pytest.approx(want, rel=1e-9, abs=1e-12) and how == "bootstrap"

@@ -104,10 +104,9 @@ def _bleu_value(sums: Sequence[float]) -> float | None:
     level="corpus",
     higher_is_better=True,
     needs_references=True,
-    # the percentile bootstrap, as sacrebleu's own --confidence and Koehn (2004): BLEU is far from smooth in its
-    # counts where a cell has few higher-order matches (the exp smoothing jumps at a count of 0), and a delta-method
-    # SE there is meaningless; the quickstart's cells have 0-12 4-gram matches
-    interval="percentile",
+    # the studentised bootstrap, not sacrebleu's percentile one (its --confidence): on skewed populations the
+    # percentile interval covered 85 / 91% at 16 / 32 prompts, and 56 / 66% where 4-gram matches are few
+    # (benchmarks/bench_coverage.py, docs/reports.md#confidence-intervals)
     citation=_SACREBLEU,
     unit="BLEU (0-100)",
 )

@@ -15,8 +15,7 @@ one of two ways (as lm-evaluation-harness metrics declare their aggregation):
   value is always `combine(column sums)`, each column summed with `math.fsum`, so it
   does not depend on the order of the generations (1 shard or 4 give identical
   values). Its interval is a studentised bootstrap over prompts computed from the same
-  statistics ("bootstrap"), or the percentile bootstrap ("percentile", BLEU's, as sacrebleu's
-  own), so value and interval cannot disagree.
+  statistics ("bootstrap"), so value and interval cannot disagree.
 - plain, `@metric(name, ...)` on `fn(cell)`: any other corpus function (distinct-n,
   self-BLEU, Zipf), whose value a bootstrap's duplicated generations would distort; its
   interval is the delete-one-prompt jackknife: `fn` on the cell without each prompt in turn,
@@ -40,9 +39,9 @@ import numpy as np
 from controller.metrics.tokenize import word_tokenize
 from worker.core.registry import Registry
 
-Interval = Literal["bootstrap", "percentile", "jackknife", "half-sample", "none"]
+Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
 WorkerNeed = Literal["score", "featurize"]
-INTERVALS: tuple[str, ...] = ("bootstrap", "percentile", "jackknife", "half-sample", "none")
+INTERVALS: tuple[str, ...] = ("bootstrap", "jackknife", "half-sample", "none")
 
 
 @dataclass
@@ -122,8 +121,7 @@ class Metric:
 
     Give either `fn` (a plain corpus metric) or `per_item` and `combine` (an additive
     metric; its `fn` is built from them: `combine(column_sums(per_item(cell)))`).
-    `interval` is "bootstrap" (needs `per_item`; the default of additive metrics), "percentile" (the same,
-    not studentised),
+    `interval` is "bootstrap" (needs `per_item`; the default of additive metrics),
     "jackknife" (the default of plain ones), "half-sample" or "none" (no interval).
     `leave_one_out(cell, groups)`, optional for a plain metric: the value without each group
     of generations (a prompt's) in turn, as an array of len(groups), exactly what `fn` gives
@@ -164,7 +162,7 @@ class Metric:
         interval = self.interval or ("bootstrap" if self.additive else "jackknife")
         if interval not in INTERVALS:
             raise ValueError(f"{where}: interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
-        if interval in ("bootstrap", "percentile") and not self.additive:
+        if interval == "bootstrap" and not self.additive:
             raise ValueError(f"{where}: a bootstrap interval needs per-item statistics (per_item and combine)")
         object.__setattr__(self, "interval", interval)
 
@@ -240,8 +238,7 @@ def additive_metric(
     """Decorator: register `per_item(cell) -> (N, k) array | None` with `combine(sums) -> float | None`.
 
     The value is `combine` of the k column sums (`math.fsum` each); its interval is a
-    studentised bootstrap over prompts from the same statistics ("bootstrap"), unless
-    declared otherwise ("percentile": not studentised).
+    studentised bootstrap over prompts from the same statistics ("bootstrap").
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,

@@ -40,8 +40,8 @@ DIGEST = re.compile(r"[0-9a-f]{32}")  # a cell's or a pair's cache digest
 # bump when a change alters any cell's numbers (2: the jackknife's Student-t floor; 3: tokens/s's interval
 # computed by the map, from the task's batch units; 4: paired intervals of additive metrics with the t floor and
 # a per-replicate gradient; 5: BLEU's interval no longer [θ, θ], no t from a replicate without spread, shares
-# clipped to [0, 1])
-CACHE_VERSION = "5"
+# clipped to [0, 1]; 6: a share whose generations are all alike gets the exact binomial interval)
+CACHE_VERSION = "6"
 MAUVE_COLUMNS = ["mauve_n", "mauve_n_references", "mauve_clusters"]
 EXAMPLE_PROMPTS = 3
 

@@ -8,8 +8,7 @@ method each metric declares when it registers (`Metric.interval`, see
 - "bootstrap" (additive metrics): the studentised bootstrap (bootstrap-t) over prompts, through
   `scipy.stats.bootstrap`, vectorised: scipy resamples prompt indices, a replicate's value is
   `combine` of the drawn prompts' summed per-generation statistics (exactly the metric on those
-  generations), studentised by its delta-method standard error;
-- "percentile" (BLEU): the same replicates' percentile interval, not studentised;
+  generations), studentised by its delta-method standard error; neither quantile inside Student's;
 - "jackknife" (plain corpus metrics): the delete-one-prompt jackknife, from the metric's own
   exact `leave_one_out` where it declares one, else `fn` on the cell without each prompt;
   θ − q · SE with the t quantiles q from a bootstrap of the pseudo-values, never inside Student's;
@@ -31,6 +30,7 @@ import numpy as np
 from scipy import stats as sps
 
 from controller.metrics import CellData, Metric, column_sums, ratio
+from controller.report.shares import share_interval
 
 CI_LEVEL = 0.95
 Z = NormalDist().inv_cdf((1 + CI_LEVEL) / 2)
@@ -150,7 +150,6 @@ def studentized(
     center: float | None = None,
     t_floor: bool = False,
     grad: Callable[[np.ndarray], np.ndarray] | None = None,
-    percentile: bool = False,
 ) -> tuple[float, float] | None:
     """Studentised (bootstrap-t) 95% interval of f(Σ units) over resampled units (rows of units).
 
@@ -166,8 +165,7 @@ def studentized(
     on that side would be infinite, and the interval is the percentile bootstrap's, moved to θ (the
     report's rep-4 intervals had reached 10⁷ from such noise). `t_floor`: neither quantile inside
     Student's, q(0.975) ≥ t(G−1) and q(0.025) ≤ −t(G−1) (the jackknife's, see `pseudo_interval`).
-    `grad(sums)`: f's gradient, exact or cheap enough to take at every replicate's own sums.
-    `percentile`: the percentile bootstrap's interval, moved to θ, whatever the replicates' t."""
+    `grad(sums)`: f's gradient, exact or cheap enough to take at every replicate's own sums."""
     value = float(f(units.sum(axis=0)[None])[0])
     theta = value if center is None else center
     se = float(linearised_se(units, f, is_ratio=is_ratio, grad=grad))
@@ -191,16 +189,15 @@ def studentized(
             (np.arange(len(units)),), statistic, n_resamples=n_boot, vectorized=True, method="percentile", rng=rng
         )
     estimates, spreads = np.asarray(res.bootstrap_distribution, dtype=float)
-    return _from_replicates(estimates, spreads, value, theta, se, len(units), t_floor=t_floor, percentile=percentile)
+    return _from_replicates(estimates, spreads, value, theta, se, len(units), t_floor=t_floor)
 
 
 def _from_replicates(
-    estimates: np.ndarray, spreads: np.ndarray, value: float, theta: float, se: float, G: int, *, t_floor: bool,
-    percentile: bool
-) -> tuple[float, float]:  # fmt: skip
+    estimates: np.ndarray, spreads: np.ndarray, value: float, theta: float, se: float, G: int, *, t_floor: bool
+) -> tuple[float, float]:
     """`studentized`'s interval from its replicates' estimates and delta-method SEs (see there)."""
     flat = ~(spreads > NO_SPREAD * se)  # no t: se* is 0 or floating-point noise (NaN counts too)
-    if percentile or np.mean(flat & np.isfinite(estimates)) > (1 - CI_LEVEL) / 2:
+    if np.mean(flat & np.isfinite(estimates)) > (1 - CI_LEVEL) / 2:
         low, high = np.percentile(estimates[np.isfinite(estimates)], PERCENTILES)
         return float(low) + theta - value, float(high) + theta - value
     ok = (estimates[~flat] - value) / spreads[~flat]
@@ -231,10 +228,10 @@ def bootstrap(
     per_prompt = prompt_sums(stats, groups)
     if keep is not None:
         keep[metric.name] = ("sums", per_prompt)
-    f, is_ratio, percentile = values_of(metric.combine), metric.combine is ratio, metric.interval == "percentile"
-    interval = studentized(per_prompt, f, n_boot=n_boot, rng=rng, is_ratio=is_ratio, percentile=percentile)
-    if interval is not None and metric.unit_interval:  # a share: the truth is in [0, 1], so is its interval
-        return float(np.clip(interval[0], 0.0, 1.0)), float(np.clip(interval[1], 0.0, 1.0))
+    f, is_ratio = values_of(metric.combine), metric.combine is ratio
+    interval = studentized(per_prompt, f, n_boot=n_boot, rng=rng, is_ratio=is_ratio, t_floor=True)
+    if metric.unit_interval:  # a share: inside [0, 1]; exact where every generation is alike
+        return share_interval(interval, stats, len(groups), CI_LEVEL)
     return interval
 
 
@@ -360,7 +357,7 @@ def confidence_intervals(
         value = values.get(name, math.nan)
         if math.isnan(value) or not applicable(metric, cell, reference_row=reference_row):
             continue
-        if metric.interval in ("bootstrap", "percentile"):
+        if metric.interval == "bootstrap":
             known = (stats or {}).get(name)
             interval = bootstrap(metric, cell, groups, n_boot=n_boot, rng=rng, keep=keep, stats=known)
         elif metric.interval == "jackknife":

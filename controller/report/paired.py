@@ -89,9 +89,7 @@ def _rows(idx: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)
 
 
-def paired_interval(
-    sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_boot: int, rng, percentile: bool = False
-) -> tuple | None:
+def paired_interval(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_boot: int, rng) -> tuple | None:
     """Studentised bootstrap interval of metric(a) − metric(b), resampling common prompts (both rows together),
     no side shorter than Student's t(G−1).
 
@@ -101,7 +99,7 @@ def paired_interval(
     random numbers): without it, and with every replicate studentised at the sample's sums, rep_2's
     interval covered 0 in 89.7% / 91.7% / 93.3% of 1,000 simulations at 16 / 32 / 128 prompts (a
     repetition difference is heavy-tailed: mostly ~0, a few looping prompts); now 95.7 / 95.5 / 95.4%
-    (docs/reports.md#paired-comparisons). `percentile`: the percentile bootstrap's (a metric declared so)."""
+    (docs/reports.md#paired-comparisons)."""
     k = sums_a.shape[1]
     f = values_of(combine)
     is_ratio = combine is ratio
@@ -115,7 +113,7 @@ def paired_interval(
 
     units = np.hstack([sums_a, sums_b])
     diff = lambda s: f(s[..., :k]) - f(s[..., k:])
-    return studentized(units, diff, n_boot=n_boot, rng=rng, t_floor=True, grad=grad, percentile=percentile)
+    return studentized(units, diff, n_boot=n_boot, rng=rng, t_floor=True, grad=grad)
 
 
 def permutation_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_resamples: int, rng) -> float:
@@ -198,8 +196,7 @@ def compare_pair(
         if aligned is not None:
             kind, sa, sb = aligned
             if kind == "sums":
-                percentile = metric.interval == "percentile"
-                interval = paired_interval(sa, sb, metric.combine, n_boot=n_boot, rng=rng, percentile=percentile)
+                interval = paired_interval(sa, sb, metric.combine, n_boot=n_boot, rng=rng)
                 lo, hi = interval if interval is not None else (math.nan, math.nan)
                 p = permutation_p(sa, sb, metric.combine, n_resamples=n_boot, rng=rng)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
