@@ -55,8 +55,12 @@ def test_a_second_load_reads_only_what_changed(store, monkeypatch):
     first = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
     assert len(read) == len(data.results) and store.exists(snapshot.key_of(data.tenant, data.sweep_id))
     read.clear()
+    compressed: list[dict] = []
+    real_writer = snapshot._writer
+    monkeypatch.setattr(snapshot, "_writer", lambda header: (compressed.append(header), real_writer(header))[1])
     second = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
     assert read == [] and view(second) == view(first)
+    assert compressed == []  # nothing changed: the snapshot is neither re-compressed nor written
     pd_first = summarize(first, n_boot=50, store=store)
     assert summarize(second, n_boot=50, store=store).equals(pd_first)
 
