@@ -95,6 +95,13 @@ def simulate_cell(G: int, rng: np.random.Generator) -> tuple[CellData, list[list
     return cell, prompt_groups(keys)
 
 
+def reference(rng: np.random.Generator) -> list[int]:
+    """A prompt's reference: a lognormal number of words, 30% from a topic of its own, the others Zipf."""
+    length, topic = int(np.clip(rng.lognormal(3.0, 0.4), 5, 80)), rng.integers(0, VOCAB, 30)
+    pick = lambda: int(topic[rng.integers(30)]) if rng.random() < 0.3 else int(rng.choice(VOCAB, p=ZIPF))
+    return [pick() for _ in range(length)]
+
+
 def reference_cell(G: int, rng: np.random.Generator) -> CellData:
     """A cell with a reference per prompt and stop reasons, for BLEU and eos_rate (its own random stream, so
     the other metrics' draws stay as they were). Per prompt: a reference of lognormal length (topic and Zipf
@@ -104,9 +111,7 @@ def reference_cell(G: int, rng: np.random.Generator) -> CellData:
     generation ending at EOS with it. BLEU's 4-gram matches come from the runs of copied words."""
     texts, refs, reasons = [], [], []
     for _ in range(G):
-        length, topic = int(np.clip(rng.lognormal(3.0, 0.4), 5, 80)), rng.integers(0, VOCAB, 30)
-        ref = [int(topic[rng.integers(30)]) if rng.random() < 0.3 else int(rng.choice(VOCAB, p=ZIPF))
-               for _ in range(length)]  # fmt: skip
+        ref = reference(rng)
         copy, eos = rng.beta(1.5, 3.0), rng.beta(0.2, 8.0)
         for _ in range(SEEDS):
             out = []

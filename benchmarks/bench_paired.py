@@ -45,7 +45,7 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_coverage import SEEDS, VOCAB, ZIPF, prompt_params
+from benchmarks.bench_coverage import SEEDS, VOCAB, ZIPF, prompt_params, reference
 from controller.metrics import METRICS, CellData
 from controller.report.cells import Settings, score
 from controller.report.intervals import cell_rng, evaluate, prompt_groups
@@ -113,14 +113,12 @@ def pair_with_references(G: int, sim: int, effect: float) -> tuple[CellData, Cel
     texts: dict[str, list[str]] = {"A": [], "B": []}
     refs, keys = [], []
     for g in range(G):
-        length, topic = int(np.clip(rng.lognormal(3.0, 0.4), 5, 80)), rng.integers(0, VOCAB, 30)
-        ref = [int(topic[rng.integers(30)]) if rng.random() < 0.3 else int(rng.choice(VOCAB, p=ZIPF))
-               for _ in range(length)]  # fmt: skip
+        ref = reference(rng)
         copy = rng.beta(1.5, 3.0)
         for s in range(SEEDS):
             for name, c, own in (("A", copy, 1), ("B", min(0.95, copy * (1 + effect)), 2)):
                 u = uniforms(np.random.default_rng([G, sim, g, s, 5]), np.random.default_rng([G, sim, g, s, 5, own]),
-                             length)  # fmt: skip
+                             len(ref))  # fmt: skip
                 out = []
                 for t, w in enumerate(ref):  # a position: copy, drop (10% of the rest) or another word
                     branch, pick = u[1 + 3 * t], u[2 + 3 * t]
