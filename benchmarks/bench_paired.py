@@ -38,6 +38,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,7 @@ from controller.report.paired import CellStats, compare_pair, holm
 
 METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4", "bleu"]
 REFERENCE_NAMES = ("bleu",)  # on `pair_with_references`, the others on `pair_of_cells`
+RATIO_NAMES = ("rep_2", "mean_length", "perplexity", "bleu")  # truth: the population difference (else the mean)
 CUM_ZIPF = np.cumsum(ZIPF)
 SHARED = 0.5  # the chance that a position of a generation takes the shared stream's uniforms
 MAX_POSITIONS = 512  # uniforms drawn for every generation, whatever its length: an effect on B leaves A's draws alone
@@ -142,11 +144,19 @@ def stats_of(name: str, cell: CellData, groups: list[list[int]], names: list[str
     return stats
 
 
+def by_pair() -> list[tuple[Callable, list[str], str]]:
+    """Each simulated pair's maker, the selected metrics compared on it, and its random stream's key."""
+    return [
+        (pair_of_cells, [m for m in METRIC_NAMES if m not in REFERENCE_NAMES], "G"),
+        (pair_with_references, [m for m in METRIC_NAMES if m in REFERENCE_NAMES], "R"),
+    ]
+
+
 def population_diff(effect: float, n_prompts: int) -> dict[str, float]:
-    """The ratio metrics' (and BLEU's) population difference B − A (both on the same n_prompts prompts)."""
+    """The ratio metrics' population difference B − A (both on the same n_prompts prompts)."""
     out = {}
-    for make, names in ((pair_of_cells, ("rep_2", "mean_length", "perplexity")), (pair_with_references, ("bleu",))):
-        selected = [(m, METRICS.get(m)) for m in names if m in METRIC_NAMES]
+    for make, names, _ in by_pair():
+        selected = [(m, METRICS.get(m)) for m in names if m in RATIO_NAMES]
         if selected:
             a, b, _ = make(n_prompts, 10**6, effect)
             va, vb = evaluate(selected, a), evaluate(selected, b)
@@ -155,18 +165,14 @@ def population_diff(effect: float, n_prompts: int) -> dict[str, float]:
 
 
 def run(G: int, sims: int, effect: float, n_boot: int) -> list[dict[str, tuple[float, float, float, float]]]:
-    rows = []
+    rows, pairs = [], [(make, names, key) for make, names, key in by_pair() if names]
     for sim in range(sims):
         row = {}
-        plain = [m for m in METRIC_NAMES if m not in REFERENCE_NAMES]
-        with_references = [m for m in METRIC_NAMES if m in REFERENCE_NAMES]
-        for make, names, key in ((pair_of_cells, plain, f"G{G}"), (pair_with_references, with_references, f"R{G}")):
-            if not names:
-                continue
+        for make, names, key in pairs:
             a, b, groups = make(G, sim, effect)
             metrics = {m: METRICS.get(m) for m in names}
             pair = compare_pair(stats_of("B", b, groups, names), stats_of("A", a, groups, names), metrics,
-                                n_boot=n_boot, rng=cell_rng(sim, key))  # fmt: skip
+                                n_boot=n_boot, rng=cell_rng(sim, f"{key}{G}"))  # fmt: skip
             row |= {m: tuple(pair[f"{m}{s}"] for s in ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p"))
                     for m in names}  # fmt: skip
         rows.append(row)

@@ -141,8 +141,9 @@ class Metric:
     per_item: PerItem | None = None
     combine: Combine | None = None
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
-    unit_interval: bool = False  # a share in [0, 1]: a jackknife interval is built on the logit scale, a bootstrap
-    # one clipped to [0, 1]
+    # a share in [0, 1]: a jackknife interval is built on the logit scale; a bootstrap one is kept inside [0, 1], and
+    # exact where every generation is alike (controller.report.shares)
+    unit_interval: bool = False
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
     unit: str = ""

@@ -144,15 +144,16 @@ def load_results(
                 yield job_id, result
                 continue
             loaded = read(job_id)  # not what its head says: read from the store
-            mended[job_id] = b""
         else:
             loaded = next(fetched)
+        entry = b""  # a result still damaged in the store has none
         if not isinstance(loaded, CorruptRecordError):
             result, body = loaded
-            mended[job_id] = _entry(job_id, listed[job_id] or "", body)
-            loaded = result
+            entry, loaded = _entry(job_id, listed[job_id] or "", body), result
         if out is not None:
-            out.write(mended.pop(job_id, b""))
+            out.write(entry)
+        else:
+            mended[job_id] = entry
         yield job_id, loaded
     if out is None and mended:  # every entry was a hit, and some were damaged: rebuilt from the others
         out, buffer = _writer(header)
