@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # a CUDA build (several GB). On a GPU machine: make install TORCH='torch==2.13.0 --index-url ...'
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-vllm test-fast lint format bench bench-all models clean vllm-env
+.PHONY: install demo test test-vllm test-fast lint format bench bench-all bench-compare models clean vllm-env
 
 install: $(VENV)/.installed
 
@@ -66,6 +66,19 @@ bench: install
 	$(BIN)/python benchmarks/bench_throughput.py $(BENCH_ARGS)
 	if [ -x .venv-vllm/bin/python ]; then .venv-vllm/bin/python benchmarks/bench_engines.py; \
 	else echo "bench: no .venv-vllm (make vllm-env): own engine vs vLLM skipped"; fi
+
+# The own engine's speed at BASE against HEAD (committed work only), interleaved, by airspeed velocity
+# (benchmarks/asv.conf.json, benchmarks/asv_bench/): bench_throughput's key ratios and one job's time on
+# each bundled model; exit 1 and a table where a figure got worse by more than FACTOR. Both commits'
+# results are kept under benchmarks/history/ (commit them). Run it before a stop that touched the engine,
+# on an idle machine, and put its table in the stop's note (benchmarks/README.md).
+BASE   ?= HEAD~1
+FACTOR ?= 1.10
+ASV_MACHINE ?= dev-2core
+bench-compare: install
+	cd benchmarks && $(abspath $(BIN))/asv machine --yes --machine $(ASV_MACHINE) >/dev/null
+	cd benchmarks && $(abspath $(BIN))/asv continuous --interleave-rounds --factor $(FACTOR) --machine $(ASV_MACHINE) \
+		--show-stderr $(BASE) HEAD
 
 # Every benchmark of benchmarks/ (the queue and store ones need Redis and S3 on loopback).
 bench-all: install

@@ -29,5 +29,10 @@ def job(
         n_shards=1,
         prompts=prompts,
         generation=gen,
-        metrics=["distinct_1"],  # no perplexity scoring: generation only, as the hand-written loops
+        metrics=["distinct_1"],
+        # Generation only, as the hand-written loops: no scoring, no features. The planner writes
+        # `compute` from the metrics; a JobSpec built by hand gets the default (both), and from c6a6952
+        # to this fix every benchmark timed a perplexity pass per job on the own engine's side
+        # (docs/performance.md, "The regression of c6a6952").
+        compute=[],
     )

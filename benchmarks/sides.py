@@ -39,6 +39,9 @@ def ours(runtime: Runtime, spec: JobSpec):
 
     def run():
         result, records = generate_job(spec, runtime)
+        extra = [r.prompt_id for r in records if r.nll_sum is not None or r.features is not None]
+        if extra:  # the peers only generate: a side that also scores or featurizes is not timed like them
+            raise SystemExit(f"benchmark: the own engine's job scored or featurized {len(extra)} generations")
         return result.new_tokens, [r.token_ids for r in records]
 
     return run

@@ -325,3 +325,19 @@ def test_the_cuda_probe_of_a_stream_fits_the_streams_kv_buffers(tiny_model, runt
     assert fitted == [bucket + 40 + 8 + 16, bucket + 40]  # reserve: max(2 x 8, 40 // 4)
     # the own loop's probe prefills the bucket into those buffers (a stream's, an admission's too)
     assert cuda.peaks == [batching.LoopPeak(bucket, stream=True), batching.LoopPeak(bucket, stream=False)]
+
+
+def test_the_benchmarks_own_engine_side_only_generates_like_its_peers(tiny_model, runtime):
+    """The benchmarks' job (benchmarks/jobs.py) asks the worker for generation only, as the hand-written
+    loops do: from c6a6952 on it scored every generation by default, and bench_throughput timed that pass on
+    the own engine's side for two days (vs_generate 1.18 -> 0.83, docs/performance.md)."""
+    from benchmarks.jobs import job as bench_job
+    from benchmarks.sides import ours, uniform_prompts
+
+    spec = bench_job(tiny_model, uniform_prompts(4), max_new=4)
+    assert spec.compute == []
+    _, records = generate_job(spec, runtime)
+    assert records and all(r.nll_sum is None and r.features is None for r in records)
+    scored = spec.model_copy(update={"compute": ["score"]})
+    with pytest.raises(SystemExit, match="scored or featurized 4 generations"):
+        ours(runtime, scored)()  # a side that does more than its peers is refused, not timed
