@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from controller.metrics.registry import worker_needs
 from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, StrategySpec
+
+METRICS = ["distinct_1"]  # a metric computed from the texts alone: the job only generates
 
 
 def job(
@@ -29,10 +32,10 @@ def job(
         n_shards=1,
         prompts=prompts,
         generation=gen,
-        metrics=["distinct_1"],
-        # Generation only, as the hand-written loops: no scoring, no features. The planner writes
-        # `compute` from the metrics; a JobSpec built by hand gets the default (both), and from c6a6952
-        # to this fix every benchmark timed a perplexity pass per job on the own engine's side
+        metrics=METRICS,
+        # What the metrics need, as the planner writes it (for distinct_1: nothing, generation only, as the
+        # hand-written loops). A JobSpec built without it gets the default (score and featurize): from
+        # c6a6952 to 2c2463d every benchmark timed a perplexity pass per job on the own engine's side
         # (docs/performance.md, "The regression of c6a6952").
-        compute=[],
+        compute=worker_needs(METRICS),
     )

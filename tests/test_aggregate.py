@@ -11,6 +11,7 @@ import pytest
 from controller.metrics import METRICS, Metric, additive_metric, cell_data, item_rows, metric, ratio
 from controller.report.aggregate import (
     DESIGN_COLUMNS,
+    MIN_CI_PROMPTS,
     QUALITY_COLUMNS,
     REFERENCE,
     SPEED_COLUMNS,
@@ -37,6 +38,11 @@ def row(summary: pd.DataFrame, strategy: str) -> pd.Series:
 @pytest.fixture(scope="module")
 def one_seed() -> pd.DataFrame:
     return summarize(make_sweep(), n_boot=100)
+
+
+@pytest.fixture(scope="module")
+def few_prompts() -> pd.DataFrame:
+    return summarize(make_sweep(n_prompts=MIN_CI_PROMPTS - 1, seeds=(0, 1, 2)), n_boot=100)
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +93,17 @@ def test_inapplicable_metric_is_empty_never_zero(tmp_path):
     assert cells["perplexity"] == "" and cells["always_none"] == ""
 
 
-def test_ci_columns_only_with_several_seeds(one_seed, three_seeds):
-    assert not [c for c in one_seed.columns if "_ci_" in c and not c.startswith("tokens_per_s")]  # speed: per batch
-    assert one_seed.attrs["ci"] is None
+def test_ci_columns_wherever_each_cell_has_enough_prompts_one_seed_or_many(few_prompts, one_seed, three_seeds):
+    """The prompt is the resampling unit: one seed (greedy against beam) gets intervals and comparisons
+    like three; below MIN_CI_PROMPTS prompts a cell, none (issue 46: one seed had none before)."""
+    assert not [c for c in few_prompts.columns if "_ci_" in c and not c.startswith("tokens_per_s")]  # speed: batches
+    assert few_prompts.attrs["ci"] is None and "baseline" not in few_prompts.columns
+    assert one_seed["n_seeds"].max() == 1 and one_seed.attrs["ci"]["unit"] == "prompt"
+    greedy, top_p = (one_seed[one_seed["strategy"] == s].iloc[0] for s in ("greedy", "top_p"))
+    for m in QUALITY_COLUMNS:
+        assert f"{m}_ci_low" in one_seed.columns and f"{m}_diff_p_holm" in one_seed.columns
+    assert greedy["mean_length_ci_low"] <= greedy["mean_length"] <= greedy["mean_length_ci_high"]
+    assert top_p["baseline"] == greedy["cell"] and not math.isnan(top_p["mean_length_diff_p_holm"])
     for m in QUALITY_COLUMNS:
         assert f"{m}_ci_low" in three_seeds.columns and f"{m}_ci_high" in three_seeds.columns
     assert list(three_seeds.columns[: len(DESIGN_COLUMNS)]) == DESIGN_COLUMNS

@@ -25,6 +25,8 @@ import io
 import sys
 from pathlib import Path
 
+# The workload (bench_throughput's defaults); tests/test_bench_compare.py runs the suite at a smoke size.
+PROMPTS, NEW, BATCH, BEAM_BATCH = 32, 48, 16, 8
 ROUNDS = 3  # bench_throughput's interleaved rounds per ratio inside one asv sample
 
 
@@ -56,7 +58,7 @@ class Ratios:
         bt = harness()
         model = str(tree() / "examples/models/austen-small")
         args = argparse.Namespace(
-            model=model, device="cpu", prompts=32, new=48, batch=16, beam_batch=8, rounds=ROUNDS, quick=False
+            model=model, device="cpu", prompts=PROMPTS, new=NEW, batch=BATCH, beam_batch=BEAM_BATCH, rounds=ROUNDS
         )
         bt.configure(level="warning")
         runtime = bt.Runtime("cpu")
@@ -100,9 +102,10 @@ class Engine:
         self.runtime = bt.Runtime("cpu")
         lm = self.runtime.cache.get(bt.ModelSpec(path=path), self.runtime.device)
         if prompts == "uniform":
-            self.spec = bt.job(path, bt.uniform_prompts(32), batch_size=16, max_new=48)
+            self.spec = bt.job(path, bt.uniform_prompts(PROMPTS), batch_size=BATCH, max_new=NEW)
         else:
-            self.spec = bt.job(path, bt.mixed_prompts(lm.tokenizer, 32), batch_size=16, max_new=48, stop=(",",))
+            mixed = bt.mixed_prompts(lm.tokenizer, PROMPTS)
+            self.spec = bt.job(path, mixed, batch_size=BATCH, max_new=NEW, stop=(",",))
         self.generate = bt.generate_job
         self.generate(self.spec, self.runtime)  # warm-up: the model's first calls at these shapes
 

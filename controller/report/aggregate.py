@@ -3,9 +3,10 @@
 Pure functions of their inputs; the only I/O is `load_sweep`, which reads through a Store.
 Speed merges the raw per-batch timings of all the cell's jobs and takes ratios and
 percentiles last; quality is recomputed with the metric registry from ALL the cell's
-generations (never averaged per shard); with several seeds every metric gets a 95%
-interval over prompt resamples; a metric that does not apply is NaN, never 0; the
-`reference` row scores the prompt set's own references. docs/reports.md has the details.
+generations (never averaged per shard); every metric gets a 95% interval over prompt
+resamples wherever each cell has at least MIN_CI_PROMPTS prompts, one seed or many; a
+metric that does not apply is NaN, never 0; the `reference` row scores the prompt set's
+own references. docs/reports.md has the details.
 """
 
 from __future__ import annotations
@@ -167,10 +168,18 @@ def requested_metrics(data: SweepData, metrics: MetricSource = METRICS) -> list[
     return [(name, m) for name, m in sorted(metrics.items()) if not asked or name in asked]
 
 
-def several_seeds(data: SweepData) -> bool:
-    seeds = {r.job.seed for r in data.results}
-    spec_seeds = (data.sweep_spec.get("generation") or {}).get("seeds") or []
-    return len(seeds | set(spec_seeds)) > 1
+# The fewest prompts a cell needs for intervals and paired comparisons. The prompt is the resampling unit
+# (a sweep's seeds nest within it), so one generation per prompt is enough; below 8 prompts a bootstrap over
+# prompts has too few distinct resamples to mean anything (docs/reports.md, "Intervals").
+MIN_CI_PROMPTS = 8
+
+
+def enough_prompts(data: SweepData) -> bool:
+    """Whether every cell has at least MIN_CI_PROMPTS prompts (its complete jobs'), whatever the seeds."""
+    per_cell: dict[str, set[str]] = defaultdict(set)
+    for r in data.results:
+        per_cell[r.job.cell].update(p.id for p in r.job.prompts)
+    return bool(per_cell) and min(len(ids) for ids in per_cell.values()) >= MIN_CI_PROMPTS
 
 
 # -- quality ----------------------------------------------------------------------------
@@ -267,7 +276,7 @@ def cell_tasks(
     """The metrics, the settings and one task per cell, as `summarize` maps them (and as the
     submission server enqueues them for the report workers: the same digests on both sides)."""
     selected = requested_metrics(data, metrics)
-    with_ci = several_seeds(data) and n_boot > 0
+    with_ci = enough_prompts(data) and n_boot > 0
     names = tuple(name for name, _ in selected)
     settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data))
     store_url = getattr(store, "url", None) if store is not None else None
@@ -295,9 +304,10 @@ def summarize(
     `metrics`: the metrics to compute, a registry or a name -> Metric mapping (default: all).
     `baseline`: the cell every cell is compared with (controller.report.paired): a strategy
     name (per model) or a cell key; default the first cell of each model. Comparisons, like
-    intervals, need several seeds. `workers`: cells aggregated in a process pool of that many
-    (0: one per CPU; 1: in this process); `store`: where each cell's output is cached (and, for a
-    sweep loaded without its generations, where each cell reads its own) — controller.report.cells;
+    intervals, need MIN_CI_PROMPTS prompts in every cell (one seed is enough). `workers`: cells
+    aggregated in a process pool of that many (0: one per CPU; 1: in this process); `store`: where
+    each cell's output is cached (and, for a sweep loaded without its generations, where each cell
+    reads its own) — controller.report.cells;
     `remote`: the cells (then the pairs) missing from the cache computed by the cluster's report workers;
     `progress(what, done, total)`: called as the cells, then the pairs, are done (the CLI's bar).
     """

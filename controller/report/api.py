@@ -4,7 +4,7 @@
     summary = load_summary("3f2a9c", store="./runs")      # a sweep id or a unique prefix
     gens = load_generations("3f2a9c", store="./runs")
 
-`summary` holds, with several seeds, each cell's paired comparison against its baseline
+`summary` holds, with 8 prompts or more a cell, each cell's paired comparison against its baseline
 (`baseline`, `<metric>_diff`, `_diff_ci_low`, `_diff_ci_high`, `_diff_p`, `_diff_p_holm`);
 `comparisons(summary)` gives them in long form, one row per (cell, metric).
 

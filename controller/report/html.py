@@ -27,7 +27,7 @@ from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
 from controller.metrics.tokenize import WORD_PATTERN
-from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData, metric_columns
+from controller.report.aggregate import DESIGN_COLUMNS, MIN_CI_PROMPTS, REFERENCE, SweepData, metric_columns
 from controller.report.format import fmt, model_based_metrics, params_label, row_label
 from controller.report.html_tables import metrics_glossary, provenance
 from controller.report.labels import cell_label, variant_label, varying_params
@@ -177,7 +177,9 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
     bar_divs = "".join(f'<div id="{e(i)}" class="chart"></div>' for i, _ in charts if i != "chart-quality-speed")
     ci = summary.attrs.get("ci")
     ci_text = (
-        "Bars show 95% intervals over prompt resamples (see docs/reports.md)." if ci else "One seed: no intervals."
+        "Bars show 95% intervals over prompt resamples (see docs/reports.md)."
+        if ci
+        else f"No intervals: a cell has fewer than {MIN_CI_PROMPTS} prompts."
     )
     name = data.name
     done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
