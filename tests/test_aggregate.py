@@ -128,7 +128,7 @@ def test_intervals_bracket_the_estimate(three_seeds):
 
 
 def test_intervals_are_reproducible():
-    data = make_sweep(seeds=(0, 1), n_prompts=6)
+    data = make_sweep(seeds=(0, 1), n_prompts=8)
     a = summarize(data, n_boot=50, n_boot_corpus=10, seed=3)
     b = summarize(data, n_boot=50, n_boot_corpus=10, seed=3)
     pd.testing.assert_frame_equal(a, b)

@@ -360,7 +360,7 @@ def test_the_rendered_report_worker_computes_the_cells_of_a_distributed_report(
     c = container_of(deployment(docs))
     env = pod_env(docs, acl, s3_endpoint, s3_bucket, tmp_path)
     url = env["DECODEBENCH_STORE"]
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS, tenant="team-a")
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS, tenant="team-a")
     write_with_hashes(open_store(url), data)
     here: list[str] = []
     real = cells.run_cell

@@ -57,7 +57,7 @@ def report_file(tmp_path_factory):
     store = FileStore(root)
     data = make_sweep(
         seeds=(0, 1),
-        n_prompts=6,
+        n_prompts=8,
         cells=[
             ("austen-tiny", "greedy", {}),
             ("austen-tiny", "top_p", {"p": 0.9}),
@@ -118,7 +118,7 @@ def test_hostile_names_stay_text_in_the_browser(tmp_path):
     """Issue 28, item 5: sweep, model and sample payloads in report.html, in Chromium, with every link
     that plotly drew clicked: nothing runs, the page reports no script error, and each payload reads as text."""
     cells = [(RUN_IMG, "greedy", {}), (RUN_LINK, "top_p", {"p": 0.9}), (PHISH, "greedy", {})]
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=cells)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=cells)
     data.spec["name"] = RUN_IMG
     data.generations = [g.model_copy(update={"text": RUN_LINK + " " + g.text}) for g in data.generations]
     summary = summarize(data, n_boot=20, n_boot_corpus=5)

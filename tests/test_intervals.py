@@ -158,7 +158,7 @@ def test_comparisons_reach_the_markdown_html_csv_cli_and_notebook(tmp_path):
     from worker.store import FileStore
 
     store = FileStore(tmp_path / "store")
-    data = make_sweep(seeds=(0, 1), n_prompts=6)
+    data = make_sweep(seeds=(0, 1), n_prompts=8)
     write_sweep(store, data)
     res = CliRunner().invoke(
         main, ["report", data.sweep_id, "--baseline", "top_p", "--n-boot", "200", "--store", store.url]

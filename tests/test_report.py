@@ -32,7 +32,7 @@ def cli():
 
 @pytest.fixture(scope="module")
 def sweep():
-    data = make_sweep(seeds=(0, 1), n_prompts=6)
+    data = make_sweep(seeds=(0, 1), n_prompts=8)
     data.generations[0] = data.generations[0].model_copy(update={"text": HOSTILE + " the cat sat the cat sat"})
     return data, summarize(data, n_boot=100, n_boot_corpus=10)
 

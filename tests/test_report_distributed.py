@@ -74,7 +74,7 @@ def test_a_distributed_report_equals_the_local_one_and_recomputes_only_changed_c
     conn = redis.Redis.from_url(redis_url)
     url = f"s3://{s3_bucket}/runs"
     store = open_store(url)
-    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS)
     write_with_hashes(store, data)
     local = summarize(data, n_boot=100)  # every record in memory, one process
     here: list[str] = []
@@ -112,7 +112,7 @@ def test_cells_no_report_worker_delivers_are_computed_by_the_controller(redis_ur
 
     conn = redis.Redis.from_url(redis_url)
     store = FileStore(tmp_path / "s")
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2])
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2])
     write_with_hashes(store, data)
     dispatch = Dispatch(operator(redis_url, str(tmp_path / "s")).report_cells, store, stall_s=0.5, poll_s=0.1)
     _, summary = build(store, data.tenant, data.sweep_id, n_boot=50, remote=dispatch)  # no worker runs
@@ -136,8 +136,8 @@ def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp
 
     conn = redis.Redis.from_url(redis_url)
     store = FileStore(tmp_path / "s")
-    a = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2], tenant="team-a", sweep_id="sweepaaaaaaaaaaa")
-    b = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2], tenant="team-b", sweep_id="sweepbbbbbbbbbbb")
+    a = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2], tenant="team-a", sweep_id="sweepaaaaaaaaaaa")
+    b = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2], tenant="team-b", sweep_id="sweepbbbbbbbbbbb")
     write_with_hashes(store, a)
     write_with_hashes(store, b)
     sb = load_sweep(store, "team-b", b.sweep_id, with_generations=False)
@@ -192,7 +192,7 @@ def test_a_cell_a_report_worker_cannot_compute_is_marked_and_computed_by_the_con
 
     conn = redis.Redis.from_url(redis_url)
     store = FileStore(tmp_path / "s")
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2])
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2])
     write_with_hashes(store, data)
     broken = data.results[0].job
     key = paths.generations_key(data.tenant, data.sweep_id, broken.job_id)
@@ -220,7 +220,7 @@ def test_a_tenant_asks_the_server_for_its_report_cells_and_never_for_another_s(
 
     with deployment(tmp_path / "dep", redis_url, signing_key_file, tiny_model) as dep:
         store = open_store(dep.extra["store"])
-        a = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2], tenant="team-a", sweep_id="sweepaaaaaaaaaaa")
+        a = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2], tenant="team-a", sweep_id="sweepaaaaaaaaaaa")
         write_with_hashes(store, a)
         with dep.client("bob") as bob:
             r = bob.post(f"/v1/sweeps/{a.sweep_id}/report-cells", json={"n_boot": 50})
@@ -278,7 +278,7 @@ def test_a_report_worker_refuses_a_cell_whose_timings_changed_since_it_was_asked
 
     conn = redis.Redis.from_url(redis_url)
     store = FileStore(tmp_path / "s")
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:1])
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:1])
     write_with_hashes(store, data)
     asked = operator(redis_url, str(tmp_path / "s")).report_cells(data.sweep_id, {"n_boot": 50})
     (digest,) = asked["digests"]

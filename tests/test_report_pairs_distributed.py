@@ -60,7 +60,7 @@ def test_the_report_workers_compute_the_pairs_and_the_report_equals_the_local_on
     conn = redis.Redis.from_url(redis_url)
     url = str(tmp_path / "s")
     store = open_store(url)
-    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS)
     write_with_hashes(store, data)
     local = summarize(data, n_boot=100)  # one process, every pair computed here
     here = counting(monkeypatch)
@@ -93,7 +93,7 @@ def test_pairs_no_report_worker_delivers_are_computed_by_the_controller(redis_ur
 
     conn = redis.Redis.from_url(redis_url)
     store = FileStore(tmp_path / "s")
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS)
     write_with_hashes(store, data)
     here = counting(monkeypatch)
     op = operator(redis_url, str(tmp_path / "s"))
@@ -109,7 +109,7 @@ def test_pairs_no_report_worker_delivers_are_computed_by_the_controller(redis_ur
 
 def cached_sweep(store, tenant: str, sweep_id: str):
     """A sweep whose cells are in the report cache (its pairs not): the payload of its first pair."""
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:3], tenant=tenant, sweep_id=sweep_id)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:3], tenant=tenant, sweep_id=sweep_id)
     write_with_hashes(store, data)
     build(store, tenant, sweep_id, n_boot=50)
     for name in cache_names(store, tenant, sweep_id):

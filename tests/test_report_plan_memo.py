@@ -59,7 +59,7 @@ def test_the_pairs_and_a_repeated_report_are_planned_without_reading_the_results
     import redis
 
     store = open_store(f"s3://{s3_bucket}/runs")
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:4])
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:4])
     cached_cells(store, data)
     fresh_pairs = plan_pairs(store, data.tenant, data.sweep_id, baseline=None, **SETTINGS)  # no memo: from the store
     ctx = service.Context(conn=redis.Redis.from_url(redis_url), store=store, signing_key=KEY, tenants=None, limits=None)
@@ -84,7 +84,7 @@ def test_a_sweep_that_changed_since_it_was_planned_is_planned_afresh(redis_url, 
     import redis
 
     store = FileStore(tmp_path / "s")
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:3])
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:3])
     cached_cells(store, data)
     ctx = service.Context(conn=redis.Redis.from_url(redis_url), store=store, signing_key=KEY, tenants=None, limits=None)
     assert ask(ctx, data, "cells")["missing"] == 0
@@ -109,7 +109,7 @@ def test_the_memo_answers_only_for_its_sweep_settings_and_fingerprint(tmp_path):
     from controller.report import plancache
 
     store = FileStore(tmp_path / "s")
-    a = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2])
+    a = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2])
     write_with_hashes(store, a)
     memo = PlanMemo(size=2)
     first = plancache.lookup(memo, store, a.tenant, a.sweep_id, 50, 0, 100)
@@ -160,7 +160,7 @@ def test_a_plan_lists_the_sweeps_jobs_once_and_plans_the_jobs_of_that_listing(tm
     from controller.report import plancache
 
     store = FileStore(tmp_path / "s")
-    a = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:2])
+    a = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2])
     late = a.results[-1].job.job_id
     write_with_hashes(store, a)
     key = paths.result_key(a.tenant, a.sweep_id, late)

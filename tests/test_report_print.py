@@ -58,7 +58,7 @@ MARKER = "zanzibarsample"
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    data = make_sweep(seeds=(0, 1), n_prompts=4, shard_size=4, cells=CELLS)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, shard_size=4, cells=CELLS)
     g = data.generations[0]  # austen-tiny greedy, the first prompt: among the examples
     data.generations[0] = g.model_copy(update={"text": f"{PAYLOAD} {MARKER} {g.text}"})
     summary = summarize(data, n_boot=30, n_boot_corpus=5)

@@ -15,7 +15,7 @@ CELLS = [("m", "greedy", {}), ("m", "top_p", {"p": 0.9}), ("m", "top_k", {"k": 5
 
 
 def test_pooled_and_streamed_reports_equal_the_in_memory_one(tmp_path):
-    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS)
     store = FileStore(tmp_path / "s")
     write_with_hashes(store, data)
     memory = summarize(data, n_boot=100)
@@ -31,7 +31,7 @@ def test_pooled_and_streamed_reports_equal_the_in_memory_one(tmp_path):
 
 
 def test_a_report_after_a_retry_recomputes_only_the_changed_cell(tmp_path, monkeypatch):
-    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS)
     store = FileStore(tmp_path / "s")
     write_with_hashes(store, data)
     ran: list[str] = []
@@ -64,7 +64,7 @@ def test_the_report_reads_s3_several_records_at_a_time_in_order(s3_bucket, monke
     from worker.store import open_store
     from worker.store.s3 import S3Store
 
-    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS)
     store = open_store(f"s3://{s3_bucket}/runs")
     write_with_hashes(store, data)
     victim = sorted(r.job.job_id for r in data.results)[3]
@@ -118,7 +118,7 @@ def test_the_report_command_says_how_far_it_is_phase_by_phase_on_stderr(tmp_path
 
     from controller.cli import main
 
-    data = make_sweep(seeds=(0, 1), n_prompts=6, cells=CELLS)
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS)
     write_with_hashes(FileStore(tmp_path / "s"), data)
     args = ["report", data.sweep_id, "--store", str(tmp_path / "s"), "--n-boot", "50"]
     first = CliRunner().invoke(main, args)

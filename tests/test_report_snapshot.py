@@ -180,7 +180,7 @@ def test_a_damaged_result_is_still_named_and_read_again_once_mended(tmp_path, mo
 
 def test_a_store_that_refuses_the_snapshot_only_costs_the_reads(tmp_path, monkeypatch):
     store = FileStore(tmp_path / "s")
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:1])
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:1])
     write_with_hashes(store, data)
     real = store.write_bytes
 
@@ -198,7 +198,7 @@ def test_a_planted_snapshot_of_millions_of_entries_is_read_no_further_than_the_s
     """A tenant's planted file could hold millions of tiny valid entries (a gzip of a few MB): the
     submission server, which plans from the same load, reads at most the sweep's jobs plus SLACK."""
     store = FileStore(tmp_path / "s")
-    data = make_sweep(seeds=(0, 1), n_prompts=4, cells=CELLS[:1])
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:1])
     write_with_hashes(store, data)
     want = view(load_sweep(store, data.tenant, data.sweep_id, with_generations=False))
     header, _ = _entries(store, data)

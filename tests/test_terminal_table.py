@@ -17,7 +17,7 @@ from tests.helpers_report import make_sweep
 def summary():
     data = make_sweep(
         seeds=(0, 1),
-        n_prompts=4,
+        n_prompts=8,
         cells=[
             ("austen-tiny", "greedy", {}),
             ("austen-tiny", "top_p", {"p": 0.8}),
