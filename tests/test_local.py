@@ -185,3 +185,44 @@ def test_missing_device_fails_before_anything_is_written(tmp_path, tiny_model, p
         == "error: --device cuda:0: CUDA is not available on this machine; use --device cpu explicitly"
     )
     assert not out.exists()
+
+
+GREEDY_AND_BEAM = """
+name: one-seed
+models:
+  - path: {model}
+prompts:
+  path: {prompts}
+  limit: 8
+strategies:
+  - name: greedy
+  - name: beam
+    params: {{num_beams: 2}}
+generation:
+  max_new_tokens: 8
+  batch_size: 8
+"""
+
+
+def test_a_one_seed_greedy_and_beam_sweep_gets_intervals_and_comparisons_in_every_format(
+    tmp_path, tiny_model, prompts_file
+):
+    """Issue 46: the prompt is the resampling unit, so a sweep with one seed (the common greedy-against-beam
+    case) reports intervals and Holm-corrected comparisons like a sweep with many (it had none before)."""
+    import pandas as pd
+
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(GREEDY_AND_BEAM.format(model=tiny_model, prompts=prompts_file))
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["--log-level", "warning", "run", str(spec), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = sweep_dir(out) / "report"
+    summary = pd.read_csv(report / "summary.csv")
+    beam = summary[summary["strategy"] == "beam"].iloc[0]
+    assert beam["n_seeds"] == 1 and beam["distinct_2_ci_low"] <= beam["distinct_2"] <= beam["distinct_2_ci_high"]
+    assert beam["baseline"].endswith("::greedy") and 0 <= beam["mean_length_diff_p_holm"] <= 1
+    assert "## Paired comparisons" in (report / "summary.md").read_text()
+    doc = json.loads((report / "summary.json").read_text())
+    assert doc["ci"]["unit"] == "prompt"
+    html = (report / "report.html").read_text()
+    assert "Paired comparisons" in html and "No intervals" not in html
