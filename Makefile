@@ -70,8 +70,9 @@ bench: install
 # The own engine's speed at BASE against HEAD (committed work only), interleaved, by airspeed velocity
 # (benchmarks/asv.conf.json, benchmarks/asv_bench/): bench_throughput's key ratios and one job's time on
 # each bundled model; exit 1 and a table where a figure got worse by more than FACTOR (1.15: a ratio
-# moves by up to 8% between runs of one commit). Both commits' results are kept under benchmarks/history/ (commit them). Run it before a stop that touched the engine,
-# on an idle machine, and put its table in the stop's note (benchmarks/README.md).
+# moves by up to 8% between runs of one commit). Both commits' results are kept under
+# benchmarks/history/ (commit them). Run it before a stop that touched the engine, on an idle machine,
+# and put its table in the stop's note (benchmarks/README.md).
 BASE   ?= HEAD~1
 FACTOR ?= 1.15
 ASV_MACHINE ?= dev-2core
