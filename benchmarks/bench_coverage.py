@@ -22,7 +22,16 @@ often it covers the truth:
 Ratings: G items, 3 raters, item quality 1 + 4 · Beta(0.6, 2.5) (skewed), scores rounded and
 clipped to 1-5 around it; the interval is the report's bootstrap-t over items of the mean score.
 
-It prints, per metric and size, the coverage and the misses above and below the interval.
+It prints, per metric and size, the coverage, the misses above and below the interval, and the mean
+width against a normal interval's with the true spread (2 · 1.96 · the SD of the estimates over the
+simulations: what an interval that knew the spread would need).
+
+`--seeds N` draws N generations per prompt (default 3; 1 is a greedy-style or one-seed sweep), and
+`--process markov` draws the cells from a second, different generative process instead
+(benchmarks/process_markov.py: a Markov chain over the vocabulary, loops with a per-prompt onset
+hazard, length and EOS coupled by a per-prompt stop hazard, references copied in runs), so that no
+interval is tuned to one simulation (issue 46); its metrics are rep_2, mean_length, distinct_2, BLEU
+and eos_rate, all on one cell.
 
 `--variants` also prints, for the jackknife metrics, what other intervals built from the same
 leave-one-out values would cover (Student's t(G-1) around the estimate, on the logit scale as the
@@ -47,6 +56,7 @@ import sys
 import time
 
 import numpy as np
+import process_markov
 
 from controller.metrics import METRICS, CellData
 from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
@@ -57,7 +67,8 @@ REFERENCE_NAMES = ("bleu", "eos_rate")  # simulated on `reference_cell`, the oth
 VOCAB = 3000
 ZIPF = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
 ZIPF /= ZIPF.sum()
-SEEDS = 3
+SEEDS = 3  # generations per prompt (--seeds)
+PROCESS = "skewed"  # --process
 
 
 def prompt_params(rng: np.random.Generator) -> dict:
@@ -129,8 +140,20 @@ def reference_cell(G: int, rng: np.random.Generator) -> CellData:
     return CellData(texts=texts, words=[t.split() for t in texts], references=refs, stop_reasons=reasons)
 
 
-def population(n_prompts: int, seed: int) -> dict[str, float]:
+MARKOV_NAMES = ["rep_2", "mean_length", "distinct_2", "bleu", "eos_rate"]  # one cell holds all their inputs
+
+
+def markov_cell(G: int, rng: np.random.Generator) -> tuple[CellData, list[list[int]]]:
+    cell, keys = process_markov.simulate_cell(G, rng, SEEDS)
+    return cell, prompt_groups(keys)
+
+
+def population(n_prompts: int, seed: int, process: str = "skewed") -> dict[str, float]:
     """The ratio metrics (and BLEU, eos_rate) on a very large cell: their population values."""
+    if process == "markov":
+        cell, _ = markov_cell(n_prompts, np.random.default_rng(seed))
+        names = [m for m in MARKOV_NAMES if m != "distinct_2"]  # distinct-n: the expected value at the cell's size
+        return evaluate([(m, METRICS.get(m)) for m in names], cell)
     cell, _ = simulate_cell(n_prompts, np.random.default_rng(seed))
     out = evaluate([(m, METRICS.get(m)) for m in ("rep_2", "mean_length", "perplexity")], cell)
     extra = [(m, METRICS.get(m)) for m in REFERENCE_NAMES if m in METRIC_NAMES]
@@ -181,12 +204,13 @@ def half_se(metric, cell: CellData, groups: list[list[int]], k: int, rng: np.ran
 
 def run(G: int, sims: int, n_boot: int, truth: dict[str, float], with_variants: bool = False,
         halves: int = 0, start: int = 0) -> dict[str, list]:  # fmt: skip
-    metrics = [(m, METRICS.get(m)) for m in METRIC_NAMES if m not in REFERENCE_NAMES]
-    on_references = [(m, METRICS.get(m)) for m in METRIC_NAMES if m in REFERENCE_NAMES]
+    markov = PROCESS == "markov"
+    metrics = [(m, METRICS.get(m)) for m in METRIC_NAMES if markov or m not in REFERENCE_NAMES]
+    on_references = [] if markov else [(m, METRICS.get(m)) for m in METRIC_NAMES if m in REFERENCE_NAMES]
     found: dict[str, list] = {m: [] for m in [*METRIC_NAMES, "rating"]}  # (value, low, high) per simulation
     for s in range(start, start + sims):
         rng = np.random.default_rng([G, s])
-        cell, groups = simulate_cell(G, rng)
+        cell, groups = markov_cell(G, rng) if markov else simulate_cell(G, rng)
         values = evaluate(metrics, cell)
         keep: dict = {}
         cis = confidence_intervals(
@@ -231,8 +255,9 @@ def report(G: int, found: dict[str, list], truth: dict[str, float]) -> None:
         cover = (n - above - below) / n if n else math.nan
         width = float(np.nanmean(arr[:, 2] - arr[:, 1]))
         mc = math.sqrt(cover * (1 - cover) / n) if n else math.nan  # the simulations' own error of the coverage
+        normal = 2 * 1.959964 * np.std(arr[:, 0], ddof=1)  # a normal interval's width with the true spread
         print(f"  {m:22s} G={G:4d}  coverage {cover:6.1%} (±{mc:.1%})  misses: truth above {above:3d}, below {below:3d}"
-              f"  (n={n}, mean width {width:.4g})")  # fmt: skip
+              f"  (n={n}, mean width {width:.4g}, x{width / normal:.2f} a normal one's with the true SD)")  # fmt: skip
         sys.stdout.flush()
 
 
@@ -261,6 +286,7 @@ def combine(paths: list[str]) -> None:
 
 
 def main() -> None:
+    global SEEDS, PROCESS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sims", type=int, default=500)
     ap.add_argument("--prompts", type=int, nargs="*", default=[16, 32, 128])
@@ -272,13 +298,20 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0, help="index of the first simulation (to split a run)")
     ap.add_argument("--save", help="also write each simulation's (value, low, high) to this JSON file")
     ap.add_argument("--load", nargs="+", help="report the simulations of these --save files together; simulate none")
+    ap.add_argument("--seeds", type=int, default=3, help="generations per prompt")
+    ap.add_argument("--process", choices=["skewed", "markov"], default="skewed",
+                    help="the generative process: this script's, or benchmarks/process_markov.py")  # fmt: skip
     args = ap.parse_args()
+    SEEDS, PROCESS = args.seeds, args.process
     t0 = time.perf_counter()
     if args.load:
         return combine(args.load)
-    truth = population(args.population, seed=10**6)
+    truth = population(args.population, seed=10**6, process=PROCESS)
     truth["rating"] = rating_truth(np.random.default_rng(10**6 + 1))
-    print(f"population values ({args.population} prompts): " + ", ".join(f"{k} {v:.5g}" for k, v in truth.items()))
+    print(f"{PROCESS} process, {SEEDS} generation(s) per prompt; population values ({args.population} prompts): "
+          + ", ".join(f"{k} {v:.5g}" for k, v in truth.items()))  # fmt: skip
+    if PROCESS == "markov":
+        METRIC_NAMES[:] = MARKOV_NAMES
     if args.metrics:
         METRIC_NAMES[:] = [m for m in METRIC_NAMES if m in args.metrics]
     saved: dict = {"truth": truth, "runs": {}}
