@@ -320,3 +320,26 @@ def test_a_share_where_every_generation_is_alike_gets_the_exact_binomial_interva
     want = (0.0, edge) if reason == "length" else (1 - edge, 1.0)
     assert values["eos_rate"] == (reason == "eos")
     assert (lo, hi) == pytest.approx(want, rel=1e-9, abs=1e-12) and how == "bootstrap"
+
+
+@pytest.mark.parametrize("k, G", [(3, 128), (11, 32), (0, 20)])
+def test_a_share_with_one_generation_a_prompt_gets_the_exact_binomial_interval_of_its_count(k, G):
+    """One seed: each prompt's one 0/1 outcome (eos_rate here, a task's exact_match alike) is an independent
+    draw of the share, and the count is Binomial(G, p). The bootstrap-t of a rare event had covered 85% at
+    128 prompts (issue 46); the exact Clopper-Pearson interval of k in G, written out with scipy's beta."""
+    from scipy import stats as sps
+
+    from controller.metrics import CellData
+    from controller.report.intervals import confidence_intervals, evaluate, prompt_groups
+
+    cell = CellData(texts=["a b"] * G, words=[["a", "b"]] * G, stop_reasons=["eos"] * k + ["length"] * (G - k))
+    metrics = [("eos_rate", METRICS.get("eos_rate"))]
+    values = evaluate(metrics, cell)
+    groups = prompt_groups([f"p{i}" for i in range(G)])
+    ((lo, hi, _),) = confidence_intervals(
+        metrics, cell, values, groups, n_boot=200, n_boot_corpus=20, rng=np.random.default_rng(0)
+    ).values()
+    want_lo = sps.beta.ppf(0.025, k, G - k + 1) if k else 0.0
+    want_hi = sps.beta.ppf(0.975, k + 1, G - k) if k < G else 1.0
+    assert values["eos_rate"] == pytest.approx(k / G)
+    assert (lo, hi) == pytest.approx((want_lo, want_hi), rel=1e-9, abs=1e-12)
