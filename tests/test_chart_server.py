@@ -174,9 +174,11 @@ def test_tls_at_the_door_ingress_and_the_servers_own_https():
 
 
 def test_an_external_rediss_redis_is_verified_with_its_ca_everywhere():
-    values = {"redis": {"enabled": False, "external": {"url": "rediss://redis.example.com:6380/0", "caSecret": "redis-ca"},
-                        "auth": {"existingSecret": "redis-auth"}},
-              "worker": {"pools": [{"name": "gpu", "queues": ["default"], "autoscaling": {"enabled": True}}]}}  # fmt: skip
+    external = {"url": "rediss://redis.example.com:6380/0", "caSecret": "redis-ca"}
+    values = {
+        "redis": {"enabled": False, "external": external, "auth": {"existingSecret": "redis-auth"}},
+        "worker": {"pools": [{"name": "gpu", "queues": ["default"], "autoscaling": {"enabled": True}}]},
+    }
     docs = render(values)
     clients = 0
     for _, spec in pod_specs(docs):

@@ -73,13 +73,13 @@ exporter's port 9121): a monitor without them fails to render.
 {{- if .Values.networkPolicy.enabled }}
 {{- $m := .Values.metrics }}
 {{- $hint := "e.g. [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}], or networkPolicy.enabled=false" }}
-{{- if and $m.podMonitor.enabled (not $m.allowedFrom) }}
+{{- if and $m.podMonitor.enabled $m.enabled (not $m.allowedFrom) }}
 {{- fail (printf "metrics.podMonitor: the workers' NetworkPolicy admits no scraper; set metrics.allowedFrom to Prometheus's peers (%s)" $hint) }}
 {{- end }}
 {{- if and $m.serverMonitor.enabled (not $m.allowedFrom) }}
 {{- fail (printf "metrics.serverMonitor: the server's NetworkPolicy admits no scraper on its metrics port; set metrics.allowedFrom to Prometheus's peers (%s)" $hint) }}
 {{- end }}
-{{- if and $m.serviceMonitor.enabled .Values.redis.enabled (not (or .Values.redis.metrics.allowedFrom $m.allowedFrom)) }}
+{{- if and $m.serviceMonitor.enabled .Values.redis.enabled .Values.redis.metrics.enabled (not (or .Values.redis.metrics.allowedFrom $m.allowedFrom)) }}
 {{- fail (printf "metrics.serviceMonitor: Redis's NetworkPolicy admits no scraper on the exporter's port; set redis.metrics.allowedFrom or metrics.allowedFrom to Prometheus's peers (%s)" $hint) }}
 {{- end }}
 {{- end }}
