@@ -259,3 +259,35 @@ def test_the_worker_pools_of_the_shipped_values_are_unchanged_without_autoscalin
     for name in ("gpu-two-pools", "cpu-only"):
         for dep in workers(render(VALUES_BY_NAME[name])).values():
             assert isinstance(dep["spec"]["replicas"], int)
+
+
+# --- smaller defaults ------------------------------------------------------------------------------
+
+
+def test_dns_egress_goes_to_the_clusters_dns_pods_not_anywhere():
+    kube_dns = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+    for values, peers in (({}, [kube_dns]), ({"networkPolicy": {"egress": {"dnsTo": []}}}, None)):
+        for policy in find(render(values), "NetworkPolicy"):
+            for rule in policy["spec"].get("egress") or []:
+                if {"protocol": "UDP", "port": 53} in rule["ports"]:
+                    assert rule.get("to") == peers, policy["metadata"]["name"]
+
+
+def test_redis_has_a_disruption_budget_that_makes_a_drain_wait():
+    (pdb,) = find(render({}), "PodDisruptionBudget", "db-decodebench-redis")
+    assert pdb["spec"]["maxUnavailable"] == 0
+    (sts,) = find(render({}), "StatefulSet")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    assert not find(
+        render({"redis": {"podDisruptionBudget": {"enabled": False}}}), "PodDisruptionBudget", "db-decodebench-redis"
+    )
+
+
+def test_extra_objects_are_released_with_the_chart():
+    sealed = {"apiVersion": "bitnami.com/v1alpha1", "kind": "SealedSecret", "metadata": {"name": "db-tokens"}}
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-extra'}\n"
+    docs = render({"extraObjects": [sealed, text]})
+    assert find(docs, "SealedSecret", "db-tokens") and find(docs, "ConfigMap", "db-extra")
