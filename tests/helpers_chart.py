@@ -77,6 +77,18 @@ def helm_binary() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+# The CRD kinds the chart renders, as a cluster with KEDA and prometheus-operator serves them: the
+# chart checks .Capabilities for them (capabilityCheck), `helm template` learns them from --api-versions.
+API_VERSIONS = (
+    "keda.sh/v1alpha1/ScaledObject",
+    "keda.sh/v1alpha1/TriggerAuthentication",
+    "monitoring.coreos.com/v1/PodMonitor",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+)
+CRD_ARGS = [arg for kind in API_VERSIONS for arg in ("--api-versions", kind)]
+
+
 def helm(*args: str, chart: Path = CHART) -> subprocess.CompletedProcess:
     return subprocess.run(
         [helm_binary(), *[a.replace("{chart}", str(chart)) for a in args]], capture_output=True, text=True, timeout=120
@@ -115,6 +127,7 @@ def _template(values: tuple, release: str, namespace: str, chart: Path) -> str:
         namespace,
         "--kube-version",
         KUBE_VERSIONS[-1],
+        *CRD_ARGS,
         *_values_args(list(values)),
         chart=chart,
     )
@@ -122,8 +135,10 @@ def _template(values: tuple, release: str, namespace: str, chart: Path) -> str:
     return proc.stdout
 
 
-def render_error(*values) -> str:
-    proc = helm("template", "db", "{chart}", *_values_args(list(values)))
+def render_error(*values, api_versions: bool = True) -> str:
+    """helm template's message for values it must refuse (api_versions=False: a cluster without KEDA's
+    and prometheus-operator's CRDs)."""
+    proc = helm("template", "db", "{chart}", *(CRD_ARGS if api_versions else []), *_values_args(list(values)))
     assert proc.returncode != 0, "helm template accepted values it should reject"
     return proc.stderr
 

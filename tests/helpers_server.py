@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import time
@@ -56,7 +57,9 @@ class Deployment:
 
     def start(self) -> None:
         port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        tls = bool(self.env.get("DECODEBENCH_TLS_CERT_FILE"))  # the test's CA: extra["ca"]
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+        verify = ssl.create_default_context(cafile=self.extra["ca"]) if tls else True
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [str(BIN / "decodebench"), "serve", "--port", str(port)], env=self.env, stdout=out, stderr=out
@@ -66,7 +69,7 @@ class Deployment:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"decodebench serve exited {self.proc.returncode}:\n{self.log.read_text()}")
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=1, verify=verify).status_code == 200:
                     return
             time.sleep(0.1)
         raise RuntimeError(f"decodebench serve did not answer within 60 s:\n{self.log.read_text()}")
@@ -109,14 +112,15 @@ def server_env(tmp: Path, redis_url: str, store: str, signing_key_file: str, **e
 
 @contextlib.contextmanager
 def deployment(
-    tmp: Path, redis_url: str, signing_key_file: str, model: str, tenants: str = TENANTS, **extra: str
+    tmp: Path, redis_url: str, signing_key_file: str, model: str, tenants: str = TENANTS, ca: str = "", **extra: str
 ) -> Iterator[Deployment]:
-    """Two tenants (team-a: only `model`, a small quota; team-b: anything), an admin, a running server."""
+    """Two tenants (team-a: only `model`, a small quota; team-b: anything), an admin, a running server
+    (over TLS with DECODEBENCH_TLS_CERT_FILE/_KEY_FILE in `extra`, verified with the CA bundle `ca`)."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "tenants.yaml").write_text(tenants.format(model=model))
     store = str(tmp / "runs")
     env = server_env(tmp, redis_url, store, signing_key_file, **extra)
-    dep = Deployment(url="", tokens={}, dir=tmp, log=tmp / "server.log", env=env)
+    dep = Deployment(url="", tokens={}, dir=tmp, log=tmp / "server.log", env=env, extra={"ca": ca})
     dep.write_tokens(TOKENS)
     dep.extra["store"] = store
     dep.start()

@@ -41,7 +41,8 @@ __all__ = ["VALUES_BY_NAME", "render", "workers"]  # test_cluster.py imports the
 
 @pytest.mark.parametrize("values", CASES, ids=IDS)
 def test_lint_strict(values):
-    proc = helm("lint", "--strict", "{chart}", *_values_args([values]))
+    # helm lint cannot know which CRDs a cluster serves: the capability check is off there.
+    proc = helm("lint", "--strict", "{chart}", "--set", "capabilityCheck=false", *_values_args([values]))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

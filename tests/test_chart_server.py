@@ -111,3 +111,85 @@ def test_server_is_reachable_from_its_namespace_and_the_allowed_peers():
     (redis_policy,) = find(docs, "NetworkPolicy", "db-decodebench-redis")
     (expr,) = redis_policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"]
     assert expr == {"key": "app.kubernetes.io/component", "operator": "In", "values": ["server", "worker", "test"]}
+
+
+def test_helm_test_goes_through_the_server_with_a_token():
+    """`helm test` runs doctor --api against the server's Service as a tenant's CLI does (helmTest.api)."""
+    docs = render(None)
+    (pod,) = find(docs, "Pod", "db-decodebench-doctor-api")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (c,) = pod["spec"]["containers"]
+    assert c["args"] == ["doctor", "--api", "http://db-decodebench-server:8080"]
+    env = env_of(c)
+    assert env["DECODEBENCH_TOKEN_FILE"]["value"] == "/run/secrets/decodebench-token/token"
+    assert "DECODEBENCH_REDIS_URL" not in env  # a tenant's view: no Redis credentials
+    assert mounted_secret(pod["spec"], c, "/run/secrets/decodebench-token/token")["secretName"] == (
+        "db-decodebench-server-tokens"  # the generated single-team token
+    )
+    (policy,) = find(docs, "NetworkPolicy", "db-decodebench-test-api")
+    assert policy["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    mine = render(None, {"helmTest": {"tokenSecret": "ops-token"}})
+    (pod,) = find(mine, "Pod", "db-decodebench-doctor-api")
+    (c,) = pod["spec"]["containers"]
+    assert mounted_secret(pod["spec"], c, "/run/secrets/decodebench-token/token")["secretName"] == "ops-token"
+    assert not find(render(None, {"helmTest": {"api": False}}), "Pod", "db-decodebench-doctor-api")
+
+
+def test_tls_at_the_door_ingress_and_the_servers_own_https():
+    values = {
+        "server": {
+            "tls": {"existingSecret": "server-tls"},
+            "ingress": {
+                "enabled": True,
+                "host": "decodebench.example.com",
+                "className": "nginx",
+                "tls": {"certManager": {"issuer": "letsencrypt"}},
+            },  # fmt: skip
+        }
+    }
+    docs = render(values)
+    (ing,) = find(docs, "Ingress", "db-decodebench-server")
+    assert ing["metadata"]["annotations"]["cert-manager.io/cluster-issuer"] == "letsencrypt"
+    assert ing["spec"]["tls"] == [{"hosts": ["decodebench.example.com"], "secretName": "db-decodebench-server-tls"}]
+    assert ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"] == {
+        "name": "db-decodebench-server", "port": {"name": "http"}}  # fmt: skip
+    spec = server(docs)["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    env = env_of(c)
+    assert mounted_secret(spec, c, env["DECODEBENCH_TLS_CERT_FILE"]["value"])["secretName"] == "server-tls"
+    assert mounted_secret(spec, c, env["DECODEBENCH_TLS_KEY_FILE"]["value"])["secretName"] == "server-tls"
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS" and c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    for name in ("db-decodebench-controller", "db-decodebench-doctor-api"):
+        (spec,) = [s for n, s in pod_specs(docs) if n == name]
+        (c,) = spec["containers"]
+        env = env_of(c)
+        assert env["DECODEBENCH_API_URL"]["value"] == "https://db-decodebench-server.ml.svc:8080"
+        ca = mounted_secret(spec, c, env["DECODEBENCH_CA_BUNDLE"]["value"])
+        assert ca["secretName"] == "server-tls" and ca["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    from tests.helpers_chart import render_error
+
+    assert "server.ingress.host" in render_error({"server": {"ingress": {"enabled": True}}})
+    no_tls = {"server": {"ingress": {"enabled": True, "host": "decodebench.example.com"}}}
+    assert "bearer tokens must not cross the door in clear" in render_error(no_tls)
+
+
+def test_an_external_rediss_redis_is_verified_with_its_ca_everywhere():
+    external = {"url": "rediss://redis.example.com:6380/0", "caSecret": "redis-ca"}
+    values = {
+        "redis": {"enabled": False, "external": external, "auth": {"existingSecret": "redis-auth"}},
+        "worker": {"pools": [{"name": "gpu", "queues": ["default"], "autoscaling": {"enabled": True}}]},
+    }
+    docs = render(values)
+    clients = 0
+    for _, spec in pod_specs(docs):
+        for c in spec["containers"]:
+            env = env_of(c)
+            if "DECODEBENCH_REDIS_URL" in env:
+                clients += 1
+                assert env["DECODEBENCH_REDIS_URL"]["value"].startswith("rediss://redis.example.com:6380/")
+                assert mounted_secret(spec, c, env["DECODEBENCH_REDIS_CA_FILE"]["value"])["secretName"] == "redis-ca"
+    assert clients >= 3  # server, workers, helm test's doctor
+    (auth,) = find(docs, "TriggerAuthentication")
+    assert {"parameter": "ca", "name": "redis-ca", "key": "ca.crt"} in auth["spec"]["secretTargetRef"]
+    (so,) = find(docs, "ScaledObject")
+    assert all(t["metadata"]["enableTLS"] == "true" for t in so["spec"]["triggers"])

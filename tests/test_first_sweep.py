@@ -67,3 +67,57 @@ def test_the_pasted_recipe_runs_the_first_sweep_to_the_end(tmp_path, redis_url, 
         assert worker.returncode == 0, worker.stderr[-3000:]
     status = sweepstate.read_status(redis.Redis.from_url(redis_url), "team-a", sweep_id)
     assert status.total("done") == 6 and status.total("failed") == 0  # 3 strategies x 2 shards of 4 prompts
+
+
+def test_helm_test_runs_the_first_sweep_through_the_server_to_the_end(
+    tmp_path, redis_url, signing_key_file, tiny_model
+):
+    """helmTest.firstSweep's pod, where a CPU pool serves the tenant: its own script, run against a real
+    server and a real CPU worker, submits through the server and exits 0 once every job is done."""
+    values = {
+        "tenant": "team-a",
+        "controller": {"firstSweep": {"model": tiny_model}, "tokenSecret": "team-a-token"},
+        "server": {"tokens": {"existingSecret": "tokens"}},
+        "worker": {"pools": [{"name": "cpu", "gpus": 0, "queues": ["team-a"]}]},
+        "helmTest": {"firstSweep": True},
+    }
+    (pod,) = find(render(values), "Pod", "db-decodebench-first-sweep")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["/bin/sh", "-c"]
+    pod_files = tmp_path / "pod"
+    pod_files.mkdir()
+    (pod_files / "first-sweep.yaml").write_text(first_sweep(values))
+    script = container["args"][0].replace(MOUNT, str(pod_files) + "/")
+    assert "--remote-paths" in script  # the model is a path on the workers' volume
+    # no CPU pool for the tenant: no such test (a GPU pool's first sweep is helmTest.gpuDoctor's business)
+    gpu_only = values | {"worker": {"pools": [{"name": "gpu", "gpus": 1}]}}
+    assert not find(render(gpu_only), "Pod", "db-decodebench-first-sweep")
+    tenants = "tenants:\n  - {{name: team-a, models: [{model}], rate_limit: 100000}}\n  - {{name: team-b}}\n"
+    with deployment(tmp_path / "dep", redis_url, signing_key_file, tiny_model, tenants=tenants) as dep:
+        token = tmp_path / "token"
+        token.write_text(dep.tokens["alice"])
+        env = dep.env | {
+            "DECODEBENCH_API_URL": dep.url,
+            "DECODEBENCH_TOKEN_FILE": str(token),
+            "PATH": f"{BIN}:/usr/bin:/bin",
+            "OMP_NUM_THREADS": "1",
+            "CUDA_VISIBLE_DEVICES": "",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        worker = subprocess.Popen(
+            [str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "team-a"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            script = script.replace("--interval 15", "--interval 1")
+            out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=600)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    sweep_id = re.search(r"decodebench status (\S+) --watch", out.stdout).group(1)
+    status = sweepstate.read_status(redis.Redis.from_url(redis_url), "team-a", sweep_id)
+    assert status.total("done") == 6 and status.total("failed") == 0

@@ -16,6 +16,9 @@ from worker.core.errors import UsageError
 @settings.option("signing_key_file")
 @settings.option("tenants_file")
 @settings.option("api_max_request_mb", type=click.FloatRange(0.01, 4096))
+@settings.option("tls_cert_file")
+@settings.option("tls_key_file")
+@settings.option("metrics_port", type=click.IntRange(0, 65535))
 @options.redis_url
 @options.store
 def serve(
@@ -25,13 +28,20 @@ def serve(
     signing_key_file: str | None,
     tenants_file: str | None,
     api_max_request_mb: float,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    metrics_port: int,
     redis_url: str,
     store: str,
 ) -> None:
-    """Run the submission server: the only client that writes sweeps to Redis (docs/tenants.md)."""
+    """Run the submission server: the only client that writes sweeps to Redis (docs/tenants.md).
+
+    With --tls-cert-file and --tls-key-file it serves HTTPS itself (clusters without an ingress
+    controller); with --metrics-port, Prometheus metrics on a port of their own."""
     import uvicorn
 
     from controller.server.app import create_app
+    from controller.server.metrics import ServerMetrics, instrument
     from controller.server.service import Context
     from controller.server.tokens import TokenStore
     from worker.core import policy
@@ -46,6 +56,7 @@ def serve(
         raise UsageError(
             "--signing-key-file: the server signs every job for the workers (DECODEBENCH_SIGNING_KEY_FILE)"
         )
+    tls = _tls_options(tls_cert_file, tls_key_file)
     tenants = load_tenants(tenants_file) if tenants_file else None
     ctx = Context(
         conn=connect(redis_url),
@@ -56,8 +67,30 @@ def serve(
         lock_s=settings.get("submit_lock_s"),
     )
     app = create_app(ctx, TokenStore(tokens_file, tenants), int(api_max_request_mb * 2**20))
+    if metrics_port:
+        metrics = ServerMetrics(ctx.conn)
+        instrument(app, metrics)
+        metrics.serve(metrics_port, host)
     # The audit middleware logs every request: uvicorn's access log would say it twice.
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=10)
+    uvicorn.run(
+        app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=10, **tls
+    )  # fmt: skip
+
+
+def _tls_options(cert: str | None, key: str | None) -> dict:
+    """uvicorn's TLS options, the pair checked now: one line naming what is wrong, not a traceback at start."""
+    import ssl
+
+    if not cert and not key:
+        return {}
+    if not (cert and key):
+        raise UsageError("--tls-cert-file and --tls-key-file go together (DECODEBENCH_TLS_CERT_FILE, _KEY_FILE)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        why = getattr(err, "strerror", None) or getattr(err, "reason", None) or "not a PEM certificate and key"
+        raise UsageError(f"--tls-cert-file {cert} / --tls-key-file {key}: cannot load them ({why})") from None
+    return {"ssl_certfile": cert, "ssl_keyfile": key}
 
 
 @click.group()

@@ -4,11 +4,14 @@ The token comes from DECODEBENCH_TOKEN_FILE (or DECODEBENCH_TOKEN) and is sent o
 `Authorization` header; it is never printed or logged. A transient failure (the server or
 Redis restarting, a busy quota lock, the rate limit) is retried with backoff: every request
 is idempotent (a submit of the same sweep enqueues only what is missing). What the server
-refuses (4xx) is one line and exit 2; what fails on its side or on the way, exit 1.
+refuses (4xx) is one line and exit 2; what fails on its side or on the way, exit 1. An https://
+server's certificate is always verified (DECODEBENCH_CA_BUNDLE names a private CA); one that does
+not verify is one line, exit 2, without retries.
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,16 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
+def tls_context() -> ssl.SSLContext:
+    """Certificates are always verified: against DECODEBENCH_CA_BUNDLE when set, else the system's CAs."""
+    ca = settings.get("ca_bundle")
+    try:
+        return ssl.create_default_context(cafile=ca or None)
+    except (OSError, ssl.SSLError) as err:
+        why = getattr(err, "strerror", None) or "not a PEM CA bundle"
+        raise UsageError(f"DECODEBENCH_CA_BUNDLE={ca}: cannot read it ({why})") from None
+
+
 class ApiClient:
     """A few retries with exponential backoff (or the server's Retry-After) around each request."""
 
@@ -55,7 +68,11 @@ class ApiClient:
         self.url = check_url(url)
         self.retries = settings.get("api_retries") if retries is None else retries
         self._http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout, follow_redirects=False
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            follow_redirects=False,
+            verify=tls_context(),
         )
 
     def close(self) -> None:
@@ -75,6 +92,11 @@ class ApiClient:
             try:
                 response = self._http.request(method, path, json=body)
             except httpx.TransportError as err:
+                if "CERTIFICATE_VERIFY_FAILED" in str(err):  # no retry: it fails the same way again
+                    raise UsageError(
+                        f"{self.url}: the server's certificate did not verify ({_why(err)}); "
+                        "set DECODEBENCH_CA_BUNDLE to the CA that signed it"
+                    ) from None
                 if last:
                     raise ServerUnavailable(f"cannot reach the submission server at {self.url} ({_why(err)})") from None
                 time.sleep(_backoff(attempt))

@@ -10,6 +10,9 @@ With DECODEBENCH_REDIS_PASSWORD_FILE set, the password comes from that file (the
 a Secret there), not from the URL: it replaces any password in the URL, the URL's user stays
 (`redis://worker@redis:6379/0` logs in as `worker`), and the file is read again on every new
 connection, so a rotated Secret is picked up when the client reconnects.
+
+A `rediss://` URL (an external managed Redis over TLS) always verifies the server's certificate and
+host name, against DECODEBENCH_REDIS_CA_FILE when it is set, else the system's CAs.
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ def _open(url: str, **kwargs):
 
     from worker.core import settings
 
+    if url.startswith("rediss://"):  # TLS: the certificate and its host name always verified
+        kwargs |= {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
+        if ca := settings.get("redis_ca_file"):
+            kwargs["ssl_ca_certs"] = ca
     path = settings.get("redis_password_file")
     if not path:
         return redis.Redis.from_url(url, **kwargs)

@@ -75,6 +75,11 @@ _SETTINGS = [
         "File holding the Redis password; it replaces the URL's password, the URL's user stays (the chart mounts it).",
     ),
     Setting(
+        "redis_ca_file",
+        None,
+        "CA bundle (PEM) that verifies a rediss:// Redis's certificate; empty: the system's CAs.",
+    ),
+    Setting(
         "tenants_file",
         None,
         "Tenants file (YAML): the weights, quotas and model policy the workers and the submission server enforce.",
@@ -154,9 +159,9 @@ _SETTINGS = [
     Setting(
         "metrics_port",
         0,
-        "Port the worker serves Prometheus metrics on (/metrics, all interfaces); 0: none.",
+        "Port the worker (or the submission server) serves Prometheus metrics on (/metrics, all interfaces); 0: none.",
         int,
-        scope="worker",
+        scope="both",
     ),
     Setting(
         "heartbeat_file",
@@ -219,6 +224,19 @@ _SETTINGS = [
         scope="controller",
     ),
     Setting("token_file", None, "File holding the bearer token for the submission server.", scope="controller"),
+    Setting(
+        "ca_bundle",
+        None,
+        "CA bundle (PEM) that verifies an https:// submission server's certificate; empty: the system's CAs.",
+        scope="controller",
+    ),
+    Setting(
+        "tls_cert_file",
+        None,
+        "Certificate chain (PEM) the submission server serves TLS with (with DECODEBENCH_TLS_KEY_FILE).",
+        scope="controller",
+    ),
+    Setting("tls_key_file", None, "Private key (PEM) of DECODEBENCH_TLS_CERT_FILE.", scope="controller"),
     Setting(
         "tokens_file",
         None,

@@ -35,7 +35,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from worker.core import keys, settings
+from worker.core import rqadapter, settings
 from worker.core.rqadapter import Status
 from worker.core.rqadapter.job import return_value
 
@@ -92,19 +92,7 @@ class QueueCollector:
         yield family
 
     def _counts(self) -> dict[tuple[str, str], int]:
-        names = [q.name for q in list(self.worker.queues)]
-        with self.worker.connection.pipeline(transaction=False) as pipe:
-            for name in names:
-                pipe.llen(keys.rq_queue_key(name))
-                pipe.zcard(keys.rq_registry_key("wip", name))
-                pipe.zcard(keys.rq_registry_key("scheduled", name))
-            replies = pipe.execute()
-        counts: dict[tuple[str, str], int] = {}
-        for i, name in enumerate(names):
-            tenant = keys.parse_queue_name(name)[0]
-            for state, n in zip(("waiting", "running", "scheduled"), replies[3 * i : 3 * i + 3], strict=True):
-                counts[(tenant, state)] = counts.get((tenant, state), 0) + int(n)
-        return counts
+        return rqadapter.tenant_job_counts(self.worker.connection, [q.name for q in list(self.worker.queues)])
 
 
 class WorkerMetrics:

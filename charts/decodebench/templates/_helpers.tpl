@@ -195,7 +195,7 @@ Without tenants: no user, the one Redis password (secretName empty when there is
 {{- end }}
 {{- end }}
 
-{{/* The Redis password as a file (DECODEBENCH_REDIS_PASSWORD_FILE): the pod's volume. Args: {root, role}. */}}
+{{/* The Redis password as a file (DECODEBENCH_REDIS_PASSWORD_FILE), and a rediss:// Redis's CA bundle (DECODEBENCH_REDIS_CA_FILE): the pod's volumes. Args: {root, role}. */}}
 {{- define "decodebench.redisPasswordVolume" -}}
 {{- $login := include "decodebench.redisLogin" . | fromJson }}
 {{- if $login.secretName }}
@@ -207,6 +207,7 @@ Without tenants: no user, the one Redis password (secretName empty when there is
       - key: {{ $login.secretKey }}
         path: password
 {{- end }}
+{{- include "decodebench.redisCaVolume" .root }}
 {{- end }}
 
 {{/* ... and its mount. Args: {root, role}. */}}
@@ -217,6 +218,7 @@ Without tenants: no user, the one Redis password (secretName empty when there is
   mountPath: /run/secrets/decodebench-redis
   readOnly: true
 {{- end }}
+{{- include "decodebench.redisCaMount" .root }}
 {{- end }}
 
 {{/*
@@ -234,9 +236,13 @@ no signing key.
 {{- with .root }}
 {{- if eq $role "controller" }}
 - name: DECODEBENCH_API_URL
-  value: {{ printf "http://%s:8080" (include "decodebench.serverSecrets" . | fromJson).service | quote }}
+  value: {{ include "decodebench.apiUrl" . | quote }}
 - name: DECODEBENCH_TOKEN_FILE
   value: /run/secrets/decodebench-token/token
+{{- if include "decodebench.serverCaOn" . }}
+- name: DECODEBENCH_CA_BUNDLE
+  value: /etc/decodebench-server-ca/ca.crt
+{{- end }}
 {{- else }}
 {{- $redis := include "decodebench.redis" . | fromJson }}
 {{- $login := include "decodebench.redisLogin" (dict "root" . "role" $role) | fromJson }}
@@ -245,6 +251,10 @@ no signing key.
 {{- if $login.secretName }}
 - name: DECODEBENCH_REDIS_PASSWORD_FILE
   value: /run/secrets/decodebench-redis/password
+{{- end }}
+{{- if include "decodebench.redisCaOn" . }}
+- name: DECODEBENCH_REDIS_CA_FILE
+  value: /etc/decodebench-redis-ca/ca.crt
 {{- end }}
 {{- if $signing }}
 - name: DECODEBENCH_SIGNING_KEY_FILE
@@ -415,6 +425,10 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- range $merged.tolerations }}{{ if not (hasPrefix "nvidia.com/" (.key | default "")) }}{{ $tolerations = append $tolerations . }}{{ end }}{{ end }}
 {{- $_ := set $merged "tolerations" $tolerations }}
 {{- end }}
+{{- /* KEDA's target per pod: jobsPerReplica, else the pod's worker processes (one per GPU, one on CPU). */}}
+{{- if not $merged.autoscaling.jobsPerReplica }}
+{{- $_ := set $merged.autoscaling "jobsPerReplica" (max (int $merged.gpus) 1) }}
+{{- end }}
 {{- $_ := set $merged "mig" (hasPrefix "nvidia.com/mig-" $merged.gpuResource) }}
 {{- /* The suffix of the pool's RQ queue names: none for the own engine, .<engine> for another (worker/core/keys.py). */}}
 {{- $_ := set $merged "queueSuffix" (ternary "" (printf ".%s" $merged.engine) (eq $merged.engine "decodebench")) }}
@@ -439,6 +453,7 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- end }}
 {{- include "decodebench.validateTenants" . }}
 {{- include "decodebench.validateReportWorkers" . }}
+{{- include "decodebench.validatePlatform" . }}
 {{- $proxy := .Values.networkPolicy.egress.proxy }}
 {{- if and .Values.networkPolicy.enabled $proxy.url (not $proxy.to) }}
 {{- fail "networkPolicy.egress.proxy: set `to` (the proxy's NetworkPolicy peers) with `url`: S3 and the Hub are reached through the proxy only" }}

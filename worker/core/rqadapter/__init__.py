@@ -45,6 +45,7 @@ from worker.core.rqadapter.persistence import (
     retry,
     send_stop_job,
     tenant_job_class,
+    tenant_job_counts,
     tenant_queue,
     worker_states,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "retry",
     "send_stop_job",
     "tenant_job_class",
+    "tenant_job_counts",
     "tenant_queue",
     "worker_states",
 ]

@@ -273,6 +273,28 @@ def queue_depths(conn) -> dict[str, int]:
     return {q.name: q.count for q in Queue.all(connection=conn)}
 
 
+def tenant_job_counts(conn, queue_names: list[str] | None = None, by_engine: bool = False) -> dict[tuple, int]:
+    """Jobs by (tenant, state) -- waiting, running, scheduled -- over decodebench's generation
+    queues `queue_names` (None: every one RQ knows, rq:queues), of every priority; by_engine: by
+    (tenant, engine, state)."""
+    if queue_names is None:
+        known = (k.decode() if isinstance(k, bytes) else k for k in conn.smembers(keys.RQ_QUEUES))
+        queue_names = sorted(k.removeprefix(keys.RQ_QUEUE_PREFIX) for k in known)
+    parsed = [(n, p) for n in queue_names if (p := keys.parse_queue(n))]
+    with conn.pipeline(transaction=False) as pipe:
+        for name, _ in parsed:
+            pipe.llen(keys.rq_queue_key(name))
+            pipe.zcard(keys.rq_registry_key("wip", name))
+            pipe.zcard(keys.rq_registry_key("scheduled", name))
+        replies = pipe.execute() if parsed else []
+    counts: dict[tuple, int] = {}
+    for i, (_, (tenant, _priority, engine)) in enumerate(parsed):
+        for state, n in zip(("waiting", "running", "scheduled"), replies[3 * i : 3 * i + 3], strict=True):
+            key = (tenant, engine, state) if by_engine else (tenant, state)
+            counts[key] = counts.get(key, 0) + int(n)
+    return counts
+
+
 def worker_states(conn) -> list[tuple[str, str]]:
     return [(w.hostname or "", w.get_state()) for w in Worker.all(connection=conn)]
 
