@@ -32,6 +32,7 @@ def serve(
     import uvicorn
 
     from controller.server.app import create_app
+    from controller.server.edges import uvicorn_options
     from controller.server.service import Context
     from controller.server.tokens import TokenStore
     from worker.core import policy
@@ -56,8 +57,10 @@ def serve(
         lock_s=settings.get("submit_lock_s"),
     )
     app = create_app(ctx, TokenStore(tokens_file, tenants), int(api_max_request_mb * 2**20))
-    # The audit middleware logs every request: uvicorn's access log would say it twice.
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=10)
+    # The audit middleware logs every request: uvicorn's access log would say it twice. The edges (header
+    # and body timeouts, the connection limit) are controller.server.edges.
+    options = uvicorn_options()
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=10, **options)
 
 
 @click.group()

@@ -13,7 +13,9 @@ a 409 (another submit holds the tenant's lock) or a rate-limit 429 carries `Retr
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
 import uuid
 from typing import Annotated
@@ -28,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from controller.server import service
 from controller.server.errors import ApiError, OverQuota, TooLarge, Unauthorized
 from controller.server.tokens import Identity, TokenStore
+from worker.core import settings
 from worker.core.errors import DecodebenchError, ServiceError, UsageError
 from worker.sweepstate import admission
 
@@ -69,21 +72,49 @@ def identify(request: Request) -> Identity:
     return who
 
 
-async def read_body(request: Request) -> dict:
-    """The JSON body, refused before parsing if it is larger than the limit."""
-    limit = request.app.state.max_request_bytes
-    too_large = TooLarge(f"request body over the limit of {limit / 2**20:g} MiB (DECODEBENCH_API_MAX_REQUEST_MB)")
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise too_large
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string (escapes included), matched in C
+
+
+def json_values(body: bytes) -> int:
+    """An upper bound of the values a JSON text holds (each object and array, and each member after the
+    first, counts one), from its bytes outside strings: what parsing it would build, counted before."""
+    bare = _STRING.sub(b"", body)
+    return bare.count(b",") + bare.count(b"{") + bare.count(b"[")
+
+
+async def _chunks(request: Request, limit: int, too_large: TooLarge) -> list[bytes]:
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
             raise too_large
         chunks.append(chunk)
+    return chunks
+
+
+async def read_body(request: Request) -> dict:
+    """The JSON body, refused before parsing if it is larger than the limit, holds more values than the
+    limit, or is not sent within the body timeout."""
+    state = request.app.state
+    limit = state.max_request_bytes
+    too_large = TooLarge(f"request body over the limit of {limit / 2**20:g} MiB (DECODEBENCH_API_MAX_REQUEST_MB)")
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise too_large
     try:
-        data = json.loads(b"".join(chunks) or b"{}")
+        async with asyncio.timeout(state.body_timeout_s):
+            body = b"".join(await _chunks(request, limit, too_large))
+    except TimeoutError:
+        raise ApiError(
+            f"request body not received within {state.body_timeout_s:g} s (DECODEBENCH_API_BODY_TIMEOUT_S)", 408
+        ) from None
+    if (n := json_values(body)) > state.max_request_items:
+        raise TooLarge(
+            f"request body: {n:,} JSON values or more, over the limit of {state.max_request_items:,} "
+            "(DECODEBENCH_API_MAX_REQUEST_ITEMS)"
+        )
+    try:
+        data = json.loads(body or b"{}")
     except (ValueError, RecursionError) as err:
         raise UsageError(f"request body: not JSON ({str(err)[:80]})") from None
     if not isinstance(data, dict):
@@ -244,10 +275,21 @@ def tenants(request: Request, who: Caller) -> list:
     return service.tenants_overview(_ctx(request, "tenants"), who)
 
 
+def openapi(request: Request, who: Caller) -> JSONResponse:
+    """The API's OpenAPI schema, to a valid token only, where DECODEBENCH_API_OPENAPI is on."""
+    _ctx(request, "openapi")
+    return JSONResponse(request.app.openapi())
+
+
 def create_app(ctx: service.Context, tokens: TokenStore, max_request_bytes: int) -> FastAPI:
-    """The server's ASGI app over one Context (Redis, store, key, tenants, limits) and the tokens."""
-    app = FastAPI(title="decodebench submission server", docs_url=None, redoc_url=None)
+    """The server's ASGI app over one Context (Redis, store, key, tenants, limits) and the tokens. No
+    schema or docs page answers without a token: /openapi.json only where DECODEBENCH_API_OPENAPI is on."""
+    app = FastAPI(title="decodebench submission server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.ctx, app.state.tokens, app.state.max_request_bytes = ctx, tokens, max_request_bytes
+    app.state.max_request_items = settings.get("api_max_request_items")
+    app.state.body_timeout_s = settings.get("api_body_timeout_s")
+    if settings.get("api_openapi"):
+        app.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
     app.middleware("http")(audit)
     for kind, handler in HANDLERS.items():
         app.add_exception_handler(kind, handler)
