@@ -161,12 +161,14 @@ def pooled(store: Store, tenant: str, sweep_id: str) -> tuple[dict[str, Any] | N
 
 
 def round_of(name: str, body: bytes, keys: dict[str, dict], sweep_id: str) -> str:
-    """The round a returned sheet belongs to, from its first item id (`<round>-i…`; an id without a round is
-    round "0"'s); a round never exported is one line naming it."""
+    """The round a returned sheet belongs to, from its item ids (`<round>-i…`; an id without a round is round
+    "0"'s): the first that names an exported round (the sheet's rows are then checked against its key); a
+    sheet none of whose items does is one line naming the round of its first."""
     rows = _rows(name, sheet_text(name, body))
     column = rows[0].index("item") if rows and "item" in rows[0] else None
-    first = next((r[column].strip() for r in rows[1:] if column is not None and len(r) > column and r[column]), "")
-    round_id = first.split("-", 1)[0] if "-" in first else paths.LEGACY_ROUND
+    items = [r[column].strip() for r in rows[1:] if column is not None and len(r) > column and r[column].strip()]
+    named = [item.split("-", 1)[0] if "-" in item else paths.LEGACY_ROUND for item in items] or [paths.LEGACY_ROUND]
+    round_id = next((r for r in named if r in keys), named[0])
     if round_id not in keys:
         exported = ", ".join(keys) or "none"
         raise UsageError(

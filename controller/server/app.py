@@ -22,10 +22,12 @@ from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.server import service
 from controller.server.errors import ApiError, OverQuota, TooLarge, Unauthorized
@@ -160,6 +162,17 @@ async def on_invalid(request: Request, err: ValidationError):
     return _answer(request, 400, _validation_message(err, "request body"))
 
 
+async def on_http_error(request: Request, err: StarletteHTTPException):
+    """The framework's own refusals (no such path, a method the path does not take) in the server's shape."""
+    return _answer(request, err.status_code, str(err.detail), **(err.headers or {}))
+
+
+async def on_bad_parameters(request: Request, err: RequestValidationError):
+    first = err.errors()[0] if err.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ())) or "request"
+    return _answer(request, 400, f"{where}: {first.get('msg', 'invalid')}")
+
+
 async def on_redis_error(request: Request, err: RedisError):
     log.warning("server.redis_error", error=str(err)[:200])
     return _answer(request, 503, "the queue (Redis) is unavailable; try again", retry_after=2)
@@ -179,12 +192,19 @@ async def on_bug(request: Request, err: Exception):
     return _answer(request, 500, f"internal error (request {rid}); the server's log has the details")
 
 
+def _body(model) -> dict:
+    """The OpenAPI `requestBody` of an endpoint that reads its body itself (`read_body`: bounded before parsing)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
 Caller = Annotated[Identity, Depends(identify)]
 # Most specific first: Starlette looks a handler up along the exception's class hierarchy.
 HANDLERS = {
     ApiError: on_api_error,
     UsageError: on_usage_error,
     ValidationError: on_invalid,
+    RequestValidationError: on_bad_parameters,
+    StarletteHTTPException: on_http_error,
     RedisError: on_redis_error,
     ServiceError: on_service_error,
     DecodebenchError: on_other_error,
@@ -215,7 +235,7 @@ def whoami(request: Request, who: Caller) -> dict:
     return {"token_id": who.token_id, "tenant": who.tenant, "admin": who.admin}
 
 
-@router.post("/v1/sweeps")
+@router.post("/v1/sweeps", openapi_extra=_body(service.SubmitRequest))
 async def submit(request: Request, who: Caller):
     ctx = _ctx(request, "submit")
     req = service.SubmitRequest.model_validate(await read_body(request))
@@ -244,21 +264,21 @@ def cancel(sweep: str, request: Request, who: Caller) -> dict:
     return service.cancel(_ctx(request, "cancel", sweep), who, sweep)
 
 
-@router.post("/v1/sweeps/{sweep}/retry")
+@router.post("/v1/sweeps/{sweep}/retry", openapi_extra=_body(service.RetryRequest))
 async def retry(sweep: str, request: Request, who: Caller) -> dict:
     ctx = _ctx(request, "retry", sweep)
     req = service.RetryRequest.model_validate(await read_body(request))
     return await run_in_threadpool(service.retry, ctx, who, sweep, req)
 
 
-@router.post("/v1/sweeps/{sweep}/report-cells")
+@router.post("/v1/sweeps/{sweep}/report-cells", openapi_extra=_body(service.ReportCellsRequest))
 async def report_cells(sweep: str, request: Request, who: Caller) -> dict:
     ctx = _ctx(request, "report-cells", sweep)
     req = service.ReportCellsRequest.model_validate(await read_body(request))
     return await run_in_threadpool(service.report_cells, ctx, who, sweep, req)
 
 
-@router.post("/v1/sweeps/{sweep}/report-pairs")
+@router.post("/v1/sweeps/{sweep}/report-pairs", openapi_extra=_body(service.ReportPairsRequest))
 async def report_pairs(sweep: str, request: Request, who: Caller) -> dict:
     ctx = _ctx(request, "report-pairs", sweep)
     req = service.ReportPairsRequest.model_validate(await read_body(request))
