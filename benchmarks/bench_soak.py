@@ -6,8 +6,8 @@ and a real `decodebench serve` on loopback (issue 39). What one tenant can cost 
 
 - The victim (team-c) asks GET /v1/sweeps/<id> in a loop: its latency alone first (p50, p99), then while
   team-a and team-b each loop submit (a fresh 120-job sweep of ~4 KB prompts) / cancel / retry / status /
-  logs (a 0.6 MB log planted in their prefix, over the server's log limit) for `--seconds`; the ratio of
-  the victim's p50 and p99 under load to alone.
+  logs (a 0.6 MB log of 200,000 empty lines planted in their prefix, under the server's log limit) for
+  `--seconds`; the ratio of the victim's p50 and p99 under load to alone.
 - Redis `used_memory` and the server's RSS sampled every round: first, maximum and last, and the growth
   over the second half of the soak (flat where retention and the quotas hold).
 """
