@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
+from controller.report.ratings import rounds
 from controller.report.write import build, render
 from tests.helpers_report import make_sweep, write_sweep
 from worker.core import paths
@@ -43,7 +44,7 @@ def export(store, data, out, items=7, raters=3, seed=None, output=None):
     assert res.exit_code == 0, res.output
     if output is not None:
         output.append(res.output)
-    return store.read_json(paths.ratings_key(data.tenant, data.sweep_id, paths.RATINGS_KEY_FILE))
+    return list(rounds(store, data.tenant, data.sweep_id).values())[-1]  # the key of the round just exported
 
 
 def score(rater: str, item: str, criterion: str) -> int:
@@ -87,12 +88,20 @@ def test_default_exports_are_secret_and_seeded_ones_reproducible_with_a_warning(
     assert "warning" not in out[0]
     # the public code's former draw (random.Random(seed) after sampling) does not give the ids
     replay = random.Random(0)
-    assert not {f"i{replay.getrandbits(40):010x}" for _ in range(200)} & set(a["items"])
+    assert not {f"i{replay.getrandbits(40):010x}" for _ in range(200)} & set(unround(a)["items"])
     warned: list[str] = []
     c = export(store, data, tmp / "c", seed=5, output=warned)
     assert "warning" in warned[0] and c["seed"] == 5
-    assert export(store, data, tmp / "d", seed=5) == c  # reproducible when asked
-    assert (tmp / "c" / "sheet-r2.html").read_bytes() == (tmp / "d" / "sheet-r2.html").read_bytes()
+    d = export(store, data, tmp / "d", seed=5)
+    assert d["round"] != c["round"] and unround(d) == unround(c)  # reproducible when asked, each its own round
+    sheet = lambda key, folder: (tmp / folder / "sheet-r2.html").read_text().replace(f"{key['round']}-i", "i")
+    assert sheet(c, "c") == sheet(d, "d")
+
+
+def unround(key: dict) -> dict:
+    """A rating round's key without its round: its item ids without the round's prefix."""
+    items = {item.split("-", 1)[1]: where for item, where in key["items"].items()}
+    return {**{k: v for k, v in key.items() if k != "round"}, "items": items}
 
 
 def test_round_trip_means_and_alpha_equal_direct_computations(sweep):
@@ -162,7 +171,7 @@ def test_bad_sheets_are_refused_and_nothing_imported_is_lost(sweep, edit, messag
     good = tmp / "r1.csv"
     good.write_bytes(fill(tmp / "s" / "sheet-r1.csv", "r1"))
     assert run(store, "rate", "import", data.sweep_id, str(good)).exit_code == 0
-    before = store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "r1"))
+    before = store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "1", "r1"))
     rows = list(csv.reader(io.StringIO(fill(tmp / "s" / "sheet-r2.csv", "r2").decode())))
     edit(rows)
     bad = tmp / "r2.csv"
@@ -171,8 +180,8 @@ def test_bad_sheets_are_refused_and_nothing_imported_is_lost(sweep, edit, messag
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and str(bad) in lines[0] and message in lines[0], res.output
-    assert store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "r1")) == before
-    assert not store.exists(paths.rater_sheet_key(data.tenant, data.sweep_id, "r2"))
+    assert store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "1", "r1")) == before
+    assert not store.exists(paths.rater_sheet_key(data.tenant, data.sweep_id, "1", "r2"))
 
 
 def test_too_few_items_for_the_cells_is_a_usage_error(sweep):
@@ -200,9 +209,12 @@ def test_import_says_what_it_replaced_and_what_to_run_next(sweep):
     res = import_(store, data, first)
     assert res.exit_code == 0, res.output
     n = sheet_items(tmp / "s" / "sheet-r1.csv")
-    assert f"r1: {n} items\n" in res.output and f"next: decodebench report {data.sweep_id} --store" in res.output
+    assert (
+        f"r1: {n} items of round 1\n" in res.output
+        and f"next: decodebench report {data.sweep_id} --store" in res.output
+    )
     again = import_(store, data, tmp / "s" / "sheet-r1.csv")  # the blank sheet, returned by mistake
-    assert f"r1: {n} items (replaces the sheet imported from " + str(first) + ")" in again.output
+    assert f"r1: {n} items of round 1 (replaces the sheet imported from " + str(first) + ")" in again.output
 
 
 def test_a_file_named_for_one_rater_may_not_carry_another(sweep):
@@ -215,7 +227,7 @@ def test_a_file_named_for_one_rater_may_not_carry_another(sweep):
         res.exit_code == 2
         and "row 2, column rater: rater 'r2', but this file is r1's sheet (its file name)" in res.output
     )
-    assert not store.exists(paths.rater_sheet_key(data.tenant, data.sweep_id, "r2"))
+    assert not store.exists(paths.rater_sheet_key(data.tenant, data.sweep_id, "1", "r2"))
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-8-sig"])
@@ -227,7 +239,7 @@ def test_sheets_in_the_encodings_of_prompt_files_import(sweep, encoding):
     res = import_(store, data, sheet)
     assert res.exit_code == 0, res.output
     exported = sheet_items(tmp / "s" / "sheet-r1.csv")
-    assert len(store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "r1"))["scores"]) == exported
+    assert len(store.read_json(paths.rater_sheet_key(data.tenant, data.sweep_id, "1", "r1"))["scores"]) == exported
 
 
 def test_utf16_without_a_bom_and_latin1_are_one_line(sweep):
@@ -259,12 +271,12 @@ def test_export_says_what_was_added_and_defines_each_criterion(sweep):
     res = run(store, "rate", "export", data.sweep_id, "--items", "7", "--raters", "2", "--criteria",
               "fluency,coherence,wit", "--define", "wit=Is it witty?", "--out", str(tmp / "s"))  # fmt: skip
     assert res.exit_code == 0, res.output
-    key = store.read_json(paths.ratings_key(data.tenant, data.sweep_id, paths.RATINGS_KEY_FILE))
+    key = store.read_json(paths.rating_round_key(data.tenant, data.sweep_id, "1", paths.RATINGS_KEY_FILE))
     controls = sum(1 for w in key["items"].values() if w["cell"] == "reference")
     assert controls > 0
     assert (
-        f"{len(key['items'])} items for 2 raters in {tmp / 's'}/: 7 generations over 3 cells, and {controls} "
-        "reference texts of the same prompts mixed in as controls"
+        f"rating round 1: {len(key['items'])} items for 2 raters in {tmp / 's'}/: 7 generations over 3 cells, "
+        f"and {controls} reference texts of the same prompts mixed in as controls"
     ) in res.output
     assert f"next: send each rater their sheet; then decodebench rate import {data.sweep_id} FILES..." in res.output
     text = (tmp / "s" / "instructions.txt").read_text()
@@ -295,3 +307,38 @@ def test_the_ratings_table_counts_items_and_marks_alpha_on_too_few(sweep):
     section = md.split("## Human ratings", 1)[1]
     assert " · n 2 · α " in section or " · n 3 · α " in section or " · n 4 · α " in section
     assert "(too few items)" in section and "below 10 items" in section
+
+
+def test_each_export_is_a_round_of_its_own_whose_sheets_import_and_pool(sweep):
+    """A second `rate export` is round 2 beside round 1 (issue 39: it replaced round 1's key, and the sheets
+    already sent out could no longer be imported); both rounds' sheets import, the report pools them, and a
+    sheet of a round never exported is one line naming it."""
+    store, data, tmp = sweep
+    first = export(store, data, tmp / "one", raters=2)
+    second = CliRunner().invoke(main, ["rate", "export", data.sweep_id, "--items", "7", "--raters", "2",
+                                       "--out", str(tmp / "two"), "--store", store.url])  # fmt: skip
+    assert second.exit_code == 0 and "rating round 2:" in second.output, second.output
+    key1 = store.read_json(paths.rating_round_key(data.tenant, data.sweep_id, "1", paths.RATINGS_KEY_FILE))
+    assert key1 == first  # round 1's key is untouched
+    key2 = store.read_json(paths.rating_round_key(data.tenant, data.sweep_id, "2", paths.RATINGS_KEY_FILE))
+    assert not set(first["items"]) & set(key2["items"])
+    files = []
+    for folder in ("one", "two"):
+        for r in ("r1", "r2"):
+            path = tmp / f"{folder}-{r}.csv"
+            path.write_bytes(fill(tmp / folder / f"sheet-{r}.csv", r))
+            files.append(str(path))
+    res = run(store, "rate", "import", data.sweep_id, *files)
+    assert res.exit_code == 0 and "of round 1" in res.output and "of round 2" in res.output, res.output
+    _, summary = build(store, data.tenant, data.sweep_id, n_boot=0)
+    pooled = {**first["items"], **key2["items"]}
+    for _, row in summary.iterrows():
+        items = [i for i, v in pooled.items() if v["cell"] == row["cell"]]
+        scores = [score(r, i, "fluency") for r in ("r1", "r2") for i in items]
+        assert row["rating_fluency"] == pytest.approx(np.mean(scores))
+        assert row["rating_fluency_n"] == len(items)
+    stray = tmp / "stray.csv"
+    stray.write_text((tmp / "one-r1.csv").read_text().replace("1-i", "7-i"))
+    res = import_(store, data, stray)
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+    assert f"its items are of rating round '7', which sweep {data.sweep_id} never exported (rounds: 1, 2)" in res.output

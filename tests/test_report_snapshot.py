@@ -24,10 +24,10 @@ def results_read(store, monkeypatch) -> list[str]:
     read: list[str] = []
     real = store.read_bytes
 
-    def read_bytes(key: str) -> bytes:
+    def read_bytes(key: str, limit: int | None = None) -> bytes:
         if key.endswith("/result.json"):
             read.append(key.rsplit("/", 2)[1])
-        return real(key)
+        return real(key, limit)
 
     monkeypatch.setattr(store, "read_bytes", read_bytes)
     return read
@@ -208,3 +208,17 @@ def test_a_planted_snapshot_of_millions_of_entries_is_read_no_further_than_the_s
     found = list(snapshot._entries(planted, json.loads(header), False, limit=len(data.results) + snapshot.SLACK))
     assert len(found) == len(data.results) + snapshot.SLACK
     assert view(load_sweep(store, data.tenant, data.sweep_id, with_generations=False)) == want
+
+
+def test_a_snapshot_inflates_at_most_its_limit_and_the_rest_is_read_from_the_store(tmp_path, monkeypatch):
+    """A snapshot of highly compressible entries costs a load at most DECODEBENCH_REPORT_SNAPSHOT_MAX_MB of
+    inflation: the entries past it are read from the store, and the results are the same."""
+    store = FileStore(tmp_path / "s")
+    data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:3])
+    write_with_hashes(store, data)
+    first = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
+    size = sum(len(store.read_bytes(paths.result_key(data.tenant, data.sweep_id, r.job.job_id))) for r in data.results)
+    monkeypatch.setenv("DECODEBENCH_REPORT_SNAPSHOT_MAX_MB", str(size / 2 / 2**20))  # about half of the entries
+    read = results_read(store, monkeypatch)
+    second = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
+    assert 0 < len(read) < len(data.results) and view(second) == view(first)

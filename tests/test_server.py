@@ -155,8 +155,8 @@ def test_quotas_refuse_in_one_line_and_write_nothing(dep, tmp_path, tiny_model, 
     big = write_spec(tmp_path, tiny_model, "big", prompts={"inline": prompts, "shard_size": 1})
     result = cli_as(dep, "alice", "submit", str(big))
     assert result.exit_code == 2, result.output
-    assert "HTTP 429: over quota: tenant team-a has 0 jobs queued, this sweep adds 1500" in result.output
-    assert "quota.queued_jobs is 400" in result.output
+    # larger than the whole quota: refused from its counts, before it is planned (issue 39)
+    assert "HTTP 429: over quota: the sweep plans 1500 jobs; tenant team-a's quota.queued_jobs is 400" in result.output
     assert queued(redis_url, "team-a") == 0
     for i in range(5):  # sweeps_in_flight: 5
         assert cli_as(dep, "alice", "submit", str(write_spec(tmp_path, tiny_model, f"s{i}"))).exit_code == 0

@@ -45,7 +45,7 @@ def _names(value: str) -> list[str]:
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Folder of the sheets (./ratings-SWEEP).",
+    help="Folder of the sheets (./ratings-SWEEP-round-N).",
 )
 @settings.option("store", "--store", "store_url")
 @options.tenant
@@ -53,7 +53,7 @@ def export(sweep, n_items, raters, rater_names, criteria, defines, seed, out, st
     """Write blinded sheets (CSV and an offline HTML page per rater); the key stays beside the sweep."""
     from controller.report.aggregate import REFERENCE, load_sweep
     from controller.report.rating_sheets import definitions_for, export_sheets, instructions, sheet_csv, sheet_html
-    from controller.report.ratings import load_sheets
+    from controller.report.ratings import next_round
     from worker.core import paths
     from worker.store import open_store
 
@@ -65,17 +65,19 @@ def export(sweep, n_items, raters, rater_names, criteria, defines, seed, out, st
         raise UsageError("give --raters N or --rater-names a,b,...")
     store = open_store(store_url)
     sweep_id = store.resolve_sweep(tenant, sweep)
-    if load_sheets(store, tenant, sweep_id):
-        raise UsageError(f"sweep {sweep_id} already has imported ratings; a new export would orphan them")
     if seed is not None:
         click.echo(
             "warning: --seed makes the sheets reproducible; anyone with the seed and the sweep can recover "
             "which item is which cell",
             err=True,
         )
-    sheets = export_sheets(load_sweep(store, tenant, sweep_id), n_items, names, _names(criteria), seed)
-    store.write_json(paths.ratings_key(tenant, sweep_id, paths.RATINGS_KEY_FILE), sheets.key)
-    out = out or Path(f"ratings-{sweep_id}")
+    round_id = next_round(store, tenant, sweep_id)  # a new round: no earlier export's key is ever replaced
+    data = load_sweep(store, tenant, sweep_id)
+    sheets = export_sheets(data, n_items, names, _names(criteria), seed, round_id=round_id)
+    if not store.write_json(paths.rating_round_key(tenant, sweep_id, round_id, paths.RATINGS_KEY_FILE), sheets.key,
+                            create_only=True):  # fmt: skip
+        raise UsageError(f"sweep {sweep_id}: another export took rating round {round_id} meanwhile; run it again")
+    out = out or Path(f"ratings-{sweep_id}-round-{round_id}")
     out.mkdir(parents=True, exist_ok=True)
     crits = sheets.key["criteria"]
     defined = definitions_for(crits, given)
@@ -87,7 +89,8 @@ def export(sweep, n_items, raters, rater_names, criteria, defines, seed, out, st
     controls = sum(1 for where in sheets.key["items"].values() if where["cell"] == REFERENCE)
     cells = len({where["cell"] for where in sheets.key["items"].values()} - {REFERENCE})
     click.echo(
-        f"{n} {plural(n, 'item')} for {len(names)} {plural(len(names), 'rater')} in {terminal(str(out))}/: "
+        f"rating round {round_id}: {n} {plural(n, 'item')} for {len(names)} {plural(len(names), 'rater')} in "
+        f"{terminal(str(out))}/: "
         f"{n - controls} {plural(n - controls, 'generation')} over {cells} {plural(cells, 'cell')}, and "
         f"{controls} reference {plural(controls, 'text')} of the same prompts mixed in as controls"
     )
@@ -109,9 +112,9 @@ def import_(sweep, files, store_url, tenant) -> None:
     store = open_store(store_url)
     sweep_id = store.resolve_sweep(tenant, sweep)
     imported = import_sheets(store, tenant, sweep_id, [read_sheet_file(f) for f in files])
-    for rater, (n, replaced) in sorted(imported.items()):
+    for (round_id, rater), (n, replaced) in sorted(imported.items(), key=lambda kv: (int(kv[0][0]), kv[0][1])):
         again = f" (replaces the sheet imported from {terminal(replaced)})" if replaced else ""
-        click.echo(f"{rater}: {n} {plural(n, 'item')}{again}")
+        click.echo(f"{rater}: {n} {plural(n, 'item')} of round {round_id}{again}")
     click.echo(f"next: decodebench report {sweep_id}{store_flag(store_url)} (adds the ratings to the report)")
 
 

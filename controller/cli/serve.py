@@ -41,6 +41,7 @@ def serve(
     import uvicorn
 
     from controller.server.app import create_app
+    from controller.server.edges import uvicorn_options
     from controller.server.metrics import ServerMetrics, instrument
     from controller.server.service import Context
     from controller.server.tokens import TokenStore
@@ -71,10 +72,10 @@ def serve(
         metrics = ServerMetrics(ctx.conn)
         instrument(app, metrics)
         metrics.serve(metrics_port, host)
-    # The audit middleware logs every request: uvicorn's access log would say it twice.
-    uvicorn.run(
-        app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=10, **tls
-    )  # fmt: skip
+    # The audit middleware logs every request: uvicorn's access log would say it twice. The edges (header
+    # and body timeouts, the connection limit) are controller.server.edges.
+    options = {**uvicorn_options(), **tls}
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=10, **options)
 
 
 def _tls_options(cert: str | None, key: str | None) -> dict:

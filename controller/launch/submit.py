@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from worker import sweepstate
 from worker.core import keys, settings, signing
@@ -262,13 +263,16 @@ def retry(
     key: bytes,
     admit: Callable[[list[JobSpec]], None] | None = None,
     check: Callable[[list[JobSpec]], None] | None = None,
+    parse: Callable[[dict], Any] | None = None,
 ) -> SubmitOutcome:
     """Enqueue the failed and cancelled jobs of a submitted sweep again (from its stored spec);
-    `check` sees the re-planned jobs first (the server's policy), `admit` those to enqueue."""
+    `parse` reads the stored spec (the server's: with submit's checks, since a tenant can rewrite its own
+    spec.json), `check` sees the re-planned jobs first (the server's policy), `admit` those to enqueue."""
     from controller.sweep.load import stored_spec
     from controller.sweep.plan import plan
 
-    spec = stored_spec(store.load_spec(tenant, sweep_id), f"stored spec of sweep {sweep_id}")
+    stored = store.load_spec(tenant, sweep_id)
+    spec = parse(stored) if parse is not None else stored_spec(stored, f"stored spec of sweep {sweep_id}")
     jobs = plan(spec, tenant)
     if jobs[0].sweep_id != sweep_id:
         raise UsageError(

@@ -131,13 +131,18 @@ def sample_items(data: SweepData, n_items: int, seed: int | None = None) -> list
 
 
 def export_sheets(
-    data: SweepData, n_items: int, raters: list[str], criteria: list[str], seed: int | None = None
+    data: SweepData, n_items: int, raters: list[str], criteria: list[str], seed: int | None = None, round_id: str = "1"
 ) -> Sheets:
-    """The key and every rater's shuffled items (see the module doc); `seed` None: secret, not replayable."""
+    """The key and every rater's shuffled items (see the module doc); `seed` None: secret, not replayable. The
+    export is rating round `round_id`: each item id starts with it (`<round>-i…`), so a returned sheet names
+    its round."""
     check_names("--raters", raters)
     check_names("--criteria", criteria)
     drawn = sample_items(data, n_items, seed)
+    for d in drawn:
+        d["item"] = f"{round_id}-{d['item']}"
     key = {
+        "round": round_id,
         "seed": seed,  # None: drawn from the secret source, not reproducible
         "n_controls": sum(d["cell"] == REFERENCE for d in drawn),
         "criteria": criteria,

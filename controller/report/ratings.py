@@ -115,18 +115,67 @@ def parse_sheet(name: str, body: bytes, key: dict[str, Any]) -> dict[str, dict[s
     return {file_rater: scores} if file_rater is not None and scores else {}
 
 
-def load_key(store: Store, tenant: str, sweep_id: str) -> dict[str, Any] | None:
-    key = paths.ratings_key(tenant, sweep_id, paths.RATINGS_KEY_FILE)
-    return store.read_json(key) if store.exists(key) else None
+def rounds(store: Store, tenant: str, sweep_id: str) -> dict[str, dict[str, Any]]:
+    """Every exported rating round of the sweep: round id -> its key (round "0": the layout before rounds)."""
+    out = {}
+    legacy = paths.rating_round_key(tenant, sweep_id, paths.LEGACY_ROUND, paths.RATINGS_KEY_FILE)
+    if store.exists(legacy):
+        out[paths.LEGACY_ROUND] = store.read_json(legacy)
+    prefix = paths.rating_rounds_prefix(tenant, sweep_id)
+    for k in store.list(prefix):
+        round_id, _, rest = k[len(prefix) :].partition("/")
+        if rest == paths.RATINGS_KEY_FILE and round_id.isdigit():
+            out[round_id] = store.read_json(k)
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 
-def load_sheets(store: Store, tenant: str, sweep_id: str) -> dict[str, dict[str, dict[str, int]]]:
-    """rater -> item -> {criterion: score}, from every imported sheet."""
+def next_round(store: Store, tenant: str, sweep_id: str) -> str:
+    """The id of the sweep's next rating round: one past the last."""
+    return str(max((int(r) for r in rounds(store, tenant, sweep_id)), default=0) + 1)
+
+
+def load_sheets(store: Store, tenant: str, sweep_id: str, round_id: str) -> dict[str, dict[str, dict[str, int]]]:
+    """rater -> item -> {criterion: score}, from every sheet imported into the round."""
     sheets = {}
-    for k in store.list(paths.rater_sheets_prefix(tenant, sweep_id)):
+    for k in store.list(paths.rater_sheets_prefix(tenant, sweep_id, round_id)):
         doc = store.read_json(k)
         sheets[doc["rater"]] = doc["scores"]
     return sheets
+
+
+def pooled(store: Store, tenant: str, sweep_id: str) -> tuple[dict[str, Any] | None, dict[str, dict]]:
+    """(one key over every round, rater -> item -> scores over every round): the report pools the rounds,
+    each item with its own cell (item ids carry their round, so no two rounds share one); None: no export."""
+    keys = rounds(store, tenant, sweep_id)
+    if not keys:
+        return None, {}
+    key: dict[str, Any] = {"criteria": [], "raters": [], "items": {}}
+    sheets: dict[str, dict] = {}
+    for round_id, k in keys.items():
+        key["criteria"] += [c for c in k["criteria"] if c not in key["criteria"]]
+        key["raters"] += [r for r in k["raters"] if r not in key["raters"]]
+        key["items"].update(k["items"])
+        for rater, scores in load_sheets(store, tenant, sweep_id, round_id).items():
+            sheets.setdefault(rater, {}).update(scores)
+    return key, sheets
+
+
+def round_of(name: str, body: bytes, keys: dict[str, dict], sweep_id: str) -> str:
+    """The round a returned sheet belongs to, from its item ids (`<round>-i…`; an id without a round is round
+    "0"'s): the first that names an exported round (the sheet's rows are then checked against its key); a
+    sheet none of whose items does is one line naming the round of its first."""
+    rows = _rows(name, sheet_text(name, body))
+    column = rows[0].index("item") if rows and "item" in rows[0] else None
+    items = [r[column].strip() for r in rows[1:] if column is not None and len(r) > column and r[column].strip()]
+    named = [item.split("-", 1)[0] if "-" in item else paths.LEGACY_ROUND for item in items] or [paths.LEGACY_ROUND]
+    round_id = next((r for r in named if r in keys), named[0])
+    if round_id not in keys:
+        exported = ", ".join(keys) or "none"
+        raise UsageError(
+            f"{name}: its items are of rating round {short(round_id, 40)}, which sweep {sweep_id} never exported "
+            f"(rounds: {exported})"
+        )
+    return round_id
 
 
 def read_sheet_file(path: Path) -> tuple[str, bytes]:
@@ -146,25 +195,28 @@ def read_sheet_file(path: Path) -> tuple[str, bytes]:
 
 def import_sheets(
     store: Store, tenant: str, sweep_id: str, files: list[tuple[str, bytes]]
-) -> dict[str, tuple[int, str | None]]:
-    """Validate every file, then store one sheet per rater (a rater's new sheet replaces theirs).
+) -> dict[tuple[str, str], tuple[int, str | None]]:
+    """Validate every file against its round's key, then store one sheet per rater and round (a rater's new
+    sheet of a round replaces theirs of that round; no round's sheet touches another's).
 
-    Returns rater -> (items in the sheet, the source of the sheet it replaced, or None)."""
-    key = load_key(store, tenant, sweep_id)
-    if key is None:
+    Returns (round, rater) -> (items in the sheet, the source of the sheet it replaced, or None)."""
+    keys = rounds(store, tenant, sweep_id)
+    if not keys:
         raise UsageError(f"sweep {sweep_id} has no exported rating sheets; run `decodebench rate export` first")
-    merged: dict[str, tuple[str, dict]] = {}
+    merged: dict[tuple[str, str], tuple[str, dict]] = {}
     for name, body in files:
-        for rater, scores in parse_sheet(name, body, key).items():
-            if rater in merged:
-                raise UsageError(f"{name}: rater {rater!r} also returned {merged[rater][0]}: duplicate sheet")
-            merged[rater] = (name, scores)
+        round_id = round_of(name, body, keys, sweep_id)
+        for rater, scores in parse_sheet(name, body, keys[round_id]).items():
+            if (round_id, rater) in merged:
+                theirs = merged[round_id, rater][0]
+                raise UsageError(f"{name}: rater {rater!r} also returned {theirs} in round {round_id}: duplicate sheet")
+            merged[round_id, rater] = (name, scores)
     out = {}
-    for rater, (name, scores) in merged.items():
-        sheet_key = paths.rater_sheet_key(tenant, sweep_id, rater)
+    for (round_id, rater), (name, scores) in merged.items():
+        sheet_key = paths.rater_sheet_key(tenant, sweep_id, round_id, rater)
         replaced = store.read_json(sheet_key).get("source", "?") if store.exists(sheet_key) else None
         store.write_json(sheet_key, {"rater": rater, "source": name, "scores": scores})
-        out[rater] = (len(scores), replaced)
+        out[round_id, rater] = (len(scores), replaced)
     return out
 
 
@@ -244,9 +296,8 @@ def add_ratings(summary: pd.DataFrame, ratings: pd.DataFrame | None) -> pd.DataF
 
 
 def stored_ratings(store: Store, tenant: str, sweep_id: str) -> pd.DataFrame | None:
-    """The rating columns of a sweep's imported sheets; None before any import."""
-    key = load_key(store, tenant, sweep_id)
-    sheets = load_sheets(store, tenant, sweep_id) if key is not None else {}
+    """The rating columns of a sweep's imported sheets, every rating round pooled; None before any import."""
+    key, sheets = pooled(store, tenant, sweep_id)
     return rating_columns(key, sheets) if key is not None and sheets else None
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import structlog
 
 from controller.report.jobs import job_reader, read_each
-from worker.core import paths
+from worker.core import paths, settings
 from worker.core.contract import JobResult
 from worker.core.errors import CorruptRecordError, StoreError
 
@@ -60,16 +60,23 @@ def _head(line: bytes) -> Any:
         return None
 
 
+def inflation_limit() -> int:
+    """Bytes a load inflates from the snapshot at most per pass (DECODEBENCH_REPORT_SNAPSHOT_MAX_MB)."""
+    return int(settings.get("report_snapshot_max_mb") * 2**20)
+
+
 def _entries(
     data: bytes | None, header: dict, bodies: bool, limit: int
 ) -> Iterator[tuple[str, str, bytes, bytes | None]]:
     """(job id, tag, head line, its result.json's bytes or None) of each entry in the file's order, up
     to the first that is not one: the damage of a truncated or hand-edited file, another sweep's or
     version's header, ids not increasing, a size out of bounds; at most `limit` entries (a planted
-    file of millions of tiny entries costs no more than the sweep's own). `bodies=False` skips the bytes."""
+    file of millions of tiny entries costs no more than the sweep's own) and `inflation_limit()` bytes
+    inflated (a planted file of highly compressible entries costs no more than that: the entries past
+    it are read from the store). `bodies=False` skips the bytes."""
     if not data:
         return
-    last = ""
+    last, budget = "", inflation_limit()
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
             if _head(f.readline(MAX_LINE)) != header:
@@ -81,6 +88,9 @@ def _entries(
                 if not (isinstance(job, str) and isinstance(tag, str) and job > last):
                     return
                 if type(size) is not int or not 0 < size <= MAX_LINE:
+                    return
+                budget -= len(line) + size + 1
+                if budget < 0:
                     return
                 body = f.read(size) if bodies else None
                 if body is None:
@@ -119,7 +129,7 @@ def load_results(
     snapshot is rebuilt at the end from its own entries and what was read in their place."""
     key, header = key_of(tenant, sweep_id), {"v": VERSION, "tenant": tenant, "sweep_id": sweep_id}
     try:
-        data = store.read_bytes(key)
+        data = store.read_bytes(key, inflation_limit())  # compressed: never more than it inflates to
     except StoreError:  # none yet (or unreadable: then every result is read, and the snapshot rewritten)
         data = None
     listed = {j: tags.get(paths.result_key(tenant, sweep_id, j)) for j in job_ids}

@@ -13,21 +13,26 @@ a 409 (another submit holds the tenant's lock) or a rate-limit 429 carries `Retr
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
 import uuid
 from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.server import service
 from controller.server.errors import ApiError, OverQuota, TooLarge, Unauthorized
 from controller.server.tokens import Identity, TokenStore
+from worker.core import settings
 from worker.core.errors import DecodebenchError, ServiceError, UsageError
 from worker.sweepstate import admission
 
@@ -69,21 +74,49 @@ def identify(request: Request) -> Identity:
     return who
 
 
-async def read_body(request: Request) -> dict:
-    """The JSON body, refused before parsing if it is larger than the limit."""
-    limit = request.app.state.max_request_bytes
-    too_large = TooLarge(f"request body over the limit of {limit / 2**20:g} MiB (DECODEBENCH_API_MAX_REQUEST_MB)")
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise too_large
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string (escapes included), matched in C
+
+
+def json_values(body: bytes) -> int:
+    """An upper bound of the values a JSON text holds (each object and array, and each member after the
+    first, counts one), from its bytes outside strings: what parsing it would build, counted before."""
+    bare = _STRING.sub(b"", body)
+    return bare.count(b",") + bare.count(b"{") + bare.count(b"[")
+
+
+async def _chunks(request: Request, limit: int, too_large: TooLarge) -> list[bytes]:
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
             raise too_large
         chunks.append(chunk)
+    return chunks
+
+
+async def read_body(request: Request) -> dict:
+    """The JSON body, refused before parsing if it is larger than the limit, holds more values than the
+    limit, or is not sent within the body timeout."""
+    state = request.app.state
+    limit = state.max_request_bytes
+    too_large = TooLarge(f"request body over the limit of {limit / 2**20:g} MiB (DECODEBENCH_API_MAX_REQUEST_MB)")
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise too_large
     try:
-        data = json.loads(b"".join(chunks) or b"{}")
+        async with asyncio.timeout(state.body_timeout_s):
+            body = b"".join(await _chunks(request, limit, too_large))
+    except TimeoutError:
+        raise ApiError(
+            f"request body not received within {state.body_timeout_s:g} s (DECODEBENCH_API_BODY_TIMEOUT_S)", 408
+        ) from None
+    if (n := json_values(body)) > state.max_request_items:
+        raise TooLarge(
+            f"request body: {n:,} JSON values or more, over the limit of {state.max_request_items:,} "
+            "(DECODEBENCH_API_MAX_REQUEST_ITEMS)"
+        )
+    try:
+        data = json.loads(body or b"{}")
     except (ValueError, RecursionError) as err:
         raise UsageError(f"request body: not JSON ({str(err)[:80]})") from None
     if not isinstance(data, dict):
@@ -129,6 +162,17 @@ async def on_invalid(request: Request, err: ValidationError):
     return _answer(request, 400, _validation_message(err, "request body"))
 
 
+async def on_http_error(request: Request, err: StarletteHTTPException):
+    """The framework's own refusals (no such path, a method the path does not take) in the server's shape."""
+    return _answer(request, err.status_code, str(err.detail), **(err.headers or {}))
+
+
+async def on_bad_parameters(request: Request, err: RequestValidationError):
+    first = err.errors()[0] if err.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ())) or "request"
+    return _answer(request, 400, f"{where}: {first.get('msg', 'invalid')}")
+
+
 async def on_redis_error(request: Request, err: RedisError):
     log.warning("server.redis_error", error=str(err)[:200])
     return _answer(request, 503, "the queue (Redis) is unavailable; try again", retry_after=2)
@@ -148,12 +192,19 @@ async def on_bug(request: Request, err: Exception):
     return _answer(request, 500, f"internal error (request {rid}); the server's log has the details")
 
 
+def _body(model) -> dict:
+    """The OpenAPI `requestBody` of an endpoint that reads its body itself (`read_body`: bounded before parsing)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
 Caller = Annotated[Identity, Depends(identify)]
 # Most specific first: Starlette looks a handler up along the exception's class hierarchy.
 HANDLERS = {
     ApiError: on_api_error,
     UsageError: on_usage_error,
     ValidationError: on_invalid,
+    RequestValidationError: on_bad_parameters,
+    StarletteHTTPException: on_http_error,
     RedisError: on_redis_error,
     ServiceError: on_service_error,
     DecodebenchError: on_other_error,
@@ -184,7 +235,7 @@ def whoami(request: Request, who: Caller) -> dict:
     return {"token_id": who.token_id, "tenant": who.tenant, "admin": who.admin}
 
 
-@router.post("/v1/sweeps")
+@router.post("/v1/sweeps", openapi_extra=_body(service.SubmitRequest))
 async def submit(request: Request, who: Caller):
     ctx = _ctx(request, "submit")
     req = service.SubmitRequest.model_validate(await read_body(request))
@@ -213,21 +264,21 @@ def cancel(sweep: str, request: Request, who: Caller) -> dict:
     return service.cancel(_ctx(request, "cancel", sweep), who, sweep)
 
 
-@router.post("/v1/sweeps/{sweep}/retry")
+@router.post("/v1/sweeps/{sweep}/retry", openapi_extra=_body(service.RetryRequest))
 async def retry(sweep: str, request: Request, who: Caller) -> dict:
     ctx = _ctx(request, "retry", sweep)
     req = service.RetryRequest.model_validate(await read_body(request))
     return await run_in_threadpool(service.retry, ctx, who, sweep, req)
 
 
-@router.post("/v1/sweeps/{sweep}/report-cells")
+@router.post("/v1/sweeps/{sweep}/report-cells", openapi_extra=_body(service.ReportCellsRequest))
 async def report_cells(sweep: str, request: Request, who: Caller) -> dict:
     ctx = _ctx(request, "report-cells", sweep)
     req = service.ReportCellsRequest.model_validate(await read_body(request))
     return await run_in_threadpool(service.report_cells, ctx, who, sweep, req)
 
 
-@router.post("/v1/sweeps/{sweep}/report-pairs")
+@router.post("/v1/sweeps/{sweep}/report-pairs", openapi_extra=_body(service.ReportPairsRequest))
 async def report_pairs(sweep: str, request: Request, who: Caller) -> dict:
     ctx = _ctx(request, "report-pairs", sweep)
     req = service.ReportPairsRequest.model_validate(await read_body(request))
@@ -235,8 +286,10 @@ async def report_pairs(sweep: str, request: Request, who: Caller) -> dict:
 
 
 @router.get("/v1/jobs/{job}/log")
-def job_log(job: str, request: Request, who: Caller, sweep: str | None = None) -> list:
-    return service.job_log(_ctx(request, "logs", sweep), who, sweep, job)
+def job_log(job: str, request: Request, who: Caller, sweep: str | None = None) -> JSONResponse:
+    # JSONResponse: the lines as json.dumps writes them, not through FastAPI's per-value encoder (a log of
+    # many short lines cost the server seconds of CPU there)
+    return JSONResponse(service.job_log(_ctx(request, "logs", sweep), who, sweep, job))
 
 
 @router.get("/v1/tenants")
@@ -244,10 +297,21 @@ def tenants(request: Request, who: Caller) -> list:
     return service.tenants_overview(_ctx(request, "tenants"), who)
 
 
+def openapi(request: Request, who: Caller) -> JSONResponse:
+    """The API's OpenAPI schema, to a valid token only, where DECODEBENCH_API_OPENAPI is on."""
+    _ctx(request, "openapi")
+    return JSONResponse(request.app.openapi())
+
+
 def create_app(ctx: service.Context, tokens: TokenStore, max_request_bytes: int) -> FastAPI:
-    """The server's ASGI app over one Context (Redis, store, key, tenants, limits) and the tokens."""
-    app = FastAPI(title="decodebench submission server", docs_url=None, redoc_url=None)
+    """The server's ASGI app over one Context (Redis, store, key, tenants, limits) and the tokens. No
+    schema or docs page answers without a token: /openapi.json only where DECODEBENCH_API_OPENAPI is on."""
+    app = FastAPI(title="decodebench submission server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.ctx, app.state.tokens, app.state.max_request_bytes = ctx, tokens, max_request_bytes
+    app.state.max_request_items = settings.get("api_max_request_items")
+    app.state.body_timeout_s = settings.get("api_body_timeout_s")
+    if settings.get("api_openapi"):
+        app.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
     app.middleware("http")(audit)
     for kind, handler in HANDLERS.items():
         app.add_exception_handler(kind, handler)

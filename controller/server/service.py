@@ -10,7 +10,6 @@ submits cannot both pass the same quota.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
@@ -18,15 +17,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.report.plancache import PlanMemo
-from controller.server.errors import Busy, Forbidden, NotFound, OverQuota, TooLarge
+from controller.server import quota
+from controller.server.errors import Forbidden, NotFound, TooLarge
 from controller.server.tokens import Identity
 from worker import sweepstate
-from worker.core import paths
+from worker.core import paths, settings
 from worker.core.contract import JobSpec, JobStatus
-from worker.core.errors import UsageError
+from worker.core.errors import RecordTooLargeError, UsageError
 from worker.core.settings import DEFAULT_TENANT
 from worker.core.tenants import Tenant, TenantsFile
-from worker.sweepstate import admission
 from worker.sweepstate import reads as state_reads
 
 MAX_FAILURES = 10_000  # failure reasons one `failures` answer lists at most
@@ -106,20 +105,34 @@ def tenant_of(who: Identity) -> str:
 
 def parse_submission(req: SubmitRequest):
     """The request's spec, validated as `decodebench validate` does; the server reads no file a client names."""
+    return client_spec(req.spec, req.base_dir, "sweep")
+
+
+def client_spec(spec: dict, base_dir: Any, source: str):
+    """A spec a client wrote (a request's, or a stored spec.json the tenant may have rewritten: every path
+    of the server that plans reads its spec through here), validated as `decodebench validate` does; no
+    file a client names is read, nothing on the server's disk is resolved."""
     from controller.sweep.load import parse_spec
 
-    prompts = req.spec.get("prompts")
+    prompts = spec.get("prompts") if isinstance(spec, dict) else None
     if isinstance(prompts, dict) and prompts.get("path") is not None:
         raise UsageError(
-            "prompts.path: the server reads no file a client names; send the prompts inline "
+            f"{source}: prompts.path: the server reads no file a client names; send the prompts inline "
             "(`decodebench submit --api` does)"
         )
-    spec = parse_spec(req.spec, "sweep")  # no base_dir: nothing on the server's disk is resolved
-    if req.base_dir is not None:
-        if not req.base_dir.startswith("/") or "\x00" in req.base_dir or len(req.base_dir) > 4096:
-            raise UsageError("base_dir: must be an absolute path of at most 4096 characters")
-        spec.base_dir = PurePosixPath(req.base_dir)
-    return spec
+    parsed = parse_spec(spec, source)  # no base_dir: nothing on the server's disk is resolved
+    if base_dir is not None:
+        absolute = isinstance(base_dir, str) and base_dir.startswith("/") and "\x00" not in base_dir
+        if not absolute or len(base_dir) > 4096:
+            raise UsageError(f"{source}: base_dir: must be an absolute path of at most 4096 characters")
+        parsed.base_dir = PurePosixPath(base_dir)
+    return parsed
+
+
+def stored_client_spec(stored: dict, sweep_id: str):
+    """A sweep's spec.json as `retry` plans it: with submit's checks (`client_spec`)."""
+    inner = stored.get("spec", stored)
+    return client_spec(inner, stored.get("base_dir") or None, f"stored spec of sweep {sweep_id}")
 
 
 def check_policy(ctx: Context, tenant: str, jobs: list[JobSpec]) -> None:
@@ -137,52 +150,13 @@ def check_policy(ctx: Context, tenant: str, jobs: list[JobSpec]) -> None:
             raise Forbidden(f"cell {job.cell}: {why}")
 
 
-def _admit(ctx: Context, tenant: str, sweep_id: str, todo: list[JobSpec]) -> None:
-    """Refuse, before anything is written, a submit that would take the tenant over its quota."""
-    if not todo:
-        return
-    quota = ctx.policy(tenant).quota
-    conn = ctx.conn
-    queued = state_reads.queued_jobs(conn, tenant)
-    if queued + len(todo) > quota.queued_jobs:
-        raise OverQuota(
-            f"over quota: tenant {tenant} has {queued} jobs queued, this sweep adds {len(todo)}; "
-            f"quota.queued_jobs is {quota.queued_jobs}"
-        )
-    in_flight = state_reads.sweeps_in_flight(conn, tenant)
-    if sweep_id not in in_flight and len(in_flight) >= quota.sweeps_in_flight:
-        raise OverQuota(
-            f"over quota: tenant {tenant} has {len(in_flight)} sweeps in flight; "
-            f"quota.sweeps_in_flight is {quota.sweeps_in_flight}"
-        )
-    new_bytes = sum(len(j.model_dump_json()) for j in todo)  # uncompressed: an upper bound of what is stored
-    held = state_reads.queued_payload_bytes(conn, tenant)
-    if held + new_bytes > quota.queued_bytes:
-        raise TooLarge(
-            f"over quota: tenant {tenant} holds {held / 2**20:.1f} MiB of queued payloads, this sweep adds up to "
-            f"{new_bytes / 2**20:.1f} MiB; quota.queued_mb is {quota.queued_mb:g}"
-        )
+def checked(ctx: Context, tenant: str, jobs: list[JobSpec]) -> None:
+    """What every plan of the server passes before anything is written: the tenant's policy and the cost
+    limits, then the context length where the model's files are readable here (the worker checks again)."""
+    from controller.sweep.context import check_context
 
-
-class _Locked:
-    """The tenant's submit lock for the block: concurrent submits of a tenant take turns, each
-    waiting up to the lock's lifetime; Busy (409, retry) if it is still held after that."""
-
-    POLL_S = 0.02
-
-    def __init__(self, ctx: Context, tenant: str) -> None:
-        self.ctx, self.tenant, self.owner = ctx, tenant, None
-
-    def __enter__(self) -> None:
-        deadline = time.monotonic() + self.ctx.lock_s
-        while (owner := admission.take_submit_lock(self.ctx.conn, self.tenant, self.ctx.lock_s)) is None:
-            if time.monotonic() >= deadline:
-                raise Busy(f"another submit of tenant {self.tenant} is in progress; try again", retry_after=1.0)
-            time.sleep(self.POLL_S)
-        self.owner = owner
-
-    def __exit__(self, *exc) -> None:
-        admission.release_submit_lock(self.ctx.conn, self.tenant, self.owner)
+    check_policy(ctx, tenant, jobs)
+    check_context(jobs)
 
 
 def outcome(out) -> dict[str, Any]:
@@ -202,21 +176,22 @@ def outcome(out) -> dict[str, Any]:
 def submit(ctx: Context, who: Identity, req: SubmitRequest) -> dict[str, Any]:
     from controller.launch.local import save_sweep
     from controller.launch.submit import enqueue_jobs
-    from controller.sweep.context import check_context
-    from controller.sweep.plan import plan
+    from controller.sweep.plan import plan, planned_size
+    from controller.sweep.prompts import load_prompts
 
     tenant = tenant_of(who)
     spec = parse_submission(req)
-    jobs = plan(spec, tenant)
-    check_policy(ctx, tenant, jobs)
-    check_context(jobs)  # where the model's files are readable here; the worker checks again
+    prompts = load_prompts(spec.prompts)
+    quota.precheck(ctx, tenant, *planned_size(spec, prompts))  # refused from counts before any job is built
+    jobs = plan(spec, tenant, prompts)
+    checked(ctx, tenant, jobs)
     sweep_id = jobs[0].sweep_id
 
     def admit(todo: list[JobSpec]) -> None:
-        _admit(ctx, tenant, sweep_id, todo)
+        quota.admit(ctx, tenant, sweep_id, todo, records=len(jobs))
         save_sweep(ctx.store, spec, jobs, tenant, mode="distributed")
 
-    with _Locked(ctx, tenant):
+    with quota.Locked(ctx, tenant):
         out = enqueue_jobs(
             ctx.conn,
             jobs,
@@ -236,7 +211,7 @@ def retry(ctx: Context, who: Identity, sweep: str, req: RetryRequest) -> dict[st
 
     tenant = tenant_of(who)
     sweep_id = resolve(ctx, tenant, sweep)
-    with _Locked(ctx, tenant):
+    with quota.Locked(ctx, tenant):
         out = do_retry(
             ctx.conn,
             ctx.store,
@@ -244,8 +219,9 @@ def retry(ctx: Context, who: Identity, sweep: str, req: RetryRequest) -> dict[st
             sweep_id,
             req.priority,
             key=ctx.signing_key,
-            admit=lambda todo: _admit(ctx, tenant, sweep_id, todo),
-            check=lambda jobs: check_policy(ctx, tenant, jobs),
+            admit=lambda todo: quota.admit(ctx, tenant, sweep_id, todo),
+            check=lambda jobs: checked(ctx, tenant, jobs),
+            parse=lambda stored: stored_client_spec(stored, sweep_id),
         )
     return {"tenant": tenant, **outcome(out)}
 
@@ -278,20 +254,8 @@ def _report_jobs(ctx: Context, who: Identity, sweep: str, enqueue, settings: dic
     # writing the new ones, not while the sweep is planned from the store (seconds for a large sweep)
     from controller.report.remote import Admission
 
-    hold = Admission(lock=lambda: _Locked(ctx, tenant), check=lambda n: _admit_report(ctx, tenant, n))
+    hold = Admission(lock=lambda: quota.Locked(ctx, tenant), check=lambda n: quota.admit_report(ctx, tenant, n))
     return enqueue(ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, **settings, admission=hold, memo=ctx.plans)
-
-
-def _admit_report(ctx: Context, tenant: str, new: int) -> None:
-    """Refuse, before any is written, report jobs (cells and pairs, one queue) that would take the tenant over
-    quota.queued_report_cells (a new seed or n_boot is a new set: without this, a token could fill the queue)."""
-    most = ctx.policy(tenant).quota.queued_report_cells
-    queued = state_reads.queued_report_cells(ctx.conn, tenant)
-    if queued + new > most:
-        raise OverQuota(
-            f"over quota: tenant {tenant} has {queued} report jobs queued, this report adds {new}; "
-            f"quota.queued_report_cells is {most}"
-        )
 
 
 # -- reads and cancel --------------------------------------------------------------------------
@@ -380,7 +344,14 @@ def job_log(ctx: Context, who: Identity, sweep: str | None, job: str) -> list[di
     if not ctx.store.exists(key):
         state = sweepstate.job_state(ctx.conn, tenant, sweep, job) if ctx.conn is not None else None
         raise NotFound(f"job {job} of sweep {sweep} has no log yet" + (f" (state: {state})" if state else ""))
-    return list(ctx.store.read_jsonl(key))
+    limit = int(settings.get("api_max_log_mb") * 2**20)
+    try:
+        return list(ctx.store.read_jsonl(key, limit))
+    except RecordTooLargeError:
+        raise TooLarge(
+            f"job {job} of sweep {sweep}: its log is over the server's limit of {limit / 2**20:g} MiB "
+            "(DECODEBENCH_API_MAX_LOG_MB); read it from the store"
+        ) from None
 
 
 def tenants_overview(ctx: Context, who: Identity) -> list[dict[str, Any]]:

@@ -17,7 +17,6 @@ hashed and looked up: the comparison never runs over the secret itself.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import secrets
 import threading
@@ -125,36 +124,49 @@ def parse_tokens(data, source: str, tenants: TenantsFile | None) -> TokensFile:
 
 
 class TokenStore:
-    """The tokens file, re-read when its modification time or size changes (checked at most once a second)."""
+    """The tokens file, re-read when its content changes (its sha256, checked at most once a second: an edit
+    that keeps the size and the modification time, as `cp -p` and `rsync -t` make, still takes effect)."""
+
+    MAX_BYTES = 4 * 2**20  # a tokens file is a few KiB; a larger one is refused, not read
 
     def __init__(self, path: str | Path, tenants: TenantsFile | None) -> None:
         self.path, self.tenants = Path(path), tenants
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: str | None = None
         self._by_hash: dict[str, Identity] = {}
         self._checked = 0.0
         self.reload(force=True)
 
-    def _read(self) -> TokensFile:
+    def _bytes(self) -> bytes:
+        try:
+            with self.path.open("rb") as f:
+                data = f.read(self.MAX_BYTES + 1)
+        except OSError as err:
+            raise UsageError(f"{self.path}: cannot read the tokens file: {err.strerror}") from None
+        if len(data) > self.MAX_BYTES:
+            raise UsageError(f"{self.path}: the tokens file is over {self.MAX_BYTES // 2**20} MiB; not read")
+        return data
+
+    def _parse(self, data: bytes) -> TokensFile:
         import yaml
 
         try:
-            data = yaml.safe_load(self.path.read_text())
-        except OSError as err:
-            raise UsageError(f"{self.path}: cannot read the tokens file: {err.strerror}") from None
+            parsed = yaml.safe_load(data.decode())
+        except UnicodeDecodeError as err:
+            raise UsageError(f"{self.path}: not UTF-8 (byte {err.start})") from None
         except yaml.YAMLError as err:
             raise UsageError(f"{self.path}: not valid YAML: {str(err).splitlines()[0]}") from None
-        return parse_tokens(data, str(self.path), self.tenants)
+        return parse_tokens(parsed, str(self.path), self.tenants)
 
     def reload(self, force: bool = False) -> None:
-        """Re-read the file if it changed. A file that became invalid keeps the last good tokens
+        """Re-read the file if its content changed. A file that became invalid keeps the last good tokens
         (a half-written Secret must not lock everybody out); the error is raised to be logged."""
-        st = os.stat(self.path)
-        stamp = (st.st_mtime_ns, st.st_size)
+        data = self._bytes()
+        stamp = hashlib.sha256(data).hexdigest()
         if not force and stamp == self._stamp:
             return
-        parsed = self._read()
+        parsed = self._parse(data)
         by_hash = {t.sha256: Identity(t.id, t.tenant, t.admin) for t in parsed.tokens}
         with self._lock:
             self._by_hash, self._stamp = by_hash, stamp

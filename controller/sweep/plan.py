@@ -54,6 +54,17 @@ def check_size(spec: SweepSpec, n_prompts: int) -> int:
     return count
 
 
+def planned_size(spec: SweepSpec, prompts: list[PromptItem]) -> tuple[int, int]:
+    """(the jobs `plan` makes of these prompts, the characters of their prompt texts and references: a lower
+    bound of their serialised payloads), counted without building a job: the submission server refuses an
+    over-quota sweep from these before it plans and serialises anything."""
+    runs = sum(
+        len(spec.generation.seeds) if get_strategy(s.name).stochastic else 1 for _, _, s in _cells(spec, variants(spec))
+    )
+    text = sum(len(p.prompt) + len(p.reference or "") for p in prompts)
+    return runs * -(-len(prompts) // spec.prompts.shard_size), runs * text
+
+
 _LATER_DEFAULTS = [
     ("models", "attention", "sdpa"),
     ("generation", "static_cache", False),

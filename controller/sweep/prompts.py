@@ -152,7 +152,23 @@ def _item(where: str, i: int, entry: Any) -> PromptItem:
         raise UsageError(f"{where}: `reference` must be a string or null, got {type(ref).__name__}")
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, (str, int))):
         raise UsageError(f"{where}: `id` must be a string or an integer, got {type(pid).__name__}")
+    for field, text in (("id", pid), ("prompt", prompt), ("reference", ref)):
+        _check_unicode(where, field, text)
     return PromptItem(id=str(pid) if pid not in (None, "") else f"p{i:05d}", prompt=prompt, reference=ref or None)
+
+
+def _check_unicode(where: str, field: str, text: Any) -> None:
+    """A text that is not valid Unicode (a lone surrogate, as JSON's "\\ud800" writes one) is refused here,
+    naming where, not met later by a tokenizer or an encoder."""
+    if not isinstance(text, str):
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise UsageError(
+            f"{where}: `{field}` is not valid Unicode: a lone surrogate U+{ord(text[err.start]):04X} "
+            f"at character {err.start + 1}"
+        ) from None
 
 
 def load_prompts(prompts: PromptSet) -> list[PromptItem]:

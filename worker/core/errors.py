@@ -51,6 +51,11 @@ class CorruptRecordError(StoreError):
     """A stored record that cannot be read back (truncated, not JSON, not the contract's shape)."""
 
 
+class RecordTooLargeError(CorruptRecordError):
+    """A stored object larger than its reader allows, refused before it is read (a planted file
+    costs a reader no more than the limit)."""
+
+
 class Interrupted(BaseException):
     """Raised inside a running job by its worker (not by the job): shutdown or cancel.
 

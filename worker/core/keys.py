@@ -25,7 +25,9 @@ tenant name, so they never meet a tenant's):
 
     decodebench:server:rate:<token id>:<minute>  string  requests of one token in one minute (expires)
 
-A sweep's keys expire DECODEBENCH_SWEEP_TTL_DAYS (default 30) after its last submit or retry.
+A sweep's keys expire DECODEBENCH_SWEEP_TTL_DAYS (default 30) after its last submit or retry, or go sooner
+when the tenant's quota.held_jobs makes room for a new sweep (its oldest idle sweeps are forgotten). A
+cancelled job's RQ hash loses its payload at once and expires with its canceled-registry entry (FAILURE_TTL).
 RQ queues are named `decodebench.<tenant>.<priority>` for the own engine (the Helm chart relies on
 it) and `decodebench.<tenant>.<priority>.<engine>` for another engine's jobs (`vllm`): a worker runs
 one engine and takes only its queues (docs/engines.md).

@@ -70,17 +70,38 @@ def report_key(tenant: str, sweep_id: str, filename: str) -> str:
     return f"{sweep_prefix(tenant, sweep_id)}/report/{filename}"
 
 
-# Human ratings beside the sweep: the export's key (which hidden item is which cell) and one sheet per rater.
+# Human ratings beside the sweep, one folder per round (`rate export`): its key (which hidden item is which
+# cell) and one sheet per rater. Round "0" is the layout before rounds: ratings/key.json, ratings/sheets/.
 RATINGS_KEY_FILE = "key.json"
+LEGACY_ROUND = "0"
+_ROUND = re.compile(r"^(0|[1-9][0-9]{0,8})$")
 
 
-def ratings_key(tenant: str, sweep_id: str, filename: str) -> str:
-    return f"{sweep_prefix(tenant, sweep_id)}/ratings/{filename}"
+def check_round(round_id: str) -> str:
+    """A rating round's id: a number (UsageError otherwise)."""
+    if not isinstance(round_id, str) or not _ROUND.fullmatch(round_id):
+        raise UsageError(f"rating round {round_id!r}: not a round id (a number)")
+    return round_id
 
 
-def rater_sheet_key(tenant: str, sweep_id: str, rater: str) -> str:
-    return ratings_key(tenant, sweep_id, f"sheets/{rater}.json")
+def ratings_prefix(tenant: str, sweep_id: str) -> str:
+    return f"{sweep_prefix(tenant, sweep_id)}/ratings/"
 
 
-def rater_sheets_prefix(tenant: str, sweep_id: str) -> str:
-    return ratings_key(tenant, sweep_id, "sheets/")
+def rating_rounds_prefix(tenant: str, sweep_id: str) -> str:
+    return f"{ratings_prefix(tenant, sweep_id)}rounds/"
+
+
+def rating_round_key(tenant: str, sweep_id: str, round_id: str, filename: str) -> str:
+    """A file of a rating round: its `key.json`, or `sheets/<rater>.json`."""
+    if check_round(round_id) == LEGACY_ROUND:
+        return f"{ratings_prefix(tenant, sweep_id)}{filename}"
+    return f"{rating_rounds_prefix(tenant, sweep_id)}{round_id}/{filename}"
+
+
+def rater_sheet_key(tenant: str, sweep_id: str, round_id: str, rater: str) -> str:
+    return rating_round_key(tenant, sweep_id, round_id, f"sheets/{rater}.json")
+
+
+def rater_sheets_prefix(tenant: str, sweep_id: str, round_id: str) -> str:
+    return rating_round_key(tenant, sweep_id, round_id, "sheets/")

@@ -258,6 +258,57 @@ _SETTINGS = [
         float,
         scope="controller",
     ),
+    Setting(
+        "api_max_request_items",
+        2_000_000,
+        "Most JSON values (objects, arrays, their members) a request body may hold, counted before it is parsed.",
+        int,
+        scope="controller",
+    ),
+    Setting(
+        "api_header_timeout_s",
+        10.0,
+        "Seconds a connection has to send a request's headers (from its first byte); slower ones are closed.",
+        float,
+        scope="controller",
+    ),
+    Setting("api_body_timeout_s", 60.0, "Seconds a request has to send its body (408).", float, scope="controller"),
+    Setting(
+        "api_max_connections",
+        256,
+        "Connections the server serves at once; past it a request is answered 503 at once.",
+        int,
+        scope="controller",
+    ),
+    Setting(
+        "api_openapi",
+        False,
+        "Serve the API's OpenAPI schema at /openapi.json (to a valid token only); off by default.",
+        _flag,
+        scope="controller",
+    ),
+    Setting(
+        "api_max_log_mb",
+        4.0,
+        "Largest job log (log.jsonl) the server reads for one request, in MiB; a larger one is refused (413).",
+        float,
+        scope="controller",
+    ),
+    # bounded reads of what a client could have written
+    Setting(
+        "store_max_read_mb",
+        1024.0,
+        "Largest store object any reader reads, in MiB (checked before reading it).",
+        float,
+    ),
+    Setting(
+        "report_snapshot_max_mb",
+        1024.0,
+        "Most bytes a report load inflates from a sweep's results snapshot, in MiB; entries past it are read "
+        "from the store.",
+        float,
+        scope="controller",
+    ),
     # S3
     Setting("s3_endpoint_url", None, "S3 endpoint for non-AWS services (MinIO, Ceph, ...)."),
     Setting("s3_profile", None, "AWS profile of the S3 credentials."),

@@ -6,7 +6,7 @@
         max_running: 4                 # jobs running at once, across all workers
         models: [/models/austen-tiny, gpt2@e7da7f2]  # optional: the only models (path[@revision]) its jobs may load
         trust_remote_code: false       # may its jobs run a checkpoint's own code
-        quota: {queued_jobs: 20000, queued_mb: 512, sweeps_in_flight: 20, queued_report_cells: 5000}
+        quota: {queued_jobs: 20000, queued_mb: 512, sweeps_in_flight: 20, queued_report_cells: 5000, held_jobs: 100000}
         rate_limit: 600                # requests a minute per token at the submission server
         secrets: {s3: team-a-s3}       # its S3 keys (reports read results with them)
     server: {redis_password_env: SERVER_REDIS_PASSWORD, secret: decodebench-server-redis}
@@ -83,6 +83,13 @@ class Quota(_Strict):
     sweeps_in_flight: int = Field(default=50, ge=1, description="Sweeps with jobs still queued or running.")
     queued_report_cells: int = Field(
         default=20_000, ge=1, description="Report cells (`report --distributed` map jobs) queued at once."
+    )
+    held_jobs: int = Field(
+        default=500_000,
+        ge=1,
+        description="Jobs whose state Redis keeps for it at once, in any state (its submitted sweeps'); a submit "
+        "past it first forgets the tenant's oldest sweeps with nothing queued or running (their results, logs and "
+        "specs stay in the store).",
     )
 
     @property

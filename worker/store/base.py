@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from worker.core import paths
+from worker.core import paths, settings
 from worker.core.contract import GenerationRecord, JobResult
-from worker.core.errors import CorruptRecordError, StoreError, UsageError, shown
+from worker.core.errors import CorruptRecordError, RecordTooLargeError, StoreError, UsageError, shown
 
 
 def _reason(err: ValueError) -> str:
@@ -45,7 +45,10 @@ class Store:
     read_concurrency: int = 1
 
     # -- adapter interface -------------------------------------------------------------
-    def read_bytes(self, key: str) -> bytes:
+    def read_bytes(self, key: str, limit: int | None = None) -> bytes:
+        """The object's bytes; a RecordTooLargeError, before reading it, where it holds more than `limit`
+        bytes (default DECODEBENCH_STORE_MAX_READ_MB: a tenant's planted object costs a reader that much
+        at most)."""
         raise NotImplementedError
 
     def write_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> bool:
@@ -76,12 +79,21 @@ class Store:
         self.delete(probe)
 
     # -- shared helpers ----------------------------------------------------------------
+    @staticmethod
+    def read_limit(limit: int | None) -> int:
+        """Bytes a read may return: `limit`, else DECODEBENCH_STORE_MAX_READ_MB."""
+        return int(settings.get("store_max_read_mb") * 2**20) if limit is None else limit
+
+    def too_large(self, key: str, size: int, limit: int) -> RecordTooLargeError:
+        where = f"{self.url.rstrip('/')}/{key}"
+        return RecordTooLargeError(f"{where}: {size:,} bytes or more, over the read limit of {limit:,} bytes; not read")
+
     def damaged(self, key: str, reason: str) -> CorruptRecordError:
         return CorruptRecordError(f"{self.url.rstrip('/')}/{key}: {reason}")
 
-    def read_json(self, key: str) -> Any:
+    def read_json(self, key: str, limit: int | None = None) -> Any:
         """The JSON object at `key`; a CorruptRecordError naming it if it does not parse."""
-        return self.parse_json(key, self.read_bytes(key))
+        return self.parse_json(key, self.read_bytes(key, limit))
 
     def parse_json(self, key: str, data: bytes) -> Any:
         """`data`, read from `key`, as JSON; a CorruptRecordError naming it if it does not parse."""
@@ -103,8 +115,8 @@ class Store:
             if line.strip():
                 yield n, line
 
-    def read_jsonl(self, key: str) -> Iterator[dict]:
-        for n, line in self._jsonl_lines(key, self.read_bytes(key)):
+    def read_jsonl(self, key: str, limit: int | None = None) -> Iterator[dict]:
+        for n, line in self._jsonl_lines(key, self.read_bytes(key, limit)):
             try:
                 yield json.loads(line)
             except ValueError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,11 +38,22 @@ class FileStore(Store):
             raise StoreError(f"key {key!r} escapes the directory of tenant {parts[0]!r}")
         return Path(p)
 
-    def read_bytes(self, key: str) -> bytes:
-        try:
-            return self._path(key).read_bytes()
+    def read_bytes(self, key: str, limit: int | None = None) -> bytes:
+        limit = self.read_limit(limit)
+        try:  # non-blocking: a FIFO planted under the key is refused, never waited on
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             raise StoreError(f"{self.url}/{key} does not exist") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise StoreError(f"{self.url}/{key} is not a regular file")
+            if st.st_size > limit:
+                raise self.too_large(key, st.st_size, limit)
+            data = f.read(limit + 1)  # the file may have grown since
+        if len(data) > limit:
+            raise self.too_large(key, len(data), limit)
+        return data
 
     def write_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> bool:
         target = self._path(key)

@@ -13,6 +13,7 @@ with exponential backoff for up to DECODEBENCH_S3_RETRY_S seconds (default 120).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -137,11 +138,21 @@ class S3Store(Store):
                 time.sleep(delay)
 
     # -- adapter interface -------------------------------------------------------------------
-    def read_bytes(self, key: str) -> bytes:
+    def read_bytes(self, key: str, limit: int | None = None) -> bytes:
         from botocore.exceptions import ClientError
 
+        limit = self.read_limit(limit)
+
         def get() -> bytes:
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+            reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            with contextlib.closing(reply["Body"]) as body:
+                size = reply.get("ContentLength")
+                if size is not None and size > limit:  # refused from the headers: no byte of it read
+                    raise self.too_large(key, size, limit)
+                data = body.read(limit + 1)
+            if len(data) > limit:
+                raise self.too_large(key, len(data), limit)
+            return data
 
         try:
             return self._retry(f"read {key}", get)

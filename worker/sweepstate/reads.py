@@ -326,16 +326,23 @@ def queued_payload_bytes(conn, tenant: str, chunk: int = 5000) -> int:
     return total
 
 
-def sweeps_in_flight(conn, tenant: str) -> list[str]:
-    """The tenant's live sweeps with a job still queued or running."""
+def held_sweeps(conn, tenant: str) -> list[tuple[str, int, bool]]:
+    """(sweep id, jobs its keys record, whether a job is still queued or running) of each of the tenant's
+    live sweeps, oldest first: what Redis holds for the tenant (quota.held_jobs) and which could go."""
     live = submitted_sweeps(conn, tenant)
     with conn.pipeline(transaction=False) as pipe:
         for sweep_id in live:
+            pipe.hlen(keys.sweep(tenant, sweep_id, "cells"))
             pipe.hgetall(keys.sweep(tenant, sweep_id, "counts"))
-        counts = pipe.execute()
+        replies = pipe.execute()
     busy = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
     out = []
-    for sweep_id, fields in zip(live, counts):
-        if any(keys.split_count_field(f.decode())[1] in busy and int(n) > 0 for f, n in fields.items()):
-            out.append(sweep_id)
+    for sweep_id, held, fields in zip(live, replies[::2], replies[1::2]):
+        live_jobs = any(keys.split_count_field(f.decode())[1] in busy and int(n) > 0 for f, n in fields.items())
+        out.append((sweep_id, int(held), live_jobs))
     return out
+
+
+def sweeps_in_flight(conn, tenant: str) -> list[str]:
+    """The tenant's live sweeps with a job still queued or running."""
+    return [sweep_id for sweep_id, _, busy in held_sweeps(conn, tenant) if busy]

@@ -209,6 +209,29 @@ def prune_expired_sweeps(conn, tenant: str) -> list[str]:
     return expired
 
 
+def forget_sweep(conn, tenant: str, sweep_id: str) -> int:
+    """Drop a sweep with nothing queued or running from Redis (its keys, its jobs' RQ hashes and registry
+    entries, its place in the index) to make room under the tenant's quota.held_jobs; its results, logs
+    and spec stay in the store. Returns how many jobs it recorded."""
+    from worker.core import rqadapter
+
+    k = keys.sweep_keys(tenant, sweep_id)
+    job_ids = [j.decode() for j, _ in conn.hscan_iter(k["cells"], count=CHUNK)]
+    queues = keys.tenant_queues(tenant)
+    for i in range(0, len(job_ids), CHUNK):
+        part = job_ids[i : i + CHUNK]
+        with conn.pipeline(transaction=False) as pipe:
+            pipe.delete(*(keys.rq_job_key(tenant, j) for j in part))
+            rqadapter.drop_from_registries(pipe, queues, part)
+            pipe.hdel(keys.lost(tenant), *part)
+            pipe.execute()
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.delete(*k.values())
+        pipe.zrem(keys.sweeps(tenant), sweep_id)
+        pipe.execute()
+    return len(job_ids)
+
+
 # -- running jobs: heartbeats and losses -----------------------------------------------------
 
 

@@ -256,9 +256,14 @@ def job_origins(conn, tenant: str, job_ids: list[str]) -> list[str]:
 
 def mark_canceled(pipe, tenant: str, queue_name: str, job_ids: list[str], ttl: int, at: float) -> None:
     """The jobs' hashes say canceled and they sit in the queue's canceled registry, scored as
-    CanceledJobRegistry.add scores its entries (their expiry)."""
+    CanceledJobRegistry.add scores its entries (their expiry). A cancelled job's payload is dropped
+    at once (a retry re-plans it from the stored spec and writes the hash afresh) and its hash expires
+    with its registry entry: what a cancel leaves in Redis is a few hundred bytes, for `ttl` at most."""
     for job_id in job_ids:
-        pipe.hset(keys.rq_job_key(tenant, job_id), "status", Status.CANCELED.value)
+        key = keys.rq_job_key(tenant, job_id)
+        pipe.hset(key, "status", Status.CANCELED.value)
+        pipe.hdel(key, "data")
+        pipe.expire(key, ttl)
     pipe.zadd(keys.rq_registry_key("canceled", queue_name), {job_id: at + ttl for job_id in job_ids})
 
 
