@@ -157,6 +157,10 @@ def main():
     model.generation_config = GenerationConfig(bos_token_id=eos[0], eos_token_id=eos, pad_token_id=eos[0])
     model.save_pretrained(args.out, safe_serialization=True)
     tokenizer.save_pretrained(args.out, save_jinja_files=False)  # the template in tokenizer_config.json
+    config_file = args.out / "tokenizer_config.json"  # without the loader's notes of where it read austen-tiny
+    config = {k: v for k, v in json.loads(config_file.read_text()).items() if k not in ("is_local", "local_files_only")}
+    config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    (args.out / "model.safetensors").chmod(0o644)
     prompts = chat_prompts()
     (EXAMPLES / "prompts" / "austen-chat.jsonl").write_text(
         "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts), encoding="utf-8"

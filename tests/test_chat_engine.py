@@ -105,9 +105,9 @@ def test_a_prompt_the_model_cannot_take_fails_the_job_in_one_line(runtime, tiny_
     turn = {"role": "user", "content": "Anne"}
     bad = job(tiny_model, prompts=["Anne"])
     bad = bad.model_copy(update={"prompts": [PromptItem(id="x1", prompt="Anne", messages=[turn])]})
-    with pytest.raises(PermanentJobError, match="^prompt x1, model austen-tiny: the prompt has `messages`"):
+    with pytest.raises(PermanentJobError, match="^prompt 'x1', model 'austen-tiny': the prompt has `messages`"):
         generate_job(bad, runtime)
     late = chat_job().model_copy(update={"prompts": [PromptItem(id="x2", prompt="Hi", messages=[
         {"role": "user", "content": "Hi"}, {"role": "system", "content": "Late"}])]})  # fmt: skip
-    with pytest.raises(PermanentJobError, match="^prompt x2, model austen-tiny-chat: the chat template fails"):
+    with pytest.raises(PermanentJobError, match="^prompt 'x2', model 'austen-tiny-chat': the chat template fails"):
         generate_job(late, runtime)

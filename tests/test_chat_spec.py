@@ -91,17 +91,17 @@ def test_sweeps_and_jobs_without_chat_fields_keep_their_ids_and_payloads(tmp_pat
         (
             [{"id": "q1", "messages": [{"role": "user", "content": "Hi"}]}],
             {"path": str(TINY)},
-            "prompt q1, model austen-tiny: the prompt has `messages`, but the model's tokenizer has no chat template",
+            "prompt 'q1', model 'austen-tiny': the prompt has `messages`, but the model's tokenizer has no chat template",
         ),
         (
             [{"id": "q1", "prompt": "Hi"}],
             {"path": str(TINY), "chat": True},
-            "prompt q1, model austen-tiny: chat: true, but the model's tokenizer has no chat template",
+            "prompt 'q1', model 'austen-tiny': chat: true, but the model's tokenizer has no chat template",
         ),
         (
             [{"id": "q2", "messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Late"}]}],
             None,
-            "prompt q2, model austen-tiny-chat: the chat template fails to render: the system turn must come first",
+            "prompt 'q2', model 'austen-tiny-chat': the chat template fails to render: the system turn must come first",
         ),
         (
             [{"id": "q3", "messages": [{"role": "bot", "content": "Hi"}]}],
@@ -137,7 +137,7 @@ def test_a_template_that_does_not_compile_is_refused_at_validation(tmp_path):
     config = json.loads((CHAT / "tokenizer_config.json").read_text())
     (broken / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "{% for m in messages %}"}))
     res = validate(spec_file(tmp_path, [{"id": "a", "prompt": "Hi"}], {"path": str(broken)}))
-    assert res.exit_code == 2 and "model broken-chat: its chat template does not compile" in res.output, res.output
+    assert res.exit_code == 2 and "model 'broken-chat': its chat template does not compile" in res.output, res.output
 
 
 def test_chat_false_feeds_the_raw_prompt_even_with_messages(tmp_path):

@@ -111,6 +111,19 @@ def _generation_eos(job: JobSpec) -> int | list[int] | None:
         return None
 
 
+def _end_of_turn(job: JobSpec, tokenizer, settings_: dict) -> None:
+    """A chat job's stop ids in its SamplingParams; LLM.beam_search ends only at the tokenizer's EOS, so beam
+    search is refused for a model whose turn ends elsewhere."""
+    stops = chat.stop_ids(tokenizer, _generation_eos(job))
+    if job.strategy.name != "beam":
+        settings_["stop_token_ids"] = stops
+    elif set(stops) != {tokenizer.eos_token_id}:
+        raise PermanentJobError(
+            f"refused: beam on engine vllm for chat model {job.model.label}: vLLM's beam search ends only at the "
+            "tokenizer's EOS, not at the template's end of turn"
+        )
+
+
 def _caller(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None]):
     """The call that generates a list of prompts: LLM.generate with per-generation SamplingParams, or
     LLM.beam_search for beam."""
@@ -214,8 +227,8 @@ def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResul
     ids = chat.prompt_ids(tokenizer, job)
     _check_lengths(job, loaded, ids)
     settings_ = sampling_settings(job.strategy, job.generation)
-    if chat.is_chat(tokenizer, job) and job.strategy.name != "beam":  # end of turn as well as EOS
-        settings_["stop_token_ids"] = chat.stop_ids(tokenizer, _generation_eos(job))
+    if chat.is_chat(tokenizer, job):  # a turn ends at the template's end of turn as well as at EOS
+        _end_of_turn(job, tokenizer, settings_)
     stochastic = settings_["temperature"] > 0 and job.strategy.name != "beam"
     seeds = [generation_seed(job.seed, p.id) if stochastic else None for p in job.prompts]
     outputs, timing, memory = _generate(job, loaded, settings_, seeds, runtime.device, ids)
