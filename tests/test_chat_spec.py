@@ -91,7 +91,7 @@ def test_sweeps_and_jobs_without_chat_fields_keep_their_ids_and_payloads(tmp_pat
         (
             [{"id": "q1", "messages": [{"role": "user", "content": "Hi"}]}],
             {"path": str(TINY)},
-            "prompt 'q1', model 'austen-tiny': the prompt has `messages`, but the model's tokenizer has no chat template",
+            "prompt 'q1', model 'austen-tiny': the prompt has `messages`, but the model's tokenizer has no chat",
         ),
         (
             [{"id": "q1", "prompt": "Hi"}],
