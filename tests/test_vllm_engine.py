@@ -273,3 +273,33 @@ def test_a_model_vllm_cannot_load_is_one_permanent_reason(tmp_path):
         run_job(job, store=store, runtime=Runtime("cpu"))
     assert str(err.value).startswith("engine vllm cannot load model odd: ") and "\n" not in str(err.value)
     assert not store.job_complete(job.tenant, job.sweep_id, job.job_id)
+
+
+def test_a_chat_job_feeds_vllm_the_template_ids_the_own_engine_feeds(runtime):
+    """issue 38: vLLM gets apply_chat_template's ids as token-id prompts (not its own rendering of the text), stops
+    at the end of the turn, and writes the own engine's greedy tokens. Last: it loads the chat model's LLM."""
+    from worker.core.chat import conversation
+    from worker.engine.job import generate_job as own_generate_job
+
+    model = TINY_MODEL.parent / "austen-tiny-chat"
+    data = {
+        "name": "vllm-chat",
+        "models": [{"path": str(model), "system": "You continue passages in the manner of Jane Austen."}],
+        "prompts": {"inline": [{"id": "a", "messages": [{"role": "user", "content": "Anne had been"}]}, "She was"]},
+        "strategies": [{"name": "greedy"}],
+        "generation": {"max_new_tokens": 24, "warmup": False},
+        "engines": [ENGINE],
+    }
+    (job,) = plan(parse_spec(data))
+    result, records = generate_job(job, runtime, check=False)
+    tok = AutoTokenizer.from_pretrained(model)
+    rendered = {
+        p.id: tok.apply_chat_template(conversation(p, job.model), add_generation_prompt=True, return_dict=False)
+        for p in job.prompts
+    }
+    assert result.engine["chat"]["prompt_tokens"] == {k: len(v) for k, v in rendered.items()}
+    assert result.batches[0].input_tokens == sum(len(v) for v in rendered.values())
+    _, own = own_generate_job(job.model_copy(update={"engine": None}), runtime)
+    assert [r.token_ids for r in records] == [r.token_ids for r in own]
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert all(r.token_ids[-1] == im_end for r in records if r.stop_reason == "eos") and "<|im" not in records[0].text

@@ -6,7 +6,8 @@ after it has been loaded, and would be retried: the check refuses such a sweep b
 job exists. It reads the model directory's `config.json` and, where there is one, its fast
 tokenizer (`tokenizer.json`, with the `tokenizers` library: no torch). A hub id, or a path
 that only the workers can see, is checked by the worker before it allocates anything
-(`worker.core.policy.context_refusal`, the same rule).
+(`worker.core.policy.context_refusal`, the same rule). A chat model's prompts are measured as its
+template renders them, and a prompt the template cannot take is refused here (controller.sweep.chat).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from worker.core.contract import JobSpec, PromptItem
+from controller.sweep.chat import rendered_prompts
+from worker.core.contract import JobSpec
 from worker.core.errors import UsageError
 
 
@@ -26,8 +28,9 @@ def _read_config(path: str) -> dict | None:
     return config if isinstance(config, dict) else None
 
 
-def _longest_prompt(path: str, prompts: list[PromptItem]) -> int:
-    """Tokens of the longest prompt under the model's fast tokenizer; 0 where it cannot be read here."""
+def _longest_prompt(path: str, texts: list[str], special: bool) -> int:
+    """Tokens of the longest prompt under the model's fast tokenizer; 0 where it cannot be read here.
+    `special`: add the tokenizer's special tokens (a raw prompt; a rendered chat template holds its own)."""
     file = Path(path) / "tokenizer.json"
     try:
         from tokenizers import Tokenizer
@@ -35,23 +38,26 @@ def _longest_prompt(path: str, prompts: list[PromptItem]) -> int:
         tokenizer = Tokenizer.from_file(str(file))
     except Exception:  # not installed, no such file, or a file tokenizers cannot read (its own error type)
         return 0
-    encodings = tokenizer.encode_batch([p.prompt for p in prompts], add_special_tokens=True)
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=special)
     return max((len(e.ids) for e in encodings), default=0)
 
 
 def check_context(jobs: list[JobSpec]) -> None:
-    """UsageError naming the first model whose positions the longest prompt plus max_new_tokens exceed."""
+    """UsageError naming the first model whose positions the longest prompt plus max_new_tokens exceed, or
+    a prompt its chat template cannot take (controller.sweep.chat)."""
     from worker.core import policy
 
-    models = {j.model.path: j.model for j in jobs}.values()
+    models = {j.model.label: j.model for j in jobs}.values()
     prompts = list({p.id: p for j in jobs for p in j.prompts}.values())
     max_new_tokens = jobs[0].generation.max_new_tokens
     for model in models:
+        rendered = rendered_prompts(model, prompts)
         config = _read_config(model.path)
         positions = policy.model_positions(config) if config else None
         if positions is None:
             continue
-        longest = _longest_prompt(model.path, prompts)
+        texts = [p.prompt for p in prompts] if rendered is None else rendered
+        longest = _longest_prompt(model.path, texts, special=rendered is None)
         why = policy.context_refusal(positions, longest, max_new_tokens, model.label)
         if why:
             raise UsageError(f"generation.max_new_tokens: {why}")

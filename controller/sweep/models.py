@@ -66,10 +66,10 @@ class PromptSet(_Strict):
     path: str | None = Field(
         default=None,
         description="JSONL or CSV file (relative to the spec file) with fields `prompt`, "
-        "optional `reference` and `id`.",
+        "optional `reference` and `id`; for chat models `messages` ([{role, content}]) or a `system` column.",
     )
     inline: list[str | PromptItem] | None = Field(
-        default=None, description="Prompts written in the spec: strings or {id, prompt, reference} objects."
+        default=None, description="Prompts written in the spec: strings or {id, prompt, reference, messages} objects."
     )
     limit: int | None = Field(default=None, ge=1, description="Use only the first N prompts.")
     shard_size: int = Field(

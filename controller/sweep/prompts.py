@@ -20,13 +20,14 @@ from typing import Any
 
 from controller.sweep.models import PromptSet
 from worker.core import settings
+from worker.core.chatformat import CHAT_ROLES
 from worker.core.contract import PromptItem
 from worker.core.errors import UsageError, short, shown
 
 CHUNK = 1 << 16
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _ENCODINGS = "prompt files must be UTF-8, UTF-8 with a BOM or UTF-16 with a BOM"
-FIELDS = ("id", "prompt", "reference")
+FIELDS = ("id", "prompt", "reference", "messages", "system")
 
 
 def sniff_encoding(head: bytes) -> tuple[str, int]:
@@ -133,6 +134,37 @@ def _csv(path: Path, name: str) -> Iterator[tuple[str, Any]]:
         csv.field_size_limit(old_limit)
 
 
+def _messages(where: str, messages: Any, system: Any, prompt: Any) -> list[dict[str, str]] | None:
+    """The item's conversation, checked: its `messages`, or a `system` column with the prompt as the user's
+    turn; None for a plain prompt."""
+    if system is not None and not isinstance(system, str):
+        raise UsageError(f"{where}: `system` must be a string, got {type(system).__name__}")
+    if messages is None:
+        if system is None:
+            return None
+        if not isinstance(prompt, str):
+            raise UsageError(f"{where}: a `system` prompt needs a `prompt` (the user's turn)")
+        return [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+    if system is not None:
+        raise UsageError(f"{where}: give `system` or `messages`, not both (put the system turn in `messages`)")
+    if not isinstance(messages, list):
+        raise UsageError(f"{where}: `messages` must be a list of {{role, content}}, got {type(messages).__name__}")
+    if not messages:
+        raise UsageError(f"{where}: `messages` is an empty conversation")
+    for k, m in enumerate(messages):
+        if not isinstance(m, dict) or set(m) != {"role", "content"}:
+            raise UsageError(f"{where}: messages[{k}] must be an object with exactly `role` and `content`")
+        if m["role"] not in CHAT_ROLES:
+            raise UsageError(
+                f"{where}: messages[{k}]: unknown role {short(str(m['role']), 40)} (valid: {', '.join(CHAT_ROLES)})"
+            )
+        if not isinstance(m["content"], str):
+            raise UsageError(f"{where}: messages[{k}].content must be a string, got {type(m['content']).__name__}")
+    if prompt is None and not any(m["role"] == "user" for m in messages):
+        raise UsageError(f"{where}: `messages` has no user turn (and the item no `prompt`)")
+    return messages
+
+
 def _item(where: str, i: int, entry: Any) -> PromptItem:
     if isinstance(entry, PromptItem):
         entry = entry.model_dump()
@@ -146,6 +178,9 @@ def _item(where: str, i: int, entry: Any) -> PromptItem:
     prompt, ref, pid = entry.get("prompt"), entry.get("reference"), entry.get("id")
     if prompt is not None and not isinstance(prompt, str):
         raise UsageError(f"{where}: `prompt` must be a string, got {type(prompt).__name__}")
+    messages = _messages(where, entry.get("messages"), entry.get("system"), prompt)
+    if prompt is None and messages is not None:
+        prompt = next(m["content"] for m in reversed(messages) if m["role"] == "user")
     if not prompt or not prompt.strip():
         raise UsageError(f"{where}: item {i} has no `prompt`")
     if ref is not None and not isinstance(ref, str):
@@ -154,7 +189,10 @@ def _item(where: str, i: int, entry: Any) -> PromptItem:
         raise UsageError(f"{where}: `id` must be a string or an integer, got {type(pid).__name__}")
     for field, text in (("id", pid), ("prompt", prompt), ("reference", ref)):
         _check_unicode(where, field, text)
-    return PromptItem(id=str(pid) if pid not in (None, "") else f"p{i:05d}", prompt=prompt, reference=ref or None)
+    for k, m in enumerate(messages or []):
+        _check_unicode(where, f"messages[{k}].content", m["content"])
+    pid = str(pid) if pid not in (None, "") else f"p{i:05d}"
+    return PromptItem(id=pid, prompt=prompt, reference=ref or None, messages=messages)
 
 
 def _check_unicode(where: str, field: str, text: Any) -> None:

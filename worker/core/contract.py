@@ -9,8 +9,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
+from worker.core.chatformat import ChatMessage, template_variables
 from worker.core.engines import EngineSpec
 
 SCHEMA_VERSION = 1
@@ -47,6 +48,16 @@ class JobStatus(str, Enum):
     CANCELLED = "cancelled"
 
 
+def _without_unset(data: Any, defaults: dict[str, Any]) -> Any:
+    """A serialised model without the fields added after results existed while they hold their defaults: the
+    same payloads, signatures, sweep ids and result.json as before those fields."""
+    if isinstance(data, dict):
+        for key, default in defaults.items():
+            if key in data and data[key] == default:
+                del data[key]
+    return data
+
+
 class ModelSpec(Strict):
     """A causal language model to load with AutoModelForCausalLM."""
 
@@ -69,6 +80,28 @@ class ModelSpec(Strict):
         description="Attention kernels: sdpa (torch's scaled_dot_product_attention; eager where the model has no "
         "SDPA support, recorded in the result) or eager.",
     )
+    chat: bool | Literal["auto"] = Field(
+        default="auto",
+        description="Render each prompt with the tokenizer's chat template (docs/tasks.md): auto, where the tokenizer "
+        "has one; true (a model without a template is refused); false, the raw prompt text.",
+    )
+    system: str | None = Field(
+        default=None,
+        description="System prompt put first in every conversation that has none of its own (chat models only).",
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra variables passed to the chat template, e.g. {enable_thinking: false} (chat models only).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_default_chat(self, handler):
+        return _without_unset(handler(self), {"chat": "auto", "system": None, "chat_template_kwargs": {}})
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return template_variables(v)
 
     @field_validator("path")
     @classmethod
@@ -91,8 +124,37 @@ class StrategySpec(Strict):
 
 class PromptItem(Strict):
     id: str = Field(description="Stable prompt id, unique within the prompt set.")
-    prompt: str = Field(description="The text the model continues.")
+    prompt: str = Field(
+        description="The text the model continues; for a chat model without `messages`, the user's turn. With "
+        "`messages` and no `prompt`, the last user turn (what reports show)."
+    )
     reference: str | None = Field(default=None, description="A reference continuation, if the prompt set has one.")
+    messages: list[ChatMessage] | None = Field(
+        default=None,
+        description="The conversation a chat model's template renders (OpenAI chat format: [{role, content}]); "
+        "only for models with a chat template.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prompt_from_messages(cls, data: Any) -> Any:
+        """With `messages` and no `prompt`: the last user turn is the prompt reports show."""
+        if isinstance(data, dict) and data.get("prompt") is None and isinstance(data.get("messages"), list):
+            turns = [m.get("content") for m in data["messages"] if isinstance(m, dict) and m.get("role") == "user"]
+            if turns and isinstance(turns[-1], str):
+                data = {**data, "prompt": turns[-1]}
+        return data
+
+    @field_validator("messages")
+    @classmethod
+    def _a_conversation(cls, v: list[ChatMessage] | None) -> list[ChatMessage] | None:
+        if v is not None and not v:
+            raise ValueError("an empty conversation")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _without_plain_fields(self, handler):
+        return _without_unset(handler(self), {"messages": None})
 
 
 class GenerationSettings(Strict):

@@ -32,6 +32,7 @@ from worker.core.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
 from worker.core.errors import PermanentJobError
 from worker.core.logs import job_context
 from worker.core.policy import context_refusal, model_positions
+from worker.engine import chat
 from worker.engine import generate as gen
 from worker.engine.batching import AutoBatch, auto_groups, buckets, cut
 from worker.engine.device import device_info, resolve_device
@@ -239,7 +240,9 @@ def plan_job(job: JobSpec, runtime: Runtime, lm: LoadedModel) -> Plan:
     assistant = job.strategy.params.get("assistant") if get_strategy(job.strategy.name).kind is Kind.ASSISTED else None
     draft = runtime.cache.get(ModelSpec(path=assistant, dtype=job.model.dtype), runtime.device) if assistant else None
     plan = configure(lm, job.strategy, job.generation, draft)
-    ids = lm.tokenizer([p.prompt for p in job.prompts])["input_ids"]
+    ids = chat.prompt_ids(lm.tokenizer, job)  # raw text, or the chat template rendered once
+    if chat.is_chat(lm.tokenizer, job):  # a turn ends at the template's end of turn as well as at EOS
+        plan.config.eos_token_id = chat.stop_ids(lm.tokenizer, plan.config.eos_token_id)
     plan = dataclasses.replace(plan, prompt_ids={p.id: row for p, row in zip(job.prompts, ids)})
     longest = max((len(row) for row in ids), default=0)
     for m in (lm, draft) if draft is not None else (lm,):  # before any allocation: no position past the end
@@ -332,6 +335,8 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         notes=notes,
         engine=engine_record(lm, plan, runtime, [part for _, part in outputs]),
     )
+    if (rendered := chat.chat_record(lm.tokenizer, job, plan.prompt_ids)) is not None:
+        result.engine["chat"] = rendered
     return result, records
 
 

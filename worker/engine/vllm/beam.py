@@ -12,15 +12,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 
-def beam_outputs(llm, prompts: list[str], num_beams: int, max_tokens: int, length_penalty: float) -> list:
+def beam_outputs(llm, prompts: list[dict], num_beams: int, max_tokens: int, length_penalty: float) -> list:
+    """`prompts`: token-id prompts ({"prompt_token_ids": ...}), as the job feeds every vLLM call."""
     from vllm.sampling_params import BeamSearchParams
 
     params = BeamSearchParams(beam_width=num_beams, max_tokens=max_tokens, length_penalty=length_penalty)
-    results = llm.beam_search([{"prompt": p} for p in prompts], params)
+    results = llm.beam_search(prompts, params)
     tokenizer = llm.get_tokenizer()
     out = []
     for prompt, result in zip(prompts, results):
-        prompt_ids = tokenizer(prompt)["input_ids"]
+        prompt_ids = list(prompt["prompt_token_ids"])
         best = result.sequences[0]
         ids = list(best.tokens)[len(prompt_ids) :]
         eos = tokenizer.eos_token_id

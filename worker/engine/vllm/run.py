@@ -24,6 +24,7 @@ from worker.core import settings
 from worker.core.contract import BatchTiming, GenerationRecord, JobResult, JobSpec
 from worker.core.errors import PermanentJobError
 from worker.core.policy import context_refusal
+from worker.engine import chat
 from worker.engine.sampling import generation_seed
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.engine.vllm.beam import beam_outputs
@@ -92,13 +93,35 @@ def _timing(outputs, submitted: float, returned: float, n_seqs: int) -> BatchTim
     )
 
 
-def _check_lengths(job: JobSpec, loaded: LoadedLLM) -> None:
-    tokenizer = loaded.llm.get_tokenizer()
-    longest = max((len(tokenizer(p.prompt)["input_ids"]) for p in job.prompts), default=0)
+def _check_lengths(job: JobSpec, loaded: LoadedLLM, ids: list[list[int]]) -> None:
+    longest = max((len(row) for row in ids), default=0)
     limit = loaded.llm.llm_engine.vllm_config.model_config.max_model_len
     why = context_refusal(limit, longest, job.generation.max_new_tokens, job.model.label)
     if why:
         raise PermanentJobError(f"engine vllm (max_model_len {limit}): {why}")
+
+
+def _generation_eos(job: JobSpec) -> int | list[int] | None:
+    """The EOS list of the model's generation config (None where it has none)."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(job.model.path, revision=job.model.revision).eos_token_id
+    except OSError:  # no generation_config.json
+        return None
+
+
+def _end_of_turn(job: JobSpec, tokenizer, settings_: dict) -> None:
+    """A chat job's stop ids in its SamplingParams; LLM.beam_search ends only at the tokenizer's EOS, so beam
+    search is refused for a model whose turn ends elsewhere."""
+    stops = chat.stop_ids(tokenizer, _generation_eos(job))
+    if job.strategy.name != "beam":
+        settings_["stop_token_ids"] = stops
+    elif set(stops) != {tokenizer.eos_token_id}:
+        raise PermanentJobError(
+            f"refused: beam on engine vllm for chat model {job.model.label}: vLLM's beam search ends only at the "
+            "tokenizer's EOS, not at the template's end of turn"
+        )
 
 
 def _caller(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None]):
@@ -111,9 +134,11 @@ def _caller(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | 
     return lambda prompts, n: loaded.llm.generate(prompts, params[:n], use_tqdm=False)
 
 
-def _generate(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None], device):
+def _generate(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None], device, ids):
+    """The shard on vLLM, fed the token ids the own engine is fed (worker.engine.chat: raw text tokenised,
+    or the chat template rendered once) as token-id prompts."""
     call = _caller(job, loaded, settings_, seeds)
-    prompts = [p.prompt for p in job.prompts]
+    prompts = [{"prompt_token_ids": row} for row in ids]
     if job.generation.warmup:
         call(prompts[:1], 1)
     energy = EnergyCounter(device)
@@ -198,11 +223,15 @@ def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResul
     that needs only the generations (a test of reproducibility) passes False."""
     started = _now()
     loaded = _cache(runtime).get(job.model, job.engine, runtime.device.type, filters=job.strategy.name in KINDS)
-    _check_lengths(job, loaded)
+    tokenizer = loaded.llm.get_tokenizer()
+    ids = chat.prompt_ids(tokenizer, job)
+    _check_lengths(job, loaded, ids)
     settings_ = sampling_settings(job.strategy, job.generation)
+    if chat.is_chat(tokenizer, job):  # a turn ends at the template's end of turn as well as at EOS
+        _end_of_turn(job, tokenizer, settings_)
     stochastic = settings_["temperature"] > 0 and job.strategy.name != "beam"
     seeds = [generation_seed(job.seed, p.id) if stochastic else None for p in job.prompts]
-    outputs, timing, memory = _generate(job, loaded, settings_, seeds, runtime.device)
+    outputs, timing, memory = _generate(job, loaded, settings_, seeds, runtime.device, ids)
     records = _records(job, outputs, seeds)
     notes = []
     if job.generation.batch_size != "auto" and job.generation.batch_size != timing.batch_size:
@@ -221,6 +250,8 @@ def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResul
         notes=notes,
         engine=_engine_record(job, loaded, settings_, timing),
     )
+    if (rendered := chat.chat_record(tokenizer, job, {p.id: row for p, row in zip(job.prompts, ids)})) is not None:
+        result.engine["chat"] = rendered
     checked = distribution_check(job, loaded.llm, settings_) if check else None  # after the timing
     result.engine["distribution_check"] = checked
     return result, records

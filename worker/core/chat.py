@@ -1,0 +1,58 @@
+"""Chat models: which prompts a model's chat template renders, and the conversation it renders.
+
+One home for the rules both planes apply (docs/tasks.md, "Chat models"): `decodebench validate`,
+`run` and the submission server check them where a model's files can be read
+(controller.sweep.chat), and the engine again before it renders (worker.engine.chat).
+
+- `uses_chat(model, has_template)`: `chat: auto` renders where the tokenizer has a template;
+  `true` and `false` say so;
+- `chat_refusal(model, has_template, item)`: one line naming the prompt and the model, or None:
+  `chat: true` for a model without a template, `messages` for a `chat: auto` model without one
+  (`chat: false` is the explicit choice of the raw `prompt`: the item's, or its last user turn);
+- `conversation(item, model)`: the messages rendered: the item's own, or its prompt as the user's
+  turn, the model's `system` first where the conversation has no system turn;
+- `template_sha256(template)`: the template's hash, recorded in result.json.
+
+Light: no transformers, no jinja.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from worker.core.contract import ModelSpec, PromptItem
+from worker.core.errors import short
+
+
+def uses_chat(model: ModelSpec, has_template: bool) -> bool:
+    """Whether the model's prompts are rendered with its chat template."""
+    return has_template if model.chat == "auto" else bool(model.chat)
+
+
+def chat_refusal(model: ModelSpec, has_template: bool, item: PromptItem) -> str | None:
+    """Why `item` cannot be given to `model` (one line naming both), or None."""
+    where = f"prompt {short(item.id)}, model {short(model.label)}"
+    if model.chat is True and not has_template:
+        return f"{where}: chat: true, but the model's tokenizer has no chat template"
+    if item.messages is not None and model.chat == "auto" and not has_template:
+        return (
+            f"{where}: the prompt has `messages`, but the model's tokenizer has no chat template "
+            "(chat: false feeds it the raw `prompt`)"
+        )
+    return None
+
+
+def conversation(item: PromptItem, model: ModelSpec) -> list[dict[str, str]]:
+    """The messages the template renders for `item` on `model`."""
+    if item.messages is not None:
+        messages = [m.model_dump() for m in item.messages]
+    else:
+        messages = [{"role": "user", "content": item.prompt}]
+    if model.system is not None and not any(m["role"] == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": model.system})
+    return messages
+
+
+def template_sha256(template: str) -> str:
+    """sha256 of the template's text, as result.json records it."""
+    return hashlib.sha256(template.encode()).hexdigest()

@@ -1,0 +1,86 @@
+"""A job's prompts as token ids, rendered once: raw text, or a chat model's template (docs/tasks.md).
+
+`prompt_ids(tok, job)` tokenises the shard's prompts once for the whole job: a model that takes raw
+prompts gets the tokenizer's ids of each prompt's text, as before chat models; a chat model
+(worker.core.chat: `chat: auto` with a template, or `chat: true`) gets
+`tokenizer.apply_chat_template(conversation, add_generation_prompt=True)`'s ids, the model's
+`chat_template_kwargs` passed to the template. Both engines feed these very ids (vLLM as token-id
+prompts), every strategy the same. A prompt the model cannot take fails the job permanently in one
+line naming the prompt and the model (validation refuses it first where the model's files are
+readable there: controller.sweep.chat).
+
+`stop_ids(tok, eos)`: a chat model's generation ends at its template's end of turn as well as at EOS:
+the generation config's EOS list (e.g. Llama 3's `<|eot_id|>`, ChatML's `<|im_end|>`) and the
+tokenizer's EOS token together.
+
+`chat_record(tok, job, ids)`: what result.json's `engine.chat` records: the template's sha256, the
+system prompt and template variables, and each rendered prompt's token count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.core.chat import chat_refusal, conversation, template_sha256, uses_chat
+from worker.core.contract import JobSpec
+from worker.core.errors import PermanentJobError, short
+
+
+def _template(tok) -> str | None:
+    template = getattr(tok, "chat_template", None)
+    if isinstance(template, dict):  # named templates: apply_chat_template uses "default"
+        template = template.get("default")
+    return template if isinstance(template, str) and template else None
+
+
+def is_chat(tok, job: JobSpec) -> bool:
+    """Whether the job's prompts are rendered with the model's chat template (`tok`: its tokenizer)."""
+    return uses_chat(job.model, _template(tok) is not None)
+
+
+def prompt_ids(tok, job: JobSpec) -> list[list[int]]:
+    """Each of the shard's prompts as the token ids the model is fed, in the shard's order (`tok`: the model's
+    tokenizer, transformers' own or the one vLLM holds)."""
+    has_template = _template(tok) is not None
+    for item in job.prompts:
+        if why := chat_refusal(job.model, has_template, item):
+            raise PermanentJobError(why)
+    if not uses_chat(job.model, has_template):
+        return tok([p.prompt for p in job.prompts])["input_ids"]
+    rows = []
+    for item in job.prompts:
+        try:
+            ids = tok.apply_chat_template(
+                conversation(item, job.model),
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **job.model.chat_template_kwargs,
+            )
+        except Exception as err:  # jinja's TemplateError (raise_exception), a sandbox refusal, a type error
+            raise PermanentJobError(
+                f"prompt {short(item.id)}, model {short(job.model.label)}: the chat template fails to render: "
+                f"{short(str(err), 160)}"
+            ) from None
+        rows.append(list(ids))
+    return rows
+
+
+def stop_ids(tok, eos: int | list[int] | None) -> list[int]:
+    """The generation config's EOS list (`eos`) with the tokenizer's EOS token: every end of a chat model's turn."""
+    ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    extra = tok.eos_token_id
+    return ids + [extra] if isinstance(extra, int) and extra not in ids else ids
+
+
+def chat_record(tok, job: JobSpec, ids: dict[str, list[int]]) -> dict[str, Any] | None:
+    """result.json's `engine.chat` for a chat job (None for raw prompts)."""
+    template = _template(tok)
+    if not uses_chat(job.model, template is not None):
+        return None
+    return {
+        "template_sha256": template_sha256(template),
+        "system": job.model.system,
+        "template_kwargs": job.model.chat_template_kwargs,
+        "prompt_tokens": {p.id: len(ids[p.id]) for p in job.prompts},
+    }
