@@ -26,6 +26,7 @@ import structlog
 import worker
 from worker.core import settings
 from worker.core.contract import BatchTiming, GenerationRecord, JobResult, JobSpec
+from worker.core.engines import engine_refusal
 from worker.core.errors import PermanentJobError
 from worker.core.policy import context_refusal
 from worker.engine.sampling import generation_seed
@@ -211,6 +212,9 @@ def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResul
     `check`: run the report's distribution check where the job wants one (`selfcheck.wanted`); a caller
     that needs only the generations (a test of reproducibility) passes False."""
     started = _now()
+    why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation, job.strategy.best_of)
+    if why:  # before vLLM starts: a pair it lacks is never run as something else
+        raise PermanentJobError(why)
     loaded = _cache(runtime).get(job.model, job.engine, runtime.device.type, filters=job.strategy.name in KINDS)
     _check_lengths(job, loaded)
     settings_ = sampling_settings(job.strategy, job.generation)
