@@ -114,6 +114,30 @@ def test_seeded_sampling_is_reproducible_across_runs_and_batch_compositions(runt
     assert len({tuple(r.token_ids) for r in first.values()}) > 1
 
 
+def test_samples_are_vllms_parallel_sampling_each_with_its_seed(runtime):
+    """`samples: 3` is SamplingParams(n=3): three records a prompt, sample i seeded with the prompt's seed + i (as
+    vLLM seeds its child requests), sample 0 the generation of the same job without samples, reproducible with
+    other prompts beside it; best_of is refused on vLLM in one line."""
+    few = HELD_OUT[:4]
+    (plain,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}}], prompts=few)
+    (sampled,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}, "samples": 3}], prompts=few)
+    _, alone = texts(plain, runtime, check=False)
+    result, records = generate_job(sampled, runtime, check=False)
+    assert result.engine["sampling_params"]["n"] == 3 and result.provenance["samples"] == 3
+    assert [(r.prompt_id, r.sample) for r in records] == [(p["id"], i) for p in few for i in range(3)]
+    for r in records:
+        assert r.seed == alone[r.prompt_id].seed + r.sample
+        if r.sample == 0:
+            assert r.token_ids == alone[r.prompt_id].token_ids
+    assert all(len({tuple(r.token_ids) for r in records if r.prompt_id == p["id"]}) > 1 for p in few)
+    (part,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}, "samples": 3}], prompts=[few[2]])
+    _, again = generate_job(part, runtime, check=False)
+    assert [r.token_ids for r in again] == [r.token_ids for r in records if r.prompt_id == few[2]["id"]]
+    (best,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}, "samples": 3, "best_of": "model"}], prompts=few)
+    with pytest.raises(PermanentJobError, match="best_of on engine vllm"):
+        generate_job(best, runtime)
+
+
 def test_stop_strings_cut_the_text_before_them(runtime):
     (job,) = jobs_of([{"name": "greedy"}], stop=[","])
     _, records = texts(job, runtime)

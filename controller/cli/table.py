@@ -59,7 +59,8 @@ def summary_columns(summary: pd.DataFrame) -> dict[str, list[str]]:
         "strategy": [terminal(variant_label(r, varying)) for _, r in summary.iterrows()],
     }
     for c in CONCISE:
-        if c in ("model", "strategy", "params") or c not in summary.columns or not summary[c].notna().any():
+        shown = ("model", "strategy", "params", "samples", "best_of")  # the variant's label says its samples
+        if c in shown or c not in summary.columns or not summary[c].notna().any():
             continue
         cols[SHORT.get(c, c)] = _column(summary, c, c not in COUNTS, num)
     return cols

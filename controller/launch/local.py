@@ -132,7 +132,7 @@ def check_engines(jobs: list[JobSpec]) -> None:
     """A UsageError naming the first strategy x engine pair that cannot run exactly, or an engine not installed
     in this environment (with how to install it); before anything is written."""
     for job in jobs:
-        why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation)
+        why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation, job.strategy.best_of)
         if why:
             raise UsageError(why)
     if any(j.engine is not None and j.engine.name == VLLM_ENGINE for j in jobs) and not importlib.util.find_spec(

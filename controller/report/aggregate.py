@@ -49,6 +49,8 @@ EXTRA_SPEED_COLUMNS = [
 ]  # fmt: skip
 COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs", *MAUVE_COLUMNS]
 KEY_COLUMNS = ["model", "strategy", "params"]
+# a variant's samples and best_of (docs/sweeps.md#samples): columns only where a cell has samples
+SAMPLES_COLUMNS = ["samples", "best_of"]
 REFERENCE = "reference"
 
 
@@ -119,7 +121,7 @@ def load_sweep(
         spec = {}
     results: list[JobResult | JobInfo] = []
     generations: list[GenerationRecord] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, int]] = set()
     compact = Compactor()
     job_ids, each = snapshot.complete_jobs(store, tenant, sweep_id, with_generations, versions)
     tick = progress or (lambda what, done, total: None)
@@ -132,7 +134,7 @@ def load_sweep(
         result, records = loaded
         results.append(result if with_generations else compact(result))
         for record in records:
-            key = (job_id, record.prompt_id)
+            key = (job_id, record.prompt_id, record.sample)  # a prompt's samples are generations of their own
             if key not in seen:
                 seen.add(key)
                 generations.append(record)
@@ -242,6 +244,7 @@ def _tasks(data: SweepData, store_url: str | None, settings: Settings) -> list[C
             "n_jobs": len(results),
             "cell": cell,
             **engine_row(job, results),
+            **({"samples": job.strategy.samples, "best_of": job.strategy.best_of} if job.strategy.samples else {}),
         }
         records = records_by_cell.get(cell, []) if records_by_cell is not None else None
         where = (store_url, data.tenant, data.sweep_id) if store_url else None
@@ -383,14 +386,16 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
     )
     if engines:  # only where another engine ran: every other report keeps its columns
         columns = columns[:3] + [ENGINE_COLUMN] + columns[3:] + TRAILING
+    if any(row.get("samples") for row in rows):  # likewise only where a cell has samples
+        columns = columns[:3] + SAMPLES_COLUMNS + columns[3:]
     if with_ci:
         columns += [f"{m}_ci_{side}" for m in QUALITY_COLUMNS + extra_metrics for side in ("low", "high")]
         columns += comparison_columns(QUALITY_COLUMNS + extra_metrics)
     frame = pd.DataFrame(rows).reindex(columns=columns)
     for col in columns:
-        if col in COUNT_COLUMNS:
+        if col in COUNT_COLUMNS or col == "samples":
             frame[col] = frame[col].astype("Int64")
-        elif col not in ("model", "strategy", "params", "memory_kind", "cell", "baseline", ENGINE_COLUMN):
+        elif col not in ("model", "strategy", "params", "memory_kind", "cell", "baseline", ENGINE_COLUMN, "best_of"):
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
         else:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
@@ -399,5 +404,5 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
 
 def metric_columns(summary: pd.DataFrame) -> list[str]:
     """The quality-metric columns of a summary (DESIGN's, then extra registered ones)."""
-    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS + SPREAD_COLUMNS)
+    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS + SPREAD_COLUMNS + SAMPLES_COLUMNS)
     return [c for c in summary.columns if c not in skip and "_ci_" not in c and not is_comparison_column(c)]

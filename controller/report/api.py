@@ -60,8 +60,8 @@ def load_generations(sweep: str, store: Store | str | None = None, tenant: str =
     """Every generation of the sweep's complete jobs, once each: one row per generation.
 
     Columns are generations.jsonl's fields (job_id, cell, model, strategy, params, seed,
-    job_seed, prompt_id, prompt, reference, text, token_ids, n_new_tokens, stop_reason,
-    batch, nll_sum, nll_count).
+    job_seed, prompt_id, sample, best_of, prompt, reference, text, token_ids, n_new_tokens, stop_reason,
+    batch, nll_sum, nll_count, ...): a variant's samples are rows of their own, a prompt's `sample` 0 to n - 1.
     """
     st = _open(store)
     data = load_sweep(st, tenant, st.resolve_sweep(tenant, sweep))

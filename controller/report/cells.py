@@ -145,8 +145,8 @@ def cell_records(task: CellTask) -> tuple[list[GenerationRecord], list[str]]:
             damaged.append(str(loaded))
             continue
         for g in loaded:
-            if (g.job_id, g.prompt_id) not in seen:
-                seen.add((g.job_id, g.prompt_id))
+            if (g.job_id, g.prompt_id, g.sample) not in seen:  # a prompt's samples are generations of their own
+                seen.add((g.job_id, g.prompt_id, g.sample))
                 records.append(g)
     return records, damaged
 
@@ -155,7 +155,7 @@ def run_cell(task: CellTask, selected: Sequence[tuple[str, Metric]], settings: S
     """The map: one cell's row (counts, quality, intervals), its paired statistics and its examples."""
     loaded, damaged = cell_records(task)
     rank = task.prompt_rank
-    records = sorted(loaded, key=lambda g: (rank.get(g.prompt_id, len(rank)), g.prompt_id, g.job_seed))
+    records = sorted(loaded, key=lambda g: (rank.get(g.prompt_id, len(rank)), g.prompt_id, g.job_seed, g.sample))
     row = dict(task.row)
     if task.units is not None:  # the bootstrap of tokens/s over batches, here in the map, not on the controller
         row |= rate_interval(task.units, task.cell, n_boot=settings.n_boot, seed=settings.seed)

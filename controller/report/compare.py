@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from controller.report.aggregate import KEY_COLUMNS
+from controller.report.aggregate import KEY_COLUMNS, SAMPLES_COLUMNS
 from controller.report.paired import is_comparison_column
 
 
@@ -28,6 +28,11 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
         for s in (a, b):
             s["engine"] = s["engine"].fillna("decodebench") if "engine" in s.columns else "decodebench"
         keys.append("engine")
+    for column in SAMPLES_COLUMNS:  # a variant with samples is a cell of its own (docs/sweeps.md#samples)
+        if column in a.columns or column in b.columns:
+            for s in (a, b):
+                s[column] = s[column].astype(object).where(s[column].notna(), "") if column in s.columns else ""
+            keys.append(column)
     shared = [
         c
         for c in a.columns

@@ -19,6 +19,8 @@ CONCISE = [
     "model",
     "strategy",
     "params",
+    "samples",  # only where a cell has samples (docs/sweeps.md#samples); all-empty columns are dropped
+    "best_of",
     "n_generations",
     "tokens_per_s",
     "latency_ms_p50",
@@ -64,7 +66,7 @@ def fmt(value: Any) -> str:
 
 def is_count(column: str) -> bool:
     """Columns that count things (generations, prompts, jobs, clusters): whole numbers, no decimals."""
-    return column.startswith("n_") or column in ("mauve_n", "mauve_n_references", "mauve_clusters")
+    return column.startswith("n_") or column in ("samples", "mauve_n", "mauve_n_references", "mauve_clusters")
 
 
 def decimals(values, *, count: bool = False) -> int:

@@ -11,7 +11,7 @@ import json
 import pandas as pd
 
 from controller.report.aggregate import REFERENCE
-from worker.strategies import STRATEGIES
+from worker.strategies import STRATEGIES, samples_label
 
 
 def _params(row) -> dict:
@@ -52,8 +52,18 @@ def variant_label(row, varying: dict[str, set[str]] | None = None) -> str:
 
     params = {k: v for k, v in _params(row).items() if shown(k, v)}
     variant = strategy + (f"({','.join(f'{k}={v}' for k, v in params.items())})" if params else "")
+    variant += _samples(row)
     engine = row.get("engine") if hasattr(row, "get") else None  # only where a sweep runs several engines
     return f"{variant} @ {engine}" if isinstance(engine, str) and engine else variant
+
+
+def _samples(row) -> str:
+    """A cell's samples after its variant (`[samples=8]`), where the summary has them (docs/sweeps.md#samples)."""
+    samples = row.get("samples") if hasattr(row, "get") else None
+    if samples is None or pd.isna(samples):
+        return ""
+    best_of = row.get("best_of")
+    return samples_label(int(samples), best_of if isinstance(best_of, str) else None)
 
 
 def cell_label(row, varying: dict[str, set[str]] | None = None, with_model: bool = True) -> str:

@@ -23,8 +23,10 @@ from worker.core import settings
 from worker.core.contract import (
     FEATURIZER_MAX_TOKENS,
     JOB_TIMEOUT_DEFAULT,
+    MAX_SAMPLES,
     SEED_MAX,
     SEED_MIN,
+    BestBy,
     FeaturizerMaxTokens,
     GenerationSettings,
     JobTimeoutS,
@@ -36,6 +38,7 @@ from worker.core.errors import short
 from worker.strategies import BROKEN_PLUGINS, STRATEGIES
 
 Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]
+Samples = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
 
 
 def grid_size(params: dict[str, Any]) -> int:
@@ -90,12 +93,30 @@ class StrategyEntry(_Strict):
     params: dict[str, Any] = Field(
         default_factory=dict, description="Parameter values; a list gives one variant per value (grid over all lists)."
     )
+    samples: Samples | None = Field(
+        default=None,
+        description="Stochastic strategies only: generations per prompt in one job (each with its own seed; the own "
+        "engine prefills a prompt once for all of them), for every seed of the sweep (docs/sweeps.md#samples). "
+        "At most DECODEBENCH_MAX_SAMPLES.",
+    )
+    best_of: BestBy | None = Field(
+        default=None,
+        description="With samples >= 2: keep, per prompt, the sample with the highest mean token log-probability "
+        "under the generating model (model) or the sweep's scorer (scorer), reported like any generation.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> StrategyEntry:
         if self.name not in STRATEGIES:
             raise ValueError(BROKEN_PLUGINS.get(self.name) or STRATEGIES.unknown_message(self.name))
         strategy = STRATEGIES.get(self.name)
+        if self.samples is not None and not strategy.stochastic:
+            raise ValueError(
+                f"samples: strategy {self.name!r} is deterministic, so every sample would be the same generation; "
+                "samples is for stochastic strategies"
+            )
+        if self.best_of is not None and (self.samples or 1) < 2:
+            raise ValueError(f"best_of: strategy {self.name!r} needs samples of at least 2 to keep the best of")
         variants = grid_size(self.params)  # before any value is looked at: a grid can be huge
         if variants > settings.get("max_jobs"):
             raise ValueError(over_limit(variants, f"params: the grid has {variants:,} variants, so at least"))
@@ -212,6 +233,13 @@ class SweepSpec(_Strict):
         dup = [label for label, n in Counter(m.label for m in self.models).items() if n > 1]
         if dup:
             raise ValueError(f"models: two models share the label {short(dup[0])}; give them distinct `name`s")
+        return self
+
+    @model_validator(mode="after")
+    def _best_of_scorer(self) -> SweepSpec:
+        for i, entry in enumerate(self.strategies):
+            if entry.best_of == "scorer" and self.scorer is None:
+                raise ValueError(f"strategies[{i}].best_of: scorer needs the sweep's `scorer` model; none is set")
         return self
 
     @model_validator(mode="after")

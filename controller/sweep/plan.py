@@ -2,7 +2,10 @@
 
 One job per (model, strategy variant, seed, prompt shard). List-valued strategy
 parameters expand to a grid; deterministic strategies run with the first seed only.
-Ids are content hashes, so the same spec always yields the same ids.
+A variant's `samples` (n generations per prompt) add no jobs: each seed's job generates
+n samples of every prompt of its shard, so a cell holds seeds x n generations per prompt.
+Ids are content hashes, so the same spec always yields the same ids; a variant without
+samples hashes as it did before samples existed.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from worker.core.contract import FEATURIZER_MAX_TOKENS, JobSpec, PromptItem, Str
 from worker.core.engines import DEFAULT_ENGINES, engine_label, is_default
 from worker.core.errors import UsageError
 from worker.core.settings import check_tenant
-from worker.strategies import get_strategy, variant_label
+from worker.strategies import get_strategy, samples_label, variant_label
 
 ID_LEN = 16
 
@@ -32,12 +35,21 @@ def variants(spec: SweepSpec) -> list[StrategySpec]:
     for entry in spec.strategies:
         strategy = get_strategy(entry.name)
         for combo in expand_grid(entry.params):
-            params = strategy.validate(combo)
-            key = spec_hash([entry.name, params])
+            variant = StrategySpec(
+                name=entry.name, params=strategy.validate(combo), samples=entry.samples, best_of=entry.best_of
+            )
+            key = spec_hash(_identity(variant))
             if key not in seen:
                 seen.add(key)
-                out.append(StrategySpec(name=entry.name, params=params))
+                out.append(variant)
     return out
+
+
+def _identity(variant: StrategySpec) -> list:
+    """What tells variants apart: name and parameters, and samples and best_of only where set (so a variant
+    without them keeps the ids it had before they existed)."""
+    samples = [] if variant.samples is None else [{"samples": variant.samples, "best_of": variant.best_of}]
+    return [variant.name, variant.params, *samples]
 
 
 def count_jobs(spec: SweepSpec, n_prompts: int) -> int:
@@ -108,13 +120,15 @@ def compute_sweep_id(
     for v in variants(spec) if strategies is None else strategies:
         kinds = get_strategy(v.name).all_params
         params = {k: spec.portable_path(x) if kinds[k].is_path else x for k, x in v.params.items()}
-        normalised["strategies"].append({"name": v.name, "params": params})
+        normalised["strategies"].append({"name": v.name, "params": params, **v.model_dump(exclude={"name", "params"})})
     return spec_hash({"tenant": tenant, "spec": normalised})[:ID_LEN]
 
 
 def cell_key(model_label: str, strategy: StrategySpec, engine=None) -> str:
-    """`model::variant`, and `::engine` after it for any engine but the own one (whose cells keep their names)."""
-    key = f"{model_label}::{variant_label(strategy.name, strategy.params)}"
+    """`model::variant`, and `::engine` after it for any engine but the own one (whose cells keep their names);
+    a variant with samples says so after its parameters (`[samples=8]`)."""
+    variant = variant_label(strategy.name, strategy.params) + samples_label(strategy.samples, strategy.best_of)
+    key = f"{model_label}::{variant}"
     return key if is_default(engine) else f"{key}::{engine_label(engine)}"
 
 
@@ -136,6 +150,8 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
         for seed in seeds:
             for index, shard in enumerate(shards):
                 coords = [sweep_id, model.label, strategy.name, strategy.params, seed, index]
+                if strategy.samples is not None:  # jobs without samples keep the ids they had before samples
+                    coords.append(_identity(strategy)[-1])
                 if not is_default(engine):  # the own engine's jobs keep the ids they had before engines
                     coords.append(engine_label(engine))
                 jobs.append(
@@ -192,6 +208,6 @@ def summarize_plan(jobs: list[JobSpec]) -> PlanSummary:
         cells=len({j.cell for j in jobs}),
         jobs=len(jobs),
         prompts=len({p.id for j in jobs for p in j.prompts}),
-        generations=sum(len(j.prompts) for j in jobs),
+        generations=sum(len(j.prompts) * j.strategy.n_samples for j in jobs),
         max_new_tokens=first.generation.max_new_tokens,
     )

@@ -22,6 +22,7 @@ StopReason = Literal["eos", "length", "stop_string"]
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 MAX_NEW_TOKENS = 2**20
 MAX_BATCH_SIZE = 2**16
+MAX_SAMPLES = 2**16  # generations per prompt a variant can name at all; the policy's cap (Limits) is lower
 JOB_TIMEOUT_MAX = 365 * 24 * 3600
 # MAUVE features: texts cut to their first FEATURIZER_MAX_TOKENS tokens (mauve-text's default max_text_length).
 FEATURIZER_MAX_TOKENS = 1024
@@ -32,6 +33,8 @@ FeaturizerMaxTokens = Annotated[int, Field(ge=1, le=FEATURIZER_MAX_TOKENS_LIMIT)
 JobTimeoutS = Annotated[int, Field(ge=1, le=JOB_TIMEOUT_MAX)]
 # What a worker computes besides the generations, for the metrics that need a model.
 WorkerNeed = Literal["score", "featurize"]
+# What ranks a best_of variant's samples: the generating model's mean token log-probability, or the scorer's.
+BestBy = Literal["model", "scorer"]
 
 
 class Strict(BaseModel):
@@ -116,10 +119,39 @@ class ModelSpec(Strict):
 
 
 class StrategySpec(Strict):
-    """One concrete strategy variant: a registered name and scalar parameters."""
+    """One concrete strategy variant: a registered name and scalar parameters, and, for a stochastic
+    strategy, how many generations a prompt gets (`samples`) and whether only the best is kept (`best_of`)."""
 
     name: str = Field(description="A registered strategy name (see `decodebench strategies`).")
     params: dict[str, Any] = Field(default_factory=dict, description="The strategy's parameters, one value each.")
+    samples: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SAMPLES,
+        description="Generations per prompt in one job, each with its own seed (the own engine prefills a prompt "
+        "once for all of them); None: one.",
+    )
+    best_of: BestBy | None = Field(
+        default=None,
+        description="Keep, per prompt, only the sample with the highest mean token log-probability under the "
+        "generating model (`model`) or the sweep's scorer (`scorer`); None: keep every sample.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_samples(self, handler):
+        """A variant without samples serialises as it did before them (no `samples`, `best_of` keys): the same
+        payloads, signatures and result.json."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("samples", "best_of"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
+
+    @property
+    def n_samples(self) -> int:
+        """Generations per prompt: `samples`, or one."""
+        return self.samples or 1
 
 
 class PromptItem(Strict):
@@ -259,9 +291,17 @@ class GenerationRecord(Strict):
     model: str
     strategy: str
     params: dict[str, Any]
-    seed: int = Field(description="The generation's own seed (derived from the job seed and prompt id).")
+    seed: int = Field(description="The generation's own seed (derived from the job seed, prompt id and sample).")
     job_seed: int
     prompt_id: str
+    sample: int = Field(
+        default=0, ge=0, description="Which of the prompt's samples in its job (0 for a variant without samples)."
+    )
+    best_of: list[float] | None = Field(
+        default=None,
+        description="best_of: every sample's mean token log-probability, in sample order; this record is the one "
+        "kept (`sample`). None: not a best_of variant.",
+    )
     prompt: str
     reference: str | None = None
     text: str

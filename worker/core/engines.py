@@ -97,12 +97,21 @@ def is_default(engine: OwnEngine | VllmEngine | None) -> bool:
 
 
 def engine_refusal(
-    engine: OwnEngine | VllmEngine | None, strategy: str, params: dict[str, Any], generation: Any = None
+    engine: OwnEngine | VllmEngine | None,
+    strategy: str,
+    params: dict[str, Any],
+    generation: Any = None,
+    best_of: str | None = None,
 ) -> str | None:
-    """One line if `strategy` with `params` (and the sweep's `generation` settings) cannot run on `engine`
-    exactly, else None."""
+    """One line if `strategy` with `params` (and the sweep's `generation` settings, the variant's `best_of`)
+    cannot run on `engine` exactly, else None."""
     if engine is None or engine.name != VLLM_ENGINE:
         return None
+    if best_of is not None:
+        return (
+            f"refused: {strategy} with best_of on engine {engine_label(engine)}: only decodebench's own engine "
+            "keeps the best of its samples"
+        )
     if strategy not in VLLM_STRATEGIES:
         return (
             f"refused: strategy {strategy} on engine {engine_label(engine)}: vLLM has no exact {strategy}; "

@@ -3,7 +3,7 @@ at submit, by `decodebench validate`, and by the worker again before it runs a j
 
 - `job_models(job)`: every model a job loads, by role (model, scorer, featurizer, assistant);
 - `Limits`: the caps on the parameters that multiply a job's cost (beams, contrastive
-  candidates, beam groups, draft tokens), built at the edge from settings;
+  candidates, beam groups, draft tokens, samples per prompt), built at the edge from settings;
 - `job_refusal(job, tenant, limits)`: one line saying why the job may not run (a model the tenant may
   not use, a strategy its engine cannot run exactly, a cost over the limits), or None;
 - `model_positions(config)` and `context_refusal(...)`: a model's context length and the check
@@ -43,10 +43,12 @@ class Limits:
     max_candidates: int = 64
     max_beam_groups: int = 16
     max_assistant_tokens: int = 64
+    max_samples: int = 64
 
     @classmethod
     def from_settings(cls) -> Limits:
-        """DECODEBENCH_MAX_NUM_BEAMS, _MAX_CANDIDATES, _MAX_BEAM_GROUPS, _MAX_ASSISTANT_TOKENS or their defaults."""
+        """DECODEBENCH_MAX_NUM_BEAMS, _MAX_CANDIDATES, _MAX_BEAM_GROUPS, _MAX_ASSISTANT_TOKENS, _MAX_SAMPLES or
+        their defaults."""
         return cls(**{name: settings.get(name) for name in cls.__dataclass_fields__})
 
 
@@ -73,7 +75,9 @@ def _model_refusal(role: str, spec: ModelSpec, tenant) -> str | None:
     return None
 
 
-def _cost_refusal(name: str, params: dict[str, Any], limits: Limits) -> str | None:
+def _cost_refusal(name: str, params: dict[str, Any], limits: Limits, samples: int | None = None) -> str | None:
+    if samples is not None and samples > limits.max_samples:
+        return f"refused: {name} samples={samples} is over the limit of {limits.max_samples} (DECODEBENCH_MAX_SAMPLES)"
     for (strategy, param), cap in COST_PARAMS.items():
         if strategy != name or param not in params:
             continue
@@ -93,8 +97,8 @@ def job_refusal(job: JobSpec, tenant, limits: Limits) -> str | None:
         why = _model_refusal(role, spec, tenant)
         if why:
             return why
-    why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation)
-    return why or _cost_refusal(job.strategy.name, job.strategy.params, limits)
+    why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation, job.strategy.best_of)
+    return why or _cost_refusal(job.strategy.name, job.strategy.params, limits, job.strategy.samples)
 
 
 def model_positions(config: dict) -> int | None:

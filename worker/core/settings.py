@@ -103,6 +103,7 @@ _SETTINGS = [
     Setting("max_candidates", 64, "Most candidate tokens per step of contrastive search (k).", int),
     Setting("max_beam_groups", 16, "Most beam groups of diverse beam search (num_beam_groups).", int),
     Setting("max_assistant_tokens", 64, "Most tokens an assisted job's draft model proposes per step.", int),
+    Setting("max_samples", 64, "Most generations per prompt a job may ask for (a strategy's samples).", int),
     # logging
     Setting("log_format", "console", "Log format: console or json."),
     Setting("log_level", "info", "Console log level (a job's log.jsonl keeps its info lines)."),

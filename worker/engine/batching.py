@@ -254,10 +254,11 @@ def _cpu_probe(lm: LoadedModel, plan: Plan, job: JobSpec, order: list[int]):
 
     def run(size: int) -> float:
         prompts = [job.prompts[i] for i in order[:size]]
-        timings = [gen.generate_batch(lm, short, prompts, [0] * size).timing for _ in range(2)]
+        rows = size * plan.samples  # a prompt's samples are rows of their own, each with a seed
+        timings = [gen.generate_batch(lm, short, prompts, [0] * rows).timing for _ in range(2)]
         prefill = min(t.prefill_s for t in timings)
         per_step = min(t.decode_s for t in timings) / max(steps - 1, 1)
-        return (prefill + per_step * (max_new - 1)) / (size * max_new)
+        return (prefill + per_step * (max_new - 1)) / (rows * max_new)
 
     return run
 

@@ -15,7 +15,10 @@ its own (seed, step) uniforms whichever rows remain.
 
 With a `Refill`, the job's prompts are one stream: rows freed by finished generations are
 prefilled from the queue and merged in (continuous refill), in KV buffers allocated once
-(`stream_span`). `Step` is greedy search's and sampling's step; a subclass picks tokens
+(`stream_span`). With `samples` n > 1 (sampling), a prompt's row is prefilled once and then repeated n
+times, its KV cache rows with it (`Rows.expand`): its n generations are queue rows of their own, each
+drawing with its own seed, and the prompt never goes through the model again. `Step` is greedy search's
+and sampling's step; a subclass picks tokens
 otherwise and still gets compaction and refill: contrastive search's `ContrastiveStep`
 (worker.engine.loops.contrastive) and beam search's `BeamStep` (worker.engine.loops.beam_step),
 whose prompts occupy `rows_each` rows each. A step is built by keyword (`Step.build`) from what
@@ -113,6 +116,7 @@ class Step:
     mask: bool = False  # decode steps pass the prepared 4D mask (the plan's, with the preallocated cache)
     every: int = 1  # steps between checks
     preallocated: bool = True  # the plan's cache: kvcache's preallocated buffers, else transformers' own
+    samples: int = 1  # generations per prompt: its row is prefilled once, then repeated (sampling)
 
     describe: ClassVar[str | None] = None  # what result.json says of a step other than greedy's and sampling's
 
@@ -140,9 +144,10 @@ class Step:
         mask: bool,
         every: int,
         preallocated: bool = True,
+        samples: int = 1,
     ) -> Step:
-        """The step of one decode call: an output row per queued prompt (max_new + 1 columns: one spare
-        for finished rows), the model's keywords (models.probes)."""
+        """The step of one decode call: an output row per queued generation (`total` prompts x `samples`;
+        max_new + 1 columns: one spare for finished rows), the model's keywords (models.probes)."""
         found = probes(model)
         fill = pad if pad is not None else (eos[0] if eos else 0)  # as Rows pads
         return cls(
@@ -155,13 +160,14 @@ class Step:
             eos=eos,
             pad=pad,
             max_new=max_new,
-            tokens=torch.full((total, max_new + 1), fill, dtype=torch.long, device=device),
-            timeline=Timeline(total),
+            tokens=torch.full((total * samples, max_new + 1), fill, dtype=torch.long, device=device),
+            timeline=Timeline(total * samples),
             cache_keyword=found.cache_keyword,
             last_logits=found.last_logits,
             mask=mask,
             every=every,
             preallocated=preallocated,
+            samples=samples,
             **cls.options(params),
         )
 
@@ -172,8 +178,8 @@ class Step:
 
     @property
     def rows_each(self) -> int:
-        """Rows one prompt occupies (beam search: its beams)."""
-        return 1
+        """Rows one prompt occupies (its samples; beam search: its beams)."""
+        return self.samples
 
     def finish(self, rows: Rows) -> Finished:
         """Each queued prompt's end, once the loop is over (a step that picks its outputs at the end
@@ -188,7 +194,14 @@ class Step:
         if prealloc is not None:
             more = {self.cache_keyword: prealloc, **more}
         out = self.model(input_ids=rows.ids, attention_mask=rows.attn, position_ids=pos, use_cache=True, **more)
-        return out, getattr(out, self.cache_keyword)
+        cache = getattr(out, self.cache_keyword)
+        if self.samples > 1:  # each prompt's samples: its prefilled row and cache repeated, not prefilled again
+            last = out.logits[:, -1:]
+            rows.expand(self.samples, cache)
+            out.logits = last.repeat_interleave(self.samples, dim=0)
+            if self.sampler is not None:
+                self.sampler.rows = rows.live
+        return out, cache
 
     def forward(self, rows: Rows, cache):
         kwargs = {self.cache_keyword: cache}
@@ -224,7 +237,7 @@ class Step:
     def fill(self, refill: Refill, rows: Rows, cache, steps: int) -> None:
         """Admit the queue's next prompts while a quarter of the rows (at least one) is free: several
         admissions where newcomers end at their first token (they never join)."""
-        while refill.slots - rows.live.numel() // self.rows_each >= max(1, refill.slots // 4):
+        while refill.slots - _prompts(rows, self.rows_each) >= max(1, refill.slots // 4):
             if not self.admit(refill, rows, cache, steps):
                 return
 
@@ -233,7 +246,7 @@ class Step:
         into `rows` and the stream's KV buffers: False when the queue is empty.
 
         `steps`: the loop steps so far; the newcomers' second tokens come from the next one."""
-        got = refill.next(refill.slots - rows.live.numel() // self.rows_each)
+        got = refill.next(refill.slots - _prompts(rows, self.rows_each))
         if got is None:
             return False
         enc, first = got
@@ -244,7 +257,8 @@ class Step:
         rows_new = enc["input_ids"].shape[0] * self.rows_each
         out, new_cache = self.prefill(new, preallocated_cache(self.model, new.width + self.spare, rows=rows_new))
         self.advance(out, new, clocked=False)
-        self.timeline.started(range(first, first + enc["input_ids"].shape[0]), mark, self.clock.mark(), steps)
+        n = self.samples
+        self.timeline.started(range(first * n, (first + enc["input_ids"].shape[0]) * n), mark, self.clock.mark(), steps)
         refill.admissions += 1
         going = new.unfinished.nonzero().squeeze(1)  # not those that ended at once (EOS, a stop, max_new 1)
         if going.numel() < new.live.numel():
@@ -261,7 +275,7 @@ def decode(step: Step, enc: dict[str, torch.Tensor], refill: Refill | None = Non
     loop compacts as rows finish (and refills free rows)."""
     max_new, every = step.max_new, step.every
     total = refill.total if refill is not None else enc["input_ids"].shape[0]
-    rows = Rows(enc["input_ids"], enc["attention_mask"], step.eos, step.pad, max_new, total=total)
+    rows = Rows(enc["input_ids"], enc["attention_mask"], step.eos, step.pad, max_new, total=total * step.samples)
     prealloc = _buffers(step, rows, refill)
     if refill is not None and prealloc is None:
         raise ValueError("continuous refill needs the preallocated KV cache")
@@ -273,7 +287,7 @@ def decode(step: Step, enc: dict[str, torch.Tensor], refill: Refill | None = Non
         while True:
             step.advance(out, rows)
             if steps == 0:
-                step.timeline.started(range(enc["input_ids"].shape[0]), 0, step.clock.mark(), 1)
+                step.timeline.started(range(enc["input_ids"].shape[0] * step.samples), 0, step.clock.mark(), 1)
             steps += 1
             if refill is None and steps == max_new:
                 break
@@ -283,6 +297,11 @@ def decode(step: Step, enc: dict[str, torch.Tensor], refill: Refill | None = Non
                     break
             out, cache = step.forward(rows, cache)
     return _output(step, rows, steps, compactions, prealloc is not None, refill)
+
+
+def _prompts(rows: Rows, each: int) -> int:
+    """The prompts the live rows hold, `each` rows a prompt (a prompt with a row still live counts whole)."""
+    return -(-rows.live.numel() // each)
 
 
 def _buffers(step: Step, rows: Rows, refill: Refill | None):

@@ -148,6 +148,7 @@ def _decode(lm: LoadedModel, plan: Plan, enc, clock, seeds: list[int], refill=No
         mask=plan.mask,
         every=check_every(device),
         preallocated=plan.cache is Cache.PREALLOCATED,
+        samples=plan.samples,
     )
     out = decode.decode(step, enc, refill)
     recorder = FinishRecorder(prompt_len, [], None, len(seeds), "cpu")
@@ -170,6 +171,7 @@ class RawBatch:
     steps: int
     compactions: int | None
     kv_cache: str | None
+    samples: int = 1  # generations each row of input_ids has (the decode loop's samples of one prefill)
     refills: int | None = None  # a stream's admissions of new rows (None: a plain batch)
     slots: int | None = None  # a stream's rows decoding at once
     latency_s: list[float] | None = None  # a stream's per-row latency, time to first token, time per token after it
@@ -193,11 +195,14 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
         out, recorder = _decode(lm, plan, enc, clock, seeds, _refill(lm, plan, prompts, slots) if stream else None)
         times = clock.stop()
         new, steps, compactions, kv = out.tokens, out.steps, out.compactions, out.kv_cache
+        timing["samples"] = plan.samples
         if stream:
             latency, ttft, tpot = out.timeline.seconds(times, out.finished.timed, plan.config.max_new_tokens)
-            timing = {"refills": out.admissions, "slots": slots, "latency_s": latency, "ttft_s": ttft, "tpot_s": tpot}
+            timing |= {"refills": out.admissions, "slots": slots, "latency_s": latency, "ttft_s": ttft, "tpot_s": tpot}
             enc = _encode_host(lm, plan, prompts)
     else:
+        if plan.samples > 1:  # generate() has no prefill to share: each sample its own row from the start
+            enc = {k: v.repeat_interleave(plan.samples, dim=0) for k, v in enc.items()}
         processors = LogitsProcessorList([clock])
         if plan.sampler is not None:
             processors.extend(build_warpers(plan.sampler))
@@ -206,7 +211,7 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
         recorder = None
         if plan.config.num_beams == 1 and plan.assistant is None:
             stop = StopStrings(lm.tokenizer, list(plan.stop)) if plan.stop else None
-            recorder = FinishRecorder(prompt_len, eos_ids(plan.config), stop, len(prompts), device)
+            recorder = FinishRecorder(prompt_len, eos_ids(plan.config), stop, len(seeds), device)
             criteria.append(recorder)
         clock.start()
         out = _generate(lm, plan, enc, processors, criteria)
@@ -221,6 +226,7 @@ def finish_batch(tok, plan: Plan, raw: RawBatch) -> BatchOutput:
     texts, ids, reasons = _finish(tok, plan, raw.new.tolist(), raw.recorder)
     mask = raw.attention_mask.tolist()
     prompt_ids = [[t for t, m in zip(r, mr) if m] for r, mr in zip(raw.input_ids.tolist(), mask)]
+    prompt_ids = [row for row in prompt_ids for _ in range(raw.samples)]  # each generation's prompt
     times = raw.times
     timing = BatchTiming(
         n=raw.n,
@@ -262,8 +268,9 @@ def run_with_oom_retry(lm: LoadedModel, plan: Plan, prompts, seeds, notes: list[
         half = len(prompts) // 2
         notes.append(f"CUDA out of memory at batch size {len(prompts)}: halved to {half} and retried")
         log.warning("batch.oom", batch_size=len(prompts), retry_with=half)
-        return run_with_oom_retry(lm, plan, prompts[:half], seeds[:half], notes) + run_with_oom_retry(
-            lm, plan, prompts[half:], seeds[half:], notes
+        cut = half * plan.samples  # seeds are per generation: a prompt's samples' seeds follow one another
+        return run_with_oom_retry(lm, plan, prompts[:half], seeds[:cut], notes) + run_with_oom_retry(
+            lm, plan, prompts[half:], seeds[cut:], notes
         )
 
 

@@ -34,13 +34,14 @@ from worker.core.logs import job_context
 from worker.core.policy import context_refusal, model_positions
 from worker.engine import chat
 from worker.engine import generate as gen
+from worker.engine import samples
 from worker.engine.batching import AutoBatch, auto_groups, buckets, cut
 from worker.engine.device import device_info, resolve_device
 from worker.engine.features import featurize
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.plan import BatchPlan, Plan, configure
 from worker.engine.record import engine_record
-from worker.engine.sampling import generation_seed
+from worker.engine.samples import Generated, keep_best
 from worker.engine.scoring import retokenised, same_tokenizer, score_nll
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.store import Store, jsonl_bytes
@@ -118,6 +119,18 @@ def _provenance(
         "featurizer": featurizer_info,
         "seed": job.seed,
         "seeding": "each generation's seed = sha256(job seed, prompt id); see worker.engine.sampling",
+        **_samples_provenance(job),
+    }
+
+
+def _samples_provenance(job: JobSpec) -> dict[str, Any]:
+    """What result.json's provenance says of a variant with samples (nothing for one without)."""
+    if job.strategy.samples is None:
+        return {}
+    return {
+        "samples": job.strategy.samples,
+        "best_of": job.strategy.best_of,
+        "sample_seeding": "sample 0: the generation's seed; sample i >= 1: sha256 of JSON [job seed, prompt id, i]",
     }
 
 
@@ -133,7 +146,7 @@ def _runs(groups, refill: bool) -> list[tuple[list, int | None]]:
     return runs
 
 
-def _generate(runtime: Runtime, lm: LoadedModel, plan: Plan, seed_of, notes):
+def _generate(runtime: Runtime, lm: LoadedModel, plan: Plan, seeds_of, notes):
     """Every batch (or stream) of the job, measured: [(prompts, BatchOutput)] and the memory readings.
 
     A batch's host half (copying tokens out, detokenising, cutting at stop strings,
@@ -148,7 +161,8 @@ def _generate(runtime: Runtime, lm: LoadedModel, plan: Plan, seed_of, notes):
         with Sampler(runtime.device) as sampler, ThreadPoolExecutor(1, thread_name_prefix="decodebench-finish") as pool:
             for batch, slots in _runs(plan.batches.groups, plan.refill):
                 before = energy.read()
-                raws = gen.run_with_oom_retry(lm, plan, batch, [seed_of[p.id] for p in batch], notes, slots)
+                seeds = [seed for p in batch for seed in seeds_of[p.id]]  # a prompt's samples one after another
+                raws = gen.run_with_oom_retry(lm, plan, batch, seeds, notes, slots)
                 joules = energy.joules(before, energy.read())
                 context = contextvars.copy_context()
                 pending.append((batch, joules, [pool.submit(door.run, context, lm, plan, raw) for raw in raws]))
@@ -201,36 +215,52 @@ def _split(batch, joules: float | None, futures) -> list[tuple[list, gen.BatchOu
     return out
 
 
-def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, outputs, batch_size: int):
-    """Each generation's (nll_sum, nll_count) under the scorer, and the scorer's info: the stored token ids when
-    the scorer shares the generating model's tokenizer, else the re-tokenised text (worker.engine.scoring)."""
+def _nlls(job: JobSpec, runtime: Runtime, lm: LoadedModel, items: list[Generated], batch_size: int, scorer_spec):
+    """Each generation's (nll_sum, nll_count) under `scorer_spec` (None: the generating model), and the scorer's
+    info: the stored token ids when the scorer shares the generating model's tokenizer, else the re-tokenised
+    text (worker.engine.scoring)."""
+    scorer = runtime.cache.get(scorer_spec, runtime.device) if scorer_spec else lm
+    stored = same_tokenizer(scorer.tokenizer, lm.tokenizer, [p.prompt for p in job.prompts])
+    pairs = [
+        (g.prompt_ids, g.token_ids) if stored else retokenised(scorer, g.prompt.prompt, g.text, g.stop_reason)
+        for g in items
+    ]
+    info = {**scorer.info, "scored": "generated token ids" if stored else "re-tokenised text"} if scorer_spec else None
+    return score_nll(scorer, pairs, batch_size), info
+
+
+def _best_of(job: JobSpec, runtime: Runtime, lm: LoadedModel, items: list[Generated], batch_size: int):
+    """best_of: per prompt, the sample with the highest mean log-probability (worker.engine.samples) under the
+    generating model or the scorer: the kept generations, each one's NLL and its prompt's sample scores."""
+    by = job.scorer if job.strategy.best_of == "scorer" else None
+    nlls, _ = _nlls(job, runtime, lm, items, batch_size, by)
+    kept = keep_best(items, nlls)
+    reuse = "score" in job.compute and by == job.scorer  # the metrics' scorer is the one that ranked them
+    scores = {(g.prompt.id, g.sample): nll for g, nll, _ in kept} if reuse else None
+    return [g for g, _, _ in kept], {g.prompt.id: ranks for g, _, ranks in kept}, scores
+
+
+def _score(job: JobSpec, runtime: Runtime, lm: LoadedModel, items: list[Generated], batch_size: int, known=None):
+    """(prompt id, sample) -> (nll_sum, nll_count) under the sweep's scorer (or the generating model), and the
+    scorer's info; `known`: scores best_of already computed under that scorer."""
     if "score" not in job.compute:
         return {}, None
-    scorer = runtime.cache.get(job.scorer, runtime.device) if job.scorer else lm
-    stored = same_tokenizer(scorer.tokenizer, lm.tokenizer, [p.prompt for p in job.prompts])
-    pairs, ids = [], []
-    for prompts, part in outputs:
-        for p, prompt_ids, gen_ids, text, reason in zip(
-            prompts, part.prompt_ids, part.token_ids, part.texts, part.stop_reasons
-        ):
-            pairs.append((prompt_ids, gen_ids) if stored else retokenised(scorer, p.prompt, text, reason))
-            ids.append(p.id)
-    info = {**scorer.info, "scored": "generated token ids" if stored else "re-tokenised text"} if job.scorer else None
-    return dict(zip(ids, score_nll(scorer, pairs, batch_size))), info
+    nlls, info = _nlls(job, runtime, lm, [] if known is not None else items, batch_size, job.scorer)
+    return known if known is not None else {(g.prompt.id, g.sample): nll for g, nll in zip(items, nlls)}, info
 
 
-def _features(job: JobSpec, runtime: Runtime, outputs, batch_size: int):
-    """prompt id -> (features of prompt + text, of prompt + reference or None), and the featurizer's info."""
+def _features(job: JobSpec, runtime: Runtime, items: list[Generated], batch_size: int):
+    """(prompt id, sample) -> (features of prompt + text, of prompt + reference or None), and the featurizer's
+    info."""
     if job.featurizer is None or "featurize" not in job.compute:
         return {}, None
     featurizer = runtime.cache.get(job.featurizer, runtime.device)
-    items = [(p, text) for prompts, part in outputs for p, text in zip(prompts, part.texts)]
-    refs = [p for p, _ in items if p.reference is not None]
-    feats = featurize(featurizer, [p.prompt + t for p, t in items], job.featurizer_max_tokens, batch_size)
+    refs = list({g.prompt.id: g.prompt for g in items if g.prompt.reference is not None}.values())
+    feats = featurize(featurizer, [g.prompt.prompt + g.text for g in items], job.featurizer_max_tokens, batch_size)
     ref_feats = featurize(featurizer, [p.prompt + p.reference for p in refs], job.featurizer_max_tokens, batch_size)
     by_ref = {p.id: f for p, f in zip(refs, ref_feats)}
     info = {**featurizer.info, "max_tokens": job.featurizer_max_tokens, "feature": "final hidden state, last token"}
-    return {p.id: (f, by_ref.get(p.id)) for (p, _), f in zip(items, feats)}, info
+    return {(g.prompt.id, g.sample): (f, by_ref.get(g.prompt.id)) for g, f in zip(items, feats)}, info
 
 
 def plan_job(job: JobSpec, runtime: Runtime, lm: LoadedModel) -> Plan:
@@ -278,30 +308,32 @@ def plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, plan: Plan, le
     return BatchPlan(groups=planned, scorer_size=groups[0][0], record=info)
 
 
-def _records(job: JobSpec, outputs, seed_of: dict, scores: dict, features: dict) -> list[GenerationRecord]:
-    """The job's generation records, with their scores and features, in the shard's order."""
+def _records(job: JobSpec, items: list[Generated], scores: dict, features: dict, ranks: dict | None):
+    """The job's generation records, with their scores and features (and best_of's sample scores), in the
+    shard's order, a prompt's samples in sample order."""
     records = []
-    for index, (prompts, part) in enumerate(outputs):
-        for p, text, ids, reason in zip(prompts, part.texts, part.token_ids, part.stop_reasons):
-            nll_sum, nll_count = scores.get(p.id, (None, None))
-            feats, ref_feats = features.get(p.id, (None, None))
-            records.append(
-                GenerationRecord.of(
-                    job,
-                    p,
-                    seed=seed_of[p.id],
-                    text=text,
-                    token_ids=ids,
-                    stop_reason=reason,
-                    batch=index,
-                    nll_sum=nll_sum,
-                    nll_count=nll_count,
-                    features=feats,
-                    reference_features=ref_feats,
-                )
+    for g in items:
+        nll_sum, nll_count = scores.get((g.prompt.id, g.sample), (None, None))
+        feats, ref_feats = features.get((g.prompt.id, g.sample), (None, None))
+        records.append(
+            GenerationRecord.of(
+                job,
+                g.prompt,
+                seed=g.seed,
+                text=g.text,
+                token_ids=g.token_ids,
+                stop_reason=g.stop_reason,
+                batch=g.batch,
+                sample=g.sample,
+                best_of=ranks[g.prompt.id] if ranks is not None else None,
+                nll_sum=nll_sum,
+                nll_count=nll_count,
+                features=feats,
+                reference_features=ref_feats,
             )
+        )
     position = {p.id: i for i, p in enumerate(job.prompts)}
-    records.sort(key=lambda r: position[r.prompt_id])  # the shard's order, whatever the buckets
+    records.sort(key=lambda r: (position[r.prompt_id], r.sample))  # the shard's order, whatever the buckets
     return records
 
 
@@ -315,12 +347,19 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         notes.append(
             f"assisted decoding runs one prompt at a time in transformers: batch_size {job.generation.batch_size} -> 1"
         )
-    seed_of = {p.id: generation_seed(job.seed, p.id) for p in job.prompts}
-    outputs, memory = _generate(runtime, lm, plan, seed_of, notes)
+    seeds_of = samples.seeds(job)
+    outputs, memory = _generate(runtime, lm, plan, seeds_of, notes)
     bs = plan.batches.scorer_size
-    scores, scorer_info = _score(job, runtime, lm, outputs, bs)
-    features, featurizer_info = _features(job, runtime, outputs, bs)
-    records = _records(job, outputs, seed_of, scores, features)
+    items, ranks, known = samples.generations(outputs, seeds_of), None, None
+    if job.strategy.best_of is not None:
+        items, ranks, known = _best_of(job, runtime, lm, items, bs)
+        notes.append(
+            f"best_of: {job.strategy.n_samples} samples a prompt generated (all in the batches' timings), the one with "
+            f"the highest mean token log-probability under the {job.strategy.best_of} kept"
+        )
+    scores, scorer_info = _score(job, runtime, lm, items, bs, known)
+    features, featurizer_info = _features(job, runtime, items, bs)
+    records = _records(job, items, scores, features, ranks)
     result = JobResult(
         job=job,
         started_at=started,

@@ -88,11 +88,12 @@ class Plan:
     mask: bool  # decode steps (and contrastive search's candidates) pass SDPA a prepared 4D mask
     refill: bool  # a job of several batches runs as one stream of batch_size rows
     warmup: bool  # one untimed short batch per loaded model before anything is timed
-    rows_each: int  # KV-cache rows one prompt occupies (beams; contrastive search's candidates over a repeated cache)
+    rows_each: int  # KV-cache rows a prompt occupies (samples; beams; contrastive candidates over a repeated cache)
     sampler: Mapping[str, Any] | None  # the seeded sampler's warpers (sampling strategies), else None
     stop: tuple[str, ...]
     assistant: LoadedModel | None = None  # assisted decoding's draft model
     notes: tuple[str, ...] = ()  # what the result's notes say about the set-up
+    samples: int = 1  # generations per prompt (the decode loop prefills a prompt once for all of them)
     batches: BatchPlan | None = None
     prompt_ids: Mapping[str, list[int]] | None = field(default=None, repr=False)  # the prompts, tokenised once
 
@@ -107,6 +108,7 @@ class Plan:
             "refill": self.refill,
             "warmup": self.warmup,
             "rows_per_prompt": self.rows_each,
+            **({"samples": self.samples} if self.samples > 1 else {}),
         }
 
     def describe(self) -> dict[str, Any]:
@@ -161,6 +163,8 @@ def configure(
     """The plan of a strategy variant on a loaded model (without its batches: the job adds them)."""
     registered = get_strategy(strategy.name)
     kind, params = registered.kind, registered.validate(strategy.params)
+    if strategy.samples is not None and not registered.stochastic:  # a job the planner would never have made
+        raise PermanentJobError(f"samples: strategy {strategy.name} is deterministic; samples is for stochastic ones")
     cfg = generation_config(lm, registered.generation_kwargs(strategy.params), settings)
     sampler = _take_sampling(cfg, lm.device)
     if (cfg.num_beams > 1 or kind is Kind.ASSISTED) and settings.stop:
@@ -178,6 +182,9 @@ def configure(
         notes.append(f"strategy {registered.name}: plugin {registered.plugin or registered.step}")
     else:
         path, step = _path(lm, kind, cfg, strategy.name)
+    samples = strategy.n_samples
+    if samples > 1 and path is Path.GENERATE:
+        notes.append(f"samples: transformers' generate() runs this job, which prefills each prompt {samples} times")
     mask = path is Path.DECODE and prepared_mask(lm.model)  # its once-per-model check, outside any timed batch
     # contrastive search's candidates repeat their row where the prepared mask is refused: transformers' cache
     preallocated = path is Path.DECODE and probes(lm.model).preallocated and (kind is not Kind.CONTRASTIVE or mask)
@@ -193,11 +200,12 @@ def configure(
         mask=mask,
         refill=preallocated and settings.refill,  # refill writes newcomers into the preallocated buffers
         warmup=settings.warmup,
-        rows_each=_rows_each(kind, mask, cfg, params),
+        rows_each=_rows_each(kind, mask, cfg, params) * samples,
         sampler=sampler,
         stop=tuple(settings.stop),
         assistant=assistant,
         notes=tuple(notes),
+        samples=samples,
     )
 
 

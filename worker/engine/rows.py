@@ -124,6 +124,15 @@ class Rows:
         self.carry = self.carry[index] if self.carry is not None else None
         cache.batch_select_indices(index)
 
+    def expand(self, n: int, cache) -> None:
+        """Each row repeated `n` times in place, in the buffers and the KV cache (a prompt's samples after its
+        one prefill): row at queue place q becomes the rows at places q*n .. q*n+n-1."""
+        index = torch.arange(self.live.numel(), device=self.live.device).repeat_interleave(n)
+        places = (self.live[:, None] * n + torch.arange(n, device=self.live.device)).reshape(-1)
+        self.reorder(index, cache)
+        self.live = places
+        self.layout = (self.layout[0], self.layout[1] + 1)
+
     def append(self, nxt: torch.Tensor) -> None:
         """A column of tokens, one per row, for a loop that keeps its own record of ends (beam search)."""
         self._room(self.width + 1)

@@ -12,6 +12,7 @@ padding, which on GPU can flip a rare near-tie).
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import torch
@@ -21,9 +22,13 @@ from transformers.generation import logits_process as lp
 SAMPLING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
 
 
-def generation_seed(job_seed: int, prompt_id: str) -> int:
-    """Each generation's own seed: a hash of the job seed and the prompt id (63-bit)."""
-    digest = hashlib.sha256(f"{job_seed}:{prompt_id}".encode()).digest()
+def generation_seed(job_seed: int, prompt_id: str, sample: int = 0) -> int:
+    """Each generation's own seed (63-bit): a hash of the job seed and the prompt id; a prompt's later samples
+    (`sample` >= 1, a variant's `samples`) hash the sample too. Sample 0 keeps the seed a generation has always
+    had, so a job's sample 0 is the generation of the same job without samples; the JSON text of a later
+    sample's key starts with "[", which no "<job seed>:<prompt id>" text does, so no two keys collide."""
+    key = f"{job_seed}:{prompt_id}" if sample == 0 else json.dumps([job_seed, prompt_id, sample])
+    digest = hashlib.sha256(key.encode()).digest()
     return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 

@@ -18,6 +18,7 @@ from worker.strategies.registry import (
     Strategy,
     get_strategy,
     register,
+    samples_label,
     variant_label,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "Strategy",
     "get_strategy",
     "register",
+    "samples_label",
     "variant_label",
 ]
 

@@ -183,3 +183,10 @@ def variant_label(name: str, params: dict[str, Any]) -> str:
     if not params:
         return name
     return f"{name}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
+
+
+def samples_label(samples: int | None, best_of: str | None = None) -> str:
+    """What follows a variant's label where it has samples: `[samples=8]`, `[best_of=8,by=model]`; else ""."""
+    if samples is None:
+        return ""
+    return f"[best_of={samples},by={best_of}]" if best_of else f"[samples={samples}]"

@@ -5,6 +5,10 @@ max_num_seqs), each prompt with its own `SamplingParams` carrying its own seed
 (`worker.engine.sampling.generation_seed`, the same as the own engine's), so a generation does not
 depend on which prompts it ran beside. Speed comes from vLLM's own request clocks: each request's
 arrival, first token and last token give its latency, TTFT and TPOT in the own engine's columns.
+
+A variant's `samples: n` is `SamplingParams(n=n)`: vLLM runs a prompt's n samples as child requests of
+one, child i seeded with the request's seed + i (vllm/v1/engine/parallel_sampling.py), which each record
+says (`seed`, `sample`); sample 0 is the generation of the same job without samples.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import structlog
 import worker
 from worker.core import settings
 from worker.core.contract import BatchTiming, GenerationRecord, JobResult, JobSpec
+from worker.core.engines import engine_refusal
 from worker.core.errors import PermanentJobError
 from worker.core.policy import context_refusal
 from worker.engine import chat
@@ -72,7 +77,7 @@ def _timing(outputs, submitted: float, returned: float, n_seqs: int) -> BatchTim
     ttft, latency, tpot = [], [], []
     for out in outputs:
         t, lat = request_times(out, submitted, returned)
-        n = len(out.outputs[0].token_ids)
+        n = max(len(c.token_ids) for c in out.outputs)  # a request's samples run side by side
         ttft.append(round(t, 6))
         latency.append(round(lat, 6))
         tpot.append(round((lat - t) / (n - 1), 6) if n > 1 else None)
@@ -82,11 +87,11 @@ def _timing(outputs, submitted: float, returned: float, n_seqs: int) -> BatchTim
         n=len(outputs),
         batch_size=n_seqs,
         input_tokens=sum(len(o.prompt_token_ids or []) for o in outputs),
-        new_tokens=sum(len(o.outputs[0].token_ids) for o in outputs),
+        new_tokens=sum(len(c.token_ids) for o in outputs for c in o.outputs),
         prefill_s=prefill,
         total_s=total,
         decode_s=max(total - prefill, 0.0),
-        steps=max((len(o.outputs[0].token_ids) for o in outputs), default=0),
+        steps=max((len(c.token_ids) for o in outputs for c in o.outputs), default=0),
         latency_s=latency,
         ttft_s=ttft,
         tpot_s=tpot,
@@ -157,18 +162,20 @@ def _generate(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int 
 def _records(job: JobSpec, outputs, seeds: list[int | None]) -> list[GenerationRecord]:
     records = []
     for p, out, seed in zip(job.prompts, outputs, seeds):
-        completion = out.outputs[0]
-        records.append(
-            GenerationRecord.of(
-                job,
-                p,
-                seed=seed if seed is not None else generation_seed(job.seed, p.id),
-                text=completion.text,
-                token_ids=list(completion.token_ids),
-                stop_reason=_stop_reason(completion),
-                batch=0,
+        for completion in sorted(out.outputs, key=lambda c: c.index):  # sample i: vLLM's child i, seed + i
+            sample = completion.index
+            records.append(
+                GenerationRecord.of(
+                    job,
+                    p,
+                    seed=seed + sample if seed is not None else generation_seed(job.seed, p.id),
+                    text=completion.text,
+                    token_ids=list(completion.token_ids),
+                    stop_reason=_stop_reason(completion),
+                    batch=0,
+                    sample=sample,
+                )
             )
-        )
     return records
 
 
@@ -194,6 +201,14 @@ def _provenance(job: JobSpec, runtime, loaded: LoadedLLM) -> dict[str, Any]:
         "model": {"path": job.model.path, "revision": job.model.revision, "load_s": loaded.info["load_s"]},
         "seed": job.seed,
         "seeding": "each generation's seed = sha256(job seed, prompt id), passed as SamplingParams.seed",
+        **(
+            {
+                "samples": job.strategy.samples,
+                "sample_seeding": "SamplingParams(n): sample i is vLLM's child i, seed + i",
+            }
+            if job.strategy.samples is not None
+            else {}
+        ),
     }
 
 
@@ -222,6 +237,9 @@ def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResul
     `check`: run the report's distribution check where the job wants one (`selfcheck.wanted`); a caller
     that needs only the generations (a test of reproducibility) passes False."""
     started = _now()
+    why = engine_refusal(job.engine, job.strategy.name, job.strategy.params, job.generation, job.strategy.best_of)
+    if why:  # before vLLM starts: a pair it lacks is never run as something else
+        raise PermanentJobError(why)
     loaded = _cache(runtime).get(job.model, job.engine, runtime.device.type, filters=job.strategy.name in KINDS)
     tokenizer = loaded.llm.get_tokenizer()
     ids = chat.prompt_ids(tokenizer, job)

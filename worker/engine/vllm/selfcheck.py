@@ -34,7 +34,7 @@ def wanted(job: JobSpec) -> bool:
 
 def vllm_logits(llm, prompt: str, settings: dict[str, Any]) -> torch.Tensor:
     """vLLM's raw log-probabilities of the token after `prompt`, the whole vocabulary (float64)."""
-    probe = {**settings, "max_tokens": 1, "min_tokens": 0, "stop": [], "logprobs": -1}
+    probe = {**settings, "n": 1, "max_tokens": 1, "min_tokens": 0, "stop": [], "logprobs": -1}
     (out,) = llm.generate([prompt], [sampling_params(probe, 0)], use_tqdm=False)
     table = out.outputs[0].logprobs[0]
     logits = torch.full((max(table) + 1,), -torch.inf, dtype=torch.float64)
@@ -57,7 +57,7 @@ def distribution_check(job: JobSpec, llm, settings: dict[str, Any], draws: int =
 
 def _check(job: JobSpec, llm, settings: dict[str, Any], draws: int) -> dict[str, Any]:
     prompt = job.prompts[0]
-    first = {**settings, "max_tokens": 1, "min_tokens": 0, "stop": []}
+    first = {**settings, "n": 1, "max_tokens": 1, "min_tokens": 0, "stop": []}
     seeds = [generation_seed(job.seed, f"{prompt.id}#check{i}") for i in range(draws)]
     outs = llm.generate([prompt.prompt] * draws, [sampling_params(first, s) for s in seeds], use_tqdm=False)
     exact = filtered_probs(vllm_logits(llm, prompt.prompt, settings), job.strategy.name, job.strategy.params)
