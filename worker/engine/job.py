@@ -32,9 +32,8 @@ from worker.core.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
 from worker.core.errors import PermanentJobError
 from worker.core.logs import job_context
 from worker.core.policy import context_refusal, model_positions
-from worker.engine import chat
+from worker.engine import chat, samples
 from worker.engine import generate as gen
-from worker.engine import samples
 from worker.engine.batching import AutoBatch, auto_groups, buckets, cut
 from worker.engine.device import device_info, resolve_device
 from worker.engine.features import featurize
