@@ -26,7 +26,8 @@ from worker.core.errors import UsageError, short, shown
 CHUNK = 1 << 16
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _ENCODINGS = "prompt files must be UTF-8, UTF-8 with a BOM or UTF-16 with a BOM"
-FIELDS = ("id", "prompt", "reference")
+FIELDS = ("id", "prompt", "reference", "answer", "choices")
+MAX_CHOICES = 26  # lettered A to Z
 
 
 def sniff_encoding(head: bytes) -> tuple[str, int]:
@@ -152,7 +153,49 @@ def _item(where: str, i: int, entry: Any) -> PromptItem:
         raise UsageError(f"{where}: `reference` must be a string or null, got {type(ref).__name__}")
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, (str, int))):
         raise UsageError(f"{where}: `id` must be a string or an integer, got {type(pid).__name__}")
-    return PromptItem(id=str(pid) if pid not in (None, "") else f"p{i:05d}", prompt=prompt, reference=ref or None)
+    answer, choices = _answer(where, entry.get("answer")), _choices(where, entry.get("choices"))
+    return PromptItem(
+        id=str(pid) if pid not in (None, "") else f"p{i:05d}",
+        prompt=prompt,
+        reference=ref or None,
+        answer=answer,
+        choices=choices,
+    )
+
+
+def _scalar(value: Any) -> str | None:
+    """A gold answer or a choice as text: a string, or a number as written (JSON's 42 and 4.5); None otherwise."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _answer(where: str, value: Any) -> list[str] | None:
+    """`answer`: a string or number, or a non-empty list of them (the accepted answers)."""
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    out = [_scalar(v) for v in values]
+    if not out or any(v is None or not v.strip() for v in out):
+        raise UsageError(f"{where}: `answer` must be a non-empty string or number, or a non-empty list of them")
+    return out
+
+
+def _choices(where: str, value: Any) -> list[str] | None:
+    """`choices`: a list of 2 to 26 strings (in a CSV cell, that list as JSON)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    out = [_scalar(v) for v in value] if isinstance(value, list) else None
+    if out is None or not 2 <= len(out) <= MAX_CHOICES or any(v is None or not v.strip() for v in out):
+        raise UsageError(f"{where}: `choices` must be a list of 2 to {MAX_CHOICES} non-empty strings")
+    return out
 
 
 def load_prompts(prompts: PromptSet) -> list[PromptItem]:

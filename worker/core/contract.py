@@ -89,10 +89,38 @@ class StrategySpec(Strict):
     params: dict[str, Any] = Field(default_factory=dict, description="The strategy's parameters, one value each.")
 
 
+def _without_none(data: Any, names: tuple[str, ...]) -> Any:
+    """`data` without the keys `names` where they are None: fields added later serialise only when set, so
+    the payloads, hashes and lines written before them stay as they were."""
+    if isinstance(data, dict):
+        for name in names:
+            if data.get(name) is None:
+                data.pop(name, None)
+    return data
+
+
 class PromptItem(Strict):
     id: str = Field(description="Stable prompt id, unique within the prompt set.")
     prompt: str = Field(description="The text the model continues.")
     reference: str | None = Field(default=None, description="A reference continuation, if the prompt set has one.")
+    answer: list[str] | None = Field(
+        default=None, description="The accepted gold answers of a task's prompt (docs/tasks.md); None: none."
+    )
+    choices: list[str] | None = Field(
+        default=None, description="A multiple-choice prompt's choices, lettered A, B, ... in this order."
+    )
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _one_or_several(cls, v: Any) -> Any:
+        """One gold answer (a string or a number) is a list of one."""
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            return [str(v)]
+        return v
+
+    @model_serializer(mode="wrap")
+    def _task_only_when_set(self, handler):
+        return _without_none(handler(self), ("answer", "choices"))
 
 
 class GenerationSettings(Strict):
@@ -202,6 +230,8 @@ class GenerationRecord(Strict):
     prompt_id: str
     prompt: str
     reference: str | None = None
+    answer: list[str] | None = Field(default=None, description="The prompt's accepted gold answers (a task's).")
+    choices: list[str] | None = Field(default=None, description="The prompt's choices (multiple choice).")
     text: str
     token_ids: list[int]
     n_new_tokens: int
@@ -215,6 +245,10 @@ class GenerationRecord(Strict):
     reference_features: list[float] | None = Field(
         default=None, description="MAUVE feature of prompt + reference under the featurizer (None: no reference)."
     )
+
+    @model_serializer(mode="wrap")
+    def _task_only_when_set(self, handler):
+        return _without_none(handler(self), ("answer", "choices"))
 
     @classmethod
     def of(
@@ -233,6 +267,8 @@ class GenerationRecord(Strict):
             prompt_id=prompt.id,
             prompt=prompt.prompt,
             reference=prompt.reference,
+            answer=prompt.answer,
+            choices=prompt.choices,
             text=text,
             token_ids=token_ids,
             n_new_tokens=len(token_ids),
