@@ -158,18 +158,15 @@ def _pass_at(k: int) -> Metric:
         right = seen[1] if seen is not None else []
         return per_prompt(cell, lambda idx: pass_at_k(len(idx), sum(bool(right[i]) for i in idx), k), min_n=k)
 
-    return Metric(
-        name=f"pass@{k}",
-        description=f"The chance that at least one of {k} generations of a prompt is right (unbiased estimator from "
-        f"all n >= {k} generations of each prompt).",
-        level="corpus",
-        higher_is_better=True,
-        needs_answers=True,
-        per_item=per_item,
-        combine=ratio,
-        unit_interval=True,
-        citation=CHEN,
-    )
+    description = (f"The chance that at least one of {k} generations of a prompt is right (unbiased estimator from "
+                   f"all n >= {k} generations of each prompt).")  # fmt: skip
+    return _accuracy(f"pass@{k}", description, per_item, CHEN)
+
+
+def _accuracy(name: str, description: str, per_item, citation: str) -> Metric:
+    """A family member: an accuracy (a share, higher is better) of per-prompt values over the prompts' answers."""
+    return Metric(name=name, description=description, level="corpus", higher_is_better=True, needs_answers=True,
+                  per_item=per_item, combine=ratio, unit_interval=True, citation=citation)  # fmt: skip
 
 
 def _maj_at(k: int) -> Metric:
@@ -187,18 +184,9 @@ def _maj_at(k: int) -> Metric:
 
         return per_prompt(cell, vote, min_n=k)
 
-    return Metric(
-        name=f"maj@{k}",
-        description=f"Self-consistency: the majority answer of {k} generations of a prompt (the {k} smallest seeds; a "
-        "tie goes to the first answer in code-point order) is right.",
-        level="corpus",
-        higher_is_better=True,
-        needs_answers=True,
-        per_item=per_item,
-        combine=ratio,
-        unit_interval=True,
-        citation=WANG,
-    )
+    description = (f"Self-consistency: the majority answer of {k} generations of a prompt (the {k} smallest seeds; a "
+                   "tie goes to the first answer in code-point order) is right.")  # fmt: skip
+    return _accuracy(f"maj@{k}", description, per_item, WANG)
 
 
 def _agrees(answers: Sequence[str | None], right: Sequence[bool | None], idx: list[int], winner: str) -> bool:

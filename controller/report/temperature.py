@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from controller.report.aggregate import REFERENCE
-from controller.report.labels import variant_label, varying_params
+from controller.report.labels import _params, variant_label, varying_params
 from controller.report.plots import PALETTE, inert
 
 TASK_PREFIXES = ("maj@", "pass@")
@@ -25,14 +25,6 @@ def task_metrics(summary: pd.DataFrame) -> list[str]:
     """exact_match, then the maj@k and pass@k columns, that have a value."""
     names = ["exact_match"] + sorted(c for c in summary.columns if c.startswith(TASK_PREFIXES) and "_" not in c)
     return [m for m in names if m in summary.columns and summary[m].notna().any()]
-
-
-def _params(row) -> dict:
-    try:
-        loaded = json.loads(row["params"] or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
 
 
 def _temperature(row) -> float | None:
