@@ -45,14 +45,15 @@ def test_a_task_sweep_reports_accuracy_by_temperature(tmp_path):
     run = CliRunner().invoke(main, ["--log-level", "warning", "run", str(spec), "--out", str(out)])
     assert run.exit_code == 0, run.output
     (sweep,) = (out / "default" / "sweeps").iterdir()
-    report = CliRunner().invoke(main, ["report", sweep.name, "--store", str(out), "--format", "csv,html"])
+    report = CliRunner().invoke(main, ["report", sweep.name, "--store", str(out)])
     assert report.exit_code == 0, report.output
     summary = pd.read_csv(sweep / "report" / "summary.csv").set_index("params")
     greedy = summary[summary["strategy"] == "greedy"].iloc[0]
     hot, mild = summary.loc['{"temperature":4.0}'], summary.loc['{"temperature":1.0}']
-    # greedy is right on these held-out problems; sampling at temperature 4 is not, and its answers scatter
+    # greedy is right on these held-out problems; sampling at temperature 4 is not, and often writes no `#` answer
     assert greedy["exact_match"] == 1.0 and greedy["answered"] == 1.0
-    assert hot["exact_match"] < mild["exact_match"] and hot["distinct_answers"] > mild["distinct_answers"]
+    assert hot["exact_match"] < mild["exact_match"] and hot["answered"] < mild["answered"]
+    assert mild["distinct_answers"] == 1 / 3  # three seeds agree on every prompt
     for row in (hot, mild):
         assert row["exact_match"] <= row["pass@3"] and row["pass@1"] == row["exact_match"]  # 3 seeds per prompt
         assert row["exact_match_ci_low"] <= row["exact_match"] <= row["exact_match_ci_high"]
