@@ -165,6 +165,16 @@ def make_optimizer(model, spec, steps):
     return optimizer, scheduler, warmup
 
 
+def optimize(model, optimizer, scheduler, loss, running):
+    """One step on `loss` (gradients clipped to norm 1); the running mean of the loss."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    return loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
+
+
 def train_model(name, spec, tokenizer, train_ids, heldout_ids, steps, seed, eval_windows, log):
     """Train one model from scratch with AdamW; return it and its statistics."""
     torch.manual_seed(seed)
@@ -181,12 +191,7 @@ def train_model(name, spec, tokenizer, train_ids, heldout_ids, steps, seed, eval
     for step in range(steps):
         starts = torch.randint(0, len(train_ids) - SEQ_LEN - 1, (BATCH,), generator=data_order)
         loss = lm_loss(model, torch.stack([train_ids[s : s + SEQ_LEN + 1] for s in starts]))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
+        running = optimize(model, optimizer, scheduler, loss, running)
         if (step + 1) % every == 0 or step + 1 == steps:
             log(
                 f"{name} step {step + 1:5d}/{steps}  loss {running:.3f}  "

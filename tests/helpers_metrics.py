@@ -12,6 +12,8 @@ ADDITIVE = [
     "bleu", "coherence", "diversity", "eos_rate", "mean_length", "mean_new_tokens", "perplexity", "rep_2", "rep_3",
     "rep_4", "rouge_1", "rouge_2", "rouge_l",
 ]  # fmt: skip
+# additive, but read per prompt or only from a task's answers (tests/test_tasks.py checks them by hand)
+TASK = ["answered", "distinct_answers", "exact_match"]
 JACKKNIFE = ["distinct_1", "distinct_2", "distinct_3", "self_bleu_4", "zipf"]
 
 

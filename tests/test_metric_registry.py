@@ -13,7 +13,7 @@ import pytest
 
 import controller.report.intervals
 from controller.metrics import INTERVALS, METRICS, CellData, Metric, cell_data, column_sums, compute_metrics, ratio
-from tests.helpers_metrics import ADDITIVE, JACKKNIFE, SUMMARY_METRICS, cell, value
+from tests.helpers_metrics import ADDITIVE, JACKKNIFE, SUMMARY_METRICS, TASK, cell, value
 from worker.core.contract import GenerationRecord
 from worker.core.errors import UsageError
 
@@ -39,8 +39,8 @@ def test_metadata_directions_and_needs():
 def test_every_metric_declares_how_it_aggregates_and_its_interval():
     declared = {n: METRICS.get(n) for n in METRICS}
     assert all(m.interval in INTERVALS for m in declared.values())
-    assert [n for n, m in declared.items() if m.additive] == ADDITIVE
-    assert [n for n, m in declared.items() if m.interval == "bootstrap"] == ADDITIVE
+    assert [n for n, m in declared.items() if m.additive] == sorted(ADDITIVE + TASK)
+    assert [n for n, m in declared.items() if m.interval == "bootstrap"] == sorted(ADDITIVE + TASK)
     assert [n for n, m in declared.items() if m.interval == "jackknife"] == JACKKNIFE
     assert all(callable(m.fn) for m in declared.values())
 

@@ -123,3 +123,21 @@ def test_the_planner_writes_what_the_metrics_need_the_worker_to_compute_and_ids_
     assert plan(spec(metrics=["coherence", "distinct_1"]))[0].compute == ["score"]
     assert plan(spec(metrics=["mauve"]))[0].compute == ["featurize"]
     assert [j.job_id for j in everything] == [j.job_id for j in plan(spec())]  # ids hash coordinates, not compute
+
+
+@pytest.mark.parametrize(
+    "over",
+    [{}, {"strategies": [{"name": "top_k", "params": {"k": [5, 5]}}, {"name": "top_k", "params": {"k": 5}}]}],
+    ids=["grid", "duplicates"],
+)
+def test_planned_size_counts_the_jobs_and_bounds_their_payloads_from_below(over):
+    """What the server refuses an over-quota sweep from, before planning (issue 39): the exact job count, and
+    never more payload than the jobs serialise to (so a sweep within the quota is never refused by it)."""
+    from controller.sweep.plan import planned_size
+    from controller.sweep.prompts import load_prompts
+
+    s = spec(**over)
+    n_jobs, min_chars = planned_size(s, load_prompts(s.prompts))
+    jobs = plan(s)
+    assert n_jobs == len(jobs)
+    assert 0 < min_chars <= sum(len(j.model_dump_json()) for j in jobs)

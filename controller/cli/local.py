@@ -188,9 +188,12 @@ def metrics() -> None:
 
     for name, m in METRICS.items():
         direction = {True: "higher is better", False: "lower is better", None: "no direction"}[m.higher_is_better]
-        needs = [w for w, f in (("references", m.needs_references), ("model", m.needs_model)) if f]
+        needs = [w for w, f in (("references", m.needs_references), ("model", m.needs_model),
+                                ("answers", m.needs_answers)) if f]  # fmt: skip
         extra = (f"; needs {' and '.join(needs)}" if needs else "") + f"; {m.interval} interval"
         click.echo(f"{name}  ({m.level}, {direction}{extra}{', ' + m.citation if m.citation else ''}): {m.description}")
+    for name, description in METRICS.families():
+        click.echo(f"{name}  (k a positive integer, e.g. {name.split('@')[0]}@8; needs answers): {description}")
 
 
 COMMANDS = [validate, run, strategies, metrics]

@@ -9,6 +9,7 @@ aggregates with it. How a metric declares its aggregation and interval:
 """
 
 from controller.metrics import (  # noqa: F401
+    answers,
     distinct,
     divergence,
     length,

@@ -65,6 +65,13 @@ class CellData:
     features: list[list[float] | None] = field(default_factory=list)
     reference_features: list[list[float] | None] = field(default_factory=list)
     prompt_ids: list[str | None] = field(default_factory=list)
+    # a task's data (controller.metrics.answers): each generation's prompt's gold answers and choices (None: none),
+    # its own seed; `task` is the sweep's `task:` section (set by the report; None: the default extraction)
+    answers: list[list[str] | None] = field(default_factory=list)
+    choices: list[list[str] | None] = field(default_factory=list)
+    seeds: list[int | None] = field(default_factory=list)
+    task: dict | None = None
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # what a metric computed once for the cell
     # A metric compared across cells on equal samples (MAUVE) subsamples the cell to `sample_size`
     # generations with `sample_seed` (set by the report: the smallest cell's size); None: all.
     sample_size: int | None = None
@@ -88,6 +95,10 @@ class CellData:
             features=pick(self.features),
             reference_features=pick(self.reference_features),
             prompt_ids=pick(self.prompt_ids),
+            answers=pick(self.answers),
+            choices=pick(self.choices),
+            seeds=pick(self.seeds),
+            task=self.task,
         )
 
 
@@ -134,6 +145,7 @@ class Metric:
     higher_is_better: bool | None  # None: neither (e.g. mean length, Zipf)
     needs_references: bool = False
     needs_model: bool = False
+    needs_answers: bool = False  # the prompts' gold `answer` (controller.metrics.answers)
     # what a worker computes for it while it has the model loaded (the planner writes it into each JobSpec):
     # "score" (token NLLs under the scorer) or "featurize" (MAUVE features under the featurizer)
     worker_computes: WorkerNeed | None = None
@@ -188,7 +200,47 @@ class Metric:
         return stats
 
 
-METRICS: Registry[Metric] = Registry("metric")
+class MetricRegistry(Registry[Metric]):
+    """The metric registry, with families: `pass@<k>` names the member k of the family `pass`, made by its
+    factory the first time the name is looked up and kept. `names()` and `items()` list the fixed
+    entries only (a sweep's default, every metric, has no k); `families()` lists the families."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self._families: dict[str, tuple[Callable[[int], Metric], str]] = {}
+        self._members: dict[str, Metric] = {}
+
+    def family(self, prefix: str, make: Callable[[int], Metric], description: str) -> None:
+        """Register the family `<prefix>@<k>` (k a positive integer), `make(k)` its member."""
+        self._families[prefix] = (make, description)
+
+    def families(self) -> list[tuple[str, str]]:
+        """(`prefix@<k>`, description) of every family, sorted."""
+        return [(f"{p}@<k>", d) for p, (_, d) in sorted(self._families.items())]
+
+    def member(self, name: str) -> Metric | None:
+        """The family member `name` names (made once), or None where it names none."""
+        if name in self._members:
+            return self._members[name]
+        prefix, at, k = name.partition("@")
+        if not at or prefix not in self._families or not k.isdigit() or k.startswith("0") or len(k) > 6:
+            return None
+        return self._members.setdefault(name, self._families[prefix][0](int(k)))
+
+    def get(self, name: str) -> Metric:
+        if isinstance(name, str) and name not in self._entries and (m := self.member(name)) is not None:
+            return m
+        return super().get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and self.member(name) is not None)
+
+    def unknown_message(self, name: str) -> str:
+        found = super().unknown_message(name)
+        return found + "".join(f", {p}" for p, _ in self.families())
+
+
+METRICS: MetricRegistry = MetricRegistry("metric")
 
 
 def metric(
@@ -229,6 +281,7 @@ def additive_metric(
     higher_is_better: bool | None,
     needs_references: bool = False,
     needs_model: bool = False,
+    needs_answers: bool = False,
     worker_computes: WorkerNeed | None = None,
     interval: Interval = "bootstrap",
     citation: str = "",
@@ -243,7 +296,7 @@ def additive_metric(
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
-                  worker_computes=worker_computes,
+                  worker_computes=worker_computes, needs_answers=needs_answers,
                   citation=citation, unit=unit, unit_interval=unit_interval)  # fmt: skip
     return registry.decorator(name, lambda per_item: Metric(name=name, per_item=per_item, combine=combine, **fields))
 
@@ -294,7 +347,17 @@ def cell_data(records: Iterable[Mapping[str, Any] | Any]) -> CellData:
         features=[_field(r, "features") for r in recs],
         reference_features=[_field(r, "reference_features") for r in recs],
         prompt_ids=[_field(r, "prompt_id") for r in recs],
+        answers=[_gold(_field(r, "answer")) for r in recs],
+        choices=[_field(r, "choices") for r in recs],
+        seeds=[_field(r, "seed") for r in recs],
     )
+
+
+def _gold(answer: Any) -> list[str] | None:
+    """A record's gold answer as the list of accepted answers (a prompt may give one string or several)."""
+    if answer is None:
+        return None
+    return [answer] if isinstance(answer, str) else list(answer)
 
 
 def compute_metrics(cell: CellData, names: Iterable[str] | None = None) -> dict[str, float | None]:

@@ -23,6 +23,7 @@ import structlog
 from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
+from controller.metrics.extract import task_section
 from controller.report import snapshot
 from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, Tick, cell_records, map_cells, score
 from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
@@ -167,7 +168,9 @@ def requested_metrics(data: SweepData, metrics: MetricSource = METRICS) -> list[
     An empty request means all of them.
     """
     asked = {m for r in data.results for m in r.job.metrics}
-    return [(name, m) for name, m in sorted(metrics.items()) if not asked or name in asked]
+    if not asked:
+        return sorted(metrics.items())
+    return [(name, metrics.get(name)) for name in sorted(asked) if name in metrics]  # a family's member too
 
 
 # The fewest prompts a cell needs for intervals and paired comparisons. The prompt is the resampling unit
@@ -281,7 +284,8 @@ def cell_tasks(
     selected = requested_metrics(data, metrics)
     with_ci = enough_prompts(data) and n_boot > 0
     names = tuple(name for name, _ in selected)
-    settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data))
+    task = task_section(data.sweep_spec.get("task"))  # the spec's task: section, checked
+    settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data), task)
     store_url = getattr(store, "url", None) if store is not None else None
     return selected, settings, _tasks(data, store_url, settings)
 

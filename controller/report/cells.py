@@ -56,6 +56,7 @@ class Settings:
     n_boot_corpus: int
     seed: int
     sample_size: int | None  # MAUVE's equal sample (the smallest cell)
+    task: dict | None = None  # the sweep's `task:` section (controller.metrics.extract); None: the default
 
 
 @dataclass
@@ -164,6 +165,7 @@ def run_cell(task: CellTask, selected: Sequence[tuple[str, Metric]], settings: S
     prompt_ids = [g.prompt_id for g in records]
     data = cell_data(records)
     data.sample_size, data.sample_seed = settings.sample_size, mauve_seed(settings.seed, task.cell)
+    data.task = settings.task
     groups = prompt_groups(prompt_ids)
     methods, stats = score(selected, settings, row, data, groups, task.cell, prompts=list(dict.fromkeys(prompt_ids)))
     if not math.isnan(row.get("mauve", math.nan)):
@@ -190,6 +192,8 @@ def digest(task: CellTask, settings: Settings) -> str | None:
     if any(sha is None for _, sha in jobs):
         return None
     used = settings.__dict__ | {"sample_size": settings.sample_size if "mauve" in settings.names else None}
+    if used["task"] is None:  # the digests of sweeps without a task stay as they were
+        del used["task"]
     doc = {"v": CACHE_VERSION, "cell": task.cell, "jobs": jobs, "row": task.row, "rank": task.prompt_rank,
            "units": task.units, "settings": used}  # fmt: skip
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]

@@ -35,6 +35,7 @@ from controller.report.paired import comparison_html, comparison_table
 from controller.report.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
 from controller.report.speed import unresolved_note, unresolved_speed
 from controller.report.summary_table import summary_table
+from controller.report.temperature import accuracy_temperature_figure
 
 EXAMPLE_PROMPTS = 3
 PRINT_SAMPLES_MAX_CELLS = 16  # above this many cells the printout leaves the examples out by default
@@ -130,6 +131,9 @@ def figures(summary: pd.DataFrame) -> list[tuple[str, dict]]:
     scatter = quality_speed_figure(summary)
     if scatter is not None:
         charts.append(("chart-quality-speed", scatter))
+    by_temperature = accuracy_temperature_figure(summary)
+    if by_temperature is not None:
+        charts.append(("chart-accuracy-temperature", by_temperature))
     for m in [c for c in list(SPEED) + metric_columns(summary) if c in summary.columns]:
         fig = metric_figure(summary, m)
         if fig is not None:

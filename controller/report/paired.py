@@ -15,7 +15,8 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
   with a side shorter than Student's t(G − 1);
 - `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
   `permutation_test`, the two cells' statistics of a prompt swapped) for an additive metric, the
-  jackknife t-test for a plain one;
+  jackknife t-test for a plain one; for a share of which every common prompt holds one 0/1 outcome
+  in both cells (exact_match of two cells with one generation per prompt), McNemar's exact test;
 - `<m>_diff_p_holm`: the p-value adjusted by Holm's step-down method over every p-value of the
   table (all cells and metrics), which controls the family-wise error rate at the level read.
 
@@ -140,6 +141,25 @@ def permutation_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, 
     return float(res.pvalue) if math.isfinite(res.pvalue) else math.nan
 
 
+def one_outcome(metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray) -> bool:
+    """A share (e.g. exact_match) of which each common prompt holds one 0-or-1 outcome in both cells."""
+    if not metric.unit_interval or metric.combine is not ratio or sums_a.shape[1] != 2:
+        return False
+    both = np.concatenate([sums_a, sums_b])  # a per-prompt value's n rows of (v/n, 1/n) sum to (v, 1) up to rounding
+    one = np.isclose(both, 1.0, rtol=0, atol=1e-9)
+    return bool(np.all(one[:, 1]) and np.all(one[:, 0] | np.isclose(both[:, 0], 0.0, rtol=0, atol=1e-9)))
+
+
+def mcnemar_p(sums_a: np.ndarray, sums_b: np.ndarray) -> float:
+    """McNemar's exact test of paired 0/1 outcomes: two-sided binomial p of the discordant prompts, b of the
+    n right in one cell only being right in a (H0: b ~ Binomial(n, 1/2)); 1 where no prompt is discordant."""
+    a, b = sums_a[:, 0] > 0.5, sums_b[:, 0] > 0.5
+    only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
+    if only_a + only_b == 0:
+        return 1.0
+    return float(sps.binomtest(only_a, only_a + only_b, 0.5).pvalue)
+
+
 def jackknife_t(loo_a: np.ndarray, loo_b: np.ndarray, diff: float, *, n_boot: int, rng) -> tuple[float, float, float]:
     """Paired delete-one-prompt jackknife of a difference: (low, high, two-sided p).
 
@@ -198,7 +218,8 @@ def compare_pair(
             if kind == "sums":
                 interval = paired_interval(sa, sb, metric.combine, n_boot=n_boot, rng=rng)
                 lo, hi = interval if interval is not None else (math.nan, math.nan)
-                p = permutation_p(sa, sb, metric.combine, n_resamples=n_boot, rng=rng)
+                p = mcnemar_p(sa, sb) if one_outcome(metric, sa, sb) else None
+                p = permutation_p(sa, sb, metric.combine, n_resamples=n_boot, rng=rng) if p is None else p
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
         out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
@@ -242,8 +263,8 @@ def compare_cells(
     return out
 
 
-COMPARED = ["mean_length", "rep_4", "diversity", "distinct_2", "self_bleu_4", "perplexity", "coherence", "bleu",
-            "rouge_l", "mauve"]  # fmt: skip
+COMPARED = ["exact_match", "mean_length", "rep_4", "diversity", "distinct_2", "self_bleu_4", "perplexity",
+            "coherence", "bleu", "rouge_l", "mauve"]  # fmt: skip
 NOTE = (
     "Each cell against its baseline, on the prompts both share (cells are paired: every strategy and model "
     "draws the same random numbers for a prompt and seed). Δ = cell − baseline [95% paired interval over "

@@ -139,7 +139,7 @@ def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
     cells = summary[(summary["strategy"] != REFERENCE) & summary["tokens_per_s"].notna()]
     ref = summary[summary["strategy"] == REFERENCE]
     choices = [m for m in metric_columns(summary) if _direction(m) is not None and cells[m].notna().any()]
-    preferred = [m for m in ("diversity", "perplexity", "self_bleu_4", "bleu") if m in choices]
+    preferred = [m for m in ("exact_match", "diversity", "perplexity", "self_bleu_4", "bleu") if m in choices]
     choices = preferred + [m for m in choices if m not in preferred]
     if cells.empty or not choices:
         return None

@@ -38,6 +38,7 @@ from typing import Any
 import structlog
 
 from controller.metrics import METRICS
+from controller.metrics.extract import task_section
 from controller.report import plancache
 from controller.report.cells import DIGEST, MAX_N_BOOT, CellTask, Settings, cache_key, run_cell, to_json
 from controller.report.jobs import job_reader, read_each
@@ -286,6 +287,8 @@ def settings_of(doc: Any) -> Settings:
     unknown = [n for n in s.names if n not in METRICS]
     if unknown:
         raise PermanentJobError(f"refused: unknown metric {unknown[0]!r} in the report job")
+    if s.task is not None and task_section(s.task) != s.task:
+        raise PermanentJobError("refused: the report job's task section is not valid")
     for name in ("n_boot", "n_boot_corpus", "seed"):
         v = getattr(s, name)
         if type(v) is not int or not 0 <= v <= (MAX_N_BOOT if name != "seed" else 2**63):

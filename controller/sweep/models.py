@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from pydantic_core import PydanticCustomError
 
 from controller.metrics import METRICS
+from controller.metrics.extract import TaskSpec
 from worker.core import settings
 from worker.core.contract import (
     FEATURIZER_MAX_TOKENS,
@@ -179,6 +180,11 @@ class SweepSpec(_Strict):
     strategies: list[StrategyEntry] = Field(min_length=1, description="Strategies to compare.")
     generation: Generation = Field(default_factory=Generation, description="Shared generation settings.")
     metrics: list[str] | None = Field(default=None, description="Quality metrics to compute; default: all that apply.")
+    task: TaskSpec | None = Field(
+        default=None,
+        description="How an answer is read from a generation and compared with the prompts' gold `answer` "
+        "(docs/tasks.md); default: the whole generation, normalised.",
+    )
     scorer: ModelSpec | None = Field(
         default=None,
         description="Model that scores perplexity and coherence for every cell; default: each cell's own model.",
@@ -227,6 +233,27 @@ class SweepSpec(_Strict):
             if name not in METRICS:
                 raise ValueError(METRICS.unknown_message(name))
         return v
+
+    @model_validator(mode="after")
+    def _enough_generations(self) -> SweepSpec:
+        """`pass@k` and `maj@k` need k generations of a prompt from some strategy: seeds × samples."""
+        for name in self.metrics or []:
+            prefix, _, k = name.partition("@")
+            if prefix in ("pass", "maj") and k.isdigit() and int(k) > (most := self.generations_per_prompt()):
+                made = f"at most {most}" if most > 1 else "1 (a deterministic strategy, or one seed)"
+                raise ValueError(
+                    f"metrics: {name} needs {k} generations of each prompt, but the sweep's strategies make {made}; "
+                    f"give a sampling strategy at least {k} (seeds × samples)"
+                )
+        return self
+
+    def generations_per_prompt(self) -> int:
+        """The most generations of one prompt a cell of the sweep holds: seeds × samples of a stochastic strategy."""
+        seeds = len(self.generation.seeds)
+        return max(
+            (seeds * (getattr(e, "samples", None) or 1) if STRATEGIES.get(e.name).stochastic else 1)
+            for e in self.strategies
+        )
 
     @model_validator(mode="after")
     def _unique_model_labels(self) -> SweepSpec:

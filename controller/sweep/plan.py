@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.metrics.registry import worker_needs
+from controller.metrics.registry import METRICS, worker_needs
 from controller.sweep.models import SweepSpec, expand_grid, over_limit, spec_hash
 from controller.sweep.prompts import load_prompts
 from worker.core import settings
@@ -77,6 +77,14 @@ def planned_size(spec: SweepSpec, prompts: list[PromptItem]) -> tuple[int, int]:
     return runs * -(-len(prompts) // spec.prompts.shard_size), runs * text
 
 
+def check_answers(spec: SweepSpec, prompts: list[PromptItem]) -> None:
+    """A UsageError where the sweep asks for a metric that needs gold answers and no prompt has one."""
+    needing = [n for n in spec.metrics or [] if METRICS.get(n).needs_answers]
+    if needing and not any(p.answer for p in prompts):
+        source = spec.prompts.path or "prompts.inline"
+        raise UsageError(f"metrics: {needing[0]} needs the prompts' gold `answer`, but no prompt of {source} has one")
+
+
 _LATER_DEFAULTS = [
     ("models", "attention", "sdpa"),
     ("generation", "static_cache", False),
@@ -87,6 +95,7 @@ _LATER_TOP_DEFAULTS = [
     ("featurizer", None),
     ("featurizer_max_tokens", FEATURIZER_MAX_TOKENS),
     ("engines", DEFAULT_ENGINES),
+    ("task", None),
 ]
 
 
@@ -137,6 +146,7 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
     check_tenant(tenant)
     prompts = load_prompts(spec.prompts) if prompts is None else prompts
     check_size(spec, len(prompts))
+    check_answers(spec, prompts)
     strategies = variants(spec)
     sweep_id = compute_sweep_id(spec, tenant, prompts, strategies)
     size = spec.prompts.shard_size

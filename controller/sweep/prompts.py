@@ -27,7 +27,8 @@ from worker.core.errors import UsageError, short, shown
 CHUNK = 1 << 16
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _ENCODINGS = "prompt files must be UTF-8, UTF-8 with a BOM or UTF-16 with a BOM"
-FIELDS = ("id", "prompt", "reference", "messages", "system")
+FIELDS = ("id", "prompt", "reference", "messages", "system", "answer", "choices")
+MAX_CHOICES = 26  # lettered A to Z
 
 
 def sniff_encoding(head: bytes) -> tuple[str, int]:
@@ -191,8 +192,12 @@ def _item(where: str, i: int, entry: Any) -> PromptItem:
         _check_unicode(where, field, text)
     for k, m in enumerate(messages or []):
         _check_unicode(where, f"messages[{k}].content", m["content"])
+    answer, choices = _answer(where, entry.get("answer")), _choices(where, entry.get("choices"))
+    for field, texts in (("answer", answer), ("choices", choices)):
+        for text in texts or []:
+            _check_unicode(where, field, text)
     pid = str(pid) if pid not in (None, "") else f"p{i:05d}"
-    return PromptItem(id=pid, prompt=prompt, reference=ref or None, messages=messages)
+    return PromptItem(id=pid, prompt=prompt, reference=ref or None, messages=messages, answer=answer, choices=choices)
 
 
 def _check_unicode(where: str, field: str, text: Any) -> None:
@@ -207,6 +212,41 @@ def _check_unicode(where: str, field: str, text: Any) -> None:
             f"{where}: `{field}` is not valid Unicode: a lone surrogate U+{ord(text[err.start]):04X} "
             f"at character {err.start + 1}"
         ) from None
+
+
+def _scalar(value: Any) -> str | None:
+    """A gold answer or a choice as text: a string, or a number as written (JSON's 42 and 4.5); None otherwise."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _answer(where: str, value: Any) -> list[str] | None:
+    """`answer`: a string or number, or a non-empty list of them (the accepted answers)."""
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    out = [_scalar(v) for v in values]
+    if not out or any(v is None or not v.strip() for v in out):
+        raise UsageError(f"{where}: `answer` must be a non-empty string or number, or a non-empty list of them")
+    return out
+
+
+def _choices(where: str, value: Any) -> list[str] | None:
+    """`choices`: a list of 2 to 26 strings (in a CSV cell, that list as JSON)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    out = [_scalar(v) for v in value] if isinstance(value, list) else None
+    if out is None or not 2 <= len(out) <= MAX_CHOICES or any(v is None or not v.strip() for v in out):
+        raise UsageError(f"{where}: `choices` must be a list of 2 to {MAX_CHOICES} non-empty strings")
+    return out
 
 
 def load_prompts(prompts: PromptSet) -> list[PromptItem]:

@@ -141,12 +141,7 @@ class StrategySpec(Strict):
     def _without_unset_samples(self, handler):
         """A variant without samples serialises as it did before them (no `samples`, `best_of` keys): the same
         payloads, signatures and result.json."""
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in ("samples", "best_of"):
-                if data.get(key) is None:
-                    data.pop(key, None)
-        return data
+        return _without_unset(handler(self), {"samples": None, "best_of": None})
 
     @property
     def n_samples(self) -> int:
@@ -166,6 +161,20 @@ class PromptItem(Strict):
         description="The conversation a chat model's template renders (OpenAI chat format: [{role, content}]); "
         "only for models with a chat template.",
     )
+    answer: list[str] | None = Field(
+        default=None, description="The accepted gold answers of a task's prompt (docs/tasks.md); None: none."
+    )
+    choices: list[str] | None = Field(
+        default=None, description="A multiple-choice prompt's choices, lettered A, B, ... in this order."
+    )
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _one_or_several(cls, v: Any) -> Any:
+        """One gold answer (a string or a number) is a list of one."""
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            return [str(v)]
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -186,7 +195,7 @@ class PromptItem(Strict):
 
     @model_serializer(mode="wrap")
     def _without_plain_fields(self, handler):
-        return _without_unset(handler(self), {"messages": None})
+        return _without_unset(handler(self), {"messages": None, "answer": None, "choices": None})
 
 
 class GenerationSettings(Strict):
@@ -304,6 +313,8 @@ class GenerationRecord(Strict):
     )
     prompt: str
     reference: str | None = None
+    answer: list[str] | None = Field(default=None, description="The prompt's accepted gold answers (a task's).")
+    choices: list[str] | None = Field(default=None, description="The prompt's choices (multiple choice).")
     text: str
     token_ids: list[int]
     n_new_tokens: int
@@ -317,6 +328,10 @@ class GenerationRecord(Strict):
     reference_features: list[float] | None = Field(
         default=None, description="MAUVE feature of prompt + reference under the featurizer (None: no reference)."
     )
+
+    @model_serializer(mode="wrap")
+    def _task_only_when_set(self, handler):
+        return _without_unset(handler(self), {"answer": None, "choices": None})
 
     @classmethod
     def of(
@@ -335,6 +350,8 @@ class GenerationRecord(Strict):
             prompt_id=prompt.id,
             prompt=prompt.prompt,
             reference=prompt.reference,
+            answer=prompt.answer,
+            choices=prompt.choices,
             text=text,
             token_ids=token_ids,
             n_new_tokens=len(token_ids),
