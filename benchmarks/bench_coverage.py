@@ -54,10 +54,13 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
-import process_markov
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ beside it
+
+from benchmarks import process_markov
 from controller.metrics import METRICS, CellData
 from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.ratings import _bootstrap as rating_interval

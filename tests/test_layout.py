@@ -25,7 +25,9 @@ LONG_FUNCTIONS: dict[tuple[str, str], str] = {}
 
 
 def sources() -> list[Path]:
-    return sorted(p for pkg in (*PACKAGES, "benchmarks", "examples", "tests") for p in (ROOT / pkg).rglob("*.py"))
+    """The project's Python files (not airspeed velocity's environments under benchmarks/.asv)."""
+    found = (p for pkg in (*PACKAGES, "benchmarks", "examples", "tests") for p in (ROOT / pkg).rglob("*.py"))
+    return sorted(p for p in found if ".asv" not in p.relative_to(ROOT).parts)
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -30,7 +30,9 @@ def results_read(store, monkeypatch) -> list[str]:
     read: list[str] = []
     real = store.read_bytes
     wanted = ("/result.json", "/" + snapshot.NAME)
-    monkeypatch.setattr(store, "read_bytes", lambda key: (key.endswith(wanted) and read.append(key)) or real(key))
+    monkeypatch.setattr(
+        store, "read_bytes", lambda key, *rest: (key.endswith(wanted) and read.append(key)) or real(key, *rest)
+    )
     return read
 
 
