@@ -196,7 +196,7 @@ def test_cli_submit_status_cancel_retry_logs(conn, redis_url, tmp_path, monkeypa
 
     r = runner.invoke(cli, ["status", sweep_id[:6]])
     assert r.exit_code == 0, r.output
-    assert "0/9 jobs done" in r.output and "m::greedy" in r.output and "9 queued" in r.output
+    assert "0/9 jobs done" in r.output and "\n  greedy " in r.output and "9 queued" in r.output
     r = runner.invoke(cli, ["status", sweep_id, "--json"])
     assert json.loads(r.output)["totals"]["queued"] == 9
 
