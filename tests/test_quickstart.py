@@ -39,7 +39,7 @@ def test_quickstart_sweep_summary_and_html(tmp_path):
     ]
     assert where.startswith("report: ") and where.endswith("/report/report.html") and "file://" not in where
     assert how.startswith("open it in a browser (it works offline): ") and how.endswith("report.html")
-    assert report_next.startswith("next: decodebench report ") and "--store" in report_next  # not the default store
+    assert report_next.startswith("next: decodebench report ") and "--output summary.csv" in report_next
     assert rate_next.strip().startswith("decodebench rate export ") and "--items 140 --raters 3" in rate_next
     (report,) = out.glob("default/sweeps/*/report")
     summary = pd.read_csv(report / "summary.csv")
