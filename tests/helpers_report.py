@@ -26,6 +26,7 @@ from worker.core.contract import (
     PromptItem,
     StrategySpec,
 )
+from worker.core.engines import OWN_ENGINE, VllmEngine
 from worker.core.registry import Registry
 from worker.store import Store
 
@@ -78,12 +79,13 @@ def _text(cell: str, seed: int, prompt_id: str, strategy: str) -> tuple[str, int
 def _job_records(job: JobSpec, model: str, params: dict, with_nll: bool) -> tuple[list[BatchTiming], list]:
     """The synthetic batches and generations of one job."""
     strategy, seed, cell, batch_size = job.strategy.name, job.seed, job.cell, job.generation.batch_size
+    text_cell = "::".join(cell.split("::")[:2])  # another engine's cell writes the own engine's texts
     batches, records = [], []
     for b, start in enumerate(range(0, len(job.prompts), batch_size)):
         batch = job.prompts[start : start + batch_size]
         new = 0
         for p in batch:
-            text, n, stop = _text(cell, seed, p.id, strategy)
+            text, n, stop = _text(text_cell, seed, p.id, strategy)
             new += n
             records.append(
                 GenerationRecord(
@@ -160,13 +162,17 @@ def make_sweep(
     with_nll: bool = True,
     tenant: str = "default",
     sweep_id: str = "sweep0000000000a",
+    engines: tuple[str, ...] = (),
 ) -> SweepData:
+    """`engines`: the engine labels every cell runs on (a sweep's `engines:`), the own engine's cells keeping
+    their names and another engine's named `model::variant::engine`; empty: the own engine alone."""
     items = prompts(n_prompts, with_references)
     shards = [items[i : i + shard_size] for i in range(0, len(items), shard_size)]
     results, records = [], []
-    for model, strategy, params in cells:
+    runs = [(*c, e) for c in cells for e in engines or (OWN_ENGINE,)]
+    for model, strategy, params, engine in runs:
         variant = strategy if not params else f"{strategy}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
-        cell = f"{model}::{variant}"
+        cell = f"{model}::{variant}" + ("" if engine == OWN_ENGINE else f"::{engine}")
         for seed in seeds if strategy in STOCHASTIC else seeds[:1]:
             for index, shard in enumerate(shards):
                 job = JobSpec(
@@ -174,6 +180,7 @@ def make_sweep(
                     sweep_id=sweep_id,
                     sweep_name="synthetic",
                     job_id=hashlib.sha256(f"{sweep_id}|{cell}|{seed}|{index}".encode()).hexdigest()[:16],
+                    engine=None if engine == OWN_ENGINE else VllmEngine(name="vllm", label=engine),
                     cell=cell,
                     model=ModelSpec(path=f"/models/{model}"),
                     strategy=StrategySpec(name=strategy, params=params),
@@ -191,6 +198,7 @@ def make_sweep(
         "models": [{"path": f"/models/{m}"} for m in dict.fromkeys(c[0] for c in cells)],
         "strategies": [{"name": s, "params": p} for _, s, p in cells],
         "generation": {"seeds": list(seeds)},
+        **({"engines": [{"name": e if e == OWN_ENGINE else "vllm"} for e in engines]} if engines else {}),
     }
     return SweepData(tenant=tenant, sweep_id=sweep_id, spec=spec, results=results, generations=records)
 

@@ -145,7 +145,7 @@ def test_no_canary_in_any_output_log_or_stored_object(tmp_path, tiny_model, prom
         assert "complete" in outputs["status"], outputs["status"]
         outputs["status-all"] = run(["decodebench", "status", "--all-tenants"], pwfile)
         outputs["report"] = run(
-            ["decodebench", "report", sweep_id, "--n-boot", "0", "--out", str(tmp_path / "r.md")], ctl
+            ["decodebench", "report", sweep_id, "--n-boot", "0", "--output", str(tmp_path / "r.md")], ctl
         )
         job = json.loads(bucket_objects(endpoint)[f"runs/team-a/sweeps/{sweep_id}/plan.json"])["jobs"][0]["job_id"]
         outputs["logs"] = run(["decodebench", "logs", job, "--json"], ctl)

@@ -70,6 +70,10 @@ def test_an_unloadable_model_is_tried_once_and_its_jobs_fail_with_one_reason(
     assert [e["model"] for e in _events(tmp_path, "model.first_load") if e["model"] == str(bad)] == [str(bad)]
     assert len(_events(tmp_path, "model.unavailable")) == 1
     assert len(_events(tmp_path, "job.model_unavailable")) == 3
+    # an expected refusal is one line in the workers' logs (issue 42), never RQ's traceback of it
+    refused = _events(tmp_path, "job.refused")
+    assert len(refused) == 4 and all("no weights file" in e["reason"] for e in refused)
+    assert not [p.name for p in tmp_path.glob("w*.log") if "Traceback" in p.read_text()]
     for job_id in conn.hkeys(keys.sweep("default", sweep_id, "failures")):  # failed for good, never retried
         rq_job = conn.hgetall(keys.rq_job_key("default", job_id.decode()))
         assert rq_job[b"status"] == b"failed" and rq_job.get(b"retries_left", b"0") == b"0"

@@ -92,8 +92,8 @@ def test_one_of_each_reads_in_the_singular(tmp_path, tiny_model, prompts_file):
 def test_second_run_skips_complete_jobs(tmp_path, tiny_model, prompts_file):
     spec = write_spec(tmp_path, tiny_model, prompts_file, limit=4, shard=4)
     out = tmp_path / "runs"
-    first = CliRunner().invoke(main, ["--log-format", "json", "run", str(spec), "--out", str(out)])
-    assert first.exit_code == 0 and '"event": "job.start"' in first.output  # info lines at the default level
+    first = CliRunner().invoke(main, ["--log-format", "json", "run", str(spec), "--store", str(out), "-v"])
+    assert first.exit_code == 0 and '"event": "job.start"' in first.output  # info lines with -v
     again = CliRunner().invoke(main, ["run", str(spec), "--out", str(out)])
     assert again.exit_code == 0
     assert "0 jobs run, 3 already complete" in again.output

@@ -35,7 +35,7 @@ def invoke(*args: str):
         (["rate", "import", LONG, "{sheet}"], "is not a sweep id"),
         (["logs", LONG, "--sweep", "{sweep}"], "is not a job id"),
         (["logs", "j1", "--sweep", LONG], "is not a sweep id"),
-        (["report", "{sweep}", "--out", "{tmp}/" + LONG + "/x.md"], "File name too long"),
+        (["report", "{sweep}", "--output", "{tmp}/" + LONG + "/x.md"], "File name too long"),
         (["rate", "export", "{sweep}", "--items", "2", "--raters", "1", "--out", "{tmp}/" + LONG], "too long"),
     ],
     ids=["report-id", "export-id", "import-id", "logs-job", "logs-sweep", "report-out", "export-out"],

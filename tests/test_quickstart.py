@@ -28,10 +28,10 @@ def test_quickstart_sweep_summary_and_html(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "60 jobs run, 0 already complete, 0 failed" in result.output
-    *_, where, how = result.output.rstrip().splitlines()  # make demo ends with the report and how to open it
-    # and says nothing else (issue 28): stdout the one-line count, the table, the report, how to open it;
-    # stderr a progress line per tenth of the jobs
-    first, *table, blank, _, _ = result.stdout.rstrip().splitlines()
+    *_, where, how, report_next, rate_next = result.output.rstrip().splitlines()  # make demo ends with the report,
+    # how to open it and the next commands, and says nothing else (issue 28): stdout the one-line count, the
+    # table, the report, how to open it, what to run next; stderr a progress line per tenth of the jobs
+    first, *table, blank, _, _, _, _ = result.stdout.rstrip().splitlines()
     assert first.startswith("sweep ") and len(table) == 2 + 14 + 1 and all(t.startswith("|") for t in table)
     assert blank == ""
     assert [line.split(" (")[0] for line in result.stderr.splitlines()] == [
@@ -39,6 +39,8 @@ def test_quickstart_sweep_summary_and_html(tmp_path):
     ]
     assert where.startswith("report: ") and where.endswith("/report/report.html") and "file://" not in where
     assert how.startswith("open it in a browser (it works offline): ") and how.endswith("report.html")
+    assert report_next.startswith("next: decodebench report ") and "--output summary.csv" in report_next
+    assert rate_next.strip().startswith("decodebench rate export ") and "--items 140 --raters 3" in rate_next
     (report,) = out.glob("default/sweeps/*/report")
     summary = pd.read_csv(report / "summary.csv")
     assert list(summary.columns[: len(DESIGN_COLUMNS)]) == DESIGN_COLUMNS

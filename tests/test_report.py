@@ -103,7 +103,7 @@ def test_report_command_writes_all_and_prints_markdown(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "exports" / "summary.csv"
     result = CliRunner().invoke(
-        cli(), ["report", data.sweep_id[:8], "--store", str(tmp_path / "runs"), "--format", "csv", "--out", str(out)]
+        cli(), ["report", data.sweep_id[:8], "--store", str(tmp_path / "runs"), "--format", "csv", "--output", str(out)]
     )
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("| model | strategy |")
@@ -119,7 +119,8 @@ def test_report_command_reads_store_and_tenant_from_env(tmp_path, monkeypatch):
     write_sweep(FileStore(tmp_path), data)
     monkeypatch.setenv("DECODEBENCH_STORE", str(tmp_path))
     monkeypatch.setenv("DECODEBENCH_TENANT", "team-a")
-    result = CliRunner().invoke(cli(), ["report", data.sweep_id, "--format", "json", "--out", str(tmp_path / "s.json")])
+    argv = ["report", data.sweep_id, "--format", "json", "--output", str(tmp_path / "s.json")]
+    result = CliRunner().invoke(cli(), argv)
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "s.json").read_text())["tenant"] == "team-a"
 

@@ -60,7 +60,7 @@ def test_summary_table_groups_metrics_sticks_the_cell_and_shows_intervals_on_hov
     page = summary_table(summary)
     screen = page.split('<div class="print-only">')[0]
     groups = re.findall(r'class="g g-(\w+)"', screen)
-    assert groups[:4] == ["cell", "sample", "speed", "quality"]
+    assert groups[:4] == ["cell", "quality", "speed", "sample"]  # the quality metrics on the first screen
     sticky = re.findall(r'<th data-col="(\w+)" class="t k">', screen)
     assert sticky == ["model", "strategy", "params"]
     row = screen.split("<tbody>")[1].split("</tr>")[0]
@@ -104,7 +104,7 @@ def test_report_print_samples_flag(tmp_path, flag, body, checked):
     data = make_sweep(n_prompts=2, shard_size=2)  # 4 cells: the printout keeps the samples by default
     write_sweep(FileStore(tmp_path), data)
     out = tmp_path / "r.html"
-    argv = ["report", data.sweep_id, "--store", str(tmp_path), "--n-boot", "0", "--format", "html", "--out", str(out)]
+    argv = ["report", data.sweep_id, "--store", str(tmp_path), "--n-boot", "0", "--format", "html", "-o", str(out)]
     result = CliRunner().invoke(main, argv + flag)
     assert result.exit_code == 0, result.output
     stored = tmp_path / "default/sweeps" / data.sweep_id / "report/report.html"

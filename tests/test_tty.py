@@ -81,4 +81,5 @@ def test_run_at_a_terminal_keeps_log_lines_off_the_bar_and_shows_escapes(tmp_pat
     assert not [s for s in segments if BAR in s and "job." in s]  # ... never spliced into the bar
     assert any(BAR in s and f"{JOBS}/{JOBS}" in s for s in segments)  # the bar counted every job
     tail = [s for s in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw).splitlines() if s.strip()]
-    assert tail[-2].startswith("report: ") and tail[-1].startswith("open it in a browser")
+    assert tail[-4].startswith("report: ") and tail[-3].startswith("open it in a browser")
+    assert tail[-2].startswith("next: decodebench report ") and "decodebench rate export" in tail[-1]

@@ -88,37 +88,97 @@ def submit(
     to.audit("submit", out)
 
 
-def render_status(s: dict) -> str:
-    """The status answer (`controller.server.service.status_dict`) as the terminal shows it."""
-    cells = {terminal(c): counts for c, counts in s["cells"].items()}  # names are user input: never interpreted
-    width = max([len("cell"), *(len(c) for c in cells)])
-    lines = [
-        f"sweep {s['sweep_id']} ({terminal(s['name'])}), tenant {s['tenant']}, queue {s['queue']}"
-        + ("  [CANCELLED]" if s["cancelled"] else "")
-    ]
+def render_status(s: dict, width: int | None = None, height: int | None = None) -> str:
+    """The status answer (`controller.server.service.status_dict`) as the terminal shows it: the sweep, its
+    totals and its throughput and ETA first (always in view), then a row per cell, each label cut to fit
+    `width` and the rows to fit `height` (the rest counted on one line), then the failures."""
     totals = s["totals"]
-    others = ", ".join(f"{totals[x]} {x}" for x in STATES if x != "done")
-    lines.append(f"{totals['done']}/{s['jobs']} {plural(s['jobs'], 'job')} done, " + others)
-    lines.append(f"  {'cell':<{width}}  " + "  ".join(f"{x:>9}" for x in STATES))
-    for cell, counts in cells.items():
-        lines.append(f"  {cell:<{width}}  " + "  ".join(f"{counts.get(x, 0):>9}" for x in STATES))
-    rate, tps = s["jobs_per_s"], s["tokens_per_s"]
-    speed = f"{rate * 60:.1f} jobs/min" if rate else "no job finished yet"
-    if tps:
-        speed += f", {tps:,.0f} tokens/s"
-    eta = "complete" if s["complete"] else f"ETA {_duration(s['eta_s'])}"
-    lines.append(f"throughput: {speed}; {eta}")
+    head = [
+        f"sweep {s['sweep_id']} ({terminal(s['name'])}), tenant {s['tenant']}, queue {s['queue']}"
+        + ("  [CANCELLED]" if s["cancelled"] else ""),
+        f"{totals['done']}/{s['jobs']} {plural(s['jobs'], 'job')} done, "
+        + ", ".join(f"{totals[x]} {x}" for x in STATES if x != "done"),
+        f"throughput: {_speed(s)}; {_ending(s)}",
+    ]
     if s.get("stale"):
-        lines.append(
+        head.append(
             f"{s['stale']} running {plural(s['stale'], 'job')} without a recent heartbeat: "
             "the worker may be gone (requeued once its heartbeat TTL has passed)"
         )
     if s["lost"]:
-        lines.append(f"{s['lost']} job run(s) lost with their worker and requeued")
+        head.append(f"{s['lost']} job run(s) lost with their worker and requeued")
+    tail = []
     if s["n_failures"]:
-        lines.append(f"failures ({len(s['failures'])} of {s['n_failures']} shown):")
-        lines += failure_lines(s)
-    return "\n".join(lines)
+        tail.append(f"failures ({len(s['failures'])} of {s['n_failures']} shown):")
+        tail += failure_lines(s)
+    rows = _cell_rows(s["cells"], width, None if height is None else max(2, height - len(head) - len(tail) - 1))
+    return "\n".join(_cut(line, width) for line in head + rows + tail)
+
+
+def _speed(s: dict) -> str:
+    rate, tps = s["jobs_per_s"], s["tokens_per_s"]
+    speed = f"{rate * 60:.1f} jobs/min" if rate else "no job finished yet"
+    return speed + (f", {tps:,.0f} tokens/s" if tps else "")
+
+
+def _ending(s: dict) -> str:
+    """`ETA 3m05s` while jobs are queued or running; once none is: `complete`, or `failed: ...` (never
+    `complete` for a sweep whose jobs failed or were cancelled)."""
+    if not s["complete"]:
+        return f"ETA {_duration(s['eta_s'])}"
+    failed, cancelled = s["totals"]["failed"], s["totals"]["cancelled"]
+    if not failed and not cancelled:
+        return "complete"
+    parts = [f"{n} {plural(n, 'job')} {x}" for x, n in (("failed", failed), ("cancelled", cancelled)) if n]
+    retry = f"decodebench retry {s['sweep_id']} --failed"
+    return ("failed: " if failed else "ended: ") + ", ".join(parts) + f" ({retry} runs them again)"
+
+
+def _cut(text: str, width: int | None, keep_end: bool = False) -> str:
+    if width is None or len(text) <= width:
+        return text
+    if keep_end:  # a cell's label: its end (the variant's parameters) tells cells apart
+        half = (width - 1) // 2
+        return text[:half] + "…" + text[len(text) - (width - 1 - half) :]
+    return text[: width - 1] + "…"
+
+
+def short_labels(cells: list[str]) -> list[str]:
+    """Cell keys (`model::strategy(a=1,b=2)[::engine]`) as short as they stay distinct: the model only where the
+    sweep has several, a strategy's parameters only where its cells differ in them."""
+    parsed = []
+    for cell in cells:
+        model, _, rest = cell.partition("::")
+        variant, _, engine = rest.partition("::")
+        name, _, inside = variant.partition("(")
+        parsed.append((model, name, inside.removesuffix(")").split(",") if inside else [], engine))
+    several = len({p[0] for p in parsed}) > 1
+    out = []
+    for model, name, params, engine in parsed:
+        same = [p for p in parsed if p[1] == name]
+        shown = [kv for kv in params if not all(kv in q[2] for q in same)]
+        label = name + (f"({','.join(shown)})" if shown else "") + (f" @ {engine}" if engine else "")
+        out.append(f"{model} · {label}" if several else label)
+    return out if len(set(out)) == len(out) else [c.replace("::", " · ") for c in cells]
+
+
+def _cell_rows(cells: dict, width: int | None, height: int | None) -> list[str]:
+    """The per-cell table: `model · variant` labels cut to leave the counts room, at most `height` lines."""
+    labels = {terminal(c): counts for c, counts in zip(short_labels(list(cells)), cells.values())}  # user input
+    counts_width = sum(len(x) + 2 for x in STATES)
+    room = max(12, (width or 10**6) - counts_width - 2)
+    label_w = min(room, max([len("cell"), *(len(c) for c in labels)]))
+    lines = [f"  {'cell':<{label_w}}" + "".join(f"  {x:>{len(x)}}" for x in STATES)]
+    items = list(labels.items())
+    shown = items if height is None or len(items) + 1 <= height else items[: max(0, height - 2)]
+    for label, counts in shown:
+        numbers = "".join(f"  {counts.get(x, 0):>{len(x)}}" for x in STATES)
+        lines.append(f"  {_cut(label, label_w, keep_end=True):<{label_w}}{numbers}")
+    if len(shown) < len(items):
+        rest = items[len(shown) :]
+        done = sum(c.get("done", 0) for _, c in rest)
+        lines.append(f"  … {len(rest)} more {plural(len(rest), 'cell')} ({done} jobs done); --json lists every cell")
+    return lines
 
 
 def failure_lines(out: dict) -> list[str]:
@@ -144,11 +204,14 @@ def watch_live(to, sweep: str, interval: float) -> None:
     from rich.live import Live
     from rich.text import Text
 
-    with Live(console=Console(highlight=False), auto_refresh=False) as live:
+    console = Console(highlight=False)
+    with Live(console=console, auto_refresh=False) as live:
         while True:
             s = to.status(sweep)
             problems = "".join(f"\nwarning: {terminal(p)}" for p in s["problems"])
-            live.update(Text(render_status(s) + problems), refresh=True)
+            width, height = console.size
+            text = render_status(s, width, height - 1 - len(s["problems"])) + problems
+            live.update(Text(text, no_wrap=True, overflow="ellipsis"), refresh=True)
             if s["complete"]:
                 break
             time.sleep(interval)
@@ -204,7 +267,8 @@ def status(
         time.sleep(interval)
         if not as_json:
             click.echo("")
-    if watch and (s["totals"][JobStatus.FAILED.value] or s["totals"][JobStatus.CANCELLED.value]):
+    ended_badly = s["totals"][JobStatus.FAILED.value] or s["totals"][JobStatus.CANCELLED.value]
+    if ended_badly and (watch or s["complete"]):  # a sweep that ended with failed jobs did not succeed
         sys.exit(1)
 
 

@@ -80,17 +80,27 @@ def _check_models(jobs) -> None:
 
 @click.command()
 @click.argument("spec_path", metavar="SPEC")
-@settings.option("store", "--store", "--out")
+@settings.option("store", "--store")
+@click.option("--out", "old_out", default=None, hidden=True)  # the store's former name on `run`
 @settings.option("device", default="cpu", help="Device: cpu or cuda:N; never falls back silently.")
 @options.tenant
 @click.option("--no-progress", is_flag=True, help="No progress bar (without a TTY: no progress lines).")
 @click.option("--no-check-models", is_flag=True, help="Do not resolve every model before the first job.")
-def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool, no_check_models: bool) -> None:
-    """Run a sweep locally, in-process, then print the comparison and the report's path."""
+@click.option("-v", "--verbose", is_flag=True, help="Log each job's info lines here too (= --log-level info).")
+def run(
+    spec_path: str, store: str, old_out: str | None, device: str, tenant: str, no_progress: bool,
+    no_check_models: bool, verbose: bool,
+) -> None:  # fmt: skip
+    """Run a sweep locally, in-process, then print the comparison and the report's path.
+
+    At a terminal: the progress bar, warnings and the result; each job's info lines go to its
+    log.jsonl (`decodebench logs JOB`), and here too with -v or --log-level info."""
     from controller.launch.local import run_sweep
     from controller.sweep.load import load_spec
     from worker.store import open_store
 
+    store = old_out if old_out is not None else store
+    quiet_console(verbose)
     settings.parse_device(device)
     spec = load_spec(spec_path)
     opened = open_store(store)
@@ -110,7 +120,7 @@ def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool,
         click.echo(f"interrupted (Ctrl-C); complete jobs are kept, {resume}", err=True)
         sys.exit(130)
     try:
-        _report(opened, tenant, outcome.sweep_id)
+        _report(opened, tenant, outcome.sweep_id, store_flag(store))
     except KeyboardInterrupt:
         again = f"decodebench report {outcome.sweep_id}{store_flag(store)}"
         click.echo(f"\ninterrupted while writing the report; the jobs are kept, {again} writes it", err=True)
@@ -120,12 +130,23 @@ def run(spec_path: str, store: str, device: str, tenant: str, no_progress: bool,
         sys.exit(1)
 
 
-def _report(store, tenant: str, sweep_id: str) -> None:
+def quiet_console(verbose: bool) -> None:
+    """`run`'s console shows warnings and errors unless asked for more (-v, --log-level or its variable):
+    the per-job info lines are in each job's log.jsonl, and four per job would bury the bar and the result."""
+    from worker.core.logs import configure
+
+    root = click.get_current_context().find_root()
+    chosen = root.get_parameter_source("log_level") not in (None, click.core.ParameterSource.DEFAULT)
+    if verbose or not chosen:
+        configure(root.params.get("log_format"), "info" if verbose else "warning")
+
+
+def _report(store, tenant: str, sweep_id: str, flag: str = "") -> None:
     """The table, the report's path and how to open it (nothing before the first complete job)."""
     import shlex
 
     from controller.cli.table import echo_summary
-    from controller.report.aggregate import load_sweep, summarize
+    from controller.report.aggregate import REFERENCE, load_sweep, summarize
     from controller.report.write import write_reports
     from worker.core import paths
 
@@ -140,6 +161,9 @@ def _report(store, tenant: str, sweep_id: str) -> None:
     if store.url.startswith("file://"):
         opener = {"darwin": "open", "win32": "start"}.get(sys.platform, "xdg-open")
         click.echo(f"open it in a browser (it works offline): {opener} {shlex.quote(where)}")
+    cells = int((summary["strategy"] != REFERENCE).sum())
+    click.echo(f"next: decodebench report {sweep_id}{flag} --format csv --output summary.csv")
+    click.echo(f"      decodebench rate export {sweep_id}{flag} --items {10 * cells} --raters 3  (10 per cell)")
 
 
 def _failures(outcome) -> None:
@@ -164,13 +188,21 @@ def strategies() -> None:
     for name, s in STRATEGIES.items():
         kind = "stochastic" if s.stochastic else "deterministic"
         origin = f", plugin {s.plugin}" if s.plugin else ""
-        click.echo(terminal(f"{name}  ({kind}{', ' + s.citation if s.citation else ''}{origin}): {s.description}"))
+        _wrapped(f"{name}  ({kind}{', ' + s.citation if s.citation else ''}{origin}): {s.description}", "", "    ")
         for pname, p in s.params.items():
-            click.echo(terminal(f"    {pname}: {p.describe()}"))
+            _wrapped(f"{pname}: {p.describe()}", "    ", "        ")
     click.echo("modifiers accepted by every strategy:")
     for pname, p in MODIFIERS.items():
-        click.echo(f"    {pname}: {p.describe()}")
+        _wrapped(f"{pname}: {p.describe()}", "    ", "        ")
     _plugin_problems()
+
+
+def _wrapped(text: str, first: str, rest: str) -> None:
+    """One entry of `strategies` or `metrics`, wrapped to the terminal's width, its continuation indented."""
+    import shutil
+
+    width = max(40, shutil.get_terminal_size().columns - 1)
+    click.echo(click.wrap_text(terminal(text), width, initial_indent=first, subsequent_indent=rest))
 
 
 def _plugin_problems() -> None:
@@ -191,9 +223,11 @@ def metrics() -> None:
         needs = [w for w, f in (("references", m.needs_references), ("model", m.needs_model),
                                 ("answers", m.needs_answers)) if f]  # fmt: skip
         extra = (f"; needs {' and '.join(needs)}" if needs else "") + f"; {m.interval} interval"
-        click.echo(f"{name}  ({m.level}, {direction}{extra}{', ' + m.citation if m.citation else ''}): {m.description}")
+        cite = f", {m.citation}" if m.citation else ""
+        _wrapped(f"{name}  ({m.level}, {direction}{extra}{cite}): {m.description}", "", "    ")
     for name, description in METRICS.families():
-        click.echo(f"{name}  (k a positive integer, e.g. {name.split('@')[0]}@8; needs answers): {description}")
+        example = f"{name.split('@')[0]}@8"
+        _wrapped(f"{name}  (k a positive integer, e.g. {example}; needs answers): {description}", "", "    ")
 
 
 COMMANDS = [validate, run, strategies, metrics]

@@ -106,16 +106,28 @@ def export(sweep, n_items, raters, rater_names, criteria, defines, seed, out, st
 @options.tenant
 def import_(sweep, files, store_url, tenant) -> None:
     """Validate returned sheets (all or none) and store them beside the sweep; `report` then shows them."""
-    from controller.report.ratings import import_sheets, read_sheet_file
+    from controller.report.ratings import import_sheets, read_sheet_file, rounds
     from worker.store import open_store
 
     store = open_store(store_url)
     sweep_id = store.resolve_sweep(tenant, sweep)
     imported = import_sheets(store, tenant, sweep_id, [read_sheet_file(f) for f in files])
+    keys = rounds(store, tenant, sweep_id)
     for (round_id, rater), (n, replaced) in sorted(imported.items(), key=lambda kv: (int(kv[0][0]), kv[0][1])):
         again = f" (replaces the sheet imported from {terminal(replaced)})" if replaced else ""
-        click.echo(f"{rater}: {n} {plural(n, 'item')} of round {round_id}{again}")
+        blanks = _blanks(store, tenant, sweep_id, round_id, rater, keys.get(round_id) or {})
+        click.echo(f"{rater}: {n} {plural(n, 'item')} of round {round_id}{again}{blanks}")
     click.echo(f"next: decodebench report {sweep_id}{store_flag(store_url)} (adds the ratings to the report)")
+
+
+def _blanks(store, tenant: str, sweep_id: str, round_id: str, rater: str, key: dict) -> str:
+    """`; 3 scores left blank (not rated)`: a blank is no score, never a silent zero, and the rater is told."""
+    from worker.core import paths
+
+    scores = store.read_json(paths.rater_sheet_key(tenant, sweep_id, round_id, rater)).get("scores", {})
+    criteria = key.get("criteria", [])
+    blank = sum(len(criteria) - len(scores.get(item, {})) for item in key.get("items", {}))
+    return f"; {blank} {plural(blank, 'score')} left blank (not rated)" if blank else ""
 
 
 COMMANDS = [rate]

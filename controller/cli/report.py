@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -19,14 +20,23 @@ FORMATS = tuple(paths.REPORT_FILES)
 @click.command("report")
 @click.argument("sweep")
 @click.option(
-    "--format", "fmt_name", type=click.Choice(FORMATS), default="md", show_default=True, help="Format copied to --out."
+    "--format",
+    "fmt_name",
+    type=click.Choice(FORMATS),
+    default="md",
+    show_default=True,
+    help="The format written to --output FILE, or printed instead of the table when given without --output "
+    "(the store's report/ always gets every format).",
 )
 @click.option(
-    "--out",
+    "--output",
+    "-o",
+    "out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Also copy the chosen format to this local file.",
+    help="Also write the chosen --format to this local file.",
 )
+@click.option("--out", "old_out", type=click.Path(dir_okay=False, path_type=Path), default=None, hidden=True)
 @click.option(
     "--compare",
     "compare_to",
@@ -83,6 +93,7 @@ def report(
     sweep: str,
     fmt_name: str,
     out: Path | None,
+    old_out: Path | None,
     compare_to: str | None,
     n_boot: int,
     baseline: str | None,
@@ -102,6 +113,12 @@ def report(
     says which tenant your token acts as (the store prefix to read)."""
     if compare_to is not None and fmt_name == "html":
         raise UsageError("--compare writes md, csv, json or parquet, not html")
+    if old_out is not None:
+        click.echo("note: report --out FILE is now --output FILE (-o); --out will go", err=True)
+        out = out or old_out
+    to_stdout = out is None and click.get_current_context().get_parameter_source("fmt_name").name == "COMMANDLINE"
+    if to_stdout and fmt_name == "parquet" and sys.stdout.isatty():
+        raise UsageError("--format parquet is binary: give --output FILE (or redirect stdout)")
     if api:
         tenant = _token_tenant(api)
     remote = _dispatch(api, redis_url, store_url, tenant, wait_s) if distributed else None
@@ -118,16 +135,20 @@ def report(
         data, summary = build(store, tenant, sweep, n_boot, baseline, workers, remote, progress=tick)
     write_reports(store, tenant, data.sweep_id, summary, data, print_samples=print_samples)
     if compare_to is None:
-        echo_summary(summary, nl=False)
-        body = render(fmt_name, summary, data, print_samples) if out else None
+        body = render(fmt_name, summary, data, print_samples) if out or to_stdout else None
+        if not to_stdout:
+            echo_summary(summary, nl=False)
     else:
         sweep_b = store.resolve_sweep(tenant, compare_to)
         _, other = build(store, tenant, sweep_b, n_boot, workers=workers)
         comparison = compare(summary, other)
         write_comparison(store, tenant, data.sweep_id, sweep_b, comparison)
-        click.echo(compare_table(comparison), nl=False)
-        body = comparison_bytes(fmt_name, comparison) if out else None
-    if out is not None and body is not None:
+        body = comparison_bytes(fmt_name, comparison) if out or to_stdout else None
+        if not to_stdout:
+            click.echo(compare_table(comparison), nl=False)
+    if to_stdout and body is not None:  # `--format csv > summary.csv`: that format on stdout, not the table
+        click.get_binary_stream("stdout").write(body)
+    elif out is not None and body is not None:
         out.write_bytes(body)
         click.echo(f"wrote {terminal(str(out))}", err=True)
     click.echo(f"report: {location(store, paths.report_key(tenant, data.sweep_id, 'report.html'))}", err=True)

@@ -1,7 +1,8 @@
 """The summary as a terminal reads it: a rich table fitted to the terminal's width.
 
-Columns come by importance (the cell, speed, then the quality metrics of `format.CONCISE`); the
-least important go first when the terminal is narrow, and the table says how many it left out.
+Columns come by importance (the cell, tokens/s, the sweep's quality metrics, then sample size, latency
+and memory: `importance`); the least important go first when the terminal is narrow, and the table says
+how many it left out.
 A metric's column shares one number format (`format.ColumnFormat`, as in summary.md and the HTML
 report: decimals chosen by the column's magnitude, so `rep_4` never mixes `0.00`, `2.58e-04` and
 `0.786`), and an interval shows as `± half-width`.
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from controller.report.aggregate import REFERENCE
+from controller.report.aggregate import QUALITY_COLUMNS, REFERENCE, metric_columns
 from controller.report.format import CONCISE, SHORT, ColumnFormat, decimals
 from controller.report.labels import variant_label, varying_params
 from worker.core.safetext import terminal
@@ -25,6 +26,8 @@ from worker.core.safetext import terminal
 KEEP = ["model", "strategy", "tokens_per_s"]  # never dropped
 __all__ = ["decimals", "echo_summary", "fit", "print_summary", "summary_columns", "summary_table"]
 COUNTS = {"n_generations"}
+# The quality columns a narrow terminal keeps longest: diversity and perplexity tell strategies apart most.
+RANK = ["diversity", "perplexity", "rep_4", "self_bleu_4", "bleu", "rouge_l", "mean_length"]
 
 
 def _num(v) -> float:
@@ -58,12 +61,24 @@ def summary_columns(summary: pd.DataFrame) -> dict[str, list[str]]:
         "model": ["" if r["strategy"] == REFERENCE else terminal(r["model"]) for _, r in summary.iterrows()],
         "strategy": [terminal(variant_label(r, varying)) for _, r in summary.iterrows()],
     }
-    for c in CONCISE:
-        shown = ("model", "strategy", "params", "samples", "best_of")  # the variant's label says its samples
-        if c in shown or c not in summary.columns or not summary[c].notna().any():
+    for c in importance(summary):
+        if not summary[c].notna().any():
             continue
         cols[SHORT.get(c, c)] = _column(summary, c, c not in COUNTS, num)
     return cols
+
+
+def importance(summary: pd.DataFrame) -> list[str]:
+    """The value columns, most important first: tokens/s, then the sweep's quality metrics (task accuracy
+    first, then `format.CONCISE`'s in RANK's order, then the registered ones beyond DESIGN's columns: MAUVE,
+    ratings, ...), then the sample size, latency and memory, which a narrow terminal drops first."""
+    quality = metric_columns(summary)
+    accuracy = [c for c in quality if "accuracy" in c or c.startswith(("exact_match", "pass@", "maj@", "pass_at"))]
+    concise = [c for c in RANK if c in quality] + [c for c in CONCISE if c in quality and c not in RANK]
+    rest = [c for c in quality if c not in [*accuracy, *QUALITY_COLUMNS] and not c.startswith("engine_")]
+    tail = ["n_generations", "latency_ms_p50", "peak_memory_mb"]
+    order = ["tokens_per_s", *accuracy, *concise, *rest, *tail]
+    return [c for c in dict.fromkeys(order) if c in summary.columns]
 
 
 def fit(cols: dict[str, list[str]], width: int) -> tuple[list[str], int]:

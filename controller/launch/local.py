@@ -52,6 +52,10 @@ class RunOutcome:
     def n_failed(self) -> int:
         return len(self.failed) + len(self.blocked)
 
+    def state(self, job_id: str) -> str:
+        """How a job of this run finished: done, skipped (its model unavailable) or failed."""
+        return "skipped" if job_id in self.blocked else "failed" if job_id in self.failed else "done"
+
 
 def save_sweep(store: Store, spec: SweepSpec, jobs: list[JobSpec], tenant: str, mode: str) -> None:
     """spec.json (the validated spec) and plan.json (job ids per cell); written once per sweep."""
@@ -122,7 +126,7 @@ def run_sweep(
         try:
             for job in todo:
                 _run_one(job, store, runtime, outcome, run_job)
-                advance(job.cell)
+                advance(job.cell, outcome.state(job.job_id))
         except KeyboardInterrupt:
             outcome.interrupted = True
     return outcome
@@ -172,15 +176,21 @@ class _progress:
         if self.enabled is None:
             return _lines(self.total)
         if not self.enabled:
-            return lambda label: None
+            return lambda label, state="done": None
         from rich.markup import escape
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         bar = self.stack.enter_context(stderr_bar(*columns, TimeRemainingColumn()))
         task = bar.add_task("jobs", total=self.total)
-        # the cell's label is user text: its escapes shown, not run, and no rich markup in it
-        return lambda label: bar.update(task, advance=1, description=escape(terminal(label)[:48]))
+        counts = _Counts()
+
+        def advance(label: str, state: str = "done") -> None:
+            # the cell's label is user text: its escapes shown, not run, and no rich markup in it
+            note = counts.add(state)
+            bar.update(task, advance=1, description=escape(terminal(label)[:40]) + (f" ({note})" if note else ""))
+
+        return advance
 
     def __exit__(self, *exc) -> None:
         self.stack.close()
@@ -228,7 +238,7 @@ def tenth_lines(form: str) -> Callable[[str, int, int], None]:
     jobs and `report`'s phases (controller.cli.progress)."""
     start, printed = time.monotonic(), {}
 
-    def tick(what: str, done: int, total: int) -> None:
+    def tick(what: str, done: int, total: int, **extra: str) -> None:
         if total <= 0:
             return
         tenth = 10 if done >= total else done * 10 // total
@@ -236,7 +246,7 @@ def tenth_lines(form: str) -> Callable[[str, int, int], None]:
             return  # within the tenth last printed
         printed[what] = tenth
         m, s = divmod(int(time.monotonic() - start), 60)
-        line = form.format(what=what, done=done, total=total, elapsed=f"{m}m{s:02d}s")
+        line = form.format(what=what, done=done, total=total, elapsed=f"{m}m{s:02d}s", **extra)
         print(line, file=sys.stderr, flush=True)
 
     return tick
@@ -244,10 +254,24 @@ def tenth_lines(form: str) -> Callable[[str, int, int], None]:
 
 def _lines(total: int):
     """Without a TTY: `jobs 6/60 done (0m41s)` on stderr every tenth of the jobs, and at the end."""
-    tick, done = tenth_lines("jobs {done}/{total} done ({elapsed})"), [0]
+    tick, done, counts = tenth_lines("jobs {done}/{total} {note} ({elapsed})"), [0], _Counts()
 
-    def advance(label: str) -> None:
+    def advance(label: str, state: str = "done") -> None:
         done[0] += 1
-        tick("jobs", done[0], total)
+        tick("jobs", done[0], total, note=counts.add(state) or "done")
 
     return advance
+
+
+class _Counts:
+    """The jobs finished so far by how: `add(state)` returns `` while every one ran, else
+    `finished: 3 done, 9 skipped, 0 failed`, so that a skipped job is never counted as done."""
+
+    def __init__(self) -> None:
+        self.by = {"done": 0, "skipped": 0, "failed": 0}
+
+    def add(self, state: str) -> str:
+        self.by[state] = self.by.get(state, 0) + 1
+        if self.by["skipped"] == self.by["failed"] == 0:
+            return ""
+        return "finished: " + ", ".join(f"{n} {k}" for k, n in self.by.items())

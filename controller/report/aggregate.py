@@ -407,6 +407,16 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
 
 
 def metric_columns(summary: pd.DataFrame) -> list[str]:
-    """The quality-metric columns of a summary (DESIGN's, then extra registered ones)."""
+    """The quality-metric columns of a summary (DESIGN's, then extra registered ones): numbers only, so that
+    a label column (a two-engine sweep's `engine`) is never drawn or formatted as a metric."""
     skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS + SPREAD_COLUMNS + SAMPLES_COLUMNS)
-    return [c for c in summary.columns if c not in skip and "_ci_" not in c and not is_comparison_column(c)]
+    skip.add(ENGINE_COLUMN)
+    return [
+        c
+        for c in summary.columns
+        if c not in skip and "_ci_" not in c and not is_comparison_column(c) and not _textual(summary[c])
+    ]
+
+
+def _textual(column: pd.Series) -> bool:
+    return column.map(lambda v: isinstance(v, str)).any()

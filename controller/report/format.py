@@ -66,7 +66,9 @@ def fmt(value: Any) -> str:
 
 def is_count(column: str) -> bool:
     """Columns that count things (generations, prompts, jobs, clusters): whole numbers, no decimals."""
-    return column.startswith("n_") or column in ("samples", "mauve_n", "mauve_n_references", "mauve_clusters")
+    column = column.removeprefix("Δ ").removesuffix("_delta")  # a difference of counts is a count
+    short = {v: k for k, v in SHORT.items()}.get(column, column)
+    return short.startswith("n_") or short in ("samples", "mauve_n", "mauve_n_references", "mauve_clusters")
 
 
 def decimals(values, *, count: bool = False) -> int:

@@ -204,11 +204,13 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
 <a href="#examples">Examples</a><a href="#glossary">Glossary</a><a href="#provenance">Spec and provenance</a>
 {print_toggle(print_samples)}</nav>
 <h2 id="summary">Summary</h2>
-<p class="small">Click a header to sort. Empty: the metric does not apply. Hover a value for its interval.
-Columns: {e(columns)}; then extras.</p>
+<p class="small"><span class="screen-only">Click a header to sort. Hover a value for its interval. </span>
+Empty: the metric does not apply; a column empty for every cell is left out. Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
 {comparison_html(comparison_table(summary, fmt, row_label))}
 {ratings_html(rating_table(summary, fmt, params_label))}<h2 id="quality-speed">Quality vs speed</h2>
+<p class="small screen-only">Hover a point for its cell; click a legend entry to hide its variant; the menu picks
+the metric.</p>
 <div id="chart-quality-speed" class="chart"></div><p class="small" id="speed-note">{e(speed_note(summary))}</p>
 <h2 id="metrics">Metrics</h2><p class="small">{e(ci_text)} The reference row is brown.</p>
 <div class="grid">{bar_divs}</div>

@@ -24,7 +24,9 @@ SPEED_CI = ["tokens_per_s_ci_low", "tokens_per_s_ci_high"]
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf"]  # fmt: skip
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "x", "star", "pentagon", "hexagon", "triangle-down",
-           "hourglass", "bowtie"]  # fmt: skip
+           "hourglass", "bowtie", "triangle-left", "triangle-right", "hexagram", "star-square", "diamond-wide",
+           "square-x", "circle-x", "star-diamond"]  # fmt: skip
+MARKS = [(s + fill, c) for fill in ("", "-open") for s in SYMBOLS for c in PALETTE]  # 400 distinct marks
 PANEL_COLUMNS = 3
 PANEL_HEIGHT = 420
 
@@ -77,13 +79,22 @@ def _speed_bars(sub: pd.DataFrame) -> dict:
 
 
 def encoding(cells: pd.DataFrame, varying: dict) -> dict[str, dict]:
-    """variant label -> its marker (symbol: the strategy; colour: the variant), in sweep order."""
+    """variant label -> its marker, in sweep order: the symbol names the strategy and the colour the variant
+    (the sweep's first ten variants ten colours), and no two variants share both (a strategy's eleventh
+    variant takes its symbol open, then the next free symbol), so that a still picture (a printout, a
+    screenshot) tells every variant apart; past MARKS' 400 marks they repeat, one per 400 variants."""
     strategies = list(dict.fromkeys(cells["strategy"]))
     variants = list(dict.fromkeys((r["strategy"], variant_label(r, varying)) for _, r in cells.iterrows()))
-    return {
-        label: {"symbol": SYMBOLS[strategies.index(s) % len(SYMBOLS)], "color": PALETTE[i % len(PALETTE)], "size": 11}
-        for i, (s, label) in enumerate(variants)
-    }
+    used: set[tuple[str, str]] = set()
+    out = {}
+    for i, (strategy, label) in enumerate(variants):
+        home = strategies.index(strategy) % len(SYMBOLS)
+        order = [(SYMBOLS[(home + k) % len(SYMBOLS)] + fill, PALETTE[(i + j) % len(PALETTE)])
+                 for k in range(len(SYMBOLS)) for fill in ("", "-open") for j in range(len(PALETTE))]  # fmt: skip
+        symbol, color = next((m for m in order if m not in used), MARKS[i % len(MARKS)])
+        used.add((symbol, color))
+        out[label] = {"symbol": symbol, "color": color, "size": 11, "line": {"width": 1.5, "color": color}}
+    return out
 
 
 def _panel_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str, k: int, varying: dict, markers: dict) -> list[dict]:
@@ -166,7 +177,7 @@ def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
     layout = _panels_layout(models, [min(xs_all) - pad, max(xs_all) + pad], choices[0])
     layout.update(
         margin={"t": 70, "l": 60, "r": 20, "b": 50},
-        title={"text": "Quality vs speed (the Pareto front is dotted; hover a point for its cell)", "x": 0.5},
+        title={"text": "Quality vs speed (the Pareto front is dotted)", "x": 0.5},
         legend={"orientation": "h", "y": -0.12, "yanchor": "top", "itemclick": "toggle"},
         updatemenus=[{"buttons": buttons, "x": 0, "y": 1.0, "yanchor": "bottom", "xanchor": "left",
                       "direction": "down", "pad": {"b": 30}}],

@@ -1,5 +1,6 @@
 """report.html's summary table: on screen one sortable table whose columns are grouped under a
-header row (cell · sample · speed · quality · other), the cell's columns sticky while the rest
+header row (cell · quality · speed · sample · other: the quality metrics on the first screen; a column
+empty for the whole sweep left out), the cell's columns sticky while the rest
 scrolls, every interval on hover; in print, the same rows split by metric group into tables
 narrow enough for a landscape page (report.css hides the one or the others).
 
@@ -13,6 +14,7 @@ import math
 import pandas as pd
 
 from controller.report.aggregate import KEY_COLUMNS, REFERENCE, SPEED_COLUMNS, metric_columns
+from controller.report.engines import ENGINE_COLUMN
 from controller.report.format import ColumnFormat, params_label
 from controller.report.labels import cell_label, varying_params
 from controller.report.paired import is_comparison_column
@@ -27,10 +29,11 @@ def column_groups(summary: pd.DataFrame) -> list[tuple[str, list[str]]]:
     cols = [c for c in summary.columns if "_ci_" not in c and c != "cell" and not is_comparison_column(c)]
     quality = set(metric_columns(summary))
     speed_first = [c for c in SPEED_COLUMNS if c in cols]
-    groups: dict[str, list[str]] = {"cell": [c for c in KEY_COLUMNS if c in cols], "sample": [], "speed": speed_first,
-                                    "quality": [], "other": []}  # fmt: skip
+    keys = [c for c in [*KEY_COLUMNS, ENGINE_COLUMN] if c in cols]
+    speed_first = [c for c in speed_first if summary[c].notna().any()]
+    groups: dict[str, list[str]] = {"cell": keys, "quality": [], "speed": speed_first, "sample": [], "other": []}
     for c in cols:
-        if c in KEY_COLUMNS or c in speed_first:
+        if c in keys or c in speed_first or not summary[c].notna().any():  # a column empty for the whole sweep
             continue
         group = "sample" if c in SAMPLE else "quality" if c in quality else "speed" if _is_speed(c) else "other"
         groups[group].append(c)

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from controller.sweep import yamlsafe
+from controller.sweep import wording, yamlsafe
 from controller.sweep.models import StrategyEntry, SweepSpec
 from worker.core import settings
 from worker.core.contract import ModelSpec
@@ -51,12 +51,14 @@ class Locator:
 
 
 def _format_error(locate: Locator, err: ValidationError) -> str:
-    first = err.errors()[0]
+    errors = err.errors()
+    first = errors[0]
     loc = tuple(p for p in first["loc"] if not (p in ("str", "PromptItem") or "function-" in str(p)))
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key"
-    extra = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    said = wording.explain({**first, "loc": loc}, errors, SweepSpec)
+    msg = said or first["msg"].removeprefix("Value error, ")
+    loc = wording.member_free(loc)
+    more = len({wording.member_free(tuple(e["loc"])) for e in errors}) - 1  # a union's members: one error
+    extra = f" (and {more} more)" if more > 0 else ""
     # A rule over several parameters names the strategy entry: `strategies[2] (diverse_beam): ...`
     note = f" ({first['ctx']['strategy']})" if first["type"] == "joint_rule" else ""
     return locate(loc, msg + extra, note)
@@ -221,6 +223,9 @@ def _yaml_message(name: str, text: str, err: yaml.YAMLError) -> str:
     where = f"{name}:{mark.line + 1}" if mark else name
     at = f" (column {mark.column + 1})" if mark else ""
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    line = text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
+    if mark and "\t" in line[: mark.column + 1]:
+        return f"{where}: a tab character (column {mark.column + 1}): YAML indents with spaces only; replace the tab"
     return f"{where}: malformed YAML{at}: {shown(problem, 160)}"
 
 

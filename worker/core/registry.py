@@ -21,6 +21,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self.aliases: dict[str, str] = {}  # another name a user may know an entry by -> its registered name
 
     def register(self, name: str, entry: T) -> T:
         if name in self._entries:
@@ -44,7 +45,8 @@ class Registry(Generic[T]):
             raise UsageError(self.unknown_message(name)) from None
 
     def unknown_message(self, name: str) -> str:
-        close = difflib.get_close_matches(name, self._entries, n=1) if len(name) <= 100 else []
+        alias = self.aliases.get(name.lower().replace("-", "_")) if isinstance(name, str) else None
+        close = [alias] if alias else difflib.get_close_matches(name, self._entries, n=1) if len(name) <= 100 else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return f"unknown {self.kind} {short(name)}{hint} valid: {', '.join(sorted(self._entries))}"
 

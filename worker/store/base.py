@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -221,4 +222,7 @@ class Store:
             return matches[0]
         if len(matches) > 1:
             raise UsageError(f"sweep prefix {sweep!r} is ambiguous: {', '.join(matches[:5])}")
-        raise UsageError(f"no sweep {sweep!r} for tenant {tenant!r} in {self.url}")
+        from worker.store.nearby import elsewhere
+
+        here = Path(self.url[len("file://") :]) if self.url.startswith("file://") else None
+        raise UsageError(f"no sweep {sweep!r} for tenant {tenant!r} in {self.url}{elsewhere(tenant, sweep, here)}")

@@ -162,6 +162,14 @@ class Strategy:
 
 
 STRATEGIES: Registry[Strategy] = Registry("strategy")
+# What the literature and other libraries call them: an unknown name among these is answered with ours.
+STRATEGIES.aliases.update(
+    {"nucleus": "top_p", "nucleus_sampling": "top_p", "topp": "top_p", "topk": "top_k", "top_k_sampling": "top_k",
+     "sampling": "sample", "multinomial": "sample", "ancestral": "sample", "random": "sample",
+     "beam_search": "beam", "greedy_search": "greedy", "argmax": "greedy", "typical_p": "typical",
+     "locally_typical": "typical", "minp": "min_p", "contrastive_search": "contrastive",
+     "eta_sampling": "eta", "epsilon_sampling": "epsilon"}
+)  # fmt: skip
 
 
 def register(strategy: Strategy) -> Strategy:

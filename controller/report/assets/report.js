@@ -39,3 +39,15 @@ document.querySelectorAll('table.sortable').forEach(function(table){
  c.fig.layout.template=window.__reportTemplate;
  Plotly.newPlot(c.id,c.fig.data,c.fig.layout,{responsive:true,displaylogo:false,
   displayModeBar:c.id==='chart-quality-speed'?'hover':false});});
+// In print, each chart at the printed page's width: plotly draws at a fixed pixel size (no viewBox that
+// would scale), so a chart laid out for the screen printed at a fraction of the page. The widths are
+// report.css's A4 landscape page less its margins (277 mm at 96 px/in), the metric grid two to a row.
+(function(){var PAGE=1040;
+ function each(fn){document.querySelectorAll('.js-plotly-plot').forEach(fn);}
+ function toPrint(){each(function(div){var w=div.closest('.grid')?Math.floor(PAGE/2)-8:PAGE;
+  div.dataset.printWidth=w;Plotly.relayout(div,{width:w,autosize:false});});}
+ function toScreen(){each(function(div){if(!div.dataset.printWidth)return;delete div.dataset.printWidth;
+  Plotly.relayout(div,{width:null,autosize:true}).then(function(){Plotly.Plots.resize(div);});});}
+ window.addEventListener('beforeprint',toPrint);window.addEventListener('afterprint',toScreen);
+ var mq=window.matchMedia&&window.matchMedia('print');
+ if(mq&&mq.addEventListener)mq.addEventListener('change',function(m){if(m.matches)toPrint();else toScreen();});})();

@@ -35,10 +35,11 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 from rq import SimpleWorker
 from rq.exceptions import StopRequested
+from rq.job_lifecycle import call_exception_handlers
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-from worker.core.errors import Interrupted, PermanentJobError
+from worker.core.errors import DecodebenchError, Interrupted, PermanentJobError
 from worker.core.rqadapter.job import SealedJob
 from worker.core.rqadapter.persistence import SERIALIZER, DeserializationError, Status
 from worker.core.rqadapter.queue import ReliableQueue
@@ -207,6 +208,12 @@ class HookedWorker(SimpleWorker):
     def handle_exception(self, job, *exc_info):
         if exc_info and isinstance(exc_info[1], Interrupted):
             log.info("job.interrupted", job_id=job.id, why=exc_info[1].why)
+            return
+        if exc_info and isinstance(exc_info[1], DecodebenchError):  # an expected refusal (a model that cannot
+            # load, a job the policy refuses): its one line says it all; RQ's own logging adds the traceback
+            reason = str(exc_info[1]).splitlines()[0] if str(exc_info[1]) else type(exc_info[1]).__name__
+            log.warning("job.refused", job_id=job.id, queue=job.origin, reason=reason)
+            call_exception_handlers(self._exc_handlers, job, *exc_info)
             return
         super().handle_exception(job, *exc_info)
 
