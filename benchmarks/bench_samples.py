@@ -3,15 +3,15 @@
 Both sides write 8 generations of every prompt with top_p 0.9 (austen-small, float32, CPU unless
 --device): `samples` is one job whose decode loop prefills each prompt once and repeats its row and
 KV cache 8 times (worker.engine.decode); `seeds` is 8 jobs, seeds 0..7, each prefilling every prompt
-again. The rows decoding at once are the same on both sides (--rows: `samples` takes rows / 8
-prompts a batch, each seed's job `rows` prompts), with continuous refill, so what differs is the
-prefill work (and the per-job set-up). Two prompt sets: the held-out prompts as they are (about 10
+again. Both sides run at the same `batch_size` (--batch prompts: `samples` decodes 8 rows a prompt, so
+8 times the rows at once, as a sweep with `samples: 8` would) and score nothing (generation only).
+Two prompt sets: the held-out prompts as they are (about 10
 to 40 tokens) and long ones (prompt and reference cut to --long tokens), where the prefill is a larger
 share of the work. Interleaved rounds (odd rounds reversed); the printed ratio is the median of the
 rounds' ratios of tokens/s, > 1 where `samples` is faster; the prompt rows each side prefilled are
 counted once, outside the timed rounds, with a forward hook on the model.
 
-    python benchmarks/bench_samples.py [--prompts 16] [--new 32] [--rows 16] [--long 160] [--rounds 5]
+    python benchmarks/bench_samples.py [--prompts 16] [--new 32] [--batch 16] [--long 160] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -42,11 +42,10 @@ def long_prompts(tok, n: int, tokens: int) -> list[PromptItem]:
     return out
 
 
-def jobs(model: str, prompts, rows: int, new: int) -> dict[str, list[JobSpec]]:
-    one = job(model, prompts, "top_p", PARAMS, batch_size=max(rows // N, 1), max_new=new)
+def jobs(model: str, prompts, batch: int, new: int) -> dict[str, list[JobSpec]]:
+    one = job(model, prompts, "top_p", PARAMS, batch_size=batch, max_new=new).model_copy(update={"compute": []})
     sampled = one.model_copy(update={"strategy": one.strategy.model_copy(update={"samples": N})})
-    per_seed = job(model, prompts, "top_p", PARAMS, batch_size=rows, max_new=new)
-    return {"samples": [sampled], "seeds": [per_seed.model_copy(update={"seed": s}) for s in range(N)]}
+    return {"samples": [sampled], "seeds": [one.model_copy(update={"seed": s}) for s in range(N)]}
 
 
 def side(runtime, specs: list[JobSpec]):
@@ -85,7 +84,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--rows", type=int, default=16, help="rows decoding at once on both sides")
+    ap.add_argument("--batch", type=int, default=16, help="batch_size (prompts) of both sides")
     ap.add_argument("--long", type=int, default=160, help="tokens of the long prompts")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
@@ -94,14 +93,14 @@ def main() -> None:
     lm = runtime.cache.get(ModelSpec(path=args.model), runtime.device)
     print(
         f"model {args.model}, {args.prompts} prompts x {N} generations x {args.new} new tokens, top_p 0.9, "
-        f"{args.rows} rows at once, {args.rounds} rounds, {args.device}"
+        f"batch_size {args.batch}, {args.rounds} rounds, {args.device}"
     )
     sets = {
         "held-out": uniform_prompts(args.prompts),
         f"long ({args.long} tokens)": long_prompts(lm.tokenizer, args.prompts, args.long),
     }
     for name, prompts in sets.items():
-        pair = jobs(args.model, prompts, args.rows, args.new)
+        pair = jobs(args.model, prompts, args.batch, args.new)
         rows = {k: prefilled_rows(runtime, v) for k, v in pair.items()}
         stats, _ = rounds({k: side(runtime, v) for k, v in pair.items()}, args.rounds, runtime.device)
         r = ratio(stats["samples"], stats["seeds"])
