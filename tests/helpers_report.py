@@ -16,18 +16,10 @@ from collections.abc import Iterable
 from controller.metrics import CellData, Metric, item_rows, ratio
 from controller.report.aggregate import SweepData
 from worker.core import paths
-from worker.core.contract import (
-    BatchTiming,
-    GenerationRecord,
-    GenerationSettings,
-    JobResult,
-    JobSpec,
-    ModelSpec,
-    PromptItem,
-    StrategySpec,
-)
+from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.engines import OWN_ENGINE, VllmEngine
 from worker.core.registry import Registry
+from worker.core.results import BatchTiming, GenerationRecord, JobResult
 from worker.store import Store
 
 VOCAB = [

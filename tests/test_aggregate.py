@@ -11,21 +11,21 @@ import pytest
 from controller.metrics import METRICS, Metric, additive_metric, cell_data, item_rows, metric, ratio
 from controller.report.aggregate import (
     DESIGN_COLUMNS,
-    MIN_CI_PROMPTS,
     QUALITY_COLUMNS,
     REFERENCE,
     SPEED_COLUMNS,
     SweepData,
     load_sweep,
-    metric_columns,
     summarize,
 )
 from controller.report.compare import compare
+from controller.report.format import metric_columns
+from controller.report.jobs import MIN_CI_PROMPTS
 from controller.report.speed import speed_columns
 from tests.helpers_report import make_sweep, registry, toy_metrics, write_sweep
 from worker.core import paths
-from worker.core.contract import BatchTiming
 from worker.core.registry import Registry
+from worker.core.results import BatchTiming
 from worker.store import FileStore
 
 pytestmark = pytest.mark.pure

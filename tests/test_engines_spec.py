@@ -113,7 +113,7 @@ def test_vllm_not_installed_fails_with_how_to_install(monkeypatch):
 
 def test_greedy_agreement_between_engines_per_cell():
     from controller.report.engines import add_agreement, has_engines
-    from worker.core.contract import GenerationRecord
+    from worker.core.results import GenerationRecord
 
     def rec(cell, prompt, ids):
         return GenerationRecord(

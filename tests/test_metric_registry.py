@@ -14,8 +14,8 @@ import pytest
 import controller.report.intervals
 from controller.metrics import INTERVALS, METRICS, CellData, Metric, cell_data, column_sums, compute_metrics, ratio
 from tests.helpers_metrics import ADDITIVE, JACKKNIFE, SUMMARY_METRICS, TASK, cell, value
-from worker.core.contract import GenerationRecord
 from worker.core.errors import UsageError
+from worker.core.results import GenerationRecord
 
 pytestmark = pytest.mark.pure
 

@@ -12,7 +12,7 @@ from controller.report.aggregate import cell_tasks, load_sweep, summarize
 from tests.helpers_report import make_sweep, write_with_hashes
 from tests.test_report_scale import CELLS
 from worker.core import paths
-from worker.core.contract import JobResult
+from worker.core.results import JobResult
 from worker.store import FileStore
 
 

@@ -111,14 +111,7 @@ def report(
 
     The results are read from the store with your own credentials; with --api, the server
     says which tenant your token acts as (the store prefix to read)."""
-    if compare_to is not None and fmt_name == "html":
-        raise UsageError("--compare writes md, csv, json or parquet, not html")
-    if old_out is not None:
-        click.echo("note: report --out FILE is now --output FILE (-o); --out will go", err=True)
-        out = out or old_out
-    to_stdout = out is None and click.get_current_context().get_parameter_source("fmt_name").name == "COMMANDLINE"
-    if to_stdout and fmt_name == "parquet" and sys.stdout.isatty():
-        raise UsageError("--format parquet is binary: give --output FILE (or redirect stdout)")
+    out, to_stdout = _output(fmt_name, out, old_out, compare_to)
     if api:
         tenant = _token_tenant(api)
     remote = _dispatch(api, redis_url, store_url, tenant, wait_s) if distributed else None
@@ -146,14 +139,32 @@ def report(
         body = comparison_bytes(fmt_name, comparison) if out or to_stdout else None
         if not to_stdout:
             click.echo(compare_table(comparison), nl=False)
+    _emit(body, out, to_stdout)
+    click.echo(f"report: {location(store, paths.report_key(tenant, data.sweep_id, 'report.html'))}", err=True)
+    if data.damaged:  # the report is written without them; the exit code says it is incomplete
+        raise SystemExit(1)
+
+
+def _output(fmt_name: str, out: Path | None, old_out: Path | None, compare_to: str | None) -> tuple[Path | None, bool]:
+    """Where the report's own format goes: (the file of --output, whether stdout takes it instead of the
+    table: a --format given without --output); the refusals of combinations that cannot be written."""
+    if compare_to is not None and fmt_name == "html":
+        raise UsageError("--compare writes md, csv, json or parquet, not html")
+    if old_out is not None:
+        click.echo("note: report --out FILE is now --output FILE (-o); --out will go", err=True)
+        out = out or old_out
+    to_stdout = out is None and click.get_current_context().get_parameter_source("fmt_name").name == "COMMANDLINE"
+    if to_stdout and fmt_name == "parquet" and sys.stdout.isatty():
+        raise UsageError("--format parquet is binary: give --output FILE (or redirect stdout)")
+    return out, to_stdout
+
+
+def _emit(body: bytes | None, out: Path | None, to_stdout: bool) -> None:
     if to_stdout and body is not None:  # `--format csv > summary.csv`: that format on stdout, not the table
         click.get_binary_stream("stdout").write(body)
     elif out is not None and body is not None:
         out.write_bytes(body)
         click.echo(f"wrote {terminal(str(out))}", err=True)
-    click.echo(f"report: {location(store, paths.report_key(tenant, data.sweep_id, 'report.html'))}", err=True)
-    if data.damaged:  # the report is written without them; the exit code says it is incomplete
-        raise SystemExit(1)
 
 
 @click.command("report-worker")

@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from controller.report.aggregate import QUALITY_COLUMNS, REFERENCE, metric_columns
-from controller.report.format import CONCISE, SHORT, ColumnFormat, decimals
+from controller.report.aggregate import QUALITY_COLUMNS, REFERENCE
+from controller.report.format import CONCISE, SHORT, ColumnFormat, decimals, metric_columns
 from controller.report.labels import variant_label, varying_params
 from worker.core.safetext import terminal
 

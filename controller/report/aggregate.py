@@ -28,13 +28,14 @@ from controller.report import snapshot
 from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, Tick, cell_records, map_cells, score
 from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
 from controller.report.intervals import CI_LEVEL
-from controller.report.jobs import Compactor, JobInfo, prompts_of
+from controller.report.jobs import Compactor, JobInfo, enough_prompts, prompts_of, smallest_cell
 from controller.report.paircache import compare
-from controller.report.paired import comparison_columns, is_comparison_column
+from controller.report.paired import comparison_columns
 from controller.report.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
-from worker.core.contract import GenerationRecord, JobResult, ModelSpec, PromptItem
+from worker.core.contract import ModelSpec, PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
+from worker.core.results import GenerationRecord, JobResult
 from worker.store import Store
 
 ID_COLUMNS = ["model", "strategy", "params", "n_prompts", "n_generations", "n_seeds"]
@@ -173,20 +174,6 @@ def requested_metrics(data: SweepData, metrics: MetricSource = METRICS) -> list[
     return [(name, metrics.get(name)) for name in sorted(asked) if name in metrics]  # a family's member too
 
 
-# The fewest prompts a cell needs for intervals and paired comparisons. The prompt is the resampling unit
-# (a sweep's seeds nest within it), so one generation per prompt is enough; below 8 prompts a bootstrap over
-# prompts has too few distinct resamples to mean anything (docs/reports.md, "Intervals").
-MIN_CI_PROMPTS = 8
-
-
-def enough_prompts(data: SweepData) -> bool:
-    """Whether every cell has at least MIN_CI_PROMPTS prompts (its complete jobs'), whatever the seeds."""
-    per_cell: dict[str, set[str]] = defaultdict(set)
-    for r in data.results:
-        per_cell[r.job.cell].update(p.id for p in r.job.prompts)
-    return bool(per_cell) and min(len(ids) for ids in per_cell.values()) >= MIN_CI_PROMPTS
-
-
 # -- quality ----------------------------------------------------------------------------
 
 
@@ -282,10 +269,10 @@ def cell_tasks(
     """The metrics, the settings and one task per cell, as `summarize` maps them (and as the
     submission server enqueues them for the report workers: the same digests on both sides)."""
     selected = requested_metrics(data, metrics)
-    with_ci = enough_prompts(data) and n_boot > 0
+    with_ci = enough_prompts(data.results) and n_boot > 0
     names = tuple(name for name, _ in selected)
     task = task_section(data.sweep_spec.get("task"))  # the spec's task: section, checked
-    settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data), task)
+    settings = Settings(names, with_ci, n_boot, n_boot_corpus, seed, smallest_cell(data.results), task)
     store_url = getattr(store, "url", None) if store is not None else None
     return selected, settings, _tasks(data, store_url, settings)
 
@@ -371,14 +358,6 @@ def _agreement(rows: list[dict[str, Any]], tasks: list[CellTask]) -> None:
         add_agreement(rows, {t.cell: cell_records(t)[0] for t in tasks if t.cell in needed})
 
 
-def smallest_cell(data: SweepData) -> int | None:
-    """The generations of the sweep's smallest cell (from its jobs' prompts): MAUVE compares every cell on that many."""
-    per_cell: dict[str, int] = defaultdict(int)
-    for r in data.results:
-        per_cell[r.job.cell] += len(r.job.prompts)
-    return min(per_cell.values(), default=None)
-
-
 def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bool = False) -> pd.DataFrame:
     extra_metrics = [m for m in metric_names if m not in DESIGN_COLUMNS]
     columns = (
@@ -404,19 +383,3 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
         else:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     return frame
-
-
-def metric_columns(summary: pd.DataFrame) -> list[str]:
-    """The quality-metric columns of a summary (DESIGN's, then extra registered ones): numbers only, so that
-    a label column (a two-engine sweep's `engine`) is never drawn or formatted as a metric."""
-    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS + SPREAD_COLUMNS + SAMPLES_COLUMNS)
-    skip.add(ENGINE_COLUMN)
-    return [
-        c
-        for c in summary.columns
-        if c not in skip and "_ci_" not in c and not is_comparison_column(c) and not _textual(summary[c])
-    ]
-
-
-def _textual(column: pd.Series) -> bool:
-    return column.map(lambda v: isinstance(v, str)).any()

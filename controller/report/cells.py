@@ -31,8 +31,8 @@ from controller.report.intervals import cell_rng, confidence_intervals, evaluate
 from controller.report.paired import CellStats
 from controller.report.speed import rate_interval
 from worker.core import paths
-from worker.core.contract import GenerationRecord
 from worker.core.errors import CorruptRecordError
+from worker.core.results import GenerationRecord
 
 Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
 MAX_N_BOOT = 100_000  # replicates a report job (a cell's, a pair's) may ask for

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.core.contract import GenerationRecord
 from worker.core.engines import OWN_ENGINE, engine_label
+from worker.core.results import GenerationRecord
 from worker.strategies import get_strategy
 
 ENGINE_COLUMN = "engine"

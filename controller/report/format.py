@@ -9,9 +9,20 @@ from typing import Any
 
 import pandas as pd
 
-from controller.report.aggregate import DESIGN_COLUMNS, KEY_COLUMNS, SweepData, metric_columns
-from controller.report.paired import comparison_markdown, comparison_table
+from controller.report.aggregate import (
+    DESIGN_COLUMNS,
+    EXTRA_SPEED_COLUMNS,
+    ID_COLUMNS,
+    KEY_COLUMNS,
+    SAMPLES_COLUMNS,
+    SPEED_COLUMNS,
+    SweepData,
+)
+from controller.report.cells import MAUVE_COLUMNS
+from controller.report.engines import ENGINE_COLUMN
+from controller.report.paired import comparison_markdown, comparison_table, is_comparison_column
 from controller.report.ratings import RATINGS_NOTE, rating_table
+from controller.report.speed import SPREAD_COLUMNS
 from worker.core.safetext import markdown
 
 # The terminal table: the columns a reader scans first (empty ones are dropped).
@@ -272,3 +283,19 @@ def ratings_markdown(summary: pd.DataFrame) -> list[str]:
     lines.append("|---|" + "---:|" * len(header))
     lines += ["| " + " | ".join([markdown(label), *cells]) + " |" for label, cells in rows]
     return [*lines, ""]
+
+
+def metric_columns(summary: pd.DataFrame) -> list[str]:
+    """The quality-metric columns of a summary (DESIGN's, then extra registered ones): numbers only, so that
+    a label column (a two-engine sweep's `engine`) is never drawn or formatted as a metric."""
+    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS + SPREAD_COLUMNS + SAMPLES_COLUMNS)
+    skip.add(ENGINE_COLUMN)
+    return [
+        c
+        for c in summary.columns
+        if c not in skip and "_ci_" not in c and not is_comparison_column(c) and not _textual(summary[c])
+    ]
+
+
+def _textual(column: pd.Series) -> bool:
+    return column.map(lambda v: isinstance(v, str)).any()

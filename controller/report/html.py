@@ -27,9 +27,10 @@ from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
 from controller.metrics.tokenize import WORD_PATTERN
-from controller.report.aggregate import DESIGN_COLUMNS, MIN_CI_PROMPTS, REFERENCE, SweepData, metric_columns
-from controller.report.format import fmt, model_based_metrics, params_label, row_label
+from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData
+from controller.report.format import fmt, metric_columns, model_based_metrics, params_label, row_label
 from controller.report.html_tables import metrics_glossary, provenance
+from controller.report.jobs import MIN_CI_PROMPTS
 from controller.report.labels import cell_label, variant_label, varying_params
 from controller.report.paired import comparison_html, comparison_table
 from controller.report.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from types import MappingProxyType
 from typing import Any
 
 from controller.report.speed import MEMORY_KEYS
-from worker.core.contract import BatchTiming, EngineSpec, JobResult, ModelSpec, PromptItem, StrategySpec
+from worker.core.contract import EngineSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.errors import CorruptRecordError
+from worker.core.results import BatchTiming, JobResult
 
 READ_WINDOW = 512  # reads handed to the threads at a time: what is held before the reader takes it
 
@@ -173,3 +175,25 @@ def prompts_of(results: list[JobResult] | list[JobInfo]) -> list[PromptItem]:
         for p in r.job.prompts:
             seen.setdefault(p.id, p)
     return list(seen.values())
+
+
+# The fewest prompts a cell needs for intervals and paired comparisons. The prompt is the resampling unit
+# (a sweep's seeds nest within it), so one generation per prompt is enough; below 8 prompts a bootstrap over
+# prompts has too few distinct resamples to mean anything (docs/reports.md, "Intervals").
+MIN_CI_PROMPTS = 8
+
+
+def enough_prompts(results: Sequence[JobResult | JobInfo]) -> bool:
+    """Whether every cell has at least MIN_CI_PROMPTS prompts (its complete jobs'), whatever the seeds."""
+    per_cell: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        per_cell[r.job.cell].update(p.id for p in r.job.prompts)
+    return bool(per_cell) and min(len(ids) for ids in per_cell.values()) >= MIN_CI_PROMPTS
+
+
+def smallest_cell(results: Sequence[JobResult | JobInfo]) -> int | None:
+    """The generations of the sweep's smallest cell (from its jobs' prompts): MAUVE compares every cell on that many."""
+    per_cell: dict[str, int] = defaultdict(int)
+    for r in results:
+        per_cell[r.job.cell] += len(r.job.prompts)
+    return min(per_cell.values(), default=None)

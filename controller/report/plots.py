@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 
 from controller.metrics import METRICS
-from controller.report.aggregate import REFERENCE, metric_columns
+from controller.report.aggregate import REFERENCE
+from controller.report.format import metric_columns
 from controller.report.labels import cell_label, variant_label, varying_params
 
 SPEED = {"tokens_per_s": True, "latency_ms_p50": False, "latency_ms_p95": False, "ttft_ms_p50": False,

@@ -37,8 +37,8 @@ import structlog
 
 from controller.report.jobs import job_reader, read_each
 from worker.core import paths, settings
-from worker.core.contract import JobResult
 from worker.core.errors import CorruptRecordError, StoreError
+from worker.core.results import JobResult
 
 NAME = "results.jsonl.gz"  # in the report cache: deleting report/cache/ stays safe
 VERSION = 1

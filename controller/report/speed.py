@@ -16,7 +16,7 @@ import numpy as np
 
 from controller.metrics import ratio
 from controller.report.intervals import studentized, values_of
-from worker.core.contract import JobResult
+from worker.core.results import JobResult
 
 # the memory readings of a result that the speed columns use (report.jobs keeps only these)
 MEMORY_KEYS = ("torch_peak_mb", "rss_peak_mb", "nvml_peak_mb", "nvml_mean_mb", "gpu_util_mean")

@@ -13,9 +13,9 @@ import math
 
 import pandas as pd
 
-from controller.report.aggregate import KEY_COLUMNS, REFERENCE, SPEED_COLUMNS, metric_columns
+from controller.report.aggregate import KEY_COLUMNS, REFERENCE, SPEED_COLUMNS
 from controller.report.engines import ENGINE_COLUMN
-from controller.report.format import ColumnFormat, params_label
+from controller.report.format import ColumnFormat, metric_columns, params_label
 from controller.report.labels import cell_label, varying_params
 from controller.report.paired import is_comparison_column
 

@@ -15,7 +15,8 @@ import structlog
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-from worker.core.contract import BatchTiming, PromptItem
+from worker.core.contract import PromptItem
+from worker.core.results import BatchTiming
 from worker.engine import decode
 from worker.engine.models import LoadedModel
 from worker.engine.modifiers import RowModifiers

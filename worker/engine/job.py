@@ -15,9 +15,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import os
-import platform
-import socket
-import sys
 import threading
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,12 +23,12 @@ from typing import Any
 import structlog
 import torch
 
-import worker
 from worker.core import paths, settings
-from worker.core.contract import GenerationRecord, JobResult, JobSpec, ModelSpec
+from worker.core.contract import JobSpec, ModelSpec
 from worker.core.errors import PermanentJobError
 from worker.core.logs import job_context
 from worker.core.policy import context_refusal, model_positions
+from worker.core.results import GenerationRecord, JobResult
 from worker.engine import chat, samples
 from worker.engine import generate as gen
 from worker.engine.batching import AutoBatch, auto_groups, buckets, cut
@@ -39,7 +36,7 @@ from worker.engine.device import device_info, resolve_device
 from worker.engine.features import featurize
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.plan import BatchPlan, Plan, configure
-from worker.engine.record import engine_record
+from worker.engine.record import engine_record, provenance
 from worker.engine.samples import Generated, keep_best
 from worker.engine.scoring import retokenised, same_tokenizer, score_nll
 from worker.engine.telemetry import EnergyCounter, Sampler
@@ -94,43 +91,6 @@ class Runtime:
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
-
-
-def _provenance(
-    job: JobSpec, runtime: Runtime, model_info: dict, scorer_info: dict | None, featurizer_info: dict | None
-) -> dict[str, Any]:
-    import transformers
-
-    return {
-        "decodebench": worker.__version__,
-        "host": socket.gethostname(),
-        "image": runtime.settings.image,
-        "pod": runtime.settings.pod,
-        "node": runtime.settings.node,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "transformers": transformers.__version__,
-        "device": runtime.device_info,
-        "model": model_info,
-        "scorer": scorer_info,
-        "featurizer": featurizer_info,
-        "seed": job.seed,
-        "seeding": "each generation's seed = sha256(job seed, prompt id); see worker.engine.sampling",
-        **_samples_provenance(job),
-    }
-
-
-def _samples_provenance(job: JobSpec) -> dict[str, Any]:
-    """What result.json's provenance says of a variant with samples (nothing for one without)."""
-    if job.strategy.samples is None:
-        return {}
-    return {
-        "samples": job.strategy.samples,
-        "best_of": job.strategy.best_of,
-        "sample_seeding": "sample 0: the generation's seed; sample i >= 1: sha256 of JSON [job seed, prompt id, i]",
-    }
 
 
 def _runs(groups, refill: bool) -> list[tuple[list, int | None]]:
@@ -369,7 +329,7 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         n_generations=len(records),
         new_tokens=sum(r.n_new_tokens for r in records),
         memory=memory,
-        provenance=_provenance(job, runtime, lm.info, scorer_info, featurizer_info),
+        provenance=provenance(job, runtime, lm.info, scorer_info, featurizer_info),
         notes=notes,
         engine=engine_record(lm, plan, runtime, [part for _, part in outputs]),
     )

@@ -1,4 +1,5 @@
-"""What result.json's `engine` says about how a job ran: every choice that makes cells comparable.
+"""What result.json says about how a job ran: its `engine` (every choice that makes cells comparable) and
+its `provenance` (versions, host, device, models, seeding).
 
 `engine_record(lm, plan, runtime, parts)` writes down the plan as it is (worker.engine.plan: path,
 step, cache, prepared mask, refill, warm-up, rows per prompt) and, in the words results have always
@@ -8,9 +9,16 @@ kernels, KV cache, compilation, sampler, compactions, refills, energy source and
 
 from __future__ import annotations
 
+import platform
+import socket
+import sys
 from typing import Any
 
-from worker.core.contract import BatchTiming
+import torch
+
+import worker
+from worker.core.contract import JobSpec
+from worker.core.results import BatchTiming
 from worker.engine.models import LoadedModel
 from worker.engine.modifiers import any_set
 from worker.engine.plan import Cache, Path, Plan
@@ -58,4 +66,43 @@ def engine_record(lm: LoadedModel, plan: Plan, runtime, parts: list) -> dict[str
         "modifiers": _modifiers(plan),
         "decode_mask": "prepared 4D boolean (no per-step rebuild)" if preallocated and plan.mask else None,
         "prompt_tokenisation": "once per job",
+    }
+
+
+def provenance(
+    job: JobSpec, runtime: Any, model_info: dict, scorer_info: dict | None, featurizer_info: dict | None
+) -> dict[str, Any]:
+    """result.json's provenance: versions, host, pod, device, the models' info, how seeds were derived.
+    `runtime`: the worker's (worker.engine.job.Runtime: its settings and device info)."""
+    import transformers
+
+    return {
+        "decodebench": worker.__version__,
+        "host": socket.gethostname(),
+        "image": runtime.settings.image,
+        "pod": runtime.settings.pod,
+        "node": runtime.settings.node,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "device": runtime.device_info,
+        "model": model_info,
+        "scorer": scorer_info,
+        "featurizer": featurizer_info,
+        "seed": job.seed,
+        "seeding": "each generation's seed = sha256(job seed, prompt id); see worker.engine.sampling",
+        **_samples_provenance(job),
+    }
+
+
+def _samples_provenance(job: JobSpec) -> dict[str, Any]:
+    """What result.json's provenance says of a variant with samples (nothing for one without)."""
+    if job.strategy.samples is None:
+        return {}
+    return {
+        "samples": job.strategy.samples,
+        "best_of": job.strategy.best_of,
+        "sample_seeding": "sample 0: the generation's seed; sample i >= 1: sha256 of JSON [job seed, prompt id, i]",
     }

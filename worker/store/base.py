@@ -15,8 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from worker.core import paths, settings
-from worker.core.contract import GenerationRecord, JobResult
 from worker.core.errors import CorruptRecordError, RecordTooLargeError, StoreError, UsageError, shown
+from worker.core.results import GenerationRecord, JobResult
 
 
 def _reason(err: ValueError) -> str:

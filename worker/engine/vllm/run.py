@@ -25,10 +25,11 @@ import structlog
 
 import worker
 from worker.core import settings
-from worker.core.contract import BatchTiming, GenerationRecord, JobResult, JobSpec
+from worker.core.contract import JobSpec
 from worker.core.engines import engine_refusal
 from worker.core.errors import PermanentJobError
 from worker.core.policy import context_refusal
+from worker.core.results import BatchTiming, GenerationRecord, JobResult
 from worker.engine import chat
 from worker.engine.sampling import generation_seed
 from worker.engine.telemetry import EnergyCounter, Sampler
