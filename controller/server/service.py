@@ -137,6 +137,25 @@ def check_policy(ctx: Context, tenant: str, jobs: list[JobSpec]) -> None:
             raise Forbidden(f"cell {job.cell}: {why}")
 
 
+def check_judge(ctx: Context, tenant: str, judge) -> None:
+    """A sweep's judge against the operator's declared endpoints and the tenant's list (Forbidden, one line):
+    an endpoint is a network address a worker calls, so a tenant names one, never a URL."""
+    if judge is None:
+        return
+    if judge.url is not None:
+        raise Forbidden("judge.url: a sweep submitted to the server names a declared judge endpoint, not a URL")
+    if judge.local is not None:
+        policy_of = ctx.tenants.get(tenant) if ctx.tenants else None
+        if policy_of is not None and not policy_of.allows_model(judge.local.path, judge.local.revision):
+            raise Forbidden(f"judge.local: model {judge.local.path!r} is not among tenant {tenant!r}'s models")
+        return
+    declared = ctx.tenants.judge(judge.endpoint) if ctx.tenants else None
+    if declared is None:
+        raise Forbidden(f"judge.endpoint: {judge.endpoint!r} is not a judge endpoint declared in the tenants file")
+    if judge.endpoint not in ctx.policy(tenant).judges:
+        raise Forbidden(f"judge.endpoint: tenant {tenant!r} may not use judge endpoint {judge.endpoint!r}")
+
+
 def _admit(ctx: Context, tenant: str, sweep_id: str, todo: list[JobSpec]) -> None:
     """Refuse, before anything is written, a submit that would take the tenant over its quota."""
     if not todo:
@@ -207,6 +226,7 @@ def submit(ctx: Context, who: Identity, req: SubmitRequest) -> dict[str, Any]:
 
     tenant = tenant_of(who)
     spec = parse_submission(req)
+    check_judge(ctx, tenant, spec.judge)
     jobs = plan(spec, tenant)
     check_policy(ctx, tenant, jobs)
     check_context(jobs)  # where the model's files are readable here; the worker checks again
