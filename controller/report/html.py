@@ -169,6 +169,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
     changes the choice before printing."""
     if print_samples is None:
         print_samples = print_samples_default(summary)
+    from controller.judge.report import judge_html
     from controller.report.ratings import rating_table, ratings_html
 
     charts = figures(summary)
@@ -204,7 +205,8 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
 Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
 {comparison_html(comparison_table(summary, fmt, row_label))}
-{ratings_html(rating_table(summary, fmt, params_label))}<h2 id="quality-speed">Quality vs speed</h2>
+{ratings_html(rating_table(summary, fmt, params_label))}
+{judge_html(summary)}<h2 id="quality-speed">Quality vs speed</h2>
 <div id="chart-quality-speed" class="chart"></div><p class="small" id="speed-note">{e(speed_note(summary))}</p>
 <h2 id="metrics">Metrics</h2><p class="small">{e(ci_text)} The reference row is brown.</p>
 <div class="grid">{bar_divs}</div>

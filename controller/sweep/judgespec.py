@@ -104,6 +104,8 @@ class JudgeSpec(_Strict):
             raise ValueError("give exactly one of `endpoint`, `url` or `local`")
         if self.local is None and not self.model:
             raise ValueError("model: the judge model's name is required for an endpoint or url")
+        if self.local is not None and (self.temperature != 0 or self.seed is not None):
+            raise ValueError("temperature/seed: a local judge decodes greedily (temperature 0, no seed)")
         if self.url is None and (self.api_key_env or self.api_key_file):
             raise ValueError("api_key_env/api_key_file: only with `url` (a declared endpoint's key is the operator's)")
         return self
