@@ -123,3 +123,22 @@ def test_single_answer_grading(tmp_path):
         assert srv.hits == N_PROMPTS * 2  # every cell's answers, the baseline's too
     md = md_of(store, data)
     assert "1-10 grades" in md and "grade [95% CI]" in md
+
+
+def test_the_report_shows_the_judges_agreement_with_imported_human_ratings(tmp_path):
+    from tests.test_ratings import export, fill
+
+    with JudgeServer() as srv:
+        store, data = sweep(tmp_path, srv.url, mode="single", criteria=["fluency"])
+        export(store, data, tmp_path / "sheets", items=12, raters=2, seed=3)
+        for rater in ("r1", "r2"):
+            (tmp_path / f"sheet-{rater}.csv").write_bytes(fill(tmp_path / "sheets" / f"sheet-{rater}.csv", rater))
+        imported = CliRunner().invoke(main, ["rate", "import", data.sweep_id, str(tmp_path / "sheet-r1.csv"),
+                                             str(tmp_path / "sheet-r2.csv"), "--store", store.url])  # fmt: skip
+        assert imported.exit_code == 0, imported.output
+        assert report(store, data).exit_code == 0
+    md = md_of(store, data)
+    assert "### Judge vs human raters" in md
+    line = next(x for x in md.splitlines() if x.startswith("| fluency | Spearman"))
+    n = int(line.rstrip(" |").rsplit("|", 1)[1])
+    assert n >= 3  # the rated items the judge graded too

@@ -121,7 +121,7 @@ def single_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def human_means(key: dict, sheets: dict) -> dict[tuple[str, str, int], dict[str, float]]:
+def human_means(key: dict, sheets: dict) -> dict[tuple[str, str, int | None], dict[str, float]]:
     """(cell, prompt_id, job_seed) -> {criterion: mean rating over raters, "all": mean over criteria}."""
     out = {}
     for item, where in key["items"].items():
@@ -132,7 +132,7 @@ def human_means(key: dict, sheets: dict) -> dict[tuple[str, str, int], dict[str,
         if scores:
             means = {c: float(np.mean(v)) for c, v in scores.items()}
             means["all"] = float(np.mean(list(means.values())))
-            out[(where["cell"], where["prompt_id"], int(where["job_seed"]))] = means
+            out[(where["cell"], where["prompt_id"], where.get("job_seed"))] = means  # a reference item: seed None
     return out
 
 
