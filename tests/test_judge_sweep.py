@@ -142,3 +142,23 @@ def test_the_report_shows_the_judges_agreement_with_imported_human_ratings(tmp_p
     line = next(x for x in md.splitlines() if x.startswith("| fluency | Spearman"))
     n = int(line.rstrip(" |").rsplit("|", 1)[1])
     assert n >= 3  # the rated items the judge graded too
+
+
+@pytest.mark.slow
+def test_decodebench_run_with_a_judge_url_reports_its_win_rates(tmp_path, tiny_model):
+    spec = {
+        "name": "judged-run",
+        "models": [{"path": tiny_model, "name": "tiny"}],
+        "prompts": {"inline": ["It was the best of times", "Call me", "The house stood"]},
+        "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 20}}],
+        "generation": {"max_new_tokens": 6, "batch_size": 4},
+        "metrics": ["mean_length"],
+    }
+    with JudgeServer() as srv:
+        spec["judge"] = {"url": srv.url, "model": "stand-in", "baseline": "greedy"}
+        (tmp_path / "s.json").write_text(json.dumps(spec))
+        out = CliRunner().invoke(main, ["run", str(tmp_path / "s.json"), "--out", str(tmp_path / "runs")])
+        assert out.exit_code == 0, out.output
+        assert srv.hits == 3 * 2  # three prompts, both orders
+    (md,) = (tmp_path / "runs").rglob("summary.md")
+    assert "## LLM judge" in md.read_text() and "top_k" in md.read_text().split("## LLM judge")[1]
