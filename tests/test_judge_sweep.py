@@ -162,3 +162,17 @@ def test_decodebench_run_with_a_judge_url_reports_its_win_rates(tmp_path, tiny_m
         assert srv.hits == 3 * 2  # three prompts, both orders
     (md,) = (tmp_path / "runs").rglob("summary.md")
     assert "## LLM judge" in md.read_text() and "top_k" in md.read_text().split("## LLM judge")[1]
+
+
+def test_an_endpoint_not_declared_where_the_report_runs_leaves_failures_not_a_broken_report(tmp_path, monkeypatch):
+    monkeypatch.delenv("DECODEBENCH_TENANTS_FILE", raising=False)
+    store = FileStore(tmp_path / "store")
+    data = make_sweep(n_prompts=N_PROMPTS, cells=CELLS)
+    data.spec["judge"] = {"endpoint": "big-judge", "model": "m", "baseline": "greedy"}
+    write_with_hashes(store, data)
+    out = report(store, data)
+    assert out.exit_code == 0, out.output
+    recs = verdicts(store, data)
+    assert {r["outcome"] for r in recs} == {"failed"} and "'big-judge' is not declared here" in recs[0]["failure"]
+    line = next(x for x in md_of(store, data).splitlines() if "top_p" in x and "| overall |" in x)
+    assert line.rstrip(" |").endswith(f"| 0 | {N_PROMPTS}")

@@ -173,9 +173,13 @@ def endpoint_of(judge, tenants=None) -> Endpoint:
     return Endpoint(declared.url, read_key(declared.api_key_env, declared.api_key_file))
 
 
-def send(store, tenant: str, sweep_id: str, judge, plan: Plan, endpoint: Endpoint | None) -> dict[str, Reply]:
-    """digest -> (text, tokens) for every request: the cached read, the missing sent (after the budget check)."""
-    check_budget(plan, judge.limits)
+def send(
+    store, tenant: str, sweep_id: str, judge, plan: Plan, endpoint: Endpoint | None, unreachable: str | None = None
+) -> dict[str, Reply]:
+    """digest -> (text, tokens) for every request: the cached read, the missing sent (after the budget check);
+    with `unreachable` (why the endpoint cannot be called from here), the missing are failures saying so."""
+    if unreachable is None:
+        check_budget(plan, judge.limits)
     replies: dict[str, Reply] = {}
     for digest in plan.cached:
         try:
@@ -184,7 +188,9 @@ def send(store, tenant: str, sweep_id: str, judge, plan: Plan, endpoint: Endpoin
         except (CorruptRecordError, KeyError, TypeError):
             plan.missing.append(next(r for r in plan.requests if r.digest == digest))
     if plan.missing:
-        if judge.local is not None:
+        if unreachable is not None:
+            got: list[Reply] = [(None, unreachable)] * len(plan.missing)
+        elif judge.local is not None:
             from controller.judge.local import complete_local
 
             got = complete_local(judge, [r.body for r in plan.missing])
@@ -234,8 +240,13 @@ def judge_sweep(store, tenant: str, sweep_id: str, judge, results, cell_order: l
     plan = plan_requests(store, tenant, sweep_id, items)
     if dry_run:
         return plan, []
-    endpoint = None if judge.local is not None or not plan.missing else endpoint_of(judge, tenants)
-    replies = send(store, tenant, sweep_id, judge, plan, endpoint)
+    endpoint, unreachable = None, None
+    if judge.endpoint is not None and (tenants is None or tenants.judge(judge.endpoint) is None):
+        # a tenant's own machine has no tenants file: the cached verdicts are read, the rest are failures
+        unreachable = f"judge endpoint {judge.endpoint!r} is not declared here (DECODEBENCH_TENANTS_FILE)"
+    elif judge.local is None and plan.missing:
+        endpoint = endpoint_of(judge, tenants)
+    replies = send(store, tenant, sweep_id, judge, plan, endpoint, unreachable)
     records = verdicts(judge, template, items, replies)
     store.write_jsonl(paths.report_key(tenant, sweep_id, paths.JUDGE_VERDICTS_FILE), records)
     return plan, records
