@@ -82,6 +82,7 @@ def test_the_server_refuses_undeclared_or_unlisted_endpoints_and_urls():
         ("team-a", {"endpoint": "nope"}, "judge.endpoint: 'nope' is not a judge endpoint declared in the tenants file"),
         ("team-b", {"endpoint": "big-judge"}, "tenant 'team-b' may not use judge endpoint 'big-judge'"),
         ("team-a", {"url": "http://169.254.169.254/v1"}, "judge.url: a sweep submitted to the server names"),
+        ("team-a", {"endpoint": "big-judge", "template": "/etc/passwd"}, "judge.template: the server takes no file"),
     ]
     for tenant, where, message in cases:
         with pytest.raises(Forbidden, match=message):

@@ -144,6 +144,8 @@ def check_judge(ctx: Context, tenant: str, judge) -> None:
         return
     if judge.url is not None:
         raise Forbidden("judge.url: a sweep submitted to the server names a declared judge endpoint, not a URL")
+    if judge.template is not None:  # whoever reports would read it (and send it to the endpoint)
+        raise Forbidden("judge.template: the server takes no file a client names; user templates are for local runs")
     if judge.local is not None:
         policy_of = ctx.tenants.get(tenant) if ctx.tenants else None
         if policy_of is not None and not policy_of.allows_model(judge.local.path, judge.local.revision):
