@@ -125,12 +125,14 @@ def _report(store, tenant: str, sweep_id: str) -> None:
     import shlex
 
     from controller.cli.table import echo_summary
-    from controller.report.write import build, write_reports
+    from controller.report.aggregate import load_sweep, summarize
+    from controller.report.write import with_extras, write_reports
     from worker.core import paths
 
-    if not store.complete_job_ids(tenant, sweep_id):
+    data = load_sweep(store, tenant, sweep_id)
+    if not data.results:
         return
-    data, summary = build(store, tenant, sweep_id)  # the report's one pipeline: ratings and a judge included
+    summary = with_extras(summarize(data), store, data)  # ratings and the sweep's judge, as `report` adds them
     keys = write_reports(store, tenant, sweep_id, summary, data)
     echo_summary(summary)
     where = location(store, keys.get("html", paths.report_key(tenant, sweep_id, "report.html")))
