@@ -147,13 +147,13 @@ def _report(store, tenant: str, sweep_id: str, flag: str = "") -> None:
 
     from controller.cli.table import echo_summary
     from controller.report.aggregate import REFERENCE, load_sweep, summarize
-    from controller.report.write import write_reports
+    from controller.report.write import with_extras, write_reports
     from worker.core import paths
 
     data = load_sweep(store, tenant, sweep_id)
     if not data.results:
         return
-    summary = summarize(data)
+    summary = with_extras(summarize(data), store, data)  # ratings and the sweep's judge, as `report` adds them
     keys = write_reports(store, tenant, sweep_id, summary, data)
     echo_summary(summary)
     where = location(store, keys.get("html", paths.report_key(tenant, sweep_id, "report.html")))

@@ -84,6 +84,11 @@ FORMATS = tuple(paths.REPORT_FILES)
     show_default=True,
     help="With --distributed: cells or pairs still missing after this many seconds without one are computed here.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the judge requests the report would send (and those cached), send nothing, write nothing.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar (without a TTY: no progress lines).")
 @settings.option("store", "--store", "store_url")
 @options.tenant
@@ -101,6 +106,7 @@ def report(
     print_samples: bool | None,
     distributed: bool,
     wait_s: float,
+    dry_run: bool,
     no_progress: bool,
     store_url: str,
     tenant: str,
@@ -122,6 +128,8 @@ def report(
     from worker.store import open_store
 
     store = open_store(store_url)
+    if dry_run:
+        return _dry_run(store, tenant, sweep)
     if out is not None:  # a path that cannot be written fails now, in one line, not after the whole report
         out.parent.mkdir(parents=True, exist_ok=True)
     with ReportProgress(progress_mode(no_progress)) as tick:
@@ -237,3 +245,13 @@ def _token_tenant(api: str) -> str:
     if not who.get("tenant"):
         raise UsageError(f"token {who.get('token_id')!r} acts for no tenant: it cannot read sweeps")
     return settings.tenant(who["tenant"])
+
+
+def _dry_run(store, tenant: str, sweep: str) -> None:
+    """`report --dry-run`: the judge's requests, cached and to send, and nothing else."""
+    from controller.judge.report import judge_summary
+    from controller.report.aggregate import load_sweep
+
+    data = load_sweep(store, tenant, store.resolve_sweep(tenant, sweep), with_generations=False)
+    doc = judge_summary(store, tenant, data.sweep_id, data.sweep_spec, data.results, data.cell_order, 0, dry_run=True)
+    click.echo(doc["plan"] if doc else "judge: the sweep has no judge; nothing to send")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from controller.judge.report import judge_markdown
 from controller.report.aggregate import (
     DESIGN_COLUMNS,
     EXTRA_SPEED_COLUMNS,
@@ -241,6 +242,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
             with_ci=bool(ci),
         ),
         *ratings_markdown(summary),
+        *judge_markdown(summary),
         *comparison_markdown(comparison_table(summary, fmt, row_label)),
     ]
     return "\n".join(lines)

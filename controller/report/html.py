@@ -174,6 +174,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
     changes the choice before printing."""
     if print_samples is None:
         print_samples = print_samples_default(summary)
+    from controller.judge.report import judge_html
     from controller.report.ratings import rating_table, ratings_html
 
     charts = figures(summary)
@@ -209,7 +210,8 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
 Empty: the metric does not apply; a column empty for every cell is left out. Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
 {comparison_html(comparison_table(summary, fmt, row_label))}
-{ratings_html(rating_table(summary, fmt, params_label))}<h2 id="quality-speed">Quality vs speed</h2>
+{ratings_html(rating_table(summary, fmt, params_label))}
+{judge_html(summary)}<h2 id="quality-speed">Quality vs speed</h2>
 <p class="small screen-only">Hover a point for its cell; click a legend entry to hide its variant; the menu picks
 the metric.</p>
 <div id="chart-quality-speed" class="chart"></div><p class="small" id="speed-note">{e(speed_note(summary))}</p>

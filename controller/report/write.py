@@ -91,12 +91,20 @@ def build(
     data = load_sweep(store, tenant, sweep_id, with_generations=False, progress=progress)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet; see `decodebench status {sweep_id}`")
-    from controller.report.ratings import add_ratings, stored_ratings
-
     summary = summarize(
         data, n_boot=n_boot, baseline=baseline, workers=workers, store=store, remote=remote, progress=progress
     )
-    return data, add_ratings(summary, stored_ratings(store, tenant, sweep_id))
+    return data, with_extras(summary, store, data, n_boot)
+
+
+def with_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int = 1000) -> pd.DataFrame:
+    """The summary with what lives beside the jobs: imported human ratings and the sweep's judge (docs/judge.md)."""
+    from controller.judge.report import add_judge, judge_summary
+    from controller.report.ratings import add_ratings, stored_ratings
+
+    tenant, sweep_id = data.tenant, data.sweep_id
+    judged = judge_summary(store, tenant, sweep_id, data.sweep_spec, data.results, data.cell_order, n_boot)
+    return add_judge(add_ratings(summary, stored_ratings(store, tenant, sweep_id)), judged)
 
 
 def comparison_bytes(fmt_name: str, comparison: pd.DataFrame) -> bytes:

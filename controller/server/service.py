@@ -150,6 +150,27 @@ def check_policy(ctx: Context, tenant: str, jobs: list[JobSpec]) -> None:
             raise Forbidden(f"cell {job.cell}: {why}")
 
 
+def check_judge(ctx: Context, tenant: str, judge) -> None:
+    """A sweep's judge against the operator's declared endpoints and the tenant's list (Forbidden, one line):
+    an endpoint is a network address a worker calls, so a tenant names one, never a URL."""
+    if judge is None:
+        return
+    if judge.url is not None:
+        raise Forbidden("judge.url: a sweep submitted to the server names a declared judge endpoint, not a URL")
+    if judge.template is not None:  # whoever reports would read it (and send it to the endpoint)
+        raise Forbidden("judge.template: the server takes no file a client names; user templates are for local runs")
+    if judge.local is not None:
+        policy_of = ctx.tenants.get(tenant) if ctx.tenants else None
+        if policy_of is not None and not policy_of.allows_model(judge.local.path, judge.local.revision):
+            raise Forbidden(f"judge.local: model {judge.local.path!r} is not among tenant {tenant!r}'s models")
+        return
+    declared = ctx.tenants.judge(judge.endpoint) if ctx.tenants else None
+    if declared is None:
+        raise Forbidden(f"judge.endpoint: {judge.endpoint!r} is not a judge endpoint declared in the tenants file")
+    if judge.endpoint not in ctx.policy(tenant).judges:
+        raise Forbidden(f"judge.endpoint: tenant {tenant!r} may not use judge endpoint {judge.endpoint!r}")
+
+
 def checked(ctx: Context, tenant: str, jobs: list[JobSpec]) -> None:
     """What every plan of the server passes before anything is written: the tenant's policy and the cost
     limits, then the context length where the model's files are readable here (the worker checks again)."""
@@ -181,6 +202,7 @@ def submit(ctx: Context, who: Identity, req: SubmitRequest) -> dict[str, Any]:
 
     tenant = tenant_of(who)
     spec = parse_submission(req)
+    check_judge(ctx, tenant, spec.judge)
     prompts = load_prompts(spec.prompts)
     quota.precheck(ctx, tenant, *planned_size(spec, prompts))  # refused from counts before any job is built
     jobs = plan(spec, tenant, prompts)

@@ -164,6 +164,12 @@ def _resolve_paths(spec: SweepSpec, base: Path, check_paths: bool, locate: Locat
         "featurizer": resolve_model(spec.featurizer, ("featurizer",)),
         "strategies": [resolve_params(i, e) for i, e in enumerate(spec.strategies)],
     }
+    if spec.judge is not None:
+        judge: dict[str, Any] = {"local": resolve_model(spec.judge.local, ("judge", "local"))}
+        for name in ("template", "api_key_file"):  # files the report reads, relative to the spec file
+            if (value := getattr(spec.judge, name)) is not None:
+                judge[name] = str(Path(value).expanduser() if value.startswith("~") else (base / value).resolve())
+        update["judge"] = spec.judge.model_copy(update=judge)
     if spec.prompts.path is not None:
         update["prompts"] = spec.prompts.model_copy(update={"path": _prompt_file(spec.prompts.path, base, locate)})
     return spec.model_copy(update=update)

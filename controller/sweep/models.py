@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from controller.metrics import METRICS
 from controller.metrics.extract import TaskSpec
+from controller.sweep.judgespec import JudgeSpec
 from worker.core import settings
 from worker.core.contract import (
     FEATURIZER_MAX_TOKENS,
@@ -206,6 +207,11 @@ class SweepSpec(_Strict):
         min_length=1,
         description="Engines every (model, strategy) cell runs on, each with its settings (docs/engines.md); "
         "default: decodebench's own engine only.",
+    )
+    judge: JudgeSpec | None = Field(
+        default=None,
+        description="An LLM judge of the answers: pairwise against a baseline variant or 1-10 grading "
+        "(docs/judge.md); default: none.",
     )
     # The spec file's directory: local paths enter the sweep id relative to it, so the same
     # sweep checked out in two places has one id.

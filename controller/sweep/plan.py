@@ -96,6 +96,7 @@ _LATER_TOP_DEFAULTS = [
     ("featurizer_max_tokens", FEATURIZER_MAX_TOKENS),
     ("engines", DEFAULT_ENGINES),
     ("task", None),
+    ("judge", None),
 ]
 
 
@@ -125,6 +126,11 @@ def compute_sweep_id(
     }
     for model in normalised["models"] + _extra_models(normalised):
         model["path"] = spec.portable_path(model["path"])
+    for name in ("template", "api_key_file"):  # a judge's local files, like the models' paths
+        if (normalised.get("judge") or {}).get(name):
+            normalised["judge"][name] = spec.portable_path(normalised["judge"][name])
+    if (normalised.get("judge") or {}).get("local"):
+        normalised["judge"]["local"]["path"] = spec.portable_path(normalised["judge"]["local"]["path"])
     normalised["strategies"] = []
     for v in variants(spec) if strategies is None else strategies:
         kinds = get_strategy(v.name).all_params

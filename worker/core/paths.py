@@ -70,6 +70,14 @@ def report_key(tenant: str, sweep_id: str, filename: str) -> str:
     return f"{sweep_prefix(tenant, sweep_id)}/report/{filename}"
 
 
+def report_cache_key(tenant: str, sweep_id: str, name: str) -> str:
+    """An entry of the report's content-addressed cache (a cell's output, a pair's comparison, a judge's reply)."""
+    return report_key(tenant, sweep_id, f"cache/{name}")
+
+
+JUDGE_VERDICTS_FILE = "judge-verdicts.jsonl"  # under report/: every verdict with its template hash
+
+
 # Human ratings beside the sweep, one folder per round (`rate export`): its key (which hidden item is which
 # cell) and one sheet per rater. Round "0" is the layout before rounds: ratings/key.json, ratings/sheets/.
 RATINGS_KEY_FILE = "key.json"

@@ -9,6 +9,9 @@
         quota: {queued_jobs: 20000, queued_mb: 512, sweeps_in_flight: 20, queued_report_cells: 5000, held_jobs: 100000}
         rate_limit: 600                # requests a minute per token at the submission server
         secrets: {s3: team-a-s3}       # its S3 keys (reports read results with them)
+        judges: [big-judge]            # judge endpoints (below) its sweeps may name; unset: none
+    judges:                            # LLM judge endpoints, declared by the operator only (docs/judge.md)
+      - {name: big-judge, url: "http://vllm-judge:8000/v1", api_key_file: /secrets/judge/key, secret: judge-key}
     server: {redis_password_env: SERVER_REDIS_PASSWORD, secret: decodebench-server-redis}
     worker: {redis_password_env: WORKER_REDIS_PASSWORD, secret: decodebench-worker-redis}
     keda: {redis_password_env: KEDA_REDIS_PASSWORD, secret: decodebench-keda-redis}
@@ -113,6 +116,9 @@ class Tenant(_Strict):
     rate_limit: int = Field(default=600, ge=1, description="Requests a minute per token at the submission server.")
     redis_password_env: str | None = Field(default=None, description="Refused: tenants hold no Redis credentials.")
     secrets: Secrets = Field(default_factory=Secrets, description="Kubernetes Secrets of its credentials.")
+    judges: list[str] = Field(
+        default_factory=list, description="Judge endpoints (declared under `judges`) its sweeps may name."
+    )
 
     @field_validator("name")
     @classmethod
@@ -136,6 +142,33 @@ class Tenant(_Strict):
             raise ValueError(NO_REDIS)
 
 
+class JudgeEndpoint(_Strict):
+    """An OpenAI-compatible judge endpoint: a network address the report calls, so only the operator names it."""
+
+    name: str = Field(description="The name sweeps use (`judge.endpoint`): lower-case letters, digits, '-'.")
+    url: str = Field(description="Its base URL (…/v1).")
+    api_key_env: str | None = Field(default=None, description="Environment variable holding its API key.")
+    api_key_file: str | None = Field(default=None, description="File holding its API key (a mounted Secret).")
+    secret: str | None = Field(default=None, description="Kubernetes Secret holding the key (mounted as the file).")
+
+    _env = field_validator("api_key_env")(classmethod(lambda cls, v: _env_name(v)))
+    _secret = field_validator("secret")(classmethod(lambda cls, v: _secret_name(v)))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", value):
+            raise ValueError("must be lower-case letters, digits and '-' (at most 63)")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
+            raise ValueError("must be an http(s) URL")
+        return value
+
+
 class Service(_Strict):
     redis_password_env: str | None = Field(default=None, description="Environment variable holding its Redis password.")
     secret: str | None = Field(default=None, description="Kubernetes Secret holding that password (key `password`).")
@@ -146,6 +179,9 @@ class Service(_Strict):
 
 class TenantsFile(_Strict):
     tenants: list[Tenant] = Field(min_length=1, description="The tenants of the deployment.")
+    judges: list[JudgeEndpoint] = Field(
+        default_factory=list, description="LLM judge endpoints tenants may be allowed to name (docs/judge.md)."
+    )
     server: Service = Field(
         default_factory=Service, description="The submission server's Redis user (writes every tenant's sweeps)."
     )
@@ -164,7 +200,17 @@ class TenantsFile(_Strict):
             if t.name in seen:
                 raise ValueError(f"tenants[{i}].name: duplicate tenant name {t.name!r}")
             seen.add(t.name)
+        declared = [j.name for j in self.judges]
+        if len(set(declared)) != len(declared):
+            raise ValueError("judges: two judge endpoints share a name")
+        for i, t in enumerate(self.tenants):
+            unknown = [n for n in t.judges if n not in declared]
+            if unknown:
+                raise ValueError(f"tenants[{i}].judges: {unknown[0]!r} is not a declared judge endpoint")
         return self
+
+    def judge(self, name: str) -> JudgeEndpoint | None:
+        return next((j for j in self.judges if j.name == name), None)
 
     def get(self, name: str) -> Tenant | None:
         return next((t for t in self.tenants if t.name == name), None)

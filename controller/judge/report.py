@@ -1,0 +1,163 @@
+"""The judge in a sweep's report: its columns in the summary and its section in summary.md and report.html.
+
+`judge_summary(store, tenant, sweep_id, spec, results, cell_order, n_boot)` runs the judge
+(controller.judge.run: cached, budgeted) and its statistics (controller.judge.stats), with the
+agreement with imported human ratings where there are any; `add_judge(summary, doc)` joins per cell
+and criterion c the columns `judge_c_win_rate`, `judge_c_lc_win_rate` (pairwise) or `judge_c_grade`
+(single), each with `_ci_low`/`_ci_high`, and keeps the whole doc in `summary.attrs["judge"]`, which
+`judge_markdown` and `judge_html` render.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape as e
+from typing import Any
+
+import pandas as pd
+
+from controller.judge import stats
+
+NOTE = (
+    "LLM judge ({judge}, template {template} sha256 {sha}). Pairwise: each cell against its baseline on the same "
+    "prompts and seeds, asked in both orders; a verdict that changes with the order is a tie. Win rate: wins + ½ "
+    "ties over decided pairs, 95% bootstrap interval over prompts; LC: AlpacaEval 2.0's length-controlled win rate "
+    "(read at zero length difference). Unparsed and failed verdicts are counted, not scored. See docs/judge.md."
+)
+SINGLE_NOTE = (
+    "LLM judge ({judge}, template {template} sha256 {sha}): 1-10 grades (MT-Bench), mean with a 95% bootstrap "
+    "interval over prompts; unparsed and failed verdicts are counted, not scored. See docs/judge.md."
+)
+
+
+def _spec(spec: dict):
+    from controller.sweep.judgespec import JudgeSpec
+
+    return JudgeSpec.model_validate(spec["judge"]) if spec.get("judge") else None
+
+
+def _tenants():
+    from worker.core import settings
+    from worker.core.tenants import load_tenants
+
+    path = settings.get("tenants_file")
+    return load_tenants(path) if path else None
+
+
+def judge_summary(store, tenant: str, sweep_id: str, spec: dict, results, cell_order: list[str], n_boot: int,
+                  *, dry_run: bool = False) -> dict[str, Any] | None:  # fmt: skip
+    """The judge's doc for the report (None: the sweep has no judge); `dry_run`: the plan's line only."""
+    from controller.judge.run import check_budget, judge_sweep
+    from controller.report.ratings import load_key, load_sheets
+    from worker.core.errors import UsageError
+
+    judge = _spec(spec)
+    if judge is None:
+        return None
+    tenants = _tenants() if judge.endpoint is not None else None
+    plan, records = judge_sweep(store, tenant, sweep_id, judge, results, cell_order, tenants=tenants, dry_run=dry_run)
+    doc: dict[str, Any] = {"mode": judge.mode, "plan": plan.line(), "sent": 0 if dry_run else len(plan.missing)}
+    if dry_run:
+        try:
+            check_budget(plan, judge.limits)
+            doc["plan"] += " (within judge.limits)"
+        except UsageError as err:
+            doc["plan"] = str(err)
+        return doc
+    rows = (stats.single_rows if judge.mode == "single" else stats.pairwise_rows)(records, n_boot)
+    key = load_key(store, tenant, sweep_id)
+    sheets = load_sheets(store, tenant, sweep_id) if key is not None else {}
+    humans = stats.human_means(key, sheets) if key is not None and sheets else {}
+    first = records[0] if records else {}
+    doc.update(judge=first.get("judge", ""), template=first.get("template", ""), template_sha256=first.get(
+        "template_sha256", ""), rows=rows, agreement=stats.agreement(records, humans, judge.mode, n_boot) if humans
+        else [])  # fmt: skip
+    return doc
+
+
+def add_judge(summary: pd.DataFrame, doc: dict[str, Any] | None) -> pd.DataFrame:
+    """The summary with the judge's per-cell columns joined on `cell`, and the doc in attrs["judge"]."""
+    if doc is None or not doc.get("rows"):
+        return summary
+    wide: dict[str, dict[str, float]] = {}
+    for r in doc["rows"]:
+        for m in ("win_rate", "lc_win_rate", "grade"):
+            if m in r:
+                for s in ("", "_ci_low", "_ci_high"):
+                    wide.setdefault(r["cell"], {})[f"judge_{r['criterion']}_{m}{s}"] = r[m + s]
+    frame = pd.DataFrame([{"cell": c, **v} for c, v in wide.items()])
+    out = summary.merge(frame, on="cell", how="left")
+    out.attrs = {**summary.attrs, "judge": doc}
+    return out
+
+
+def _f(x) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def _ci(r: dict, m: str) -> str:
+    return f"{_f(r[m])} [{_f(r[m + '_ci_low'])}, {_f(r[m + '_ci_high'])}]"
+
+
+def judge_table(summary: pd.DataFrame) -> tuple[str, list[str], list[list[str]], list[list[str]]] | None:
+    """(note, header, rows, agreement rows) of the judge's section; None without a judge."""
+    doc = summary.attrs.get("judge")
+    if not doc or not doc.get("rows"):
+        return None
+    labels = {row["cell"]: " ".join(x for x in (row["model"], row["strategy"], str(row["params"])) if x and x != "{}")
+              for _, row in summary.iterrows()}  # fmt: skip
+    fmt = {"judge": doc["judge"], "template": doc["template"], "sha": doc["template_sha256"][:12]}
+    if doc["mode"] == "single":
+        header = ["cell", "criterion", "grade [95% CI]", "graded", "unparsed", "failed"]
+        rows = [[labels.get(r["cell"], r["cell"]), r["criterion"], _ci(r, "grade"), str(r["graded"]),
+                 str(r["unparsed"]), str(r["failed"])] for r in doc["rows"]]  # fmt: skip
+        note = SINGLE_NOTE.format(**fmt)
+    else:
+        header = ["cell", "baseline", "criterion", "win rate [95% CI]", "LC win rate [95% CI]", "W/T/L",
+                  "unparsed", "failed"]  # fmt: skip
+        rows = [[labels.get(r["cell"], r["cell"]), labels.get(r["baseline"], r["baseline"]), r["criterion"],
+                 _ci(r, "win_rate"), _ci(r, "lc_win_rate"), f"{r['wins']}/{r['ties']}/{r['losses']}",
+                 str(r["unparsed"]), str(r["failed"])] for r in doc["rows"]]  # fmt: skip
+        note = NOTE.format(**fmt)
+    agree = [[a["criterion"], "Spearman ρ (grade vs mean rating)" if a["statistic"] == "spearman_rho" else
+              "share of pairs preferring the raters' choice", f"{_f(a['value'])} [{_f(a['ci_low'])}, "
+              f"{_f(a['ci_high'])}]", str(a["n"])] for a in doc.get("agreement", [])]  # fmt: skip
+    return note, header, rows, agree
+
+
+AGREE_HEADER = ["criterion", "agreement with human raters", "value [95% CI]", "n"]
+
+
+def judge_markdown(summary: pd.DataFrame) -> list[str]:
+    """summary.md's judge section (nothing without a judge)."""
+    table = judge_table(summary)
+    if table is None:
+        return []
+    note, header, rows, agree = table
+
+    def md(head: list[str], body: list[list[str]]) -> list[str]:
+        cells = [[c.replace("|", "\\|") for c in r] for r in body]
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in cells)]
+
+    lines = ["## LLM judge", "", note, "", *md(header, rows), ""]
+    if agree:
+        lines += ["### Judge vs human raters", "", *md(AGREE_HEADER, agree), ""]
+    return lines
+
+
+def judge_html(summary: pd.DataFrame) -> str:
+    """report.html's judge section (empty without a judge)."""
+    table = judge_table(summary)
+    if table is None:
+        return ""
+    note, header, rows, agree = table
+
+    def html(head: list[str], body: list[list[str]]) -> str:
+        th = "".join(f"<th>{e(h)}</th>" for h in head)
+        trs = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in body)
+        return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+    out = f'<h2 id="judge">LLM judge</h2><p class="small">{e(note)}</p>{html(header, rows)}'
+    if agree:
+        out += f'<h3 id="judge-humans">Judge vs human raters</h3>{html(AGREE_HEADER, agree)}'
+    return out

@@ -1,0 +1,252 @@
+"""A sweep's judge requests: built from its generations, cached by content, budgeted, sent, read back as verdicts.
+
+`judge_sweep(store, tenant, sweep_id, spec, results)` builds every request the sweep's `judge:` asks for
+(pairwise: each variant's answer against its baseline's answer to the same prompt and seed, per criterion,
+in both orders; single: each answer, per criterion), keys each by the sha256 of its content (the chat
+messages, which hold the prompt, both texts and their order, and the criterion; the template's hash; the
+judge model and version; the sampling settings), and looks each key up in the report cache
+(`report/cache/judge-<digest>.json`, worker.core.paths, beside the cells' and pairs' outputs). Only
+the missing ones are sent, after the budget is checked: a report over `limits.max_requests` or
+`limits.max_tokens` stops before sending anything, naming what it would need. A reply is cached as
+the judge wrote it, parsable or not (an unparsed verdict is an outcome); a failed request is not
+cached, so a later report asks again. The verdicts are written to `report/judge-verdicts.jsonl`,
+each with the template's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.judge.client import Endpoint, Reply, complete, read_key
+from controller.judge.templates import Template, load_template
+from controller.judge.verdicts import Verdict, combine_orders, parse_grade, parse_pairwise
+from worker.core import paths
+from worker.core.errors import CorruptRecordError, UsageError
+
+CACHE_VERSION = "1"
+CHARS_PER_TOKEN = 4  # the budget's estimate of a request's tokens before it is sent
+
+
+@dataclass(frozen=True)
+class Request:
+    digest: str
+    body: dict = field(repr=False)
+
+    @property
+    def est_tokens(self) -> int:
+        chars = sum(len(m["content"]) for m in self.body["messages"])
+        return chars // CHARS_PER_TOKEN + self.body["max_tokens"]
+
+
+@dataclass
+class Plan:
+    """What a report's judge needs: every request, those not in the cache, and the estimated tokens of those."""
+
+    requests: list[Request]
+    missing: list[Request]
+    cached: set[str]
+
+    @property
+    def missing_tokens(self) -> int:
+        return sum(r.est_tokens for r in self.missing)
+
+    def line(self) -> str:
+        return (
+            f"judge: {len(self.requests):,} requests, {len(self.requests) - len(self.missing):,} cached, "
+            f"{len(self.missing):,} to send (~{self.missing_tokens:,} tokens)"
+        )
+
+
+def judge_name(judge) -> str:
+    return judge.model or f"local:{judge.local.path}@{judge.local.revision or ''}"
+
+
+def make_request(judge, template: Template, criterion: str, prompt: str, answers: tuple[str, ...]) -> Request:
+    body: dict[str, Any] = {
+        "model": judge_name(judge),
+        "messages": template.messages(criterion, prompt, answers),
+        "temperature": judge.temperature,
+        "max_tokens": judge.max_new_tokens,
+    }
+    if judge.seed is not None:
+        body["seed"] = judge.seed
+    doc = [CACHE_VERSION, template.sha256, judge_name(judge), judge.model_version, body]
+    return Request(hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32], body)
+
+
+def cache_entry(tenant: str, sweep_id: str, digest: str) -> str:
+    return paths.report_cache_key(tenant, sweep_id, f"judge-{digest}.json")
+
+
+@dataclass
+class Item:
+    """One judged unit: pairwise (cell vs baseline, answers in both orders) or single (one answer)."""
+
+    cell: str
+    baseline: str | None
+    criterion: str
+    prompt_id: str
+    job_seed: int
+    requests: tuple[Request, ...]
+    len_diff: int = 0  # characters: the variant's answer minus the baseline's
+
+
+def _answers(store, tenant: str, sweep_id: str, results) -> dict[str, dict[tuple[str, int], Any]]:
+    """cell -> (prompt_id, job_seed) -> its generation, from the complete jobs' generations."""
+    out: dict[str, dict[tuple[str, int], Any]] = defaultdict(dict)
+    for r in results:
+        for g in store.load_generations(tenant, sweep_id, r.job.job_id, r.generations_sha256):
+            out[g.cell].setdefault((g.prompt_id, g.job_seed), g)
+    return out
+
+
+def _baselines(answers: dict, cells: list[str], baseline: str | None) -> dict[str, str | None]:
+    from controller.report.paired import CellStats, baselines
+
+    def stats(cell: str) -> CellStats:
+        g = next(iter(answers[cell].values()))
+        return CellStats(cell=cell, model=g.model, strategy=g.strategy, prompts=[], values={})
+
+    return baselines([stats(c) for c in cells], baseline)
+
+
+def items_of(judge, template: Template, answers: dict, cell_order: list[str]) -> list[Item]:
+    """Every item the judge is asked about, in plan order."""
+    cells = [c for c in cell_order if c in answers] + sorted(c for c in answers if c not in cell_order)
+    items = []
+    if judge.mode == "single":
+        for cell in cells:
+            for (pid, seed), g in sorted(answers[cell].items()):
+                for c in judge.criteria:
+                    items.append(
+                        Item(cell, None, c, pid, seed, (make_request(judge, template, c, g.prompt, (g.text,)),))
+                    )
+        return items
+    for cell, base in _baselines(answers, cells, judge.baseline).items():
+        if base is None:
+            continue
+        for (pid, seed), g in sorted(answers[cell].items()):
+            b = answers[base].get((pid, seed)) or next(
+                (v for (p, _), v in sorted(answers[base].items()) if p == pid), None
+            )
+            if b is None:
+                continue
+            for c in judge.criteria:
+                first = make_request(judge, template, c, g.prompt, (g.text, b.text))
+                swapped = make_request(judge, template, c, g.prompt, (b.text, g.text))
+                items.append(Item(cell, base, c, pid, seed, (first, swapped), len(g.text) - len(b.text)))
+    return items
+
+
+def plan_requests(store, tenant: str, sweep_id: str, items: list[Item]) -> Plan:
+    unique = list({r.digest: r for it in items for r in it.requests}.values())
+    listed = {k.rsplit("/", 1)[1] for k in store.list(paths.report_cache_key(tenant, sweep_id, ""))}  # one listing
+    cached = {r.digest for r in unique if f"judge-{r.digest}.json" in listed}
+    return Plan(unique, [r for r in unique if r.digest not in cached], cached)
+
+
+def check_budget(plan: Plan, limits) -> None:
+    """UsageError (one line, before anything is sent) where the requests missing from the cache exceed a limit."""
+    if len(plan.missing) > limits.max_requests:
+        raise UsageError(
+            f"{plan.line()}: over judge.limits.max_requests {limits.max_requests:,}; raise it to {len(plan.missing):,}"
+        )
+    if plan.missing_tokens > limits.max_tokens:
+        raise UsageError(
+            f"{plan.line()}: over judge.limits.max_tokens {limits.max_tokens:,}; raise it to {plan.missing_tokens:,}"
+        )
+
+
+def endpoint_of(judge, tenants=None) -> Endpoint:
+    """Where requests go: a URL (local runs) or the tenants file's declared endpoint of that name."""
+    if judge.url is not None:
+        return Endpoint(judge.url, read_key(judge.api_key_env, judge.api_key_file))
+    declared = tenants.judge(judge.endpoint) if tenants is not None else None
+    if declared is None:
+        raise UsageError(
+            f"judge.endpoint: {judge.endpoint!r} is not declared in the tenants file (DECODEBENCH_TENANTS_FILE)"
+        )
+    return Endpoint(declared.url, read_key(declared.api_key_env, declared.api_key_file))
+
+
+def send(
+    store, tenant: str, sweep_id: str, judge, plan: Plan, endpoint: Endpoint | None, unreachable: str | None = None
+) -> dict[str, Reply]:
+    """digest -> (text, tokens) for every request: the cached read, the missing sent (after the budget check);
+    with `unreachable` (why the endpoint cannot be called from here), the missing are failures saying so."""
+    if unreachable is None:
+        check_budget(plan, judge.limits)
+    replies: dict[str, Reply] = {}
+    for digest in plan.cached:
+        try:
+            doc = store.read_json(cache_entry(tenant, sweep_id, digest))
+            replies[digest] = (doc["text"], doc.get("tokens", 0))
+        except (CorruptRecordError, KeyError, TypeError):
+            plan.missing.append(next(r for r in plan.requests if r.digest == digest))
+    if plan.missing:
+        if unreachable is not None:
+            got: list[Reply] = [(None, unreachable)] * len(plan.missing)
+        elif judge.local is not None:
+            from controller.judge.local import complete_local
+
+            got = complete_local(judge, [r.body for r in plan.missing])
+        else:
+            got = complete(endpoint, [r.body for r in plan.missing], judge.limits)  # type: ignore[arg-type]
+        for r, (text, info) in zip(plan.missing, got):
+            replies[r.digest] = (text, info)
+            if text is not None:
+                doc = {"text": text, "tokens": info, "model": judge_name(judge), "version": judge.model_version}
+                store.write_json(cache_entry(tenant, sweep_id, r.digest), doc)
+    return replies
+
+
+def _verdict(reply: Reply) -> Verdict:
+    return Verdict.FAILED if reply[0] is None else parse_pairwise(reply[0])
+
+
+def verdicts(judge, template: Template, items: list[Item], replies: dict[str, Reply]) -> list[dict[str, Any]]:
+    """One record per item: the parsed verdict(s), the outcome, and the template's hash."""
+    out = []
+    for it in items:
+        rec: dict[str, Any] = {"cell": it.cell, "criterion": it.criterion, "prompt_id": it.prompt_id,
+                               "job_seed": it.job_seed, "template": template.name,
+                               "template_sha256": template.sha256, "judge": judge_name(judge)}  # fmt: skip
+        if judge.mode == "single":
+            reply = replies[it.requests[0].digest]
+            grade = parse_grade(reply[0]) if reply[0] is not None else None
+            status = Verdict.FAILED if reply[0] is None else (Verdict.UNPARSED if grade is None else None)
+            rec.update(grade=grade, outcome=status.value if status else "graded")
+        else:
+            first, swapped = (_verdict(replies[r.digest]) for r in it.requests)
+            outcome = combine_orders(first, swapped)
+            rec.update(baseline=it.baseline, first=first.value, swapped=swapped.value, outcome=outcome.value,
+                       len_diff=it.len_diff)  # fmt: skip
+        failed = [replies[r.digest][1] for r in it.requests if replies[r.digest][0] is None]
+        if failed:
+            rec["failure"] = str(failed[0])
+        out.append(rec)
+    return out
+
+
+def judge_sweep(store, tenant: str, sweep_id: str, judge, results, cell_order: list[str], *, tenants=None,
+                dry_run: bool = False) -> tuple[Plan, list[dict[str, Any]]]:  # fmt: skip
+    """The sweep's verdicts (see the module doc); with `dry_run`, the plan only (nothing sent or written)."""
+    template = load_template(judge.mode, judge.template)
+    items = items_of(judge, template, _answers(store, tenant, sweep_id, results), cell_order)
+    plan = plan_requests(store, tenant, sweep_id, items)
+    if dry_run:
+        return plan, []
+    endpoint, unreachable = None, None
+    if judge.endpoint is not None and (tenants is None or tenants.judge(judge.endpoint) is None):
+        # a tenant's own machine has no tenants file: the cached verdicts are read, the rest are failures
+        unreachable = f"judge endpoint {judge.endpoint!r} is not declared here (DECODEBENCH_TENANTS_FILE)"
+    elif judge.local is None and plan.missing:
+        endpoint = endpoint_of(judge, tenants)
+    replies = send(store, tenant, sweep_id, judge, plan, endpoint, unreachable)
+    records = verdicts(judge, template, items, replies)
+    store.write_jsonl(paths.report_key(tenant, sweep_id, paths.JUDGE_VERDICTS_FILE), records)
+    return plan, records

@@ -1,0 +1,187 @@
+"""The judge's statistics: win rates, length-controlled win rates, grades, and agreement with human raters.
+
+Win rate (pairwise): per variant and criterion, the mean over its judged pairs of 1 (win), ½ (tie) and 0
+(loss) against the baseline; unparsed and failed pairs are counted apart and left out. Its 95% interval is
+the report's studentised bootstrap over prompts (controller.report.intervals; a prompt's seeds together).
+
+Length-controlled win rate (AlpacaEval 2.0, Dubois et al. 2024): the logistic model
+P(win) = σ(β₀ + β₁·tanh(Δ/s)) fitted to the outcomes (ties ½, a quasi-binomial fit), with Δ the variant's
+answer length minus the baseline's in characters and s their standard deviation (ddof 0); the LC win
+rate is σ(β₀), the win rate read at zero length difference. Its interval: a percentile bootstrap over prompts.
+
+Agreement with humans (where `decodebench rate import` brought ratings): single mode, Spearman's ρ between
+the judge's grade and the item's mean human rating (interval: percentile bootstrap over prompts); pairwise,
+the share of pairs, with both answers rated and the raters' means not equal, where the judge's decisive
+outcome prefers the answer the raters scored higher (interval: studentised bootstrap over prompts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+from scipy import stats as sps
+
+from controller.metrics import ratio
+from controller.report.intervals import PERCENTILES, studentized, values_of
+
+SCORE = {"A": 1.0, "tie": 0.5, "B": 0.0}  # the variant's score of a pairwise outcome
+N_BOOT_REFIT = 200  # bootstrap draws of statistics refitted per draw (LC win rate, ρ)
+
+
+def mean_interval(per_prompt: dict[str, list[float]], n_boot: int, rng: np.random.Generator):
+    """(mean, low, high) of values grouped by prompt: the studentised bootstrap over prompts."""
+    sums = np.array([[sum(v), len(v)] for v in per_prompt.values() if v], dtype=float)
+    if len(sums) == 0:
+        return math.nan, math.nan, math.nan
+    value = float(sums[:, 0].sum() / sums[:, 1].sum())
+    if len(sums) < 2 or n_boot <= 0:
+        return value, math.nan, math.nan
+    ci = studentized(sums, values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True)
+    return (value, *ci) if ci is not None else (value, math.nan, math.nan)
+
+
+def lc_win_rate(scores: np.ndarray, len_diff: np.ndarray, iterations: int = 50) -> float:
+    """σ(β₀) of the quasi-binomial fit of `scores` (1, ½, 0) on tanh(Δ/s) (see the module doc); NaN if undefined."""
+    if len(scores) == 0:
+        return math.nan
+    s = float(np.std(len_diff))
+    x = np.tanh(len_diff / s) if s > 0 else np.zeros_like(len_diff, dtype=float)
+    design = np.column_stack([np.ones_like(x), x]) if s > 0 else np.ones((len(x), 1))
+    beta = np.zeros(design.shape[1])
+    ridge = 1e-6 * np.eye(design.shape[1])  # keeps Newton's step defined where a side is all wins
+    for _ in range(iterations):
+        p = 1 / (1 + np.exp(-(design @ beta)))
+        grad = design.T @ (scores - p)
+        hess = design.T @ (design * (p * (1 - p))[:, None]) + ridge
+        step = np.linalg.solve(hess, grad)
+        beta += step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return float(1 / (1 + np.exp(-beta[0])))
+
+
+def lc_of(records: list[dict]) -> float:
+    """The LC win rate of decided pairwise records."""
+    scores = np.array([SCORE[r["outcome"]] for r in records])
+    return lc_win_rate(scores, np.array([r["len_diff"] for r in records], dtype=float))
+
+
+def _by_prompt(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        out[r["prompt_id"]].append(r)
+    return out
+
+
+def _resample(groups: dict[str, list], rng: np.random.Generator, n_boot: int):
+    keys = list(groups)
+    for idx in rng.integers(0, len(keys), size=(n_boot, len(keys))):
+        yield [x for i in idx for x in groups[keys[i]]]
+
+
+def pairwise_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]:
+    """One row per (cell, criterion): win rate, its interval, LC win rate, its interval, counts of each outcome."""
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        grouped[(r["cell"], r["criterion"])].append(r)
+    rows = []
+    for i, ((cell, crit), recs) in enumerate(grouped.items()):
+        rng = np.random.default_rng([seed, i])
+        decided = [r for r in recs if r["outcome"] in SCORE]
+        per_prompt = {p: [SCORE[r["outcome"]] for r in rs] for p, rs in _by_prompt(decided).items()}
+        win, lo, hi = mean_interval(per_prompt, n_boot, rng)
+        lc = lc_of(decided)
+        lc_lo = lc_hi = math.nan
+        if len(per_prompt) >= 2 and n_boot > 0:
+            draws = [lc_of(d) for d in _resample(_by_prompt(decided), rng, min(n_boot, N_BOOT_REFIT))]
+            lc_lo, lc_hi = (float(v) for v in np.nanpercentile(draws, PERCENTILES))
+        count = {o: sum(r["outcome"] == o for r in recs) for o in ("A", "B", "tie", "unparsed", "failed")}
+        rows.append({"cell": cell, "criterion": crit, "baseline": recs[0]["baseline"], "win_rate": win,
+                     "win_rate_ci_low": lo, "win_rate_ci_high": hi, "lc_win_rate": lc, "lc_win_rate_ci_low": lc_lo,
+                     "lc_win_rate_ci_high": lc_hi, "wins": count["A"], "losses": count["B"], "ties": count["tie"],
+                     "unparsed": count["unparsed"], "failed": count["failed"]})  # fmt: skip
+    return rows
+
+
+def single_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]:
+    """One row per (cell, criterion): the mean 1-10 grade, its interval, counts graded/unparsed/failed."""
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        grouped[(r["cell"], r["criterion"])].append(r)
+    rows = []
+    for i, ((cell, crit), recs) in enumerate(grouped.items()):
+        graded = [r for r in recs if r["grade"] is not None]
+        per_prompt = {p: [r["grade"] for r in rs] for p, rs in _by_prompt(graded).items()}
+        grade, lo, hi = mean_interval(per_prompt, n_boot, np.random.default_rng([seed, i]))
+        rows.append({"cell": cell, "criterion": crit, "grade": grade, "grade_ci_low": lo, "grade_ci_high": hi,
+                     "graded": len(graded), "unparsed": sum(r["outcome"] == "unparsed" for r in recs),
+                     "failed": sum(r["outcome"] == "failed" for r in recs)})  # fmt: skip
+    return rows
+
+
+def human_means(key: dict, sheets: dict) -> dict[tuple[str, str, int | None], dict[str, float]]:
+    """(cell, prompt_id, job_seed) -> {criterion: mean rating over raters, "all": mean over criteria}."""
+    out = {}
+    for item, where in key["items"].items():
+        scores: dict[str, list[int]] = defaultdict(list)
+        for sheet in sheets.values():
+            for c, v in sheet.get(item, {}).items():
+                scores[c].append(v)
+        if scores:
+            means = {c: float(np.mean(v)) for c, v in scores.items()}
+            means["all"] = float(np.mean(list(means.values())))
+            out[(where["cell"], where["prompt_id"], where.get("job_seed"))] = means  # a reference item: seed None
+    return out
+
+
+def _human(means: dict, crit: str) -> float | None:
+    return means.get(crit, means.get("all"))
+
+
+def agreement(records: list[dict], humans: dict, mode: str, n_boot: int, seed: int = 0) -> list[dict]:
+    """Per criterion: the judge's agreement with the raters on the items both judged (see the module doc)."""
+    rows = []
+    for i, crit in enumerate(sorted({r["criterion"] for r in records})):
+        rng = np.random.default_rng([seed, i, 7])
+        pts: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in records:
+            if r["criterion"] != crit:
+                continue
+            mine = humans.get((r["cell"], r["prompt_id"], r["job_seed"]))
+            if mode == "single":
+                if mine is not None and r["grade"] is not None:
+                    pts[r["prompt_id"]].append((r["grade"], _human(mine, crit)))  # type: ignore[arg-type]
+                continue
+            base = humans.get((r["baseline"], r["prompt_id"], r["job_seed"]))
+            if mine is None or base is None or r["outcome"] not in ("A", "B"):
+                continue
+            h_mine, h_base = _human(mine, crit), _human(base, crit)
+            if h_mine is None or h_base is None or h_mine == h_base:
+                continue
+            pts[r["prompt_id"]].append((float((r["outcome"] == "A") == (h_mine > h_base)), 1.0))
+        n = sum(len(v) for v in pts.values())
+        if mode == "single":
+            flat = np.array([p for v in pts.values() for p in v]).reshape(-1, 2)
+            rho = spearman(flat)
+            lo = hi = math.nan
+            if len(pts) >= 2 and n_boot > 0 and not math.isnan(rho):
+                draws = [spearman(np.array(d).reshape(-1, 2)) for d in _resample(pts, rng, min(n_boot, N_BOOT_REFIT))]
+                lo, hi = (float(v) for v in np.nanpercentile(draws, PERCENTILES))
+            rows.append(
+                {"criterion": crit, "statistic": "spearman_rho", "value": rho, "ci_low": lo, "ci_high": hi, "n": n}
+            )
+        else:
+            share, lo, hi = mean_interval({p: [a for a, _ in v] for p, v in pts.items()}, n_boot, rng)
+            lo, hi = (float(np.clip(lo, 0, 1)), float(np.clip(hi, 0, 1))) if not math.isnan(lo) else (lo, hi)
+            rows.append({"criterion": crit, "statistic": "pair_agreement", "value": share, "ci_low": lo,
+                         "ci_high": hi, "n": n})  # fmt: skip
+    return rows
+
+
+def spearman(points: np.ndarray) -> float:
+    """Spearman's ρ of the two columns; NaN with fewer than 3 points or a constant column."""
+    if len(points) < 3 or np.ptp(points[:, 0]) == 0 or np.ptp(points[:, 1]) == 0:
+        return math.nan
+    return float(sps.spearmanr(points[:, 0], points[:, 1]).statistic)
