@@ -85,7 +85,7 @@ def test_the_printed_next_commands_and_the_readmes_work_as_written(ran):
         out = cli(*argv[1:])
         assert out.exit_code == 0, (command, out.output)
     assert (tmp_path / "summary.csv").read_text().startswith("model,strategy,params")
-    assert (tmp_path / f"ratings-{sweep_id}" / "sheet-r1.csv").is_file()
+    assert (tmp_path / f"ratings-{sweep_id}-round-1" / "sheet-r1.csv").is_file()  # the first rating round
 
 
 def test_no_sweep_names_the_store_that_has_it(ran):

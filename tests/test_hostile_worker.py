@@ -86,8 +86,9 @@ def test_broken_job_payloads_fail_their_jobs_with_a_reason_and_the_worker_goes_o
         assert failed.meta["reason"] == reasons[job_id], name
     assert FailedJobRegistry(keys.queue_name("default"), connection=conn).count == len(broken)
     assert conn.zcard(keys.running("default")) == 0  # (a refusal travels with its job: no per-worker stash to leak)
+    # a finished sweep with failed jobs: status exits 1
     r = CliRunner().invoke(cli, ["status", out.sweep_id, "--redis-url", conn_url(conn)])
-    assert r.exit_code == 0 and "invalid job: model: Field required" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 1 and "invalid job: model: Field required" in r.output and "Traceback" not in r.output
 
 
 def test_a_forged_job_no_sweep_knows_is_failed_in_rq_and_the_worker_goes_on(conn, store, tiny_model):

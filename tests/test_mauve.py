@@ -84,8 +84,10 @@ def test_mauve_is_empty_without_features_and_declares_what_it_needs():
     for key, value in MAUVE_SETTINGS.items():
         assert f"{key}={value}" in m.description
     listed = CliRunner().invoke(main, ["metrics"])
-    line = next(x for x in listed.output.splitlines() if x.startswith("mauve "))
-    assert "needs references and model" in line and "featurizer" in line and "none interval" in line
+    lines = listed.output.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("mauve "))
+    entry = " ".join([lines[start], *(x.strip() for x in lines[start + 1 :] if x.startswith("    "))][:8])  # wrapped
+    assert "needs references and model" in entry and "featurizer" in entry and "none interval" in entry
 
 
 SPEC = """

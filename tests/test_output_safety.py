@@ -188,7 +188,7 @@ def test_status_prints_names_cells_and_failure_reasons_with_escapes_visible(tmp_
     transition(conn, "default", job.sweep_id, job.job_id, job.cell, JobStatus.RUNNING)
     transition(conn, "default", job.sweep_id, job.job_id, job.cell, JobStatus.FAILED, reason="boom " + ESCAPES)
     res = CliRunner().invoke(main, ["status", job.sweep_id, "--redis-url", redis_url])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # a finished sweep with a failed job: status says so and exits 1
     no_escape(res.output)
     assert "evil\\x1b[2J" in res.output and "tiny\\x1b[2J" in res.output
     assert "boom \\x1b[2J\\x1b]0;pwned\\x07" in res.output

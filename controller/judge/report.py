@@ -48,7 +48,7 @@ def judge_summary(store, tenant: str, sweep_id: str, spec: dict, results, cell_o
                   *, dry_run: bool = False) -> dict[str, Any] | None:  # fmt: skip
     """The judge's doc for the report (None: the sweep has no judge); `dry_run`: the plan's line only."""
     from controller.judge.run import check_budget, judge_sweep
-    from controller.report.ratings import load_key, load_sheets
+    from controller.report.ratings import pooled
     from worker.core.errors import UsageError
 
     judge = _spec(spec)
@@ -65,8 +65,7 @@ def judge_summary(store, tenant: str, sweep_id: str, spec: dict, results, cell_o
             doc["plan"] = str(err)
         return doc
     rows = (stats.single_rows if judge.mode == "single" else stats.pairwise_rows)(records, n_boot)
-    key = load_key(store, tenant, sweep_id)
-    sheets = load_sheets(store, tenant, sweep_id) if key is not None else {}
+    key, sheets = pooled(store, tenant, sweep_id)  # every rating round, pooled as the report pools them
     humans = stats.human_means(key, sheets) if key is not None and sheets else {}
     first = records[0] if records else {}
     doc.update(judge=first.get("judge", ""), template=first.get("template", ""), template_sha256=first.get(
