@@ -27,6 +27,7 @@ def beam_outputs(llm, prompts: list[dict], num_beams: int, max_tokens: int, leng
         eos = tokenizer.eos_token_id
         ended = bool(ids) and ids[-1] == eos and len(ids) < max_tokens
         completion = SimpleNamespace(
+            index=0,  # the one completion of its request, as a RequestOutput's first (run._records orders by it)
             token_ids=ids,
             text=tokenizer.decode(ids, skip_special_tokens=True),
             finish_reason="stop" if ended else "length",
