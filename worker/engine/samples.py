@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.core.contract import JobSpec, PromptItem
+from worker.core.results import GenerationRecord
 from worker.engine.sampling import generation_seed
 
 
@@ -31,6 +32,22 @@ class Generated:
     token_ids: list[int]
     text: str
     stop_reason: str
+
+    def record(self, job: JobSpec, best_of: list[float | None] | None = None, **measures) -> GenerationRecord:
+        """Its generation record, as both engines write it: with best_of's sample scores of its prompt, and
+        any scores and features (`measures`)."""
+        return GenerationRecord.of(
+            job,
+            self.prompt,
+            seed=self.seed,
+            text=self.text,
+            token_ids=self.token_ids,
+            stop_reason=self.stop_reason,
+            batch=self.batch,
+            sample=self.sample,
+            best_of=best_of,
+            **measures,
+        )
 
 
 def seeds(job: JobSpec) -> dict[str, list[int]]:

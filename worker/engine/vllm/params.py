@@ -3,7 +3,9 @@
 Only the strategies of `worker.core.engines.VLLM_STRATEGIES` reach here (validation refuses the
 others). vLLM's `repetition_penalty` is the CTRL penalty of transformers (logits divided or
 multiplied over the prompt's and the output's tokens), `min_tokens` is `min_new_tokens`, and stop
-strings end a generation with the text cut before them (`include_stop_str_in_output=False`). Typical,
+strings end a generation with the text cut before them (`include_stop_str_in_output=False`). A
+best_of variant asks for the sampled tokens' log-probabilities (`logprobs=0`; vLLM's default
+`logprobs_mode` is the raw model's, before temperature and filters, as the own engine scores). Typical,
 epsilon and eta carry their filter in `extra_args` for the decodebench logits processor
 (`worker.engine.vllm.logitsprocs`), which reproduces transformers' warpers.
 """
@@ -40,6 +42,8 @@ def sampling_settings(strategy: StrategySpec, generation: GenerationSettings) ->
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
     }
+    if strategy.best_of is not None:  # the sampled tokens' raw log-probabilities rank a prompt's samples
+        out["logprobs"] = 0
     if strategy.name != "greedy":
         out["temperature"] = p["temperature"]
     if strategy.name == "top_k":

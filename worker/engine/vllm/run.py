@@ -8,7 +8,9 @@ arrival, first token and last token give its latency, TTFT and TPOT in the own e
 
 A variant's `samples: n` is `SamplingParams(n=n)`: vLLM runs a prompt's n samples as child requests of
 one, child i seeded with the request's seed + i (vllm/v1/engine/parallel_sampling.py), which each record
-says (`seed`, `sample`); sample 0 is the generation of the same job without samples.
+says (`seed`, `sample`); sample 0 is the generation of the same job without samples. `best_of: model`
+keeps a prompt's sample with the highest mean token log-probability, as the own engine does, from vLLM's
+log-probabilities of the sampled tokens (`best_of: scorer` runs on the own engine only).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from worker.core.errors import PermanentJobError
 from worker.core.policy import context_refusal
 from worker.core.results import BatchTiming, GenerationRecord, JobResult
 from worker.engine import chat
+from worker.engine.samples import Generated, keep_best
 from worker.engine.sampling import generation_seed
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.engine.vllm.beam import beam_outputs
@@ -140,10 +143,9 @@ def _caller(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | 
     return lambda prompts, n: loaded.llm.generate(prompts, params[:n], use_tqdm=False)
 
 
-def _generate(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | None], device, ids):
-    """The shard on vLLM, fed the token ids the own engine is fed (worker.engine.chat: raw text tokenised,
-    or the chat template rendered once) as token-id prompts."""
-    call = _caller(job, loaded, settings_, seeds)
+def _generate(job: JobSpec, loaded: LoadedLLM, call, device, ids):
+    """The shard on vLLM by `call` (`_caller`), fed the token ids the own engine is fed (worker.engine.chat: raw
+    text tokenised, or the chat template rendered once) as token-id prompts."""
     prompts = [{"prompt_token_ids": row} for row in ids]
     if job.generation.warmup:
         call(prompts[:1], 1)
@@ -160,24 +162,40 @@ def _generate(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int 
     return outputs, timing, {"torch_peak_mb": None, **sampler.summary()}
 
 
-def _records(job: JobSpec, outputs, seeds: list[int | None]) -> list[GenerationRecord]:
-    records = []
-    for p, out, seed in zip(job.prompts, outputs, seeds):
+def _run(job: JobSpec, runtime, loaded: LoadedLLM, settings_: dict, seeds: list[int | None], ids):
+    """`_generate`, the LLM let go if vLLM fails inside it (its scheduler may still hold the failed requests:
+    the next job gets a fresh LLM, never a wait on them). A failure on an LLM's first call is the model's:
+    vLLM loaded it but cannot run it here (a head size its attention lacks), one permanent line naming it."""
+    call = _caller(job, loaded, settings_, seeds)  # SamplingParams' own checks fail here, not as the model's
+    try:
+        out = _generate(job, loaded, call, runtime.device, ids)
+    except Exception as err:
+        _cache(runtime).close()
+        if loaded.info.get("ran"):
+            raise
+        reason = (" ".join(str(err).split()) or type(err).__name__)[:300]
+        raise PermanentJobError(f"engine vllm cannot run model {job.model.label}: {reason}") from None
+    loaded.info["ran"] = True
+    return out
+
+
+def _records(job: JobSpec, outputs, seeds: list[int | None], ids: list[list[int]]) -> list[GenerationRecord]:
+    """The job's records in the shard's order, a prompt's samples in sample order; a best_of variant keeps per
+    prompt the sample with the highest mean token log-probability (vLLM's sampled-token log-probabilities of
+    the raw model, `logprobs=0`), chosen as the own engine chooses (worker.engine.samples.keep_best)."""
+    items, nlls = [], []
+    for p, out, seed, row in zip(job.prompts, outputs, seeds, ids, strict=True):
         for completion in sorted(out.outputs, key=lambda c: c.index):  # sample i: vLLM's child i, seed + i
-            sample = completion.index
-            records.append(
-                GenerationRecord.of(
-                    job,
-                    p,
-                    seed=seed + sample if seed is not None else generation_seed(job.seed, p.id),
-                    text=completion.text,
-                    token_ids=list(completion.token_ids),
-                    stop_reason=_stop_reason(completion),
-                    batch=0,
-                    sample=sample,
-                )
-            )
-    return records
+            sample, tokens = completion.index, list(completion.token_ids)
+            own_seed = seed + sample if seed is not None else generation_seed(job.seed, p.id)
+            items.append(Generated(p, sample, own_seed, 0, row, tokens, completion.text, _stop_reason(completion)))
+            total = getattr(completion, "cumulative_logprob", None)
+            nlls.append((None, None) if total is None else (-total, len(tokens)))
+    ranks = None
+    if job.strategy.best_of is not None:
+        kept = keep_best(items, nlls)
+        items, ranks = [g for g, _, _ in kept], {g.prompt.id: scores for g, _, scores in kept}
+    return [g.record(job, ranks[g.prompt.id] if ranks is not None else None) for g in items]
 
 
 def _provenance(job: JobSpec, runtime, loaded: LoadedLLM) -> dict[str, Any]:
@@ -250,11 +268,16 @@ def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResul
         _end_of_turn(job, tokenizer, settings_)
     stochastic = settings_["temperature"] > 0 and job.strategy.name != "beam"
     seeds = [generation_seed(job.seed, p.id) if stochastic else None for p in job.prompts]
-    outputs, timing, memory = _generate(job, loaded, settings_, seeds, runtime.device, ids)
-    records = _records(job, outputs, seeds)
+    outputs, timing, memory = _run(job, runtime, loaded, settings_, seeds, ids)
+    records = _records(job, outputs, seeds, ids)
     notes = []
     if job.generation.batch_size != "auto" and job.generation.batch_size != timing.batch_size:
         notes.append(f"vllm schedules its own batch: the shard's {len(job.prompts)} prompts at once")
+    if job.strategy.best_of is not None:
+        notes.append(
+            f"best_of: {job.strategy.n_samples} samples a prompt generated (all in the batch's timing), the one with "
+            "the highest mean token log-probability under the model (vLLM's raw log-probabilities) kept"
+        )
     result = JobResult(
         job=job,
         started_at=started,
