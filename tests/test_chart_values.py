@@ -5,12 +5,13 @@ documented, and the realistic values files say what cluster they describe.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 import yaml
 
-from tests.helpers_chart import CHART, VALUES, VALUES_BY_NAME, render_error
+from tests.helpers_chart import CHART, VALUES, VALUES_BY_NAME, render, render_error
 
 # --- bad values fail with a readable message -------------------------------------------------
 
@@ -121,3 +122,15 @@ def test_the_keda_values_in_docs_deploy_md_are_the_tested_file():
     after = docs.split("`values-keda.yaml`", 1)[1]
     block = after.split("```yaml\n", 1)[1].split("```", 1)[0]
     assert yaml.safe_load(block) == yaml.safe_load(VALUES_BY_NAME["deploy-md-keda"].read_text())
+
+
+def test_every_values_example_in_docs_deploy_md_renders():
+    """issue 42: a reader copies these blocks; each must pass the chart's schema on its own (the `sha256:...`
+    placeholder of an image digest did not). A block of chart values: its top-level keys are the chart's."""
+    keys = set(json.loads((CHART / "values.schema.json").read_text())["properties"])
+    docs = (CHART.parents[1] / "docs" / "deploy.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", docs, re.S)]
+    examples = [b for b in blocks if isinstance(b, dict) and set(b) <= keys]
+    assert len(examples) >= 8, "the values examples of docs/deploy.md moved: update this test"
+    for values in examples:
+        assert render(values), values
