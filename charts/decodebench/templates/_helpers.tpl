@@ -508,6 +508,7 @@ as a whole, except `image` and `autoscaling`, merged key by key. Returns {"pools
 {{- fail "controller.tokenSecret: with tenants, name a Secret (key `token`) holding the controller pod's token for the server, or set controller.enabled=false" }}
 {{- end }}
 {{- $names := list }}{{ range $t.tenants }}{{ $names = append $names .name }}{{ end }}
+{{- include "decodebench.validateJudges" $t }}
 {{- if and .Values.controller.enabled (not (has .Values.tenant $names)) }}
 {{- fail (printf "tenant: the controller pod submits as `tenant` (%s), which must be one of tenants.tenants (%s)" .Values.tenant (join ", " $names)) }}
 {{- end }}
@@ -561,6 +562,65 @@ report-worker` refuses at start a tenant the tenants file does not declare: refu
 {{- end }}
 {{- if gt (int $rw.autoscaling.minReplicas) (int $rw.autoscaling.maxReplicas) }}
 {{- fail (printf "reportWorkers: autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d)" (int $rw.autoscaling.minReplicas) (int $rw.autoscaling.maxReplicas)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The judge endpoints' keys (tenants.judges[].secret), each Secret mounted read-only at the directory of
+its api_key_file, the key under the file's name: in the report workers only, the operator's pods that
+send judge requests (docs/judge.md). Never in the controller pod, which a tenant may exec into.
+Args: {root, mount}: mount=true the volumeMounts, else the volumes.
+*/}}
+{{- define "decodebench.judgeKeys" -}}
+{{- if include "decodebench.tenantsOn" .root }}
+{{- range $i, $j := .root.Values.tenants.judges | default list }}
+{{- if $j.secret }}
+{{- if $.mount }}
+- name: judge-key-{{ $i }}
+  mountPath: {{ dir $j.api_key_file }}
+  readOnly: true
+{{- else }}
+- name: judge-key-{{ $i }}
+  secret:
+    secretName: {{ $j.secret }}
+    items:
+      - key: {{ base $j.api_key_file }}
+        path: {{ base $j.api_key_file }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Judge endpoints: unique names, those the tenants name declared, each key a Secret in a directory of its own. */}}
+{{- define "decodebench.validateJudges" -}}
+{{- $declared := list }}{{ $dirs := dict }}
+{{- range $i, $j := .judges | default list }}
+{{- if has $j.name $declared }}
+{{- fail (printf "tenants.judges[%d].name: %s is declared twice" $i $j.name) }}
+{{- end }}
+{{- $declared = append $declared $j.name }}
+{{- if not (and $j.secret $j.api_key_file) }}
+{{- if or $j.secret $j.api_key_file }}
+{{- fail (printf "tenants.judges[%d] (%s): set both secret (a Secret holding the key) and api_key_file (where the report workers read it), or neither for an endpoint without a key" $i $j.name) }}
+{{- end }}
+{{- else }}
+{{- $dir := dir $j.api_key_file }}
+{{- if hasKey $dirs $dir }}
+{{- fail (printf "tenants.judges[%d].api_key_file: %s is already the directory of %s's key; each key needs a directory of its own" $i $dir (get $dirs $dir)) }}
+{{- end }}
+{{- if or (eq $dir "/") (has $dir (list "/etc/decodebench" "/tmp" "/etc" "/run" "/run/secrets")) }}
+{{- fail (printf "tenants.judges[%d].api_key_file: %s would be mounted over %s; use a directory of its own, e.g. /secrets/judge-%s/key" $i $j.api_key_file $dir $j.name) }}
+{{- end }}
+{{- $_ := set $dirs $dir $j.name }}
+{{- end }}
+{{- end }}
+{{- range $i, $tenant := .tenants }}
+{{- range $tenant.judges | default list }}
+{{- if not (has . $declared) }}
+{{- fail (printf "tenants.tenants[%d].judges: %s is not a declared judge endpoint (tenants.judges)" $i .) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
