@@ -2,6 +2,7 @@
 
     python benchmarks/bench_paired.py          # 500 simulated pairs at 16, 32, 128 prompts; effects 0 and 0.1
     python benchmarks/bench_paired.py --sims 200 --prompts 32 --effect 0
+    python benchmarks/bench_paired.py --process markov --seeds 1   # the null on the second process, 1 seed
 
 Each simulation draws two cells A and B of one sweep as decodebench makes them: the same G prompts
 × 3 seeds, and **common random numbers**: a generation's draws come from a stream seeded by (prompt,
@@ -30,6 +31,12 @@ of the plain ones), i.e. the paired bootstrap-t and the permutation test for rep
 perplexity and BLEU, the bootstrap-t of the difference's jackknife pseudo-values and the jackknife t-test
 for distinct-2 and self-BLEU-4. Also printed: how often the smallest Holm-adjusted p-value of the
 metrics of a pair is below 0.05 (the family-wise error rate, under the null).
+
+`--process markov` (issue 46): the null on benchmarks/process_markov.py instead, a second process unlike
+this one in every mechanism the statistics see (a Markov chain, degenerate loops with an onset hazard,
+length and EOS coupled, references copied in runs), `--seeds` generations per prompt (1 or 3), A and B
+independent draws on the same prompts; its metrics add eos_rate, a 0/1 share (McNemar's exact test with
+one generation per prompt, the permutation test with several).
 """
 
 from __future__ import annotations
@@ -47,12 +54,14 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_coverage import SEEDS, VOCAB, ZIPF, prompt_params, reference
+from benchmarks.process_markov import simulate_pair
 from controller.metrics import METRICS, CellData
 from controller.report.cells import Settings, score
 from controller.report.intervals import cell_rng, evaluate, prompt_groups
 from controller.report.paired import CellStats, compare_pair, holm
 
 METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4", "bleu"]
+PROCESS = ["skewed"]  # --process
 REFERENCE_NAMES = ("bleu",)  # on `pair_with_references`, the others on `pair_of_cells`
 RATIO_NAMES = ("rep_2", "mean_length", "perplexity", "bleu")  # truth: the population difference (else the mean)
 CUM_ZIPF = np.cumsum(ZIPF)
@@ -146,10 +155,24 @@ def stats_of(name: str, cell: CellData, groups: list[list[int]], names: list[str
 
 def by_pair() -> list[tuple[Callable, list[str], str]]:
     """Each simulated pair's maker, the selected metrics compared on it, and its random stream's key."""
+    if METRIC_NAMES and all(m in MARKOV_NAMES for m in METRIC_NAMES) and PROCESS[0] == "markov":
+        return [(markov_pair, list(METRIC_NAMES), "M")]
     return [
         (pair_of_cells, [m for m in METRIC_NAMES if m not in REFERENCE_NAMES], "G"),
         (pair_with_references, [m for m in METRIC_NAMES if m in REFERENCE_NAMES], "R"),
     ]
+
+
+def markov_pair(G: int, sim: int, effect: float) -> tuple[CellData, CellData, list[list[int]]]:
+    """The null on benchmarks/process_markov.py (issue 46's second process): A and B independent draws on the
+    same G prompts × MARKOV_SEEDS[0] generations, so a prompt's pair is exchangeable."""
+    assert effect == 0, "--process markov simulates the null only"
+    a, b, keys = simulate_pair(G, np.random.default_rng([G, sim, 46]), MARKOV_SEEDS[0])
+    return a, b, prompt_groups(keys)
+
+
+MARKOV_NAMES = ["rep_2", "mean_length", "eos_rate", "distinct_2", "self_bleu_4", "bleu"]
+MARKOV_SEEDS = [SEEDS]  # --seeds: generations per prompt of the Markov pairs
 
 
 def population_diff(effect: float, n_prompts: int) -> dict[str, float]:
@@ -209,7 +232,17 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--population", type=int, default=20_000, help="prompts of the population cells")
     ap.add_argument("--metrics", nargs="*", default=None, help="only these")
+    ap.add_argument("--process", choices=["skewed", "markov"], default="skewed",
+                    help="the generative process: this script's (common random numbers), or "
+                    "benchmarks/process_markov.py's (the null only, independent draws)")  # fmt: skip
+    ap.add_argument("--seeds", type=int, default=SEEDS, help="generations per prompt (--process markov)")
     args = ap.parse_args()
+    if args.process == "markov":
+        PROCESS[0], MARKOV_SEEDS[0] = "markov", args.seeds
+        METRIC_NAMES[:] = MARKOV_NAMES
+        if args.effect != [0.0]:
+            args.effect = [0.0]
+            print("--process markov: the null only (--effect 0)")
     if args.metrics:
         METRIC_NAMES[:] = [m for m in METRIC_NAMES if m in args.metrics]
     t0 = time.perf_counter()

@@ -65,21 +65,40 @@ def _generation(rng: np.random.Generator, p: dict) -> tuple[list[int], str]:
 def simulate_cell(G: int, rng: np.random.Generator, seeds: int) -> tuple[CellData, list[str]]:
     """A cell of G prompts x `seeds` generations (texts, words, references, stop reasons) and each
     generation's prompt key."""
-    texts, refs, reasons, keys = [], [], [], []
+    cell, _, keys = _cells(G, rng, seeds, 1)
+    return cell, keys
+
+
+def simulate_pair(G: int, rng: np.random.Generator, seeds: int) -> tuple[CellData, CellData, list[str]]:
+    """Two cells under the null (`bench_paired.py --process markov`): the same G prompts, each generation of
+    either cell an independent draw of its prompt's process, so a prompt's pair is exchangeable."""
+    return _cells(G, rng, seeds, 2)
+
+
+def _prompt(rng: np.random.Generator) -> dict:
+    length = int(np.clip(rng.lognormal(3.3, 0.4), 8, 80))
+    return {
+        "reference": _walk(rng, length, int(rng.choice(VOCAB, p=ZIPF))),
+        "loop": rng.beta(0.4, 30.0),
+        "stop": rng.beta(1.2, 30.0),
+        "copy": rng.beta(1.2, 2.5),
+    }
+
+
+def _cells(G: int, rng: np.random.Generator, seeds: int, n_cells: int):
+    """n_cells cells (a second one None where n_cells is 1) of the same G prompts, and the generations' keys;
+    a prompt's generations drawn seed after seed, cell after cell."""
+    out = [{"texts": [], "references": [], "stop_reasons": []} for _ in range(n_cells)]
+    keys = []
     for g in range(G):
-        length = int(np.clip(rng.lognormal(3.3, 0.4), 8, 80))
-        p = {
-            "reference": _walk(rng, length, int(rng.choice(VOCAB, p=ZIPF))),
-            "loop": rng.beta(0.4, 30.0),
-            "stop": rng.beta(1.2, 30.0),
-            "copy": rng.beta(1.2, 2.5),
-        }
+        p = _prompt(rng)
         ref_text = " ".join(f"w{w}" for w in p["reference"])
         for _ in range(seeds):
-            words, reason = _generation(rng, p)
-            texts.append(" ".join(f"w{w}" for w in words))
-            refs.append(ref_text)
-            reasons.append(reason)
+            for cell in out:
+                words, reason = _generation(rng, p)
+                cell["texts"].append(" ".join(f"w{w}" for w in words))
+                cell["references"].append(ref_text)
+                cell["stop_reasons"].append(reason)
             keys.append(f"p{g}")
-    cell = CellData(texts=texts, words=[t.split() for t in texts], references=refs, stop_reasons=reasons)
-    return cell, keys
+    cells = [CellData(words=[t.split() for t in c["texts"]], **c) for c in out]
+    return cells[0], cells[1] if n_cells == 2 else None, keys

@@ -205,17 +205,22 @@ def test_family_members_are_made_once_and_unknown_names_list_the_families():
 # -- paired comparisons: McNemar's exact test ---------------------------------------------------
 
 
-def test_mcnemar_matches_scipys_binomial_test_on_discordant_pairs():
+def test_mcnemar_is_the_mid_p_of_scipys_binomial_test_on_discordant_pairs():
+    """McNemar's mid-p (issue 46: the exact test rejected a true null in 1.0% of simulations at 16 prompts):
+    the exact binomial p of the discordant prompts less the probability of the observed count."""
     rng = np.random.default_rng(3)
     a = (rng.random(60) < 0.7).astype(float)
     b = (rng.random(60) < 0.5).astype(float)
     sa, sb = np.column_stack([a, np.ones(60)]), np.column_stack([b, np.ones(60)])
     only_a, only_b = int(np.sum((a == 1) & (b == 0))), int(np.sum((a == 0) & (b == 1)))
-    assert mcnemar_p(sa, sb) == pytest.approx(sps.binomtest(only_a, only_a + only_b, 0.5).pvalue)
-    # by hand: 1 against 9 discordant prompts, p = 2 * (1 + 10) / 2^10
+    n = only_a + only_b
+    exact = sps.binomtest(only_a, n, 0.5).pvalue
+    assert mcnemar_p(sa, sb) == pytest.approx(exact - sps.binom.pmf(only_a, n, 0.5))
+    # by hand: 1 against 9 discordant prompts, exact p = 2 * (1 + 10) / 2^10, mid-p = 2 * (1 + 10 / 2) / 2^10
     one = np.array([[1, 1]] + [[0, 1]] * 9 + [[1, 1]] * 5, dtype=float)
     other = np.array([[0, 1]] + [[1, 1]] * 9 + [[1, 1]] * 5, dtype=float)
-    assert mcnemar_p(one, other) == pytest.approx(22 / 1024)
+    assert mcnemar_p(one, other) == pytest.approx(12 / 1024)
+    assert mcnemar_p(one[:2], one[:2]) == 1.0  # no discordant prompt
 
 
 def test_exact_match_of_single_generations_is_compared_by_mcnemar():
@@ -228,7 +233,34 @@ def test_exact_match_of_single_generations_is_compared_by_mcnemar():
     cell_b = CellStats("b", "m", "beam", prompts, {"exact_match": 14 / 15}, {"exact_match": ("sums", b)})
     out = compare_pair(cell_a, cell_b, {"exact_match": m}, n_boot=200, rng=np.random.default_rng(0))
     assert out["exact_match_diff"] == pytest.approx(-8 / 15)
-    assert out["exact_match_diff_p"] == pytest.approx(22 / 1024)
+    assert out["exact_match_diff_p"] == pytest.approx(12 / 1024)
+
+
+def test_counts_of_outcomes_over_seeds_get_the_exact_mid_p_of_the_permutation_test():
+    """issue 46: 0/1 outcomes, 3 generations a prompt: the paired permutation test's statistic takes few values,
+    and the plain p counts every tie with the observed one as extreme (conservative). The p is the mid-p of the
+    exact permutation distribution, checked against its enumeration by hand; the plain p is larger."""
+    import itertools
+
+    m = METRICS.get("eos_rate")
+    right_a, right_b = [3, 2, 3, 1, 3, 2], [1, 2, 0, 1, 2, 0]
+    a = np.array([[k, 3] for k in right_a], dtype=float)
+    b = np.array([[k, 3] for k in right_b], dtype=float)
+    prompts = [f"p{i}" for i in range(6)]
+    cell_a = CellStats("a", "m", "x", prompts, {"eos_rate": 14 / 18}, {"eos_rate": ("sums", a)})
+    cell_b = CellStats("b", "m", "y", prompts, {"eos_rate": 6 / 18}, {"eos_rate": ("sums", b)})
+    out = compare_pair(cell_a, cell_b, {"eos_rate": m}, n_boot=200, rng=np.random.default_rng(0))
+    observed = (sum(right_a) - sum(right_b)) / 18
+    null = [
+        sum((x - y) if keep else (y - x) for keep, x, y in zip(swap, right_a, right_b)) / 18
+        for swap in itertools.product([True, False], repeat=6)
+    ]  # the 64 arrangements of the six prompts' pairs
+    above = sum(v > observed + 1e-12 for v in null)
+    below = sum(v < observed - 1e-12 for v in null)
+    equal = 64 - above - below
+    assert out["eos_rate_diff"] == pytest.approx(observed)
+    assert out["eos_rate_diff_p"] == pytest.approx(2 * (min(above, below) + equal / 2) / 64)
+    assert out["eos_rate_diff_p"] < 2 * (min(above, below) + equal) / 64  # the plain p, ties counted whole
 
 
 # -- bad input: one line each -------------------------------------------------------------------

@@ -16,7 +16,9 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
 - `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
   `permutation_test`, the two cells' statistics of a prompt swapped) for an additive metric, the
   jackknife t-test for a plain one; for a share of which every common prompt holds one 0/1 outcome
-  in both cells (exact_match of two cells with one generation per prompt), McNemar's exact test;
+  in both cells (exact_match of two cells with one generation per prompt), McNemar's mid-p test; for a
+  share of 0/1 outcomes with several generations per prompt (eos_rate over seeds or samples), the
+  permutation test's mid-p value, which does not lose size to the ties of counts;
 - `<m>_diff_p_holm`: the p-value adjusted by Holm's step-down method over every p-value of the
   table (all cells and metrics), which controls the family-wise error rate at the level read.
 
@@ -117,8 +119,11 @@ def paired_interval(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *
     return studentized(units, diff, n_boot=n_boot, rng=rng, t_floor=True, grad=grad)
 
 
-def permutation_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_resamples: int, rng) -> float:
-    """Two-sided paired permutation p-value: within each prompt, a's and b's statistics swapped at random."""
+def permutation_p(
+    sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_resamples: int, rng, mid: bool = False
+) -> float:
+    """Two-sided paired permutation p-value: within each prompt, a's and b's statistics swapped at random.
+    `mid`: the mid-p value (`mid_p`), for a statistic with few distinct values (counts of 0/1 outcomes)."""
     table = np.concatenate([sums_a, sums_b])
     G = len(sums_a)
 
@@ -138,7 +143,32 @@ def permutation_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, 
             alternative="two-sided",
             rng=rng,
         )
+    if mid and math.isfinite(res.statistic):
+        return mid_p(np.asarray(res.null_distribution), float(res.statistic), exact=len(res.null_distribution) == 2**G)
     return float(res.pvalue) if math.isfinite(res.pvalue) else math.nan
+
+
+def mid_p(null: np.ndarray, observed: float, *, exact: bool) -> float:
+    """Two-sided mid-p of a permutation distribution (Lancaster 1961): twice the smaller one-sided tail,
+    each counting the values equal to the observed one by half. The plain p counts them whole, which
+    with the many ties of 0/1 counts makes the test reject a true null less often than it should
+    (docs/reports.md). A random (not exact) null counts the observed arrangement as one more draw."""
+    null = null[np.isfinite(null)]
+    gamma = 1e-12 * max(1.0, abs(observed))
+    above, equal = float(np.sum(null > observed + gamma)), float(np.sum(np.abs(null - observed) <= gamma))
+    below, n = len(null) - above - equal, len(null)
+    if not exact:
+        equal, n = equal + 1, n + 1
+    return float(min(1.0, 2 * (min(above, below) + 0.5 * equal) / n)) if n else math.nan
+
+
+def counted_outcomes(metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray) -> bool:
+    """A share of 0/1 outcomes (eos_rate, exact_match) with several generations per prompt: each prompt's
+    sums are whole counts (right, generations), so the paired statistic takes few distinct values."""
+    if not metric.unit_interval or metric.combine is not ratio or sums_a.shape[1] != 2:
+        return False
+    both = np.concatenate([sums_a, sums_b])
+    return bool(np.allclose(both, np.round(both), rtol=0, atol=1e-9))
 
 
 def one_outcome(metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray) -> bool:
@@ -151,13 +181,16 @@ def one_outcome(metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray) -> bool:
 
 
 def mcnemar_p(sums_a: np.ndarray, sums_b: np.ndarray) -> float:
-    """McNemar's exact test of paired 0/1 outcomes: two-sided binomial p of the discordant prompts, b of the
-    n right in one cell only being right in a (H0: b ~ Binomial(n, 1/2)); 1 where no prompt is discordant."""
+    """McNemar's mid-p test of paired 0/1 outcomes (Fagerland, Lydersen and Laake 2013): of the n prompts right
+    in one cell only, b right in a is Binomial(n, 1/2) under the null; the exact two-sided binomial p less
+    the probability of b itself. The exact p rejects a true null far less often than its level with few
+    discordant prompts (1.0% at 16 prompts, docs/reports.md); 1 where no prompt is discordant."""
     a, b = sums_a[:, 0] > 0.5, sums_b[:, 0] > 0.5
     only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
     if only_a + only_b == 0:
         return 1.0
-    return float(sps.binomtest(only_a, only_a + only_b, 0.5).pvalue)
+    n = only_a + only_b
+    return float(sps.binomtest(only_a, n, 0.5).pvalue - sps.binom.pmf(only_a, n, 0.5))
 
 
 def jackknife_t(loo_a: np.ndarray, loo_b: np.ndarray, diff: float, *, n_boot: int, rng) -> tuple[float, float, float]:
@@ -219,7 +252,9 @@ def compare_pair(
                 interval = paired_interval(sa, sb, metric.combine, n_boot=n_boot, rng=rng)
                 lo, hi = interval if interval is not None else (math.nan, math.nan)
                 p = mcnemar_p(sa, sb) if one_outcome(metric, sa, sb) else None
-                p = permutation_p(sa, sb, metric.combine, n_resamples=n_boot, rng=rng) if p is None else p
+                if p is None:
+                    mid = counted_outcomes(metric, sa, sb)
+                    p = permutation_p(sa, sb, metric.combine, n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
         out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
