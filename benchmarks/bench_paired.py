@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_coverage import SEEDS, VOCAB, ZIPF, prompt_params, reference
 from controller.metrics import METRICS, CellData
-from controller.report.cells import Settings, score
+from controller.report.compute.cells import Settings, score
 from controller.report.intervals import cell_rng, evaluate, prompt_groups
 from controller.report.paired import CellStats, compare_pair, holm
 

@@ -14,7 +14,7 @@ cluster's figure. The reports are checked equal.
 
 Then the planner's second call (`report --distributed` asks for the cells, then the pairs): the
 pairs planned from the store (`plan_pairs` without a memo: every result.json read again) against
-from the memo the cells' call left (controller.report.plancache: the sweep's listing only, to check
+from the memo the cells' call left (controller.report.distribute.plancache: the sweep's listing only, to check
 its fingerprint), at each latency; a listing is charged the latency once per 1,000 keys, as S3's
 pages. The plans are checked equal.
 
@@ -64,8 +64,8 @@ def plans(store, tenant: str, sweep: str, rounds: int) -> tuple[float, ...]:
     """Medians of `plan_pairs` from the store (cold), from the results snapshot and from a warm memo
     (interleaved)."""
     from controller.report import snapshot
-    from controller.report.pairjobs import plan_pairs
-    from controller.report.plancache import PlanMemo
+    from controller.report.distribute.plancache import PlanMemo
+    from controller.report.distribute.signer import plan_pairs
 
     memo, times, found = PlanMemo(), {"store": [], "snapshot": [], "memo": []}, []
     settings = {"n_boot": 100, "seed": 0, "n_boot_corpus": 100, "baseline": None}

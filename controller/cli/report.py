@@ -192,7 +192,7 @@ def report_worker(
     process's store."""
     import logging
 
-    from controller.report.mapworker import report_worker as make
+    from controller.report.distribute.mapworker import report_worker as make
     from worker.core.logs import configure
     from worker.core.redisconn import connect_patiently
     from worker.core.signing import load_key
@@ -228,11 +228,9 @@ def _dispatch(api: str | None, redis_url: str, store_url: str, tenant: str, wait
     """`--distributed`: the cells, then the pairs, missing from the cache enqueued through the backend (the
     submission server with --api, else this process as the operator) and waited for in the store."""
     from controller.cli.backend import backend
-    from controller.report.remote import Dispatch
-    from worker.store import open_store
+    from controller.report.distribute.remote import ReportWorkers
 
-    to = backend(api, redis_url, store_url, tenant)
-    return Dispatch(to.report_cells, open_store(store_url), ask_pairs=to.report_pairs, stall_s=wait_s)
+    return ReportWorkers(backend(api, redis_url, store_url, tenant), stall_s=wait_s)
 
 
 def _token_tenant(api: str) -> str:

@@ -25,11 +25,14 @@ from pydantic import ValidationError
 from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.metrics.extract import task_section
 from controller.report import snapshot
-from controller.report.cells import MAUVE_COLUMNS, CellTask, Settings, Tick, cell_records, map_cells, score
+from controller.report.compute.cache import ReportCache
+from controller.report.compute.celljob import cell_job, cell_outputs
+from controller.report.compute.cells import MAUVE_COLUMNS, CellTask, Settings, cell_records, score
+from controller.report.compute.pairs import compare
+from controller.report.compute.runner import Runner, Tick
 from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
 from controller.report.intervals import CI_LEVEL
 from controller.report.jobs import Compactor, JobInfo, enough_prompts, prompts_of, smallest_cell
-from controller.report.paircache import compare
 from controller.report.paired import comparison_columns
 from controller.report.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
 from worker.core.contract import ModelSpec, PromptItem
@@ -301,13 +304,18 @@ def summarize(
     intervals, need MIN_CI_PROMPTS prompts in every cell (one seed is enough). `workers`: cells
     aggregated in a process pool of that many (0: one per CPU; 1: in this process); `store`: where
     each cell's output is cached (and, for a sweep loaded without its generations, where each cell
-    reads its own) — controller.report.cells;
-    `remote`: the cells (then the pairs) missing from the cache computed by the cluster's report workers;
+    reads its own) — controller.report.compute.cells;
+    `remote` (controller.report.distribute.remote.ReportWorkers): the cells, then the pairs, missing from
+    the cache computed by the cluster's report workers (the runner's backends: controller.report.compute.runner);
     `progress(what, done, total)`: called as the cells, then the pairs, are done (the CLI's bar).
     """
     selected, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, metrics, store)
     names = settings.names
-    outputs = map_cells(tasks, selected, settings, workers=workers, store=store, remote=remote, progress=progress)
+    runner = Runner(workers, remote, progress)
+    cache = ReportCache(store, data.tenant, data.sweep_id) if store is not None else None
+    registry = all(n in METRICS and METRICS.get(n) is m for n, m in selected)  # else: run here, not by name
+    jobs = [cell_job(t, settings, None if registry else tuple(selected), cache is not None) for t in tasks]
+    outputs = cell_outputs(jobs, cache, runner)
     data.examples = {(o.row["cell"], pid): ex for o in outputs for pid, ex in o.examples.items()}
     for line in (line for o in outputs for line in o.damaged):  # found while streaming a cell's generations
         structlog.get_logger("decodebench.report").warning(f"{line}; job left out of the report")
@@ -319,7 +327,7 @@ def summarize(
         for name, method in o.methods.items():
             methods[name].add(method)
     if settings.with_ci:
-        compared = compare(outputs, tasks, selected, settings, baseline, store, workers, remote, progress)
+        compared = compare(outputs, jobs, settings, baseline, cache, runner)
         for row in rows:
             row.update(compared.get(row["cell"], {}))
     reference, ref_methods = _reference_row(data, selected, settings)

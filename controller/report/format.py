@@ -19,9 +19,10 @@ from controller.report.aggregate import (
     SPEED_COLUMNS,
     SweepData,
 )
-from controller.report.cells import MAUVE_COLUMNS
+from controller.report.comparisons import comparison_markdown, comparison_table
+from controller.report.compute.cells import MAUVE_COLUMNS
 from controller.report.engines import ENGINE_COLUMN
-from controller.report.paired import comparison_markdown, comparison_table, is_comparison_column
+from controller.report.paired import is_comparison_column
 from controller.report.ratings import RATINGS_NOTE, rating_table
 from controller.report.speed import SPREAD_COLUMNS
 from worker.core.safetext import markdown

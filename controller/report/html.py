@@ -28,11 +28,11 @@ from plotly.offline import get_plotlyjs
 
 from controller.metrics.tokenize import WORD_PATTERN
 from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData
+from controller.report.comparisons import comparison_html, comparison_table
 from controller.report.format import fmt, metric_columns, model_based_metrics, params_label, row_label
 from controller.report.html_tables import metrics_glossary, provenance
 from controller.report.jobs import MIN_CI_PROMPTS
 from controller.report.labels import cell_label, variant_label, varying_params
-from controller.report.paired import comparison_html, comparison_table
 from controller.report.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
 from controller.report.speed import unresolved_note, unresolved_speed
 from controller.report.summary_table import summary_table

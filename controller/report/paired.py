@@ -226,6 +226,25 @@ def compare_pair(
     return out
 
 
+def with_holm(
+    base_of: Mapping[str, str | None], pairs: Mapping[str, Mapping[str, Any]], metrics: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """cell -> its comparison columns (`baseline` and the `<m>_diff*` of every metric), Holm over the table.
+
+    `base_of`: each cell's baseline (`baselines`; None for a baseline itself), in the table's order;
+    `pairs`: each compared cell's `compare_pair` columns (a cached one's NaN read back as None)."""
+    out: dict[str, dict[str, Any]] = {}
+    for cell, base in base_of.items():
+        if base is None:
+            out[cell] = {BASELINE_COLUMN: None}
+            continue
+        out[cell] = {BASELINE_COLUMN: base, **{k: math.nan if v is None else v for k, v in pairs[cell].items()}}
+    slots = [(cell, f"{m}_diff_p") for cell in out for m in metrics if f"{m}_diff_p" in out[cell]]
+    for (cell, col), adjusted in zip(slots, holm([out[cell][col] for cell, col in slots])):
+        out[cell][f"{col}_holm"] = adjusted
+    return out
+
+
 def compare_cells(
     cells: Sequence[CellStats],
     metrics: Mapping[str, Metric],
@@ -233,100 +252,14 @@ def compare_cells(
     baseline: str | None,
     n_boot: int,
     rng_for: Callable[[str], np.random.Generator],
-    memo: Callable[[str, str, Callable[[], dict]], dict] | None = None,
-    load: Callable[[CellStats], CellStats] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """cell -> its comparison columns (`baseline` and the `<m>_diff*` of every metric), Holm over the table.
-
-    `memo(cell, baseline, compute)`, if given, may return a stored pair's columns instead of
-    `compute()` (the report's cache); Holm is always applied afresh over the whole table.
-    `load(stats)`, if given, is a cell's whole statistics where `cells` holds only its key, model,
-    strategy and values (the report's reduce: controller.report.paircache.stats_loader)."""
+    """Every cell compared with its baseline, here, all statistics held (the report runs each pair as a
+    task of its own: controller.report.compute.pairs)."""
     base_of = baselines(cells, baseline)
     by_key = {c.cell: c for c in cells}
-    whole = load or (lambda stats: stats)
-    out: dict[str, dict[str, Any]] = {}
-    for c in cells:
-        base = base_of[c.cell]
-        if base is None:
-            out[c.cell] = {BASELINE_COLUMN: None}
-            continue
-
-        def compute(c: CellStats = c, base: str = base) -> dict:
-            return compare_pair(whole(c), whole(by_key[base]), metrics, n_boot=n_boot, rng=rng_for(c.cell))
-
-        pair = memo(c.cell, base, compute) if memo is not None else compute()
-        out[c.cell] = {BASELINE_COLUMN: base, **{k: math.nan if v is None else v for k, v in pair.items()}}
-    slots = [(cell, f"{m}_diff_p") for cell in out for m in metrics if f"{m}_diff_p" in out[cell]]
-    for (cell, col), adjusted in zip(slots, holm([out[cell][col] for cell, col in slots])):
-        out[cell][f"{col}_holm"] = adjusted
-    return out
-
-
-COMPARED = ["exact_match", "mean_length", "rep_4", "diversity", "distinct_2", "self_bleu_4", "perplexity",
-            "coherence", "bleu", "rouge_l", "mauve"]  # fmt: skip
-NOTE = (
-    "Each cell against its baseline, on the prompts both share (cells are paired: every strategy and model "
-    "draws the same random numbers for a prompt and seed). Δ = cell − baseline [95% paired interval over "
-    "prompts]; p: Holm-adjusted over the whole table (* below 0.05). Every metric's columns are in summary.csv."
-)
-
-
-def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str, list[str]]] | None:
-    """("cell", headers), then (row label, cells) for the rows with a baseline; None without comparisons.
-
-    `fmt` and `label` come from the caller (controller.report.format), as for the ratings table."""
-    if BASELINE_COLUMN not in summary.columns or not summary[BASELINE_COLUMN].notna().any():
-        return None
-    metrics = [m for m in COMPARED if f"{m}_diff" in summary.columns and summary[f"{m}_diff"].notna().any()]
-    labels = {row["cell"]: label(row) for _, row in summary.iterrows()}
-    table: list[tuple[str, list[str]]] = [("cell", ["baseline", *[f"Δ {m}" for m in metrics]])]
-    for _, row in summary.iterrows():
-        if row.get(BASELINE_COLUMN) is None or not isinstance(row[BASELINE_COLUMN], str):
-            continue
-        cells = [labels.get(row[BASELINE_COLUMN], row[BASELINE_COLUMN])]
-        for m in metrics:
-            diff, p = row[f"{m}_diff"], row[f"{m}_diff_p_holm"]
-            if not np.isfinite(diff):
-                cells.append("")
-                continue
-            text = f"{fmt(diff)} [{fmt(row[f'{m}_diff_ci_low'])}, {fmt(row[f'{m}_diff_ci_high'])}]"
-            if np.isfinite(p):
-                text += f" p={fmt(p)}" + ("*" if p < 0.05 else "")
-            cells.append(text)
-        table.append((labels[row["cell"]], cells))
-    return table
-
-
-def comparison_markdown(table: list[tuple[str, list[str]]] | None) -> list[str]:
-    if table is None:
-        return []
-    (_, header), *rows = table
-    lines = ["## Paired comparisons", "", NOTE, "", "| cell | " + " | ".join(header) + " |"]
-    lines.append("|---|---|" + "---:|" * (len(header) - 1))
-    lines += ["| " + " | ".join(v.replace("|", "\\|") for v in [label, *cells]) + " |" for label, cells in rows]
-    return [*lines, ""]
-
-
-def labelled_table_html(table: list[tuple[str, list[str]]]) -> str:
-    """A `(label, cells)` table (its first row the header) as an HTML table, every value escaped."""
-    from html import escape as e
-
-    (_, header), *rows = table
-    head = "".join(f'<th class="t">{e(h)}</th>' for h in ["cell", *header])
-    body = "".join(
-        "<tr>" + "".join(f'<td class="t">{e(v)}</td>' for v in [label, *cells]) + "</tr>" for label, cells in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def comparison_html(table: list[tuple[str, list[str]]] | None) -> str:
-    """The HTML report's section, collapsed behind a toggle (<details>); empty without comparisons."""
-    from html import escape as e
-
-    if table is None:
-        return ""
-    return (
-        f'<details id="comparisons"><summary>Paired comparisons against each cell\'s baseline ({len(table) - 1} cells)'
-        f'</summary><p class="small">{e(NOTE)}</p><div class="scroll">{labelled_table_html(table)}</div></details>'
-    )
+    pairs = {
+        c.cell: compare_pair(c, by_key[base], metrics, n_boot=n_boot, rng=rng_for(c.cell))
+        for c in cells
+        if (base := base_of[c.cell]) is not None
+    }
+    return with_holm(base_of, pairs, list(metrics))

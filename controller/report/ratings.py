@@ -356,7 +356,7 @@ def ratings_html(table: list[tuple[str, list[str]]] | None) -> str:
     """The HTML report's section from `rating_table`; empty without ratings."""
     from html import escape as e
 
-    from controller.report.paired import labelled_table_html
+    from controller.report.comparisons import labelled_table_html
 
     if table is None:
         return ""

@@ -85,7 +85,8 @@ def build(
 ) -> tuple[SweepData, pd.DataFrame]:
     """Load SWEEP's results (not its generations: each cell streams its own) and summarise it;
     `workers` cells at a time in a process pool, each cell's output cached in the store; `remote`
-    (controller.report.remote.Dispatch): the cells missing from the cache computed by report workers;
+    (controller.report.distribute.remote.ReportWorkers): the cells and pairs missing from the cache computed by
+    report workers;
     `progress(what, done, total)`: the results read, the cells, the pairs (controller.cli.progress)."""
     sweep_id = store.resolve_sweep(tenant, sweep)
     data = load_sweep(store, tenant, sweep_id, with_generations=False, progress=progress)

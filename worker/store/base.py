@@ -132,7 +132,7 @@ class Store:
 
     def complete_job_ids(self, tenant: str, sweep_id: str, listed: Iterable[str] | None = None) -> set[str]:
         """The ids of the jobs with a result.json; `listed`: the keys under the sweep's jobs prefix, where
-        the caller has listed them already (controller.report.plancache), else listed here."""
+        the caller has listed them already (controller.report.distribute.plancache), else listed here."""
         prefix = paths.jobs_prefix(tenant, sweep_id)
         keys = self.list(prefix) if listed is None else listed
         return {k[len(prefix) :].split("/")[0] for k in keys if k.startswith(prefix) and k.endswith("/result.json")}

@@ -28,7 +28,7 @@ from worker.core import paths
 from worker.core.errors import UsageError
 
 if TYPE_CHECKING:  # light to import: the submission server's Context holds a PlanMemo
-    from controller.report.cells import CellTask, Settings
+    from controller.report.compute.cells import CellTask, Settings
     from worker.store import Store
 
 MEMO_SWEEPS = 32  # sweeps (with their settings) remembered, the least recently used dropped first
@@ -45,7 +45,7 @@ class Basis:
 
     @classmethod
     def of(cls, settings: Settings, tasks: list[CellTask]) -> Basis:
-        from controller.report.cells import digest
+        from controller.report.compute.cells import digest
 
         rows = ((t.cell, str(t.row["model"]), str(t.row["strategy"]), digest(t, settings)) for t in tasks)
         return cls(settings, tuple(rows))

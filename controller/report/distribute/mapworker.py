@@ -11,7 +11,7 @@ worker takes, and runs a job only where:
   the GPU worker runs);
 - it calls the report function (`keys.REPORT_FUNCTION`; the adapter's job class calls nothing else
   for a job of a report queue) with one payload for the queue's own tenant
-  (`controller.report.remote.check_payload`).
+  (`controller.report.distribute.worker.check_payload`).
 
 A refused job fails for good with its one-line reason in RQ's meta; the controller that waits for
 it computes that cell itself. The job reads the worker's own store (lent, never a URL from the
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 
 import structlog
 
-from controller.report.remote import check_payload, lend_store
+from controller.report.distribute.worker import check_payload, lend_store
 from worker.core import keys
 from worker.core.errors import UsageError
 from worker.core.liveness import touch

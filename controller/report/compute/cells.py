@@ -1,16 +1,11 @@
-"""Per-cell aggregation as a map: one task per cell, run in-process or in a process pool, cached per cell.
+"""A cell's statistics: its row (counts, quality, intervals), its paired statistics and its examples.
 
-`summarize` (controller.report.aggregate) is the reduce: it builds a `CellTask` per cell (its
-jobs' ids and hashes, its row so far, and its records or where to read them), runs them through `map_cells`,
-and assembles the rows, the paired comparisons and the reference row. A task reads its own
-cell's generations from the store when the sweep was loaded without them, so the controller
-never holds every record: memory is bounded by a cell per process.
-
-Each output is cached in the store under the sweep's `report/cache/` by a digest of what it
-depends on (the cell's jobs and their generations' SHA-256, the metrics and interval settings,
-the code's CACHE_VERSION): a report after a retry recomputes only the cells whose jobs changed.
-`remote` hands the cells missing from the cache to the report workers of the cluster
-(controller.report.remote); whatever they do not deliver is computed here.
+`summarize` (controller.report.compute.aggregate) is the reduce: it builds a `CellTask` per cell
+(its jobs' ids and hashes, its row so far, and its records or where to read them), runs them as
+report tasks (`CellJob`, controller.report.compute.celljob) through the runner, and assembles the
+rows, the paired comparisons and the reference row. A task reads its own cell's generations from
+the store when the sweep was loaded without them, so the controller never holds every record:
+memory is bounded by a cell per process.
 """
 
 from __future__ import annotations
@@ -18,25 +13,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import re
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.metrics import METRICS, CellData, Metric, cell_data
+from controller.metrics import CellData, Metric, cell_data
 from controller.metrics.divergence import sizes as mauve_sizes
+from controller.report.compute.tasks import plain
 from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.paired import CellStats
 from controller.report.speed import rate_interval
-from worker.core import paths
 from worker.core.errors import CorruptRecordError
 from worker.core.results import GenerationRecord
 
-Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
-MAX_N_BOOT = 100_000  # replicates a report job (a cell's, a pair's) may ask for
-DIGEST = re.compile(r"[0-9a-f]{32}")  # a cell's or a pair's cache digest
 # bump when a change alters any cell's numbers (2: the jackknife's Student-t floor; 3: tokens/s's interval
 # computed by the map, from the task's batch units; 4: paired intervals of additive metrics with the t floor and
 # a per-replicate gradient; 5: BLEU's interval no longer [θ, θ], no t from a replicate without spread, shares
@@ -79,7 +68,7 @@ class CellOutput:
     methods: dict[str, str] = field(default_factory=dict)
     examples: dict[str, dict[str, Any]] = field(default_factory=dict)  # prompt id -> its lowest-seed generation
     damaged: list[str] = field(default_factory=list)
-    digest: str | None = None  # its cache key, where it has one
+    cached_as: str | None = None  # its entry's name in the report cache (its digest), where it has one
     spilled: bool = False  # its per-prompt statistics dropped here, read again from the cache (`spill`)
 
 
@@ -177,32 +166,24 @@ def run_cell(task: CellTask, selected: Sequence[tuple[str, Metric]], settings: S
     return CellOutput(row, stats, methods, examples, damaged)
 
 
-# -- the pool and the cache --------------------------------------------------------------
-
-
-def _pool_task(args: tuple[CellTask, Settings]) -> CellOutput:
-    """What a pool process runs: the metrics are looked up by name in the global registry."""
-    task, settings = args
-    return run_cell(task, [(n, METRICS.get(n)) for n in settings.names], settings)
-
-
 def digest(task: CellTask, settings: Settings) -> str | None:
-    """The cache key of a cell's output; None where a job has no generations hash (not cacheable)."""
+    """A cell's content digest (its cache entry's name); None where a job has no generations hash."""
     jobs = sorted(task.jobs)
     if any(sha is None for _, sha in jobs):
         return None
     used = settings.__dict__ | {"sample_size": settings.sample_size if "mauve" in settings.names else None}
     if used["task"] is None:  # the digests of sweeps without a task stay as they were
         del used["task"]
-    doc = {"v": CACHE_VERSION, "cell": task.cell, "jobs": jobs, "row": task.row, "rank": task.prompt_rank,
-           "units": task.units, "settings": used}  # fmt: skip
+    doc = {
+        "v": CACHE_VERSION,
+        "cell": task.cell,
+        "jobs": jobs,
+        "row": task.row,
+        "rank": task.prompt_rank,
+        "units": task.units,
+        "settings": used,
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
-
-
-def plain(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value.item() if hasattr(value, "item") else value
 
 
 def _nested(values: Any) -> Any:
@@ -213,14 +194,20 @@ def to_json(out: CellOutput) -> dict:
     stats = None
     if out.stats is not None:
         s = out.stats
-        stats = {"cell": s.cell, "model": s.model, "strategy": s.strategy, "prompts": s.prompts,
-                 "values": {k: plain(v) for k, v in s.values.items()},
-                 "kept": {k: [kind, _nested(arr.tolist())] for k, (kind, arr) in s.kept.items()}}  # fmt: skip
-    return {"row": {k: plain(v) for k, v in out.row.items()}, "stats": stats, "methods": out.methods,
-            "examples": out.examples, "damaged": out.damaged}  # fmt: skip
+        stats = {
+            "cell": s.cell,
+            "model": s.model,
+            "strategy": s.strategy,
+            "prompts": s.prompts,
+            "values": {k: plain(v) for k, v in s.values.items()},
+            "kept": {k: [kind, _nested(arr.tolist())] for k, (kind, arr) in s.kept.items()},
+        }
+    row = {k: plain(v) for k, v in out.row.items()}
+    return {"row": row, "stats": stats, "methods": out.methods, "examples": out.examples, "damaged": out.damaged}
 
 
 def from_json(doc: dict) -> CellOutput:
+    """A cached output; KeyError, TypeError or ValueError where the entry is not one."""
     import numpy as np
 
     stats = None
@@ -232,84 +219,12 @@ def from_json(doc: dict) -> CellOutput:
     return CellOutput(doc["row"], stats, doc.get("methods", {}), doc.get("examples", {}), doc.get("damaged", []))
 
 
-def from_cache(store, key: str | None) -> CellOutput | None:
-    """The cached output under `key`, None where there is none (or it is damaged: recomputed)."""
-    if key is None or not store.exists(key):
-        return None
-    try:
-        return from_json(store.read_json(key))
-    except (CorruptRecordError, KeyError, TypeError, ValueError):
-        return None
-
-
-def cache_key(tenant: str, sweep_id: str, cell_digest: str) -> str:
-    """Where a cell's output is cached in the store."""
-    return paths.report_key(tenant, sweep_id, f"cache/{cell_digest}.json")
-
-
-def spill(out: CellOutput, key: str | None) -> CellOutput:
-    """What the reduce keeps of a cell's output once it is in the cache under `key`: the row, methods,
+def spill(out: CellOutput, name: str | None) -> CellOutput:
+    """What the reduce keeps of a cell's output once it is in the cache as `name`: the row, methods,
     examples and the statistics' values, not their per-prompt arrays (the bulk of an output, growing
-    with the prompts), which a comparison reads again from the cache (controller.report.paircache)."""
-    out.digest = key
-    if key is not None and out.stats is not None and not out.damaged:
+    with the prompts), which a comparison reads again from the cache (controller.report.compute.pairs)."""
+    out.cached_as = name
+    if name is not None and out.stats is not None and not out.damaged:
         s = out.stats
         out.stats, out.spilled = CellStats(s.cell, s.model, s.strategy, [], s.values, {}), True
     return out
-
-
-def map_cells(
-    tasks: list[CellTask], selected, settings: Settings, *, workers: int = 1, store=None, remote=None,
-    progress: Tick | None = None,
-) -> list[CellOutput]:  # fmt: skip
-    """Every task's output, in order: from the cache where it holds the cell, else computed and cached.
-
-    `workers` > 1 runs the computations in a process pool (only with the global registry's metrics:
-    a pool process finds them by name); `store` (with a task's `where`) holds the cache. `remote`,
-    a callable given the (task, digest) pairs missing from the cache, the settings and `on_ready(n)`, has them
-    computed elsewhere (controller.report.remote: the report workers, global registry's metrics
-    only) and returns once their outputs are in the cache or given up on; what is still missing
-    then is computed here. Each output is cached and `spill`ed as it arrives, so the outputs held
-    grow by a row per cell, not by a cell's per-prompt statistics. `progress("cells", done, total)`
-    is called as outputs arrive."""
-    tick = progress or (lambda what, done, total: None)
-    outputs: list[CellOutput | None] = [None] * len(tasks)
-    keys: list[str | None] = [None] * len(tasks)
-    digests: list[str | None] = [None] * len(tasks)
-    for i, task in enumerate(tasks):
-        d = digest(task, settings) if store is not None and task.where is not None else None
-        if d is not None:
-            digests[i], keys[i] = d, cache_key(task.where[1], task.where[2], d)  # type: ignore[index]
-            if (cached := from_cache(store, keys[i])) is not None:
-                outputs[i] = spill(cached, keys[i])
-    todo = [i for i, out in enumerate(outputs) if out is None]
-    tick("cells", len(tasks) - len(todo), len(tasks))
-    global_registry = all(METRICS.get(n) is m for n, m in selected if n in METRICS) and all(
-        n in METRICS for n, _ in selected
-    )
-    if remote is not None and global_registry and todo:  # a report worker knows only the global registry
-        had = len(tasks) - len(todo)  # the report workers' outputs move the progress as they come
-        on_ready = lambda ready: tick("cells", had + ready, len(tasks))
-        remote([(tasks[i], digests[i]) for i in todo if digests[i] is not None], settings, on_ready)
-        for i in todo:
-            if (cached := from_cache(store, keys[i])) is not None:
-                outputs[i] = spill(cached, keys[i])
-        todo = [i for i in todo if outputs[i] is None]
-        tick("cells", len(tasks) - len(todo), len(tasks))
-    finished = [len(tasks) - len(todo)]
-
-    def done(i: int, out: CellOutput) -> None:
-        if keys[i] is not None and not out.damaged:
-            store.write_json(keys[i], to_json(out))
-        outputs[i] = spill(out, keys[i])
-        finished[0] += 1
-        tick("cells", finished[0], len(tasks))
-
-    if workers != 1 and global_registry and len(todo) > 1:
-        with ProcessPoolExecutor(max_workers=workers if workers > 0 else os.cpu_count()) as pool:
-            for i, out in zip(todo, pool.map(_pool_task, [(tasks[i], settings) for i in todo], chunksize=1)):
-                done(i, out)
-    else:
-        for i in todo:
-            done(i, run_cell(tasks[i], selected, settings))
-    return outputs  # type: ignore[return-value]  # each `spill`ed: its digest set, its statistics kept where uncached
