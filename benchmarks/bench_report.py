@@ -7,7 +7,7 @@
 The store holds `--cells` cells of `--gens` generations each (top-p variants of one model, 2
 seeds x gens/2 prompts, 8 prompts a job, synthetic texts from tests/helpers_report.py; every
 result.json carries its generations' SHA-256, as a worker writes it). Each measurement runs
-`controller.report.write.build` (what `decodebench report` runs) in a fresh subprocess and
+`controller.report.render.write.build` (what `decodebench report` runs) in a fresh subprocess and
 prints its wall time and peak RSS (the controller, and the largest pool process):
 
 - `memory`: the old path, every generation loaded into the controller, one process;
@@ -68,7 +68,8 @@ def measure_plan(args: argparse.Namespace) -> None:
     import tracemalloc
 
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks, load_sweep
+    from controller.report.compute.aggregate import cell_tasks
+    from controller.report.load.sweep import load_sweep
     from worker.store import FileStore
 
     store = FileStore(args.store)
@@ -87,10 +88,11 @@ def measure_held(args: argparse.Namespace) -> None:
     import tracemalloc
 
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks, load_sweep
+    from controller.report.compute.aggregate import cell_tasks
     from controller.report.compute.cache import ReportCache
     from controller.report.compute.celljob import cell_job, cell_outputs
     from controller.report.compute.runner import Runner
+    from controller.report.load.sweep import load_sweep
     from worker.store import FileStore
 
     store = FileStore(args.store)
@@ -116,8 +118,9 @@ def measure(args: argparse.Namespace) -> None:
         return measure_plan(args)
     if args.mode == "held":
         return measure_held(args)
-    from controller.report.aggregate import load_sweep, summarize
-    from controller.report.write import build
+    from controller.report.compute.aggregate import summarize
+    from controller.report.load.sweep import load_sweep
+    from controller.report.render.write import build
     from worker.store import FileStore
 
     store = FileStore(args.store)

@@ -144,7 +144,7 @@ def test_the_sweep_id_is_unchanged_without_a_featurizer(tiny_model):
 
 def test_cells_compare_on_equal_samples_and_each_reference_counts_once():
     """Greedy (one seed) and top_p (two seeds) are compared on as many generations, seed recorded."""
-    from controller.report.aggregate import summarize
+    from controller.report.compute.aggregate import summarize
     from tests.helpers_report import make_sweep
 
     data = make_sweep(seeds=(0, 1), n_prompts=24)

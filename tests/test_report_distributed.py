@@ -18,14 +18,15 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as cli
-from controller.report import snapshot
-from controller.report.aggregate import load_sweep, summarize
 from controller.report.compute import celljob
+from controller.report.compute.aggregate import summarize
 from controller.report.compute.cache import ReportCache
 from controller.report.distribute.mapworker import report_worker
 from controller.report.distribute.remote import ReportWorkers
 from controller.report.distribute.signer import Admission, enqueue, job_id_of
-from controller.report.write import build
+from controller.report.load import snapshot
+from controller.report.load.sweep import load_sweep
+from controller.report.render.write import build
 from tests.helpers_report import make_sweep, write_with_hashes
 from tests.services import SIGNING_KEY as KEY
 from tests.test_report_scale import CELLS
@@ -62,7 +63,7 @@ def operator(redis_url: str, store_url: str, tenant: str = "default"):
 
 
 def cache_entries(store, tenant: str, sweep_id: str) -> list[str]:
-    """The names in a sweep's report cache but the results snapshot's (controller.report.snapshot)."""
+    """The names in a sweep's report cache but the results snapshot's (controller.report.load.snapshot)."""
     names = [k.rsplit("/", 1)[1] for k in store.list(paths.report_key(tenant, sweep_id, "cache/"))]
     return [n for n in names if n != snapshot.NAME]
 
@@ -149,7 +150,7 @@ def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp
     write_with_hashes(store, b)
     sb = load_sweep(store, "team-b", b.sweep_id, with_generations=False)
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks
+    from controller.report.compute.aggregate import cell_tasks
 
     _, settings, tasks = cell_tasks(sb, 50, 0, 50, METRICS, store)
     job_b = celljob.cell_job(tasks[0], settings, None, cached=True)

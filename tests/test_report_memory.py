@@ -1,5 +1,5 @@
 """What the controller holds of a sweep loaded without its generations: a compact summary of each job
-(controller.report.jobs), its shared parts once, and cell tasks that carry job ids and hashes only.
+(controller.report.load.jobs), its shared parts once, and cell tasks that carry job ids and hashes only.
 The memory this saves is measured in benchmarks/bench_report.py; here the structure is pinned."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from controller.metrics import METRICS
-from controller.report.aggregate import cell_tasks, load_sweep, summarize
 from controller.report.compute import cells
+from controller.report.compute.aggregate import cell_tasks, summarize
+from controller.report.load.sweep import load_sweep
 from tests.helpers_report import make_sweep, write_with_hashes
 from tests.test_report_scale import CELLS
 from worker.core import paths
@@ -71,8 +72,7 @@ def test_the_reduce_holds_each_cell_as_a_row_and_reads_compared_statistics_from_
     """A cached cell's per-prompt statistics (the part of its output that grows with the prompts) are not
     held for the whole table: a comparison reads both cells' again, each baseline once, and the numbers
     are those of the sweep in memory."""
-    from controller.report import aggregate
-    from controller.report.compute import pairs
+    from controller.report.compute import aggregate, pairs
 
     data, store = written(tmp_path)
     held: list = []
@@ -91,7 +91,7 @@ def test_the_reduce_holds_each_cell_as_a_row_and_reads_compared_statistics_from_
 
 
 def test_a_compared_cell_whose_cache_entry_left_meanwhile_is_computed_again(tmp_path, monkeypatch):
-    from controller.report import aggregate
+    from controller.report.compute import aggregate
 
     data, store = written(tmp_path)
     real_map = aggregate.cell_outputs

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller.report import snapshot
 from controller.report.distribute.plancache import PlanMemo, fingerprint
 from controller.report.distribute.signer import plan_pairs
-from controller.report.write import build
+from controller.report.load import snapshot
+from controller.report.render.write import build
 from controller.server import service
 from controller.server.tokens import Identity
 from tests.helpers_report import make_sweep, write_with_hashes
@@ -25,7 +25,7 @@ SETTINGS = {"n_boot": 50, "seed": 0, "n_boot_corpus": 100}
 
 
 def results_read(store, monkeypatch) -> list[str]:
-    """Every result.json, and the sweep's results snapshot (controller.report.snapshot), this store
+    """Every result.json, and the sweep's results snapshot (controller.report.load.snapshot), this store
     instance reads from now on."""
     read: list[str] = []
     real = store.read_bytes

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from controller.report.aggregate import load_sweep, summarize
 from controller.report.compute import celljob, cells
-from controller.report.write import build
+from controller.report.compute.aggregate import summarize
+from controller.report.load.sweep import load_sweep
+from controller.report.render.write import build
 from tests.helpers_report import make_sweep, write_with_hashes
 from worker.core import paths
 from worker.store import FileStore
@@ -103,7 +104,7 @@ def test_the_report_reads_s3_several_records_at_a_time_in_order(s3_bucket, monke
 
 def cells_of(streamed, store):
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks
+    from controller.report.compute.aggregate import cell_tasks
 
     return cell_tasks(streamed, 50, 0, 50, METRICS, store)[2]
 

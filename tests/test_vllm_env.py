@@ -58,7 +58,8 @@ def test_a_mixed_sweep_runs_distributed_with_one_worker_per_engine(redis_url, s3
     import redis
 
     from controller.launch.submit import submit
-    from controller.report.aggregate import load_sweep, summarize
+    from controller.report.compute.aggregate import summarize
+    from controller.report.load.sweep import load_sweep
     from controller.sweep.load import parse_spec
     from worker import sweepstate
     from worker.core import keys

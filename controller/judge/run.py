@@ -107,7 +107,7 @@ def _answers(store, tenant: str, sweep_id: str, results) -> dict[str, dict[tuple
 
 
 def _baselines(answers: dict, cells: list[str], baseline: str | None) -> dict[str, str | None]:
-    from controller.report.paired import CellStats, baselines
+    from controller.report.stats.paired import CellStats, baselines
 
     def stats(cell: str) -> CellStats:
         g = next(iter(answers[cell].values()))

@@ -27,8 +27,8 @@ from controller.report.compute.cells import (
 )
 from controller.report.compute.runner import Runner
 from controller.report.compute.tasks import DIGEST, Uncacheable, bounded
-from controller.report.jobs import job_reader, read_each
-from controller.report.speed import job_units, join_units
+from controller.report.load.jobs import job_reader, read_each
+from controller.report.stats.speed import job_units, join_units
 from worker.core import paths
 from worker.core.errors import CorruptRecordError, PermanentJobError
 

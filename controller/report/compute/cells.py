@@ -19,10 +19,11 @@ from typing import Any
 
 from controller.metrics import CellData, Metric, cell_data
 from controller.metrics.divergence import sizes as mauve_sizes
+from controller.report.compute.columns import MAUVE_COLUMNS
 from controller.report.compute.tasks import plain
-from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
-from controller.report.paired import CellStats
-from controller.report.speed import rate_interval
+from controller.report.stats.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
+from controller.report.stats.paired import CellStats
+from controller.report.stats.speed import rate_interval
 from worker.core.errors import CorruptRecordError
 from worker.core.results import GenerationRecord
 
@@ -31,7 +32,6 @@ from worker.core.results import GenerationRecord
 # a per-replicate gradient; 5: BLEU's interval no longer [θ, θ], no t from a replicate without spread, shares
 # clipped to [0, 1]; 6: a share whose generations are all alike gets the exact binomial interval)
 CACHE_VERSION = "6"
-MAUVE_COLUMNS = ["mauve_n", "mauve_n_references", "mauve_clusters"]
 EXAMPLE_PROMPTS = 3
 
 
@@ -123,7 +123,7 @@ def cell_records(task: CellTask) -> tuple[list[GenerationRecord], list[str]]:
     job's generations are named and left out."""
     if task.records is not None:
         return task.records, []
-    from controller.report.jobs import generations_reader, read_each
+    from controller.report.load.jobs import generations_reader, read_each
     from worker.store import open_store
 
     url, tenant, sweep_id = task.where  # type: ignore[misc]

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from controller.report.compute.cache import ReportCache
 from controller.report.compute.tasks import ReportTask, Uncacheable
 
-Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
+Tick = Callable[[str, int, int], None]  # progress(what, done, total), as load_sweep's (load.sweep)
 
 
 class Remote(Protocol):

@@ -93,7 +93,8 @@ class Lookup:
         generations), and their basis, remembered under the fingerprint listed before the read; the
         complete jobs are those of that listing (the jobs are not listed twice)."""
         from controller.metrics import METRICS
-        from controller.report.aggregate import cell_tasks, load_sweep
+        from controller.report.compute.aggregate import cell_tasks
+        from controller.report.load.sweep import load_sweep
 
         tenant, sweep_id, n_boot, seed, n_boot_corpus = self.key
         data = load_sweep(self.store, tenant, sweep_id, with_generations=False, versions=self.versions)

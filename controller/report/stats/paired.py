@@ -35,7 +35,7 @@ import numpy as np
 from scipy import stats as sps
 
 from controller.metrics import Metric, ratio
-from controller.report.intervals import (
+from controller.report.stats.intervals import (
     MAX_K_PER_REPLICATE,
     gradient,
     jackknife_se,

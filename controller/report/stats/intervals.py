@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats as sps
 
 from controller.metrics import CellData, Metric, column_sums, ratio
-from controller.report.shares import share_interval
+from controller.report.stats.shares import share_interval
 
 CI_LEVEL = 0.95
 Z = NormalDist().inv_cdf((1 + CI_LEVEL) / 2)

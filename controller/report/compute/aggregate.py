@@ -15,7 +15,6 @@ import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -24,136 +23,37 @@ from pydantic import ValidationError
 
 from controller.metrics import METRICS, CellData, Metric, cell_data
 from controller.metrics.extract import task_section
-from controller.report import snapshot
 from controller.report.compute.cache import ReportCache
 from controller.report.compute.celljob import cell_job, cell_outputs
-from controller.report.compute.cells import MAUVE_COLUMNS, CellTask, Settings, cell_records, score
+from controller.report.compute.cells import CellTask, Settings, cell_records, score
+from controller.report.compute.columns import (
+    COUNT_COLUMNS,
+    DESIGN_COLUMNS,
+    EXTRA_SPEED_COLUMNS,
+    MAUVE_COLUMNS,
+    QUALITY_COLUMNS,
+    REFERENCE,
+    SAMPLES_COLUMNS,
+)
+from controller.report.compute.engines import (
+    ENGINE_COLUMN,
+    TRAILING,
+    add_agreement,
+    agreement_cells,
+    engine_row,
+    has_engines,
+)
 from controller.report.compute.pairs import compare
-from controller.report.compute.runner import Runner, Tick
-from controller.report.engines import ENGINE_COLUMN, TRAILING, add_agreement, agreement_cells, engine_row, has_engines
-from controller.report.intervals import CI_LEVEL
-from controller.report.jobs import Compactor, JobInfo, enough_prompts, prompts_of, smallest_cell
-from controller.report.paired import comparison_columns
-from controller.report.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
+from controller.report.compute.runner import Runner
+from controller.report.load.jobs import JobInfo, enough_prompts, smallest_cell
+from controller.report.load.sweep import SweepData, Tick
+from controller.report.stats.intervals import CI_LEVEL
+from controller.report.stats.paired import comparison_columns
+from controller.report.stats.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
 from worker.core.contract import ModelSpec, PromptItem
-from worker.core.errors import CorruptRecordError
 from worker.core.registry import Registry
 from worker.core.results import GenerationRecord, JobResult
 from worker.store import Store
-
-ID_COLUMNS = ["model", "strategy", "params", "n_prompts", "n_generations", "n_seeds"]
-SPEED_COLUMNS = ["tokens_per_s", "latency_ms_p50", "latency_ms_p95", "ttft_ms_p50", "peak_memory_mb"]
-QUALITY_COLUMNS = [
-    "mean_length", "rep_2", "rep_3", "rep_4", "diversity", "distinct_1", "distinct_2", "distinct_3",
-    "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_1", "rouge_2", "rouge_l",
-]  # fmt: skip
-DESIGN_COLUMNS = ID_COLUMNS + SPEED_COLUMNS + QUALITY_COLUMNS
-EXTRA_SPEED_COLUMNS = [
-    "decode_ms_per_token", "joules_per_token", "joules_per_1k_tokens", "nvml_peak_mb", "nvml_mean_mb", "gpu_util_mean",
-    "memory_kind", "n_jobs", "cell",
-]  # fmt: skip
-COUNT_COLUMNS = ["n_prompts", "n_generations", "n_seeds", "n_jobs", *MAUVE_COLUMNS]
-KEY_COLUMNS = ["model", "strategy", "params"]
-# a variant's samples and best_of (docs/sweeps.md#samples): columns only where a cell has samples
-SAMPLES_COLUMNS = ["samples", "best_of"]
-REFERENCE = "reference"
-
-
-@dataclass
-class SweepData:
-    """Everything the report needs of one sweep: its spec and its complete jobs (JobResults, or JobInfos)."""
-
-    tenant: str
-    sweep_id: str
-    spec: dict[str, Any]
-    results: list[JobResult | JobInfo]
-    generations: list[GenerationRecord]
-    planned_jobs: int | None = None
-    prompts: list[PromptItem] = field(default_factory=list)
-    cell_order: list[str] = field(default_factory=list)  # cells in plan order, where known
-    damaged: list[str] = field(default_factory=list)  # one line per damaged record left out (a job, spec, plan)
-    loaded: bool = True  # False: loaded without generations; each cell's are read when it is aggregated
-    examples: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (cell, prompt) -> first seed's
-
-    def __post_init__(self) -> None:
-        if not self.prompts:
-            self.prompts = prompts_of(self.results)
-
-    @property
-    def sweep_spec(self) -> dict[str, Any]:
-        """The sweep spec itself (spec.json wraps it with the sweep's metadata)."""
-        inner = (self.spec or {}).get("spec")
-        return inner if isinstance(inner, dict) else (self.spec or {})
-
-    @property
-    def n_generations(self) -> int:
-        """Generations of the complete jobs (one per prompt of each job when they were not loaded)."""
-        return len(self.generations) if self.loaded else sum(len(r.job.prompts) for r in self.results)
-
-    @property
-    def name(self) -> str:
-        return str((self.spec or {}).get("name") or self.sweep_spec.get("name") or "")
-
-
-def load_sweep(
-    store: Store,
-    tenant: str,
-    sweep_id: str,
-    *,
-    with_generations: bool = True,
-    progress: Tick | None = None,
-    versions: Mapping[str, str] | None = None,
-) -> SweepData:
-    """Read the spec and every COMPLETE job (result.json present); each generation once. The jobs are
-    read the store's `read_concurrency` at a time (S3: 16 round trips in flight), kept in job-id order.
-
-    `with_generations=False` reads the results only, each kept as a compact JobInfo (report.jobs):
-    `summarize(..., store=store)` streams each cell's generations when it aggregates that cell (and
-    names a damaged one), so the report never holds every record, nor every whole result, at once;
-    a result unchanged since the last such load comes from the sweep's snapshot (report.snapshot).
-    `versions`: the version tags of the sweep's keys, where the caller has listed them (plancache).
-
-    A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
-    and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
-    is then built from the jobs' own specs, in the spec's or the jobs' order)."""
-    log = structlog.get_logger("decodebench.report")
-    damaged: list[str] = []
-    try:
-        spec = store.load_spec(tenant, sweep_id)
-    except CorruptRecordError as err:
-        log.warning(f"{err}; the report goes on without the sweep's spec")
-        damaged.append(str(err))
-        spec = {}
-    results: list[JobResult | JobInfo] = []
-    generations: list[GenerationRecord] = []
-    seen: set[tuple[str, str, int]] = set()
-    compact = Compactor()
-    job_ids, each = snapshot.complete_jobs(store, tenant, sweep_id, with_generations, versions)
-    tick = progress or (lambda what, done, total: None)
-    for done, (job_id, loaded) in enumerate(each, 1):  # to its end: the snapshot is written after the last
-        tick("results", done, len(job_ids))
-        if isinstance(loaded, CorruptRecordError):  # a damaged job (a worker killed mid-write, a hand edit)
-            log.warning(f"{loaded}; job left out of the report")
-            damaged.append(str(loaded))
-            continue
-        result, records = loaded
-        results.append(result if with_generations else compact(result))
-        for record in records:
-            key = (job_id, record.prompt_id, record.sample)  # a prompt's samples are generations of their own
-            if key not in seen:
-                seen.add(key)
-                generations.append(record)
-    try:
-        jobs = store.load_plan(tenant, sweep_id)
-    except CorruptRecordError as err:
-        log.warning(f"{err}; the report goes on without the plan (planned jobs, cell order)")
-        damaged.append(str(err))
-        jobs = None
-    planned = len(jobs) if jobs is not None else None
-    order = list(dict.fromkeys(j["cell"] for j in jobs or []))
-    kept = {"cell_order": order, "damaged": damaged, "loaded": with_generations}
-    return SweepData(tenant, sweep_id, spec, results, generations, planned, **kept)
-
 
 # -- helpers ---------------------------------------------------------------------------
 
@@ -299,7 +199,7 @@ def summarize(
     ones); the plain corpus metrics take the delete-one-prompt jackknife (no replicates);
     `n_boot_corpus` (at most n_boot): replicates of a metric that declares "half-sample".
     `metrics`: the metrics to compute, a registry or a name -> Metric mapping (default: all).
-    `baseline`: the cell every cell is compared with (controller.report.paired): a strategy
+    `baseline`: the cell every cell is compared with (controller.report.stats.paired): a strategy
     name (per model) or a cell key; default the first cell of each model. Comparisons, like
     intervals, need MIN_CI_PROMPTS prompts in every cell (one seed is enough). `workers`: cells
     aggregated in a process pool of that many (0: one per CPU; 1: in this process); `store`: where

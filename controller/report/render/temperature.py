@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from controller.report.aggregate import REFERENCE
-from controller.report.labels import _params, variant_label, varying_params
-from controller.report.plots import PALETTE, inert
+from controller.report.compute.columns import REFERENCE
+from controller.report.render.labels import _params, variant_label, varying_params
+from controller.report.render.plots import PALETTE, inert
 
 TASK_PREFIXES = ("maj@", "pass@")
 
@@ -35,8 +35,10 @@ def _temperature(row) -> float | None:
 def _line_label(row, varying: dict, multi: bool) -> str:
     """The variant's label without its temperature (and the model's name first where there are several)."""
     params = {k: v for k, v in _params(row).items() if k != "temperature"}
-    label = variant_label({"strategy": row["strategy"], "params": json.dumps(params), "engine": row.get("engine")},
-                          {s: v - {"temperature"} for s, v in varying.items()})  # fmt: skip
+    label = variant_label(
+        {"strategy": row["strategy"], "params": json.dumps(params), "engine": row.get("engine")},
+        {s: v - {"temperature"} for s, v in varying.items()},
+    )
     return f"{row['model']} · {label}" if multi else label
 
 
@@ -44,8 +46,12 @@ def _errors(group: pd.DataFrame, m: str) -> dict | None:
     if f"{m}_ci_low" not in group.columns or not group[f"{m}_ci_low"].notna().any():
         return None
     y, lo, hi = (group[c].astype(float) for c in (m, f"{m}_ci_low", f"{m}_ci_high"))
-    return {"type": "data", "symmetric": False, "array": (hi - y).fillna(0).tolist(),
-            "arrayminus": (y - lo).fillna(0).tolist()}  # fmt: skip
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": (hi - y).fillna(0).tolist(),
+        "arrayminus": (y - lo).fillna(0).tolist(),
+    }
 
 
 def _traces(cells: pd.DataFrame, m: str, span: tuple[float, float], varying: dict, multi: bool) -> list[dict]:
@@ -58,19 +64,30 @@ def _traces(cells: pd.DataFrame, m: str, span: tuple[float, float], varying: dic
         swept = group[group["_t"].notna()].sort_values("_t")
         if not swept.empty:
             trace: dict[str, Any] = {
-                "type": "scatter", "mode": "lines+markers", "name": inert(label), "x": swept["_t"].tolist(),
-                "y": swept[m].astype(float).tolist(), "line": {"color": color}, "marker": {"color": color},
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": inert(label),
+                "x": swept["_t"].tolist(),
+                "y": swept[m].astype(float).tolist(),
+                "line": {"color": color},
+                "marker": {"color": color},
                 "hovertemplate": inert(label) + "<br>temperature %{x}<br>" + m + " %{y:.3f}<extra></extra>",
-            }  # fmt: skip
+            }
             if (errors := _errors(swept, m)) is not None:
                 trace["error_y"] = errors
             traces.append(trace)
         for _, row in group[group["_t"].isna()].iterrows():  # no temperature: the same at every one
             traces.append(
-                {"type": "scatter", "mode": "lines", "name": inert(label), "x": list(span),
-                 "y": [float(row[m])] * 2, "line": {"color": color, "dash": "dash"},
-                 "hovertemplate": inert(label) + "<br>" + m + " %{y:.3f}<extra></extra>"}
-            )  # fmt: skip
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": inert(label),
+                    "x": list(span),
+                    "y": [float(row[m])] * 2,
+                    "line": {"color": color, "dash": "dash"},
+                    "hovertemplate": inert(label) + "<br>" + m + " %{y:.3f}<extra></extra>",
+                }
+            )
     return traces
 
 
@@ -93,10 +110,13 @@ def accuracy_temperature_figure(summary: pd.DataFrame) -> dict | None:
             t["visible"] = n == 0
         spans.append((start, len(traces) - start))
     buttons = [
-        {"label": m, "method": "update",
-         "args": [{"visible": [s <= i < s + c for i in range(len(traces))]}, {"yaxis.title.text": m}]}
+        {
+            "label": m,
+            "method": "update",
+            "args": [{"visible": [s <= i < s + c for i in range(len(traces))]}, {"yaxis.title.text": m}],
+        }
         for m, (s, c) in zip(metrics, spans)
-    ]  # fmt: skip
+    ]
     layout = {
         "title": {"text": "Accuracy against temperature (95% intervals over prompts)", "x": 0.5},
         "xaxis": {"title": {"text": "temperature"}},

@@ -10,7 +10,7 @@ import json
 
 import pandas as pd
 
-from controller.report.aggregate import REFERENCE
+from controller.report.compute.columns import REFERENCE
 from worker.strategies import STRATEGIES, samples_label
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from controller.report.aggregate import KEY_COLUMNS, SAMPLES_COLUMNS
-from controller.report.paired import is_comparison_column
+from controller.report.compute.columns import KEY_COLUMNS, SAMPLES_COLUMNS
+from controller.report.stats.paired import is_comparison_column
 
 
 def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:

@@ -10,21 +10,21 @@ from typing import Any
 import pandas as pd
 
 from controller.judge.report import judge_markdown
-from controller.report.aggregate import (
+from controller.report.compute.columns import (
     DESIGN_COLUMNS,
     EXTRA_SPEED_COLUMNS,
     ID_COLUMNS,
     KEY_COLUMNS,
+    MAUVE_COLUMNS,
     SAMPLES_COLUMNS,
     SPEED_COLUMNS,
-    SweepData,
 )
-from controller.report.comparisons import comparison_markdown, comparison_table
-from controller.report.compute.cells import MAUVE_COLUMNS
-from controller.report.engines import ENGINE_COLUMN
-from controller.report.paired import is_comparison_column
-from controller.report.ratings import RATINGS_NOTE, rating_table
-from controller.report.speed import SPREAD_COLUMNS
+from controller.report.compute.engines import ENGINE_COLUMN
+from controller.report.load.sweep import SweepData
+from controller.report.render.comparisons import comparison_markdown, comparison_table
+from controller.report.render.ratings_table import RATINGS_NOTE, rating_table
+from controller.report.stats.paired import is_comparison_column
+from controller.report.stats.speed import SPREAD_COLUMNS
 from worker.core.safetext import markdown
 
 # The terminal table: the columns a reader scans first (empty ones are dropped).
@@ -251,7 +251,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
 
 def speed_markdown(summary: pd.DataFrame) -> list[str]:
     """The note naming neighbouring cells whose tokens/s intervals overlap; nothing when all are resolved."""
-    from controller.report.speed import unresolved_note, unresolved_speed
+    from controller.report.stats.speed import unresolved_note, unresolved_speed
 
     if "tokens_per_s_ci_low" not in summary.columns:
         return []

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from controller.report.speed import MEMORY_KEYS
+from controller.report.stats.speed import MEMORY_KEYS
 from worker.core.contract import EngineSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.errors import CorruptRecordError
 from worker.core.results import BatchTiming, JobResult
@@ -132,8 +132,18 @@ def _floats(values: list | None) -> Sequence | None:
 
 
 def batch(b: BatchTiming) -> Batch:
-    return Batch(b.n, b.new_tokens, b.prefill_s, b.total_s, b.decode_s, b.steps, b.energy_j, _floats(b.latency_s),
-                 _floats(b.ttft_s), _floats(b.tpot_s))  # fmt: skip
+    return Batch(
+        b.n,
+        b.new_tokens,
+        b.prefill_s,
+        b.total_s,
+        b.decode_s,
+        b.steps,
+        b.energy_j,
+        _floats(b.latency_s),
+        _floats(b.ttft_s),
+        _floats(b.tpot_s),
+    )
 
 
 class Compactor:

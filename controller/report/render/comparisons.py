@@ -1,4 +1,4 @@
-"""The paired comparisons' table, as Markdown and HTML (the statistics: controller.report.paired)."""
+"""The paired comparisons' table, as Markdown and HTML (the statistics: controller.report.stats.paired)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,21 @@ from collections.abc import Callable
 
 import numpy as np
 
-from controller.report.paired import BASELINE_COLUMN
+from controller.report.stats.paired import BASELINE_COLUMN
 
-COMPARED = ["exact_match", "mean_length", "rep_4", "diversity", "distinct_2", "self_bleu_4", "perplexity",
-            "coherence", "bleu", "rouge_l", "mauve"]  # fmt: skip
+COMPARED = [
+    "exact_match",
+    "mean_length",
+    "rep_4",
+    "diversity",
+    "distinct_2",
+    "self_bleu_4",
+    "perplexity",
+    "coherence",
+    "bleu",
+    "rouge_l",
+    "mauve",
+]
 NOTE = (
     "Each cell against its baseline, on the prompts both share (cells are paired: every strategy and model "
     "draws the same random numbers for a prompt and seed). Δ = cell − baseline [95% paired interval over "
@@ -20,7 +31,7 @@ NOTE = (
 def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str, list[str]]] | None:
     """("cell", headers), then (row label, cells) for the rows with a baseline; None without comparisons.
 
-    `fmt` and `label` come from the caller (controller.report.format), as for the ratings table."""
+    `fmt` and `label` come from the caller (controller.report.render.format), as for the ratings table."""
     if BASELINE_COLUMN not in summary.columns or not summary[BASELINE_COLUMN].notna().any():
         return None
     metrics = [m for m in COMPARED if f"{m}_diff" in summary.columns and summary[f"{m}_diff"].notna().any()]

@@ -15,18 +15,41 @@ from typing import Any
 import pandas as pd
 
 from controller.metrics import METRICS
-from controller.report.aggregate import REFERENCE
-from controller.report.format import metric_columns
-from controller.report.labels import cell_label, variant_label, varying_params
+from controller.report.compute.columns import REFERENCE
+from controller.report.render.format import metric_columns
+from controller.report.render.labels import cell_label, variant_label, varying_params
 
-SPEED = {"tokens_per_s": True, "latency_ms_p50": False, "latency_ms_p95": False, "ttft_ms_p50": False,
-         "peak_memory_mb": False}  # fmt: skip
+SPEED = {
+    "tokens_per_s": True,
+    "latency_ms_p50": False,
+    "latency_ms_p95": False,
+    "ttft_ms_p50": False,
+    "peak_memory_mb": False,
+}
 SPEED_CI = ["tokens_per_s_ci_low", "tokens_per_s_ci_high"]
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf"]  # fmt: skip
-SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "x", "star", "pentagon", "hexagon", "triangle-down",
-           "hourglass", "bowtie", "triangle-left", "triangle-right", "hexagram", "star-square", "diamond-wide",
-           "square-x", "circle-x", "star-diamond"]  # fmt: skip
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+SYMBOLS = [
+    "circle",
+    "square",
+    "diamond",
+    "triangle-up",
+    "cross",
+    "x",
+    "star",
+    "pentagon",
+    "hexagon",
+    "triangle-down",
+    "hourglass",
+    "bowtie",
+    "triangle-left",
+    "triangle-right",
+    "hexagram",
+    "star-square",
+    "diamond-wide",
+    "square-x",
+    "circle-x",
+    "star-diamond",
+]
 MARKS = [(s + fill, c) for fill in ("", "-open") for s in SYMBOLS for c in PALETTE]  # 400 distinct marks
 PANEL_COLUMNS = 3
 PANEL_HEIGHT = 420
@@ -90,8 +113,12 @@ def encoding(cells: pd.DataFrame, varying: dict) -> dict[str, dict]:
     out = {}
     for i, (strategy, label) in enumerate(variants):
         home = strategies.index(strategy) % len(SYMBOLS)
-        order = [(SYMBOLS[(home + k) % len(SYMBOLS)] + fill, PALETTE[(i + j) % len(PALETTE)])
-                 for k in range(len(SYMBOLS)) for fill in ("", "-open") for j in range(len(PALETTE))]  # fmt: skip
+        order = [
+            (SYMBOLS[(home + k) % len(SYMBOLS)] + fill, PALETTE[(i + j) % len(PALETTE)])
+            for k in range(len(SYMBOLS))
+            for fill in ("", "-open")
+            for j in range(len(PALETTE))
+        ]
         symbol, color = next((m for m in order if m not in used), MARKS[i % len(MARKS)])
         used.add((symbol, color))
         out[label] = {"symbol": symbol, "color": color, "size": 11, "line": {"width": 1.5, "color": color}}
@@ -106,24 +133,51 @@ def _panel_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str, k: int, varyin
     for label, group in sub.groupby(sub.apply(lambda r: variant_label(r, varying), axis=1), sort=False):
         hover = [inert(cell_label(r, varying)) for _, r in group.iterrows()]
         traces.append(
-            {"type": "scatter", "mode": "markers", "name": inert(label), "legendgroup": label, "showlegend": k == 0,
-             "x": [float(x) for x in group["tokens_per_s"]], "y": [float(y) for y in group[m]], "text": hover,
-             "marker": markers[label], "error_x": _speed_bars(group),  # tokens/s: its 95% interval over batches
-             "hovertemplate": "%{text}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>", **axes}
-        )  # fmt: skip
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": inert(label),
+                "legendgroup": label,
+                "showlegend": k == 0,
+                "x": [float(x) for x in group["tokens_per_s"]],
+                "y": [float(y) for y in group[m]],
+                "text": hover,
+                "marker": markers[label],
+                "error_x": _speed_bars(group),  # tokens/s: its 95% interval over batches
+                "hovertemplate": "%{text}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>",
+                **axes,
+            }
+        )
     xs, ys = [float(x) for x in sub["tokens_per_s"]], [float(y) for y in sub[m]]
     front = pareto_front(xs, ys, y_higher_is_better=bool(_direction(m)))
     traces.append(
-        {"type": "scatter", "mode": "lines", "name": "Pareto front", "legendgroup": "front", "showlegend": k == 0,
-         "x": [xs[i] for i in front], "y": [ys[i] for i in front], "hoverinfo": "skip",
-         "line": {"dash": "dot", "color": "#444"}, **axes}
-    )  # fmt: skip
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "Pareto front",
+            "legendgroup": "front",
+            "showlegend": k == 0,
+            "x": [xs[i] for i in front],
+            "y": [ys[i] for i in front],
+            "hoverinfo": "skip",
+            "line": {"dash": "dot", "color": "#444"},
+            **axes,
+        }
+    )
     if xs and not ref.empty and not pd.isna(ref[m].iloc[0]):
         traces.append(
-            {"type": "scatter", "mode": "lines", "name": "reference", "legendgroup": "reference",
-             "showlegend": k == 0, "x": [min(xs), max(xs)], "y": [float(ref[m].iloc[0])] * 2,
-             "line": {"dash": "dash", "color": "#8d6e63"}, **axes}
-        )  # fmt: skip
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "reference",
+                "legendgroup": "reference",
+                "showlegend": k == 0,
+                "x": [min(xs), max(xs)],
+                "y": [float(ref[m].iloc[0])] * 2,
+                "line": {"dash": "dash", "color": "#8d6e63"},
+                **axes,
+            }
+        )
     return traces
 
 
@@ -138,9 +192,16 @@ def _panels_layout(models: list, x_range: list[float], m: str) -> dict:
         layout[f"yaxis{suffix}"] = {"title": {"text": axis_title(m)}}
         if len(models) > 1:
             annotations.append(
-                {"text": f"<b>{inert(model)}</b>", "showarrow": False, "x": 0.5, "y": 1.0, "yanchor": "bottom",
-                 "xref": f"x{suffix} domain", "yref": f"y{suffix} domain"}
-            )  # fmt: skip
+                {
+                    "text": f"<b>{inert(model)}</b>",
+                    "showarrow": False,
+                    "x": 0.5,
+                    "y": 1.0,
+                    "yanchor": "bottom",
+                    "xref": f"x{suffix} domain",
+                    "yref": f"y{suffix} domain",
+                }
+            )
     layout["annotations"] = annotations
     layout["height"] = PANEL_HEIGHT * rows + 80
     return layout
@@ -169,10 +230,9 @@ def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
         spans.append((start, len(traces) - start))
     titles = lambda m: {f"yaxis{k + 1 if k else ''}.title.text": axis_title(m) for k in range(len(models))}
     buttons = [
-        {"label": m, "method": "update",
-         "args": [{"visible": [s <= i < s + c for i in range(len(traces))]}, titles(m)]}
+        {"label": m, "method": "update", "args": [{"visible": [s <= i < s + c for i in range(len(traces))]}, titles(m)]}
         for m, (s, c) in zip(choices, spans)
-    ]  # fmt: skip
+    ]
     xs_all = [float(x) for x in cells["tokens_per_s"]]
     pad = (max(xs_all) - min(xs_all)) * 0.15 or max(xs_all) * 0.15 or 1.0
     layout = _panels_layout(models, [min(xs_all) - pad, max(xs_all) + pad], choices[0])
@@ -180,9 +240,18 @@ def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
         margin={"t": 70, "l": 60, "r": 20, "b": 50},
         title={"text": "Quality vs speed (the Pareto front is dotted)", "x": 0.5},
         legend={"orientation": "h", "y": -0.12, "yanchor": "top", "itemclick": "toggle"},
-        updatemenus=[{"buttons": buttons, "x": 0, "y": 1.0, "yanchor": "bottom", "xanchor": "left",
-                      "direction": "down", "pad": {"b": 30}}],
-    )  # fmt: skip
+        updatemenus=[
+            {
+                "buttons": buttons,
+                "x": 0,
+                "y": 1.0,
+                "yanchor": "bottom",
+                "xanchor": "left",
+                "direction": "down",
+                "pad": {"b": 30},
+            }
+        ],
+    )
     layout["height"] += 24 * -(-len(markers) // 5)  # the legend's rows below the panels
     return {"data": traces, "layout": layout}
 

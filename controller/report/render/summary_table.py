@@ -13,11 +13,11 @@ import math
 
 import pandas as pd
 
-from controller.report.aggregate import KEY_COLUMNS, REFERENCE, SPEED_COLUMNS
-from controller.report.engines import ENGINE_COLUMN
-from controller.report.format import ColumnFormat, metric_columns, params_label
-from controller.report.labels import cell_label, varying_params
-from controller.report.paired import is_comparison_column
+from controller.report.compute.columns import KEY_COLUMNS, REFERENCE, SPEED_COLUMNS
+from controller.report.compute.engines import ENGINE_COLUMN
+from controller.report.render.format import ColumnFormat, metric_columns, params_label
+from controller.report.render.labels import cell_label, varying_params
+from controller.report.stats.paired import is_comparison_column
 
 e = html.escape
 SAMPLE = ["n_prompts", "n_generations", "n_seeds"]

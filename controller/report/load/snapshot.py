@@ -35,7 +35,7 @@ from typing import Any
 
 import structlog
 
-from controller.report.jobs import job_reader, read_each
+from controller.report.load.jobs import job_reader, read_each
 from worker.core import paths, settings
 from worker.core.errors import CorruptRecordError, StoreError
 from worker.core.results import JobResult

@@ -7,8 +7,9 @@ import io
 
 import pandas as pd
 
-from controller.report.aggregate import SweepData, load_sweep, summarize
-from controller.report.format import compare_table, summary_json, summary_markdown
+from controller.report.compute.aggregate import summarize
+from controller.report.load.sweep import SweepData, load_sweep
+from controller.report.render.format import compare_table, summary_json, summary_markdown
 from worker.core import paths
 from worker.core.errors import UsageError
 from worker.core.safetext import csv_cell
@@ -40,7 +41,7 @@ def render(fmt_name: str, summary: pd.DataFrame, data: SweepData, print_samples:
     if fmt_name == "md":
         return summary_markdown(summary, data).encode()
     if fmt_name == "html":
-        from controller.report.html import render_html  # plotly only where the HTML is made
+        from controller.report.render.html import render_html  # plotly only where the HTML is made
 
         return render_html(summary, data, print_samples).encode()
     raise UsageError(f"unknown report format {fmt_name!r}; valid: {', '.join(FORMATS)}")
@@ -101,7 +102,7 @@ def build(
 def with_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int = 1000) -> pd.DataFrame:
     """The summary with what lives beside the jobs: imported human ratings and the sweep's judge (docs/judge.md)."""
     from controller.judge.report import add_judge, judge_summary
-    from controller.report.ratings import add_ratings, stored_ratings
+    from controller.report.ratings.scores import add_ratings, stored_ratings
 
     tenant, sweep_id = data.tenant, data.sweep_id
     judged = judge_summary(store, tenant, sweep_id, data.sweep_spec, data.results, data.cell_order, n_boot)

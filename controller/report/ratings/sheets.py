@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from controller.report.aggregate import REFERENCE, SweepData
+from controller.report.compute.columns import REFERENCE
+from controller.report.load.sweep import SweepData
 from worker.core.errors import UsageError
 from worker.core.safetext import csv_row
 
@@ -175,7 +176,7 @@ def sheet_html(
     terms = "".join(f"<dt>{html.escape(c)}</dt><dd>{html.escape(defined[c])}</dd>" for c in criteria)
     payload = json.dumps({"rater": rater, "criteria": criteria, "columns": FIXED_COLUMNS, "items": items})
     payload = payload.replace("<", "\\u003c")  # no '</script>' inside the data
-    script = resources.files("controller.report").joinpath("assets/rating.js").read_text()
+    script = resources.files("controller.report.ratings").joinpath("assets/rating.js").read_text()
     title = html.escape(f"Rating sheet: {rater}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>

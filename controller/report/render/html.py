@@ -6,7 +6,7 @@ Sections: summary table (sortable by clicking a header, or with `#sort=COLUMN` /
 `#sort=-COLUMN` in the address), quality vs speed with the Pareto front, one bar chart
 per metric with its interval, example generations side by side with repeated n-grams
 marked, the metrics' meaning, and the sweep's spec and provenance. Its CSS and
-JavaScript are package files in controller/report/assets/, inlined as they are.
+JavaScript are package files in controller/report/render/assets/, inlined as they are.
 """
 
 from __future__ import annotations
@@ -27,16 +27,17 @@ from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
 from controller.metrics.tokenize import WORD_PATTERN
-from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, SweepData
-from controller.report.comparisons import comparison_html, comparison_table
-from controller.report.format import fmt, metric_columns, model_based_metrics, params_label, row_label
-from controller.report.html_tables import metrics_glossary, provenance
-from controller.report.jobs import MIN_CI_PROMPTS
-from controller.report.labels import cell_label, variant_label, varying_params
-from controller.report.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
-from controller.report.speed import unresolved_note, unresolved_speed
-from controller.report.summary_table import summary_table
-from controller.report.temperature import accuracy_temperature_figure
+from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
+from controller.report.load.jobs import MIN_CI_PROMPTS
+from controller.report.load.sweep import SweepData
+from controller.report.render.comparisons import comparison_html, comparison_table
+from controller.report.render.format import fmt, metric_columns, model_based_metrics, params_label, row_label
+from controller.report.render.html_tables import metrics_glossary, provenance
+from controller.report.render.labels import cell_label, variant_label, varying_params
+from controller.report.render.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
+from controller.report.render.summary_table import summary_table
+from controller.report.render.temperature import accuracy_temperature_figure
+from controller.report.stats.speed import unresolved_note, unresolved_speed
 
 EXAMPLE_PROMPTS = 3
 PRINT_SAMPLES_MAX_CELLS = 16  # above this many cells the printout leaves the examples out by default
@@ -44,13 +45,13 @@ MARK_N = 3  # a word n-gram of this size seen earlier in the same text is marked
 _WORD = re.compile(WORD_PATTERN)
 e = html.escape
 
-ASSETS = "assets"  # report.css, error_trap.js, report.js: package data of controller.report
+ASSETS = "assets"  # report.css, error_trap.js, report.js: package data of controller.report.render
 
 
 @cache
 def asset(name: str) -> str:
-    """The text of a file in controller/report/assets/, inlined into every page."""
-    return resources.files("controller.report").joinpath(ASSETS).joinpath(name).read_text(encoding="utf-8")
+    """The text of a file in controller/report/render/assets/, inlined into every page."""
+    return resources.files("controller.report.render").joinpath(ASSETS).joinpath(name).read_text(encoding="utf-8")
 
 
 def _f(value: Any) -> float:
@@ -175,7 +176,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
     if print_samples is None:
         print_samples = print_samples_default(summary)
     from controller.judge.report import judge_html
-    from controller.report.ratings import rating_table, ratings_html
+    from controller.report.render.ratings_table import rating_table, ratings_html
 
     charts = figures(summary)
     chart_js = to_json_plotly([{"id": i, "fig": f} for i, f in charts])

@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 
 from controller.metrics import METRICS
-from controller.report.aggregate import SweepData
-from controller.report.format import metric_columns
+from controller.report.load.sweep import SweepData
+from controller.report.render.format import metric_columns
 
 e = html.escape
 

@@ -8,7 +8,8 @@ nothing already imported. `rating_columns(key, sheets)` adds per cell and criter
 items, each item with all its raters' scores), `rating_c_n` (the cell's items with a score),
 `rating_c_alpha` (Krippendorff's α, ordinal, over that cell's items; empty with fewer than two
 raters or no variation) and `rating_c_alpha_ci_low/high` (95% percentile bootstrap of α over
-the cell's items). The tables mark α "too few items" below `MIN_ALPHA_ITEMS` items.
+the cell's items). The report marks α "too few items" below a few items
+(controller.report.render.ratings_table).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import krippendorff
 import numpy as np
 import pandas as pd
 
-from controller.report.rating_sheets import FIXED_COLUMNS, SCORES
+from controller.report.ratings.sheets import FIXED_COLUMNS, SCORES
 from controller.sweep.prompts import sniff_encoding
 from worker.core import paths, settings
 from worker.core.errors import UsageError, short
@@ -33,7 +34,6 @@ from worker.store import Store
 
 N_BOOT = 1000
 N_BOOT_ALPHA = 500  # α is recomputed per replicate: fewer draws, still a stable 95% interval
-MIN_ALPHA_ITEMS = 10  # below this, α is shown marked "too few items"
 
 
 _SCORE_TEXT = {str(v): v for v in SCORES}
@@ -237,7 +237,7 @@ def alpha(matrix: np.ndarray) -> float:
 def _bootstrap(per_item: list[list[int]], rng: np.random.Generator) -> tuple[float, float]:
     """Studentised bootstrap interval over items of the mean score (each item with all its scores)."""
     from controller.metrics import ratio
-    from controller.report.intervals import studentized, values_of
+    from controller.report.stats.intervals import studentized, values_of
 
     sums = np.array([[sum(s), len(s)] for s in per_item], dtype=float)
     if len(per_item) < 2:
@@ -299,65 +299,3 @@ def stored_ratings(store: Store, tenant: str, sweep_id: str) -> pd.DataFrame | N
     """The rating columns of a sweep's imported sheets, every rating round pooled; None before any import."""
     key, sheets = pooled(store, tenant, sweep_id)
     return rating_columns(key, sheets) if key is not None and sheets else None
-
-
-def _alpha_text(row, c: str, fmt) -> str:
-    value = row.get(f"rating_{c}_alpha")
-    if value is None or pd.isna(value):
-        return "α –"
-    text = f"α {fmt(value)}"
-    lo, hi = row.get(f"rating_{c}_alpha_ci_low"), row.get(f"rating_{c}_alpha_ci_high")
-    if lo is not None and not pd.isna(lo):
-        text += f" [{fmt(lo)}, {fmt(hi)}]"
-    n = row.get(f"rating_{c}_n")
-    if n is not None and not pd.isna(n) and n < MIN_ALPHA_ITEMS:
-        text += " (too few items)"
-    return text
-
-
-def _n_text(row, c: str) -> str:
-    n = row.get(f"rating_{c}_n")
-    return "" if n is None or pd.isna(n) else f" · n {int(n)}"
-
-
-def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, list[str]]] | None:
-    """("cell", criteria), then (row label, ["mean [low, high] · n items · α value [low, high]" per
-    criterion]) of the rated rows; α is marked "(too few items)" below MIN_ALPHA_ITEMS items.
-
-    `fmt` and `params_label` are controller.report.format's (passed in: format imports this module)."""
-    criteria = [
-        c[len("rating_") : -len("_alpha")] for c in summary.columns if c.startswith("rating_") and c.endswith("_alpha")
-    ]
-    if not criteria:
-        return None
-    table = [("cell", criteria)]
-    for _, row in summary.iterrows():
-        if all(pd.isna(row[f"rating_{c}"]) for c in criteria):
-            continue
-        label = " ".join(x for x in (row["model"], row["strategy"], params_label(row["params"])) if x and x != "{}")
-        cells = [
-            f"{fmt(row[f'rating_{c}'])} [{fmt(row[f'rating_{c}_ci_low'])}, {fmt(row[f'rating_{c}_ci_high'])}]"
-            f"{_n_text(row, c)} · {_alpha_text(row, c, fmt)}"
-            for c in criteria
-        ]
-        table.append((label, cells))
-    return table
-
-
-RATINGS_NOTE = (
-    "Human ratings (1-5): mean of every score of the cell's rated items, 95% bootstrap interval over items; "
-    "n: the cell's rated items; Krippendorff's α (ordinal) between raters with its 95% bootstrap interval over "
-    f"items, marked (too few items) below {MIN_ALPHA_ITEMS} items, where it says little; "
-    "the reference row is the control."
-)
-
-
-def ratings_html(table: list[tuple[str, list[str]]] | None) -> str:
-    """The HTML report's section from `rating_table`; empty without ratings."""
-    from html import escape as e
-
-    from controller.report.comparisons import labelled_table_html
-
-    if table is None:
-        return ""
-    return f'<h2 id="ratings">Human ratings</h2><p class="small">{e(RATINGS_NOTE)}</p>{labelled_table_html(table)}'
