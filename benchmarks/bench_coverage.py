@@ -8,7 +8,7 @@ its own skewed parameters (a repetition propensity from Beta(0.3, 2): most promp
 repeat, a few loop; a lognormal length; a 30-word topic of its own; a skewed mean token NLL),
 three generations per prompt drawn independently given those; for BLEU and eos_rate a cell of
 its own (`reference_cell`: references, a skewed copy propensity, a rare EOS). The report's own
-interval code (`controller.report.intervals.confidence_intervals`, i.e. the studentised bootstrap
+interval code (`controller.report.stats.intervals.confidence_intervals`, i.e. the studentised bootstrap
 over prompts, Student's t(G-1) as the floor, for rep_2, mean length, perplexity, BLEU and eos_rate;
 the exact delete-one-prompt jackknife, bootstrap-t of its pseudo-values on the logit scale with the
 same floor, for distinct-2 and self-BLEU-4) gives each metric's interval, and the script counts how
@@ -62,8 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks import process_markov
 from controller.metrics import METRICS, CellData
-from controller.report.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
-from controller.report.ratings import _bootstrap as rating_interval
+from controller.report.ratings.scores import _bootstrap as rating_interval
+from controller.report.stats.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
 
 METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4", "bleu", "eos_rate"]
 REFERENCE_NAMES = ("bleu", "eos_rate")  # simulated on `reference_cell`, the others on `simulate_cell`
@@ -176,7 +176,7 @@ def variants(value: float, loo: np.ndarray, rng: np.random.Generator) -> dict[st
     """Other intervals from the same leave-one-out values (logit scale, mapped back), and the SE."""
     from scipy import stats
 
-    from controller.report.intervals import jackknife_se, pseudo_values
+    from controller.report.stats.intervals import jackknife_se, pseudo_values
 
     logit, expit = (lambda x: np.log(x) - np.log1p(-x)), (lambda x: 1 / (1 + np.exp(-x)))
     G, centre = len(loo), float(logit(value))

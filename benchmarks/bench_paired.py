@@ -25,7 +25,7 @@ BLEU is compared on pairs of their own (`pair_with_references`: bench_coverage's
 reference per prompt that each generation copies word by word with a skewed propensity, with common
 random numbers as above; under an effect B copies more, its propensity × (1 + E)).
 
-The comparisons are the report's own (`controller.report.paired.compare_pair`, fed what
+The comparisons are the report's own (`controller.report.stats.paired.compare_pair`, fed what
 `confidence_intervals(keep=)` keeps: per-prompt sums of the additive metrics, leave-one-out values
 of the plain ones), i.e. the paired bootstrap-t and the permutation test for rep_2, mean length and
 perplexity and BLEU, the bootstrap-t of the difference's jackknife pseudo-values and the jackknife t-test
@@ -56,9 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_coverage import SEEDS, VOCAB, ZIPF, prompt_params, reference
 from benchmarks.process_markov import simulate_pair
 from controller.metrics import METRICS, CellData
-from controller.report.cells import Settings, score
-from controller.report.intervals import cell_rng, evaluate, prompt_groups
-from controller.report.paired import CellStats, compare_pair, holm
+from controller.report.compute.cells import Settings, score
+from controller.report.stats.intervals import cell_rng, evaluate, prompt_groups
+from controller.report.stats.paired import CellStats, compare_pair, holm
 
 METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4", "bleu"]
 PROCESS = ["skewed"]  # --process

@@ -22,8 +22,8 @@ from collections import defaultdict
 import numpy as np
 
 from controller.metrics import METRICS, cell_data
-from controller.report.aggregate import load_sweep
-from controller.report.intervals import prompt_sums, values_of
+from controller.report.load.sweep import load_sweep
+from controller.report.stats.intervals import prompt_sums, values_of
 from worker.store import open_store
 
 B = 2000

@@ -7,7 +7,7 @@
 The store holds `--cells` cells of `--gens` generations each (top-p variants of one model, 2
 seeds x gens/2 prompts, 8 prompts a job, synthetic texts from tests/helpers_report.py; every
 result.json carries its generations' SHA-256, as a worker writes it). Each measurement runs
-`controller.report.write.build` (what `decodebench report` runs) in a fresh subprocess and
+`controller.report.render.write.build` (what `decodebench report` runs) in a fresh subprocess and
 prints its wall time and peak RSS (the controller, and the largest pool process):
 
 - `memory`: the old path, every generation loaded into the controller, one process;
@@ -20,7 +20,7 @@ prints its wall time and peak RSS (the controller, and the largest pool process)
   before it stops;
 - `cached`: the same report again, every cell from report/cache/;
 - `held` (after a mode that filled the cache): what the reduce holds of every cell's output, traced
-  (tracemalloc of `map_cells`' outputs, every cell from the cache): the memory that grows with the
+  (tracemalloc of `cell_outputs`, every cell from the cache): the memory that grows with the
   cells on the controller besides planning, in MB and per cell.
 
 Before the modes it prints what planning the report holds (`plan`, always): tracemalloc of
@@ -68,7 +68,8 @@ def measure_plan(args: argparse.Namespace) -> None:
     import tracemalloc
 
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks, load_sweep
+    from controller.report.compute.aggregate import cell_tasks
+    from controller.report.load.sweep import load_sweep
     from worker.store import FileStore
 
     store = FileStore(args.store)
@@ -87,19 +88,24 @@ def measure_held(args: argparse.Namespace) -> None:
     import tracemalloc
 
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks, load_sweep
-    from controller.report.cells import map_cells
+    from controller.report.compute.aggregate import cell_tasks
+    from controller.report.compute.cache import ReportCache
+    from controller.report.compute.celljob import cell_job, cell_outputs
+    from controller.report.compute.runner import Runner
+    from controller.report.load.sweep import load_sweep
     from worker.store import FileStore
 
     store = FileStore(args.store)
     data = load_sweep(store, "default", args.sweep, with_generations=False)
     selected, settings, tasks = cell_tasks(data, args.n_boot, 0, 100, METRICS, store)  # build()'s settings
 
-    def missing(todo: list, _settings, _on_ready) -> None:  # map_cells asks for the cells not in the cache
-        raise SystemExit(f"held: {len(todo)} cells are not in the cache: list `held` after a mode that fills it")
+    class Missing:  # the runner asks its remote backend for the cells not in the cache
+        def compute(self, todo: list, cache, what: str):
+            raise SystemExit(f"held: {len(todo)} cells are not in the cache: list `held` after a mode that fills it")
 
     tracemalloc.start()
-    outputs = map_cells(tasks, selected, settings, store=store, remote=missing)
+    jobs = [cell_job(task, settings, None, cached=True) for task in tasks]
+    outputs = cell_outputs(jobs, ReportCache(store, "default", data.sweep_id), Runner(remote=Missing()))
     held, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     print(json.dumps({"held_mb": held / 2**20, "peak_mb": peak / 2**20, "cells": len(outputs),
@@ -112,8 +118,9 @@ def measure(args: argparse.Namespace) -> None:
         return measure_plan(args)
     if args.mode == "held":
         return measure_held(args)
-    from controller.report.aggregate import load_sweep, summarize
-    from controller.report.write import build
+    from controller.report.compute.aggregate import summarize
+    from controller.report.load.sweep import load_sweep
+    from controller.report.render.write import build
     from worker.store import FileStore
 
     store = FileStore(args.store)
@@ -129,13 +136,16 @@ def measure(args: argparse.Namespace) -> None:
         summary = summarize(data, n_boot=args.n_boot)
     elif args.mode == "distributed":
         from controller.cli.backend import Direct
-        from controller.report.remote import Dispatch
+        from controller.report.compute.runner import Runner
+        from controller.report.distribute.remote import ReportWorkers
 
-        op = Direct(args.redis, args.store, "default")
-        dispatch = Dispatch(op.report_cells, store, ask_pairs=op.report_pairs, stall_s=600, poll_s=0.2)
-        _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, remote=dispatch)
-        assert not dispatch.left, f"{len(dispatch.left)} cells computed by the controller"
-        assert not dispatch.left_pairs, f"{len(dispatch.left_pairs)} pairs computed by the controller"
+        def none_here(runner, tasks, todo, portable):  # every cell and pair by the report workers
+            assert not todo, f"{len(todo)} {tasks[0].kind}s computed by the controller"
+            return iter(())
+
+        Runner._computed = none_here  # type: ignore[method-assign]
+        workers = ReportWorkers(Direct(args.redis, args.store, "default"), stall_s=600, poll_s=0.2)
+        _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, remote=workers)
     else:
         _, summary = build(store, "default", args.sweep, n_boot=args.n_boot, workers=args.workers)
     wall = time.perf_counter() - t0

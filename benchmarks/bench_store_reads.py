@@ -14,11 +14,11 @@ cluster's figure. The reports are checked equal.
 
 Then the planner's second call (`report --distributed` asks for the cells, then the pairs): the
 pairs planned from the store (`plan_pairs` without a memo: every result.json read again) against
-from the memo the cells' call left (controller.report.plancache: the sweep's listing only, to check
+from the memo the cells' call left (controller.report.distribute.plancache: the sweep's listing only, to check
 its fingerprint), at each latency; a listing is charged the latency once per 1,000 keys, as S3's
 pages. The plans are checked equal.
 
-Each also from the sweep's results snapshot (controller.report.snapshot: every result unchanged since
+Each also from the sweep's results snapshot (controller.report.load.snapshot: every result unchanged since
 the last load comes from one object, `report/cache/results.jsonl.gz`; the cold loads delete it first): a
 report of a sweep that grew or had a retry reads only what changed.
 """
@@ -50,7 +50,7 @@ def timed(store, tenant: str, sweep: str, concurrency: int, snapshot: bool = Fal
     """One load_sweep's wall time and jobs: cold (the sweep's results snapshot deleted first), or from the
     snapshot the previous load left."""
     from controller.report import snapshot as snap
-    from controller.report.aggregate import load_sweep
+    from controller.report.load.sweep import load_sweep
 
     store.read_concurrency = concurrency
     if not snapshot:
@@ -63,9 +63,9 @@ def timed(store, tenant: str, sweep: str, concurrency: int, snapshot: bool = Fal
 def plans(store, tenant: str, sweep: str, rounds: int) -> tuple[float, ...]:
     """Medians of `plan_pairs` from the store (cold), from the results snapshot and from a warm memo
     (interleaved)."""
-    from controller.report import snapshot
-    from controller.report.pairjobs import plan_pairs
-    from controller.report.plancache import PlanMemo
+    from controller.report.distribute.plancache import PlanMemo
+    from controller.report.distribute.signer import plan_pairs
+    from controller.report.load import snapshot
 
     memo, times, found = PlanMemo(), {"store": [], "snapshot": [], "memo": []}, []
     settings = {"n_boot": 100, "seed": 0, "n_boot_corpus": 100, "baseline": None}

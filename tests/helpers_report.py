@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from controller.metrics import CellData, Metric, item_rows, ratio
-from controller.report.aggregate import SweepData
+from controller.report.load.sweep import SweepData
 from worker.core import paths
 from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.engines import OWN_ENGINE, VllmEngine

@@ -9,19 +9,13 @@ import pandas as pd
 import pytest
 
 from controller.metrics import METRICS, Metric, additive_metric, cell_data, item_rows, metric, ratio
-from controller.report.aggregate import (
-    DESIGN_COLUMNS,
-    QUALITY_COLUMNS,
-    REFERENCE,
-    SPEED_COLUMNS,
-    SweepData,
-    load_sweep,
-    summarize,
-)
-from controller.report.compare import compare
-from controller.report.format import metric_columns
-from controller.report.jobs import MIN_CI_PROMPTS
-from controller.report.speed import speed_columns
+from controller.report.compute.aggregate import summarize
+from controller.report.compute.columns import DESIGN_COLUMNS, QUALITY_COLUMNS, REFERENCE, SPEED_COLUMNS
+from controller.report.compute.compare import compare
+from controller.report.load.jobs import MIN_CI_PROMPTS
+from controller.report.load.sweep import SweepData, load_sweep
+from controller.report.render.format import metric_columns
+from controller.report.stats.speed import speed_columns
 from tests.helpers_report import make_sweep, registry, toy_metrics, write_sweep
 from worker.core import paths
 from worker.core.registry import Registry

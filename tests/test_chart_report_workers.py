@@ -22,8 +22,8 @@ from rq import Queue
 from rq.registry import StartedJobRegistry
 
 from controller.cli import main as cli
-from controller.report import cells
-from controller.report.remote import REPORT_TIMEOUT_S
+from controller.report.compute import celljob
+from controller.report.distribute.signer import REPORT_TIMEOUT_S
 from tests import test_tenants
 from tests.helpers_chart import (
     ROOT,
@@ -191,7 +191,7 @@ def probe(c: dict, which: str, beats: Path) -> subprocess.CompletedProcess:
 
 def test_the_probes_read_the_heartbeat_file_the_report_worker_touches(tmp_path):
     """ReportLogic.touch (every beat, busy or idle) writes the file the rendered probes read."""
-    from controller.report.mapworker import ReportLogic
+    from controller.report.distribute.mapworker import ReportLogic
 
     c = container_of(deployment(render(VALUES)))
     env = env_of(c)
@@ -363,8 +363,8 @@ def test_the_rendered_report_worker_computes_the_cells_of_a_distributed_report(
     data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS, tenant="team-a")
     write_with_hashes(open_store(url), data)
     here: list[str] = []
-    real = cells.run_cell
-    monkeypatch.setattr(cells, "run_cell", lambda task, *a: here.append(task.cell) or real(task, *a))
+    real = celljob.run_cell
+    monkeypatch.setattr(celljob, "run_cell", lambda task, *a: here.append(task.cell) or real(task, *a))
     command = [str(BIN / c["command"][0]), *c["args"]]
     worker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

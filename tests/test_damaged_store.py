@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.report.aggregate import load_sweep
+from controller.report.load.sweep import load_sweep
 from worker.store import FileStore
 
 SPEC = """

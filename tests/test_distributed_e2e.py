@@ -178,7 +178,8 @@ def scenario(redis_service, tiny_model, prompts_file, tmp_path_factory, signing_
 
 def test_distributed_sweep_equals_local_mode(scenario):
     from controller.cli import main as cli
-    from controller.report.aggregate import load_sweep, summarize
+    from controller.report.compute.aggregate import summarize
+    from controller.report.load.sweep import load_sweep
 
     sweep_id, store, local = scenario.sweep_id, scenario.store, scenario.local
     r = CliRunner().invoke(cli, ["status", sweep_id, "--redis-url", scenario.redis_url])

@@ -129,7 +129,7 @@ def test_vllm_not_installed_fails_with_how_to_install(monkeypatch):
 
 
 def test_greedy_agreement_between_engines_per_cell():
-    from controller.report.engines import add_agreement, has_engines
+    from controller.report.compute.engines import add_agreement, has_engines
     from worker.core.results import GenerationRecord
 
     def rec(cell, prompt, ids):
@@ -154,7 +154,7 @@ def test_greedy_agreement_between_engines_per_cell():
 def test_the_distribution_checks_p_value_is_the_lowest_seeds_and_empty_without_one():
     from types import SimpleNamespace
 
-    from controller.report.engines import gtest_p
+    from controller.report.compute.engines import gtest_p
 
     def result(seed, check):
         return SimpleNamespace(job=SimpleNamespace(seed=seed), engine={"distribution_check": check} if check else {})

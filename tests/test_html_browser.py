@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from controller.report.aggregate import summarize
-from controller.report.write import write_reports
+from controller.report.compute.aggregate import summarize
+from controller.report.render.write import write_reports
 from tests.helpers_report import make_sweep, write_sweep
 from worker.store import FileStore
 

@@ -13,7 +13,7 @@ from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 from controller.metrics import METRICS, cell_data
 from controller.metrics.distinct import distinct_leave_one_out
 from controller.metrics.selfbleu import self_bleu_leave_one_out
-from controller.report.aggregate import summarize
+from controller.report.compute.aggregate import summarize
 from tests.helpers_intervals import bootstrap_t
 from tests.helpers_report import make_sweep
 
@@ -152,7 +152,7 @@ def test_comparisons_reach_the_markdown_html_csv_cli_and_notebook(tmp_path):
 
     from controller.cli import main
     from controller.report.api import comparisons, load_summary
-    from controller.report.write import render
+    from controller.report.render.write import render
     from tests.helpers_report import write_sweep
     from worker.core import paths
     from worker.store import FileStore
@@ -184,7 +184,7 @@ def test_comparisons_reach_the_markdown_html_csv_cli_and_notebook(tmp_path):
 def test_a_jackknife_interval_is_never_inside_students_t_and_keeps_its_skew():
     from scipy import stats
 
-    from controller.report.intervals import pseudo_interval
+    from controller.report.stats.intervals import pseudo_interval
 
     pseudo = np.random.default_rng(3).lognormal(0.0, 1.0, 16)  # skewed pseudo-values of 16 prompts
     center = float(pseudo.mean())
@@ -204,7 +204,7 @@ def test_a_paired_interval_is_a_bootstrap_t_at_each_replicates_sums_never_inside
     from scipy.stats import t as student
 
     from controller.metrics import ratio
-    from controller.report.paired import paired_interval
+    from controller.report.stats.paired import paired_interval
     from tests.helpers_intervals import paired_bootstrap_t
 
     rng = np.random.default_rng(3)
@@ -236,7 +236,7 @@ def test_bleu_has_a_studentised_interval_equal_to_an_independent_bootstrap_t():
     from scipy.stats import t as student
 
     from controller.metrics import METRICS
-    from controller.report.intervals import confidence_intervals, evaluate, prompt_groups
+    from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
 
     rng = random.Random(5)
     words = ["the", "a", "cat", "sat", "on", "mat", "dog", "ran", "to", "house", "and", "then"]
@@ -285,7 +285,7 @@ def test_a_rare_event_share_gets_a_percentile_interval_inside_zero_one():
     of 1e-12 where the gradient is not exact), and t = (0 - θ) / 1e-12 took over the quantile. More than 2.5% of
     the replicates without spread: the percentile interval, written out here."""
     from controller.metrics import METRICS
-    from controller.report.intervals import bootstrap
+    from controller.report.stats.intervals import bootstrap
 
     totals = np.array([118.0, 113, 122, 119, 122, 113, 126, 125, 116, 124, 118, 120, 122, 119, 116, 122] * 2)
     stats = np.stack([totals, totals], axis=1)  # [unique, total] 4-grams of each prompt: nothing repeats...
@@ -307,7 +307,7 @@ def test_a_share_where_every_generation_is_alike_gets_the_exact_binomial_interva
     draw of the share, so the exact (Clopper-Pearson) interval of 0 (or G) successes in G trials holds it:
     [0, 1 - 0.025^(1/G)], written out here."""
     from controller.metrics import CellData
-    from controller.report.intervals import confidence_intervals, evaluate, prompt_groups
+    from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
 
     n = G * 3
     cell = CellData(texts=["a b"] * n, words=[["a", "b"]] * n, stop_reasons=[reason] * n)
@@ -330,7 +330,7 @@ def test_a_share_with_one_generation_a_prompt_gets_the_exact_binomial_interval_o
     from scipy import stats as sps
 
     from controller.metrics import CellData
-    from controller.report.intervals import confidence_intervals, evaluate, prompt_groups
+    from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
 
     cell = CellData(texts=["a b"] * G, words=[["a", "b"]] * G, stop_reasons=["eos"] * k + ["length"] * (G - k))
     metrics = [("eos_rate", METRICS.get("eos_rate"))]

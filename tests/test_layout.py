@@ -86,6 +86,36 @@ def test_no_import_cycles():
     assert strongly_connected(edges) == []
 
 
+MAX_REPORT_FLOORS = 11  # docs/architecture.md: the report was 14 modules deep in one folder
+
+
+def floors(edges: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Each module's longest chain of imports down to one that imports none of them (the graph has no cycle)."""
+    chains: dict[str, list[str]] = {}
+
+    def chain(m: str) -> list[str]:
+        if m not in chains:
+            chains[m] = [m, *max((chain(d) for d in edges[m]), key=len, default=[])]
+        return chains[m]
+
+    for m in edges:
+        chain(m)
+    return chains
+
+
+def test_the_report_stands_in_few_floors():
+    """The longest chain of imports between controller.report's modules (every import counts; a package's
+    face, its __init__, is not a floor): rooms in flow order keep it short."""
+    import grimp
+
+    graph = grimp.build_graph("controller")
+    report = {m for m in graph.modules if m.startswith("controller.report.")}
+    modules = {m for m in report if not any(o.startswith(m + ".") for o in report)}
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) & modules for m in modules}
+    deepest = max(floors(edges).values(), key=len)
+    assert len(deepest) <= MAX_REPORT_FLOORS, " > ".join(deepest)
+
+
 def test_modules_stay_readable_in_one_sitting():
     long = {str(p.relative_to(ROOT)): n for p in sources() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert long == {}, f"modules over {MAX_MODULE_LINES} lines"

@@ -144,7 +144,7 @@ def test_the_sweep_id_is_unchanged_without_a_featurizer(tiny_model):
 
 def test_cells_compare_on_equal_samples_and_each_reference_counts_once():
     """Greedy (one seed) and top_p (two seeds) are compared on as many generations, seed recorded."""
-    from controller.report.aggregate import summarize
+    from controller.report.compute.aggregate import summarize
     from tests.helpers_report import make_sweep
 
     data = make_sweep(seeds=(0, 1), n_prompts=24)
@@ -160,7 +160,7 @@ def test_cells_compare_on_equal_samples_and_each_reference_counts_once():
     assert list(cells["mauve_clusters"]) == [2, 2]  # max(2, round(24 / 10))
     assert summary.attrs["mauve"]["n"] == 24
     # top_p's value: mauve on 24 of its 48 generations drawn as recorded, against the 24 references once each
-    from controller.report.cells import mauve_seed
+    from controller.report.compute.cells import mauve_seed
 
     top = sorted((g for g in data.generations if g.strategy == "top_p"), key=lambda g: (g.prompt_id, g.job_seed))
     chosen = sorted(np.random.default_rng(mauve_seed(0, top[0].cell)).choice(48, 24, replace=False).tolist())

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import controller.report.intervals
+import controller.report.stats.intervals
 from controller.metrics import INTERVALS, METRICS, CellData, Metric, cell_data, column_sums, compute_metrics, ratio
 from tests.helpers_metrics import ADDITIVE, JACKKNIFE, SUMMARY_METRICS, TASK, cell, value
 from worker.core.errors import UsageError
@@ -74,7 +74,7 @@ def test_a_metric_declares_one_consistent_aggregation():
 @pytest.mark.parametrize("module", ["intervals", "shares"])
 def test_intervals_hold_no_metric_code(module):
     """The interval code uses what metrics declare: no metric library, helper or name in it."""
-    source = (Path(controller.report.intervals.__file__).parent / f"{module}.py").read_text()
+    source = (Path(controller.report.stats.intervals.__file__).parent / f"{module}.py").read_text()
     tree = ast.parse(source)
     imported = {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -89,7 +89,7 @@ def test_intervals_hold_no_metric_code(module):
         "scipy",
         "warnings",
         "controller.metrics",
-        "controller.report.shares",
+        "controller.report.stats.shares",
     }, imported
     for name in METRICS:
         assert f'"{name}"' not in source and f"'{name}'" not in source, name

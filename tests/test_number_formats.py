@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from controller.cli.table import summary_columns
-from controller.report.format import ColumnFormat, decimals, markdown_table
-from controller.report.summary_table import summary_table
+from controller.report.render.format import ColumnFormat, decimals, markdown_table
+from controller.report.render.summary_table import summary_table
 
 pytestmark = pytest.mark.pure
 

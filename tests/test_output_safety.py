@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.report.aggregate import summarize
-from controller.report.rating_sheets import sheet_csv
-from controller.report.write import csv_bytes, write_reports
+from controller.report.compute.aggregate import summarize
+from controller.report.ratings.sheets import sheet_csv
+from controller.report.render.write import csv_bytes, write_reports
 from tests.helpers_report import make_sweep, write_sweep
 from tests.services import PROMPTS, TINY_MODEL
 from worker.core.safetext import csv_cell, markdown, terminal

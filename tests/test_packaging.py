@@ -42,14 +42,19 @@ def test_base_dependencies_exclude_torch_and_the_extra_adds_it():
 
 
 def test_report_assets_are_package_data():
-    """report.html inlines the files of controller/report/assets/: an installed package must ship them."""
+    """report.html inlines the files of controller/report/render/assets/, a rating sheet's page those of
+    controller/report/ratings/assets/: an installed package must ship them."""
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    report = REPO / "controller" / "report"
-    assets = sorted(p.relative_to(report).as_posix() for p in (report / "assets").iterdir())
-    assert {"assets/report.css", "assets/report.js", "assets/error_trap.js"} <= set(assets)
-    patterns = package_data.get("controller.report", []) + package_data.get("*", [])
-    for asset in assets:
-        assert any(fnmatch(asset, pattern) for pattern in patterns), asset
+    shipped = set()
+    for room in ("render", "ratings"):
+        folder = REPO / "controller" / "report" / room
+        assets = sorted(p.relative_to(folder).as_posix() for p in (folder / "assets").iterdir())
+        patterns = package_data.get(f"controller.report.{room}", []) + package_data.get("*", [])
+        for asset in assets:
+            assert any(fnmatch(asset, pattern) for pattern in patterns), (room, asset)
+        shipped |= {f"{room}/{a}" for a in assets}
+    assert {"render/assets/report.css", "render/assets/report.js", "render/assets/error_trap.js"} <= shipped
+    assert "ratings/assets/rating.js" in shipped
 
 
 def test_strategies_and_metrics_listings():

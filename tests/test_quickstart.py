@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE
+from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
 from tests.test_html_browser import browse
 
 REPO = Path(__file__).resolve().parents[1]

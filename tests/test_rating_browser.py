@@ -7,8 +7,8 @@ import html
 import io
 import re
 
-from controller.report.rating_sheets import sheet_html
-from controller.report.ratings import parse_sheet
+from controller.report.ratings.scores import parse_sheet
+from controller.report.ratings.sheets import sheet_html
 from tests.test_html_browser import browse
 
 ITEMS = [{"item": f"i{n:010x}", "prompt": f'Prompt {n}, "quoted"', "text": f"Text {n}\nline"} for n in range(3)]

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.report.ratings import rounds
-from controller.report.write import build, render
+from controller.report.ratings.scores import rounds
+from controller.report.render.write import build, render
 from tests.helpers_report import make_sweep, write_sweep
 from worker.core import paths
 from worker.store import FileStore

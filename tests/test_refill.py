@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.report.speed import speed_columns
+from controller.report.stats.speed import speed_columns
 from tests.helpers_engine import (
     MIXED,
     POOL,

@@ -12,10 +12,11 @@ from click.testing import CliRunner
 
 from controller.cli import Group
 from controller.cli.report import report
-from controller.report.aggregate import DESIGN_COLUMNS, REFERENCE, summarize
-from controller.report.format import markdown_table, summary_markdown
-from controller.report.html import mark_repeats, pareto_front, render_html
-from controller.report.write import write_reports
+from controller.report.compute.aggregate import summarize
+from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
+from controller.report.render.format import markdown_table, summary_markdown
+from controller.report.render.html import mark_repeats, pareto_front, render_html
+from controller.report.render.write import write_reports
 from tests.helpers_report import make_sweep, write_sweep
 from worker.core import paths
 from worker.store import FileStore
@@ -108,7 +109,7 @@ def test_report_command_writes_all_and_prints_markdown(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("| model | strategy |")
     report_dir = tmp_path / "runs" / "default" / "sweeps" / data.sweep_id / "report"
-    # beside the formats, the report cache: here only the results snapshot (controller.report.snapshot)
+    # beside the formats, the report cache: here only the results snapshot (controller.report.load.snapshot)
     assert sorted(p.name for p in report_dir.iterdir()) == sorted([*paths.REPORT_FILES.values(), "cache"])
     assert [p.name for p in (report_dir / "cache").iterdir()] == ["results.jsonl.gz"]
     assert out.read_bytes() == (report_dir / "summary.csv").read_bytes()
@@ -193,7 +194,7 @@ def test_api_loads_summary_and_generations(tmp_path):
 
 def test_the_report_names_the_models_behind_model_based_metrics():
     """Perplexity, coherence and MAUVE compare only under the same scorer and featurizer: the report says which."""
-    from controller.report.format import model_based_metrics
+    from controller.report.render.format import model_based_metrics
 
     data = make_sweep()
     assert model_based_metrics(data) == "Perplexity and coherence scored by each cell's own model."

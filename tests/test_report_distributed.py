@@ -18,11 +18,15 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as cli
-from controller.report import cells, snapshot
-from controller.report.aggregate import load_sweep, summarize
-from controller.report.mapworker import report_worker
-from controller.report.remote import Dispatch, enqueue_cells, job_id_of, payload
-from controller.report.write import build
+from controller.report.compute import celljob
+from controller.report.compute.aggregate import summarize
+from controller.report.compute.cache import ReportCache
+from controller.report.distribute.mapworker import report_worker
+from controller.report.distribute.remote import ReportWorkers
+from controller.report.distribute.signer import Admission, enqueue, job_id_of
+from controller.report.load import snapshot
+from controller.report.load.sweep import load_sweep
+from controller.report.render.write import build
 from tests.helpers_report import make_sweep, write_with_hashes
 from tests.services import SIGNING_KEY as KEY
 from tests.test_report_scale import CELLS
@@ -59,7 +63,7 @@ def operator(redis_url: str, store_url: str, tenant: str = "default"):
 
 
 def cache_entries(store, tenant: str, sweep_id: str) -> list[str]:
-    """The names in a sweep's report cache but the results snapshot's (controller.report.snapshot)."""
+    """The names in a sweep's report cache but the results snapshot's (controller.report.load.snapshot)."""
     names = [k.rsplit("/", 1)[1] for k in store.list(paths.report_key(tenant, sweep_id, "cache/"))]
     return [n for n in names if n != snapshot.NAME]
 
@@ -68,7 +72,16 @@ def report_jobs(conn, tenant: str = "default") -> int:
     return len(conn.keys(keys.rq_job_prefix(tenant) + "cell-*"))
 
 
-def test_a_distributed_report_equals_the_local_one_and_recomputes_only_changed_cells(redis_url, s3_bucket, monkeypatch):
+@pytest.fixture
+def here(monkeypatch) -> list[str]:
+    """The cells computed by this process (not by a report worker), as they are."""
+    cells: list[str] = []
+    real = celljob.run_cell
+    monkeypatch.setattr(celljob, "run_cell", lambda task, *a: cells.append(task.cell) or real(task, *a))
+    return cells
+
+
+def test_a_distributed_report_equals_the_local_one_and_recomputes_only_changed_cells(redis_url, s3_bucket, here):
     import redis
 
     conn = redis.Redis.from_url(redis_url)
@@ -77,22 +90,17 @@ def test_a_distributed_report_equals_the_local_one_and_recomputes_only_changed_c
     data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS)
     write_with_hashes(store, data)
     local = summarize(data, n_boot=100)  # every record in memory, one process
-    here: list[str] = []
-    real = cells.run_cell
-    monkeypatch.setattr(cells, "run_cell", lambda task, *a: here.append(task.cell) or real(task, *a))
     with report_workers(2, redis_url, url):
-        dispatch = Dispatch(operator(redis_url, url).report_cells, store, stall_s=90)
+        dispatch = ReportWorkers(operator(redis_url, url), stall_s=90)
+        here.clear()  # (the local summary's)
         _, first = build(store, data.tenant, data.sweep_id, n_boot=100, remote=dispatch)
         pd.testing.assert_frame_equal(local, first)
-        assert len(dispatch.sent) == 4 and dispatch.left == [] and here == []  # every cell by a report worker
-        assert report_jobs(conn) == 4
+        assert report_jobs(conn) == 4 and here == []  # every cell by a report worker
 
         retried = next(r.job for r in data.results if r.job.strategy.name == "top_p")
         write_with_hashes(store, data, change=retried.job_id)  # a retry wrote other texts
-        dispatch = Dispatch(operator(redis_url, url).report_cells, store, stall_s=90)
         _, after = build(store, data.tenant, data.sweep_id, n_boot=100, remote=dispatch)
-        assert len(dispatch.sent) == 1 and dispatch.left == [] and here == []  # that cell only
-        assert report_jobs(conn) == 5
+        assert report_jobs(conn) == 5 and here == []  # that cell only, by a report worker
         row = lambda s: s[s["cell"] == retried.cell].iloc[0]
         assert row(after)["mean_length"] > row(first)["mean_length"]
         unchanged = after[after["cell"] != retried.cell].drop(columns=[c for c in after if "_diff" in c])
@@ -107,16 +115,16 @@ def test_a_distributed_report_equals_the_local_one_and_recomputes_only_changed_c
         assert report_jobs(conn) == 5 and here == []  # everything from the cache: no job, nothing here
 
 
-def test_cells_no_report_worker_delivers_are_computed_by_the_controller(redis_url, tmp_path):
+def test_cells_no_report_worker_delivers_are_computed_by_the_controller(redis_url, tmp_path, here):
     import redis
 
     conn = redis.Redis.from_url(redis_url)
     store = FileStore(tmp_path / "s")
     data = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2])
     write_with_hashes(store, data)
-    dispatch = Dispatch(operator(redis_url, str(tmp_path / "s")).report_cells, store, stall_s=0.5, poll_s=0.1)
+    dispatch = ReportWorkers(operator(redis_url, str(tmp_path / "s")), stall_s=0.5, poll_s=0.1)
     _, summary = build(store, data.tenant, data.sweep_id, n_boot=50, remote=dispatch)  # no worker runs
-    assert len(dispatch.sent) == 2 and len(dispatch.left) == 2 and report_jobs(conn) == 2
+    assert report_jobs(conn) == 2 and sorted(here) == sorted({g.cell for g in data.generations})
     pd.testing.assert_frame_equal(summary, summarize(data, n_boot=50))
 
 
@@ -142,11 +150,11 @@ def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp
     write_with_hashes(store, b)
     sb = load_sweep(store, "team-b", b.sweep_id, with_generations=False)
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks
+    from controller.report.compute.aggregate import cell_tasks
 
     _, settings, tasks = cell_tasks(sb, 50, 0, 50, METRICS, store)
-    d = cells.digest(tasks[0], settings)
-    theirs = payload("team-b", b.sweep_id, tasks[0], settings, d)  # team-b's cell
+    job_b = celljob.cell_job(tasks[0], settings, None, cached=True)
+    theirs = job_b.payload()  # team-b's cell
     call = lambda doc, f=keys.REPORT_FUNCTION: [f, None, [doc], {}]
     planted = {
         "unsigned": (call(theirs | {"tenant": "team-a"}), None, "not signed"),
@@ -179,15 +187,15 @@ def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp
     assert report_jobs(conn, "team-b") == 0 and report_jobs(conn, "team-a") == 0
 
     # a signed, well-formed job of team-a's own runs; one moved onto team-a's GPU queue is never a report
-    mine = enqueue_cells(conn, KEY, "team-b", b.sweep_id, [(tasks[0], d)], settings)
+    mine = enqueue(conn, KEY, "team-b", b.sweep_id, [job_b], Admission())
     assert mine == 1 and conn.llen(keys.rq_queue_key(keys.report_queue("team-b"))) == 1
     report_worker(["team-b"], connection=conn, store=store, key=KEY, max_job_bytes=2**20, beat_s=0.2).work(burst=True)
-    assert store.exists(cells.cache_key("team-b", b.sweep_id, d))
-    job = rqadapter.fetch(conn, rqadapter.tenant_job_class("team-b"), job_id_of(d))
+    assert store.exists(ReportCache(store, "team-b", b.sweep_id).key(job_b.digest))
+    job = rqadapter.fetch(conn, rqadapter.tenant_job_class("team-b"), job_id_of(job_b))
     assert job.get_status() == "finished"
 
 
-def test_a_cell_a_report_worker_cannot_compute_is_marked_and_computed_by_the_controller(redis_url, tmp_path):
+def test_a_cell_a_report_worker_cannot_compute_is_marked_and_computed_by_the_controller(redis_url, tmp_path, here):
     import redis
 
     conn = redis.Redis.from_url(redis_url)
@@ -205,9 +213,11 @@ def test_a_cell_a_report_worker_cannot_compute_is_marked_and_computed_by_the_con
     assert len(marks) == 1 and len(names) == 2  # the other cell is cached
     reason = store.read_json(paths.report_key(data.tenant, data.sweep_id, f"cache/{marks[0]}"))["reason"]
     assert broken.job_id in reason
-    dispatch = Dispatch(operator(redis_url, str(tmp_path / "s")).report_cells, store, stall_s=0.5, poll_s=0.1)
+    dispatch = ReportWorkers(operator(redis_url, str(tmp_path / "s")), stall_s=0.5, poll_s=0.1)
+    here.clear()  # (the in-process report worker's, above)
     got, summary = build(store, data.tenant, data.sweep_id, n_boot=50, remote=dispatch)
-    assert len(dispatch.sent) == 1 and len(dispatch.left) == 1  # asked again, then computed here
+    assert here == [broken.cell]  # asked again (its mark cleared), not computed by a worker: computed here
+    assert not store.exists(paths.report_key(data.tenant, data.sweep_id, f"cache/{marks[0]}"))
     assert any(broken.job_id in line for line in got.damaged)  # named, as a local report names it
     in_cell = [g for g in data.generations if g.cell == broken.cell and g.job_id != broken.job_id]
     assert summary[summary["cell"] == broken.cell].iloc[0]["n_generations"] == len(in_cell)  # the rest of it
@@ -259,7 +269,7 @@ def test_a_tenant_asks_the_server_for_its_report_cells_and_never_for_another_s(
 
 
 def test_with_a_tenants_file_a_report_worker_serves_the_declared_tenants_only():
-    from controller.report.mapworker import ReportLogic
+    from controller.report.distribute.mapworker import ReportLogic
     from worker.core.errors import UsageError
 
     logic = ReportLogic(["*"], None, key=KEY, max_job_bytes=1, declared=["team-a", "team-b"])
@@ -271,7 +281,7 @@ def test_with_a_tenants_file_a_report_worker_serves_the_declared_tenants_only():
         ReportLogic(["bad:name"], None, key=KEY, max_job_bytes=1)
 
 
-def test_a_report_worker_refuses_a_cell_whose_timings_changed_since_it_was_asked_for(redis_url, tmp_path):
+def test_a_report_worker_refuses_a_cell_whose_timings_changed_since_it_was_asked_for(redis_url, tmp_path, here):
     """tokens/s's interval is the map's, from the batch units the job was signed with: a result.json
     rewritten with other timings (same generations, so the same hash) is not computed under that digest."""
     import redis
@@ -288,13 +298,14 @@ def test_a_report_worker_refuses_a_cell_whose_timings_changed_since_it_was_asked
     doc["batches"][0]["total_s"] *= 3  # a rerun on a busier machine
     store.write_json(key, doc)
     report_worker(["default"], connection=conn, store=store, key=KEY, max_job_bytes=2**20, beat_s=0.2).work(burst=True)
-    assert not store.exists(cells.cache_key(data.tenant, data.sweep_id, digest))
+    assert not store.exists(ReportCache(store, data.tenant, data.sweep_id).key(digest))
     mark = store.read_json(paths.report_key(data.tenant, data.sweep_id, f"cache/{digest}.fail.json"))
     assert "timings changed" in mark["reason"]
     # reported again, the cell is planned with the new timings and computed
-    dispatch = Dispatch(operator(redis_url, str(tmp_path / "s")).report_cells, store, stall_s=30, poll_s=0.1)
+    dispatch = ReportWorkers(operator(redis_url, str(tmp_path / "s")), stall_s=30, poll_s=0.1)
+    here.clear()  # (the in-process report worker's, above)
     with report_workers(1, redis_url, str(tmp_path / "s")):
         _, summary = build(store, data.tenant, data.sweep_id, n_boot=50, remote=dispatch)
-    assert not dispatch.left
+    assert here == []  # computed by the report worker
     row = summary[summary["cell"] == job.cell].iloc[0]
     assert row["tokens_per_s_ci_low"] < row["tokens_per_s"] < row["tokens_per_s_ci_high"]

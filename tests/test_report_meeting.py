@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.report.aggregate import REFERENCE, summarize
-from controller.report.html import PRINT_SAMPLES_MAX_CELLS, print_samples_default, render_html
-from controller.report.plots import quality_speed_figure
-from controller.report.summary_table import summary_table
+from controller.report.compute.aggregate import summarize
+from controller.report.compute.columns import REFERENCE
+from controller.report.render.html import PRINT_SAMPLES_MAX_CELLS, print_samples_default, render_html
+from controller.report.render.plots import quality_speed_figure
+from controller.report.render.summary_table import summary_table
 from tests.helpers_report import make_sweep, write_sweep
 from worker.store import FileStore
 

@@ -1,5 +1,5 @@
 """What the controller holds of a sweep loaded without its generations: a compact summary of each job
-(controller.report.jobs), its shared parts once, and cell tasks that carry job ids and hashes only.
+(controller.report.load.jobs), its shared parts once, and cell tasks that carry job ids and hashes only.
 The memory this saves is measured in benchmarks/bench_report.py; here the structure is pinned."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from controller.metrics import METRICS
-from controller.report import cells
-from controller.report.aggregate import cell_tasks, load_sweep, summarize
+from controller.report.compute import cells
+from controller.report.compute.aggregate import cell_tasks, summarize
+from controller.report.load.sweep import load_sweep
 from tests.helpers_report import make_sweep, write_with_hashes
 from tests.test_report_scale import CELLS
 from worker.core import paths
@@ -71,15 +72,15 @@ def test_the_reduce_holds_each_cell_as_a_row_and_reads_compared_statistics_from_
     """A cached cell's per-prompt statistics (the part of its output that grows with the prompts) are not
     held for the whole table: a comparison reads both cells' again, each baseline once, and the numbers
     are those of the sweep in memory."""
-    from controller.report import aggregate, paircache
+    from controller.report.compute import aggregate, pairs
 
     data, store = written(tmp_path)
     held: list = []
-    real_map = aggregate.map_cells
-    monkeypatch.setattr(aggregate, "map_cells", lambda *a, **k: held.extend(out := real_map(*a, **k)) or out)
+    real_map = aggregate.cell_outputs
+    monkeypatch.setattr(aggregate, "cell_outputs", lambda *a, **k: held.extend(out := real_map(*a, **k)) or out)
     reads: list[str] = []
-    real_read = paircache.from_cache
-    monkeypatch.setattr(paircache, "from_cache", lambda s, key: reads.append(key) or real_read(s, key))
+    real_read = pairs.from_json
+    monkeypatch.setattr(pairs, "from_json", lambda doc: reads.append(doc["stats"]["cell"]) or real_read(doc))
     streamed = load_sweep(store, data.tenant, data.sweep_id, with_generations=False)
     summary = summarize(streamed, n_boot=50, store=store)
     assert len(held) == 4 and all(o.spilled and o.stats.kept == {} and o.stats.prompts == [] for o in held)
@@ -90,10 +91,10 @@ def test_the_reduce_holds_each_cell_as_a_row_and_reads_compared_statistics_from_
 
 
 def test_a_compared_cell_whose_cache_entry_left_meanwhile_is_computed_again(tmp_path, monkeypatch):
-    from controller.report import aggregate
+    from controller.report.compute import aggregate
 
     data, store = written(tmp_path)
-    real_map = aggregate.map_cells
+    real_map = aggregate.cell_outputs
 
     def then_delete(*a, **k):  # report/cache/ deleted while the report runs: safe, as it is between reports
         out = real_map(*a, **k)
@@ -101,7 +102,7 @@ def test_a_compared_cell_whose_cache_entry_left_meanwhile_is_computed_again(tmp_
             store.delete(key)
         return out
 
-    monkeypatch.setattr(aggregate, "map_cells", then_delete)
+    monkeypatch.setattr(aggregate, "cell_outputs", then_delete)
     summary = summarize(load_sweep(store, data.tenant, data.sweep_id, with_generations=False), n_boot=50, store=store)
     pd.testing.assert_frame_equal(summary, summarize(data, n_boot=50))
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from controller.report import paired
-from controller.report.aggregate import summarize
-from controller.report.mapworker import report_worker
-from controller.report.pairjobs import pair_payload
-from controller.report.remote import Dispatch
-from controller.report.write import build
+from controller.report.compute import pairs
+from controller.report.compute.aggregate import summarize
+from controller.report.compute.cache import ReportCache
+from controller.report.compute.pairs import PairJob
+from controller.report.distribute.mapworker import report_worker
+from controller.report.distribute.remote import ReportWorkers
+from controller.report.render.write import build
 from tests.helpers_report import make_sweep, write_with_hashes
 from tests.services import SIGNING_KEY as KEY
 from tests.test_report_distributed import operator, plant, report_workers
@@ -27,6 +28,16 @@ def pair_jobs(conn, tenant: str = "default") -> int:
     return len(conn.keys(keys.rq_job_prefix(tenant) + "pair-*"))
 
 
+def cell_jobs(conn, tenant: str = "default") -> int:
+    return len(conn.keys(keys.rq_job_prefix(tenant) + "cell-*"))
+
+
+def pair_payload(tenant, sweep_id, cell, base, names, n_boot, seed, baseline) -> dict:
+    """A pair job's payload, as the signer writes it."""
+    cache = ReportCache(None, tenant, sweep_id)
+    return PairJob(tuple(names), n_boot, seed, baseline, cache, (cell, base)).payload()
+
+
 def cache_names(store, tenant: str, sweep_id: str) -> set[str]:
     return {k.rsplit("/", 1)[1] for k in store.list(paths.report_key(tenant, sweep_id, "cache/"))}
 
@@ -34,23 +45,22 @@ def cache_names(store, tenant: str, sweep_id: str) -> set[str]:
 def counting(monkeypatch) -> list[str]:
     """Every paired comparison computed in this process (the controller), by cell."""
     calls: list[str] = []
-    real = paired.compare_pair
-    monkeypatch.setattr(paired, "compare_pair", lambda a, *args, **kw: calls.append(a.cell) or real(a, *args, **kw))
+    real = pairs.compare_pair
+    monkeypatch.setattr(pairs, "compare_pair", lambda a, *args, **kw: calls.append(a.cell) or real(a, *args, **kw))
     return calls
 
 
 def waits(monkeypatch) -> list[tuple[str, int]]:
     """(what, how many are in) each time the controller's wait for the report workers saw more come in."""
-    from controller.report import remote
-
     arrived: list[tuple[str, int]] = []
-    real = remote.wait_for_cells
+    real = ReportCache.arrivals
 
-    def wait(*args, on_ready=None, what="cells", **kw):
-        seen = None if on_ready is None else (lambda n: arrived.append((what, n)) or on_ready(n))
-        return real(*args, on_ready=seen, what=what, **kw)
+    def arrivals(self, names, *, what, **kw):
+        for n in real(self, names, what=what, **kw):
+            arrived.append((what, n))
+            yield n
 
-    monkeypatch.setattr(remote, "wait_for_cells", wait)
+    monkeypatch.setattr(ReportCache, "arrivals", arrivals)
     return arrived
 
 
@@ -66,11 +76,11 @@ def test_the_report_workers_compute_the_pairs_and_the_report_equals_the_local_on
     here = counting(monkeypatch)
     op = operator(redis_url, url)
     with report_workers(2, redis_url, url):
-        dispatch = Dispatch(op.report_cells, store, ask_pairs=op.report_pairs, stall_s=90)
+        dispatch = ReportWorkers(op, stall_s=90)
         ticks, arrived = [], waits(monkeypatch)
-        _, distributed = build(store, data.tenant, data.sweep_id, n_boot=100, remote=dispatch,
-                               progress=lambda *tick: ticks.append(tick))  # fmt: skip
-        assert len(dispatch.sent) == 4 and len(dispatch.sent_pairs) == 2 and dispatch.left_pairs == []
+        tick = lambda *tick: ticks.append(tick)
+        _, distributed = build(store, data.tenant, data.sweep_id, n_boot=100, remote=dispatch, progress=tick)
+        assert cell_jobs(conn) == 4 and pair_jobs(conn) == 2
         # the progress moves while the controller waits, as the workers' outputs come in, and never backwards
         assert {w for w, _ in arrived} == {"cells", "pairs"}
         assert all((w, n, {"cells": 4, "pairs": 2}[w]) in ticks for w, n in arrived), (arrived, ticks)
@@ -81,9 +91,8 @@ def test_the_report_workers_compute_the_pairs_and_the_report_equals_the_local_on
         pd.testing.assert_frame_equal(local, distributed, check_exact=True)
 
         # another baseline is another set of pairs (the baseline is in the pair's key and payload)
-        dispatch = Dispatch(op.report_cells, store, ask_pairs=op.report_pairs, stall_s=90)
         _, other = build(store, data.tenant, data.sweep_id, n_boot=100, baseline="top_k", remote=dispatch)
-        assert dispatch.sent == [] and len(dispatch.sent_pairs) == 2 and here == [] and pair_jobs(conn) == 4
+        assert cell_jobs(conn) == 4 and here == [] and pair_jobs(conn) == 4
     pd.testing.assert_frame_equal(other, summarize(data, n_boot=100, baseline="top_k"), check_exact=True)
     assert len([n for n in cache_names(store, data.tenant, data.sweep_id) if n.startswith("pair-")]) == 4
 
@@ -97,9 +106,9 @@ def test_pairs_no_report_worker_delivers_are_computed_by_the_controller(redis_ur
     write_with_hashes(store, data)
     here = counting(monkeypatch)
     op = operator(redis_url, str(tmp_path / "s"))
-    dispatch = Dispatch(op.report_cells, store, ask_pairs=op.report_pairs, stall_s=0.5, poll_s=0.1)
+    dispatch = ReportWorkers(op, stall_s=0.5, poll_s=0.1)
     _, summary = build(store, data.tenant, data.sweep_id, n_boot=50, remote=dispatch)  # no worker runs
-    assert len(dispatch.sent_pairs) == 2 and len(dispatch.left_pairs) == 2 and pair_jobs(conn) == 2
+    assert pair_jobs(conn) == 2
     assert len(here) == 2  # asked, not delivered, computed here
     pd.testing.assert_frame_equal(summary, summarize(data, n_boot=50), check_exact=True)
 
@@ -115,9 +124,10 @@ def cached_sweep(store, tenant: str, sweep_id: str):
     for name in cache_names(store, tenant, sweep_id):
         if name.startswith("pair-"):
             store.delete(paths.report_key(tenant, sweep_id, f"cache/{name}"))
-    from controller.report.pairjobs import plan_pairs
+    from controller.report.distribute.signer import plan_pairs
 
-    _, docs = plan_pairs(store, tenant, sweep_id, n_boot=50, seed=0, n_boot_corpus=100, baseline=None)
+    _, jobs = plan_pairs(store, tenant, sweep_id, n_boot=50, seed=0, n_boot_corpus=100, baseline=None)
+    docs = [job.payload() for job in jobs]
     assert len(docs) == 2
     return data, docs
 
@@ -145,7 +155,7 @@ def test_forged_cross_tenant_and_misaddressed_pair_jobs_are_refused_and_write_no
         "extra-field": (call(mine | {"store": "s3://elsewhere"}), KEY, "the pair job's fields are not"),
         "bad-metric": (call(mine | {"names": ["os"]}), KEY, "unknown metric 'os'"),
         "huge-n-boot": (call(mine | {"n_boot": 10**9}), KEY, "the pair job's n_boot is out of bounds"),
-    }  # fmt: skip
+    }
     for job_id, (c, key, _) in planted.items():
         plant(conn, "team-a", job_id, c, key)
     before = {t: cache_names(store, t, s) for t, s in (("team-a", a.sweep_id), ("team-b", b.sweep_id))}
@@ -172,16 +182,15 @@ def test_forged_cross_tenant_and_misaddressed_pair_jobs_are_refused_and_write_no
     )
     assert sorted(out["names"]) == sorted([mine["pair"], other["pair"]]) and pair_jobs(conn, "team-a") == 2
     report_worker(["team-a"], connection=conn, store=store, key=KEY, max_job_bytes=2**20, beat_s=0.2).work(burst=True)
-    written = {n: store.read_json(paths.report_key("team-a", a.sweep_id, f"cache/{n}")) for n in after["team-a"] ^
-               cache_names(store, "team-a", a.sweep_id)}  # fmt: skip
+    new = after["team-a"] ^ cache_names(store, "team-a", a.sweep_id)
+    written = {n: store.read_json(paths.report_key("team-a", a.sweep_id, f"cache/{n}")) for n in new}
     assert sorted(written) == sorted(f"pair-{d['pair']}.json" for d in (mine, other))
     _, by_workers = build(store, "team-a", a.sweep_id, n_boot=50)
     pd.testing.assert_frame_equal(by_workers, summarize(a, n_boot=50), check_exact=True)
 
 
 def test_a_pair_payload_is_bound_to_its_tenant_sweep_and_settings():
-    from controller.report.pairjobs import pair_refusal
-
+    pair_refusal = PairJob.refusal
     doc = pair_payload("team-a", "sweepaaaaaaaaaaa", "a" * 32, "b" * 32, ["mean_length"], 50, 0, None)
     assert pair_refusal(doc, "team-a") is None
     for change in ({"seed": 1}, {"n_boot": 51}, {"baseline": "greedy"}, {"base": "c" * 32}, {"sweep_id": "sweepother"}):

@@ -1,4 +1,4 @@
-"""The report planner's memo (controller.report.plancache, issue 25 item 7): `report --distributed`
+"""The report planner's memo (controller.report.distribute.plancache, issue 25 item 7): `report --distributed`
 asks the planner (the submission server, or the operator's own process) for the cells, then for the
 pairs; the second call, and a report asked again of an unchanged sweep, plan from what the first
 remembered instead of reading every job's result.json again, and a sweep that changed in between
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller.report import snapshot
-from controller.report.pairjobs import plan_pairs
-from controller.report.plancache import PlanMemo, fingerprint
-from controller.report.write import build
+from controller.report.distribute.plancache import PlanMemo, fingerprint
+from controller.report.distribute.signer import plan_pairs
+from controller.report.load import snapshot
+from controller.report.render.write import build
 from controller.server import service
 from controller.server.tokens import Identity
 from tests.helpers_report import make_sweep, write_with_hashes
@@ -25,7 +25,7 @@ SETTINGS = {"n_boot": 50, "seed": 0, "n_boot_corpus": 100}
 
 
 def results_read(store, monkeypatch) -> list[str]:
-    """Every result.json, and the sweep's results snapshot (controller.report.snapshot), this store
+    """Every result.json, and the sweep's results snapshot (controller.report.load.snapshot), this store
     instance reads from now on."""
     read: list[str] = []
     real = store.read_bytes
@@ -76,7 +76,7 @@ def test_the_pairs_and_a_repeated_report_are_planned_without_reading_the_results
     assert (
         pairs["pairs"] == fresh_pairs[0] > 0
         and len(fresh_pairs[1]) == fresh_pairs[0]
-        and pairs["names"] == [d["pair"] for d in fresh_pairs[1]]
+        and pairs["names"] == [j.digest for j in fresh_pairs[1]]
     )
     again = ask(ctx, data, "cells")  # the same report asked again: every cell cached, nothing read
     assert read == [] and again == cells
@@ -104,11 +104,11 @@ def test_a_sweep_that_changed_since_it_was_planned_is_planned_afresh(redis_url, 
     pairs = ask(ctx, data, "pairs")
     assert read == []  # the new plan was remembered
     fresh = plan_pairs(store, data.tenant, data.sweep_id, baseline=None, **SETTINGS)
-    assert pairs["pairs"] == fresh[0] and pairs["names"] == [d["pair"] for d in fresh[1]]
+    assert pairs["pairs"] == fresh[0] and pairs["names"] == [j.digest for j in fresh[1]]
 
 
 def test_the_memo_answers_only_for_its_sweep_settings_and_fingerprint(tmp_path):
-    from controller.report import plancache
+    from controller.report.distribute import plancache
 
     store = FileStore(tmp_path / "s")
     a = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2])
@@ -159,7 +159,7 @@ def test_list_versions_names_the_listed_keys_and_changes_when_an_object_is_rewri
 def test_a_plan_lists_the_sweeps_jobs_once_and_plans_the_jobs_of_that_listing(tmp_path, monkeypatch):
     """On a memo miss the fingerprint's listing (a page per 1,000 keys from S3) also names the complete
     jobs: the jobs are not listed a second time, and a job that completes after it waits for the next plan."""
-    from controller.report import plancache
+    from controller.report.distribute import plancache
 
     store = FileStore(tmp_path / "s")
     a = make_sweep(seeds=(0, 1), n_prompts=8, cells=CELLS[:2])

@@ -16,9 +16,9 @@ import subprocess
 
 import pytest
 
-from controller.report.aggregate import summarize
-from controller.report.html import render_html
-from controller.report.labels import cell_label, varying_params
+from controller.report.compute.aggregate import summarize
+from controller.report.render.html import render_html
+from controller.report.render.labels import cell_label, varying_params
 from tests.helpers_report import make_sweep
 from tests.test_html_browser import browse
 

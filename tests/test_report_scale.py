@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from controller.report import cells
-from controller.report.aggregate import load_sweep, summarize
-from controller.report.write import build
+from controller.report.compute import celljob, cells
+from controller.report.compute.aggregate import summarize
+from controller.report.load.sweep import load_sweep
+from controller.report.render.write import build
 from tests.helpers_report import make_sweep, write_with_hashes
 from worker.core import paths
 from worker.store import FileStore
@@ -35,8 +36,8 @@ def test_a_report_after_a_retry_recomputes_only_the_changed_cell(tmp_path, monke
     store = FileStore(tmp_path / "s")
     write_with_hashes(store, data)
     ran: list[str] = []
-    real = cells.run_cell
-    monkeypatch.setattr(cells, "run_cell", lambda task, *a: ran.append(task.cell) or real(task, *a))
+    real = celljob.run_cell
+    monkeypatch.setattr(celljob, "run_cell", lambda task, *a: ran.append(task.cell) or real(task, *a))
     _, first = build(store, data.tenant, data.sweep_id, n_boot=100)
     assert len(ran) == 4
     cached = [k.rsplit("/", 1)[1] for k in store.list(paths.report_key(data.tenant, data.sweep_id, "cache/"))]
@@ -103,7 +104,7 @@ def test_the_report_reads_s3_several_records_at_a_time_in_order(s3_bucket, monke
 
 def cells_of(streamed, store):
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks
+    from controller.report.compute.aggregate import cell_tasks
 
     return cell_tasks(streamed, 50, 0, 50, METRICS, store)[2]
 
@@ -156,10 +157,10 @@ def test_progress_lines_come_at_each_tenth_and_once_at_the_end(capsys):
 def test_the_wait_for_report_workers_spends_at_most_a_tenth_of_its_time_listing_the_cache(tmp_path, monkeypatch):
     """A big report's cache holds thousands of entries; polling it every 0.5 s whatever a listing costs
     took a core's share from the report workers beside it. The wait now sleeps long enough that its
-    listings are at most remote.LIST_SHARE of its time."""
+    listings are at most cache.LIST_SHARE of its time."""
     import time
 
-    from controller.report import remote
+    from controller.report.compute import cache
 
     store = FileStore(tmp_path / "s")
     real, calls = store.list, []
@@ -171,9 +172,13 @@ def test_the_wait_for_report_workers_spends_at_most_a_tenth_of_its_time_listing_
 
     monkeypatch.setattr(store, "list", slow_list)
     t0 = time.monotonic()
-    left = remote.wait_for_cells(store, "default", "sweep0000000000a", ["a" * 32], stall_s=1.0, poll_s=0.01)
-    assert left == ["a" * 32]  # nothing came: given back to compute here
+    came = list(
+        cache.ReportCache(store, "default", "sweep0000000000a").arrivals(
+            ["a" * 32], stall_s=1.0, poll_s=0.01, what="cells"
+        )
+    )
+    assert came == []  # nothing came: given back to compute here
     gaps = [b - a for a, b in zip(calls, calls[1:])]
     assert gaps and min(gaps) >= 0.27  # 30 ms of listing, then sleep until it is a tenth: >= 0.3 s apart
     listing = 0.03 * len(calls)
-    assert listing <= remote.LIST_SHARE * (time.monotonic() - t0) + 0.03  # the last listing is not slept after
+    assert listing <= cache.LIST_SHARE * (time.monotonic() - t0) + 0.03  # the last listing is not slept after

@@ -1,4 +1,4 @@
-"""The sweep's results snapshot (controller.report.snapshot): a repeated load of a sweep reads from the
+"""The sweep's results snapshot (controller.report.load.snapshot): a repeated load of a sweep reads from the
 store only the results that changed since the last load (new, retried, rewritten), on the file store
 and on the loopback S3 endpoint; a damaged, foreign or forged snapshot costs reads, never a wrong
 result."""
@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from controller.report import snapshot
-from controller.report.aggregate import load_sweep, summarize
+from controller.report.compute.aggregate import summarize
+from controller.report.load import snapshot
+from controller.report.load.sweep import load_sweep
 from tests.helpers_report import make_sweep, write_with_hashes
 from tests.test_report_scale import CELLS
 from worker.core import paths

@@ -11,10 +11,10 @@ import re
 import pandas as pd
 import pytest
 
-from controller.report.aggregate import summarize
-from controller.report.html import render_html
-from controller.report.labels import varying_params
-from controller.report.plots import encoding
+from controller.report.compute.aggregate import summarize
+from controller.report.render.html import render_html
+from controller.report.render.labels import varying_params
+from controller.report.render.plots import encoding
 from tests.helpers_report import make_sweep
 from tests.test_html_browser import browse
 from tests.test_report_print import poppler

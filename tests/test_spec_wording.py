@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from controller.report.format import compare_table
+from controller.report.render.format import compare_table
 from controller.sweep.load import load_spec, parse_spec
 from worker.core.errors import UsageError
 

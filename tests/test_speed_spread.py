@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller.report.aggregate import summarize
-from controller.report.format import summary_markdown
-from controller.report.html import quality_speed_figure
-from controller.report.speed import batch_units, rate_interval, speed_ranges, unresolved_speed
+from controller.report.compute.aggregate import summarize
+from controller.report.render.format import summary_markdown
+from controller.report.render.html import quality_speed_figure
+from controller.report.stats.speed import batch_units, rate_interval, speed_ranges, unresolved_speed
 from tests.helpers_intervals import bootstrap_t
 from tests.helpers_report import make_sweep
 
@@ -64,8 +64,9 @@ def test_the_reports_interval_is_computed_by_the_map_and_equals_the_cells_own(tm
     """The controller plans each cell with its batches' units, no bootstrap; the map (in process, in a
     pool, from the cache) gives the interval speed_spread gives over the cell's results."""
     from controller.metrics import METRICS
-    from controller.report.aggregate import cell_tasks, load_sweep
-    from controller.report.write import build
+    from controller.report.compute.aggregate import cell_tasks
+    from controller.report.load.sweep import load_sweep
+    from controller.report.render.write import build
     from tests.helpers_report import write_with_hashes
     from worker.store import FileStore
 

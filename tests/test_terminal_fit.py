@@ -39,7 +39,7 @@ watch_live(Fake(), "s1", 0.2)
 
 TABLE = """
 from controller.cli.table import print_summary
-from controller.report.aggregate import summarize
+from controller.report.compute.aggregate import summarize
 from tests.helpers_report import make_sweep
 cells = [(m, s, p) for m in ("austen-tiny", "austen-small") for s, p in (("greedy", {}), ("top_p", {"p": 0.9}))]
 print_summary(summarize(make_sweep(n_prompts=6, seeds=(0, 1), cells=cells), n_boot=20, n_boot_corpus=5))

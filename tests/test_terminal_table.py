@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from controller.cli.table import decimals, print_summary
-from controller.report.aggregate import summarize
+from controller.report.compute.aggregate import summarize
 from tests.helpers_report import make_sweep
 
 

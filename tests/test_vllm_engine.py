@@ -261,7 +261,8 @@ def test_a_mixed_sweep_runs_both_engines_locally(runtime, tmp_path):
     import pandas as pd
 
     from controller.launch.local import run_sweep
-    from controller.report.aggregate import load_sweep, summarize
+    from controller.report.compute.aggregate import summarize
+    from controller.report.load.sweep import load_sweep
 
     data = {
         "name": "mixed",

@@ -1,8 +1,8 @@
 """`decodebench report`'s progress on stderr, phase by phase: the results read, the cells, the pairs.
 
-The report code calls `tick(what, done, total)` (controller.report: `load_sweep`, `map_cells`,
-`pair_memo`) from its main thread; on a terminal each phase is a rich bar, otherwise a line
-`report: cells 200/2000 (1m05s)` every tenth of a phase and at its end (as `run` prints its
+The report code calls `tick(what, done, total)` (controller.report: `load_sweep`, and the runner of
+the cells and the pairs, `compute.runner`) from its main thread; on a terminal each phase is a rich
+bar, otherwise a line `report: cells 200/2000 (1m05s)` every tenth of a phase and at its end (as `run` prints its
 jobs), and `--no-progress` prints nothing. stdout keeps the summary table alone.
 """
 

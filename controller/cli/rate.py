@@ -51,9 +51,10 @@ def _names(value: str) -> list[str]:
 @options.tenant
 def export(sweep, n_items, raters, rater_names, criteria, defines, seed, out, store_url, tenant) -> None:
     """Write blinded sheets (CSV and an offline HTML page per rater); the key stays beside the sweep."""
-    from controller.report.aggregate import REFERENCE, load_sweep
-    from controller.report.rating_sheets import definitions_for, export_sheets, instructions, sheet_csv, sheet_html
-    from controller.report.ratings import next_round
+    from controller.report.compute.columns import REFERENCE
+    from controller.report.load.sweep import load_sweep
+    from controller.report.ratings.scores import next_round
+    from controller.report.ratings.sheets import definitions_for, export_sheets, instructions, sheet_csv, sheet_html
     from worker.core import paths
     from worker.store import open_store
 
@@ -106,7 +107,7 @@ def export(sweep, n_items, raters, rater_names, criteria, defines, seed, out, st
 @options.tenant
 def import_(sweep, files, store_url, tenant) -> None:
     """Validate returned sheets (all or none) and store them beside the sweep; `report` then shows them."""
-    from controller.report.ratings import import_sheets, read_sheet_file, rounds
+    from controller.report.ratings.scores import import_sheets, read_sheet_file, rounds
     from worker.store import open_store
 
     store = open_store(store_url)

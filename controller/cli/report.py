@@ -122,9 +122,9 @@ def report(
         tenant = _token_tenant(api)
     remote = _dispatch(api, redis_url, store_url, tenant, wait_s) if distributed else None
     from controller.cli.table import echo_summary
-    from controller.report.compare import compare
-    from controller.report.format import compare_table
-    from controller.report.write import build, comparison_bytes, render, write_comparison, write_reports
+    from controller.report.compute.compare import compare
+    from controller.report.render.format import compare_table
+    from controller.report.render.write import build, comparison_bytes, render, write_comparison, write_reports
     from worker.store import open_store
 
     store = open_store(store_url)
@@ -192,7 +192,7 @@ def report_worker(
     process's store."""
     import logging
 
-    from controller.report.mapworker import report_worker as make
+    from controller.report.distribute.mapworker import report_worker as make
     from worker.core.logs import configure
     from worker.core.redisconn import connect_patiently
     from worker.core.signing import load_key
@@ -228,11 +228,9 @@ def _dispatch(api: str | None, redis_url: str, store_url: str, tenant: str, wait
     """`--distributed`: the cells, then the pairs, missing from the cache enqueued through the backend (the
     submission server with --api, else this process as the operator) and waited for in the store."""
     from controller.cli.backend import backend
-    from controller.report.remote import Dispatch
-    from worker.store import open_store
+    from controller.report.distribute.remote import ReportWorkers
 
-    to = backend(api, redis_url, store_url, tenant)
-    return Dispatch(to.report_cells, open_store(store_url), ask_pairs=to.report_pairs, stall_s=wait_s)
+    return ReportWorkers(backend(api, redis_url, store_url, tenant), stall_s=wait_s)
 
 
 def _token_tenant(api: str) -> str:
@@ -250,7 +248,7 @@ def _token_tenant(api: str) -> str:
 def _dry_run(store, tenant: str, sweep: str) -> None:
     """`report --dry-run`: the judge's requests, cached and to send, and nothing else."""
     from controller.judge.report import judge_summary
-    from controller.report.aggregate import load_sweep
+    from controller.report.load.sweep import load_sweep
 
     data = load_sweep(store, tenant, store.resolve_sweep(tenant, sweep), with_generations=False)
     doc = judge_summary(store, tenant, data.sweep_id, data.sweep_spec, data.results, data.cell_order, 0, dry_run=True)

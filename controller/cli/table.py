@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from controller.report.aggregate import QUALITY_COLUMNS, REFERENCE
-from controller.report.format import CONCISE, SHORT, ColumnFormat, decimals, metric_columns
-from controller.report.labels import variant_label, varying_params
+from controller.report.compute.columns import QUALITY_COLUMNS, REFERENCE
+from controller.report.render.format import CONCISE, SHORT, ColumnFormat, decimals, metric_columns
+from controller.report.render.labels import variant_label, varying_params
 from worker.core.safetext import terminal
 
 KEEP = ["model", "strategy", "tokens_per_s"]  # never dropped
@@ -117,7 +117,7 @@ def print_summary(summary: pd.DataFrame, console: Console | None = None) -> None
 
 def echo_summary(summary: pd.DataFrame, *, nl: bool = True) -> None:
     """At a terminal the fitted table; on a pipe or in a file the Markdown table."""
-    from controller.report.format import markdown_table
+    from controller.report.render.format import markdown_table
 
     if click.get_text_stream("stdout").isatty():
         print_summary(summary)

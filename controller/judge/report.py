@@ -48,7 +48,7 @@ def judge_summary(store, tenant: str, sweep_id: str, spec: dict, results, cell_o
                   *, dry_run: bool = False) -> dict[str, Any] | None:  # fmt: skip
     """The judge's doc for the report (None: the sweep has no judge); `dry_run`: the plan's line only."""
     from controller.judge.run import check_budget, judge_sweep
-    from controller.report.ratings import pooled
+    from controller.report.ratings.scores import pooled
     from worker.core.errors import UsageError
 
     judge = _spec(spec)

@@ -24,8 +24,9 @@ from typing import Any
 from controller.judge.client import Endpoint, Reply, complete, read_key
 from controller.judge.templates import Template, load_template
 from controller.judge.verdicts import Verdict, combine_orders, parse_grade, parse_pairwise
+from controller.report.compute.cache import ReportCache
 from worker.core import paths
-from worker.core.errors import CorruptRecordError, UsageError
+from worker.core.errors import UsageError
 
 CACHE_VERSION = "1"
 CHARS_PER_TOKEN = 4  # the budget's estimate of a request's tokens before it is sent
@@ -78,8 +79,9 @@ def make_request(judge, template: Template, criterion: str, prompt: str, answers
     return Request(hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32], body)
 
 
-def cache_entry(tenant: str, sweep_id: str, digest: str) -> str:
-    return paths.report_cache_key(tenant, sweep_id, f"judge-{digest}.json")
+def cache_entry(digest: str) -> str:
+    """A judge's reply's name in the report cache (controller.report.compute.cache)."""
+    return f"judge-{digest}"
 
 
 @dataclass
@@ -105,7 +107,7 @@ def _answers(store, tenant: str, sweep_id: str, results) -> dict[str, dict[tuple
 
 
 def _baselines(answers: dict, cells: list[str], baseline: str | None) -> dict[str, str | None]:
-    from controller.report.paired import CellStats, baselines
+    from controller.report.stats.paired import CellStats, baselines
 
     def stats(cell: str) -> CellStats:
         g = next(iter(answers[cell].values()))
@@ -144,8 +146,8 @@ def items_of(judge, template: Template, answers: dict, cell_order: list[str]) ->
 
 def plan_requests(store, tenant: str, sweep_id: str, items: list[Item]) -> Plan:
     unique = list({r.digest: r for it in items for r in it.requests}.values())
-    listed = {k.rsplit("/", 1)[1] for k in store.list(paths.report_cache_key(tenant, sweep_id, ""))}  # one listing
-    cached = {r.digest for r in unique if f"judge-{r.digest}.json" in listed}
+    listing = ReportCache(store, tenant, sweep_id).listing()  # one listing
+    cached = {r.digest for r in unique if ReportCache.holds(listing, cache_entry(r.digest))}
     return Plan(unique, [r for r in unique if r.digest not in cached], cached)
 
 
@@ -181,11 +183,12 @@ def send(
     if unreachable is None:
         check_budget(plan, judge.limits)
     replies: dict[str, Reply] = {}
+    cache = ReportCache(store, tenant, sweep_id)
     for digest in plan.cached:
         try:
-            doc = store.read_json(cache_entry(tenant, sweep_id, digest))
-            replies[digest] = (doc["text"], doc.get("tokens", 0))
-        except (CorruptRecordError, KeyError, TypeError):
+            doc = cache.read(cache_entry(digest))
+            replies[digest] = (doc["text"], doc.get("tokens", 0))  # type: ignore[index]
+        except (KeyError, TypeError):
             plan.missing.append(next(r for r in plan.requests if r.digest == digest))
     if plan.missing:
         if unreachable is not None:
@@ -200,7 +203,7 @@ def send(
             replies[r.digest] = (text, info)
             if text is not None:
                 doc = {"text": text, "tokens": info, "model": judge_name(judge), "version": judge.model_version}
-                store.write_json(cache_entry(tenant, sweep_id, r.digest), doc)
+                cache.write(cache_entry(r.digest), doc)
     return replies
 
 

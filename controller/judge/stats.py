@@ -2,7 +2,7 @@
 
 Win rate (pairwise): per variant and criterion, the mean over its judged pairs of 1 (win), ½ (tie) and 0
 (loss) against the baseline; unparsed and failed pairs are counted apart and left out. Its 95% interval is
-the report's studentised bootstrap over prompts (controller.report.intervals; a prompt's seeds together).
+the report's studentised bootstrap over prompts (controller.report.stats.intervals; a prompt's seeds together).
 
 Length-controlled win rate (AlpacaEval 2.0, Dubois et al. 2024): the logistic model
 P(win) = σ(β₀ + β₁·tanh(Δ/s)) fitted to the outcomes (ties ½, a quasi-binomial fit), with Δ the variant's
@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats as sps
 
 from controller.metrics import ratio
-from controller.report.intervals import PERCENTILES, studentized, values_of
+from controller.report.stats.intervals import PERCENTILES, studentized, values_of
 
 SCORE = {"A": 1.0, "tie": 0.5, "B": 0.0}  # the variant's score of a pairwise outcome
 N_BOOT_REFIT = 200  # bootstrap draws of statistics refitted per draw (LC win rate, ρ)

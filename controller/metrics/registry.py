@@ -154,7 +154,7 @@ class Metric:
     combine: Combine | None = None
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
     # a share in [0, 1]: a jackknife interval is built on the logit scale; a bootstrap one is kept inside [0, 1], and
-    # exact where every generation is alike (controller.report.shares)
+    # exact where every generation is alike (controller.report.stats.shares)
     unit_interval: bool = False
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""

@@ -18,7 +18,8 @@ import io
 
 import pandas as pd
 
-from controller.report.aggregate import load_sweep, summarize
+from controller.report.compute.aggregate import summarize
+from controller.report.load.sweep import load_sweep
 from worker.core import paths
 from worker.core.errors import UsageError
 from worker.store import Store, open_store
@@ -79,7 +80,16 @@ def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
             if col.endswith("_diff"):
                 m = col[: -len("_diff")]
                 if pd.notna(row[col]):
-                    rows.append({"cell": row["cell"], "baseline": row["baseline"], "metric": m, "diff": row[col],
-                                 "ci_low": row[f"{m}_diff_ci_low"], "ci_high": row[f"{m}_diff_ci_high"],
-                                 "p": row[f"{m}_diff_p"], "p_holm": row[f"{m}_diff_p_holm"]})  # fmt: skip
+                    rows.append(
+                        {
+                            "cell": row["cell"],
+                            "baseline": row["baseline"],
+                            "metric": m,
+                            "diff": row[col],
+                            "ci_low": row[f"{m}_diff_ci_low"],
+                            "ci_high": row[f"{m}_diff_ci_high"],
+                            "p": row[f"{m}_diff_p"],
+                            "p_holm": row[f"{m}_diff_p_holm"],
+                        }
+                    )
     return pd.DataFrame(rows, columns=["cell", "baseline", "metric", "diff", "ci_low", "ci_high", "p", "p_holm"])

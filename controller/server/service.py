@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller.report.plancache import PlanMemo
+from controller.report.distribute.plancache import PlanMemo
 from controller.server import quota
 from controller.server.errors import Forbidden, NotFound, TooLarge
 from controller.server.tokens import Identity
@@ -77,7 +77,7 @@ class ReportPairsRequest(ReportCellsRequest):
 class Context:
     """What every request runs with: Redis (as the server's user), the store, the signing key,
     the tenants file (None: one tenant, `default`), the cost limits, and what report planning
-    remembers between a report's calls (controller.report.plancache)."""
+    remembers between a report's calls (controller.report.distribute.plancache)."""
 
     conn: Any
     store: Any
@@ -250,22 +250,18 @@ def retry(ctx: Context, who: Identity, sweep: str, req: RetryRequest) -> dict[st
 
 def report_cells(ctx: Context, who: Identity, sweep: str, req: ReportCellsRequest) -> dict[str, Any]:
     """`report --distributed`: one signed map job per cell of the tenant's sweep missing from the report
-    cache, on the tenant's report queue (controller.report.remote). The cells are built here from the
+    cache, on the tenant's report queue (controller.report.distribute.signer). The cells are built here from the
     store under the token's tenant, never from what the client sends; the answer lists their digests."""
-    from controller.report.remote import enqueue_report
-
-    return _report_jobs(ctx, who, sweep, enqueue_report, req.model_dump())
+    return _report_jobs(ctx, who, sweep, req.model_dump())
 
 
 def report_pairs(ctx: Context, who: Identity, sweep: str, req: ReportPairsRequest) -> dict[str, Any]:
     """Then its paired comparisons: one job per (cell, baseline) pair missing from the cache whose cells
-    are cached, planned here from the store likewise (controller.report.pairjobs); held to the same quota."""
-    from controller.report.remote import enqueue_pair_report
-
-    return _report_jobs(ctx, who, sweep, enqueue_pair_report, req.model_dump())
+    are cached, planned here from the store likewise (controller.report.distribute.signer); held to the same quota."""
+    return _report_jobs(ctx, who, sweep, req.model_dump() | {"pairs": True})
 
 
-def _report_jobs(ctx: Context, who: Identity, sweep: str, enqueue, settings: dict) -> dict[str, Any]:
+def _report_jobs(ctx: Context, who: Identity, sweep: str, settings: dict) -> dict[str, Any]:
     tenant = tenant_of(who)
     paths.check_id("sweep", sweep)
     try:
@@ -274,10 +270,12 @@ def _report_jobs(ctx: Context, who: Identity, sweep: str, enqueue, settings: dic
         raise NotFound(str(err)) from None
     # two reports of a tenant cannot both pass the same quota: the lock from reading which jobs are queued to
     # writing the new ones, not while the sweep is planned from the store (seconds for a large sweep)
-    from controller.report.remote import Admission
+    from controller.report.distribute.signer import Admission, enqueue_report
 
     hold = Admission(lock=lambda: quota.Locked(ctx, tenant), check=lambda n: quota.admit_report(ctx, tenant, n))
-    return enqueue(ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, **settings, admission=hold, memo=ctx.plans)
+    return enqueue_report(
+        ctx.conn, ctx.store, ctx.signing_key, tenant, sweep_id, **settings, admission=hold, memo=ctx.plans
+    )
 
 
 # -- reads and cancel --------------------------------------------------------------------------

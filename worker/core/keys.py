@@ -50,7 +50,7 @@ FAILURE_TTL = 7 * 24 * 3600  # failed jobs stay inspectable (and retryable from 
 RQ_FUNCTION = "worker.rq.task.run_queued_job"  # what every RQ job of a generation queue calls
 # what every job of a tenant's report queue calls: one cell of a report (a map task), run only by
 # `decodebench report-worker`, a controller process (a string here: worker.core imports no controller)
-REPORT_FUNCTION = "controller.report.remote.run_report_cell"
+REPORT_FUNCTION = "controller.report.distribute.worker.run_report_task"
 REPORT_QUEUE_SUFFIX = "report"
 
 

@@ -1,6 +1,6 @@
 """A worker process's liveness file: touched on every heartbeat, busy or idle; the pod's startup,
 readiness and liveness probes read it (charts/decodebench/files/probe-heartbeats.sh). Shared by
-`decodebench-worker` (worker.rq) and `decodebench report-worker` (controller.report.mapworker)."""
+`decodebench-worker` (worker.rq) and `decodebench report-worker` (controller.report.distribute.mapworker)."""
 
 from __future__ import annotations
 

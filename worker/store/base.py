@@ -41,7 +41,7 @@ class Store:
     """Byte-level operations are the adapter's; JSON and job helpers are shared."""
 
     url: str
-    # reads worth having in flight at once (controller.report.jobs.read_each): 1 for a local disk, where a
+    # reads worth having in flight at once (controller.report.load.jobs.read_each): 1 for a local disk, where a
     # read costs CPU that threads only share; more where each read is a network round trip (S3)
     read_concurrency: int = 1
 
@@ -132,7 +132,7 @@ class Store:
 
     def complete_job_ids(self, tenant: str, sweep_id: str, listed: Iterable[str] | None = None) -> set[str]:
         """The ids of the jobs with a result.json; `listed`: the keys under the sweep's jobs prefix, where
-        the caller has listed them already (controller.report.plancache), else listed here."""
+        the caller has listed them already (controller.report.distribute.plancache), else listed here."""
         prefix = paths.jobs_prefix(tenant, sweep_id)
         keys = self.list(prefix) if listed is None else listed
         return {k[len(prefix) :].split("/")[0] for k in keys if k.startswith(prefix) and k.endswith("/result.json")}
@@ -142,7 +142,7 @@ class Store:
         return self.load_result_bytes(tenant, sweep_id, job_id)[0]
 
     def load_result_bytes(self, tenant: str, sweep_id: str, job_id: str) -> tuple[JobResult, bytes]:
-        """A job's result.json, and its bytes as read (controller.report.snapshot keeps them);
+        """A job's result.json, and its bytes as read (controller.report.load.snapshot keeps them);
         CorruptRecordError if it is truncated or not a JobResult."""
         key = paths.result_key(tenant, sweep_id, job_id)
         data = self.read_bytes(key)

@@ -1,0 +1,230 @@
+"""A cell's statistics: its row (counts, quality, intervals), its paired statistics and its examples.
+
+`summarize` (controller.report.compute.aggregate) is the reduce: it builds a `CellTask` per cell
+(its jobs' ids and hashes, its row so far, and its records or where to read them), runs them as
+report tasks (`CellJob`, controller.report.compute.celljob) through the runner, and assembles the
+rows, the paired comparisons and the reference row. A task reads its own cell's generations from
+the store when the sweep was loaded without them, so the controller never holds every record:
+memory is bounded by a cell per process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.metrics import CellData, Metric, cell_data
+from controller.metrics.divergence import sizes as mauve_sizes
+from controller.report.compute.columns import MAUVE_COLUMNS
+from controller.report.compute.tasks import plain
+from controller.report.stats.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
+from controller.report.stats.paired import CellStats
+from controller.report.stats.speed import rate_interval
+from worker.core.errors import CorruptRecordError
+from worker.core.results import GenerationRecord
+
+# bump when a change alters any cell's numbers (2: the jackknife's Student-t floor; 3: tokens/s's interval
+# computed by the map, from the task's batch units; 4: paired intervals of additive metrics with the t floor and
+# a per-replicate gradient; 5: BLEU's interval no longer [θ, θ], no t from a replicate without spread, shares
+# clipped to [0, 1]; 6: a share whose generations are all alike gets the exact binomial interval)
+CACHE_VERSION = "6"
+EXAMPLE_PROMPTS = 3
+
+
+@dataclass
+class Settings:
+    """What every cell's numbers depend on besides its data."""
+
+    names: tuple[str, ...]  # the metrics, by name
+    with_ci: bool
+    n_boot: int
+    n_boot_corpus: int
+    seed: int
+    sample_size: int | None  # MAUVE's equal sample (the smallest cell)
+    task: dict | None = None  # the sweep's `task:` section (controller.metrics.extract); None: the default
+
+
+@dataclass
+class CellTask:
+    """One cell to aggregate: its row so far (ids, speed), its jobs, and its records or where they are."""
+
+    cell: str
+    row: dict[str, Any]
+    jobs: list[tuple[str, str | None]]  # (job id, its generations' SHA-256) of each complete job: no JobResult
+    prompt_rank: dict[str, int]
+    records: list[GenerationRecord] | None = None  # None: read them from the store
+    where: tuple[str, str, str] | None = None  # (store URL, tenant, sweep id)
+    units: list[list[float]] | None = None  # [new tokens, seconds] of its timed batches (speed.batch_units)
+
+
+@dataclass
+class CellOutput:
+    row: dict[str, Any]
+    stats: CellStats | None = None
+    methods: dict[str, str] = field(default_factory=dict)
+    examples: dict[str, dict[str, Any]] = field(default_factory=dict)  # prompt id -> its lowest-seed generation
+    damaged: list[str] = field(default_factory=list)
+    cached_as: str | None = None  # its entry's name in the report cache (its digest), where it has one
+    spilled: bool = False  # its per-prompt statistics dropped here, read again from the cache (`spill`)
+
+
+def score(
+    selected: Sequence[tuple[str, Metric]],
+    settings: Settings,
+    row: dict,
+    cell: CellData,
+    groups: list[list[int]],
+    key: str,
+    *,
+    reference_row: bool = False,
+    prompts: Sequence[str] = (),
+) -> tuple[dict[str, str], CellStats | None]:
+    """Fill `row` with the metrics and their intervals; return the methods used and the paired statistics."""
+    known: dict = {}  # the additive metrics' statistics, computed once for value and interval
+    row.update(evaluate(list(selected), cell, reference_row=reference_row, stats=known))
+    if not settings.with_ci:
+        return {}, None
+    kept: dict = {}
+    cis = confidence_intervals(
+        list(selected),
+        cell,
+        row,
+        groups,
+        n_boot=settings.n_boot,
+        n_boot_corpus=settings.n_boot_corpus,
+        rng=cell_rng(settings.seed, key),
+        reference_row=reference_row,
+        keep=kept,
+        stats=known,
+    )
+    for name, (lo, hi, _) in cis.items():
+        row[f"{name}_ci_low"], row[f"{name}_ci_high"] = lo, hi
+    stats = None
+    if not reference_row:
+        values = {name: row[name] for name, _ in selected}
+        stats = CellStats(key, row["model"], row["strategy"], list(prompts), values, kept)
+    return {name: method for name, (_, _, method) in cis.items()}, stats
+
+
+def mauve_seed(seed: int, cell: str) -> int:
+    """The seed of a cell's MAUVE subsample (recorded in the summary's attrs)."""
+    import zlib
+
+    return zlib.crc32(f"{seed}:{cell}".encode())
+
+
+def cell_records(task: CellTask) -> tuple[list[GenerationRecord], list[str]]:
+    """The records of the cell's complete jobs, each generation once, streamed from the store by job id and
+    hash (S3: several reads in flight, report.jobs.read_each) where the task does not hold them; a damaged
+    job's generations are named and left out."""
+    if task.records is not None:
+        return task.records, []
+    from controller.report.load.jobs import generations_reader, read_each
+    from worker.store import open_store
+
+    url, tenant, sweep_id = task.where  # type: ignore[misc]
+    store = open_store(url)
+    read = generations_reader(store, tenant, sweep_id, dict(task.jobs))
+    records, damaged, seen = [], [], set()
+    for loaded in read_each(read, [job_id for job_id, _ in task.jobs], store.read_concurrency):
+        if isinstance(loaded, CorruptRecordError):
+            damaged.append(str(loaded))
+            continue
+        for g in loaded:
+            if (g.job_id, g.prompt_id, g.sample) not in seen:  # a prompt's samples are generations of their own
+                seen.add((g.job_id, g.prompt_id, g.sample))
+                records.append(g)
+    return records, damaged
+
+
+def run_cell(task: CellTask, selected: Sequence[tuple[str, Metric]], settings: Settings) -> CellOutput:
+    """The map: one cell's row (counts, quality, intervals), its paired statistics and its examples."""
+    loaded, damaged = cell_records(task)
+    rank = task.prompt_rank
+    records = sorted(loaded, key=lambda g: (rank.get(g.prompt_id, len(rank)), g.prompt_id, g.job_seed, g.sample))
+    row = dict(task.row)
+    if task.units is not None:  # the bootstrap of tokens/s over batches, here in the map, not on the controller
+        row |= rate_interval(task.units, task.cell, n_boot=settings.n_boot, seed=settings.seed)
+    row["n_prompts"] = len({g.prompt_id for g in records})
+    row["n_generations"] = len(records)
+    prompt_ids = [g.prompt_id for g in records]
+    data = cell_data(records)
+    data.sample_size, data.sample_seed = settings.sample_size, mauve_seed(settings.seed, task.cell)
+    data.task = settings.task
+    groups = prompt_groups(prompt_ids)
+    methods, stats = score(selected, settings, row, data, groups, task.cell, prompts=list(dict.fromkeys(prompt_ids)))
+    if not math.isnan(row.get("mauve", math.nan)):
+        row.update(zip(MAUVE_COLUMNS, mauve_sizes(data) or ()))
+    examples: dict[str, dict[str, Any]] = {}
+    for g in records:  # sorted by prompt, then seed: the first record of a prompt has its lowest seed
+        if g.prompt_id not in examples and len(examples) < EXAMPLE_PROMPTS:
+            examples[g.prompt_id] = {k: getattr(g, k) for k in ("text", "job_seed", "n_new_tokens", "stop_reason")}
+    return CellOutput(row, stats, methods, examples, damaged)
+
+
+def digest(task: CellTask, settings: Settings) -> str | None:
+    """A cell's content digest (its cache entry's name); None where a job has no generations hash."""
+    jobs = sorted(task.jobs)
+    if any(sha is None for _, sha in jobs):
+        return None
+    used = settings.__dict__ | {"sample_size": settings.sample_size if "mauve" in settings.names else None}
+    if used["task"] is None:  # the digests of sweeps without a task stay as they were
+        del used["task"]
+    doc = {
+        "v": CACHE_VERSION,
+        "cell": task.cell,
+        "jobs": jobs,
+        "row": task.row,
+        "rank": task.prompt_rank,
+        "units": task.units,
+        "settings": used,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _nested(values: Any) -> Any:
+    return [_nested(v) for v in values] if isinstance(values, list) else plain(values)
+
+
+def to_json(out: CellOutput) -> dict:
+    stats = None
+    if out.stats is not None:
+        s = out.stats
+        stats = {
+            "cell": s.cell,
+            "model": s.model,
+            "strategy": s.strategy,
+            "prompts": s.prompts,
+            "values": {k: plain(v) for k, v in s.values.items()},
+            "kept": {k: [kind, _nested(arr.tolist())] for k, (kind, arr) in s.kept.items()},
+        }
+    row = {k: plain(v) for k, v in out.row.items()}
+    return {"row": row, "stats": stats, "methods": out.methods, "examples": out.examples, "damaged": out.damaged}
+
+
+def from_json(doc: dict) -> CellOutput:
+    """A cached output; KeyError, TypeError or ValueError where the entry is not one."""
+    import numpy as np
+
+    stats = None
+    if doc.get("stats"):
+        s = doc["stats"]
+        kept = {k: (kind, np.array(v, dtype=float)) for k, (kind, v) in s["kept"].items()}
+        values = {k: math.nan if v is None else float(v) for k, v in s["values"].items()}
+        stats = CellStats(s["cell"], s["model"], s["strategy"], s["prompts"], values, kept)
+    return CellOutput(doc["row"], stats, doc.get("methods", {}), doc.get("examples", {}), doc.get("damaged", []))
+
+
+def spill(out: CellOutput, name: str | None) -> CellOutput:
+    """What the reduce keeps of a cell's output once it is in the cache as `name`: the row, methods,
+    examples and the statistics' values, not their per-prompt arrays (the bulk of an output, growing
+    with the prompts), which a comparison reads again from the cache (controller.report.compute.pairs)."""
+    out.cached_as = name
+    if name is not None and out.stats is not None and not out.damaged:
+        s = out.stats
+        out.stats, out.spilled = CellStats(s.cell, s.model, s.strategy, [], s.values, {}), True
+    return out

@@ -1,0 +1,209 @@
+"""What a report keeps of each complete job when the sweep is loaded without its generations.
+
+A loaded JobResult costs ~17 KB of memory (2.5 KB of JSON), over half of it its JobSpec's prompts,
+which every cell repeats; a sweep of 190k jobs held that way needs ~3 GB on the controller (and on
+the submission server, which plans report jobs from the same load). A `JobInfo` keeps only what the
+report reads of a result, under the same attribute names (so the speed columns, the engine columns
+and the provenance table read either): the job's ids, seed and shard, its generations' SHA-256, its
+batches' timings (per-request ones packed, 8 bytes a number), the memory readings the speed columns
+use, the distribution check's p-value and its provenance. What the jobs of a sweep repeat (model,
+strategy, engine, metrics, a shard's prompts, the provenance but its seed) is held once and shared.
+A cell's map needs only its jobs' ids and hashes (cells.CellTask.jobs): it streams their generations
+from the store.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from controller.report.stats.speed import MEMORY_KEYS
+from worker.core.contract import EngineSpec, ModelSpec, PromptItem, StrategySpec
+from worker.core.errors import CorruptRecordError
+from worker.core.results import BatchTiming, JobResult
+
+READ_WINDOW = 512  # reads handed to the threads at a time: what is held before the reader takes it
+
+
+def read_each(read: Callable[[str], Any], keys: Iterable[str], threads: int) -> Iterator[Any]:
+    """`read(key)` of every key, in order, `threads` at once (a store's `read_concurrency`: S3's round
+    trips overlap; a local disk reads one at a time), a window of READ_WINDOW keys at a time (so a
+    sweep of 190k jobs is never all in flight, nor all held). `read` catches what it expects; anything
+    else it raises is raised here, as a serial loop would."""
+    keys = list(keys)
+    if threads <= 1 or len(keys) <= 1:
+        yield from map(read, keys)
+        return
+    pool = ThreadPoolExecutor(max_workers=min(threads, len(keys)), thread_name_prefix="store-read")
+    try:
+        for start in range(0, len(keys), READ_WINDOW):
+            yield from pool.map(read, keys[start : start + READ_WINDOW])
+    finally:  # a reader that stops early (or a read that raised) does not wait for the window's other reads
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def job_reader(store, tenant: str, sweep_id: str, with_generations: bool) -> Callable[[str], Any]:
+    """`read(job_id)`: the job's (result, its generations or []), or the CorruptRecordError naming what
+    is damaged (a worker killed mid-write, a hand edit): the report leaves that job out, as if missing."""
+
+    def read(job_id: str) -> tuple[JobResult, list] | CorruptRecordError:
+        try:
+            result = store.load_result(tenant, sweep_id, job_id)
+            sha = result.generations_sha256
+            return result, store.load_generations(tenant, sweep_id, job_id, sha) if with_generations else []
+        except CorruptRecordError as err:
+            return err
+
+    return read
+
+
+def generations_reader(store, tenant: str, sweep_id: str, shas: Mapping[str, str | None]) -> Callable[[str], Any]:
+    """`read(job_id)`: the job's generations checked against its hash in `shas` (a cell task's jobs), or the
+    CorruptRecordError naming what is damaged: the cell leaves that job out."""
+
+    def read(job_id: str) -> list | CorruptRecordError:
+        try:
+            return store.load_generations(tenant, sweep_id, job_id, shas[job_id])
+        except CorruptRecordError as err:
+            return err
+
+    return read
+
+
+NO_ENGINE: Mapping[str, Any] = MappingProxyType({})  # the engine record of a job without a distribution check
+
+
+@dataclass(slots=True)
+class Batch:
+    """The fields of a BatchTiming that the speed columns read."""
+
+    n: int
+    new_tokens: int
+    prefill_s: float
+    total_s: float
+    decode_s: float
+    steps: int | None
+    energy_j: float | None
+    latency_s: Sequence[float] | None  # an array("d") (jobs._floats)
+    ttft_s: Sequence[float] | None
+    tpot_s: Sequence[float | None] | None
+
+
+@dataclass(slots=True)
+class JobView:
+    """The fields of a JobSpec that the report reads; model, strategy, engine, metrics and prompts shared."""
+
+    tenant: str
+    job_id: str
+    cell: str
+    seed: int
+    shard: int
+    model: ModelSpec
+    strategy: StrategySpec
+    engine: EngineSpec | None
+    metrics: tuple[str, ...]
+    prompts: list[PromptItem]
+
+
+@dataclass(slots=True)
+class JobInfo:
+    """A complete job as the report keeps it (see the module doc); `provenance` is without the seed."""
+
+    job: JobView
+    generations_sha256: str | None
+    batches: list[Batch]
+    memory: dict[str, float]
+    engine: Mapping[str, Any]
+    provenance: Mapping[str, Any]
+
+
+def _floats(values: list | None) -> Sequence | None:
+    """A batch's per-request timings, 8 bytes a number (a list holds a 32-byte float object each); a
+    list with a None (a request with no decode step's time) kept as it is."""
+    if values is None or any(v is None for v in values):
+        return values
+    return array("d", values)
+
+
+def batch(b: BatchTiming) -> Batch:
+    return Batch(
+        b.n,
+        b.new_tokens,
+        b.prefill_s,
+        b.total_s,
+        b.decode_s,
+        b.steps,
+        b.energy_j,
+        _floats(b.latency_s),
+        _floats(b.ttft_s),
+        _floats(b.tpot_s),
+    )
+
+
+class Compactor:
+    """Turns JobResults into JobInfos, one object for each distinct shared part over all the jobs it sees."""
+
+    def __init__(self) -> None:
+        self._shared: dict[tuple, Any] = {}
+
+    def _once(self, kind: str, key: Any, value: Any) -> Any:
+        return self._shared.setdefault((kind, key), value)
+
+    def __call__(self, r: JobResult) -> JobInfo:
+        j = r.job
+        prompts = self._once("prompts", tuple((p.id, p.prompt, p.reference) for p in j.prompts), j.prompts)
+        job = JobView(
+            self._once("text", j.tenant, j.tenant),
+            j.job_id,
+            self._once("text", j.cell, j.cell),
+            j.seed,
+            j.shard,
+            self._once("model", j.model.model_dump_json(), j.model),
+            self._once("strategy", j.strategy.model_dump_json(), j.strategy),
+            None if j.engine is None else self._once("engine", j.engine.model_dump_json(), j.engine),
+            self._once("metrics", tuple(j.metrics), tuple(j.metrics)),
+            prompts,
+        )
+        check = (r.engine or {}).get("distribution_check") or {}
+        engine = {"distribution_check": {"p_value": check["p_value"]}} if "p_value" in check else NO_ENGINE
+        provenance = {k: v for k, v in r.provenance.items() if k != "seed"}
+        provenance = self._once("provenance", json.dumps(provenance, sort_keys=True, default=str), provenance)
+        memory = {k: v for k in MEMORY_KEYS if (v := r.memory.get(k)) is not None}
+        return JobInfo(job, r.generations_sha256, [batch(b) for b in r.batches], memory, engine, provenance)
+
+
+def prompts_of(results: list[JobResult] | list[JobInfo]) -> list[PromptItem]:
+    """The prompts of the jobs, each once, in shard order."""
+    seen: dict[str, PromptItem] = {}
+    for r in sorted(results, key=lambda r: r.job.shard):
+        for p in r.job.prompts:
+            seen.setdefault(p.id, p)
+    return list(seen.values())
+
+
+# The fewest prompts a cell needs for intervals and paired comparisons. The prompt is the resampling unit
+# (a sweep's seeds nest within it), so one generation per prompt is enough; below 8 prompts a bootstrap over
+# prompts has too few distinct resamples to mean anything (docs/reports.md, "Intervals").
+MIN_CI_PROMPTS = 8
+
+
+def enough_prompts(results: Sequence[JobResult | JobInfo]) -> bool:
+    """Whether every cell has at least MIN_CI_PROMPTS prompts (its complete jobs'), whatever the seeds."""
+    per_cell: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        per_cell[r.job.cell].update(p.id for p in r.job.prompts)
+    return bool(per_cell) and min(len(ids) for ids in per_cell.values()) >= MIN_CI_PROMPTS
+
+
+def smallest_cell(results: Sequence[JobResult | JobInfo]) -> int | None:
+    """The generations of the sweep's smallest cell (from its jobs' prompts): MAUVE compares every cell on that many."""
+    per_cell: dict[str, int] = defaultdict(int)
+    for r in results:
+        per_cell[r.job.cell] += len(r.job.prompts)
+    return min(per_cell.values(), default=None)

@@ -1,0 +1,119 @@
+"""A sweep as the report loads it: its spec and its complete jobs, each read once (`load_sweep`).
+
+`load_sweep` reads the spec, the plan and every complete job's result (with its generations, or
+without them: each kept as a compact JobInfo, controller.report.load.jobs, a result unchanged since
+the last such load taken from the sweep's snapshot, controller.report.load.snapshot), in job-id order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from controller.report.load import snapshot
+from controller.report.load.jobs import Compactor, JobInfo, prompts_of
+from worker.core.contract import PromptItem
+from worker.core.errors import CorruptRecordError
+from worker.core.results import GenerationRecord, JobResult
+from worker.store import Store
+
+Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
+
+
+@dataclass
+class SweepData:
+    """Everything the report needs of one sweep: its spec and its complete jobs (JobResults, or JobInfos)."""
+
+    tenant: str
+    sweep_id: str
+    spec: dict[str, Any]
+    results: list[JobResult | JobInfo]
+    generations: list[GenerationRecord]
+    planned_jobs: int | None = None
+    prompts: list[PromptItem] = field(default_factory=list)
+    cell_order: list[str] = field(default_factory=list)  # cells in plan order, where known
+    damaged: list[str] = field(default_factory=list)  # one line per damaged record left out (a job, spec, plan)
+    loaded: bool = True  # False: loaded without generations; each cell's are read when it is aggregated
+    examples: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (cell, prompt) -> first seed's
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            self.prompts = prompts_of(self.results)
+
+    @property
+    def sweep_spec(self) -> dict[str, Any]:
+        """The sweep spec itself (spec.json wraps it with the sweep's metadata)."""
+        inner = (self.spec or {}).get("spec")
+        return inner if isinstance(inner, dict) else (self.spec or {})
+
+    @property
+    def n_generations(self) -> int:
+        """Generations of the complete jobs (one per prompt of each job when they were not loaded)."""
+        return len(self.generations) if self.loaded else sum(len(r.job.prompts) for r in self.results)
+
+    @property
+    def name(self) -> str:
+        return str((self.spec or {}).get("name") or self.sweep_spec.get("name") or "")
+
+
+def load_sweep(
+    store: Store,
+    tenant: str,
+    sweep_id: str,
+    *,
+    with_generations: bool = True,
+    progress: Tick | None = None,
+    versions: Mapping[str, str] | None = None,
+) -> SweepData:
+    """Read the spec and every COMPLETE job (result.json present); each generation once. The jobs are
+    read the store's `read_concurrency` at a time (S3: 16 round trips in flight), kept in job-id order.
+
+    `with_generations=False` reads the results only, each kept as a compact JobInfo (report.jobs):
+    `summarize(..., store=store)` streams each cell's generations when it aggregates that cell (and
+    names a damaged one), so the report never holds every record, nor every whole result, at once;
+    a result unchanged since the last such load comes from the sweep's snapshot (report.snapshot).
+    `versions`: the version tags of the sweep's keys, where the caller has listed them (plancache).
+
+    A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
+    and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
+    is then built from the jobs' own specs, in the spec's or the jobs' order)."""
+    log = structlog.get_logger("decodebench.report")
+    damaged: list[str] = []
+    try:
+        spec = store.load_spec(tenant, sweep_id)
+    except CorruptRecordError as err:
+        log.warning(f"{err}; the report goes on without the sweep's spec")
+        damaged.append(str(err))
+        spec = {}
+    results: list[JobResult | JobInfo] = []
+    generations: list[GenerationRecord] = []
+    seen: set[tuple[str, str, int]] = set()
+    compact = Compactor()
+    job_ids, each = snapshot.complete_jobs(store, tenant, sweep_id, with_generations, versions)
+    tick = progress or (lambda what, done, total: None)
+    for done, (job_id, loaded) in enumerate(each, 1):  # to its end: the snapshot is written after the last
+        tick("results", done, len(job_ids))
+        if isinstance(loaded, CorruptRecordError):  # a damaged job (a worker killed mid-write, a hand edit)
+            log.warning(f"{loaded}; job left out of the report")
+            damaged.append(str(loaded))
+            continue
+        result, records = loaded
+        results.append(result if with_generations else compact(result))
+        for record in records:
+            key = (job_id, record.prompt_id, record.sample)  # a prompt's samples are generations of their own
+            if key not in seen:
+                seen.add(key)
+                generations.append(record)
+    try:
+        jobs = store.load_plan(tenant, sweep_id)
+    except CorruptRecordError as err:
+        log.warning(f"{err}; the report goes on without the plan (planned jobs, cell order)")
+        damaged.append(str(err))
+        jobs = None
+    planned = len(jobs) if jobs is not None else None
+    order = list(dict.fromkeys(j["cell"] for j in jobs or []))
+    kept = {"cell_order": order, "damaged": damaged, "loaded": with_generations}
+    return SweepData(tenant, sweep_id, spec, results, generations, planned, **kept)

@@ -1,0 +1,1 @@
+"""The human-evaluation round trip: blinded rating sheets out, returned sheets scored."""

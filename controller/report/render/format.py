@@ -1,0 +1,304 @@
+"""Formatting a summary for people: numbers, the Markdown tables, summary.md and summary.json."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+
+from controller.judge.report import judge_markdown
+from controller.report.compute.columns import (
+    DESIGN_COLUMNS,
+    EXTRA_SPEED_COLUMNS,
+    ID_COLUMNS,
+    KEY_COLUMNS,
+    MAUVE_COLUMNS,
+    SAMPLES_COLUMNS,
+    SPEED_COLUMNS,
+)
+from controller.report.compute.engines import ENGINE_COLUMN
+from controller.report.load.sweep import SweepData
+from controller.report.render.comparisons import comparison_markdown, comparison_table
+from controller.report.render.ratings_table import RATINGS_NOTE, rating_table
+from controller.report.stats.paired import is_comparison_column
+from controller.report.stats.speed import SPREAD_COLUMNS
+from worker.core.safetext import markdown
+
+# The terminal table: the columns a reader scans first (empty ones are dropped).
+CONCISE = [
+    "model",
+    "strategy",
+    "params",
+    "samples",  # only where a cell has samples (docs/sweeps.md#samples); all-empty columns are dropped
+    "best_of",
+    "n_generations",
+    "tokens_per_s",
+    "latency_ms_p50",
+    "peak_memory_mb",
+    "mean_length",
+    "rep_4",
+    "diversity",
+    "self_bleu_4",
+    "perplexity",
+    "bleu",
+    "rouge_l",
+]
+SHORT = {
+    "n_generations": "n",
+    "tokens_per_s": "tok/s",
+    "latency_ms_p50": "p50 ms",
+    "latency_ms_p95": "p95 ms",
+    "ttft_ms_p50": "ttft ms",
+    "peak_memory_mb": "mem MB",
+    "mean_length": "len",
+}
+
+
+def fmt(value: Any) -> str:
+    """A cell for humans: empty for missing, about three significant digits for numbers."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalars
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer() and abs(value) >= 1000:
+        return f"{int(value)}"
+    a = abs(value)
+    if a >= 1000:
+        return f"{value:.0f}"
+    if a >= 100:
+        return f"{value:.1f}"
+    if a >= 1 or a == 0:
+        return f"{value:.2f}"
+    return f"{value:.3f}" if a >= 0.001 else f"{value:.2e}"
+
+
+def is_count(column: str) -> bool:
+    """Columns that count things (generations, prompts, jobs, clusters): whole numbers, no decimals."""
+    column = column.removeprefix("Δ ").removesuffix("_delta")  # a difference of counts is a count
+    short = {v: k for k, v in SHORT.items()}.get(column, column)
+    return short.startswith("n_") or short in ("samples", "mauve_n", "mauve_n_references", "mauve_clusters")
+
+
+def decimals(values, *, count: bool = False) -> int:
+    """One number format per column, i.e. per metric, so that a column never mixes `0.00`, `2.58e-04` and
+    `0.786`: by its largest magnitude, 0 decimals from 1000, 1 from 100, 2 from 10, else 3; a column whose
+    largest value is below 0.01 gets three significant digits of it (at most 6 decimals); counts none."""
+    if count:
+        return 0
+    finite = [abs(float(v)) for v in values if _number(v) and math.isfinite(float(v))]
+    top = max(finite, default=0.0)
+    if top >= 1000 or top >= 100 or top >= 10:
+        return 0 if top >= 1000 else 1 if top >= 100 else 2
+    if top >= 0.01 or top == 0:
+        return 3
+    return min(6, 2 - math.floor(math.log10(top)))
+
+
+def _number(v) -> bool:
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class ColumnFormat:
+    """The numbers of a summary (or any frame of its columns) as people read them: every numeric column with
+    its own `decimals`, its intervals with the same; `fmt` for what is not a numeric column. The Markdown
+    tables, summary.md, the HTML table and the terminal's table all format through it."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame
+        self._decimals: dict[str, int | None] = {}
+
+    def decimals(self, column: str) -> int | None:
+        if column not in self._decimals:
+            col = self.frame[column] if column in self.frame.columns else None
+            numeric = (
+                col is not None
+                and pd.api.types.is_numeric_dtype(col)
+                and not pd.api.types.is_bool_dtype(col)
+                and column not in KEY_COLUMNS
+            )
+            self._decimals[column] = decimals(col.tolist(), count=is_count(column)) if numeric else None
+        return self._decimals[column]
+
+    def __call__(self, column: str, value: Any, thousands: str = "") -> str:
+        """`value` in `column`'s format ("" when missing); `thousands` "," groups the digits (the terminal)."""
+        d = self.decimals(column)
+        if d is None or not _number(value):
+            return fmt(value)
+        v = float(value.item() if hasattr(value, "item") else value)
+        return "" if math.isnan(v) else f"{v:{thousands}.{d}f}"
+
+
+def params_label(params: str | None) -> str:
+    """`{"p":0.9,"temperature":1.0}` -> `p=0.9, temperature=1.0`."""
+    try:
+        loaded = json.loads(params or "{}")
+    except (TypeError, ValueError):
+        return str(params)
+    return ", ".join(f"{k}={v}" for k, v in loaded.items()) if isinstance(loaded, dict) else str(params)
+
+
+def row_label(row) -> str:
+    """`model strategy params` of a summary row, for the comparison and rating tables."""
+    return " ".join(str(x) for x in (row["model"], row["strategy"], params_label(row["params"])) if x and x != "{}")
+
+
+def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, with_ci: bool = False) -> str:
+    """A GitHub Markdown table; by default the concise columns, all-empty ones dropped."""
+    if columns is None:
+        columns = [c for c in CONCISE if c in summary.columns]
+    keep = [c for c in columns if c in KEY_COLUMNS or summary[c].notna().any()]
+    header = [SHORT.get(c, c) for c in keep]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if c in ("model", "strategy", "params") else "---:" for c in keep) + "|",
+    ]
+    num = ColumnFormat(summary)
+    for _, row in summary.iterrows():
+        cells = []
+        for c in keep:
+            value = row[c]
+            text = params_label(value) if c == "params" else num(c, value)
+            lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
+            if with_ci and text and lo is not None and not pd.isna(lo):
+                text += f" [{num(c, lo)}, {num(c, hi)}]"
+            if c == "mauve" and text and not pd.isna(row.get("mauve_n")):  # its sample beside the value
+                text += f" (n {row['mauve_n']}, refs {row['mauve_n_references']}, k {row['mauve_clusters']})"
+            cells.append(markdown(text))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def compare_table(comparison: pd.DataFrame) -> str:
+    """The terminal view of `compare`: the concise metrics' B - A differences."""
+    frame = comparison.copy()
+    cols = list(KEY_COLUMNS) + ["present"]
+    for c in CONCISE:
+        if f"{c}_delta" in frame.columns:
+            frame[f"Δ {SHORT.get(c, c)}"] = frame[f"{c}_delta"]
+            cols.append(f"Δ {SHORT.get(c, c)}")
+    return markdown_table(frame, cols)
+
+
+def model_based_metrics(data: SweepData) -> str:
+    """Which models the model-based metrics used: the scorer (perplexity, coherence) and the
+    MAUVE featurizer with its max length, as the sweep set them (values compare only under the same)."""
+    spec = data.sweep_spec
+
+    def label(model) -> str | None:
+        if not isinstance(model, dict) or not model.get("path"):
+            return None
+        return str(model.get("name") or str(model["path"]).rstrip("/").split("/")[-1])
+
+    scorer = label(spec.get("scorer")) or "each cell's own model"
+    text = f"Perplexity and coherence scored by {markdown(scorer)}."
+    featurizer = label(spec.get("featurizer"))
+    if featurizer:
+        limit = spec.get("featurizer_max_tokens", 1024)
+        text += f" MAUVE features from {markdown(featurizer)} (at most {limit} tokens)."
+    return text
+
+
+def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
+    name = data.name
+    ci = summary.attrs.get("ci")
+    done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
+    lines = [
+        f"# decodebench report: {markdown(name)} ({data.sweep_id})",
+        "",
+        f"Tenant `{data.tenant}`, {done}, {data.n_generations} generation(s). "
+        f"Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
+        "",
+        model_based_metrics(data),
+        "",
+    ]
+    if ci:
+        lines += [
+            f"Intervals [low, high]: {ci['level']:.0%}, resampling prompts (all of a prompt's generations, "
+            f"every seed, move together); studentised bootstrap with {ci['n_boot']} replicates for the metrics "
+            "that sum per-generation statistics (never narrower than Student's t; the percentile interval where too "
+            "many replicates have no spread; a 0/1 share whose generations are all alike, e.g. no EOS: the exact "
+            "binomial interval over prompts); the delete-one-prompt jackknife (bootstrap-t of its "
+            "pseudo-values, never narrower than Student's t) for the metrics that duplicated generations distort. "
+            "Methods: " + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items())) + ".",
+            "",
+        ]
+    lines += [
+        "## Overview",
+        "",
+        markdown_table(summary),
+        *speed_markdown(summary),
+        "## All columns",
+        "",
+        markdown_table(
+            summary,
+            [c for c in DESIGN_COLUMNS if c in summary.columns]
+            + [c for c in metric_columns(summary) if c not in DESIGN_COLUMNS],
+            with_ci=bool(ci),
+        ),
+        *ratings_markdown(summary),
+        *judge_markdown(summary),
+        *comparison_markdown(comparison_table(summary, fmt, row_label)),
+    ]
+    return "\n".join(lines)
+
+
+def speed_markdown(summary: pd.DataFrame) -> list[str]:
+    """The note naming neighbouring cells whose tokens/s intervals overlap; nothing when all are resolved."""
+    from controller.report.stats.speed import unresolved_note, unresolved_speed
+
+    if "tokens_per_s_ci_low" not in summary.columns:
+        return []
+    cols = ["tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high"]
+    rows = [(row_label(r), *(float(r[c]) if pd.notna(r[c]) else math.nan for c in cols)) for _, r in summary.iterrows()]
+    note = unresolved_note(unresolved_speed(rows))
+    return [note, ""] if note else []
+
+
+def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
+    rows = json.loads(summary.to_json(orient="records", double_precision=15))
+    return json.dumps(
+        {
+            "sweep_id": data.sweep_id,
+            "tenant": data.tenant,
+            "name": data.name,
+            "ci": summary.attrs.get("ci"),
+            "mauve": summary.attrs.get("mauve"),
+            "columns": list(summary.columns),
+            "rows": rows,
+        },
+        indent=2,
+    )
+
+
+def ratings_markdown(summary: pd.DataFrame) -> list[str]:
+    table = rating_table(summary, fmt, params_label)
+    if table is None:
+        return []
+    (_, header), *rows = table
+    lines = ["## Human ratings", "", RATINGS_NOTE, "", "| cell | " + " | ".join(header) + " |"]
+    lines.append("|---|" + "---:|" * len(header))
+    lines += ["| " + " | ".join([markdown(label), *cells]) + " |" for label, cells in rows]
+    return [*lines, ""]
+
+
+def metric_columns(summary: pd.DataFrame) -> list[str]:
+    """The quality-metric columns of a summary (DESIGN's, then extra registered ones): numbers only, so that
+    a label column (a two-engine sweep's `engine`) is never drawn or formatted as a metric."""
+    skip = set(ID_COLUMNS + SPEED_COLUMNS + EXTRA_SPEED_COLUMNS + MAUVE_COLUMNS + SPREAD_COLUMNS + SAMPLES_COLUMNS)
+    skip.add(ENGINE_COLUMN)
+    return [
+        c
+        for c in summary.columns
+        if c not in skip and "_ci_" not in c and not is_comparison_column(c) and not _textual(summary[c])
+    ]
+
+
+def _textual(column: pd.Series) -> bool:
+    return column.map(lambda v: isinstance(v, str)).any()

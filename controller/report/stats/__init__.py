@@ -1,0 +1,1 @@
+"""Statistics over prompts: intervals, shares, paired comparisons, speed. Pure: they render nothing."""

@@ -1,0 +1,300 @@
+"""Paired comparisons: each cell against a baseline cell, metric by metric, over common prompts.
+
+Generation seeds hash only (job seed, prompt id), so every strategy and model of a sweep draws
+the same random numbers for the same prompt and seed: cells are paired samples (common random
+numbers). A comparison therefore resamples *prompts* and takes both cells' generations of a drawn
+prompt (every seed) together, so prompt-to-prompt variation that both cells share cancels.
+
+Per metric, for each cell against its baseline (default: the first cell of the same model in
+plan order; `baseline` names a strategy, taken per model, or one cell key for every cell):
+
+- `<m>_diff`: value(cell) − value(baseline), on all generations of each;
+- `<m>_diff_ci_low`, `<m>_diff_ci_high`: a paired 95% interval over the common prompts: the
+  studentised bootstrap (scipy.stats.bootstrap over prompt indices) of an additive metric's
+  difference, the bootstrap-t of the difference's jackknife pseudo-values of a plain one; neither
+  with a side shorter than Student's t(G − 1);
+- `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
+  `permutation_test`, the two cells' statistics of a prompt swapped) for an additive metric, the
+  jackknife t-test for a plain one; for a share of which every common prompt holds one 0/1 outcome
+  in both cells (exact_match of two cells with one generation per prompt), McNemar's mid-p test; for a
+  share of 0/1 outcomes with several generations per prompt (eos_rate over seeds or samples), the
+  permutation test's mid-p value, which does not lose size to the ties of counts;
+- `<m>_diff_p_holm`: the p-value adjusted by Holm's step-down method over every p-value of the
+  table (all cells and metrics), which controls the family-wise error rate at the level read.
+
+Pure: works on the per-cell statistics the intervals kept (`intervals.confidence_intervals(keep=)`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from controller.metrics import Metric, ratio
+from controller.report.stats.intervals import (
+    MAX_K_PER_REPLICATE,
+    gradient,
+    jackknife_se,
+    pseudo_interval,
+    studentized,
+    values_of,
+)
+
+SUFFIXES = ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p", "_diff_p_holm")
+BASELINE_COLUMN = "baseline"
+
+
+@dataclass
+class CellStats:
+    """What a cell contributes to comparisons: its key, model, strategy, values and kept statistics."""
+
+    cell: str
+    model: str
+    strategy: str
+    prompts: list[str]
+    values: dict[str, float]
+    kept: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+
+
+def comparison_columns(metric_names: Sequence[str]) -> list[str]:
+    return [BASELINE_COLUMN] + [f"{m}{s}" for m in metric_names for s in SUFFIXES]
+
+
+def is_comparison_column(column: str) -> bool:
+    return column == BASELINE_COLUMN or "_diff" in column
+
+
+def baselines(cells: Sequence[CellStats], baseline: str | None) -> dict[str, str | None]:
+    """cell -> its baseline cell (None for a baseline itself or when none matches)."""
+    keys = [c.cell for c in cells]
+    out: dict[str, str | None] = {}
+    for c in cells:
+        if baseline in keys:
+            base = baseline
+        else:
+            same = [d for d in cells if d.model == c.model and (baseline is None or d.strategy == baseline)]
+            base = same[0].cell if same else None
+        out[c.cell] = None if base == c.cell else base
+    return out
+
+
+def _values(sums: np.ndarray, combine: Callable) -> np.ndarray:
+    return values_of(combine)(sums)
+
+
+def _rows(idx: np.ndarray, axis: int) -> np.ndarray:
+    return np.moveaxis(np.asarray(idx, dtype=np.intp), axis, -1)
+
+
+def paired_interval(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_boot: int, rng) -> tuple | None:
+    """Studentised bootstrap interval of metric(a) − metric(b), resampling common prompts (both rows together),
+    no side shorter than Student's t(G−1).
+
+    Each replicate is studentised by the delta-method SE at its own sums (the gradient is the metric's
+    on each side, a's minus b's) wherever one cell's is (a ratio, or few statistics), as a bootstrap-t
+    should be. The floor comes from `benchmarks/bench_paired.py` under the null (B drawn as A, common
+    random numbers): without it, and with every replicate studentised at the sample's sums, rep_2's
+    interval covered 0 in 89.7% / 91.7% / 93.3% of 1,000 simulations at 16 / 32 / 128 prompts (a
+    repetition difference is heavy-tailed: mostly ~0, a few looping prompts); now 95.7 / 95.5 / 95.4%
+    (docs/reports.md#paired-comparisons)."""
+    k = sums_a.shape[1]
+    f = values_of(combine)
+    is_ratio = combine is ratio
+    grad = None
+    if is_ratio or k <= MAX_K_PER_REPLICATE:
+
+        def grad(s: np.ndarray) -> np.ndarray:
+            return np.concatenate(
+                [gradient(f, s[..., :k], is_ratio=is_ratio), -gradient(f, s[..., k:], is_ratio=is_ratio)], axis=-1
+            )
+
+    units = np.hstack([sums_a, sums_b])
+    diff = lambda s: f(s[..., :k]) - f(s[..., k:])
+    return studentized(units, diff, n_boot=n_boot, rng=rng, t_floor=True, grad=grad)
+
+
+def permutation_p(
+    sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_resamples: int, rng, mid: bool = False
+) -> float:
+    """Two-sided paired permutation p-value: within each prompt, a's and b's statistics swapped at random.
+    `mid`: the mid-p value (`mid_p`), for a statistic with few distinct values (counts of 0/1 outcomes)."""
+    table = np.concatenate([sums_a, sums_b])
+    G = len(sums_a)
+
+    def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return _values(table[_rows(x, axis)].sum(axis=-2), combine) - _values(
+            table[_rows(y, axis)].sum(axis=-2), combine
+        )
+
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore")
+        res = sps.permutation_test(
+            (np.arange(G), np.arange(G) + G),
+            statistic,
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=n_resamples,
+            alternative="two-sided",
+            rng=rng,
+        )
+    if mid and math.isfinite(res.statistic):
+        return mid_p(np.asarray(res.null_distribution), float(res.statistic), exact=len(res.null_distribution) == 2**G)
+    return float(res.pvalue) if math.isfinite(res.pvalue) else math.nan
+
+
+def mid_p(null: np.ndarray, observed: float, *, exact: bool) -> float:
+    """Two-sided mid-p of a permutation distribution (Lancaster 1961): twice the smaller one-sided tail,
+    each counting the values equal to the observed one by half. The plain p counts them whole, which
+    with the many ties of 0/1 counts makes the test reject a true null less often than it should
+    (docs/reports.md). A random (not exact) null counts the observed arrangement as one more draw."""
+    null = null[np.isfinite(null)]
+    gamma = 1e-12 * max(1.0, abs(observed))
+    above, equal = float(np.sum(null > observed + gamma)), float(np.sum(np.abs(null - observed) <= gamma))
+    below, n = len(null) - above - equal, len(null)
+    if not exact:
+        equal, n = equal + 1, n + 1
+    return float(min(1.0, 2 * (min(above, below) + 0.5 * equal) / n)) if n else math.nan
+
+
+def counted_outcomes(metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray) -> bool:
+    """A share of 0/1 outcomes (eos_rate, exact_match) with several generations per prompt: each prompt's
+    sums are whole counts (right, generations), so the paired statistic takes few distinct values."""
+    if not metric.unit_interval or metric.combine is not ratio or sums_a.shape[1] != 2:
+        return False
+    both = np.concatenate([sums_a, sums_b])
+    return bool(np.allclose(both, np.round(both), rtol=0, atol=1e-9))
+
+
+def one_outcome(metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray) -> bool:
+    """A share (e.g. exact_match) of which each common prompt holds one 0-or-1 outcome in both cells."""
+    if not metric.unit_interval or metric.combine is not ratio or sums_a.shape[1] != 2:
+        return False
+    both = np.concatenate([sums_a, sums_b])  # a per-prompt value's n rows of (v/n, 1/n) sum to (v, 1) up to rounding
+    one = np.isclose(both, 1.0, rtol=0, atol=1e-9)
+    return bool(np.all(one[:, 1]) and np.all(one[:, 0] | np.isclose(both[:, 0], 0.0, rtol=0, atol=1e-9)))
+
+
+def mcnemar_p(sums_a: np.ndarray, sums_b: np.ndarray) -> float:
+    """McNemar's mid-p test of paired 0/1 outcomes (Fagerland, Lydersen and Laake 2013): of the n prompts right
+    in one cell only, b right in a is Binomial(n, 1/2) under the null; the exact two-sided binomial p less
+    the probability of b itself. The exact p rejects a true null far less often than its level with few
+    discordant prompts (1.0% at 16 prompts, docs/reports.md); 1 where no prompt is discordant."""
+    a, b = sums_a[:, 0] > 0.5, sums_b[:, 0] > 0.5
+    only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
+    if only_a + only_b == 0:
+        return 1.0
+    n = only_a + only_b
+    return float(sps.binomtest(only_a, n, 0.5).pvalue - sps.binom.pmf(only_a, n, 0.5))
+
+
+def jackknife_t(loo_a: np.ndarray, loo_b: np.ndarray, diff: float, *, n_boot: int, rng) -> tuple[float, float, float]:
+    """Paired delete-one-prompt jackknife of a difference: (low, high, two-sided p).
+
+    The interval is the bootstrap-t of the difference's pseudo-values (as for one cell); the
+    p-value the jackknife t-test, t = diff / SE with G − 1 degrees of freedom."""
+    G = len(loo_a)
+    se = jackknife_se(loo_a - loo_b)
+    pseudo = G * diff - (G - 1) * (loo_a - loo_b)
+    interval = pseudo_interval(pseudo, diff, n_boot=n_boot, rng=rng) or (math.nan, math.nan)
+    if se == 0:
+        p = 1.0 if diff == 0 else 0.0
+    else:
+        p = float(2 * sps.t.sf(abs(diff) / se, G - 1))
+    return *interval, p
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of p-values (NaN stays NaN and does not count)."""
+    p = np.asarray(pvalues, dtype=float)
+    ok = np.flatnonzero(np.isfinite(p))
+    out = np.full(len(p), np.nan)
+    m = len(ok)
+    running = 0.0
+    for rank, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def _align(a: CellStats, b: CellStats, name: str) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """Both cells' kept statistics of `name` on their common prompts, in a's order."""
+    if name not in a.kept or name not in b.kept or a.kept[name][0] != b.kept[name][0]:
+        return None
+    kind = a.kept[name][0]
+    pos_b = {p: i for i, p in enumerate(b.prompts)}
+    common = [(i, pos_b[p]) for i, p in enumerate(a.prompts) if p in pos_b]
+    if len(common) < 2:
+        return None
+    if kind == "loo" and not (len(common) == len(a.prompts) == len(b.prompts)):
+        return None  # a leave-one-out value depends on the whole prompt set: compare only equal sets
+    ia, ib = (np.array(x) for x in zip(*common))
+    return kind, a.kept[name][1][ia], b.kept[name][1][ib]
+
+
+def compare_pair(
+    a: CellStats, b: CellStats, metrics: Mapping[str, Metric], *, n_boot: int, rng: np.random.Generator
+) -> dict[str, float]:
+    """`<m>_diff`, its paired interval and p-value for every metric both cells have (NaN elsewhere)."""
+    out: dict[str, float] = {}
+    for name, metric in metrics.items():
+        diff = a.values.get(name, math.nan) - b.values.get(name, math.nan)
+        aligned = _align(a, b, name) if math.isfinite(diff) else None
+        lo = hi = p = math.nan
+        if aligned is not None:
+            kind, sa, sb = aligned
+            if kind == "sums":
+                interval = paired_interval(sa, sb, metric.combine, n_boot=n_boot, rng=rng)
+                lo, hi = interval if interval is not None else (math.nan, math.nan)
+                p = mcnemar_p(sa, sb) if one_outcome(metric, sa, sb) else None
+                if p is None:
+                    mid = counted_outcomes(metric, sa, sb)
+                    p = permutation_p(sa, sb, metric.combine, n_resamples=n_boot, rng=rng, mid=mid)
+            elif not (np.isnan(sa).any() or np.isnan(sb).any()):
+                lo, hi, p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
+        out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
+    return out
+
+
+def with_holm(
+    base_of: Mapping[str, str | None], pairs: Mapping[str, Mapping[str, Any]], metrics: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """cell -> its comparison columns (`baseline` and the `<m>_diff*` of every metric), Holm over the table.
+
+    `base_of`: each cell's baseline (`baselines`; None for a baseline itself), in the table's order;
+    `pairs`: each compared cell's `compare_pair` columns (a cached one's NaN read back as None)."""
+    out: dict[str, dict[str, Any]] = {}
+    for cell, base in base_of.items():
+        if base is None:
+            out[cell] = {BASELINE_COLUMN: None}
+            continue
+        out[cell] = {BASELINE_COLUMN: base, **{k: math.nan if v is None else v for k, v in pairs[cell].items()}}
+    slots = [(cell, f"{m}_diff_p") for cell in out for m in metrics if f"{m}_diff_p" in out[cell]]
+    for (cell, col), adjusted in zip(slots, holm([out[cell][col] for cell, col in slots])):
+        out[cell][f"{col}_holm"] = adjusted
+    return out
+
+
+def compare_cells(
+    cells: Sequence[CellStats],
+    metrics: Mapping[str, Metric],
+    *,
+    baseline: str | None,
+    n_boot: int,
+    rng_for: Callable[[str], np.random.Generator],
+) -> dict[str, dict[str, Any]]:
+    """Every cell compared with its baseline, here, all statistics held (the report runs each pair as a
+    task of its own: controller.report.compute.pairs)."""
+    base_of = baselines(cells, baseline)
+    by_key = {c.cell: c for c in cells}
+    pairs = {
+        c.cell: compare_pair(c, by_key[base], metrics, n_boot=n_boot, rng=rng_for(c.cell))
+        for c in cells
+        if (base := base_of[c.cell]) is not None
+    }
+    return with_holm(base_of, pairs, list(metrics))
