@@ -40,6 +40,19 @@ def test_the_default_first_sweep_names_a_hub_model_and_inline_prompts():
     assert mount["mountPath"] + "/" == MOUNT
 
 
+def helm_test_script(values: dict) -> str:
+    """The script of helmTest.firstSweep's pod, rendered where a CPU pool serves the tenant."""
+    (pod,) = find(render(values), "Pod", "db-decodebench-first-sweep")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["/bin/sh", "-c"]
+    assert "--remote-paths" in container["args"][0]  # the model is a path on the workers' volume
+    # no CPU pool for the tenant: no such test (a GPU pool's first sweep is helmTest.gpuDoctor's business)
+    gpu_only = values | {"worker": {"pools": [{"name": "gpu", "gpus": 1}]}}
+    assert not find(render(gpu_only), "Pod", "db-decodebench-first-sweep")
+    return container["args"][0]
+
+
 def test_the_pasted_recipe_and_the_helm_test_run_the_first_sweep_to_the_end(
     tmp_path, redis_url, signing_key_file, tiny_model
 ):
@@ -58,20 +71,12 @@ def test_the_pasted_recipe_and_the_helm_test_run_the_first_sweep_to_the_end(
         "worker": {"pools": [{"name": "cpu", "gpus": 0, "queues": ["team-a"]}]},
         "helmTest": {"firstSweep": True},
     }
-    (pod,) = find(render(values), "Pod", "db-decodebench-first-sweep")
-    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    (container,) = pod["spec"]["containers"]
-    assert container["command"] == ["/bin/sh", "-c"]
     pod_files = tmp_path / "pod"
     pod_files.mkdir()
     (pod_files / "first-sweep.yaml").write_text(first_sweep(values))
     assert first_sweep(values) == first_sweep(pasted)  # the one sweep, whoever submits it
     args = command.replace(MOUNT, str(pod_files) + "/").split()
-    script = container["args"][0].replace(MOUNT, str(pod_files) + "/")
-    assert "--remote-paths" in script  # the model is a path on the workers' volume
-    # no CPU pool for the tenant: no such test (a GPU pool's first sweep is helmTest.gpuDoctor's business)
-    gpu_only = values | {"worker": {"pools": [{"name": "gpu", "gpus": 1}]}}
-    assert not find(render(gpu_only), "Pod", "db-decodebench-first-sweep")
+    script = helm_test_script(values).replace(MOUNT, str(pod_files) + "/")
     tenants = "tenants:\n  - {{name: team-a, models: [{model}], rate_limit: 100000}}\n  - {{name: team-b}}\n"
     with deployment(tmp_path / "dep", redis_url, signing_key_file, tiny_model, tenants=tenants) as dep:
         token = tmp_path / "token"
