@@ -93,19 +93,19 @@ def test_the_pasted_recipe_and_the_helm_test_run_the_first_sweep_to_the_end(
         assert out.returncode == 0, out.stderr
         sweep_id = re.search(r"sweep (\S+)", out.stdout).group(1)
         assert sweepstate.read_status(redis.Redis.from_url(redis_url), "team-a", sweep_id).total("queued") == 6
-        worker = subprocess.Popen(
-            [str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "team-a"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            script = script.replace("--interval 15", "--interval 1")
-            out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=600)
-        finally:
-            worker.terminate()
-            worker.wait(timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        worker_log = tmp_path / "worker.log"  # its lines, should the sweep not end
+        with worker_log.open("w") as log:
+            cmd = [str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "team-a"]
+            worker = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+            try:
+                script = script.replace("--interval 15", "--interval 1")
+                out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=480)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the sweep did not end; the worker's last lines:\n{worker_log.read_text()[-3000:]}")
+            finally:
+                worker.terminate()
+                worker.wait(timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:] + worker_log.read_text()[-2000:]
     assert re.search(r"decodebench status (\S+) --watch", out.stdout).group(1) == sweep_id
     status = sweepstate.read_status(redis.Redis.from_url(redis_url), "team-a", sweep_id)
     assert status.total("done") == 6 and status.total("failed") == 0  # 3 strategies x 2 shards of 4 prompts
