@@ -1,4 +1,5 @@
-"""Shared fixtures: real redis-server and S3 (moto) on loopback, the bundled models."""
+"""Shared fixtures: real redis-server and S3 (moto) on loopback, the bundled models; without torch, the
+modules that need it skipped (so that `pytest -m pure` runs where the controller alone is installed)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,27 @@ import os
 import pytest
 
 from tests.services import PROMPTS, SIGNING_KEY, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
+
+HEAVY = ("torch", "transformers")  # what only the worker extra installs
+
+
+class _Module(pytest.Module):
+    """A test module that imports torch where torch is not installed is skipped with that reason, not a
+    collection error: pytest collects every module before `-m pure` deselects, and a pure test never needs
+    torch (tests/test_layout.py). Any other import error, or a missing part of an installed torch, fails."""
+
+    def _getobj(self):
+        try:
+            return super()._getobj()
+        except self.CollectError as err:
+            missing = getattr(err.__cause__, "name", None) if isinstance(err.__cause__, ImportError) else None
+            if missing in HEAVY:
+                pytest.skip(f"needs {missing}, which is not installed (the worker extra)", allow_module_level=True)
+            raise
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    return _Module.from_parent(parent, path=module_path)
 
 
 @pytest.fixture(scope="session")

@@ -171,6 +171,7 @@ def test_a_vllm_job_on_a_worker_without_vllm_fails_once_with_how_to_install(tmp_
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
+    pytest.importorskip("torch")  # the own engine's environment
     from tests.services import TINY_MODEL
     from worker.core.errors import PermanentJobError
     from worker.engine.job import Runtime, run_job
@@ -196,6 +197,7 @@ def test_decodebench_run_without_vllm_says_how_to_install_in_one_line(tmp_path):
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
+    pytest.importorskip("torch")  # `decodebench run` hosts the own engine
     path = tmp_path / "sweep.yaml"
     sweep = _with(models=[{"path": str(TINY_MODEL)}], engines=[{"name": "vllm", "dtype": "float32"}])
     path.write_text(yaml.safe_dump(sweep))

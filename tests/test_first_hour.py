@@ -7,8 +7,10 @@ as done; `status` says "failed" and exits non-zero when jobs failed."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -43,15 +45,30 @@ def cli(*args: str, **kw):
     return CliRunner().invoke(main, list(args), catch_exceptions=False, **kw)
 
 
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, tiny_model, prompts_file, signing_key_file):
+    """`decodebench run sweep.yaml` in a fresh directory, with no store named: the default ./runs. Once for
+    the module: the tests that read it each get a copy (`ran`)."""
+    here = tmp_path_factory.mktemp("first-hour")
+    with pytest.MonkeyPatch.context() as mp:  # as tests/conftest.py's _no_user_env, with no store named
+        for key in [k for k in os.environ if k.startswith("DECODEBENCH_")]:
+            mp.delenv(key)
+        mp.setenv("DECODEBENCH_SIGNING_KEY_FILE", signing_key_file)
+        mp.chdir(here)
+        (here / "sweep.yaml").write_text(SPEC.format(model=tiny_model, prompts=prompts_file))
+        res = cli("run", "sweep.yaml")
+    assert res.exit_code == 0, res.output
+    return here, res
+
+
 @pytest.fixture()
-def ran(tmp_path, monkeypatch, tiny_model, prompts_file):
-    """`decodebench run sweep.yaml` in a fresh directory, with no store named: the default ./runs."""
+def ran(first_run, tmp_path, monkeypatch):
+    """That run's directory, copied for this test (the tests write and rename in it), as the current one."""
+    here, res = first_run
+    shutil.copytree(here, tmp_path, dirs_exist_ok=True)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DECODEBENCH_STORE", raising=False)
     monkeypatch.delenv("DECODEBENCH_LOG_LEVEL", raising=False)
-    (tmp_path / "sweep.yaml").write_text(SPEC.format(model=tiny_model, prompts=prompts_file))
-    res = cli("run", "sweep.yaml")
-    assert res.exit_code == 0, res.output
     return tmp_path, res
 
 

@@ -15,13 +15,11 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 import structlog.testing
-import torch
 
 from controller.ops.doctor import FAIL, PASS, check_nvml
 from worker.core import nvml
-from worker.engine import telemetry
 
-pytestmark = pytest.mark.pure
+pytestmark = pytest.mark.pure  # the engine's side (telemetry, torch) only where torch is installed
 
 # UUIDs as published in the AKS MIG guide's example pods (an A100 40GB PCIe in 1g.5gb slices), and
 # NVIDIA's "GPU Operator with MIG" (a whole A100-SXM4-40GB)
@@ -108,8 +106,15 @@ def fake_nvml(mig: bool) -> types.ModuleType:
 
 
 @pytest.fixture
+def telemetry():
+    """The engine's telemetry (it imports torch: skipped where torch is not installed)."""
+    return pytest.importorskip("worker.engine.telemetry", reason="the engine's telemetry needs torch")
+
+
+@pytest.fixture
 def on_cuda(monkeypatch):
     """Install a fake NVML and a CUDA device whose UUID is `uuid` (no prefix, as CUDA reports it)."""
+    torch = pytest.importorskip("torch")
 
     def install(mig: bool, uuid: str, name: str = "NVIDIA A100 40GB PCIe MIG 1g.5gb"):
         nv = fake_nvml(mig)
@@ -132,7 +137,7 @@ def test_a_mig_slice_is_found_by_the_uuid_cuda_reports():
         nvml.lookup(nv, "00000000-0000-0000-0000-000000000000")
 
 
-def test_on_a_mig_slice_memory_is_the_slices_and_utilisation_and_energy_are_not_attributed(on_cuda):
+def test_on_a_mig_slice_memory_is_the_slices_and_utilisation_and_energy_are_not_attributed(on_cuda, telemetry):
     nv, device = on_cuda(mig=True, uuid=SLICES[0])
     with telemetry.Sampler(device, interval_s=0.01) as sampler:
         pass
@@ -146,7 +151,7 @@ def test_on_a_mig_slice_memory_is_the_slices_and_utilisation_and_energy_are_not_
     assert scope["gpu_util"].startswith("not attributable") and "whole GPU" in scope["energy"]
 
 
-def test_on_a_whole_gpu_everything_is_sampled(on_cuda):
+def test_on_a_whole_gpu_everything_is_sampled(on_cuda, telemetry):
     nv, device = on_cuda(mig=False, uuid=WHOLE, name="NVIDIA A100-SXM4-40GB")
     with telemetry.Sampler(device, interval_s=0.01) as sampler:
         pass
@@ -162,7 +167,7 @@ def test_on_a_whole_gpu_everything_is_sampled(on_cuda):
     }
 
 
-def test_a_uuid_nvml_does_not_know_is_logged_not_silent(on_cuda):
+def test_a_uuid_nvml_does_not_know_is_logged_not_silent(on_cuda, telemetry):
     nv, device = on_cuda(mig=True, uuid="GPU-00000000-0000-0000-0000-000000000000")
     with structlog.testing.capture_logs() as logs:
         assert telemetry.nvml_handle(device) is None

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 from click.testing import CliRunner
 
 from controller.cli import main
@@ -63,11 +62,14 @@ def reference_mirostat(logits: list[float], mu: float, tau: float, eta: float, m
 
 class FakeRows:
     def __init__(self, live: list[int], steps: int) -> None:
+        import torch
+
         self.live = torch.tensor(live)
         self.steps = torch.full((len(live),), steps, dtype=torch.long)
 
 
 def mirostat_step(total: int, max_new: int, seeds: list[int], **params):
+    import torch
     from decodebench_mirostat.step import MirostatStep
 
     from worker.engine.sampling import SeededSampler
@@ -79,6 +81,8 @@ def mirostat_step(total: int, max_new: int, seeds: list[int], **params):
 
 
 def test_mirostat_matches_the_paper_row_by_row_as_rows_leave():
+    import torch
+
     from worker.engine.sampling import counter_uniforms
 
     torch.manual_seed(0)
@@ -101,6 +105,8 @@ def test_mirostat_matches_the_paper_row_by_row_as_rows_leave():
 
 def test_mirostat_controls_surprise():
     """What the method is for: the observed surprise tracks tau (the paper's Figure 3), whatever mu starts at."""
+    import torch
+
     from worker.engine.sampling import SeededSampler
 
     torch.manual_seed(1)

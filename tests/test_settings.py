@@ -107,6 +107,7 @@ def test_a_binary_or_non_utf8_sweep_file_is_one_line_and_exit_2(tmp_path, conten
 
 def test_engine_settings_read_the_cudnn_attention_switch(monkeypatch):
     """Off by default (a plan per new shape, docs/performance.md); DECODEBENCH_SDPA_CUDNN=1 turns it on."""
+    pytest.importorskip("torch")  # the engine's settings live with the engine
     from worker.engine.job import EngineSettings
 
     monkeypatch.delenv("DECODEBENCH_SDPA_CUDNN", raising=False)

@@ -7,7 +7,7 @@ pickle) through RQ and is recorded verbatim in the job's `result.json`.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
@@ -35,6 +35,15 @@ JobTimeoutS = Annotated[int, Field(ge=1, le=JOB_TIMEOUT_MAX)]
 WorkerNeed = Literal["score", "featurize"]
 # What ranks a best_of variant's samples: the generating model's mean token log-probability, or the scorer's.
 BestBy = Literal["model", "scorer"]
+
+
+class JobRef(NamedTuple):
+    """Where a job sits in a sweep's state, in the order `worker.sweepstate`'s functions take it."""
+
+    tenant: str
+    sweep_id: str
+    job_id: str
+    cell: str
 
 
 class Strict(BaseModel):
@@ -281,6 +290,10 @@ class JobSpec(Strict):
     engine: EngineSpec | None = Field(
         default=None, description="The engine that runs the job and its settings; None: decodebench's own engine."
     )
+
+    @property
+    def ref(self) -> JobRef:
+        return JobRef(self.tenant, self.sweep_id, self.job_id, self.cell)
 
     @model_serializer(mode="wrap")
     def _without_own_engine(self, handler):

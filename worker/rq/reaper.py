@@ -15,7 +15,7 @@ import structlog
 
 from worker import sweepstate
 from worker.core import keys, rqadapter, settings
-from worker.core.contract import JobStatus
+from worker.core.contract import JobRef, JobStatus
 from worker.core.rqadapter import Status as RQStatus
 from worker.core.rqadapter.job import sealed_job_class
 from worker.sweepstate import slots
@@ -62,8 +62,8 @@ def reap(conn, tenants, timing: Timing | None = None) -> list[str]:
 
 def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) -> bool:
     """Settle one lost job by what RQ knows of it; True if it was requeued."""
-    sweep_id, job_id, cell = member
-    ids = (tenant, sweep_id, job_id, cell)
+    ids = JobRef(tenant, *member)
+    sweep_id, job_id = ids.sweep_id, ids.job_id
     running = (JobStatus.RUNNING,)
     job = rqadapter.fetch(conn, sealed_job_class(tenant), job_id)
     if job is None:

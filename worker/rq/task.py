@@ -19,7 +19,7 @@ import structlog
 
 from worker import sweepstate
 from worker.core import keys, rqadapter
-from worker.core.contract import JobSpec, JobStatus
+from worker.core.contract import JobRef, JobSpec, JobStatus
 from worker.core.engines import OWN_ENGINE, engine_name
 from worker.core.errors import DecodebenchError, Interrupted, PermanentJobError, UsageError, short, shown
 from worker.core.policy import Limits, job_refusal
@@ -60,14 +60,14 @@ def _payload(job) -> dict | None:
     return args[0] if isinstance(args[0], dict) else None
 
 
-def job_ids(job) -> tuple[str, str, str, str] | None:
-    """(tenant, sweep id, job id, cell) of an RQ job's JobSpec payload; None for another kind of job."""
+def job_ref(job) -> JobRef | None:
+    """Where an RQ job's JobSpec payload sits in a sweep; None for another kind of job."""
     try:
         spec = _payload(job)
     except rqadapter.DeserializationError:  # not a decodebench job: RQ's own heartbeats still apply
         return None
-    ids = tuple(spec.get(k) for k in ("tenant", "sweep_id", "job_id", "cell")) if spec else ()
-    return ids if ids and all(isinstance(i, str) for i in ids) else None  # type: ignore[return-value]
+    ids = [spec.get(k) for k in JobRef._fields] if spec else []
+    return JobRef(*ids) if ids and all(isinstance(i, str) for i in ids) else None
 
 
 def refusal(job, tenant: str, tenants, limits: Limits, engine: str = OWN_ENGINE) -> str | None:
@@ -86,11 +86,11 @@ def refusal(job, tenant: str, tenants, limits: Limits, engine: str = OWN_ENGINE)
         return f"refused: the job calls {short(func)}, not {keys.RQ_FUNCTION}"
     if spec is None:
         return "refused: the job's arguments are not one JobSpec object"
-    ids = job_ids(job)
-    if ids is None:
+    ref = job_ref(job)
+    if ref is None:
         return "refused: the job's payload is not a decodebench job (tenant, sweep_id, job_id, cell: strings)"
-    if ids[0] != tenant:
-        return f"refused: a job of tenant {short(ids[0])} on the queue of tenant {tenant!r}"
+    if ref.tenant != tenant:
+        return f"refused: a job of tenant {short(ref.tenant)} on the queue of tenant {tenant!r}"
     try:
         job_spec = JobSpec.model_validate(spec)
     except ValueError:  # pydantic's ValidationError: run_queued_job fails it with the field's reason
@@ -105,11 +105,7 @@ def fail_unrunnable(rq_job, tenant: str, reason: str) -> bool:
     the reason in the job's meta, and the sweep that holds its RQ job id (found among the
     tenant's own sweeps, never by the payload's word) records it as failed with the reason.
     False if no sweep of the tenant knows the job (nothing to record there)."""
-    rq_job.retries_left = 0
-    if not isinstance(rq_job.meta, dict) or "unserialized" in rq_job.meta:  # RQ's stand-in for unreadable meta
-        rq_job.meta = {}
-    rq_job.meta["reason"] = reason
-    rq_job.save_meta()
+    rqadapter.fail_for_good(rq_job, reason)
     conn = rq_job.connection
     sweep_id = sweepstate.find_job_sweep(conn, tenant, rq_job.id)
     cell = conn.hget(keys.sweep(tenant, sweep_id, "cells"), rq_job.id) if sweep_id else None
@@ -145,17 +141,17 @@ def classify(err: BaseException) -> tuple[bool, str]:
     return False, f"{type(err).__name__}: {first_line(str(err))}".rstrip(": ")
 
 
-def _failed(rq_job, ids, err: BaseException) -> None:
+def _failed(rq_job, ref: JobRef, err: BaseException) -> None:
     """Record a failure: back to queued if RQ will retry it, else failed with its reason."""
     permanent, reason = classify(err)
-    retry = not permanent and bool(rq_job.retries_left and rq_job.retries_left > 0)
     if permanent:
-        rq_job.retries_left = 0
-    rq_job.meta["reason"] = reason
-    rq_job.save_meta()
+        rqadapter.fail_for_good(rq_job, reason)
+        retry = False
+    else:
+        retry = rqadapter.note_failure(rq_job, reason)
     state = JobStatus.QUEUED if retry else JobStatus.FAILED
-    sweepstate.transition(rq_job.connection, *ids, state, allowed=(JobStatus.RUNNING,), reason=reason)
-    log.warning("job.failed", job_id=ids[2], reason=reason, retry=retry, permanent=permanent)
+    sweepstate.transition(rq_job.connection, *ref, state, allowed=(JobStatus.RUNNING,), reason=reason)
+    log.warning("job.failed", job_id=ref.job_id, reason=reason, retry=retry, permanent=permanent)
 
 
 def run_queued_job(job: dict) -> dict[str, Any]:
@@ -175,9 +171,9 @@ def run_queued_job(job: dict) -> dict[str, Any]:
         fail_unrunnable(rq_job, lent.tenant, reason)
         raise PermanentJobError(reason) from None
     conn = rq_job.connection
-    ids = (spec.tenant, spec.sweep_id, spec.job_id, spec.cell)
+    ref = spec.ref
     startable = ("none", JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED)
-    applied, old = sweepstate.transition(conn, *ids, JobStatus.RUNNING, allowed=startable)
+    applied, old = sweepstate.transition(conn, *ref, JobStatus.RUNNING, allowed=startable)
     if not applied and old != JobStatus.RUNNING:
         log.info("job.not_run", job_id=spec.job_id, state=old)
         return {"job_id": spec.job_id, "status": "skipped" if old == JobStatus.DONE else old}
@@ -190,12 +186,12 @@ def run_queued_job(job: dict) -> dict[str, Any]:
             lent.active.clear()
     except Interrupted as err:
         state = JobStatus.QUEUED if err.why == "shutdown" else JobStatus.CANCELLED
-        sweepstate.transition(conn, *ids, state, allowed=(JobStatus.RUNNING,))
+        sweepstate.transition(conn, *ref, state, allowed=(JobStatus.RUNNING,))
         raise
     except BaseException as err:
-        _failed(rq_job, ids, unavailable.after_failure(conn, spec, err))
+        _failed(rq_job, ref, unavailable.after_failure(conn, spec, err))
         raise
     sweepstate.transition(
-        conn, *ids, JobStatus.DONE, new_tokens=int(out.get("new_tokens", 0) or 0), generations=len(spec.prompts)
+        conn, *ref, JobStatus.DONE, new_tokens=int(out.get("new_tokens", 0) or 0), generations=len(spec.prompts)
     )
     return out

@@ -33,10 +33,12 @@ import structlog
 
 from worker import sweepstate
 from worker.core import keys, settings
+from worker.core.contract import JobRef
 from worker.core.engines import OWN_ENGINE
 from worker.core.errors import UsageError
 from worker.core.liveness import touch
 from worker.core.policy import Limits
+from worker.core.rqadapter.logic import WorkerLogic
 from worker.core.rqadapter.queue import ReliableQueue
 from worker.core.rqadapter.worker import HookedWorker
 from worker.core.tenants import TenantsFile, load_tenants
@@ -46,7 +48,7 @@ from worker.rq.queues import discover_queue_names, fair_order, resolve_queue_nam
 from worker.rq.reaper import Timing, enqueue_due_retries, reap
 from worker.rq.reload import TenantsReload, reload_tenants
 from worker.rq.sealed import sealed_refusal, signing_key
-from worker.rq.task import Lent, fail_unrunnable, job_ids, lend, refusal
+from worker.rq.task import Lent, fail_unrunnable, job_ref, lend, refusal
 from worker.sweepstate import slots
 
 __all__ = ["DecodebenchLogic", "ReliableQueue", "decodebench_worker", "touch"]
@@ -73,8 +75,8 @@ def decodebench_worker(
     return HookedWorker(logic, name=name, connection=connection, **options)
 
 
-class DecodebenchLogic:
-    """What the worker does at RQ's hooks (`worker.core.rqadapter.worker.WorkerLogic`)."""
+class DecodebenchLogic(WorkerLogic):
+    """What the worker does at RQ's hooks (`worker.core.rqadapter.logic.WorkerLogic`)."""
 
     OPTIONS = ("timing", "stop_grace", "tenants", "tenants_file", "heartbeat_file", "key", "limits")
     OPTIONS += ("max_job_bytes", "engine")
@@ -120,15 +122,11 @@ class DecodebenchLogic:
         self.worker: HookedWorker | None = None
 
     def attach(self, worker: HookedWorker) -> None:
-        self.worker = worker
+        super().attach(worker)
         self._set_queues(self._names)
         self.metrics = worker_metrics(self, str(self.lent.runtime.device))  # on DECODEBENCH_METRICS_PORT, if set
 
     # -- what reload and metrics read of the worker --------------------------------------------------
-    @property
-    def connection(self):
-        return self.worker.connection
-
     @property
     def key(self) -> str:
         return self.worker.key
@@ -205,35 +203,32 @@ class DecodebenchLogic:
         fail_unrunnable(job, self.lent.tenant, why)
 
     @contextlib.contextmanager
-    def running(self, job, tenant: str, refused: bool) -> Iterator[tuple | None]:
-        ids = None if refused else job_ids(job)
-        if ids:
-            sweepstate.heartbeat_job(self.connection, *ids, self.heartbeat_ttl, create=True)
+    def running(self, job, tenant: str, refused: bool) -> Iterator[JobRef | None]:
+        ref = None if refused else job_ref(job)
+        if ref:
+            sweepstate.heartbeat_job(self.connection, *ref, self.heartbeat_ttl, create=True)
         started = time.time()
         try:
             with lend(self.lent), self.metrics.job(job, tenant, refused=refused):
-                yield ids
+                yield ref
         finally:
             slots.release_slot(self.connection, tenant, job.id)
-            if ids:
-                sweepstate.forget_job(self.connection, *ids)
+            if ref:
+                sweepstate.forget_job(self.connection, *ref)
                 slots.record_usage(self.connection, tenant, job.id, started, time.time())
 
     def in_job_code(self) -> bool:
         return self.lent.active.is_set()
 
     # -- every beat, and maintenance -------------------------------------------------------------
-    def beat(self, job_id: str, tenant: str, ids: tuple | None) -> None:
+    def beat(self, job_id: str, tenant: str, ref: JobRef | None) -> None:
         slots.extend_slot(self.connection, tenant, job_id, self.heartbeat_ttl)
         slots.extend_run(self.connection, tenant, job_id, self.worker.name, self.heartbeat_ttl)
-        if ids is not None:
-            sweepstate.heartbeat_job(self.connection, *ids, self.heartbeat_ttl)
+        if ref is not None:
+            sweepstate.heartbeat_job(self.connection, *ref, self.heartbeat_ttl)
 
-    def cancelled(self, ids: tuple) -> bool:
-        return sweepstate.is_cancelled(self.connection, ids[0], ids[1])
-
-    def touch(self) -> None:
-        touch(self.heartbeat_file)
+    def cancelled(self, ref: JobRef) -> bool:
+        return sweepstate.is_cancelled(self.connection, ref.tenant, ref.sweep_id)
 
     def maintain(self) -> None:
         """Every reaper interval, busy or idle: a changed tenants file, new tenants, lost jobs, due retries."""
@@ -246,7 +241,3 @@ class DecodebenchLogic:
 
     def reap(self) -> None:
         reap(self.connection, self.tenants, self.timing)
-
-    def stopped(self, name: str, born: float | None, ok: int, failed: int) -> None:
-        uptime = 0.0 if born is None else time.monotonic() - born
-        log.info("worker.stopped", name=name, jobs_run=ok + failed, jobs_failed=failed, uptime_s=round(uptime, 1))

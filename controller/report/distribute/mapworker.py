@@ -35,10 +35,10 @@ import structlog
 from controller.report.distribute.worker import check_payload, lend_store
 from worker.core import keys
 from worker.core.errors import UsageError
-from worker.core.liveness import touch
 from worker.core.rqadapter import SERIALIZER, DeserializationError
 from worker.core.rqadapter.job import sealed_refusal
-from worker.core.rqadapter.queue import ReliableQueue, known_queue_names, queued_taken_or_scheduled
+from worker.core.rqadapter.logic import WorkerLogic
+from worker.core.rqadapter.queue import ReliableQueue, known_queue_names
 from worker.core.rqadapter.worker import HookedWorker
 from worker.sweepstate import slots
 
@@ -55,8 +55,11 @@ def report_worker(selectors: list[str], *, connection, store, key: bytes, max_jo
     return HookedWorker(logic, name=name, connection=connection, **options)
 
 
-class ReportLogic:
-    """What the report worker does at RQ's hooks (`worker.core.rqadapter.worker.WorkerLogic`)."""
+class ReportLogic(WorkerLogic):
+    """What the report worker does at RQ's hooks (`worker.core.rqadapter.logic.WorkerLogic`: its
+    defaults for the rest: round robin, refused jobs failed for good, nothing to cancel or reap)."""
+
+    log_name, stopped_event = "decodebench.report_worker", "report_worker.stopped"
 
     def __init__(
         self,
@@ -96,28 +99,14 @@ class ReportLogic:
         self.reaper_interval, self.stop_grace = reaper_interval, stop_grace
         self.heartbeat_file = heartbeat_file
         self.active = threading.Event()
-        self.worker: HookedWorker | None = None
 
     def attach(self, worker: HookedWorker) -> None:
-        self.worker = worker
+        super().attach(worker)
         self._set_queues([keys.report_queue(s) for s in self.selectors if s != "*"])
-
-    @property
-    def connection(self):
-        return self.worker.connection
 
     def _set_queues(self, names: list[str]) -> None:
         queues = [ReliableQueue(n, connection=self.connection, serializer=SERIALIZER) for n in sorted(set(names))]
         self.worker.set_queues(queues, list(queues))
-
-    @property
-    def tenants(self) -> list[str]:
-        return [q.tenant for q in self.worker.queues]
-
-    def dequeued_from(self, queue: ReliableQueue) -> None:
-        """Round robin: the queue just served goes last."""
-        order = [q for q in self.worker.queues if q.name != queue.name] + [queue]
-        self.worker.set_queues(self.worker.queues, order)
 
     def refresh_queues(self) -> None:
         if not self.wildcard:
@@ -127,9 +116,6 @@ class ReportLogic:
         if found:
             self._set_queues([*known, *found])
             log.info("report_worker.queues", added=sorted(found))
-
-    def work_may_come_back(self) -> bool:
-        return queued_taken_or_scheduled(self.connection, self.worker.queues)
 
     # -- running a job ---------------------------------------------------------------------------
     def claim(self, job_id: str, tenant: str, status: str | None) -> str | None:
@@ -143,13 +129,6 @@ class ReportLogic:
         if why:
             log.warning("job.refused", job_id=job.id, tenant=tenant, reason=why)
         return why
-
-    def fail_refused(self, job, why: str) -> None:
-        job.retries_left = 0
-        if not isinstance(job.meta, dict) or "unserialized" in job.meta:
-            job.meta = {}
-        job.meta["reason"] = why
-        job.save_meta()
 
     @contextlib.contextmanager
     def running(self, job, tenant: str, refused: bool) -> Iterator[None]:
@@ -167,25 +146,8 @@ class ReportLogic:
         return self.active.is_set()
 
     # -- every beat, and maintenance -------------------------------------------------------------
-    def beat(self, job_id: str, tenant: str, ids: tuple | None) -> None:
+    def beat(self, job_id: str, tenant: str, ref) -> None:
         slots.extend_run(self.connection, tenant, job_id, self.worker.name, self.heartbeat_ttl)
-
-    def cancelled(self, ids: tuple) -> bool:
-        return False
-
-    def touch(self) -> None:
-        touch(self.heartbeat_file)
-
-    def maintain(self) -> None:
-        self.refresh_queues()
-
-    def reap(self) -> None:
-        """Lost report jobs are RQ's abandoned jobs (failed by its maintenance): the controller computes them."""
-
-    def stopped(self, name: str, born: float | None, ok: int, failed: int) -> None:
-        uptime = 0.0 if born is None else time.monotonic() - born
-        runs = {"jobs_run": ok + failed, "jobs_failed": failed, "uptime_s": round(uptime, 1)}
-        log.info("report_worker.stopped", name=name, **runs)
 
 
 def _call_refusal(job, tenant: str) -> str | None:

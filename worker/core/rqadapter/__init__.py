@@ -9,7 +9,11 @@ import-linter contract `rq-behind-the-adapter` (pyproject.toml) lets only this p
 - `job`: `SealedJob`, RQ's Job that obeys nothing a client wrote into a job hash;
 - `queue`: `ReliableQueue`, the worker's queue and its dequeue;
 - `worker`: `HookedWorker`, RQ's SimpleWorker with its hooks overridden, calling decodebench's
-  worker logic through the `WorkerLogic` protocol (injected: worker.core never imports worker.rq).
+  worker logic (injected: worker.core never imports worker.rq);
+- `logic`: `WorkerLogic`, the base class of that logic, with defaults (a worker writes only its own).
+
+Nothing outside this package touches an RQ job's fields: a job that fails for good goes through
+`fail_for_good(job, reason)`, a failure's reason through `note_failure`.
 
 The functions of `persistence` are re-exported here (`rqadapter.bulk_enqueue`, ...). RQ's key
 names are built in `worker.core.keys` with the others.
@@ -30,6 +34,7 @@ from worker.core.rqadapter.persistence import (
     drop_started,
     enqueue_due_retries,
     fail,
+    fail_for_good,
     fetch,
     is_timeout,
     job_origins,
@@ -38,6 +43,7 @@ from worker.core.rqadapter.persistence import (
     jobs_exist,
     mark_canceled,
     meta_field,
+    note_failure,
     queue_depths,
     queue_of,
     requeue_front,
@@ -63,6 +69,7 @@ __all__ = [
     "drop_started",
     "enqueue_due_retries",
     "fail",
+    "fail_for_good",
     "fetch",
     "is_timeout",
     "job_origins",
@@ -71,6 +78,7 @@ __all__ = [
     "jobs_exist",
     "mark_canceled",
     "meta_field",
+    "note_failure",
     "queue_depths",
     "queue_of",
     "requeue_front",

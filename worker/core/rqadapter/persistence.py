@@ -311,6 +311,23 @@ def current_job() -> Job | None:
     return get_current_job()
 
 
+def note_failure(job: Job, reason: str) -> bool:
+    """The failure's one-line reason in the job's RQ meta (where `decodebench status` and the report
+    worker's controller read it; RQ's stand-in for a meta it could not read is replaced); whether RQ
+    will retry the job (retries left)."""
+    if not isinstance(job.meta, dict) or "unserialized" in job.meta:
+        job.meta = {}
+    job.meta["reason"] = reason
+    job.save_meta()
+    return bool(job.retries_left and job.retries_left > 0)
+
+
+def fail_for_good(job: Job, reason: str) -> None:
+    """The job fails for good when it fails now: RQ retries it no more; its reason in its meta."""
+    job.retries_left = 0
+    note_failure(job, reason)
+
+
 def is_timeout(err: BaseException) -> bool:
     """Whether RQ's death penalty ended the job (its timeout)."""
     return isinstance(err, JobTimeoutException)

@@ -3,7 +3,8 @@
 `HookedWorker` is the one class that overrides RQ's worker hooks and touches its private state
 (`_ordered_queues`, `_stopped_job_id`, `_stop_requested`, `_shutdown_requested_date`). What to do
 at each hook is decodebench's, asked of a `WorkerLogic` (`worker.rq.worker.DecodebenchLogic`, given
-to the constructor: worker.core never imports worker.rq). What stays here is RQ's side:
+to the constructor: worker.core never imports worker.rq; the base class and its defaults are
+`logic.WorkerLogic`). What stays here is RQ's side:
 
 - no fork: the job runs in-process, and a heartbeat thread keeps RQ's worker/execution/job
   heartbeats fresh while it runs (with a short TTL), and runs the logic's beat and maintenance;
@@ -27,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from typing import Protocol
+from typing import NamedTuple
 
 import structlog
 from redis.backoff import NoBackoff
@@ -39,8 +40,10 @@ from rq.job_lifecycle import call_exception_handlers
 from rq.utils import now
 from rq.worker import WorkerStatus
 
+from worker.core.contract import JobRef
 from worker.core.errors import DecodebenchError, Interrupted, PermanentJobError
 from worker.core.rqadapter.job import SealedJob
+from worker.core.rqadapter.logic import WorkerLogic
 from worker.core.rqadapter.persistence import SERIALIZER, DeserializationError, Status
 from worker.core.rqadapter.queue import ReliableQueue
 
@@ -51,64 +54,13 @@ STUCK_IN_INTERMEDIATE = "Job was stuck in intermediate queue."  # rq.intermediat
 RUNNABLE = (Status.QUEUED, Status.CREATED)
 
 
-class WorkerLogic(Protocol):
-    """decodebench's side of the worker, which `HookedWorker` calls at RQ's hooks."""
+class _Running(NamedTuple):
+    """The job the main thread runs now, as the heartbeat thread and the interrupts see it."""
 
-    beat_s: float  # the heartbeat thread's period
-    heartbeat_ttl: float  # RQ's job/execution heartbeats and decodebench's run lock and slot
-    reaper_interval: float  # maintenance, busy or idle
-    stop_grace: float | None  # after SIGTERM, how long the current job may still run (None: its timeout)
-
-    @property
-    def tenants(self) -> list[str]: ...
-
-    def attach(self, worker: HookedWorker) -> None:
-        """Bind to the worker: its queues (`set_queues`), connection and name."""
-
-    def dequeued_from(self, queue: ReliableQueue) -> None:
-        """A job was taken from `queue`: reorder the queues (fair share)."""
-
-    def refresh_queues(self) -> None:
-        """Look for new queues (a wildcard worker's new tenants)."""
-
-    def work_may_come_back(self) -> bool:
-        """Whether a burst worker with nothing to take should wait rather than leave."""
-
-    def claim(self, job_id: str, tenant: str, status: str | None) -> str | None:
-        """Take the job's run lock (`status`: RQ's, None when queued); why not to run it, else None."""
-
-    def release(self, job_id: str, tenant: str) -> None:
-        """Release the job's run lock."""
-
-    def refusal(self, job: SealedJob, tenant: str) -> str | None:
-        """Why the worker will not run this job, or None."""
-
-    def fail_refused(self, job: SealedJob, why: str) -> None:
-        """Record a refused job's failure."""
-
-    def running(self, job: SealedJob, tenant: str, refused: bool) -> contextlib.AbstractContextManager:
-        """Around the job's run: what it is lent and what the worker records; yields its ids (or None)."""
-
-    def in_job_code(self) -> bool:
-        """Whether the job's own code runs now (the only time it may be interrupted)."""
-
-    def beat(self, job_id: str, tenant: str, ids: tuple | None) -> None:
-        """Every beat while a job runs: keep its run lock, slot and sweep heartbeat."""
-
-    def cancelled(self, ids: tuple) -> bool:
-        """Whether the running job's sweep was cancelled."""
-
-    def touch(self) -> None:
-        """Every beat, busy or idle (the pod's liveness file)."""
-
-    def maintain(self) -> None:
-        """Every reaper interval, busy or idle."""
-
-    def reap(self) -> None:
-        """Before RQ's own maintenance: lost jobs."""
-
-    def stopped(self, name: str, born: float | None, ok: int, failed: int) -> None:
-        """The worker stops (its last line)."""
+    job: SealedJob
+    execution: object | None  # RQ's Execution
+    ref: JobRef | None  # where it sits in a sweep (the logic's `running`)
+    tenant: str
 
 
 class HookedWorker(SimpleWorker):
@@ -121,7 +73,7 @@ class HookedWorker(SimpleWorker):
         self._born: float | None = None
         self._jobs_ok = self._jobs_failed = 0
         self._lock = threading.Lock()
-        self._current: tuple | None = None  # (job, execution, ids, tenant) while a job runs
+        self._current: _Running | None = None  # while a job runs
         self._pending: str | None = None  # "shutdown" or "cancel": interrupt the job when possible
         self._requeue_job_id: str | None = None
         self._stop_deadline: float | None = None
@@ -194,9 +146,9 @@ class HookedWorker(SimpleWorker):
 
     def perform_job(self, job, queue, execution) -> bool:
         job.refusal = why = self.logic.refusal(job, queue.tenant)
-        with self.logic.running(job, queue.tenant, refused=bool(why)) as ids:
+        with self.logic.running(job, queue.tenant, refused=bool(why)) as ref:
             with self._lock:
-                self._current = (job, execution, ids, queue.tenant)
+                self._current = _Running(job, execution, ref, queue.tenant)
             try:
                 return super().perform_job(job, queue, execution)
             finally:
@@ -250,7 +202,7 @@ class HookedWorker(SimpleWorker):
         with self._lock:
             if self._current is None:
                 return
-            job = self._current[0]
+            job = self._current.job
             self._pending = why
             if why == "cancel":
                 self._stopped_job_id = job.id  # RQ marks it STOPPED when it fails, never retried
@@ -268,7 +220,7 @@ class HookedWorker(SimpleWorker):
     def request_stop_execution(self, execution_id: str) -> None:
         """RQ's stop-execution command."""
         current = self._current
-        if current is not None and current[1] is not None and current[1].id == execution_id:
+        if current is not None and current.execution is not None and current.execution.id == execution_id:
             self.interrupt("cancel")
 
     def kill_horse(self, sig=None) -> None:
@@ -355,15 +307,15 @@ class HookedWorker(SimpleWorker):
         current = self._current
         if current is None:
             return
-        job, execution, ids, tenant = current
-        self.maintain_heartbeats(job, execution)
-        self.logic.beat(job.id, tenant, ids)
-        if ids is None:
+        job, ref = current.job, current.ref
+        self.maintain_heartbeats(job, current.execution)
+        self.logic.beat(job.id, current.tenant, ref)
+        if ref is None:
             return
         if self._pending:  # the job was busy in non-interruptible code: ask again
             os.kill(os.getpid(), INTERRUPT_SIGNAL)
-        elif self.logic.cancelled(ids):
-            log.info("job.cancelling", job_id=job.id, sweep_id=ids[1])
+        elif self.logic.cancelled(ref):
+            log.info("job.cancelling", job_id=job.id, sweep_id=ref.sweep_id)
             self.interrupt("cancel")
         elif self._stop_deadline is not None and time.monotonic() > self._stop_deadline:
             self.interrupt("shutdown")
