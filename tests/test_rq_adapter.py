@@ -65,7 +65,7 @@ def test_a_worker_logic_writes_only_what_is_its_own():
     """The report worker's logic leaves the defaults (round robin, refused jobs failed for good, nothing
     to cancel, reap or touch beyond the liveness file, the last line) to `WorkerLogic`; one that forgets
     its run lock cannot be built."""
-    from controller.report.mapworker import ReportLogic
+    from controller.report.distribute.mapworker import ReportLogic
     from worker.core.rqadapter.logic import WorkerLogic
 
     required = {"claim", "release", "refusal", "running", "in_job_code", "beat"}

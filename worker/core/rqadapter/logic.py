@@ -2,7 +2,7 @@
 
 A base class with the defaults a worker needs unless it says otherwise; each worker writes only what
 is its own. The two: `worker.rq.worker.DecodebenchLogic` (the GPU worker: fair share, slots, sweep
-state, reaper) and `controller.report.mapworker.ReportLogic` (the report worker). Neither sees RQ:
+state, reaper) and `controller.report.distribute.mapworker.ReportLogic` (the report worker). Neither sees RQ:
 what they do to an RQ job goes through the adapter (`fail_for_good`, ...).
 
 Every subclass writes the run lock (`claim`, `release`, `beat`: decodebench's sweep state, which
