@@ -8,6 +8,8 @@ from the settings table at the edge.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.helpers_engine import job
@@ -68,8 +70,10 @@ def test_the_plan_holds_the_sampler_settings_only_and_its_rules_once(tiny_model,
     assert plan.rules.ends.max_new == plan.config.max_new_tokens
     chooser = plan.chooser(None, 3, "cpu")
     assert chooser.tokens.shape == (3, plan.rules.ends.max_new + 1) and chooser.rows_each == 1
-    with pytest.raises(ValueError, match="chooser exactly on the decode loop"):
-        type(plan)(**{**plan.__dict__, "step": None})
+    on_generate = dataclasses.replace(plan, step=None)  # a plan whose batches generate() runs
+    assert on_generate.path is Path.GENERATE
+    with pytest.raises(ValueError, match="has no chooser"):
+        on_generate.chooser(None, 3, "cpu")
 
 
 def test_the_pod_and_node_names_are_settings_given_at_the_edge(monkeypatch):
@@ -91,8 +95,6 @@ def test_the_pod_and_node_names_are_settings_given_at_the_edge(monkeypatch):
 
 def test_the_decode_outputs_carry_no_kv_cache_string():
     """The cache the loop ran over is the plan's, recorded once (result.json's engine.kv_cache)."""
-    import dataclasses
-
     from worker.engine import decode
     from worker.engine import generate as gen
 

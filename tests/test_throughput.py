@@ -87,7 +87,7 @@ def test_own_loop_equals_transformers_generate_token_for_token(tiny_model, runti
     prompts = job(tiny_model, strategy, prompts=MIXED).prompts
     seeds = [generation_seed(3, p.id) for p in prompts]
     ours = engine.generate_batch(lm, decoding, prompts, seeds)
-    decoding = dataclasses.replace(decoding, path=Path.GENERATE, step=None)
+    decoding = dataclasses.replace(decoding, step=None)  # generate() runs a plan without a chooser
     theirs = [engine.generate_batch(lm, decoding, [p], [seed]) for p, seed in zip(prompts, seeds)]
     assert ours.token_ids == [ids for t in theirs for ids in t.token_ids]
     assert ours.stop_reasons == [r for t in theirs for r in t.stop_reasons]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from transformers import LogitsProcessorList
@@ -25,9 +25,6 @@ from worker.engine.modifiers import RowModifiers
 from worker.engine.rows import Ends, Rows
 from worker.engine.sampling import SeededSampler, build_warpers
 from worker.engine.stops import StopStrings
-
-if TYPE_CHECKING:
-    from worker.engine.call import ModelCall
 
 
 class Rules(NamedTuple):
@@ -88,11 +85,12 @@ class Chooser:
 
     prefill_options: ClassVar[Mapping[str, Any]] = {}  # what the prefill asks of the model besides the logits
 
-    def prefilled(self, call: ModelCall, out, rows: Rows, cache):
-        """What the loop's first `advance` takes from the prefill's output (beam search: rows made beams)."""
+    def prefilled(self, call, out, rows: Rows, cache):
+        """What the loop's first `advance` takes from the prefill's output (beam search: rows made beams);
+        `call`: the loop's model call (worker.engine.call.ModelCall)."""
         return out
 
-    def forward_of(self, call: ModelCall):
+    def forward_of(self, call):
         """The pass of a decode step, `(rows, cache) -> (output, cache)`: the model call's forward (contrastive
         search: its candidates)."""
         return call.forward

@@ -90,14 +90,12 @@ class Plan:
 
     config: GenerationConfig  # what generate() would be given (sampling settings moved to `sampler`)
     kind: Kind
-    path: Path
-    step: type[Chooser] | None  # the decode loop's token chooser: set exactly on Path.DECODE
+    step: type[Chooser] | None  # the decode loop's token chooser; None: transformers' generate() runs the job
     params: Mapping[str, Any]  # the chooser's parameters
     cache: Cache
     mask: bool  # decode steps (and contrastive search's candidates) pass SDPA a prepared 4D mask
     refill: bool  # a job of several batches runs as one stream of batch_size rows
     warmup: bool  # one untimed short batch per loaded model before anything is timed
-    rows_each: int  # KV-cache rows a prompt occupies (samples; beams; contrastive candidates over a repeated cache)
     sampler: Mapping[str, Any] | None  # the seeded sampler's warper settings (sampling strategies), else None
     stop: tuple[str, ...]
     rules: Rules  # what every token choice obeys (processors, warpers, stop strings, ends), built once
@@ -106,9 +104,16 @@ class Plan:
     samples: int = 1  # generations per prompt (the decode loop prefills a prompt once for all of them)
     prompt_ids: Mapping[str, list[int]] = field(default_factory=dict, repr=False)  # the prompts, tokenised once
 
-    def __post_init__(self) -> None:
-        if (self.step is not None) != (self.path is Path.DECODE):
-            raise ValueError(f"a plan on {self.path.value} has a chooser exactly on the decode loop")
+    @property
+    def path(self) -> Path:
+        """Which code runs the job's batches: the decode loop where the plan has a chooser."""
+        return Path.DECODE if self.step is not None else Path.GENERATE
+
+    @property
+    def rows_each(self) -> int:
+        """KV-cache rows a prompt occupies: its samples, its beams, or contrastive search's k candidates where
+        they are rows of a repeated cache (without the prepared mask)."""
+        return _rows_each(self.kind, self.mask, self.config, self.params) * self.samples
 
     def call(self, model) -> ModelCall:
         """The decode loop's model call: the model with the plan's mask and cache."""
@@ -198,14 +203,12 @@ def configure(
     return Plan(
         config=cfg,
         kind=kind,
-        path=path,
         step=step,
         params=params,
         cache=cache,
         mask=mask,
         refill=preallocated and settings.refill,  # refill writes newcomers into the preallocated buffers
         warmup=settings.warmup,
-        rows_each=_rows_each(kind, mask, cfg, params) * samples,
         sampler=sampler,
         stop=tuple(settings.stop),
         rules=rules(cfg, sampler, tuple(settings.stop), lm.tokenizer, lm.device),
