@@ -30,7 +30,7 @@ from benchmarks.jobs import job  # noqa: E402
 from benchmarks.sides import mixed_prompts  # noqa: E402
 from worker.core.contract import ModelSpec  # noqa: E402
 from worker.core.logs import configure  # noqa: E402
-from worker.engine import decode  # noqa: E402
+from worker.engine.call import ModelCall  # noqa: E402
 from worker.engine.job import Runtime, generate_job  # noqa: E402
 
 
@@ -38,21 +38,21 @@ def engine_schedule(runtime, spec) -> tuple[list[tuple[int, int]], list[tuple[in
     """One engine run's decode steps (live rows, columns) and prefills (rows, width), recorded."""
     steps: list[tuple[int, int]] = []
     prefills: list[tuple[int, int]] = []
-    forward, prefill = decode.Step.forward, decode.Step.prefill
+    forward, prefill = ModelCall.forward, ModelCall.prefill
 
     def recorded_forward(self, rows, cache):
         steps.append((rows.live.numel(), rows.width))
         return forward(self, rows, cache)
 
-    def recorded_prefill(self, rows, prealloc, **more):
+    def recorded_prefill(self, rows, cache, **more):
         prefills.append(tuple(rows.ids.shape))
-        return prefill(self, rows, prealloc, **more)
+        return prefill(self, rows, cache, **more)
 
-    decode.Step.forward, decode.Step.prefill = recorded_forward, recorded_prefill
+    ModelCall.forward, ModelCall.prefill = recorded_forward, recorded_prefill
     try:
         generate_job(spec, runtime)
     finally:
-        decode.Step.forward, decode.Step.prefill = forward, prefill
+        ModelCall.forward, ModelCall.prefill = forward, prefill
     return steps, prefills
 
 

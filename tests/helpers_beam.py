@@ -7,33 +7,27 @@ from __future__ import annotations
 import torch
 
 from worker.engine import decode
+from worker.engine.call import ModelCall
+from worker.engine.choose import Rules
 from worker.engine.loops.beam_step import BeamStep
 from worker.engine.modifiers import RowModifiers
+from worker.engine.rows import Ends
 from worker.engine.timing import StepClock
 
 
 def beam_step(model, enc, cfg, params, check_every: int = 1) -> tuple[BeamStep, decode.DecodeOutput]:
-    """Beam search's step through the decode loop on one left-padded batch (no refill): the step, with
+    """Beam search's chooser through the decode loop on one left-padded batch (no refill): the chooser, with
     every prompt's pools, and the loop's output."""
-    clock = StepClock(enc["input_ids"].device)
+    device = enc["input_ids"].device
+    clock = StepClock(device)
     clock.start()
-    step = BeamStep.build(
-        model=model,
-        params=params,
-        clock=clock,
-        processors=RowModifiers(cfg),
-        warpers=None,
-        sampler=None,
-        stop=None,
-        eos=[cfg.eos_token_id],
-        pad=cfg.pad_token_id,
-        max_new=cfg.max_new_tokens,
-        total=enc["input_ids"].shape[0],
-        device=enc["input_ids"].device,
-        mask=False,
-        every=check_every,
-    )
-    out = decode.decode(step, enc)
+    ends = Ends([cfg.eos_token_id], cfg.pad_token_id, cfg.max_new_tokens)
+    rules = Rules(RowModifiers(cfg), None, None, ends)
+    total = enc["input_ids"].shape[0]
+    tokens = torch.full((total, ends.max_new + 1), ends.fill, dtype=torch.long, device=device)
+    step = BeamStep(rules, None, tokens, **BeamStep.options(params))
+    call = ModelCall.of(model, mask=False, preallocated=True)
+    out = decode.Loop(call, step, clock, check_every).run(enc)
     clock.stop()
     return step, out
 

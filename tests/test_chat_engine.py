@@ -46,7 +46,7 @@ def lm(runtime):
 def test_the_engine_feeds_apply_chat_template_ids_to_every_strategy(runtime, lm):
     for strategy, params in (("greedy", None), ("top_p", {"p": 0.9}), ("beam", {"num_beams": 2})):
         spec = chat_job(strategy, params, system=SYSTEM)
-        fed = plan_job(spec, runtime, lm).prompt_ids
+        fed = plan_job(spec, runtime, lm)[0].prompt_ids
         for item in spec.prompts:
             assert fed[item.id] == expected_ids(lm.tokenizer, item), (strategy, item.id)
 
@@ -76,7 +76,7 @@ def test_greedy_on_the_rendered_ids_equals_generate_and_ends_its_turn(runtime, l
 
 def test_chat_false_feeds_the_raw_prompt(runtime, lm):
     spec = chat_job(chat=False)
-    fed = plan_job(spec, runtime, lm).prompt_ids
+    fed = plan_job(spec, runtime, lm)[0].prompt_ids
     assert all(fed[p.id] == lm.tokenizer(p.prompt)["input_ids"] for p in spec.prompts)
     assert "chat" not in generate_job(spec, runtime)[0].engine
 

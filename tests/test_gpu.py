@@ -157,7 +157,8 @@ def test_compacting_loop_on_cuda_matches_unbatched_greedy_and_seeded_samples(sma
 def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runtime, monkeypatch, strategy, params):
     """A step's forward and token pick queue kernels only (the prepared mask spares transformers' padding check);
     the loop waits for the GPU at its checks, every 8 steps, and nowhere else."""
-    from worker.engine import decode
+    from worker.engine.call import ModelCall
+    from worker.engine.choose import Chooser
 
     steps = []
 
@@ -172,8 +173,8 @@ def test_decode_steps_never_synchronise_the_host_on_cuda(small_model, cuda_runti
 
         return run
 
-    for name in ("forward", "advance"):
-        monkeypatch.setattr(decode.Step, name, no_sync(getattr(decode.Step, name)))
+    for cls, name in ((ModelCall, "forward"), (Chooser, "advance")):
+        monkeypatch.setattr(cls, name, no_sync(getattr(cls, name)))
     spec = engine_job(small_model, strategy, params, batch_size=2, max_new_tokens=32, min_new_tokens=4)
     result, records = generate_job(spec, cuda_runtime)
     assert steps.count("forward") >= 32 and result.batches[0].refills >= 1 and len(records) == len(MIXED)

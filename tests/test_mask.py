@@ -29,19 +29,19 @@ def test_decode_steps_pass_sdpa_a_prepared_mask_and_each_row_is_its_unbatched_ru
     """The ready 4D mask (no per-step rebuild, no host sync on CUDA) computes what generate() computes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from worker.engine import decode
+    from worker.engine.call import ModelCall
 
     torch.manual_seed(3)
     AutoModelForCausalLM.from_config(small_config(family)).save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(tiny_model).save_pretrained(tmp_path)
     masks = []
-    real_forward = decode.Step.forward
+    real_forward = ModelCall.forward
 
     def forward(self, rows, cache):
         masks.append(self.mask)
         return real_forward(self, rows, cache)
 
-    monkeypatch.setattr(decode.Step, "forward", forward)
+    monkeypatch.setattr(ModelCall, "forward", forward)
     lm = runtime.cache.get(ModelSpec(path=str(tmp_path)), runtime.device)
     spec = job(str(tmp_path), "greedy", batch_size=3, max_new=12, stop=["e"], prompts=MIXED)
     result, records = generate_job(spec, runtime)

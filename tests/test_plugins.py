@@ -72,12 +72,14 @@ def mirostat_step(total: int, max_new: int, seeds: list[int], **params):
     import torch
     from decodebench_mirostat.step import MirostatStep
 
+    from worker.engine.choose import Rules
+    from worker.engine.rows import Ends
     from worker.engine.sampling import SeededSampler
 
     sampler = SeededSampler(seeds, "cpu", max_steps=max_new)
-    blank = dict(model=None, clock=None, processors=None, warpers=None, stop=None, timeline=None)
+    rules = Rules(processors=None, warpers=None, stop=None, ends=Ends([], 0, max_new))
     tokens = torch.zeros(total, max_new + 1, dtype=torch.long)
-    return MirostatStep(**blank, sampler=sampler, eos=[], pad=0, max_new=max_new, tokens=tokens, **params)
+    return MirostatStep(rules, sampler, tokens, **params)
 
 
 def test_mirostat_matches_the_paper_row_by_row_as_rows_leave():

@@ -87,7 +87,7 @@ def test_own_loop_equals_transformers_generate_token_for_token(tiny_model, runti
     prompts = job(tiny_model, strategy, prompts=MIXED).prompts
     seeds = [generation_seed(3, p.id) for p in prompts]
     ours = engine.generate_batch(lm, decoding, prompts, seeds)
-    decoding = dataclasses.replace(decoding, path=Path.GENERATE, step=None)
+    decoding = dataclasses.replace(decoding, step=None)  # generate() runs a plan without a chooser
     theirs = [engine.generate_batch(lm, decoding, [p], [seed]) for p, seed in zip(prompts, seeds)]
     assert ours.token_ids == [ids for t in theirs for ids in t.token_ids]
     assert ours.stop_reasons == [r for t in theirs for r in t.stop_reasons]
@@ -141,7 +141,7 @@ def test_sampler_distribution_matches_transformers_sampling_chi_square(tiny_mode
     enc = lm.tokenizer(AUSTEN_PROMPTS[0], return_tensors="pt")
     with torch.inference_mode():
         logits = lm.model(**enc).logits[0, -1].float()
-    warped = build_warpers({"temperature": 1.0, "top_k": 40})[0](None, logits[None])
+    warped = build_warpers({"temperature": 1.0, "top_k": 40}, "cpu")[0](None, logits[None])
     warped = warped[:, warped[0].argsort(descending=True)[:64]]  # the 40 kept tokens and 24 cut ones
     n = 30000
     rows = warped.expand(n, -1)
@@ -176,11 +176,12 @@ def test_the_own_loops_probe_fills_its_kv_buffers_and_takes_a_decode_step(tiny_m
     """The CUDA probe's forward passes, run here on the CPU: the own loop's buffers of the planned columns for
     every row, a prefill and one decode step in them; generate()'s probe is one pass of the whole length."""
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
+    call = configure(lm, StrategySpec(name="greedy"), GenerationSettings()).call(lm.model)
     for stream in (False, True):  # a stream's probe also prefills an admission into a cache of its own
-        cache = batching.probe_step(lm.model, 6, 40, batching.LoopPeak(16, stream), runtime.device)
+        cache = batching.probe_step(call, 6, 40, batching.LoopPeak(16, stream), runtime.device)
         for layer in cache.layers:
             assert layer._k.shape[0] == 6 and layer._k.shape[2] == 40 and (layer.lo, layer.hi) == (0, 17)
-    assert batching.probe_step(lm.model, 6, 40, None, runtime.device) is None
+    assert batching.probe_step(call, 6, 40, None, runtime.device) is None
 
 
 def test_the_cpu_probe_times_a_size_again_before_one_slow_reading_stops_the_doubling():

@@ -58,10 +58,11 @@ class Setting:
     help: str
     parse: Callable[[str], Any] = str
     scope: str = "both"  # "controller", "worker", "both" or "chart" (read by the chart's launcher only)
+    env: str | None = None  # a variable named otherwise than DECODEBENCH_<NAME> (Kubernetes' downward API)
 
     @property
     def envvar(self) -> str:
-        return PREFIX + self.name.upper()
+        return self.env or PREFIX + self.name.upper()
 
 
 _SETTINGS = [
@@ -142,13 +143,7 @@ _SETTINGS = [
         int,
         scope="worker",
     ),
-    Setting(
-        "auto_batch_max",
-        256,
-        "Largest batch size that `batch_size: auto` tries.",
-        int,
-        scope="worker",
-    ),
+    Setting("auto_batch_max", 256, "Largest batch size that `batch_size: auto` tries.", int, scope="worker"),
     Setting(
         "sdpa_cudnn",
         False,
@@ -157,6 +152,8 @@ _SETTINGS = [
         scope="worker",
     ),
     Setting("image", None, "Image reference recorded in every result's provenance (set by the chart).", scope="worker"),
+    Setting("pod", None, "Pod name, recorded in provenance (set by the chart).", scope="worker", env="POD_NAME"),
+    Setting("node", None, "Node name, recorded in provenance (set by the chart).", scope="worker", env="NODE_NAME"),
     Setting(
         "metrics_port",
         0,

@@ -34,7 +34,6 @@ set the batch size of a job of short ones.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,10 +44,12 @@ import torch
 
 from worker.core.contract import JobSpec
 from worker.engine import generate as gen
+from worker.engine.call import ModelCall
 from worker.engine.decode import stream_span
 from worker.engine.kvcache import preallocated_cache
-from worker.engine.models import LoadedModel, cache_keyword, last_logits_only
+from worker.engine.models import LoadedModel
 from worker.engine.plan import Cache, Path, Plan
+from worker.engine.rows import Ends, Rows
 
 log = structlog.get_logger("decodebench.batching")
 
@@ -116,9 +117,9 @@ class LoopPeak:
     stream: bool = False
 
 
-def probe_step(model, rows: int, length: int, peak: LoopPeak | None, device):
-    """What a batch of `rows` rows holds at its peak, allocated and run once; the KV cache it filled (with
-    `peak`; None without), for a look.
+def probe_step(call: ModelCall, rows: int, length: int, peak: LoopPeak | None, device):
+    """What a batch of `rows` rows holds at its peak, allocated and run once through the decode loop's model
+    call (worker.engine.call); the KV cache it filled (with `peak`; None without), for a look.
 
     With `peak` (the engine's decode loop, whose KV cache is allocated once: kvcache), the
     buffers of `length` columns, a prefill of the prompt into them, for a stream a second
@@ -128,22 +129,19 @@ def probe_step(model, rows: int, length: int, peak: LoopPeak | None, device):
     transformers' own cache), one forward pass of `length` tokens, which holds more than that cache and
     its activations ever do.
     """
-    extra = last_logits_only(model)
     with torch.inference_mode():
         if peak is None:
             ids = torch.zeros((rows, length), dtype=torch.long, device=device)
-            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **extra)
+            call.prefill(Rows(ids, torch.ones_like(ids), _PROBE_ENDS), None)
             return None
-        keyword, cache = cache_keyword(model), preallocated_cache(model, length, rows)
         ids = torch.zeros((rows, peak.prompt), dtype=torch.long, device=device)
-        prefill = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": True, **extra}
-        model(**prefill, **{keyword: cache})
+        batch = Rows(ids, torch.ones_like(ids), _PROBE_ENDS)
+        cache = preallocated_cache(call.model, length, rows)
+        call.prefill(batch, cache)
         if peak.stream:  # an admission of `rows` newcomers, whose prefill goes to a cache of their own
-            model(**prefill, **{keyword: preallocated_cache(model, peak.prompt, rows)})
-        attn = torch.ones((rows, peak.prompt + 1), dtype=torch.long, device=device)
-        position = torch.full((rows, 1), peak.prompt, dtype=torch.long, device=device)
-        step = {"attention_mask": attn, "position_ids": position, "use_cache": True, keyword: cache}
-        out = model(input_ids=ids[:, :1], **step)
+            call.prefill(batch, preallocated_cache(call.model, peak.prompt, rows))
+        batch.append(ids[:, 0])
+        out, _ = call.forward(batch, cache)
         logits = out.logits[:, -1].float()
         ranked = torch.sort(logits, dim=-1)
         cdf = logits.double().cumsum(dim=-1)
@@ -151,10 +149,13 @@ def probe_step(model, rows: int, length: int, peak: LoopPeak | None, device):
         return cache
 
 
-def _fits(model, rows: int, length: int, device, peak: LoopPeak | None = None) -> bool:
+_PROBE_ENDS = Ends([], 0, 1)  # the probe's rows: one new token, no EOS
+
+
+def _fits(call: ModelCall, rows: int, length: int, device, peak: LoopPeak | None = None) -> bool:
     """`probe_step` on a CUDA device: False on out-of-memory."""
     try:
-        probe_step(model, rows, length, peak, device)
+        probe_step(call, rows, length, peak, device)
         torch.cuda.synchronize(device)
         return True
     except torch.cuda.OutOfMemoryError:
@@ -166,7 +167,7 @@ def _fits(model, rows: int, length: int, device, peak: LoopPeak | None = None) -
 HEADROOM = 0.9  # of the rows that fitted the decode loop's peak, what a batch uses (see cuda_fit)
 
 
-def cuda_fit(model, device, length: int, rows_each: int, cap: int, peak: LoopPeak | None = None):
+def cuda_fit(call: ModelCall, device, length: int, rows_each: int, cap: int, peak: LoopPeak | None = None):
     """The largest batch (<= cap) whose probe fits, doubling then bisecting; and what was probed.
 
     With `peak`, the probe holds the decode loop's real peak (`probe_step`), not a bound above
@@ -176,17 +177,17 @@ def cuda_fit(model, device, length: int, rows_each: int, cap: int, peak: LoopPea
     probed: dict[int, bool] = {}
     good, bad, size = 0, None, 1
     while size <= cap:
-        probed[size] = _fits(model, size * rows_each, length, device, peak)
+        probed[size] = _fits(call, size * rows_each, length, device, peak)
         if not probed[size]:
             bad = size
             break
         good, size = size, size * 2
     if bad is None and good < cap:  # the cap itself, if doubling stepped over it
-        probed[cap] = _fits(model, cap * rows_each, length, device, peak)
+        probed[cap] = _fits(call, cap * rows_each, length, device, peak)
         good, bad = (cap, None) if probed[cap] else (good, cap)
     while bad is not None and bad - good > 1:  # backoff: bisect between what fitted and what did not
         mid = (good + bad) // 2
-        probed[mid] = _fits(model, mid * rows_each, length, device, peak)
+        probed[mid] = _fits(call, mid * rows_each, length, device, peak)
         good, bad = (mid, bad) if probed[mid] else (good, mid)
     if bad is not None and peak is not None:
         good = int(good * HEADROOM)
@@ -248,9 +249,7 @@ def _cpu_probe(lm: LoadedModel, plan: Plan, job: JobSpec, order: list[int]):
     """
     max_new = job.generation.max_new_tokens
     steps = min(CPU_PROBE_STEPS, max_new)
-    config = plan.config.__class__(**{**plan.config.to_dict(), "max_new_tokens": steps})
-    config.min_new_tokens = steps
-    short = dataclasses.replace(plan, config=config)
+    short = plan.shortened(steps, steps)
 
     def run(size: int) -> float:
         prompts = [job.prompts[i] for i in order[:size]]
@@ -302,7 +301,7 @@ def auto_batch_size(runtime, lm: LoadedModel, plan: Plan, job: JobSpec, lengths:
         if runtime.device.type == "cuda":
             length = probe_length(plan, longest, max_new, gen.check_every(runtime.device))
             peak = loop_peak(plan, longest)
-            size, probed = cuda_fit(lm.model, runtime.device, length, rows_each, cap, peak)
+            size, probed = cuda_fit(plan.call(lm.model), runtime.device, length, rows_each, cap, peak)
             if peak is None:
                 how = "largest batch whose forward pass of prompt + new tokens fits"
             else:

@@ -9,6 +9,9 @@ prompts), every strategy the same. A prompt the model cannot take fails the job 
 line naming the prompt and the model (validation refuses it first where the model's files are
 readable there: controller.sweep.chat).
 
+`encoded(tok, job)`: both at once for the plan (worker.engine.plan.configure): the ids by prompt id and
+whether the model chats.
+
 `stop_ids(tok, eos)`: a chat model's generation ends at its template's end of turn as well as at EOS:
 the generation config's EOS list (e.g. Llama 3's `<|eot_id|>`, ChatML's `<|im_end|>`) and the
 tokenizer's EOS token together.
@@ -19,7 +22,8 @@ system prompt and template variables, and each rendered prompt's token count.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from worker.core.chat import chat_refusal, conversation, template_sha256, uses_chat
 from worker.core.contract import JobSpec
@@ -64,6 +68,19 @@ def prompt_ids(tok, job: JobSpec) -> list[list[int]]:
             ) from None
         rows.append(list(ids))
     return rows
+
+
+class Prompts(NamedTuple):
+    """A job's prompts as the model is fed them (by prompt id), and whether they are a chat model's turns."""
+
+    ids: Mapping[str, list[int]]
+    chat: bool = False
+
+
+def encoded(tok, job: JobSpec) -> Prompts:
+    """The job's prompts tokenised once (`prompt_ids`), by prompt id, and whether the model chats."""
+    rows = prompt_ids(tok, job)
+    return Prompts({p.id: row for p, row in zip(job.prompts, rows)}, is_chat(tok, job))
 
 
 def stop_ids(tok, eos: int | list[int] | None) -> list[int]:

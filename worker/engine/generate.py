@@ -2,9 +2,11 @@
 
 `run_batch(lm, plan, prompts, seeds)` runs one left-padded batch, or with continuous refill one
 stream of the job's prompts, on the path the plan chose (worker.engine.plan): the engine's decode
-loop with the plan's step over the plan's cache, or transformers' generate(); timed by
+loop (worker.engine.decode.Loop) with the plan's token chooser and the model call over the plan's
+cache, or transformers' generate(); timed by
 `worker.engine.timing.StepClock`, sampling seeded per generation (`worker.engine.sampling`).
-`finish_batch` cuts each row at its end, detokenises and measures, on the host.
+`finish_batch` cuts each row at its end, detokenises and measures, on the host. `warm_up` runs one
+short untimed batch on the plan's own path.
 """
 
 from __future__ import annotations
@@ -13,16 +15,15 @@ from dataclasses import dataclass
 
 import structlog
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+from transformers import LogitsProcessorList, StoppingCriteriaList
 
 from worker.core.contract import PromptItem
 from worker.core.results import BatchTiming
 from worker.engine import decode
 from worker.engine.models import LoadedModel
-from worker.engine.modifiers import RowModifiers
-from worker.engine.plan import Cache, Path, Plan
-from worker.engine.sampling import SeededSampler, build_warpers
-from worker.engine.stops import FinishRecorder, StopStrings
+from worker.engine.plan import Plan
+from worker.engine.sampling import SeededSampler
+from worker.engine.stops import FinishRecorder
 from worker.engine.timing import StepClock, StepTimes, synchronize
 
 log = structlog.get_logger("decodebench.engine")
@@ -35,12 +36,6 @@ class BatchOutput:
     stop_reasons: list[str]
     prompt_ids: list[list[int]]
     timing: BatchTiming
-    kv_cache: str | None = None  # the decode loop's KV cache ("preallocated" or "dynamic"); None: elsewhere
-
-
-def eos_ids(cfg: GenerationConfig) -> list[int]:
-    eos = cfg.eos_token_id
-    return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
 
 
 def _generate(lm: LoadedModel, plan: Plan, enc, processors, criteria):
@@ -58,7 +53,7 @@ def _generate(lm: LoadedModel, plan: Plan, enc, processors, criteria):
 
 def _finish(tok, plan: Plan, new: list[list[int]], recorder: FinishRecorder | None):
     """Each row cut at its end (EOS, stop string or length): (texts, token ids, stop reasons)."""
-    eos = set(eos_ids(plan.config))
+    eos = set(plan.rules.ends.eos)
     texts, ids, reasons = [], [], []
     for row, seq in enumerate(new):
         if recorder is not None and recorder.finished[row] is not None:
@@ -125,34 +120,16 @@ def check_every(device) -> int:
 
 
 def _decode(lm: LoadedModel, plan: Plan, enc, clock, seeds: list[int], refill=None):
-    """The decode loop (worker.engine.decode) with the plan's step: its output and a finish recorder of its
-    rows' ends."""
-    cfg, device = plan.config, lm.device
-    prompt_len = enc["input_ids"].shape[1]
-    sampler = warpers = None
+    """The decode loop (worker.engine.decode) with the plan's chooser and model call: its output and a finish
+    recorder of its rows' ends."""
+    sampler = None
     if plan.sampler is not None:
-        warpers = LogitsProcessorList(build_warpers(plan.sampler))
-        sampler = SeededSampler(seeds, device, max_steps=cfg.max_new_tokens)
-    step = plan.step.build(
-        model=lm.model,
-        params=plan.params,
-        clock=clock,
-        processors=RowModifiers(cfg),
-        warpers=warpers,
-        sampler=sampler,
-        stop=StopStrings(lm.tokenizer, list(plan.stop)) if plan.stop else None,
-        eos=eos_ids(cfg),
-        pad=cfg.pad_token_id,
-        max_new=cfg.max_new_tokens,
-        total=refill.total if refill is not None else enc["input_ids"].shape[0],
-        device=device,
-        mask=plan.mask,
-        every=check_every(device),
-        preallocated=plan.cache is Cache.PREALLOCATED,
-        samples=plan.samples,
-    )
-    out = decode.decode(step, enc, refill)
-    recorder = FinishRecorder(prompt_len, [], None, len(seeds), "cpu")
+        sampler = SeededSampler(seeds, lm.device, max_steps=plan.config.max_new_tokens)
+    total = refill.total if refill is not None else enc["input_ids"].shape[0]
+    chooser = plan.chooser(sampler, total, lm.device)
+    loop = decode.Loop(plan.call(lm.model), chooser, clock, check_every(lm.device), refill)
+    out = loop.run(enc)
+    recorder = FinishRecorder(enc["input_ids"].shape[1], [], None, len(seeds), "cpu")
     for row, (n, at_eos) in enumerate(zip(out.finished.n_new, out.finished.at_eos)):
         if n > 0:
             recorder.finished[row] = (n, "eos" if at_eos else "stop_string")
@@ -171,7 +148,6 @@ class RawBatch:
     times: StepTimes
     steps: int
     compactions: int | None
-    kv_cache: str | None
     samples: int = 1  # generations each row of input_ids has (the decode loop's samples of one prefill)
     refills: int | None = None  # a stream's admissions of new rows (None: a plain batch)
     slots: int | None = None  # a stream's rows decoding at once
@@ -191,11 +167,11 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
     prompt_len = enc["input_ids"].shape[1]
     clock = StepClock(device)
     timing: dict = {}
-    if plan.path is Path.DECODE:
+    if plan.step is not None:
         clock.start()
         out, recorder = _decode(lm, plan, enc, clock, seeds, _refill(lm, plan, prompts, slots) if stream else None)
         times = clock.stop()
-        new, steps, compactions, kv = out.tokens, out.steps, out.compactions, out.kv_cache
+        new, steps, compactions = out.tokens, out.steps, out.compactions
         timing["samples"] = plan.samples
         if stream:
             latency, ttft, tpot = out.timeline.seconds(times, out.finished.timed, plan.config.max_new_tokens)
@@ -205,21 +181,20 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
         if plan.samples > 1:  # generate() has no prefill to share: each sample its own row from the start
             enc = {k: v.repeat_interleave(plan.samples, dim=0) for k, v in enc.items()}
         processors = LogitsProcessorList([clock])
-        if plan.sampler is not None:
-            processors.extend(build_warpers(plan.sampler))
+        if plan.rules.warpers is not None:
+            processors.extend(plan.rules.warpers)
             processors.append(SeededSampler(seeds, device, max_steps=plan.config.max_new_tokens))
         criteria = StoppingCriteriaList()
         recorder = None
         if plan.config.num_beams == 1 and plan.assistant is None:
-            stop = StopStrings(lm.tokenizer, list(plan.stop)) if plan.stop else None
-            recorder = FinishRecorder(prompt_len, eos_ids(plan.config), stop, len(seeds), device)
+            recorder = FinishRecorder(prompt_len, plan.rules.ends.eos, plan.rules.stop, len(seeds), device)
             criteria.append(recorder)
         clock.start()
         out = _generate(lm, plan, enc, processors, criteria)
         times = clock.stop()
-        new, steps, compactions, kv = out[:, prompt_len:].cpu(), out.shape[1] - prompt_len, None, None
+        new, steps, compactions = out[:, prompt_len:].cpu(), out.shape[1] - prompt_len, None
     ids, mask = enc["input_ids"].cpu(), enc["attention_mask"].cpu()
-    return RawBatch(len(prompts), ids, mask, new, recorder, times, steps, compactions, kv, **timing)
+    return RawBatch(len(prompts), ids, mask, new, recorder, times, steps, compactions, **timing)
 
 
 def finish_batch(tok, plan: Plan, raw: RawBatch) -> BatchOutput:
@@ -244,7 +219,7 @@ def finish_batch(tok, plan: Plan, raw: RawBatch) -> BatchOutput:
         ttft_s=[round(x, 6) for x in raw.ttft_s] if raw.ttft_s is not None else None,
         tpot_s=[x if x is None else round(x, 6) for x in raw.tpot_s] if raw.tpot_s is not None else None,
     )
-    return BatchOutput(texts, ids, reasons, prompt_ids, timing, raw.kv_cache)
+    return BatchOutput(texts, ids, reasons, prompt_ids, timing)
 
 
 def generate_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: list[int]) -> BatchOutput:
@@ -276,14 +251,13 @@ def run_with_oom_retry(lm: LoadedModel, plan: Plan, prompts, seeds, notes: list[
 
 
 def warm_up(lm: LoadedModel, plan: Plan, prompts: list[PromptItem]) -> None:
-    """One short untimed generate() per loaded model (kernels, allocator, caches)."""
-    if lm.warmed:
+    """One short untimed batch on the plan's own path (its loop, chooser and cache, or generate() with its
+    draft model): kernels, allocator, caches; once per loaded model."""
+    models = [lm] if plan.assistant is None else [lm, plan.assistant]
+    if all(m.warmed for m in models):
         return
-    short = GenerationConfig(
-        **{**plan.config.to_dict(), "max_new_tokens": 2, "min_new_tokens": None, "stop_strings": None}
-    )
-    enc = lm.tokenizer([p.prompt for p in prompts], return_tensors="pt", padding=True).to(lm.device)
-    with torch.inference_mode():
-        lm.model.generate(**enc, generation_config=short)
+    seeds = [0] * len(prompts) * plan.samples
+    run_batch(lm, plan.shortened(2, None), prompts, seeds)
     synchronize(lm.device)
-    lm.warmed = True
+    for m in models:
+        m.warmed = True

@@ -1,20 +1,18 @@
 """Running one job: what local mode and the RQ worker both call (`run_job`).
 
 `run_job(spec, store=..., runtime=...)` loads (or reuses) the model on the runtime's
-pinned device, plans the job once (`plan_job`: worker.engine.plan's choices, the warm-up,
-then the batch plan), generates every prompt of the shard in batches (`generate_job`),
-measures, and writes to the store: generations.jsonl and log.jsonl first, result.json
-last (create-only), so a job is complete exactly when its result.json exists and a
-retry never doubles a result.
+pinned device, plans the job once (`plan_job`: worker.engine.plan's choices with the prompts
+tokenised once, the warm-up on the plan's path, then the batch plan beside it), generates
+every prompt of the shard in batches (`generate_job`), measures, and writes to the store:
+generations.jsonl and log.jsonl first, result.json last (create-only), so a job is complete
+exactly when its result.json exists and a retry never doubles a result.
 """
 
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import datetime as dt
 import hashlib
-import os
 import threading
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,7 +34,8 @@ from worker.engine.device import device_info, resolve_device
 from worker.engine.features import featurize
 from worker.engine.models import LoadedModel, ModelCache, quiet_transformers
 from worker.engine.plan import BatchPlan, Plan, configure
-from worker.engine.record import engine_record, provenance
+from worker.engine.provenance import provenance
+from worker.engine.record import engine_record, generation_config
 from worker.engine.samples import Generated, keep_best
 from worker.engine.scoring import retokenised, same_tokenizer, score_nll
 from worker.engine.telemetry import EnergyCounter, Sampler
@@ -61,15 +60,15 @@ class EngineSettings:
 
     @classmethod
     def from_environment(cls) -> EngineSettings:
-        """The settings as the table resolves them (DECODEBENCH_* or defaults), and POD_NAME and NODE_NAME."""
+        """The settings as the table resolves them (DECODEBENCH_*, POD_NAME and NODE_NAME, or defaults)."""
         return cls(
             model_cache_size=settings.get("model_cache_size"),
             model_cache_mb=settings.get("model_cache_mb"),
             auto_batch_max=settings.get("auto_batch_max"),
             sdpa_cudnn=settings.get("sdpa_cudnn"),
             image=settings.get("image"),
-            pod=os.environ.get("POD_NAME"),
-            node=os.environ.get("NODE_NAME"),
+            pod=settings.get("pod"),
+            node=settings.get("node"),
         )
 
 
@@ -105,7 +104,7 @@ def _runs(groups, refill: bool) -> list[tuple[list, int | None]]:
     return runs
 
 
-def _generate(runtime: Runtime, lm: LoadedModel, plan: Plan, seeds_of, notes):
+def _generate(runtime: Runtime, lm: LoadedModel, plan: Plan, batches: BatchPlan, seeds_of, notes):
     """Every batch (or stream) of the job, measured: [(prompts, BatchOutput)] and the memory readings.
 
     A batch's host half (copying tokens out, detokenising, cutting at stop strings,
@@ -118,7 +117,7 @@ def _generate(runtime: Runtime, lm: LoadedModel, plan: Plan, seeds_of, notes):
     pending, door = [], _Door()
     try:
         with Sampler(runtime.device) as sampler, ThreadPoolExecutor(1, thread_name_prefix="decodebench-finish") as pool:
-            for batch, slots in _runs(plan.batches.groups, plan.refill):
+            for batch, slots in _runs(batches.groups, plan.refill):
                 before = energy.read()
                 seeds = [seed for p in batch for seed in seeds_of[p.id]]  # a prompt's samples one after another
                 raws = gen.run_with_oom_retry(lm, plan, batch, seeds, notes, slots)
@@ -222,28 +221,27 @@ def _features(job: JobSpec, runtime: Runtime, items: list[Generated], batch_size
     return {(g.prompt.id, g.sample): (f, by_ref.get(g.prompt.id)) for g, f in zip(items, feats)}, info
 
 
-def plan_job(job: JobSpec, runtime: Runtime, lm: LoadedModel) -> Plan:
-    """The job's plan, decided once: the strategy's choices (worker.engine.plan.configure, with the assistant
-    model where the strategy has one), the shard tokenised once, the warm-up run before any probe (so that a
-    probe times warm kernels), then the batch plan."""
+def plan_job(job: JobSpec, runtime: Runtime, lm: LoadedModel) -> tuple[Plan, BatchPlan]:
+    """The job's plan, decided once from everything it needs (worker.engine.plan.configure: the strategy, the
+    settings, the shard tokenised once, the assistant model where the strategy has one), the warm-up on its
+    path run before any probe (so that a probe times warm kernels), then the batch plan beside it."""
     assistant = job.strategy.params.get("assistant") if get_strategy(job.strategy.name).kind is Kind.ASSISTED else None
     draft = runtime.cache.get(ModelSpec(path=assistant, dtype=job.model.dtype), runtime.device) if assistant else None
-    plan = configure(lm, job.strategy, job.generation, draft)
-    ids = chat.prompt_ids(lm.tokenizer, job)  # raw text, or the chat template rendered once
-    if chat.is_chat(lm.tokenizer, job):  # a turn ends at the template's end of turn as well as at EOS
-        plan.config.eos_token_id = chat.stop_ids(lm.tokenizer, plan.config.eos_token_id)
-    plan = dataclasses.replace(plan, prompt_ids={p.id: row for p, row in zip(job.prompts, ids)})
-    longest = max((len(row) for row in ids), default=0)
+    prompts = chat.encoded(lm.tokenizer, job)  # raw text, or the chat template rendered once
+    plan = configure(lm, job.strategy, job.generation, prompts, draft)
+    lengths = [len(prompts.ids[p.id]) for p in job.prompts]
     for m in (lm, draft) if draft is not None else (lm,):  # before any allocation: no position past the end
         why = context_refusal(
-            model_positions(m.model.config.to_dict()), longest, job.generation.max_new_tokens, m.spec.label
+            model_positions(m.model.config.to_dict()),
+            max(lengths, default=0),
+            job.generation.max_new_tokens,
+            m.spec.label,
         )
         if why:
             raise PermanentJobError(why)
     if plan.warmup:
-        for model in (lm, draft) if draft is not None else (lm,):
-            gen.warm_up(model, plan, job.prompts[:1])
-    return dataclasses.replace(plan, batches=plan_batches(job, runtime, lm, plan, [len(row) for row in ids]))
+        gen.warm_up(lm, plan, job.prompts[:1])
+    return plan, plan_batches(job, runtime, lm, plan, lengths)
 
 
 def plan_batches(job: JobSpec, runtime: Runtime, lm: LoadedModel, plan: Plan, lengths: list[int]) -> BatchPlan:
@@ -287,15 +285,15 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
     """Generate and measure one job; touches no store."""
     started = _now()
     lm = runtime.cache.get(job.model, runtime.device)
-    plan = plan_job(job, runtime, lm)
+    plan, batches = plan_job(job, runtime, lm)
     notes: list[str] = list(plan.notes)
     if plan.assistant is not None and job.generation.batch_size != 1:
         notes.append(
             f"assisted decoding runs one prompt at a time in transformers: batch_size {job.generation.batch_size} -> 1"
         )
     seeds_of = samples.seeds(job)
-    outputs, memory = _generate(runtime, lm, plan, seeds_of, notes)
-    bs = plan.batches.scorer_size
+    outputs, memory = _generate(runtime, lm, plan, batches, seeds_of, notes)
+    bs = batches.scorer_size
     items, ranks, known = samples.generations(outputs, seeds_of), None, None
     if job.strategy.best_of is not None:
         items, ranks, known = _best_of(job, runtime, lm, items, bs)
@@ -310,15 +308,15 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         job=job,
         started_at=started,
         finished_at=_now(),
-        generation_config=plan.describe(),
+        generation_config=generation_config(plan),
         batches=[part.timing for _, part in outputs],
         load_s=lm.info["load_s"],
         n_generations=len(records),
         new_tokens=sum(r.n_new_tokens for r in records),
         memory=memory,
-        provenance=provenance(job, runtime, lm.info, scorer_info, featurizer_info),
+        provenance=provenance(job, runtime, {"model": lm.info, "scorer": scorer_info, "featurizer": featurizer_info}),
         notes=notes,
-        engine=engine_record(lm, plan, runtime, [part for _, part in outputs]),
+        engine=engine_record(lm, plan, batches, runtime, [part for _, part in outputs]),
     )
     if (rendered := chat.chat_record(lm.tokenizer, job, plan.prompt_ids)) is not None:
         result.engine["chat"] = rendered

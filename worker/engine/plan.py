@@ -1,15 +1,18 @@
 """The execution plan of a job: every choice of how it runs, made once, here, before anything runs.
 
-`configure(lm, strategy, settings)` turns a strategy variant on a loaded model into a frozen
-`Plan`: the transformers GenerationConfig (with the engine's seeded sampler taking over the
-sampling settings), the `Path` the batches take, the step of the decode loop, the KV-cache kind,
-the prepared mask, continuous refill and the warm-up. The job adds the batch plan
-(`worker.engine.batching.plan_batches`) with `dataclasses.replace`; nothing downstream decides
-again, and `Plan.record()` goes into result.json as it is.
+`configure(lm, strategy, settings, prompts, assistant)` turns a strategy variant on a loaded model,
+with the job's prompts tokenised once (worker.engine.chat: a chat model's turns end at its end of
+turn too), into a frozen `Plan`: the transformers GenerationConfig (with the engine's seeded
+sampler taking over the sampling settings), the `Path` the batches take, the token chooser of the
+decode loop, the KV-cache kind, the prepared mask, continuous refill, the warm-up, and the rules
+every token choice obeys (worker.engine.choose.Rules), built once. The batch plan
+(`worker.engine.batching`, `job.plan_batches`) is decided from the plan and kept beside it;
+nothing downstream decides again, and worker.engine.record writes the plan into result.json.
 
-A strategy declares its kind (`worker.strategies.Kind`); `STEPS` maps a kind to its step of the
-decode loop (worker.engine.decode), which runs over the preallocated cache where the model's layers
-are plain (and the step does not repeat rows) and over transformers' own cache elsewhere. Where the
+A strategy declares its kind (`worker.strategies.Kind`); `STEPS` maps a kind to its token chooser
+(worker.engine.choose, worker.engine.loops), which the decode loop (worker.engine.decode) runs over
+the preallocated cache where the model's layers are plain (and the chooser does not repeat rows)
+and over transformers' own cache elsewhere. Where the
 loop cannot reproduce what generate() would do, transformers' generate() runs the batch
 (`Path.GENERATE`): beam search on a model whose cache cannot be reordered or with settings the step
 does not reproduce, assisted decoding, processors the engine does not rebuild, a static cache.
@@ -19,22 +22,26 @@ model whose cache the loop cannot reorder is refused, in one line.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import torch
 from transformers import GenerationConfig
 
 from worker.core.contract import GenerationSettings, PromptItem, StrategySpec
 from worker.core.errors import PermanentJobError
+from worker.engine import chat
+from worker.engine.call import ModelCall
+from worker.engine.choose import Chooser, Rules, rules
 from worker.engine.custom import step_class
-from worker.engine.decode import Step
 from worker.engine.loops import beam, contrastive
 from worker.engine.loops.beam_step import BeamStep
 from worker.engine.models import LoadedModel, prepared_mask, probes
-from worker.engine.modifiers import only_modifiers
-from worker.engine.sampling import SAMPLING_KEYS
+from worker.engine.modifiers import RowModifiers, only_modifiers
+from worker.engine.sampling import SAMPLING_KEYS, SeededSampler
 from worker.strategies import Kind, Strategy, get_strategy
 
 
@@ -53,16 +60,18 @@ class Cache(str, Enum):
     STATIC = "static"  # transformers' static cache (compiled forward pass on CUDA)
 
 
-# kind -> the step of the decode loop that decodes it
-STEPS: dict[Kind, type[Step]] = {
-    Kind.TOKEN: Step,
+# kind -> the token chooser of the decode loop that decodes it
+STEPS: dict[Kind, type[Chooser]] = {
+    Kind.TOKEN: Chooser,
     Kind.CONTRASTIVE: contrastive.ContrastiveStep,
     Kind.BEAM: BeamStep,
     Kind.DIVERSE_BEAM: BeamStep,
 }
 # kinds transformers 5 no longer runs, and a strategy's own step (Kind.CUSTOM: a plugin's, worker.engine.custom)
 ONLY_THE_ENGINE = frozenset({Kind.CONTRASTIVE, Kind.DIVERSE_BEAM, Kind.CUSTOM})
-OWN_STEPS = frozenset({Kind.CONTRASTIVE, Kind.BEAM, Kind.DIVERSE_BEAM})  # steps with parameters of their own
+
+
+NO_PROMPTS = chat.Prompts({})  # a plan without the job's prompts: each batch tokenises its own
 
 
 @dataclass(frozen=True)
@@ -77,60 +86,55 @@ class BatchPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """How one job runs, decided once (`configure`); the job adds `batches` and `prompt_ids`."""
+    """How one job runs, decided once (`configure`); worker.engine.record writes it into result.json."""
 
     config: GenerationConfig  # what generate() would be given (sampling settings moved to `sampler`)
     kind: Kind
-    path: Path
-    step: type[Step] | None  # the decode loop's step (Path.DECODE)
-    params: Mapping[str, Any]  # the step's parameters
+    step: type[Chooser] | None  # the decode loop's token chooser; None: transformers' generate() runs the job
+    params: Mapping[str, Any]  # the chooser's parameters
     cache: Cache
     mask: bool  # decode steps (and contrastive search's candidates) pass SDPA a prepared 4D mask
     refill: bool  # a job of several batches runs as one stream of batch_size rows
     warmup: bool  # one untimed short batch per loaded model before anything is timed
-    rows_each: int  # KV-cache rows a prompt occupies (samples; beams; contrastive candidates over a repeated cache)
-    sampler: Mapping[str, Any] | None  # the seeded sampler's warpers (sampling strategies), else None
+    sampler: Mapping[str, Any] | None  # the seeded sampler's warper settings (sampling strategies), else None
     stop: tuple[str, ...]
+    rules: Rules  # what every token choice obeys (processors, warpers, stop strings, ends), built once
     assistant: LoadedModel | None = None  # assisted decoding's draft model
     notes: tuple[str, ...] = ()  # what the result's notes say about the set-up
     samples: int = 1  # generations per prompt (the decode loop prefills a prompt once for all of them)
-    batches: BatchPlan | None = None
-    prompt_ids: Mapping[str, list[int]] | None = field(default=None, repr=False)  # the prompts, tokenised once
+    prompt_ids: Mapping[str, list[int]] = field(default_factory=dict, repr=False)  # the prompts, tokenised once
 
-    def record(self) -> dict[str, Any]:
-        """The plan as result.json records it."""
-        return {
-            "path": self.path.value,
-            "kind": self.kind.value,
-            "step": None if self.step is None else f"{self.step.__module__}.{self.step.__name__}",
-            "cache": self.cache.value,
-            "prepared_mask": self.mask,
-            "refill": self.refill,
-            "warmup": self.warmup,
-            "rows_per_prompt": self.rows_each,
-            **({"samples": self.samples} if self.samples > 1 else {}),
-        }
+    @property
+    def path(self) -> Path:
+        """Which code runs the job's batches: the decode loop where the plan has a chooser."""
+        return Path.DECODE if self.step is not None else Path.GENERATE
 
-    def describe(self) -> dict[str, Any]:
-        """The generation config as result.json records it, with what the engine adds."""
-        out = self.config.to_dict()
-        if self.kind in OWN_STEPS and self.path is Path.DECODE:  # the strategy's parameters, as recorded before
-            out["decodebench_loop"] = {"function": f"{self.step.__module__}.{self.step.__name__}", **self.params}
-        if self.assistant is not None:
-            out["decodebench_assistant"] = self.assistant.info
-        out["decodebench_decode"] = (
-            "worker.engine.decode: own loop, finished rows dropped from the batch"  # as results have always said
-            if self.path is Path.DECODE
-            else "transformers generate()"
+    @property
+    def rows_each(self) -> int:
+        """KV-cache rows a prompt occupies: its samples, its beams, or contrastive search's k candidates where
+        they are rows of a repeated cache (without the prepared mask)."""
+        return _rows_each(self.kind, self.mask, self.config, self.params) * self.samples
+
+    def call(self, model) -> ModelCall:
+        """The decode loop's model call: the model with the plan's mask and cache."""
+        return ModelCall.of(model, mask=self.mask, preallocated=self.cache is Cache.PREALLOCATED)
+
+    def chooser(self, sampler: SeededSampler | None, prompts: int, device) -> Chooser:
+        """The token chooser of a decode call of `prompts` prompts, an output row per generation (their samples)."""
+        if self.step is None:
+            raise ValueError(f"a plan on {self.path.value} has no chooser")
+        ends = self.rules.ends
+        tokens = torch.full((prompts * self.samples, ends.max_new + 1), ends.fill, dtype=torch.long, device=device)
+        return self.step(self.rules, sampler, tokens, self.samples, **self.step.options(self.params))
+
+    def shortened(self, max_new: int, min_new: int | None) -> Plan:
+        """The plan of a short run of the same job (the warm-up, the CPU batch-size probe): other lengths only."""
+        config = GenerationConfig(
+            **{**self.config.to_dict(), "max_new_tokens": max_new, "min_new_tokens": min_new, "max_length": None}
         )
-        if self.sampler is not None:
-            from worker.engine.sampling import SeededSampler
-
-            out["decodebench_sampler"] = {
-                "method": SeededSampler.method + ", after transformers warpers",
-                **{k: v for k, v in self.sampler.items() if not k.startswith("_")},
-            }
-        return out
+        ends = self.rules.ends._replace(max_new=max_new)
+        short = self.rules._replace(processors=RowModifiers(config), ends=ends)
+        return dataclasses.replace(self, config=config, rules=short)
 
 
 def generation_config(lm: LoadedModel, kwargs: dict[str, Any], settings: GenerationSettings) -> GenerationConfig:
@@ -145,12 +149,11 @@ def generation_config(lm: LoadedModel, kwargs: dict[str, Any], settings: Generat
     return cfg
 
 
-def _take_sampling(cfg: GenerationConfig, device) -> dict[str, Any] | None:
+def _take_sampling(cfg: GenerationConfig) -> dict[str, Any] | None:
     """The sampling settings, moved from generate()'s config to the engine's seeded sampler."""
     if not (cfg.do_sample and cfg.num_beams == 1):
         return None
     sampler = {k: getattr(cfg, k) for k in SAMPLING_KEYS}
-    sampler["_device"] = device
     cfg.do_sample = False
     cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, cfg.typical_p = 1.0, None, 1.0, None, 1.0
     cfg.epsilon_cutoff, cfg.eta_cutoff = 0.0, 0.0
@@ -158,15 +161,22 @@ def _take_sampling(cfg: GenerationConfig, device) -> dict[str, Any] | None:
 
 
 def configure(
-    lm: LoadedModel, strategy: StrategySpec, settings: GenerationSettings, assistant: LoadedModel | None = None
+    lm: LoadedModel,
+    strategy: StrategySpec,
+    settings: GenerationSettings,
+    prompts: chat.Prompts = NO_PROMPTS,
+    assistant: LoadedModel | None = None,
 ) -> Plan:
-    """The plan of a strategy variant on a loaded model (without its batches: the job adds them)."""
+    """The plan of a strategy variant on a loaded model for the job's `prompts` (tokenised once: the
+    job's worker.engine.chat.encoded; none: each batch tokenises its own), with its draft model."""
     registered = get_strategy(strategy.name)
     kind, params = registered.kind, registered.validate(strategy.params)
     if strategy.samples is not None and not registered.stochastic:  # a job the planner would never have made
         raise PermanentJobError(f"samples: strategy {strategy.name} is deterministic; samples is for stochastic ones")
     cfg = generation_config(lm, registered.generation_kwargs(strategy.params), settings)
-    sampler = _take_sampling(cfg, lm.device)
+    if prompts.chat:  # a turn ends at the template's end of turn as well as at EOS
+        cfg.eos_token_id = chat.stop_ids(lm.tokenizer, cfg.eos_token_id)
+    sampler = _take_sampling(cfg)
     if (cfg.num_beams > 1 or kind is Kind.ASSISTED) and settings.stop:
         cfg.stop_strings = list(settings.stop)
     notes = []
@@ -193,23 +203,23 @@ def configure(
     return Plan(
         config=cfg,
         kind=kind,
-        path=path,
         step=step,
         params=params,
         cache=cache,
         mask=mask,
         refill=preallocated and settings.refill,  # refill writes newcomers into the preallocated buffers
         warmup=settings.warmup,
-        rows_each=_rows_each(kind, mask, cfg, params) * samples,
         sampler=sampler,
         stop=tuple(settings.stop),
+        rules=rules(cfg, sampler, tuple(settings.stop), lm.tokenizer, lm.device),
         assistant=assistant,
         notes=tuple(notes),
         samples=samples,
+        prompt_ids=prompts.ids,
     )
 
 
-def _path(lm: LoadedModel, kind: Kind, cfg: GenerationConfig, name: str) -> tuple[Path, type[Step] | None]:
+def _path(lm: LoadedModel, kind: Kind, cfg: GenerationConfig, name: str) -> tuple[Path, type[Chooser] | None]:
     """The path of the job's batches and, on the decode loop, its step; a kind only the engine runs, on a
     model whose cache its step cannot drive, is refused in one line."""
     step = decode_step(lm, kind, cfg)
@@ -223,7 +233,7 @@ def _path(lm: LoadedModel, kind: Kind, cfg: GenerationConfig, name: str) -> tupl
     return Path.GENERATE, None
 
 
-def _custom_step(registered: Strategy, cfg: GenerationConfig) -> type[Step]:
+def _custom_step(registered: Strategy, cfg: GenerationConfig) -> type[Chooser]:
     """A Kind.CUSTOM strategy's step, where the decode loop applies all the model's generation config asks."""
     if not only_modifiers(cfg):
         raise PermanentJobError(
@@ -233,7 +243,7 @@ def _custom_step(registered: Strategy, cfg: GenerationConfig) -> type[Step]:
     return step_class(registered)
 
 
-def decode_step(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> type[Step] | None:
+def decode_step(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> type[Chooser] | None:
     """The decode loop's step for the kind where the loop reproduces generate() (or, for the kinds only
     the engine runs, the method): processors the loop rebuilds only; greedy search and sampling over the
     dynamic cache; beam search where its step reproduces generate()'s and the model's cache can be

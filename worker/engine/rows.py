@@ -16,6 +16,7 @@ way however rows come and go.
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import torch
 
@@ -24,13 +25,27 @@ from worker.engine.kvcache import append_rows, trim_front
 _SERIAL = itertools.count()  # tells Rows objects apart (an id() may be reused once one is freed)
 
 
+class Ends(NamedTuple):
+    """What ends a row: its EOS ids, the pad that follows (None: the first EOS id) and max_new_tokens."""
+
+    eos: list[int]
+    pad: int | None
+    max_new: int
+
+    @property
+    def fill(self) -> int:
+        """The token written after a row's end."""
+        return self.pad if self.pad is not None else (self.eos[0] if self.eos else 0)
+
+
 class Rows:
-    def __init__(self, input_ids, attn, eos, pad, max_new: int, *, first=0, total=None, queue: Rows | None = None):
+    def __init__(self, input_ids, attn, ends: Ends, *, first=0, total=None, queue: Rows | None = None):
         """`first`: the queue index of the first row; `queue`: the Rows whose per-queue record
         (`n_new`, `at_eos`) these rows share, else a record of `total` rows (default: these)."""
         batch, width = input_ids.shape
         device = input_ids.device
-        self.pad = pad if pad is not None else (eos[0] if eos else 0)
+        eos, max_new = ends.eos, ends.max_new
+        self.pad = ends.fill
         self.max_new = max_new
         self._ids = input_ids.new_full((batch, width + max_new), self.pad)
         self._attn = attn.new_ones((batch, width + max_new))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -120,8 +121,8 @@ class SeededSampler(LogitsProcessor):
         return out.scatter_(1, picks[:, None], 0.0)
 
 
-def build_warpers(cfg: dict[str, Any]) -> list[LogitsProcessor]:
-    """transformers' own warpers for a sampling config, in the order generate() applies them."""
+def build_warpers(cfg: Mapping[str, Any], device) -> list[LogitsProcessor]:
+    """transformers' own warpers for a sampling config, in the order generate() applies them, on `device`."""
     w: list[LogitsProcessor] = []
     if (cfg.get("temperature") or 1.0) != 1.0:
         w.append(lp.TemperatureLogitsWarper(cfg["temperature"]))
@@ -136,5 +137,5 @@ def build_warpers(cfg: dict[str, Any]) -> list[LogitsProcessor]:
     if cfg.get("epsilon_cutoff"):
         w.append(lp.EpsilonLogitsWarper(epsilon=cfg["epsilon_cutoff"]))
     if cfg.get("eta_cutoff"):
-        w.append(lp.EtaLogitsWarper(epsilon=cfg["eta_cutoff"], device=cfg["_device"]))
+        w.append(lp.EtaLogitsWarper(epsilon=cfg["eta_cutoff"], device=device))
     return w

@@ -59,7 +59,11 @@ class StepClock(LogitsProcessor):
         self._marks.append(self._stamp())
         return len(self._marks) - 1
 
-    def __call__(self, input_ids, scores):
+    def tick(self) -> None:
+        """Stamp a decoding step (the engine's decode loop, once its logits are asked for)."""
+        self._steps.append(self._stamp())
+
+    def __call__(self, input_ids, scores):  # as generate()'s logits processor
         self._steps.append(self._stamp())
         return scores
 

@@ -116,7 +116,7 @@ class Strategy:
     to_config: Callable[[dict[str, Any]], dict[str, Any]]
     kind: Kind = Kind.TOKEN
     citation: str = ""
-    # Kind.CUSTOM: "module:Class" of the step (a worker.engine.custom.TokenStep or decode.Step subclass) in
+    # Kind.CUSTOM: "module:Class" of the step (a worker.engine.custom.TokenStep or choose.Chooser subclass) in
     # the installed package that declares the strategy; imported by the engine only, never named by a sweep
     step: str = ""
     plugin: str = ""  # where a plugin's strategy comes from: "<entry point> from <distribution> <version>"

@@ -8,34 +8,30 @@ next prompts take them. A prompt's pools (running scores, its groups' finished h
 are kept per queued prompt, and each step works on the live prompts' rows only, at each
 prompt's own step (prompts that joined later are at earlier steps).
 
-Each loop step: `advance` takes the rows' last logits, scores every group's candidates,
-updates the pools, reorders the rows (and the KV cache, in place) to the beams' parents and
-appends the beams' tokens; `forward` runs the model on those tokens. At the end `finish`
-writes each prompt's best hypothesis.
+`BeamStep` is the token chooser (worker.engine.choose) of the search. After the prefill
+(`prefilled`) each prompt's row is copied to its beams. Each loop step: `advance` takes the rows'
+last logits, scores every group's candidates, updates the pools, reorders the rows (and the KV
+cache, in place) to the beams' parents and appends the beams' tokens; the loop's model call
+(worker.engine.call) runs the model on those tokens. At the end `finish` writes each prompt's best
+hypothesis.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any
 
 import torch
-from transformers import Cache
 
-from worker.engine.decode import Finished, Step
+from worker.engine.choose import Chooser, Finished
 from worker.strategies.diverse_beam import check_groups
 
 
-class _Stepped(NamedTuple):
-    logits: torch.Tensor  # (rows, vocabulary): each beam row's last logits
-    cache: Cache  # the rows' KV cache, which the step reorders to the beams' parents
-
-
 @dataclass
-class BeamStep(Step):
-    """(Diverse) beam search's step of the decode loop: `num_beams` rows a prompt, the search's state per
-    queued prompt, every prompt's best hypothesis written out by `finish`."""
+class BeamStep(Chooser):
+    """(Diverse) beam search's token choice in the decode loop: `num_beams` rows a prompt, the search's state
+    per queued prompt, every prompt's best hypothesis written out by `finish`."""
 
     num_beams: int = 4
     num_beam_groups: int = 1
@@ -43,8 +39,6 @@ class BeamStep(Step):
     length_penalty: float = 1.0
     early_stopping: bool = False
     stopping: str = "best_running"  # what a group's worst hypothesis must beat: see `_stop_groups`
-
-    describe: ClassVar[str | None] = "beam search's step (worker.engine.loops.beam_step)"
 
     @classmethod
     def options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,7 +50,9 @@ class BeamStep(Step):
         return self.num_beams
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_groups(self.num_beams, self.num_beam_groups)
+        self.max_new = self.ends.max_new
         total, dev = self.tokens.shape[0], self.tokens.device
         g, k = self.num_beam_groups, self.num_beams // self.num_beam_groups
         self.run = torch.full((total, g, k), -1e9, device=dev)
@@ -67,32 +63,26 @@ class BeamStep(Step):
         self.done = torch.zeros((total, g, k), dtype=torch.bool, device=dev)
         self.improvable = torch.ones((total, g), dtype=torch.bool, device=dev)
         self.used = torch.full((total,), -1, dtype=torch.long, device=dev)  # steps until the search ended
-        self.eos_ids = torch.tensor(self.eos, dtype=torch.long, device=dev)
+        self.eos_ids = torch.tensor(self.ends.eos, dtype=torch.long, device=dev)
         self._work = None  # (the rows' layout, their prompts, the prompts' state)
 
     def _pad(self) -> int:
-        return self.pad if self.pad is not None else (self.eos[0] if self.eos else 0)
+        return self.ends.fill
 
-    def prefill(self, rows, prealloc, **more):
-        """The prompts, then every prompt's row copied to its beams (rows and cache)."""
-        out, cache = super().prefill(rows, prealloc, **more)
+    def prefilled(self, call, out, rows, cache):
+        """Every prompt's row copied to its beams (rows and cache); the beams' last logits."""
         beams = torch.arange(rows.live.numel(), device=rows.live.device).repeat_interleave(self.num_beams)
         rows.reorder(beams, cache)
-        return _Stepped(out.logits[:, -1][beams], cache), cache
+        return _Logits(out.logits[:, -1:][beams])
 
-    def forward(self, rows, cache):
-        out, cache = super().forward(rows, cache)
-        return _Stepped(out.logits[:, -1], cache), cache
-
-    def advance(self, out: _Stepped, rows, clocked: bool = True) -> None:
+    def advance(self, out, rows, cache) -> None:
         """One step of every live prompt's search; the rows become the beams' parents plus their tokens."""
-        logp = torch.log_softmax(out.logits.float(), dim=-1)
-        logp = self.clock(rows.ids, logp) if clocked else logp
+        logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
         logp = self.processors(rows, logp)
         n, groups = self.num_beams, self.num_beam_groups
         prompts, t = rows.live[::n], rows.steps[::n]  # queue index and tokens so far, per live prompt
         parents, tokens, searched = self._search(rows, logp.view(prompts.numel(), groups, n // groups, -1), prompts, t)
-        rows.reorder(parents.view(-1), out.cache)
+        rows.reorder(parents.view(-1), cache)
         rows.append(tokens.view(-1))
         rows.unfinished = searched.repeat_interleave(n)
 
@@ -209,3 +199,10 @@ class BeamStep(Step):
         n_new = torch.where(at_eos | (length < self.max_new), length, -1)
         used = torch.where(self.used > 0, self.used, length)
         return Finished(n_new.tolist(), at_eos.tolist(), used.tolist())
+
+
+@dataclass
+class _Logits:
+    """The beams' last logits after the prefill, as a model's output holds them: (rows, 1, vocabulary)."""
+
+    logits: torch.Tensor

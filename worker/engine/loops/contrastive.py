@@ -12,41 +12,44 @@ copied, and the winner's keys and values are moved into place afterwards
 rounding (the tests compare tokens with the repeated cache and with a cache-free
 implementation written from the paper).
 
-`ContrastiveStep` is the step either way (worker.engine.decode: compaction, per-row penalties and,
-over the preallocated cache, continuous refill): its candidates share their row's cache where the
-plan's mask is the prepared one, and run over transformers' own cache repeated k times elsewhere
-(worker.engine.plan).
+`ContrastiveStep` is the token chooser either way (worker.engine.choose; the decode loop,
+worker.engine.decode, gives it compaction, per-row penalties and, over the preallocated cache,
+continuous refill): its decode step's pass is its candidates' (`forward_of`), through the loop's
+model call (worker.engine.call), which share their row's cache where the plan's mask is the
+prepared one, and run over transformers' own cache repeated k times elsewhere (worker.engine.plan).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-from worker.engine.decode import Step
+from worker.engine.call import ModelCall
+from worker.engine.choose import Chooser
 from worker.engine.kvcache import keep_candidate
 
 
-def _repeated(model, cache_kw: str, past, attn, top_ids):
+def _repeated(call: ModelCall, past, attn, top_ids):
     """One forward pass of every live row's k candidates over its cache repeated k times:
     (the cache, the candidates' logits (live, k, V) and last hidden states (live, k, D))."""
     n, k = top_ids.shape
     past.batch_repeat_interleave(k)
     cand_attn = torch.cat([attn, attn.new_ones(n, 1)], dim=-1).repeat_interleave(k, dim=0)
     cand_pos = attn.sum(-1, keepdim=True).repeat_interleave(k, dim=0)
-    cand = model(
+    cand = call.model(
         input_ids=top_ids.reshape(-1, 1),
         attention_mask=cand_attn,
         position_ids=cand_pos,
         use_cache=True,
         output_hidden_states=True,
-        **{cache_kw: past},
+        **{call.keyword: past},
     )
     hidden = cand.hidden_states[-1][:, -1, :].reshape(n, k, -1)
-    return getattr(cand, cache_kw), cand.logits[:, -1, :].reshape(n, k, -1), hidden
+    return getattr(cand, call.keyword), cand.logits[:, -1, :].reshape(n, k, -1), hidden
 
 
 def _keep_repeated(past, best, k: int) -> None:
@@ -54,21 +57,21 @@ def _keep_repeated(past, best, k: int) -> None:
     past.batch_select_indices(torch.arange(best.shape[0], device=best.device) * k + best)
 
 
-def _shared(model, cache_kw: str, past, attn, top_ids):
+def _shared(call: ModelCall, past, attn, top_ids):
     """One forward pass of every live row's k candidates as k tokens of the row, all at its next
     position, each attending to the row's past and to itself only: as `_repeated`, without copies."""
     n, k = top_ids.shape
     own = torch.eye(k, dtype=torch.bool, device=attn.device)[None, None].expand(n, 1, k, k)
     mask = torch.cat([attn.bool()[:, None, None, :].expand(n, 1, k, attn.shape[1]), own], dim=-1)
-    cand = model(
+    cand = call.model(
         input_ids=top_ids,
         attention_mask=mask,
         position_ids=attn.sum(-1, keepdim=True).expand(n, k),
         use_cache=True,
         output_hidden_states=True,
-        **{cache_kw: past},
+        **{call.keyword: past},
     )
-    return getattr(cand, cache_kw), cand.logits, cand.hidden_states[-1]
+    return getattr(cand, call.keyword), cand.logits, cand.hidden_states[-1]
 
 
 def _best(hidden, context, context_mask, top_p, alpha: float):
@@ -89,20 +92,20 @@ class _Picked(NamedTuple):
 
 
 @dataclass
-class ContrastiveStep(Step):
-    """Contrastive search as the step of the engine's decode loop: every step is one pass of each live
-    row's k candidates over the row's own cache (`_shared`, with the prepared mask), its winner's keys
-    and values kept in place, or, without the prepared mask, over transformers' cache repeated k
+class ContrastiveStep(Chooser):
+    """Contrastive search as the token chooser of the engine's decode loop: every step is one pass of each
+    live row's k candidates over the row's own cache (`_shared`, with the prepared mask), its winner's
+    keys and values kept in place, or, without the prepared mask, over transformers' cache repeated k
     times (`_repeated`), the winners' rows selected back. The rows carry the logits of their last
     token (`Rows.carry`) and the hidden states of their columns (`Rows.context`, the degeneration
-    penalty's context), so that compaction and refill move them with the rows. Unlike the greedy
-    loop's, a row's last token is already in the cache after a step (the winner's column): the
+    penalty's context), so that compaction and refill move them with the rows. Unlike greedy
+    search's, a row's last token is already in the cache after a step (the winner's column): the
     stream's buffers hold `spare` = k more columns."""
 
     k: int = 4
     alpha: float = 0.6
 
-    describe: ClassVar[str | None] = "contrastive search's step (worker.engine.loops.contrastive)"
+    prefill_options: ClassVar[Mapping[str, Any]] = {"output_hidden_states": True}  # the rows' first context
 
     @classmethod
     def options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,31 +115,31 @@ class ContrastiveStep(Step):
     def spare(self) -> int:
         return self.k
 
-    def prefill(self, rows, prealloc):
-        """The prompts (their hidden states are the rows' first context), then the first candidate pass."""
-        out, cache = super().prefill(rows, prealloc, output_hidden_states=True)
+    def prefilled(self, call: ModelCall, out, rows, cache) -> _Picked:
+        """The prompts' hidden states are the rows' first context; then the first candidate pass."""
         rows.set_context(out.hidden_states[-1])
         rows.carry = out.logits[:, -1]
-        return self._candidates(rows, cache), cache
+        return self._candidates(call, rows, cache)
 
-    def forward(self, rows, cache):
-        return self._candidates(rows, cache), cache
+    def forward_of(self, call: ModelCall):
+        return partial(self._step, call)
 
-    def _candidates(self, rows, cache) -> _Picked:
+    def _step(self, call: ModelCall, rows, cache):
+        return self._candidates(call, rows, cache), cache
+
+    def _candidates(self, call: ModelCall, rows, cache) -> _Picked:
         scores = self.processors(rows, rows.carry.to(dtype=torch.float32, copy=True))
         top_p, top_ids = torch.softmax(scores, dim=-1).topk(self.k, dim=-1)
-        candidates, choose = (_shared, keep_candidate) if self.mask else (_repeated, _keep_repeated)
-        cache, logits, hidden = candidates(self.model, self.cache_keyword, cache, rows.attn, top_ids)
+        candidates, choose = (_shared, keep_candidate) if call.mask else (_repeated, _keep_repeated)
+        cache, logits, hidden = candidates(call, cache, rows.attn, top_ids)
         best = _best(hidden, rows.context, rows.attn.bool(), top_p, self.alpha)
         choose(cache, best, self.k)
         n = torch.arange(best.shape[0], device=best.device)
         rows.carry = logits[n, best]
         return _Picked(top_ids[n, best], hidden[n, best], scores)
 
-    def advance(self, out: _Picked, rows, clocked: bool = True) -> None:
-        """Append each live row's winner and its hidden state (the clock stamps a loop step)."""
-        if clocked:
-            self.clock(rows.ids, out.scores)
+    def advance(self, out: _Picked, rows, cache) -> None:
+        """Append each live row's winner and its hidden state."""
         nxt, column = rows.advance(out.tokens, out.scores, self.stop)
         self.tokens[rows.live, column] = nxt
         rows.set_last_context(out.hidden)

@@ -17,22 +17,18 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import platform
-import socket
-import sys
 import time
 from typing import Any
 
 import structlog
 
-import worker
-from worker.core import settings
 from worker.core.contract import JobSpec
 from worker.core.engines import engine_refusal
 from worker.core.errors import PermanentJobError
 from worker.core.policy import context_refusal
 from worker.core.results import BatchTiming, GenerationRecord, JobResult
 from worker.engine import chat
+from worker.engine.provenance import provenance
 from worker.engine.samples import Generated, keep_best
 from worker.engine.sampling import generation_seed
 from worker.engine.telemetry import EnergyCounter, Sampler
@@ -199,36 +195,15 @@ def _records(job: JobSpec, outputs, seeds: list[int | None], ids: list[list[int]
 
 
 def _provenance(job: JobSpec, runtime, loaded: LoadedLLM) -> dict[str, Any]:
-    import torch
-    import transformers
+    """The one provenance (worker.engine.provenance) with vLLM's own entries."""
     import vllm
 
-    return {
-        "decodebench": worker.__version__,
-        "engine": "vllm",
-        "vllm": vllm.__version__,
-        "host": socket.gethostname(),
-        "image": settings.get("image"),
-        "pod": os.environ.get("POD_NAME"),
-        "node": os.environ.get("NODE_NAME"),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "transformers": transformers.__version__,
-        "device": runtime.device_info,
-        "model": {"path": job.model.path, "revision": job.model.revision, "load_s": loaded.info["load_s"]},
-        "seed": job.seed,
-        "seeding": "each generation's seed = sha256(job seed, prompt id), passed as SamplingParams.seed",
-        **(
-            {
-                "samples": job.strategy.samples,
-                "sample_seeding": "SamplingParams(n): sample i is vLLM's child i, seed + i",
-            }
-            if job.strategy.samples is not None
-            else {}
-        ),
-    }
+    own = {"engine": "vllm", "vllm": vllm.__version__}
+    own["seeding"] = "each generation's seed = sha256(job seed, prompt id), passed as SamplingParams.seed"
+    if job.strategy.samples is not None:
+        own["sample_seeding"] = "SamplingParams(n): sample i is vLLM's child i, seed + i"
+    model = {"path": job.model.path, "revision": job.model.revision, "load_s": loaded.info["load_s"]}
+    return provenance(job, runtime, {"model": model}, own)
 
 
 def _engine_record(job: JobSpec, loaded: LoadedLLM, settings_: dict, timing: BatchTiming) -> dict[str, Any]:
