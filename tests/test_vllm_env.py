@@ -58,7 +58,8 @@ def test_a_task_sweep_runs_distributed_with_one_worker_per_engine(
     redis_url, s3_bucket, s3_endpoint, tmp_path, monkeypatch
 ):
     """issue 38: a task sweep (adder-tiny, exact match, samples, best_of, a temperature grid within vLLM's [0, 2])
-    on both engines through the distributed path, one worker per engine; then `decodebench report` on the S3 store
+    and a chat model (its template rendered once, the same ids to both engines) on both engines through the
+    distributed path, one worker per engine; then `decodebench report` on the S3 store
     shows accuracy with intervals, the paired comparisons and the accuracy-against-temperature figure."""
     import redis
 
@@ -71,7 +72,10 @@ def test_a_task_sweep_runs_distributed_with_one_worker_per_engine(
     python = vllm_python()
     data = {
         "name": "task-distributed",
-        "models": [{"path": str(REPO / "examples/models/adder-tiny")}],
+        "models": [  # the task model, and the chat model: its prompts rendered by its template on both engines
+            {"path": str(REPO / "examples/models/adder-tiny")},
+            {"path": str(REPO / "examples/models/austen-tiny-chat"), "system": "Answer with the sum."},
+        ],
         "prompts": {"path": str(REPO / "examples/prompts/addition.jsonl"), "limit": 8},
         "strategies": [
             {"name": "greedy"},
@@ -86,7 +90,7 @@ def test_a_task_sweep_runs_distributed_with_one_worker_per_engine(
     url = f"s3://{s3_bucket}/runs"
     store, conn = open_store(url), redis.Redis.from_url(redis_url)
     out = submit(conn, store, parse_spec(data), "default", key=SIGNING_KEY)
-    assert len(out.enqueued) == 8 and out.queue == "decodebench.default.normal, decodebench.default.normal.vllm"
+    assert len(out.enqueued) == 16 and out.queue == "decodebench.default.normal, decodebench.default.normal.vllm"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEBENCH_")}
     env.update(
         s3_env(s3_endpoint),
@@ -100,13 +104,17 @@ def test_a_task_sweep_runs_distributed_with_one_worker_per_engine(
     )
     run_workers(python, env, tmp_path)
     status = sweepstate.read_status(conn, "default", out.sweep_id)
-    assert status.complete and status.total("done") == 8, status.failures
+    assert status.complete and status.total("done") == 16, status.failures
     for job_id in out.enqueued:  # each job on the worker of its engine, and run by that engine
         result = store.load_result("default", out.sweep_id, job_id)
         ran_by = conn.hget(keys.rq_job_key("default", job_id), "worker_name").decode()
         engine = result.engine.get("name", "decodebench")  # the own engine's record has no name
         assert ran_by == f"{engine}-worker" and result.job.cell.endswith("::vllm") == (engine == "vllm"), job_id
         kept = store.load_generations("default", out.sweep_id, job_id)
+        chat = result.job.model.path.endswith("austen-tiny-chat")
+        assert ("chat" in result.engine) == chat, job_id  # the template's record (hash, prompt tokens)
+        if chat:
+            assert sum(result.engine["chat"]["prompt_tokens"].values()) == sum(b.input_tokens for b in result.batches)
         if result.job.strategy.best_of:  # one kept sample a prompt, ranked by the model on either engine
             assert len(kept) == 8 and all(len(r.best_of) == 3 for r in kept)
     for key, value in s3_env(s3_endpoint).items():
@@ -148,7 +156,9 @@ def check_task_report(store, url: str, sweep_id: str) -> None:
         return store.read_bytes(paths.report_key("default", sweep_id, paths.REPORT_FILES[name]))
 
     rows = pd.read_csv(io.BytesIO(read("csv"))).set_index("cell")
-    assert set(rows["engine"]) == {"decodebench", "vllm"} and len(rows) == 8
+    assert set(rows["engine"]) == {"decodebench", "vllm"} and len(rows) == 16
+    chat = rows.loc["austen-tiny-chat::greedy::vllm"]
+    assert chat["engine_agreement"] == 1.0 and pd.notna(chat["exact_match"])  # the chat model's template ids too
     assert rows.loc["adder-tiny::greedy::vllm", "engine_agreement"] == 1.0  # token-identical to the own engine
     for engine in ("", "::vllm"):
         greedy, hot = (
