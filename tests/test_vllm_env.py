@@ -66,7 +66,6 @@ def test_a_task_sweep_runs_distributed_with_one_worker_per_engine(
     from controller.launch.submit import submit
     from controller.sweep.load import parse_spec
     from worker import sweepstate
-    from worker.core import keys
     from worker.store import open_store
 
     python = vllm_python()
@@ -105,21 +104,29 @@ def test_a_task_sweep_runs_distributed_with_one_worker_per_engine(
     run_workers(python, env, tmp_path)
     status = sweepstate.read_status(conn, "default", out.sweep_id)
     assert status.complete and status.total("done") == 16, status.failures
-    for job_id in out.enqueued:  # each job on the worker of its engine, and run by that engine
-        result = store.load_result("default", out.sweep_id, job_id)
+    check_jobs(store, conn, out.sweep_id, out.enqueued)
+    for key, value in s3_env(s3_endpoint).items():
+        monkeypatch.setenv(key, value)
+    check_task_report(store, url, out.sweep_id)
+
+
+def check_jobs(store, conn, sweep_id: str, job_ids: list[str]) -> None:
+    """Each job ran on the worker of its engine and by that engine; a chat model's jobs carry the template's
+    record on either engine; a best_of job kept one sample a prompt."""
+    from worker.core import keys
+
+    for job_id in job_ids:  # each job on the worker of its engine, and run by that engine
+        result = store.load_result("default", sweep_id, job_id)
         ran_by = conn.hget(keys.rq_job_key("default", job_id), "worker_name").decode()
         engine = result.engine.get("name", "decodebench")  # the own engine's record has no name
         assert ran_by == f"{engine}-worker" and result.job.cell.endswith("::vllm") == (engine == "vllm"), job_id
-        kept = store.load_generations("default", out.sweep_id, job_id)
+        kept = store.load_generations("default", sweep_id, job_id)
         chat = result.job.model.path.endswith("austen-tiny-chat")
         assert ("chat" in result.engine) == chat, job_id  # the template's record (hash, prompt tokens)
         if chat:
             assert sum(result.engine["chat"]["prompt_tokens"].values()) == sum(b.input_tokens for b in result.batches)
         if result.job.strategy.best_of:  # one kept sample a prompt, ranked by the model on either engine
             assert len(kept) == 8 and all(len(r.best_of) == 3 for r in kept)
-    for key, value in s3_env(s3_endpoint).items():
-        monkeypatch.setenv(key, value)
-    check_task_report(store, url, out.sweep_id)
 
 
 def run_workers(python: Path, env: dict[str, str], logs: Path) -> None:
