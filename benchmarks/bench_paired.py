@@ -155,7 +155,7 @@ def stats_of(name: str, cell: CellData, groups: list[list[int]], names: list[str
 
 def by_pair() -> list[tuple[Callable, list[str], str]]:
     """Each simulated pair's maker, the selected metrics compared on it, and its random stream's key."""
-    if METRIC_NAMES and all(m in MARKOV_NAMES for m in METRIC_NAMES) and PROCESS[0] == "markov":
+    if PROCESS[0] == "markov":
         return [(markov_pair, list(METRIC_NAMES), "M")]
     return [
         (pair_of_cells, [m for m in METRIC_NAMES if m not in REFERENCE_NAMES], "G"),

@@ -111,6 +111,11 @@ def _cache_info(llm) -> dict[str, Any]:
     }
 
 
+def one_line(err: BaseException) -> str:
+    """vLLM's reason for a failure on one line, at most 300 characters (its type where it says nothing)."""
+    return (" ".join(str(err).split()) or type(err).__name__)[:300]
+
+
 class LLMCache:
     """The process's one LLM; a job for another model or other settings replaces it."""
 
@@ -133,8 +138,7 @@ class LLMCache:
 
             llm = LLM(**{**kwargs, "logits_processors": [processor_class()]} if filters else kwargs)
         except Exception as err:  # vLLM's reason (an unsupported architecture, a length past the model) in one line
-            reason = (" ".join(str(err).split()) or type(err).__name__)[:300]
-            raise PermanentJobError(f"engine vllm cannot load model {model.label}: {reason}") from None
+            raise PermanentJobError(f"engine vllm cannot load model {model.label}: {one_line(err)}") from None
         info = {"load_s": round(time.perf_counter() - started, 3), "kv_cache": _cache_info(llm), "env": env}
         self.loaded = LoadedLLM(key, llm, kwargs, info)
         return self.loaded

@@ -33,7 +33,7 @@ from worker.engine.samples import Generated, keep_best
 from worker.engine.sampling import generation_seed
 from worker.engine.telemetry import EnergyCounter, Sampler
 from worker.engine.vllm.beam import beam_outputs
-from worker.engine.vllm.llm import LLMCache, LoadedLLM
+from worker.engine.vllm.llm import LLMCache, LoadedLLM, one_line
 from worker.engine.vllm.logitsprocs import KINDS
 from worker.engine.vllm.params import sampling_params, sampling_settings
 from worker.engine.vllm.selfcheck import distribution_check
@@ -169,8 +169,7 @@ def _run(job: JobSpec, runtime, loaded: LoadedLLM, settings_: dict, seeds: list[
         _cache(runtime).close()
         if loaded.info.get("ran"):
             raise
-        reason = (" ".join(str(err).split()) or type(err).__name__)[:300]
-        raise PermanentJobError(f"engine vllm cannot run model {job.model.label}: {reason}") from None
+        raise PermanentJobError(f"engine vllm cannot run model {job.model.label}: {one_line(err)}") from None
     loaded.info["ran"] = True
     return out
 
