@@ -40,9 +40,10 @@ pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: th
 
 
 @contextlib.contextmanager
-def report_workers(n: int, redis_url: str, store_url: str):
-    """`n` report-worker processes, as a pool would run them; stopped with SIGTERM at the end."""
-    env = {**os.environ, "DECODEBENCH_REDIS_URL": redis_url, "DECODEBENCH_STORE": store_url}
+def report_workers(n: int, redis_url: str, store_url: str, env: dict[str, str] | None = None):
+    """`n` report-worker processes, as a pool would run them (with `env` added to this process's environment);
+    stopped with SIGTERM at the end."""
+    env = {**os.environ, "DECODEBENCH_REDIS_URL": redis_url, "DECODEBENCH_STORE": store_url, **(env or {})}
     procs = [
         subprocess.Popen([str(BIN / "decodebench"), "report-worker", "*"], env=env, stderr=subprocess.PIPE, text=True)
         for _ in range(n)

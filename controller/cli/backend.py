@@ -57,6 +57,9 @@ class Remote:
     def report_pairs(self, sweep: str, body: dict) -> dict:
         return self.client.call("POST", f"/v1/sweeps/{quote(sweep, safe='')}/report-pairs", body)
 
+    def report_judges(self, sweep: str, body: dict) -> dict:
+        return self.client.call("POST", f"/v1/sweeps/{quote(sweep, safe='')}/report-judges", body)
+
     def job_log(self, sweep: str | None, job: str) -> list[dict]:
         query = f"?sweep={quote(sweep, safe='')}" if sweep else ""
         return self.client.call("GET", f"/v1/jobs/{quote(job, safe='')}/log{query}")
@@ -158,6 +161,12 @@ class Direct:
 
         ctx = self._with(redis=True, store=True, key=True)
         return service.report_pairs(ctx, self.who, sweep, service.ReportPairsRequest.model_validate(body))
+
+    def report_judges(self, sweep: str, body: dict) -> dict:
+        from controller.server import service
+
+        ctx = self._with(redis=True, store=True, key=True)
+        return service.report_judges(ctx, self.who, sweep, service.ReportJudgesRequest.model_validate(body))
 
     def job_log(self, sweep: str | None, job: str) -> list[dict]:
         from controller.server import service

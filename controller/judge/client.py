@@ -120,9 +120,14 @@ def _one(client: httpx.Client, endpoint: Endpoint, body: dict, limits, deadline:
     return None, f"{why} after {limits.retries + 1} tries"
 
 
-def complete(endpoint: Endpoint, bodies: list[dict], limits, *, sleep: Callable = time.sleep) -> list[Reply]:
-    """Each body's reply, in order (see the module's docstring); `limits` is the spec's JudgeLimits."""
+def complete(
+    endpoint: Endpoint, bodies: list[dict], limits, *, sleep: Callable = time.sleep, deadline_at: float | None = None
+) -> list[Reply]:
+    """Each body's reply, in order (see the module's docstring); `limits` is the spec's JudgeLimits;
+    `deadline_at` (epoch seconds, sooner than the budget): the report's deadline, where it started earlier."""
     deadline = time.monotonic() + limits.time_budget_s
+    if deadline_at is not None:
+        deadline = min(deadline, time.monotonic() + deadline_at - time.time())
     out: list[Reply] = [(None, "not sent")] * len(bodies)
     lock = threading.Lock()
     with httpx.Client() as client, ThreadPoolExecutor(max_workers=limits.concurrency) as pool:

@@ -1,11 +1,11 @@
 """The judge in a sweep's report: its columns in the summary and its section in summary.md and report.html.
 
 `judge_summary(store, tenant, sweep_id, spec, results, cell_order, n_boot)` runs the judge
-(controller.judge.run: cached, budgeted) and its statistics (controller.judge.stats), with the
-agreement with imported human ratings where there are any; `add_judge(summary, doc)` joins per cell
-and criterion c the columns `judge_c_win_rate`, `judge_c_lc_win_rate` (pairwise) or `judge_c_grade`
-(single), each with `_ci_low`/`_ci_high`, and keeps the whole doc in `summary.attrs["judge"]`, which
-`judge_markdown` and `judge_html` render.
+(controller.judge.run, controller.judge.jobs: cached, budgeted, sent by report tasks) and its statistics
+(controller.judge.stats), with the agreement with imported human ratings where there are any;
+`add_judge(summary, doc)` joins per cell and criterion c the columns `judge_c_win_rate`, `judge_c_lc_win_rate`
+(pairwise) or `judge_c_grade` (single), each with `_ci_low`/`_ci_high`, and keeps the whole doc in
+`summary.attrs["judge"]`, which `judge_markdown` and `judge_html` render.
 """
 
 from __future__ import annotations
@@ -30,32 +30,19 @@ SINGLE_NOTE = (
 )
 
 
-def _spec(spec: dict):
-    from controller.sweep.judgespec import JudgeSpec
-
-    return JudgeSpec.model_validate(spec["judge"]) if spec.get("judge") else None
-
-
-def _tenants():
-    from worker.core import settings
-    from worker.core.tenants import load_tenants
-
-    path = settings.get("tenants_file")
-    return load_tenants(path) if path else None
-
-
 def judge_summary(store, tenant: str, sweep_id: str, spec: dict, results, cell_order: list[str], n_boot: int,
-                  *, dry_run: bool = False) -> dict[str, Any] | None:  # fmt: skip
-    """The judge's doc for the report (None: the sweep has no judge); `dry_run`: the plan's line only."""
-    from controller.judge.run import check_budget, judge_sweep
+                  *, dry_run: bool = False, runner=None) -> dict[str, Any] | None:  # fmt: skip
+    """The judge's doc for the report (None: the sweep has no judge); `dry_run`: the plan's line only;
+    `runner`: where the requests' shares run (controller.judge.jobs; default: here)."""
+    from controller.judge.jobs import judge_sweep
+    from controller.judge.run import check_budget, judge_of
     from controller.report.ratings.scores import pooled
     from worker.core.errors import UsageError
 
-    judge = _spec(spec)
+    judge = judge_of(spec)
     if judge is None:
         return None
-    tenants = _tenants() if judge.endpoint is not None else None
-    plan, records = judge_sweep(store, tenant, sweep_id, judge, results, cell_order, tenants=tenants, dry_run=dry_run)
+    plan, records = judge_sweep(store, tenant, sweep_id, judge, results, cell_order, runner=runner, dry_run=dry_run)
     doc: dict[str, Any] = {"mode": judge.mode, "plan": plan.line(), "sent": 0 if dry_run else len(plan.missing)}
     if dry_run:
         try:

@@ -1,6 +1,6 @@
-"""A sweep's judge requests: built from its generations, cached by content, budgeted, sent, read back as verdicts.
+"""A sweep's judge requests: built from its generations, cached by content, budgeted, read back as verdicts.
 
-`judge_sweep(store, tenant, sweep_id, spec, results)` builds every request the sweep's `judge:` asks for
+The report's judge (`judge_sweep`, controller.judge.jobs) builds here every request the sweep's `judge:` asks for
 (pairwise: each variant's answer against its baseline's answer to the same prompt and seed, per criterion,
 in both orders; single: each answer, per criterion), keys each by the sha256 of its content (the chat
 messages, which hold the prompt, both texts and their order, and the criterion; the template's hash; the
@@ -10,7 +10,8 @@ the missing ones are sent, after the budget is checked: a report over `limits.ma
 `limits.max_tokens` stops before sending anything, naming what it would need. A reply is cached as
 the judge wrote it, parsable or not (an unparsed verdict is an outcome); a failed request is not
 cached, so a later report asks again. The verdicts are written to `report/judge-verdicts.jsonl`,
-each with the template's hash.
+each with the template's hash. The missing requests are sent by report tasks, shares of the plan
+(controller.judge.jobs), through the report's runner: here, or on the report workers.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.judge.client import Endpoint, Reply, complete, read_key
+from controller.judge.client import Endpoint, Reply, read_key
 from controller.judge.templates import Template, load_template
 from controller.judge.verdicts import Verdict, combine_orders, parse_grade, parse_pairwise
 from controller.report.compute.cache import ReportCache
-from worker.core import paths
 from worker.core.errors import UsageError
 
 CACHE_VERSION = "1"
@@ -97,7 +97,7 @@ class Item:
     len_diff: int = 0  # characters: the variant's answer minus the baseline's
 
 
-def _answers(store, tenant: str, sweep_id: str, results) -> dict[str, dict[tuple[str, int], Any]]:
+def answers_of(store, tenant: str, sweep_id: str, results) -> dict[str, dict[tuple[str, int], Any]]:
     """cell -> (prompt_id, job_seed) -> its generation, from the complete jobs' generations."""
     out: dict[str, dict[tuple[str, int], Any]] = defaultdict(dict)
     for r in results:
@@ -175,38 +175,6 @@ def endpoint_of(judge, tenants=None) -> Endpoint:
     return Endpoint(declared.url, read_key(declared.api_key_env, declared.api_key_file))
 
 
-def send(
-    store, tenant: str, sweep_id: str, judge, plan: Plan, endpoint: Endpoint | None, unreachable: str | None = None
-) -> dict[str, Reply]:
-    """digest -> (text, tokens) for every request: the cached read, the missing sent (after the budget check);
-    with `unreachable` (why the endpoint cannot be called from here), the missing are failures saying so."""
-    if unreachable is None:
-        check_budget(plan, judge.limits)
-    replies: dict[str, Reply] = {}
-    cache = ReportCache(store, tenant, sweep_id)
-    for digest in plan.cached:
-        try:
-            doc = cache.read(cache_entry(digest))
-            replies[digest] = (doc["text"], doc.get("tokens", 0))  # type: ignore[index]
-        except (KeyError, TypeError):
-            plan.missing.append(next(r for r in plan.requests if r.digest == digest))
-    if plan.missing:
-        if unreachable is not None:
-            got: list[Reply] = [(None, unreachable)] * len(plan.missing)
-        elif judge.local is not None:
-            from controller.judge.local import complete_local
-
-            got = complete_local(judge, [r.body for r in plan.missing])
-        else:
-            got = complete(endpoint, [r.body for r in plan.missing], judge.limits)  # type: ignore[arg-type]
-        for r, (text, info) in zip(plan.missing, got):
-            replies[r.digest] = (text, info)
-            if text is not None:
-                doc = {"text": text, "tokens": info, "model": judge_name(judge), "version": judge.model_version}
-                cache.write(cache_entry(r.digest), doc)
-    return replies
-
-
 def _verdict(reply: Reply) -> Verdict:
     return Verdict.FAILED if reply[0] is None else parse_pairwise(reply[0])
 
@@ -235,21 +203,32 @@ def verdicts(judge, template: Template, items: list[Item], replies: dict[str, Re
     return out
 
 
-def judge_sweep(store, tenant: str, sweep_id: str, judge, results, cell_order: list[str], *, tenants=None,
-                dry_run: bool = False) -> tuple[Plan, list[dict[str, Any]]]:  # fmt: skip
-    """The sweep's verdicts (see the module doc); with `dry_run`, the plan only (nothing sent or written)."""
-    template = load_template(judge.mode, judge.template)
-    items = items_of(judge, template, _answers(store, tenant, sweep_id, results), cell_order)
-    plan = plan_requests(store, tenant, sweep_id, items)
-    if dry_run:
-        return plan, []
-    endpoint, unreachable = None, None
-    if judge.endpoint is not None and (tenants is None or tenants.judge(judge.endpoint) is None):
-        # a tenant's own machine has no tenants file: the cached verdicts are read, the rest are failures
-        unreachable = f"judge endpoint {judge.endpoint!r} is not declared here (DECODEBENCH_TENANTS_FILE)"
-    elif judge.local is None and plan.missing:
-        endpoint = endpoint_of(judge, tenants)
-    replies = send(store, tenant, sweep_id, judge, plan, endpoint, unreachable)
-    records = verdicts(judge, template, items, replies)
-    store.write_jsonl(paths.report_key(tenant, sweep_id, paths.JUDGE_VERDICTS_FILE), records)
-    return plan, records
+def judge_of(spec: dict):
+    """The sweep's JudgeSpec from its stored spec (None: the sweep has no judge)."""
+    from controller.sweep.judgespec import JudgeSpec
+
+    return JudgeSpec.model_validate(spec["judge"]) if spec.get("judge") else None
+
+
+def plan_sweep(store, tenant: str, sweep_id: str, data=None) -> tuple[Any, Template | None, list[Item], Plan]:
+    """The sweep's judge, template, items and requests, planned from the store (its stored spec, its complete
+    jobs' generations) as the report plans them: the signer and a report worker plan a report's shares with it."""
+    from pydantic import ValidationError
+
+    if data is None:
+        from controller.report.load.sweep import load_sweep
+
+        data = load_sweep(store, tenant, sweep_id, with_generations=False)
+    try:
+        judge = judge_of(data.sweep_spec)
+    except ValidationError as err:
+        raise UsageError(f"the sweep's judge section is not valid ({err.error_count()} errors)") from None
+    if judge is None:
+        return None, None, [], Plan([], [], set())
+    if judge.template is not None:
+        raise UsageError(
+            "judge.template: a user template is for local runs; the report workers read no file a sweep names"
+        )
+    template = load_template(judge.mode, None)
+    items = items_of(judge, template, answers_of(store, tenant, sweep_id, data.results), data.cell_order)
+    return judge, template, items, plan_requests(store, tenant, sweep_id, items)

@@ -285,6 +285,13 @@ async def report_pairs(sweep: str, request: Request, who: Caller) -> dict:
     return await run_in_threadpool(service.report_pairs, ctx, who, sweep, req)
 
 
+@router.post("/v1/sweeps/{sweep}/report-judges", openapi_extra=_body(service.ReportJudgesRequest))
+async def report_judges(sweep: str, request: Request, who: Caller) -> dict:
+    ctx = _ctx(request, "report-judges", sweep)
+    req = service.ReportJudgesRequest.model_validate(await read_body(request))
+    return await run_in_threadpool(service.report_judges, ctx, who, sweep, req)
+
+
 @router.get("/v1/jobs/{job}/log")
 def job_log(job: str, request: Request, who: Caller, sweep: str | None = None) -> JSONResponse:
     # JSONResponse: the lines as json.dumps writes them, not through FastAPI's per-value encoder (a log of

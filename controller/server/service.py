@@ -73,6 +73,12 @@ class ReportPairsRequest(ReportCellsRequest):
     )
 
 
+class ReportJudgesRequest(BaseModel):
+    """POST /v1/sweeps/{sweep}/report-judges: nothing; the judge, its endpoint and its limits are the stored spec's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 @dataclass
 class Context:
     """What every request runs with: Redis (as the server's user), the store, the signing key,
@@ -259,6 +265,13 @@ def report_pairs(ctx: Context, who: Identity, sweep: str, req: ReportPairsReques
     """Then its paired comparisons: one job per (cell, baseline) pair missing from the cache whose cells
     are cached, planned here from the store likewise (controller.report.distribute.signer); held to the same quota."""
     return _report_jobs(ctx, who, sweep, req.model_dump() | {"pairs": True})
+
+
+def report_judges(ctx: Context, who: Identity, sweep: str, req: ReportJudgesRequest) -> dict[str, Any]:
+    """Then its judge requests: one job per share with a request missing from the cache (controller.judge.jobs),
+    planned here from the stored spec and generations, the report's budget checked first, the endpoint still the
+    tenant's to use; held to the same quota."""
+    return _report_jobs(ctx, who, sweep, req.model_dump() | {"judges": True, "tenants": ctx.tenants})
 
 
 def _report_jobs(ctx: Context, who: Identity, sweep: str, settings: dict) -> dict[str, Any]:

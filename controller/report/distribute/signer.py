@@ -3,7 +3,8 @@
 The signer is the submission server for a tenant's `report --distributed --api`, or the operator's own
 process with the signing key. It never takes tasks from the client: it plans the sweep's cells as
 `summarize` plans them (the same digests; with a `PlanMemo`, controller.report.distribute.plancache,
-from the last plan when the sweep has not changed since), then the pairs from the cells, and
+from the last plan when the sweep has not changed since), then the pairs from the cells, then the
+judge's shares from the stored spec and generations (controller.judge.jobs), and
 enqueues one signed job per task missing from the cache on the tenant's report queue, each calling
 `keys.REPORT_FUNCTION` (controller.report.distribute.worker.run_report_task) with the task's payload.
 """
@@ -17,6 +18,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from controller.judge.jobs import JudgeJob, judge_jobs, remote_shares
+from controller.judge.run import check_budget, plan_sweep
 from controller.report.compute.cache import ReportCache
 from controller.report.compute.celljob import CellJob
 from controller.report.compute.pairs import PairJob
@@ -139,6 +142,33 @@ def plan_pairs(
     return len(pairs), _missing(cache, listing, jobs)  # type: ignore[return-value]
 
 
+def plan_judges(store, tenant: str, sweep_id: str, tenants=None) -> tuple[int, list[JudgeJob]]:
+    """The sweep's judge shares (how many), and those with a request missing from the cache, planned from the
+    store as the report plans them (controller.judge.run.plan_sweep: its stored judge, its generations), after
+    the whole report's budget is checked (UsageError: over `limits.max_requests` or `max_tokens`). Only a
+    declared endpoint's requests go to the report workers; with `tenants` (the server's), the tenant must
+    still be allowed that endpoint. A missing share's earlier entry is stale (a reply left the cache): deleted."""
+    import time
+
+    judge, _, _, plan = plan_sweep(store, tenant, sweep_id)
+    if judge is None or judge.endpoint is None:
+        return 0, []
+    if tenants is not None:
+        policy = tenants.get(tenant)
+        if tenants.judge(judge.endpoint) is None or policy is None or judge.endpoint not in policy.judges:
+            raise UsageError(f"judge.endpoint: tenant {tenant!r} may not use judge endpoint {judge.endpoint!r}")
+    check_budget(plan, judge.limits)
+    cache = ReportCache(store, tenant, sweep_id)
+    shares = remote_shares(judge, len(plan.requests))
+    jobs = judge_jobs(judge, plan.requests, cache, shares=shares, deadline=time.time() + judge.limits.time_budget_s)
+    missing = [job for job in jobs if any(r.digest not in plan.cached for r in job.requests)]
+    listing = cache.listing()
+    for job in missing:
+        if cache.holds(listing, job.name):
+            store.delete(cache.key(job.name))
+    return len(jobs), _missing(cache, cache.listing(), missing)  # type: ignore[arg-type,return-value]
+
+
 def enqueue_report(
     conn,
     store,
@@ -147,17 +177,25 @@ def enqueue_report(
     sweep_id: str,
     *,
     pairs: bool = False,
-    n_boot: int,
-    seed: int,
-    n_boot_corpus: int,
+    judges: bool = False,
+    n_boot: int = 0,
+    seed: int = 0,
+    n_boot_corpus: int = 0,
     baseline: str | None = None,
     admission: Admission | None = None,
     memo: plancache.PlanMemo | None = None,
+    tenants=None,
 ) -> dict[str, Any]:
     """The signer's side of `report --distributed`: the tenant's own sweep's cells (`plan_cells`) or, with
-    `pairs`, after the cells, its pairs (`plan_pairs`, compared with `baseline`), and a signed job for each
-    missing from the cache. What the client waits for: their digests (`digests` for the cells, `names` for
-    the pairs: the entries `pair-<name>`)."""
+    `pairs`, after the cells, its pairs (`plan_pairs`, compared with `baseline`), or, with `judges`, its judge
+    requests' shares (`plan_judges`), and a signed job for each missing from the cache. What the client waits
+    for: their digests (`digests` for the cells, `names` for the pairs and shares: the entries `pair-<name>`,
+    `judgeshare-<name>`)."""
+    if judges:
+        total, shares = plan_judges(store, tenant, sweep_id, tenants)
+        enqueued = enqueue(conn, key, tenant, sweep_id, shares, admission or Admission())  # type: ignore[arg-type]
+        counts = {"judges": total, "missing": len(shares), "enqueued": enqueued}
+        return {"tenant": tenant, "sweep_id": sweep_id, **counts, "names": [s.digest for s in shares]}
     _bounded(n_boot, n_boot_corpus)
     settings = {"n_boot": n_boot, "seed": seed, "n_boot_corpus": n_boot_corpus, "memo": memo}
     if pairs:

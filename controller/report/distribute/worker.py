@@ -6,7 +6,8 @@ the task kind's own checks, controller.report.compute.tasks) and runs `run_repor
 store lent (`lend_store`), never a URL from the payload. The task is rebuilt from that store and
 checked against the payload (`from_payload`), run as local mode runs it, and its output written to the
 report cache, or, where it cannot be computed, its failure mark, which the controller reads as
-"compute it here".
+"compute it here". A judge share (controller.judge.jobs) sends its requests from here: the endpoint its
+payload names resolves in this worker's own tenants file, for a tenant that may use it.
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from controller.judge.jobs import JudgeJob
 from controller.report.compute.cache import ReportCache
 from controller.report.compute.celljob import CellJob
 from controller.report.compute.pairs import PairJob
 from worker.core import paths
 from worker.core.errors import PermanentJobError, UsageError
 
-KINDS: dict[str, type[CellJob] | type[PairJob]] = {"cell": CellJob, "pair": PairJob}  # a cell's payload has no kind
+Kind = type[CellJob] | type[PairJob] | type[JudgeJob]
+KINDS: dict[str, Kind] = {"cell": CellJob, "pair": PairJob, "judge": JudgeJob}  # a cell's payload has no kind
+ENTRY = {"cell": "{digest}", "pair": "pair-{pair}", "judge": "judgeshare-{share_digest}"}  # the entry a job writes
 
 _store: ContextVar[Any] = ContextVar("decodebench_report_store", default=None)
 
@@ -37,7 +41,7 @@ def lend_store(store) -> Iterator[None]:
         _store.reset(token)
 
 
-def _kind(doc: dict[str, Any]) -> type[CellJob] | type[PairJob]:
+def _kind(doc: dict[str, Any]) -> Kind:
     return KINDS[doc.get("kind", "cell")]
 
 
@@ -53,21 +57,21 @@ def check_payload(doc: Any, tenant: str) -> str | None:
         paths.check_id("sweep", doc.get("sweep_id"))
     except (UsageError, TypeError, ValueError):
         return "refused: the report job's sweep id is not a sweep id"
-    if "kind" in doc and doc["kind"] != PairJob.kind:  # a pair's job; a cell's payload has no kind
-        return f"refused: the report job's kind {str(doc['kind'])[:32]!r} is not {PairJob.kind!r}"
+    if "kind" in doc and doc["kind"] not in ("pair", "judge"):  # a pair's or a judge share's; a cell's has no kind
+        return f"refused: the report job's kind {str(doc['kind'])[:32]!r} is not 'pair' or 'judge'"
     return _kind(doc).refusal(doc, tenant)
 
 
 def run_report_task(doc: dict) -> dict[str, Any]:
-    """What RQ calls for a job of a report queue (`keys.REPORT_FUNCTION`): one report task (a cell's, or
-    for `kind: "pair"` a pair's) from the worker's own store, its output written to the cache (or its
-    failure mark)."""
+    """What RQ calls for a job of a report queue (`keys.REPORT_FUNCTION`): one report task (a cell's, for
+    `kind: "pair"` a pair's, for `kind: "judge"` a share of the judge's requests, sent from here) from the
+    worker's own store, its output written to the cache (or its failure mark)."""
     store = _store.get()
     if store is None:
         raise PermanentJobError("run_report_task runs inside decodebench report-worker, which lends it a store")
     kind = _kind(doc)
     cache = ReportCache(store, doc["tenant"], doc["sweep_id"])
-    name = doc["digest"] if kind is CellJob else f"pair-{doc['pair']}"
+    name = ENTRY[kind.kind].format(**doc)
     try:
         task = kind.from_payload(doc, store)
         entry = task.entry(task.run())  # type: ignore[arg-type]

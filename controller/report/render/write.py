@@ -8,6 +8,7 @@ import io
 import pandas as pd
 
 from controller.report.compute.aggregate import summarize
+from controller.report.compute.runner import Runner
 from controller.report.load.sweep import SweepData, load_sweep
 from controller.report.render.format import compare_table, summary_json, summary_markdown
 from worker.core import paths
@@ -96,16 +97,18 @@ def build(
     summary = summarize(
         data, n_boot=n_boot, baseline=baseline, workers=workers, store=store, remote=remote, progress=progress
     )
-    return data, with_extras(summary, store, data, n_boot)
+    return data, with_extras(summary, store, data, n_boot, Runner(workers, remote, progress))
 
 
-def with_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int = 1000) -> pd.DataFrame:
-    """The summary with what lives beside the jobs: imported human ratings and the sweep's judge (docs/judge.md)."""
+def with_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int = 1000, runner=None) -> pd.DataFrame:
+    """The summary with what lives beside the jobs: imported human ratings and the sweep's judge (docs/judge.md),
+    its requests sent by `runner`'s backends (default: here)."""
     from controller.judge.report import add_judge, judge_summary
     from controller.report.ratings.scores import add_ratings, stored_ratings
 
     tenant, sweep_id = data.tenant, data.sweep_id
-    judged = judge_summary(store, tenant, sweep_id, data.sweep_spec, data.results, data.cell_order, n_boot)
+    spec, results, order = data.sweep_spec, data.results, data.cell_order
+    judged = judge_summary(store, tenant, sweep_id, spec, results, order, n_boot, runner=runner)
     return add_judge(add_ratings(summary, stored_ratings(store, tenant, sweep_id)), judged)
 
 
