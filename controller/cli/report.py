@@ -73,9 +73,9 @@ FORMATS = tuple(paths.REPORT_FILES)
 @click.option(
     "--distributed",
     is_flag=True,
-    help="Cells and paired comparisons missing from the cache computed by the report workers (`decodebench "
-    "report-worker`): one signed job per cell, then per pair, enqueued by the submission server (--api) or, "
-    "as the operator, here.",
+    help="Cells and paired comparisons missing from the cache computed, and a declared judge endpoint's requests "
+    "sent, by the report workers (`decodebench report-worker`): one signed job per cell, then per pair, then per "
+    "share of the judge's requests, enqueued by the submission server (--api) or, as the operator, here.",
 )
 @click.option(
     "--wait-s",
@@ -187,9 +187,9 @@ def report_worker(
     tenants: tuple[str, ...], burst: bool, max_jobs: int | None, store_url: str, redis_url: str, log_format: str,
     log_level: str,
 ) -> None:  # fmt: skip
-    """Compute report cells and pairs for `decodebench report --distributed`: the jobs of the report queues of
-    TENANTS (default '*': every tenant, or the tenants file's), each signed, each read from this
-    process's store."""
+    """Compute report cells and pairs, and send judge requests, for `decodebench report --distributed`: the
+    jobs of the report queues of TENANTS (default '*': every tenant, or the tenants file's), each signed, each
+    read from this process's store (a judge endpoint from this process's tenants file)."""
     import logging
 
     from controller.report.distribute.mapworker import report_worker as make

@@ -5,7 +5,8 @@ deleting report/cache/ between reports is always safe. Its users, each with a na
 
 - a cell's output (`<digest>.json`, controller.report.compute.cells);
 - a (cell, baseline) pair's comparison (`pair-<digest>.json`, controller.report.compute.pairs);
-- a judge's reply (`judge-<digest>.json`, controller.judge.run);
+- a judge's reply (`judge-<digest>.json`, controller.judge.run), and a share of a report's judge
+  requests, done (`judgeshare-<digest>.json`: the list of its requests, controller.judge.jobs);
 - the sweep's results snapshot (controller.report.load.snapshot) lives beside them.
 
 A task a report worker could not compute leaves a failure mark instead (`<name>.fail.json`, its

@@ -1,4 +1,5 @@
-"""What a report computes, as one small task type: a cell's statistics, a pair's comparison.
+"""What a report computes, as one small task type: a cell's statistics, a pair's comparison, a share of the
+judge's requests (controller.judge.jobs).
 
 A task is what runs (optimum-benchmark's scenario); where it runs is the runner's backend
 (controller.report.compute.runner: here, a process pool, or the cluster's report workers). Every

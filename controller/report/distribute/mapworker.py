@@ -1,4 +1,4 @@
-"""`decodebench report-worker`: runs the report cells and pairs (map jobs) of the tenants' report queues.
+"""`decodebench report-worker`: runs the report cells, pairs and judge shares (map jobs) of the tenants' report queues.
 
 A controller process (it imports the metric code, which the GPU worker never does) built on the
 same RQ adapter as `decodebench-worker`: RQ's fork-less worker as the adapter hooks it

@@ -5,8 +5,8 @@
           ▲                       (server or operator)                        │ reads what the task
           └────────── report/cache/<name>.json in the store ◀─────────────────┘ needs, from its store
 
-The controller never sends a task itself: it asks the signer (a backend's `report_cells` or
-`report_pairs`, controller.cli.backend: the submission server for a tenant, or the operator's own
+The controller never sends a task itself: it asks the signer (a backend's `report_cells`,
+`report_pairs` or `report_judges`, controller.cli.backend: the submission server for a tenant, or the operator's own
 process) to plan the tasks of that kind from the store and enqueue those missing from the cache
 (controller.report.distribute.signer), then waits for their entries in the cache. Whatever did not
 come (a failed or refused job, no report worker running within `stall_s`) the runner computes here.
