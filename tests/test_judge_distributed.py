@@ -59,13 +59,13 @@ def report(url: str, redis_url: str, sweep_id: str):
         "--wait-s",
         "60",
         "--n-boot",
-        "100",
+        "20",
         "--no-progress",
     ]
     return CliRunner().invoke(cli, [*args, "--store", url, "--redis-url", redis_url])
 
 
-def test_the_report_workers_send_the_judge_requests_and_a_second_report_sends_none(
+def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_then_none(
     redis_url, s3_bucket, tmp_path, monkeypatch
 ):
     import redis
@@ -78,20 +78,30 @@ def test_the_report_workers_send_the_judge_requests_and_a_second_report_sends_no
                           "criteria": ["overall", "fluency"], "limits": {"concurrency": 3}}  # fmt: skip
     write_with_hashes(store, data)
     monkeypatch.delenv("DECODEBENCH_TENANTS_FILE", raising=False)  # the controller: no endpoint, no key
-    with JudgeServer() as srv:
+    verdicts = lambda: list(store.read_jsonl(paths.report_key(data.tenant, data.sweep_id, paths.JUDGE_VERDICTS_FILE)))
+    with JudgeServer(script=[(401, {}, b"{}", 0)]) as srv:  # the first request the endpoint gets is refused
         workers_env = {"DECODEBENCH_TENANTS_FILE": tenants_file(tmp_path, srv.url)}
         with report_workers(2, redis_url, url, env=workers_env):
             first = report(url, redis_url, data.sweep_id)
             assert first.exit_code == 0, first.output
-
             expected = N_PROMPTS * 2 * 2 * 2  # prompts x 2 compared cells x both orders x criteria
             assert srv.hits == expected and set(srv.auth) == {f"Bearer {WORKER_KEY}"}  # every one from a worker
             assert judge_jobs(conn) == 3  # the report's requests in concurrency shares, one job each
+            # the refused request is a failed verdict with the worker's reason (the controller cannot send it)
+            (failed,) = [r for r in verdicts() if "failure" in r]
+            assert (
+                failed["outcome"] == "failed"
+                and "report worker: judge: 1 of 16 requests failed (HTTP 401)" in (failed["failure"])
+            )
 
             again = report(url, redis_url, data.sweep_id)
             assert again.exit_code == 0, again.output
-            assert srv.hits == expected and judge_jobs(conn) == 3  # all cached: no share asked for, nothing sent
-    recs = list(store.read_jsonl(paths.report_key(data.tenant, data.sweep_id, paths.JUDGE_VERDICTS_FILE)))
+            assert srv.hits == expected + 1  # only the failed request is asked again, by a worker, of its share
+            third = report(url, redis_url, data.sweep_id)
+            assert third.exit_code == 0, third.output
+            assert srv.hits == expected + 1 and judge_jobs(conn) == 3  # all cached: no share asked for, nothing sent
+    assert set(srv.auth) == {f"Bearer {WORKER_KEY}"}
+    recs = verdicts()
     assert len(recs) == N_PROMPTS * 2 * 2 and not [r for r in recs if "failure" in r]
     md = store.read_bytes(paths.report_key(data.tenant, data.sweep_id, "summary.md")).decode()
     summary = json.loads(store.read_bytes(paths.report_key(data.tenant, data.sweep_id, "summary.json")))
