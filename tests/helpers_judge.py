@@ -4,7 +4,8 @@ It answers POST /v1/chat/completions like an endpoint would. Its verdict is a de
 the answers it is shown: pairwise, the answer with more distinct words wins (`[[A]]`/`[[B]]`, `[[C]]` on
 equal counts); single, `[[n]]` with n = min(10, distinct words). `script` is a list of canned replies
 sent first, one per request: (status, headers, body bytes, seconds to stall before answering). Every
-request is counted (`hits`) and its Authorization header kept (`auth`).
+request is counted (`hits`) and its Authorization header kept (`auth`); `peak` is the most requests it was
+answering at once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class JudgeServer:
         self.script = list(script or [])
         self.verdict = verdict
         self.hits = 0
+        self.in_flight = self.peak = 0
         self.auth: list[str | None] = []
         self.bodies: list[dict] = []
         self.lock = threading.Lock()
@@ -49,6 +51,8 @@ class JudgeServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with owner.lock:
                     owner.hits += 1
+                    owner.in_flight += 1
+                    owner.peak = max(owner.peak, owner.in_flight)
                     owner.auth.append(self.headers.get("Authorization"))
                     owner.bodies.append(body)
                     canned = owner.script.pop(0) if owner.script else None
@@ -72,6 +76,9 @@ class JudgeServer:
                     self.wfile.write(raw)
                 except OSError:  # the client gave up (a timeout test)
                     pass
+                finally:
+                    with owner.lock:
+                        owner.in_flight -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from controller.cli import main as cli
 from controller.report.compute.cache import ReportCache
 from controller.report.distribute.mapworker import report_worker
-from tests.helpers_judge import JudgeServer
+from tests.helpers_judge import JudgeServer, verdict_for
 from tests.helpers_report import make_sweep, write_with_hashes
 from tests.services import SIGNING_KEY as KEY
 from tests.test_report_distributed import plant, report_workers
@@ -79,7 +79,8 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
     write_with_hashes(store, data)
     monkeypatch.delenv("DECODEBENCH_TENANTS_FILE", raising=False)  # the controller: no endpoint, no key
     verdicts = lambda: list(store.read_jsonl(paths.report_key(data.tenant, data.sweep_id, paths.JUDGE_VERDICTS_FILE)))
-    with JudgeServer(script=[(401, {}, b"{}", 0)]) as srv:  # the first request the endpoint gets is refused
+    slow = lambda messages: time.sleep(0.05) or verdict_for(messages)  # replies overlap: in flight is measured
+    with JudgeServer(script=[(401, {}, b"{}", 0)], verdict=slow) as srv:  # the first request it gets is refused
         workers_env = {"DECODEBENCH_TENANTS_FILE": tenants_file(tmp_path, srv.url)}
         with report_workers(2, redis_url, url, env=workers_env):
             first = report(url, redis_url, data.sweep_id)
@@ -87,6 +88,7 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
             expected = N_PROMPTS * 2 * 2 * 2  # prompts x 2 compared cells x both orders x criteria
             assert srv.hits == expected and set(srv.auth) == {f"Bearer {WORKER_KEY}"}  # every one from a worker
             assert judge_jobs(conn) == 3  # the report's requests in concurrency shares, one job each
+            assert srv.peak <= 3  # limits.concurrency for the report, whichever workers sent the shares
             # the refused request is a failed verdict with the worker's reason (the controller cannot send it)
             (failed,) = [r for r in verdicts() if "failure" in r]
             assert (

@@ -1,4 +1,4 @@
-"""`decodebench report`'s progress on stderr, phase by phase: the results read, the cells, the pairs.
+"""`decodebench report`'s progress on stderr, phase by phase: the results read, the cells, the pairs, the judges.
 
 The report code calls `tick(what, done, total)` (controller.report: `load_sweep`, and the runner of
 the cells and the pairs, `compute.runner`) from its main thread; on a terminal each phase is a rich
