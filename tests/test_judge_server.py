@@ -64,3 +64,33 @@ def test_judge_endpoints_are_the_operators(tmp_path, redis_url, signing_key_file
         ok = submit(dep, "alice", tmp_path, tiny_model, {"endpoint": "big-judge"})
         assert ok.exit_code == 0, ok.output
         assert queued(redis_url, "team-a") > 0
+
+
+def test_a_tenant_asks_the_server_for_its_judge_shares_within_the_budget(
+    tmp_path, redis_url, signing_key_file, tiny_model
+):
+    """`report --distributed --api`'s judge call: the server plans the shares from the tenant's own stored sweep
+    (it holds no key: the workers send), checks the whole report's budget first, and takes no settings."""
+    from tests.helpers_report import make_sweep, write_with_hashes
+    from worker.store import open_store
+
+    cells = [("austen-tiny", "greedy", {}), ("austen-tiny", "top_p", {"p": 0.9})]
+    with deployment(tmp_path / "dep", redis_url, signing_key_file, tiny_model, tenants=TENANTS) as dep:
+        store = open_store(dep.extra["store"])
+        for sweep_id, limits in (("sweepaaaaaaaaaaa", {}), ("sweepccccccccccc", {"max_requests": 5})):
+            data = make_sweep(n_prompts=6, cells=cells, tenant="team-a", sweep_id=sweep_id)
+            data.spec["judge"] = {"endpoint": "big-judge", "model": "m", "baseline": "greedy", "limits": limits}
+            write_with_hashes(store, data)
+        queue = keys.rq_queue_key(keys.report_queue("team-a"))
+        conn = redis.Redis.from_url(redis_url)
+        with dep.client("bob") as bob:
+            assert bob.post("/v1/sweeps/sweepaaaaaaaaaaa/report-judges", json={}).status_code == 404
+        with dep.client("alice", timeout=120) as alice:  # the first plan imports the report's code in the server
+            r = alice.post("/v1/sweeps/sweepaaaaaaaaaaa/report-judges", json={"endpoint": "http://evil/v1"})
+            assert r.status_code == 400, r.text  # the endpoint, its limits: the stored spec's, never the client's
+            r = alice.post("/v1/sweeps/sweepccccccccccc/report-judges", json={})
+            assert r.status_code == 400 and "over judge.limits.max_requests 5; raise it to 12" in r.json()["error"]
+            assert conn.llen(queue) == 0
+            r = alice.post("/v1/sweeps/sweepaaaaaaaaaaa/report-judges", json={})
+            assert r.status_code == 200 and r.json()["enqueued"] == 4 and len(r.json()["names"]) == 4, r.text
+        assert conn.llen(queue) == 4  # 12 requests in limits.concurrency (4) shares, one signed job each

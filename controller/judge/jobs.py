@@ -51,6 +51,7 @@ from worker.core.errors import PermanentJobError, UsageError
 
 FIELDS = {"kind", "tenant", "sweep_id", "share_digest", "endpoint", "share", "shares", "concurrency", "deadline"}
 MAX_SHARES = 256  # judge.limits.concurrency's bound (controller.sweep.judgespec)
+SKEW_S = 60.0  # how far the signer's clock may run ahead of a report worker's (a payload's deadline)
 
 
 def tenants_here():
@@ -199,7 +200,10 @@ class JudgeJob:
         endpoint = doc["endpoint"]
         if not isinstance(endpoint, str):
             return "refused: the judge job names no judge endpoint"
-        tenants = tenants_here()
+        try:
+            tenants = tenants_here()
+        except UsageError as err:  # an unreadable tenants file: nothing resolves here
+            return f"refused: {err}"
         if tenants is None or tenants.judge(endpoint) is None:
             return f"refused: {not_declared(endpoint[:64])}"
         policy = tenants.get(tenant)
@@ -221,7 +225,7 @@ class JudgeJob:
             raise PermanentJobError("refused: the judge job's endpoint is not the sweep's judge endpoint")
         if doc["concurrency"] > judge.limits.concurrency or doc["shares"] > judge.limits.concurrency:
             raise PermanentJobError("refused: the judge job asks for more than the sweep's judge.limits.concurrency")
-        if doc["deadline"] > time.time() + judge.limits.time_budget_s:
+        if doc["deadline"] > time.time() + judge.limits.time_budget_s + SKEW_S:
             raise PermanentJobError("refused: the judge job's deadline is past the sweep's judge.limits.time_budget_s")
         shares = cut(plan.requests, doc["shares"])
         if doc["share"] >= len(shares) or share_name(shares[doc["share"]]) != doc["share_digest"]:
