@@ -200,3 +200,24 @@ def test_the_signer_holds_the_endpoint_to_the_tenant_and_the_whole_report_to_the
     with pytest.raises(UsageError, match=r"over judge.limits.max_requests 5; raise it to 12"):
         ask("team-a", "sweepaaaaaaaaaaa")
     assert judge_jobs(conn, "team-a") == judge_jobs(conn, "team-b") == 0
+
+
+def test_a_share_still_caching_its_replies_is_waited_for_not_taken_over(tmp_path):
+    """A worker's share caches each reply as it comes: the controller's wait sees the cache grow and does not
+    take the share over (and send it again, or fail it here) while it is sending, however long it takes."""
+    import threading
+
+    cache = ReportCache(open_store(str(tmp_path / "s")), "team-a", "sweepaaaaaaaaaaa")
+    share = "judgeshare-" + "a" * 32
+
+    def sending() -> None:  # 15 replies 0.1 s apart, 1.5 s in all, then the share's entry
+        for i in range(15):
+            time.sleep(0.1)
+            cache.write(f"judge-{i:032x}", {"text": "[[A]]", "tokens": 1})
+        cache.write(share, {"requests": []})
+
+    worker = threading.Thread(target=sending)
+    worker.start()
+    came = list(cache.arrivals([share], stall_s=1.0, poll_s=0.05, what="judges"))
+    worker.join()
+    assert came == [1]

@@ -15,10 +15,9 @@ from __future__ import annotations
 import email.utils
 import json
 import os
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 import httpx
@@ -120,22 +119,24 @@ def _one(client: httpx.Client, endpoint: Endpoint, body: dict, limits, deadline:
     return None, f"{why} after {limits.retries + 1} tries"
 
 
-def complete(
+def each_reply(
     endpoint: Endpoint, bodies: list[dict], limits, *, sleep: Callable = time.sleep, deadline_at: float | None = None
-) -> list[Reply]:
-    """Each body's reply, in order (see the module's docstring); `limits` is the spec's JudgeLimits;
-    `deadline_at` (epoch seconds, sooner than the budget): the report's deadline, where it started earlier."""
+) -> Iterator[tuple[int, Reply]]:
+    """(index, reply) for each body as it is answered (see the module's docstring); `limits` is the spec's
+    JudgeLimits; `deadline_at` (epoch seconds, sooner than the budget): the report's deadline, where it started
+    earlier."""
     deadline = time.monotonic() + limits.time_budget_s
     if deadline_at is not None:
         deadline = min(deadline, time.monotonic() + deadline_at - time.time())
-    out: list[Reply] = [(None, "not sent")] * len(bodies)
-    lock = threading.Lock()
     with httpx.Client() as client, ThreadPoolExecutor(max_workers=limits.concurrency) as pool:
+        sent = {pool.submit(_one, client, endpoint, b, limits, deadline, sleep): i for i, b in enumerate(bodies)}
+        for done in as_completed(sent):
+            yield sent[done], done.result()
 
-        def run(i: int) -> None:
-            reply = _one(client, endpoint, bodies[i], limits, deadline, sleep)
-            with lock:
-                out[i] = reply
 
-        list(pool.map(run, range(len(bodies))))
+def complete(endpoint: Endpoint, bodies: list[dict], limits, **options) -> list[Reply]:
+    """Each body's reply, in order (`each_reply`'s, collected)."""
+    out: list[Reply] = [(None, "not sent")] * len(bodies)
+    for i, reply in each_reply(endpoint, bodies, limits, **options):
+        out[i] = reply
     return out

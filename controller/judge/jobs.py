@@ -24,10 +24,11 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from controller.judge.client import Reply, complete
+from controller.judge.client import Reply, each_reply
 from controller.judge.run import (
     CACHE_VERSION,
     Plan,
@@ -121,7 +122,8 @@ class JudgeJob:
         replies = self._cached()
         missing = [r for r in self.requests if r.digest not in replies]
         if missing:
-            for r, (text, info) in zip(missing, self._send([r.body for r in missing])):
+            for i, (text, info) in self._send([r.body for r in missing]):  # each cached as it comes
+                r = missing[i]
                 replies[r.digest] = (text, info)
                 if text is not None:
                     doc = {
@@ -145,19 +147,21 @@ class JudgeJob:
                     raise KeyError(r.digest) from None
         return out
 
-    def _send(self, bodies: list[dict]) -> list[Reply]:
+    def _send(self, bodies: list[dict]) -> Iterable[tuple[int, Reply]]:
+        """(index, reply) of each body, as they are had."""
         judge = self.judge
         if judge.local is not None:
             from controller.judge.local import complete_local
 
-            return complete_local(judge, bodies)
+            return enumerate(complete_local(judge, bodies))
         tenants = tenants_here() if judge.endpoint is not None else None
         if judge.endpoint is not None and (tenants is None or tenants.judge(judge.endpoint) is None):
             # a tenant's own machine has no tenants file: the cached replies are read, the rest are failures
             worker = self.cache.failure(self.name)  # a report worker's reason, where one tried first
-            return [(None, f"report worker: {worker}" if worker else not_declared(judge.endpoint))] * len(bodies)
+            why = f"report worker: {worker}" if worker else not_declared(judge.endpoint)
+            return enumerate([(None, why)] * len(bodies))
         limits = judge.limits.model_copy(update={"concurrency": self.concurrency})
-        return complete(endpoint_of(judge, tenants), bodies, limits, deadline_at=self.deadline)
+        return each_reply(endpoint_of(judge, tenants), bodies, limits, deadline_at=self.deadline)
 
     def entry(self, output: dict[str, Reply]) -> dict[str, Any]:
         failed = [info for text, info in output.values() if text is None]

@@ -85,15 +85,19 @@ class ReportCache:
         return None
 
     def arrivals(self, names: list[str], *, stall_s: float, poll_s: float, what: str) -> Iterator[int]:
-        """Poll the cache until every name's entry (or failure mark) is there, or none came for `stall_s`
-        seconds; yields how many are in as they come (what is still missing then, the caller computes)."""
-        pending, marked, last = set(names), [], time.monotonic()
+        """Poll the cache until every name's entry (or failure mark) is there, or nothing came into the cache for
+        `stall_s` seconds (an entry awaited, or any other: a judge share's replies as it sends); yields how many
+        are in as they come (what is still missing then, the caller computes)."""
+        pending, marked, last, seen = set(names), [], time.monotonic(), -1
         while pending:
             t0 = time.monotonic()
             listing = self.listing()
             listed = time.monotonic() - t0
             ready = {n for n in pending if self.holds(listing, n)}
             failed = [n for n in sorted(pending - ready) if self.failed(listing, n)]
+            if len(listing) > seen >= 0:  # the workers are writing (a judge share caches each reply): not stalled
+                last = time.monotonic()
+            seen = len(listing)
             if ready or failed:
                 marked += failed
                 pending -= ready | set(failed)
