@@ -16,10 +16,8 @@ import dataclasses
 import json
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from controller.judge.jobs import JudgeJob, judge_jobs, remote_shares
-from controller.judge.run import check_budget, plan_sweep
 from controller.report.compute.cache import ReportCache
 from controller.report.compute.celljob import CellJob
 from controller.report.compute.pairs import PairJob
@@ -28,6 +26,9 @@ from controller.report.distribute import plancache
 from controller.report.stats.paired import CellStats, baselines
 from worker.core import keys, signing
 from worker.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from controller.judge.jobs import JudgeJob
 
 REPORT_TIMEOUT_S = 3600  # one report job at most
 CHUNK = 500  # jobs per enqueue round trip
@@ -149,6 +150,9 @@ def plan_judges(store, tenant: str, sweep_id: str, tenants=None) -> tuple[int, l
     declared endpoint's requests go to the report workers; with `tenants` (the server's), the tenant must
     still be allowed that endpoint. A missing share's earlier entry is stale (a reply left the cache): deleted."""
     import time
+
+    from controller.judge.jobs import judge_jobs, remote_shares  # the cells' and pairs' calls import no judge
+    from controller.judge.run import check_budget, plan_sweep
 
     judge, _, _, plan = plan_sweep(store, tenant, sweep_id)
     if judge is None or judge.endpoint is None:
