@@ -5,8 +5,8 @@
           ▲                       (server or operator)                        │ reads what the task
           └────────── report/cache/<name>.json in the store ◀─────────────────┘ needs, from its store
 
-The controller never sends a task itself: it asks the signer (a backend's `report_cells`,
-`report_pairs` or `report_judges`, controller.cli.backend: the submission server for a tenant, or the operator's own
+The controller never sends a task itself: it asks the signer (a backend's `report_cells`, `report_pairs`
+or `report_judges`, controller.cli.backend: the submission server for a tenant, or the operator's own
 process) to plan the tasks of that kind from the store and enqueue those missing from the cache
 (controller.report.distribute.signer), then waits for their entries in the cache. Whatever did not
 come (a failed or refused job, no report worker running within `stall_s`) the runner computes here.
@@ -25,8 +25,9 @@ log = structlog.get_logger("decodebench.report")
 
 
 class ReportWorkers:
-    """The report workers behind a signer: `signer` has `report_cells(sweep, body)` and `report_pairs(sweep, body)`
-    (controller.cli.backend), `store` is where the cache is read, `stall_s` how long to wait with nothing coming."""
+    """The report workers behind a signer: `signer` has `report_cells(sweep, body)`, `report_pairs(sweep, body)` and
+    `report_judges(sweep, body)` (controller.cli.backend), `store` is where the cache is read, `stall_s` how long
+    to wait with nothing coming."""
 
     def __init__(self, signer, *, stall_s: float = 300.0, poll_s: float = 0.5) -> None:
         self.signer, self.stall_s, self.poll_s = signer, stall_s, poll_s
