@@ -1,72 +1,129 @@
-"""Labels of a report's cells: a strategy variant shows every parameter that varies in the sweep.
+"""The one label of a strategy variant, for every view of a sweep: the report's tables (HTML, printed,
+Markdown, the terminal's), its charts' legends, points and bars, the example cards, the paired comparisons
+and ratings, `status --watch` and the notebook API (`controller.report.api.variant_labels`).
 
-A grid `top_p: {p: [0.8, 0.9, 0.95]}` is labelled `top_p(p=0.8)`, `top_p(p=0.9)`, `top_p(p=0.95)`:
-a parameter is left out only where it has its default and every cell of the strategy has the same
-value, so two cells never share a label and a default never hides in a sweep over it."""
+A variant is named by its strategy and the parameters that tell it apart from the strategy's other variants
+in the sweep: a parameter shows where its value differs between them (or some lack it), and is left out where
+every variant of the strategy has the same value, default or not (the spec, the provenance and the `params`
+column say what it is). So a grid `top_p: {p: [0.8, 0.9, 0.95]}` gives `top_p(p=0.8)`, `top_p(p=0.9)`,
+`top_p(p=0.95)`, and the quickstart's one `top_k(k=40,temperature=1.0)` is `top_k`. Samples follow
+(`[samples=8]`), and in a sweep over several engines the engine (`@ vllm`). Two different variants never
+share a label: they differ in some parameter's value, which then shows in both (tests/test_labels.py)."""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import pandas as pd
 
 from controller.report.compute.columns import REFERENCE
-from worker.strategies import STRATEGIES, samples_label
+from worker.core.engines import OWN_ENGINE
+from worker.strategies import samples_label
+
+_NAME_AT = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*=)")  # a cell key's parameter separator (values may hold commas)
+
+
+class Variant(NamedTuple):
+    """What a label is made of: the strategy, its parameters (name, value) in key order, the samples' suffix
+    (`[samples=8]`) and the engine (empty for a sweep on one engine)."""
+
+    strategy: str
+    params: tuple[tuple[str, Any], ...] = ()
+    samples: str = ""
+    engine: str = ""
+
+
+def _label(v: Variant, shown: set[str] | None = None) -> str:
+    """`strategy(k=v,…)[samples] @ engine` with the parameters in `shown` (None: every one)."""
+    params = [f"{k}={value}" for k, value in v.params if shown is None or k in shown]
+    text = v.strategy + (f"({','.join(params)})" if params else "") + v.samples
+    return f"{text} @ {v.engine}" if v.engine else text
+
+
+def label_variants(variants: Sequence[Variant]) -> list[str]:
+    """The label of each variant, given every variant of the sweep: its strategy's varying parameters."""
+    values: dict[str, dict[str, set[str]]] = {}
+    for v in variants:
+        for k, value in v.params:
+            values.setdefault(v.strategy, {}).setdefault(k, set()).add(repr(value))
+    of_strategy: dict[str, list[Variant]] = {}
+    for v in variants:
+        of_strategy.setdefault(v.strategy, []).append(v)
+    vary = {
+        s: {k for k, seen in by_key.items() if len(seen) > 1 or any(k not in dict(v.params) for v in of_strategy[s])}
+        for s, by_key in values.items()
+    }
+    return [_label(v, vary.get(v.strategy, set())) for v in variants]
 
 
 def _params(row) -> dict:
     try:
-        loaded = json.loads(row["params"] or "{}")
+        loaded = json.loads(row.get("params") or "{}")
     except (TypeError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
 
 
-def varying_params(summary: pd.DataFrame) -> dict[str, set[str]]:
-    """strategy -> the names of its parameters whose value differs between its cells."""
-    seen: dict[str, dict[str, set[str]]] = {}
-    counts: dict[str, int] = {}
-    for _, row in summary.iterrows():
-        strategy = row["strategy"]
-        counts[strategy] = counts.get(strategy, 0) + 1
-        for k, v in _params(row).items():
-            seen.setdefault(strategy, {}).setdefault(k, set()).add(json.dumps(v, sort_keys=True))
-    out: dict[str, set[str]] = {}
-    for strategy, by_key in seen.items():
-        rows = summary[summary["strategy"] == strategy]
-        present = {k: sum(k in _params(r) for _, r in rows.iterrows()) for k in by_key}
-        out[strategy] = {k for k, values in by_key.items() if len(values) > 1 or present[k] < counts[strategy]}
+def _row_variant(row, drop: Sequence[str]) -> Variant:
+    samples = row.get("samples") if hasattr(row, "get") else None
+    suffix = ""
+    if samples is not None and not pd.isna(samples):
+        best_of = row.get("best_of")
+        suffix = samples_label(int(samples), best_of if isinstance(best_of, str) else None)
+    engine = row.get("engine") if hasattr(row, "get") else None  # a column only where a sweep runs several engines
+    params = tuple((k, v) for k, v in _params(row).items() if k not in drop)
+    return Variant(str(row["strategy"]), params, suffix, engine if isinstance(engine, str) else "")
+
+
+def variant_labels(frame: pd.DataFrame, drop: Sequence[str] = ()) -> list[str]:
+    """Each row's variant label (`top_p(p=0.9)`; the reference row `reference`), in row order; `drop` names
+    parameters left out of every label (the accuracy-against-temperature chart's lines leave out temperature)."""
+    rows = [r for _, r in frame.iterrows()]
+    cells = [i for i, r in enumerate(rows) if r["strategy"] != REFERENCE]
+    labels = label_variants([_row_variant(rows[i], drop) for i in cells])
+    out = [REFERENCE] * len(rows)
+    for i, label in zip(cells, labels):
+        out[i] = label
     return out
 
 
-def variant_label(row, varying: dict[str, set[str]] | None = None) -> str:
-    """`top_p(p=0.9)`: the parameters that differ from their default or vary in the sweep."""
-    if row["strategy"] == REFERENCE:
-        return REFERENCE
-    strategy = row["strategy"]
-    spec = STRATEGIES.get(strategy) if strategy in STRATEGIES else None
-    vary = (varying or {}).get(strategy, set())
-
-    def shown(k, v) -> bool:
-        return k in vary or spec is None or k not in spec.all_params or spec.all_params[k].default != v
-
-    params = {k: v for k, v in _params(row).items() if shown(k, v)}
-    variant = strategy + (f"({','.join(f'{k}={v}' for k, v in params.items())})" if params else "")
-    variant += _samples(row)
-    engine = row.get("engine") if hasattr(row, "get") else None  # only where a sweep runs several engines
-    return f"{variant} @ {engine}" if isinstance(engine, str) and engine else variant
+def several_models(frame: pd.DataFrame) -> bool:
+    return frame.loc[frame["strategy"] != REFERENCE, "model"].dropna().nunique() > 1
 
 
-def _samples(row) -> str:
-    """A cell's samples after its variant (`[samples=8]`), where the summary has them (docs/sweeps.md#samples)."""
-    samples = row.get("samples") if hasattr(row, "get") else None
-    if samples is None or pd.isna(samples):
-        return ""
-    best_of = row.get("best_of")
-    return samples_label(int(samples), best_of if isinstance(best_of, str) else None)
+def cell_labels(frame: pd.DataFrame, with_model: bool | None = None) -> list[str]:
+    """Each row's `model · variant` (`austen-tiny · top_p(p=0.9)`), the model only where the sweep has several
+    (or as `with_model` says); the reference row `reference`."""
+    with_model = several_models(frame) if with_model is None else with_model
+    return [
+        f"{row['model']} · {variant}" if with_model and variant != REFERENCE else variant
+        for variant, (_, row) in zip(variant_labels(frame), frame.iterrows())
+    ]
 
 
-def cell_label(row, varying: dict[str, set[str]] | None = None, with_model: bool = True) -> str:
-    """`model · strategy(params)`, e.g. `austen-tiny · top_p(p=0.9)`."""
-    variant = variant_label(row, varying)
-    return f"{row['model']} · {variant}" if with_model and variant != REFERENCE else variant
+def labeller(frame: pd.DataFrame, with_model: bool | None = None) -> Callable[[Any], str]:
+    """A row of `frame` (from its iterrows) -> its cell label, for the tables that label rows one by one."""
+    labels = dict(zip(frame.index, cell_labels(frame, with_model)))
+    return lambda row: labels[row.name]
+
+
+def key_labels(cells: Sequence[str]) -> list[str]:
+    """Cell keys (`model::strategy(a=1,b=2)[samples=8]`, `::engine` after another engine's) as labelled by the
+    rule above, `model · variant` where the keys name several models (`status --watch`, which has no summary)."""
+    parsed = []
+    for cell in cells:
+        model, _, rest = cell.partition("::")
+        variant, _, engine = rest.partition("::")
+        head, _, samples = variant.partition("[")
+        name, _, inside = head.partition("(")
+        pairs = [p.partition("=") for p in _NAME_AT.split(inside.removesuffix(")"))] if inside else []
+        params = tuple((k, text) for k, _, text in pairs)
+        parsed.append((model, Variant(name, params, f"[{samples}" if samples else "", engine)))
+    if any(v.engine for _, v in parsed):  # the own engine's cells carry no engine in their key
+        parsed = [(m, v if v.engine else v._replace(engine=OWN_ENGINE)) for m, v in parsed]
+    labels = label_variants([v for _, v in parsed])
+    several = len({m for m, _ in parsed}) > 1
+    return [f"{m} · {label}" if several else label for (m, _), label in zip(parsed, labels)]
