@@ -54,10 +54,11 @@ BELOW_AXIS_PX = 56  # from the panels' bottom edge to the legends: the speed axi
 
 
 def encoding(strategies: Sequence[str], labels: Sequence[str]) -> dict[str, dict]:
-    """variant label -> its marker, for the cells' strategies and labels in sweep order: the sweep's first ten
-    variants ten colours; past MARKS' 400 marks they repeat, one per 400 variants."""
+    """variant label -> its marker, for the cells' strategies and labels: the strategies in sweep order, each
+    one's variants in their legend's order (`natural`), the first ten variants ten colours, so that a
+    legend's colours run in order; past MARKS' 400 marks they repeat, one per 400 variants."""
     order_of = list(dict.fromkeys(strategies))
-    variants = list(dict.fromkeys(zip(strategies, labels)))
+    variants = sorted(dict.fromkeys(zip(strategies, labels)), key=lambda v: (order_of.index(v[0]), natural(v[1])))
     used: set[tuple[str, str]] = set()
     out = {}
     for i, (strategy, label) in enumerate(variants):
