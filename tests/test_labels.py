@@ -107,7 +107,7 @@ def test_two_engines_label_the_engine_in_the_report_and_in_status():
     }
     assert traces == {f"{v} @ {e}" for v in ("greedy", "greedy(repetition_penalty=1.3)", "beam", "top_k")
                       for e in ("decodebench", "vllm")}  # fmt: skip
-    from controller.report.render.labels import key_labels
+    from controller.sweep.labels import key_labels
 
     assert set(key_labels(list(summary.loc[summary["strategy"] != "reference", "cell"]))) == traces
 

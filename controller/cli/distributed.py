@@ -145,7 +145,7 @@ def _cut(text: str, width: int | None, keep_end: bool = False) -> str:
 
 def _cell_rows(cells: dict, width: int | None, height: int | None) -> list[str]:
     """The per-cell table: `model · variant` labels cut to leave the counts room, at most `height` lines."""
-    from controller.report.render.labels import key_labels  # the report's labels, from the cell keys
+    from controller.sweep.labels import key_labels  # the report's labels, from the cell keys
 
     labels = {terminal(c): counts for c, counts in zip(key_labels(list(cells)), cells.values())}  # user input
     counts_width = sum(len(x) + 2 for x in STATES)
