@@ -161,7 +161,10 @@ def test_the_printout_has_no_toolbar_hints_or_empty_columns(page, tmp_path):
     pdf = tmp_path / "report.pdf"
     proc = browse(tmp_path, path.as_uri(), f"--print-to-pdf={pdf}", "--no-pdf-header-footer")
     assert proc.returncode == 0 and pdf.read_bytes()[:5] == b"%PDF-", proc.stderr[-2000:]
-    text = " ".join(poppler("pdftotext", pdf).split())
+    pages = [" ".join(page.split()) for page in poppler("pdftotext", pdf).split("\f")]
+    text = " ".join(pages)
     assert "Quality vs speed" in text and "does not apply" in text
+    chart = next(page for page in pages if "Quality vs speed (the Pareto" in page)  # whole on its page:
+    assert all(x in chart for x in ("top_p(p=0.5)", "top_k(k=1000)", "typical(typical_p=0.99)", "beam", "reference"))
     for hint in ("Click a header", "Hover a", "click a legend", "hover a point"):
         assert hint not in text, hint

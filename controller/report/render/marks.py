@@ -41,6 +41,7 @@ SYMBOLS = [
 ]
 MARKS = [(s + fill, c) for fill in ("", "-open") for s in SYMBOLS for c in PALETTE]  # 400 distinct marks
 NOMINAL_WIDTH = 1040  # the printed page's width (report.js draws each chart at it): the narrowest drawing
+PAGE_HEIGHT = 660  # the printed page's height (A4 landscape less report.css's margins, 718 px) less a heading
 LEGEND_FONT = 11
 ENTRY_PX = 19  # a legend entry's height at LEGEND_FONT, its symbol at a constant size
 TITLE_PX = 22  # a legend's title
@@ -85,47 +86,57 @@ def text_px(text: str, char_px: float = CHAR_PX) -> float:
     return len(text) * char_px
 
 
+def _legend(title: str) -> dict:
+    return {
+        "title": {"text": title, "font": {"size": LEGEND_FONT + 1}},
+        "font": {"size": LEGEND_FONT},
+        "orientation": "v",
+        "itemsizing": "constant",
+        "tracegroupgap": 0,
+        "itemclick": "toggle",
+        "xanchor": "left",
+        "yanchor": "top",
+    }
+
+
+def _size(title: str, labels: Sequence[str]) -> tuple[float, float]:
+    """A legend's width and height in px."""
+    w = max(text_px(title) + 8, *(SWATCH_PX + text_px(label) for label in labels)) + 16
+    return w, (TITLE_PX if title else 0) + ENTRY_PX * len(labels) + 12
+
+
 def legends(
     families: dict[str, list[str]], width: float, extra: Sequence[str]
 ) -> tuple[dict, dict[str, tuple[str, int]], float]:
     """(layout entries `legend`, `legend2`, … each with its place `px`, (left, top) below the plot area in px;
     label -> (its legend's name, its rank there); the block's height in px) for the variants of each strategy
-    (`families`, in sweep order; a legend lists them by their parameters' values) and `extra` entries (the
-    Pareto front, the reference) in a legend of their own, as columns packed left to right into rows at most
-    `width` px wide."""
-    columns = [(s, sorted(labels, key=natural)) for s, labels in families.items()]
-    columns += [("", list(extra))] if extra else []
-    rows: list[list[tuple[str, list[str], float]]] = [[]]
-    used = 0.0
-    for title, labels in columns:
-        w = max(text_px(title) + 8, *(SWATCH_PX + text_px(label) for label in labels)) + 16
-        if rows[-1] and used + w > width:
-            rows.append([])
-            used = 0.0
-        rows[-1].append((title, labels, w))
-        used += w
+    (`families`, in sweep order; a legend lists them by their parameters' values), as columns packed left to
+    right into rows at most `width` px wide, and `extra` entries (the Pareto front, the reference) in a legend
+    of their own under the shortest column wide enough for it (else after the others)."""
+    placed: list[tuple[str, list[str], float, float, float, float]] = []  # title, labels, left, top, w, h
+    left = row_top = row_h = 0.0
+    for title, labels in families.items():
+        w, h = _size(title, labels)
+        if placed and left + w > width:
+            left, row_top, row_h = 0.0, row_top + row_h, 0.0
+        placed.append((title, sorted(labels, key=natural), left, row_top, w, h))
+        left, row_h = left + w, max(row_h, h)
+    if extra:
+        w, h = _size("", extra)
+        under = [p for p in placed if p[3] == row_top and p[4] >= w]  # the last row's
+        if under:
+            col = min(under, key=lambda p: (p[3] + p[5], -p[2]))
+            placed.append(("", list(extra), col[2], col[3] + col[5], w, h))
+        else:
+            at_left = left + w <= width
+            placed.append(("", list(extra), left if at_left else 0.0, row_top if at_left else row_top + row_h, w, h))
     layout: dict[str, dict] = {}
-    owner: dict[str, str] = {}
-    top = 0.0
-    for row in rows:
-        left = 0.0
-        for title, labels, w in row:
-            name = "legend" if not layout else f"legend{len(layout) + 1}"
-            layout[name] = {
-                "title": {"text": title, "font": {"size": LEGEND_FONT + 1}},
-                "font": {"size": LEGEND_FONT},
-                "orientation": "v",
-                "itemsizing": "constant",
-                "tracegroupgap": 0,
-                "itemclick": "toggle",
-                "xanchor": "left",
-                "yanchor": "top",
-                "px": (left, top),
-            }
-            owner.update({label: (name, rank) for rank, label in enumerate(labels)})
-            left += w
-        top += max((TITLE_PX if title else 0) + ENTRY_PX * len(labels) for title, labels, _ in row) + 12
-    return layout, owner, top
+    owner: dict[str, tuple[str, int]] = {}
+    for title, labels, x, y, _, _ in placed:
+        name = "legend" if not layout else f"legend{len(layout) + 1}"
+        layout[name] = {**_legend(title), "px": (x, y)}
+        owner.update({label: (name, rank) for rank, label in enumerate(labels)})
+    return layout, owner, max(p[3] + p[5] for p in placed)
 
 
 def place_legends(layout: dict, plot_w: float, plot_h: float, below: float) -> None:

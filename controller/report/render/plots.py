@@ -22,6 +22,7 @@ from controller.report.render.marks import (
     BELOW_AXIS_PX,
     LABEL_FONT,
     NOMINAL_WIDTH,
+    PAGE_HEIGHT,
     encoding,
     legends,
     place_labels,
@@ -38,6 +39,7 @@ SPEED = {
 SPEED_CI = ["tokens_per_s_ci_low", "tokens_per_s_ci_high"]
 PANEL_COLUMNS = 3
 PANEL_HEIGHT = 420
+MIN_PANEL_HEIGHT = 260
 GAPS = (0.2, 0.3)  # the panels' grid: plotly's xgap and ygap of an independent grid
 MARGIN = {"t": 70, "l": 60, "r": 20}
 
@@ -242,7 +244,9 @@ def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
     xs_all = [float(x) for x in cells["tokens_per_s"]]
     pad = (max(xs_all) - min(xs_all)) * 0.15 or max(xs_all) * 0.15 or 1.0
     x_range = [min(xs_all) - pad, max(xs_all) + pad]
-    plot_h = PANEL_HEIGHT * rows
+    # the panels as tall as a printed page leaves them beside the legends (never below MIN_PANEL_HEIGHT)
+    room = PAGE_HEIGHT - MARGIN["t"] - BELOW_AXIS_PX - block
+    plot_h = max(MIN_PANEL_HEIGHT * rows, min(PANEL_HEIGHT * rows, room))
     size = (plot_w / (columns + (columns - 1) * GAPS[0]), plot_h / (rows + (rows - 1) * GAPS[1]))
     traces: list[dict] = []
     spans = []
