@@ -89,13 +89,14 @@ def test_markdown_table_is_concise_and_leaves_missing_empty(sweep):
     _, summary = sweep
     md = markdown_table(summary)
     header = md.splitlines()[0]
-    assert header.startswith("| model | strategy | params | n | tok/s |")
+    assert header.startswith("| model | strategy | n | tok/s |")  # the strategy column: the variant's label
     assert "rouge_2" not in header  # not among the concise columns
     ref = [line for line in md.splitlines() if "| reference |" in line][0]
     assert "|  |" in ref and "| 0 |" not in ref.replace("| 0.", "")
-    assert "p=0.9, temperature=1.0" in md
+    assert "| austen-tiny | top_p |" in md and "temperature" not in md  # p=0.9, temperature=1.0: the defaults
     full = markdown_table(summary, DESIGN_COLUMNS)
     assert "rouge_2" in full.splitlines()[0]
+    assert "| top_p | p=0.9, temperature=1.0 |" in full  # every parameter, in the params column
 
 
 def test_report_command_writes_all_and_prints_markdown(tmp_path, monkeypatch):

@@ -1,9 +1,10 @@
 """report.html's encodings for a meeting (issue 28, item 2), read from the page and its figures
 without a browser: the quality-vs-speed plot encodes the strategy as the symbol and the variant as
-the colour, one legend entry per variant, labels on hover, one panel per model; the summary table
-groups its metrics, keeps the cell's columns sticky and shows intervals on hover; the printout leaves
-the example texts out by default above 16 cells, still escaped in the page. (tests/test_report_print.py
-checks the same page in headless Chromium.)"""
+the colour, one legend entry per variant in its strategy's legend, each cell's label on hover and its
+variant's beside the point where it fits, one panel per model; the summary table groups its metrics,
+keeps the cell's columns sticky (the variant's label, its parameters on hover) and shows intervals on
+hover; the printout leaves the example texts out by default above 16 cells, still escaped in the page.
+(tests/test_report_print.py checks the same page in headless Chromium.)"""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def sweep(models=("austen-tiny", "austen-small"), variants=VARIANTS, seeds=(0,))
 def test_quality_vs_speed_encodes_strategy_variant_and_model():
     _, summary = sweep()
     fig = quality_speed_figure(summary)
-    shown = [t for t in fig["data"] if t.get("visible") and t["mode"] == "markers"]
+    shown = [t for t in fig["data"] if t.get("visible") and t["mode"] == "markers+text"]
     assert len(shown) == 2 * len(VARIANTS)  # one trace per variant in each model's panel
     first = [t for t in shown if t["xaxis"] == "x"]
     symbols = {t["name"]: t["marker"]["symbol"] for t in first}
@@ -46,7 +47,11 @@ def test_quality_vs_speed_encodes_strategy_variant_and_model():
     assert {t["xaxis"] for t in shown} == {"x", "x2"}  # small multiples: a panel per model
     panels = [a["text"] for a in fig["layout"]["annotations"]]
     assert panels == ["<b>austen-tiny</b>", "<b>austen-small</b>"]
-    assert all(t["mode"] == "markers" and "%{text}" in t["hovertemplate"] for t in shown)  # labels on hover only
+    assert all("%{customdata}" in t["hovertemplate"] for t in shown)  # the cell's label on hover
+    assert all(t["customdata"][0].startswith(("austen-tiny · ", "austen-small · ")) for t in shown)
+    assert all(t["text"][0] in ("", t["name"]) for t in shown)  # the variant beside its point, where it fits
+    assert {t["legend"] for t in first} == {"legend", "legend2", "legend3"}  # a legend per strategy
+    assert [fig["layout"][k]["title"]["text"] for k in ("legend", "legend2", "legend3")] == ["greedy", "beam", "top_p"]
     assert fig["layout"]["xaxis"]["range"] == fig["layout"]["xaxis2"]["range"]  # one speed axis
 
 
@@ -63,9 +68,11 @@ def test_summary_table_groups_metrics_sticks_the_cell_and_shows_intervals_on_hov
     groups = re.findall(r'class="g g-(\w+)"', screen)
     assert groups[:4] == ["cell", "quality", "speed", "sample"]  # the quality metrics on the first screen
     sticky = re.findall(r'<th data-col="(\w+)" class="t k">', screen)
-    assert sticky == ["model", "strategy", "params"]
+    assert sticky == ["model", "strategy"]  # the strategy column: the variant's label
     row = screen.split("<tbody>")[1].split("</tr>")[0]
-    assert row.count('class="t k"') == 3  # each row's cell columns sticky too
+    assert row.count('class="t k"') == 2  # each row's cell columns sticky too
+    assert 'data-col="params"' in screen  # every parameter: among the other columns, and on the label's hover
+    assert re.search(r'<td class="t k" data-v="beam" title="num_beams=4">beam</td>', screen)
     assert re.search(r'title="95% CI \[[0-9.]+, [0-9.]+\]">[0-9.]+</td>', row)  # a quality value's interval
     printed = page.split('<div class="print-only">')[1]
     captions = re.findall(r"<caption>(.*?)</caption>", printed)

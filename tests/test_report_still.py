@@ -1,10 +1,13 @@
 """report.html as a still picture (issue 42, item 4), in headless Chromium: at 50 variants no two legend
-entries of the quality-vs-speed panel share colour and symbol (read from the drawn SVG); printed, every
+entries of the quality-vs-speed panel share colour and symbol (read from the drawn SVG), each strategy's
+legend is a column of its own below the panel, and the variants' labels are written beside their points
+where they fit, never over another label or a point, as the summary table names them; printed, every
 chart takes the page's width, and neither the toolbar nor a screen-only hint prints; a column empty for
 the whole sweep (joules, NVML on a CPU) is left out; the table's first screen shows quality columns."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -13,8 +16,8 @@ import pytest
 
 from controller.report.compute.aggregate import summarize
 from controller.report.render.html import render_html
-from controller.report.render.labels import varying_params
-from controller.report.render.plots import encoding
+from controller.report.render.labels import variant_labels
+from controller.report.render.marks import encoding
 from tests.helpers_report import make_sweep
 from tests.test_html_browser import browse
 from tests.test_report_print import poppler
@@ -30,7 +33,7 @@ CELLS = [("austen-tiny", s, p) for s, p in VARIANTS]
 
 PROBE = """<script>setTimeout(function(){
  var out={legend:[],first:[],widths:{}};
- document.querySelectorAll('#chart-quality-speed .legend .traces').forEach(function(t){
+ document.querySelectorAll('#chart-quality-speed [class^="legend"] .traces').forEach(function(t){
   var p=t.querySelector('.legendpoints path');if(!p)return;var s=getComputedStyle(p);
   out.legend.push([t.textContent,p.getAttribute('d'),s.fill,s.stroke]);});
  document.querySelectorAll('#summary-table thead tr:last-child th').forEach(function(th){
@@ -59,20 +62,25 @@ def test_every_variant_has_its_own_mark(n):
     grids = [(s, i) for s in ("top_p", "top_k") for i in range(n // 2)]
     rows = [{"model": "m", "strategy": s, "params": json.dumps({"x": i})} for s, i in grids]
     cells = pd.DataFrame(rows)
-    marks = encoding(cells, varying_params(cells))
+    marks = encoding(list(cells["strategy"]), variant_labels(cells))
     assert len(marks) == n
     assert len({(m["symbol"], m["color"]) for m in marks.values()}) == n
     first = [marks[label]["symbol"] for label in list(marks)[: min(10, n // 2)]]
     assert len(set(first)) == 1  # a strategy's first ten variants share its symbol: colour tells them apart
 
 
+def probed(path, tmp_path, script: str, name: str) -> dict:
+    """What `script` (appended to the page) wrote into <pre id=name>, the page drawn at 1280 px in Chromium."""
+    page = tmp_path / f"{name}.html"
+    page.write_text(path.read_text().replace("</body>", script))
+    proc = browse(tmp_path, page.as_uri(), "--window-size=1280,900", "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(html.unescape(re.search(rf'<pre id="{name}">(.*?)</pre>', proc.stdout, re.S).group(1)))
+
+
 def test_no_two_legend_entries_look_alike_at_50_variants(page, tmp_path):
     path, _ = page
-    probed = tmp_path / "probed.html"
-    probed.write_text(path.read_text().replace("</body>", PROBE))
-    proc = browse(tmp_path, probed.as_uri(), "--window-size=1280,900", "--dump-dom")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    found = json.loads(re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S).group(1).replace("&quot;", '"'))
+    found = probed(path, tmp_path, PROBE, "probe")
     variants = [entry for entry in found["legend"] if entry[0] not in ("Pareto front", "reference")]
     assert len(variants) == 50
     looks = [tuple(entry[1:]) for entry in variants]
@@ -82,6 +90,63 @@ def test_no_two_legend_entries_look_alike_at_50_variants(page, tmp_path):
     # printing: every chart redrawn at the page's width (A4 landscape less margins), the grid two to a row
     assert found["widths"]["chart-quality-speed"] == "1040"
     assert found["widths"]["chart-tokens_per_s"] == str(1040 // 2 - 8)
+
+
+# The quality-vs-speed chart as drawn: plotly's figure data in the page, each legend's entries and each
+# written label with its box (px), the points' boxes, the x axis's title and the summary table's labels.
+DRAWN = """<script>setTimeout(function(){
+ var div=document.getElementById('chart-quality-speed');
+ function box(n){if(!n)return null;var r=n.getBoundingClientRect();return [r.left,r.top,r.right,r.bottom];}
+ var out={traces:[],legends:{},texts:[],points:[],axis:box(div.querySelector('.xtitle')),
+  svg:box(div.querySelector('.main-svg')),table:[]};
+ div.data.forEach(function(t){if(t.visible&&/^markers/.test(t.mode))
+  out.traces.push([t.name,t.xaxis,t.marker.symbol,t.marker.color]);});
+ div.querySelectorAll('g[class^="legend"]').forEach(function(g){if(!/^legend\\d*$/.test(g.getAttribute('class')))return;
+  var cls=g.getAttribute('class'), title=g.querySelector('.'+cls+'titletext');
+  out.legends[g.getAttribute('class')]={title:title?title.textContent:'',box:box(g.querySelector('.bg')),
+   entries:Array.prototype.map.call(g.querySelectorAll('.traces'),function(t){
+    return [t.textContent].concat(box(t.querySelector('.'+cls+'text')));})};});
+ div.querySelectorAll('.textpoint text').forEach(function(t){if(!t.textContent)return;
+  out.texts.push([t.textContent,t.closest('.trace').__data__[0].trace.name].concat(box(t)));});
+ div.querySelectorAll('.scatterlayer .points path').forEach(function(p){out.points.push(box(p));});
+ document.querySelectorAll('#summary-table tbody tr').forEach(function(tr){out.table.push(tr.children[1].dataset.v);});
+ var pre=document.createElement('pre');pre.id='drawn';pre.textContent=JSON.stringify(out);
+ document.body.appendChild(pre);}, 3000);
+</script></body>"""
+
+
+def _overlap(a, b) -> bool:
+    return min(a[2], b[2]) - max(a[0], b[0]) > 1 and min(a[3], b[3]) - max(a[1], b[1]) > 1
+
+
+def test_at_50_variants_each_strategy_has_a_legend_column_and_points_carry_their_labels(page, tmp_path):
+    path, _ = page
+    drawn = probed(path, tmp_path, DRAWN, "drawn")
+    # plotly's own data: 50 variants in the panel, no two with the same symbol and colour
+    assert len(drawn["traces"]) == 50 and len({tuple(t[2:]) for t in drawn["traces"]}) == 50
+    # a legend per strategy, each a column (its entries one under the other) titled by its strategy, below
+    # the panel's speed axis, inside the figure, clear of the other legends
+    legends = drawn["legends"]
+    assert [v["title"] for v in legends.values()][:6] == ["top_p", "top_k", "min_p", "typical", "greedy", "beam"]
+    assert sum(len(v["entries"]) for v in legends.values()) == 50 + 2  # and the Pareto front, the reference
+    for name, legend in legends.items():
+        lefts = {round(e[1]) for e in legend["entries"]}
+        assert len(lefts) == 1, (name, lefts)  # one column: no entry wrapped beside another
+        assert legend["box"][1] >= drawn["axis"][3] and legend["box"][3] <= drawn["svg"][3], name
+        others = [v["box"] for k, v in legends.items() if k != name]
+        assert not any(_overlap(legend["box"], b) for b in others), name
+    # the variants written beside their points where they fit: over no other label and no point
+    texts = drawn["texts"]
+    assert len(texts) >= 5, texts
+    assert all(t[0] == t[1] for t in texts)  # each label its point's variant, as the legend names it
+    for i, t in enumerate(texts):
+        assert not any(_overlap(t[2:], u[2:]) for u in texts[i + 1 :]), t
+        assert not any(_overlap(t[2:], p) for p in drawn["points"]), t
+    # the chart and the table name the variants alike
+    assert set(drawn["table"]) - {"reference"} == {t[0] for t in drawn["traces"]}
+    shot = path.parent / "still-50-1280.png"
+    proc = browse(tmp_path, path.as_uri(), f"--screenshot={shot}", "--window-size=1280,2600")
+    assert proc.returncode == 0 and shot.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_printout_has_no_toolbar_hints_or_empty_columns(page, tmp_path):
@@ -96,7 +161,10 @@ def test_the_printout_has_no_toolbar_hints_or_empty_columns(page, tmp_path):
     pdf = tmp_path / "report.pdf"
     proc = browse(tmp_path, path.as_uri(), f"--print-to-pdf={pdf}", "--no-pdf-header-footer")
     assert proc.returncode == 0 and pdf.read_bytes()[:5] == b"%PDF-", proc.stderr[-2000:]
-    text = " ".join(poppler("pdftotext", pdf).split())
+    pages = [" ".join(page.split()) for page in poppler("pdftotext", pdf).split("\f")]
+    text = " ".join(pages)
     assert "Quality vs speed" in text and "does not apply" in text
+    chart = next(page for page in pages if "Quality vs speed (the Pareto" in page)  # whole on its page:
+    assert all(x in chart for x in ("top_p(p=0.5)", "top_k(k=1000)", "typical(typical_p=0.99)", "beam", "reference"))
     for hint in ("Click a header", "Hover a", "click a legend", "hover a point"):
         assert hint not in text, hint

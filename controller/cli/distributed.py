@@ -143,28 +143,11 @@ def _cut(text: str, width: int | None, keep_end: bool = False) -> str:
     return text[: width - 1] + "…"
 
 
-def short_labels(cells: list[str]) -> list[str]:
-    """Cell keys (`model::strategy(a=1,b=2)[::engine]`) as short as they stay distinct: the model only where the
-    sweep has several, a strategy's parameters only where its cells differ in them."""
-    parsed = []
-    for cell in cells:
-        model, _, rest = cell.partition("::")
-        variant, _, engine = rest.partition("::")
-        name, _, inside = variant.partition("(")
-        parsed.append((model, name, inside.removesuffix(")").split(",") if inside else [], engine))
-    several = len({p[0] for p in parsed}) > 1
-    out = []
-    for model, name, params, engine in parsed:
-        same = [p for p in parsed if p[1] == name]
-        shown = [kv for kv in params if not all(kv in q[2] for q in same)]
-        label = name + (f"({','.join(shown)})" if shown else "") + (f" @ {engine}" if engine else "")
-        out.append(f"{model} · {label}" if several else label)
-    return out if len(set(out)) == len(out) else [c.replace("::", " · ") for c in cells]
-
-
 def _cell_rows(cells: dict, width: int | None, height: int | None) -> list[str]:
     """The per-cell table: `model · variant` labels cut to leave the counts room, at most `height` lines."""
-    labels = {terminal(c): counts for c, counts in zip(short_labels(list(cells)), cells.values())}  # user input
+    from controller.sweep.labels import key_labels  # the report's labels, from the cell keys
+
+    labels = {terminal(c): counts for c, counts in zip(key_labels(list(cells)), cells.values())}  # user input
     counts_width = sum(len(x) + 2 for x in STATES)
     room = max(12, (width or 10**6) - counts_width - 2)
     label_w = min(room, max([len("cell"), *(len(c) for c in labels)]))

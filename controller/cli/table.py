@@ -20,7 +20,7 @@ from rich.text import Text
 
 from controller.report.compute.columns import QUALITY_COLUMNS, REFERENCE
 from controller.report.render.format import CONCISE, SHORT, ColumnFormat, decimals, metric_columns
-from controller.report.render.labels import variant_label, varying_params
+from controller.report.render.labels import variant_labels
 from worker.core.safetext import terminal
 
 KEEP = ["model", "strategy", "tokens_per_s"]  # never dropped
@@ -55,11 +55,10 @@ def _column(summary: pd.DataFrame, c: str, with_ci: bool, num: ColumnFormat) -> 
 
 def summary_columns(summary: pd.DataFrame) -> dict[str, list[str]]:
     """header -> its cells' texts, in order of importance; empty columns left out."""
-    varying = varying_params(summary)
     num = ColumnFormat(summary)
     cols: dict[str, list[str]] = {
         "model": ["" if r["strategy"] == REFERENCE else terminal(r["model"]) for _, r in summary.iterrows()],
-        "strategy": [terminal(variant_label(r, varying)) for _, r in summary.iterrows()],
+        "strategy": [terminal(label) for label in variant_labels(summary)],
     }
     for c in importance(summary):
         if not summary[c].notna().any():

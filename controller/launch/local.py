@@ -24,6 +24,7 @@ import structlog
 
 from controller.launch.models import check_models, models_of
 from controller.sweep.context import check_context
+from controller.sweep.labels import key_labels
 from controller.sweep.load import load_spec
 from controller.sweep.models import SweepSpec
 from controller.sweep.plan import plan, summarize_plan
@@ -122,11 +123,13 @@ def run_sweep(
         for c in check_models(todo):
             if c.reason:
                 outcome.unavailable[c.model.path] = c.line
+    cells = list(dict.fromkeys(j.cell for j in jobs))
+    label = dict(zip(cells, key_labels(cells)))  # as the report names the cells
     with _progress(progress, len(todo)) as advance:
         try:
             for job in todo:
                 _run_one(job, store, runtime, outcome, run_job)
-                advance(job.cell, outcome.state(job.job_id))
+                advance(label[job.cell], outcome.state(job.job_id))
         except KeyboardInterrupt:
             outcome.interrupted = True
     return outcome

@@ -6,7 +6,9 @@
 
 `summary` holds, with 8 prompts or more a cell, each cell's paired comparison against its baseline
 (`baseline`, `<metric>_diff`, `_diff_ci_low`, `_diff_ci_high`, `_diff_p`, `_diff_p_holm`);
-`comparisons(summary)` gives them in long form, one row per (cell, metric).
+`comparisons(summary)` gives them in long form, one row per (cell, metric). `variant_labels(summary)` and
+`cell_labels(summary)` name each row as every view of the report does (`top_p(p=0.8)`,
+`austen-tiny · top_p(p=0.8)`; controller.report.render.labels).
 
 `store` is a Store, a URL (`./runs`, `file:///…`, `s3://bucket/prefix`) or None
 (DECODEBENCH_STORE, else ./runs).
@@ -20,9 +22,12 @@ import pandas as pd
 
 from controller.report.compute.aggregate import summarize
 from controller.report.load.sweep import load_sweep
+from controller.report.render.labels import cell_labels, variant_labels
 from worker.core import paths
 from worker.core.errors import UsageError
 from worker.store import Store, open_store
+
+__all__ = ["cell_labels", "comparisons", "load_generations", "load_summary", "variant_labels"]
 
 
 def _open(store: Store | str | None) -> Store:

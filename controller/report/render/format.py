@@ -22,6 +22,7 @@ from controller.report.compute.columns import (
 from controller.report.compute.engines import ENGINE_COLUMN
 from controller.report.load.sweep import SweepData
 from controller.report.render.comparisons import comparison_markdown, comparison_table
+from controller.report.render.labels import cell_labels, labeller, variant_labels
 from controller.report.render.ratings_table import RATINGS_NOTE, rating_table
 from controller.report.stats.paired import is_comparison_column
 from controller.report.stats.speed import SPREAD_COLUMNS
@@ -30,10 +31,7 @@ from worker.core.safetext import markdown
 # The terminal table: the columns a reader scans first (empty ones are dropped).
 CONCISE = [
     "model",
-    "strategy",
-    "params",
-    "samples",  # only where a cell has samples (docs/sweeps.md#samples); all-empty columns are dropped
-    "best_of",
+    "strategy",  # the variant's label (controller.report.render.labels): its parameters and samples
     "n_generations",
     "tokens_per_s",
     "latency_ms_p50",
@@ -144,13 +142,9 @@ def params_label(params: str | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in loaded.items()) if isinstance(loaded, dict) else str(params)
 
 
-def row_label(row) -> str:
-    """`model strategy params` of a summary row, for the comparison and rating tables."""
-    return " ".join(str(x) for x in (row["model"], row["strategy"], params_label(row["params"])) if x and x != "{}")
-
-
 def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, with_ci: bool = False) -> str:
-    """A GitHub Markdown table; by default the concise columns, all-empty ones dropped."""
+    """A GitHub Markdown table; by default the concise columns, all-empty ones dropped. The strategy column
+    names each row's variant by its label (`top_p(p=0.8)`); a `params` column gives every parameter."""
     if columns is None:
         columns = [c for c in CONCISE if c in summary.columns]
     keep = [c for c in columns if c in KEY_COLUMNS or summary[c].notna().any()]
@@ -160,11 +154,11 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
         "|" + "|".join("---" if c in ("model", "strategy", "params") else "---:" for c in keep) + "|",
     ]
     num = ColumnFormat(summary)
-    for _, row in summary.iterrows():
+    for variant, (_, row) in zip(variant_labels(summary), summary.iterrows()):
         cells = []
         for c in keep:
             value = row[c]
-            text = params_label(value) if c == "params" else num(c, value)
+            text = variant if c == "strategy" else params_label(value) if c == "params" else num(c, value)
             lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
             if with_ci and text and lo is not None and not pd.isna(lo):
                 text += f" [{num(c, lo)}, {num(c, hi)}]"
@@ -178,7 +172,7 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
 def compare_table(comparison: pd.DataFrame) -> str:
     """The terminal view of `compare`: the concise metrics' B - A differences."""
     frame = comparison.copy()
-    cols = list(KEY_COLUMNS) + ["present"]
+    cols = ["model", "strategy", "present"]  # the strategy column: the variant's label
     for c in CONCISE:
         if f"{c}_delta" in frame.columns:
             frame[f"Δ {SHORT.get(c, c)}"] = frame[f"{c}_delta"]
@@ -244,7 +238,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         ),
         *ratings_markdown(summary),
         *judge_markdown(summary),
-        *comparison_markdown(comparison_table(summary, fmt, row_label)),
+        *comparison_markdown(comparison_table(summary, fmt, labeller(summary))),
     ]
     return "\n".join(lines)
 
@@ -256,7 +250,11 @@ def speed_markdown(summary: pd.DataFrame) -> list[str]:
     if "tokens_per_s_ci_low" not in summary.columns:
         return []
     cols = ["tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high"]
-    rows = [(row_label(r), *(float(r[c]) if pd.notna(r[c]) else math.nan for c in cols)) for _, r in summary.iterrows()]
+    labels = cell_labels(summary, with_model=True)
+    rows = [
+        (label, *(float(r[c]) if pd.notna(r[c]) else math.nan for c in cols))
+        for label, (_, r) in zip(labels, summary.iterrows())
+    ]
     note = unresolved_note(unresolved_speed(rows))
     return [note, ""] if note else []
 
@@ -278,7 +276,7 @@ def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
 
 
 def ratings_markdown(summary: pd.DataFrame) -> list[str]:
-    table = rating_table(summary, fmt, params_label)
+    table = rating_table(summary, fmt, labeller(summary))
     if table is None:
         return []
     (_, header), *rows = table

@@ -31,9 +31,9 @@ from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
 from controller.report.load.jobs import MIN_CI_PROMPTS
 from controller.report.load.sweep import SweepData
 from controller.report.render.comparisons import comparison_html, comparison_table
-from controller.report.render.format import fmt, metric_columns, model_based_metrics, params_label, row_label
+from controller.report.render.format import fmt, metric_columns, model_based_metrics
 from controller.report.render.html_tables import metrics_glossary, provenance
-from controller.report.render.labels import cell_label, variant_label, varying_params
+from controller.report.render.labels import cell_labels, labeller, variant_labels
 from controller.report.render.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
 from controller.report.render.summary_table import summary_table
 from controller.report.render.temperature import accuracy_temperature_figure
@@ -66,10 +66,9 @@ def speed_note(summary: pd.DataFrame) -> str:
     """The sentence naming neighbouring cells whose tokens/s intervals overlap (empty if none)."""
     if not set(SPEED_CI) <= set(summary.columns):
         return ""
-    varying = varying_params(summary)
     rows = [
-        (cell_label(r, varying), _f(r["tokens_per_s"]), _f(r[SPEED_CI[0]]), _f(r[SPEED_CI[1]]))
-        for _, r in summary.iterrows()
+        (label, _f(r["tokens_per_s"]), _f(r[SPEED_CI[0]]), _f(r[SPEED_CI[1]]))
+        for label, (_, r) in zip(cell_labels(summary, with_model=True), summary.iterrows())
     ]
     return unresolved_note(unresolved_speed(rows))
 
@@ -101,7 +100,7 @@ def examples(summary: pd.DataFrame, data: SweepData) -> str:
     for g in sorted(data.generations, key=lambda g: g.job_seed, reverse=True) if not by_key else ():
         by_key[(g.cell, g.prompt_id)] = g  # the lowest seed wins
     cells = [r for _, r in summary.iterrows() if r["strategy"] != REFERENCE]
-    varying = varying_params(summary)
+    variant = dict(zip(summary.index, variant_labels(summary)))
     models = list(dict.fromkeys(r["model"] for r in cells))
     parts = []
     for model in models:
@@ -115,7 +114,7 @@ def examples(summary: pd.DataFrame, data: SweepData) -> str:
                 if g is None:
                     continue
                 cards.append(
-                    f'<div class="card"><h4>{e(variant_label(r, varying))}</h4><p>{mark_repeats(g.text)}</p>'
+                    f'<div class="card"><h4>{e(variant[r.name])}</h4><p>{mark_repeats(g.text)}</p>'
                     f'<div class="small">seed {g.job_seed} · {g.n_new_tokens} tokens · stopped: '
                     f"{e(g.stop_reason)}</div></div>"
                 )
@@ -210,8 +209,8 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
 <p class="small"><span class="screen-only">Click a header to sort. Hover a value for its interval. </span>
 Empty: the metric does not apply; a column empty for every cell is left out. Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
-{comparison_html(comparison_table(summary, fmt, row_label))}
-{ratings_html(rating_table(summary, fmt, params_label))}
+{comparison_html(comparison_table(summary, fmt, labeller(summary)))}
+{ratings_html(rating_table(summary, fmt, labeller(summary)))}
 {judge_html(summary)}<h2 id="quality-speed">Quality vs speed</h2>
 <p class="small screen-only">Hover a point for its cell; click a legend entry to hide its variant; the menu picks
 the metric.</p>

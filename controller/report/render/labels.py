@@ -1,72 +1,66 @@
-"""Labels of a report's cells: a strategy variant shows every parameter that varies in the sweep.
-
-A grid `top_p: {p: [0.8, 0.9, 0.95]}` is labelled `top_p(p=0.8)`, `top_p(p=0.9)`, `top_p(p=0.95)`:
-a parameter is left out only where it has its default and every cell of the strategy has the same
-value, so two cells never share a label and a default never hides in a sweep over it."""
+"""A summary's rows labelled as every view of the report names them: `variant_labels`, `cell_labels` and
+`labeller` read a summary (or a comparison of two) and give each row the label of
+`controller.sweep.labels`, the one rule (the parameters that tell a strategy's variants apart)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pandas as pd
 
 from controller.report.compute.columns import REFERENCE
-from worker.strategies import STRATEGIES, samples_label
+from controller.sweep.labels import Variant, label_variants
+from worker.strategies import samples_label
 
 
 def _params(row) -> dict:
     try:
-        loaded = json.loads(row["params"] or "{}")
+        loaded = json.loads(row.get("params") or "{}")
     except (TypeError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
 
 
-def varying_params(summary: pd.DataFrame) -> dict[str, set[str]]:
-    """strategy -> the names of its parameters whose value differs between its cells."""
-    seen: dict[str, dict[str, set[str]]] = {}
-    counts: dict[str, int] = {}
-    for _, row in summary.iterrows():
-        strategy = row["strategy"]
-        counts[strategy] = counts.get(strategy, 0) + 1
-        for k, v in _params(row).items():
-            seen.setdefault(strategy, {}).setdefault(k, set()).add(json.dumps(v, sort_keys=True))
-    out: dict[str, set[str]] = {}
-    for strategy, by_key in seen.items():
-        rows = summary[summary["strategy"] == strategy]
-        present = {k: sum(k in _params(r) for _, r in rows.iterrows()) for k in by_key}
-        out[strategy] = {k for k, values in by_key.items() if len(values) > 1 or present[k] < counts[strategy]}
+def _row_variant(row, drop: Sequence[str]) -> Variant:
+    samples = row.get("samples") if hasattr(row, "get") else None
+    suffix = ""
+    if samples is not None and not pd.isna(samples):
+        best_of = row.get("best_of")
+        suffix = samples_label(int(samples), best_of if isinstance(best_of, str) else None)
+    engine = row.get("engine") if hasattr(row, "get") else None  # a column only where a sweep runs several engines
+    params = tuple((k, v) for k, v in _params(row).items() if k not in drop)
+    return Variant(str(row["strategy"]), params, suffix, engine if isinstance(engine, str) else "")
+
+
+def variant_labels(frame: pd.DataFrame, drop: Sequence[str] = ()) -> list[str]:
+    """Each row's variant label (`top_p(p=0.9)`; the reference row `reference`), in row order; `drop` names
+    parameters left out of every label (the accuracy-against-temperature chart's lines leave out temperature)."""
+    rows = [r for _, r in frame.iterrows()]
+    cells = [i for i, r in enumerate(rows) if r["strategy"] != REFERENCE]
+    labels = label_variants([_row_variant(rows[i], drop) for i in cells])
+    out = [REFERENCE] * len(rows)
+    for i, label in zip(cells, labels):
+        out[i] = label
     return out
 
 
-def variant_label(row, varying: dict[str, set[str]] | None = None) -> str:
-    """`top_p(p=0.9)`: the parameters that differ from their default or vary in the sweep."""
-    if row["strategy"] == REFERENCE:
-        return REFERENCE
-    strategy = row["strategy"]
-    spec = STRATEGIES.get(strategy) if strategy in STRATEGIES else None
-    vary = (varying or {}).get(strategy, set())
-
-    def shown(k, v) -> bool:
-        return k in vary or spec is None or k not in spec.all_params or spec.all_params[k].default != v
-
-    params = {k: v for k, v in _params(row).items() if shown(k, v)}
-    variant = strategy + (f"({','.join(f'{k}={v}' for k, v in params.items())})" if params else "")
-    variant += _samples(row)
-    engine = row.get("engine") if hasattr(row, "get") else None  # only where a sweep runs several engines
-    return f"{variant} @ {engine}" if isinstance(engine, str) and engine else variant
+def several_models(frame: pd.DataFrame) -> bool:
+    return frame.loc[frame["strategy"] != REFERENCE, "model"].dropna().nunique() > 1
 
 
-def _samples(row) -> str:
-    """A cell's samples after its variant (`[samples=8]`), where the summary has them (docs/sweeps.md#samples)."""
-    samples = row.get("samples") if hasattr(row, "get") else None
-    if samples is None or pd.isna(samples):
-        return ""
-    best_of = row.get("best_of")
-    return samples_label(int(samples), best_of if isinstance(best_of, str) else None)
+def cell_labels(frame: pd.DataFrame, with_model: bool | None = None) -> list[str]:
+    """Each row's `model · variant` (`austen-tiny · top_p(p=0.9)`), the model only where the sweep has several
+    (or as `with_model` says); the reference row `reference`."""
+    with_model = several_models(frame) if with_model is None else with_model
+    return [
+        f"{row['model']} · {variant}" if with_model and variant != REFERENCE else variant
+        for variant, (_, row) in zip(variant_labels(frame), frame.iterrows())
+    ]
 
 
-def cell_label(row, varying: dict[str, set[str]] | None = None, with_model: bool = True) -> str:
-    """`model · strategy(params)`, e.g. `austen-tiny · top_p(p=0.9)`."""
-    variant = variant_label(row, varying)
-    return f"{row['model']} · {variant}" if with_model and variant != REFERENCE else variant
+def labeller(frame: pd.DataFrame, with_model: bool | None = None) -> Callable[[Any], str]:
+    """A row of `frame` (from its iterrows) -> its cell label, for the tables that label rows one by one."""
+    labels = dict(zip(frame.index, cell_labels(frame, with_model)))
+    return lambda row: labels[row.name]

@@ -17,7 +17,17 @@ import pandas as pd
 from controller.metrics import METRICS
 from controller.report.compute.columns import REFERENCE
 from controller.report.render.format import metric_columns
-from controller.report.render.labels import cell_label, variant_label, varying_params
+from controller.report.render.labels import cell_labels, variant_labels
+from controller.report.render.marks import (
+    BELOW_AXIS_PX,
+    LABEL_FONT,
+    NOMINAL_WIDTH,
+    PAGE_HEIGHT,
+    encoding,
+    legends,
+    place_labels,
+    place_legends,
+)
 
 SPEED = {
     "tokens_per_s": True,
@@ -27,32 +37,11 @@ SPEED = {
     "peak_memory_mb": False,
 }
 SPEED_CI = ["tokens_per_s_ci_low", "tokens_per_s_ci_high"]
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
-SYMBOLS = [
-    "circle",
-    "square",
-    "diamond",
-    "triangle-up",
-    "cross",
-    "x",
-    "star",
-    "pentagon",
-    "hexagon",
-    "triangle-down",
-    "hourglass",
-    "bowtie",
-    "triangle-left",
-    "triangle-right",
-    "hexagram",
-    "star-square",
-    "diamond-wide",
-    "square-x",
-    "circle-x",
-    "star-diamond",
-]
-MARKS = [(s + fill, c) for fill in ("", "-open") for s in SYMBOLS for c in PALETTE]  # 400 distinct marks
 PANEL_COLUMNS = 3
 PANEL_HEIGHT = 420
+MIN_PANEL_HEIGHT = 260
+GAPS = (0.2, 0.3)  # the panels' grid: plotly's xgap and ygap of an independent grid
+MARGIN = {"t": 70, "l": 60, "r": 20}
 
 
 def inert(text: str) -> str:
@@ -102,53 +91,54 @@ def _speed_bars(sub: pd.DataFrame) -> dict:
     }
 
 
-def encoding(cells: pd.DataFrame, varying: dict) -> dict[str, dict]:
-    """variant label -> its marker, in sweep order: the symbol names the strategy and the colour the variant
-    (the sweep's first ten variants ten colours), and no two variants share both (a strategy's eleventh
-    variant takes its symbol open, then the next free symbol), so that a still picture (a printout, a
-    screenshot) tells every variant apart; past MARKS' 400 marks they repeat, one per 400 variants."""
-    strategies = list(dict.fromkeys(cells["strategy"]))
-    variants = list(dict.fromkeys((r["strategy"], variant_label(r, varying)) for _, r in cells.iterrows()))
-    used: set[tuple[str, str]] = set()
-    out = {}
-    for i, (strategy, label) in enumerate(variants):
-        home = strategies.index(strategy) % len(SYMBOLS)
-        order = [
-            (SYMBOLS[(home + k) % len(SYMBOLS)] + fill, PALETTE[(i + j) % len(PALETTE)])
-            for k in range(len(SYMBOLS))
-            for fill in ("", "-open")
-            for j in range(len(PALETTE))
-        ]
-        symbol, color = next((m for m in order if m not in used), MARKS[i % len(MARKS)])
-        used.add((symbol, color))
-        out[label] = {"symbol": symbol, "color": color, "size": 11, "line": {"width": 1.5, "color": color}}
-    return out
+def _y_range(cells: pd.DataFrame, ref: pd.DataFrame, m: str) -> list[float]:
+    """The metric's axis range, shared by the panels (set, so that the direct labels know where points fall)."""
+    ys = [float(y) for y in cells[m].dropna()] + [float(y) for y in ref[m].dropna()]
+    lo, hi = min(ys), max(ys)
+    pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.0
+    return [lo - pad, hi + pad]
 
 
-def _panel_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str, k: int, varying: dict, markers: dict) -> list[dict]:
-    """One model's panel (axes x{k}, y{k}): a trace per variant, the Pareto front, the reference."""
+def _panel_traces(sub: pd.DataFrame, ref: pd.DataFrame, m: str, k: int, look: dict, panel: dict) -> list[dict]:
+    """One model's panel (axes x{k}, y{k}): a trace per variant with its direct labels, the Pareto front, the
+    reference. `look`: the markers, legends and labels of the sweep; `panel`: its ranges and size in px."""
     axes = {"xaxis": f"x{k + 1 if k else ''}", "yaxis": f"y{k + 1 if k else ''}"}
-    sub = cells[cells[m].notna()]
+    sub = sub[sub[m].notna()]
+    xs, ys = [float(x) for x in sub["tokens_per_s"]], [float(y) for y in sub[m]]
+    variants = [look["variant"][i] for i in sub.index]
+    bars = [sub.get(c, pd.Series(math.nan, index=sub.index)).astype(float).tolist() for c in SPEED_CI]
+    line = [float(ref[m].iloc[0])] if not ref.empty and not pd.isna(ref[m].iloc[0]) else []
+    places = place_labels(list(zip(xs, ys, variants, *bars)), panel["x"], panel["y"], panel["size"], line)
+    direct = dict(zip(sub.index, places))
     traces = []
-    for label, group in sub.groupby(sub.apply(lambda r: variant_label(r, varying), axis=1), sort=False):
-        hover = [inert(cell_label(r, varying)) for _, r in group.iterrows()]
+    for label, group in sub.groupby(pd.Series(variants, index=sub.index), sort=False):
         traces.append(
             {
                 "type": "scatter",
-                "mode": "markers",
+                "mode": "markers+text",
                 "name": inert(label),
                 "legendgroup": label,
+                "legend": look["legend"][label][0],
+                "legendrank": look["legend"][label][1],
                 "showlegend": k == 0,
                 "x": [float(x) for x in group["tokens_per_s"]],
                 "y": [float(y) for y in group[m]],
-                "text": hover,
-                "marker": markers[label],
+                "text": [inert(direct[i][0]) for i in group.index],  # beside the point where it fits
+                "textposition": [direct[i][1] for i in group.index],
+                "textfont": {"size": LABEL_FONT, "color": look["marker"][label]["color"]},
+                "customdata": [inert(look["cell"][i]) for i in group.index],
+                "marker": look["marker"][label],
                 "error_x": _speed_bars(group),  # tokens/s: its 95% interval over batches
-                "hovertemplate": "%{text}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>",
+                "hovertemplate": "%{customdata}<br>tokens/s %{x:.3g}<br>" + m + " %{y:.4g}<extra></extra>",
                 **axes,
             }
         )
-    xs, ys = [float(x) for x in sub["tokens_per_s"]], [float(y) for y in sub[m]]
+    return traces + _lines(xs, ys, ref, m, k, look["legend"], axes)
+
+
+def _lines(xs: list[float], ys: list[float], ref: pd.DataFrame, m: str, k: int, legend: dict, axes: dict) -> list[dict]:
+    """A panel's Pareto front (dotted) and the reference's value (dashed)."""
+    traces = []
     front = pareto_front(xs, ys, y_higher_is_better=bool(_direction(m)))
     traces.append(
         {
@@ -156,6 +146,7 @@ def _panel_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str, k: int, varyin
             "mode": "lines",
             "name": "Pareto front",
             "legendgroup": "front",
+            "legend": legend["Pareto front"][0],
             "showlegend": k == 0,
             "x": [xs[i] for i in front],
             "y": [ys[i] for i in front],
@@ -171,6 +162,7 @@ def _panel_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str, k: int, varyin
                 "mode": "lines",
                 "name": "reference",
                 "legendgroup": "reference",
+                "legend": legend["reference"][0],
                 "showlegend": k == 0,
                 "x": [min(xs), max(xs)],
                 "y": [float(ref[m].iloc[0])] * 2,
@@ -181,15 +173,17 @@ def _panel_traces(cells: pd.DataFrame, ref: pd.DataFrame, m: str, k: int, varyin
     return traces
 
 
-def _panels_layout(models: list, x_range: list[float], m: str) -> dict:
+def _panels_layout(models: list, x_range: list[float], m: str, y_range: list[float]) -> dict:
     columns = min(len(models), PANEL_COLUMNS)
     rows = -(-len(models) // columns)
-    layout: dict[str, Any] = {"grid": {"rows": rows, "columns": columns, "pattern": "independent"}}
+    layout: dict[str, Any] = {
+        "grid": {"rows": rows, "columns": columns, "pattern": "independent", "xgap": GAPS[0], "ygap": GAPS[1]}
+    }
     annotations = []
     for k, model in enumerate(models):
         suffix = str(k + 1) if k else ""
         layout[f"xaxis{suffix}"] = {"range": x_range, "title": {"text": "tokens/s (higher is better)"}}
-        layout[f"yaxis{suffix}"] = {"title": {"text": axis_title(m)}}
+        layout[f"yaxis{suffix}"] = {"range": y_range, "title": {"text": axis_title(m)}}
         if len(models) > 1:
             annotations.append(
                 {
@@ -203,43 +197,78 @@ def _panels_layout(models: list, x_range: list[float], m: str) -> dict:
                 }
             )
     layout["annotations"] = annotations
-    layout["height"] = PANEL_HEIGHT * rows + 80
     return layout
+
+
+def _axes(m: str, y_range: list[float], n: int) -> dict:
+    """The y axes' title and range for metric `m`, as the metric menu sets them (`yaxis2.title.text`, …)."""
+    out = {}
+    for k in range(n):
+        out[f"yaxis{k + 1 if k else ''}.title.text"] = axis_title(m)
+        out[f"yaxis{k + 1 if k else ''}.range"] = y_range
+    return out
+
+
+def _look(summary: pd.DataFrame, cells: pd.DataFrame, ref: pd.DataFrame, plot_w: float) -> tuple[dict, dict, float]:
+    """(how the cells look: their variant and cell labels, markers and legends; the legends' layout entries;
+    their block's height in px)."""
+    variant = dict(zip(summary.index, variant_labels(summary)))
+    labels = [variant[i] for i in cells.index]
+    families: dict[str, list[str]] = {}
+    for strategy, label in dict.fromkeys(zip(cells["strategy"], labels)):
+        families.setdefault(strategy, []).append(label)
+    extra = ["Pareto front"] + (["reference"] if not ref.empty else [])
+    legend_layout, owner, block = legends({inert(s): [inert(x) for x in v] for s, v in families.items()}, plot_w, extra)
+    look = {
+        "variant": variant,
+        "cell": dict(zip(summary.index, cell_labels(summary, with_model=True))),
+        "marker": encoding(list(cells["strategy"]), labels),
+        "legend": {**{label: owner[inert(label)] for label in labels}, **{x: owner[x] for x in extra}},
+    }
+    return look, legend_layout, block
 
 
 def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
     """Plotly figure (a dict): the cells at (tokens/s, metric), a menu of metrics, the Pareto front."""
-    cells = summary[(summary["strategy"] != REFERENCE) & summary["tokens_per_s"].notna()]
-    ref = summary[summary["strategy"] == REFERENCE]
+    keep = (summary["strategy"] != REFERENCE) & summary["tokens_per_s"].notna()
+    cells, ref = summary[keep], summary[summary["strategy"] == REFERENCE]
     choices = [m for m in metric_columns(summary) if _direction(m) is not None and cells[m].notna().any()]
     preferred = [m for m in ("exact_match", "diversity", "perplexity", "self_bleu_4", "bleu") if m in choices]
     choices = preferred + [m for m in choices if m not in preferred]
     if cells.empty or not choices:
         return None
-    varying = varying_params(summary)
-    markers = encoding(cells, varying)
     models = list(dict.fromkeys(cells["model"]))
+    columns, rows = min(len(models), PANEL_COLUMNS), -(-len(models) // PANEL_COLUMNS)
+    plot_w = NOMINAL_WIDTH - MARGIN["l"] - MARGIN["r"]
+    look, legend_layout, block = _look(summary, cells, ref, plot_w)
+    xs_all = [float(x) for x in cells["tokens_per_s"]]
+    pad = (max(xs_all) - min(xs_all)) * 0.15 or max(xs_all) * 0.15 or 1.0
+    x_range = [min(xs_all) - pad, max(xs_all) + pad]
+    # the panels as tall as a printed page leaves them beside the legends (never below MIN_PANEL_HEIGHT)
+    room = PAGE_HEIGHT - MARGIN["t"] - BELOW_AXIS_PX - block
+    plot_h = max(MIN_PANEL_HEIGHT * rows, min(PANEL_HEIGHT * rows, room))
+    size = (plot_w / (columns + (columns - 1) * GAPS[0]), plot_h / (rows + (rows - 1) * GAPS[1]))
     traces: list[dict] = []
     spans = []
     for n, m in enumerate(choices):
         start = len(traces)
+        panel = {"x": x_range, "y": _y_range(cells, ref, m), "size": size}
         for k, model in enumerate(models):
-            traces += _panel_traces(cells[cells["model"] == model], ref, m, k, varying, markers)
+            traces += _panel_traces(cells[cells["model"] == model], ref, m, k, look, panel)
         for t in traces[start:]:
             t["visible"] = n == 0
-        spans.append((start, len(traces) - start))
-    titles = lambda m: {f"yaxis{k + 1 if k else ''}.title.text": axis_title(m) for k in range(len(models))}
+        spans.append((start, len(traces) - start, _axes(m, panel["y"], len(models))))
     buttons = [
-        {"label": m, "method": "update", "args": [{"visible": [s <= i < s + c for i in range(len(traces))]}, titles(m)]}
-        for m, (s, c) in zip(choices, spans)
+        {"label": m, "method": "update", "args": [{"visible": [s <= i < s + c for i in range(len(traces))]}, axes]}
+        for m, (s, c, axes) in zip(choices, spans)
     ]
-    xs_all = [float(x) for x in cells["tokens_per_s"]]
-    pad = (max(xs_all) - min(xs_all)) * 0.15 or max(xs_all) * 0.15 or 1.0
-    layout = _panels_layout(models, [min(xs_all) - pad, max(xs_all) + pad], choices[0])
+    layout = _panels_layout(models, x_range, choices[0], _y_range(cells, ref, choices[0]))
+    place_legends(legend_layout, plot_w, plot_h, BELOW_AXIS_PX)
+    layout.update(legend_layout)
     layout.update(
-        margin={"t": 70, "l": 60, "r": 20, "b": 50},
+        margin={**MARGIN, "b": BELOW_AXIS_PX + block},
+        height=MARGIN["t"] + plot_h + BELOW_AXIS_PX + block,
         title={"text": "Quality vs speed (the Pareto front is dotted)", "x": 0.5},
-        legend={"orientation": "h", "y": -0.12, "yanchor": "top", "itemclick": "toggle"},
         updatemenus=[
             {
                 "buttons": buttons,
@@ -252,7 +281,6 @@ def quality_speed_figure(summary: pd.DataFrame) -> dict | None:
             }
         ],
     )
-    layout["height"] += 24 * -(-len(markers) // 5)  # the legend's rows below the panels
     return {"data": traces, "layout": layout}
 
 
@@ -261,9 +289,8 @@ def metric_figure(summary: pd.DataFrame, m: str) -> dict | None:
     rows = summary[summary[m].notna()]
     if rows.empty:
         return None
-    multi = summary["model"].dropna().nunique() > 1
-    varying = varying_params(summary)
-    labels, values = [cell_label(r, varying, multi) for _, r in rows.iterrows()], [float(v) for v in rows[m]]
+    label = dict(zip(summary.index, cell_labels(summary)))
+    labels, values = [label[i] for i in rows.index], [float(v) for v in rows[m]]
     bar: dict[str, Any] = {
         "type": "bar",
         "orientation": "h",

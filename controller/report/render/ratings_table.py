@@ -28,11 +28,12 @@ def _n_text(row, c: str) -> str:
     return "" if n is None or pd.isna(n) else f" · n {int(n)}"
 
 
-def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, list[str]]] | None:
+def rating_table(summary: pd.DataFrame, fmt, label) -> list[tuple[str, list[str]]] | None:
     """("cell", criteria), then (row label, ["mean [low, high] · n items · α value [low, high]" per
     criterion]) of the rated rows; α is marked "(too few items)" below MIN_ALPHA_ITEMS items.
 
-    `fmt` and `params_label` are controller.report.render.format's (passed in: format imports this module)."""
+    `fmt` is controller.report.render.format's (passed in: format imports this module), `label` a row's cell
+    label (`controller.report.render.labels.labeller`)."""
     criteria = [
         c[len("rating_") : -len("_alpha")] for c in summary.columns if c.startswith("rating_") and c.endswith("_alpha")
     ]
@@ -42,13 +43,12 @@ def rating_table(summary: pd.DataFrame, fmt, params_label) -> list[tuple[str, li
     for _, row in summary.iterrows():
         if all(pd.isna(row[f"rating_{c}"]) for c in criteria):
             continue
-        label = " ".join(x for x in (row["model"], row["strategy"], params_label(row["params"])) if x and x != "{}")
         cells = [
             f"{fmt(row[f'rating_{c}'])} [{fmt(row[f'rating_{c}_ci_low'])}, {fmt(row[f'rating_{c}_ci_high'])}]"
             f"{_n_text(row, c)} · {_alpha_text(row, c, fmt)}"
             for c in criteria
         ]
-        table.append((label, cells))
+        table.append((label(row), cells))
     return table
 
 

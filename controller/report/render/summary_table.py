@@ -16,7 +16,7 @@ import pandas as pd
 from controller.report.compute.columns import KEY_COLUMNS, REFERENCE, SPEED_COLUMNS
 from controller.report.compute.engines import ENGINE_COLUMN
 from controller.report.render.format import ColumnFormat, metric_columns, params_label
-from controller.report.render.labels import cell_label, varying_params
+from controller.report.render.labels import cell_labels, variant_labels
 from controller.report.stats.paired import is_comparison_column
 
 e = html.escape
@@ -29,7 +29,7 @@ def column_groups(summary: pd.DataFrame) -> list[tuple[str, list[str]]]:
     cols = [c for c in summary.columns if "_ci_" not in c and c != "cell" and not is_comparison_column(c)]
     quality = set(metric_columns(summary))
     speed_first = [c for c in SPEED_COLUMNS if c in cols]
-    keys = [c for c in [*KEY_COLUMNS, ENGINE_COLUMN] if c in cols]
+    keys = [c for c in ["model", "strategy", ENGINE_COLUMN] if c in cols]  # params: on the label's hover
     speed_first = [c for c in speed_first if summary[c].notna().any()]
     groups: dict[str, list[str]] = {"cell": keys, "quality": [], "speed": speed_first, "sample": [], "other": []}
     for c in cols:
@@ -48,11 +48,15 @@ def _missing(v) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
-def _cell(row, c: str, num: ColumnFormat, key: bool = False) -> str:
+def _cell(row, c: str, num: ColumnFormat, key: bool = False, label: str = "") -> str:
+    """A table cell; the strategy column shows the variant's `label`, every parameter on hover."""
     v = row[c]
     missing = _missing(v)
     text = "" if missing else params_label(v) if c == "params" else (str(v) if isinstance(v, str) else num(c, v))
     title = ""
+    if c == "strategy" and label:
+        text, v = label, label
+        title = f' title="{e(params_label(row.get("params")))}"' if row.get("params") not in (None, "{}") else ""
     lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
     if not missing and lo is not None and not pd.isna(lo):
         title = f' title="95% CI [{e(num(c, lo))}, {e(num(c, hi))}]"'
@@ -73,9 +77,9 @@ def summary_table(summary: pd.DataFrame) -> str:
     keys = set(groups[0][1]) if groups and groups[0][0] == "cell" else set()
     head = "".join(f'<th data-col="{e(c)}" class="{_head_class(c, keys)}">{e(c)}</th>' for c in cols)
     body, num = [], ColumnFormat(summary)
-    for _, row in summary.iterrows():
+    for label, (_, row) in zip(variant_labels(summary), summary.iterrows()):
         klass = ' class="reference"' if row["strategy"] == REFERENCE else ""
-        body.append(f"<tr{klass}>{''.join(_cell(row, c, num, c in keys) for c in cols)}</tr>")
+        body.append(f"<tr{klass}>{''.join(_cell(row, c, num, c in keys, label) for c in cols)}</tr>")
     return (
         f'<div class="scroll screen-only"><table id="summary-table" class="sortable"><thead>'
         f'<tr class="groups">{group_row}</tr><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
@@ -85,9 +89,7 @@ def summary_table(summary: pd.DataFrame) -> str:
 
 def print_tables(summary: pd.DataFrame, groups: list[tuple[str, list[str]]]) -> str:
     """One table per metric group (cut at PRINT_COLUMNS columns), each row named by its cell's label."""
-    varying = varying_params(summary)
-    multi = summary["model"].dropna().nunique() > 1
-    labels = [cell_label(r, varying, multi) for _, r in summary.iterrows()]
+    labels = cell_labels(summary)
     parts, num = [], ColumnFormat(summary)
     for group, cs in groups:
         if group == "cell":

@@ -8,15 +8,15 @@ Presentation only: the numbers are the summary's."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import pandas as pd
 
 from controller.report.compute.columns import REFERENCE
-from controller.report.render.labels import _params, variant_label, varying_params
-from controller.report.render.plots import PALETTE, inert
+from controller.report.render.labels import _params, several_models, variant_labels
+from controller.report.render.marks import PALETTE
+from controller.report.render.plots import inert
 
 TASK_PREFIXES = ("maj@", "pass@")
 
@@ -32,16 +32,6 @@ def _temperature(row) -> float | None:
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
 
-def _line_label(row, varying: dict, multi: bool) -> str:
-    """The variant's label without its temperature (and the model's name first where there are several)."""
-    params = {k: v for k, v in _params(row).items() if k != "temperature"}
-    label = variant_label(
-        {"strategy": row["strategy"], "params": json.dumps(params), "engine": row.get("engine")},
-        {s: v - {"temperature"} for s, v in varying.items()},
-    )
-    return f"{row['model']} · {label}" if multi else label
-
-
 def _errors(group: pd.DataFrame, m: str) -> dict | None:
     if f"{m}_ci_low" not in group.columns or not group[f"{m}_ci_low"].notna().any():
         return None
@@ -54,10 +44,10 @@ def _errors(group: pd.DataFrame, m: str) -> dict | None:
     }
 
 
-def _traces(cells: pd.DataFrame, m: str, span: tuple[float, float], varying: dict, multi: bool) -> list[dict]:
+def _traces(cells: pd.DataFrame, m: str, span: tuple[float, float], lines: dict) -> list[dict]:
     rows = cells[cells[m].notna()].copy()
     rows["_t"] = [_temperature(r) for _, r in rows.iterrows()]
-    rows["_line"] = [_line_label(r, varying, multi) for _, r in rows.iterrows()]
+    rows["_line"] = [lines[i] for i in rows.index]
     traces = []
     for n, (label, group) in enumerate(rows.groupby("_line", sort=False)):
         color = PALETTE[n % len(PALETTE)]
@@ -99,13 +89,15 @@ def accuracy_temperature_figure(summary: pd.DataFrame) -> dict | None:
     temps = sorted({t for _, r in cells.iterrows() if (t := _temperature(r)) is not None and math.isfinite(t)})
     if not metrics or len(temps) < 2:
         return None
-    varying = varying_params(summary)
-    multi = cells["model"].dropna().nunique() > 1
+    # a line per variant without its temperature (the model's name first where there are several)
+    lines = dict(zip(summary.index, variant_labels(summary, drop=("temperature",))))
+    if several_models(summary):
+        lines = {i: f"{summary.at[i, 'model']} · {label}" for i, label in lines.items()}
     traces: list[dict] = []
     spans = []
     for n, m in enumerate(metrics):
         start = len(traces)
-        traces += _traces(cells, m, (temps[0], temps[-1]), varying, multi)
+        traces += _traces(cells, m, (temps[0], temps[-1]), lines)
         for t in traces[start:]:
             t["visible"] = n == 0
         spans.append((start, len(traces) - start))
