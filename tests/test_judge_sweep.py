@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
+from controller.report.api import cell_labels
 from tests.helpers_judge import JudgeServer, verdict_for
 from tests.helpers_report import make_sweep, write_with_hashes
 from worker.core import paths
@@ -64,6 +66,12 @@ def test_pairwise_report_shows_win_rates_and_a_second_report_sends_nothing(tmp_p
     summary = json.loads(store.read_bytes(paths.report_key(data.tenant, data.sweep_id, "summary.json")))
     row = next(r for r in summary["rows"] if r["cell"].endswith("top_p(p=0.9)"))
     assert row["judge_overall_win_rate"] == pytest.approx(win)
+    # the judge's table names cells as every other view does (one label rule, docs/reports.md "Labels")
+    labels = set(cell_labels(pd.DataFrame(summary["rows"])))
+    judged = md.split("## LLM judge")[1].split("\n## ")[0]
+    rows = [line for line in judged.splitlines() if line.startswith("| ") and "criterion" not in line]
+    named = {line.split("|")[1].strip() for line in rows}
+    assert named and named <= labels, (named, labels)
 
 
 def test_unparsed_verdicts_are_counted_and_shown_never_ties(tmp_path):

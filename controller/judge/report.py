@@ -17,6 +17,8 @@ from typing import Any
 import pandas as pd
 
 from controller.judge import stats
+from controller.report.compute.columns import REFERENCE
+from controller.sweep.labels import key_labels
 
 NOTE = (
     "LLM judge ({judge}, template {template} sha256 {sha}). Pairwise: each cell against its baseline on the same "
@@ -90,8 +92,8 @@ def judge_table(summary: pd.DataFrame) -> tuple[str, list[str], list[list[str]],
     doc = summary.attrs.get("judge")
     if not doc or not doc.get("rows"):
         return None
-    labels = {row["cell"]: " ".join(x for x in (row["model"], row["strategy"], str(row["params"])) if x and x != "{}")
-              for _, row in summary.iterrows()}  # fmt: skip
+    cells = list(summary.loc[summary["strategy"] != REFERENCE, "cell"])
+    labels = dict(zip(cells, key_labels(cells)))  # as every other view names them (docs/reports.md, "Labels")
     fmt = {"judge": doc["judge"], "template": doc["template"], "sha": doc["template_sha256"][:12]}
     if doc["mode"] == "single":
         header = ["cell", "criterion", "grade [95% CI]", "graded", "unparsed", "failed"]
