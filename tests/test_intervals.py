@@ -82,7 +82,7 @@ def test_jackknife_interval_of_a_corpus_metric_is_a_bootstrap_t_of_its_pseudo_va
     assert pseudo.std(ddof=1) / math.sqrt(G) == pytest.approx(math.sqrt((G - 1) / G * np.sum((loo - loo.mean()) ** 2)))
     logit, expit = (lambda x: np.log(x / (1 - x))), (lambda x: 1 / (1 + np.exp(-x)))  # a share: on the logit scale
     pseudo = G * logit(full) - (G - 1) * logit(loo)
-    lo, hi = expit(np.array(bootstrap_t(np.stack([pseudo, np.ones(G)], 1), logit(full), t_floor=True, smooth=True)))
+    lo, hi = expit(np.array(bootstrap_t(np.stack([pseudo, np.ones(G)], 1), logit(full), t_floor=True)))
     r = row(summary, "top_p")
     width = hi - lo
     assert r["distinct_2"] == pytest.approx(full)
@@ -188,11 +188,11 @@ def test_a_jackknife_interval_is_never_inside_students_t_and_keeps_its_skew():
 
     pseudo = np.random.default_rng(3).lognormal(0.0, 1.0, 16)  # skewed pseudo-values of 16 prompts
     center = float(pseudo.mean())
-    lo, hi = pseudo_interval(pseudo, center, n_boot=4000, rng=np.random.default_rng(0), smooth=True)
+    lo, hi = pseudo_interval(pseudo, center, n_boot=4000, rng=np.random.default_rng(0))
     half = stats.t.ppf(0.975, 15) * pseudo.std(ddof=1) / math.sqrt(16)  # Student's t, written out
     assert lo <= center - half + 1e-12 and hi >= center + half - 1e-12
     assert hi - center > center - lo  # the bootstrap-t's longer right side stays
-    want = bootstrap_t(np.stack([pseudo, np.ones(16)], 1), center, t_floor=True, smooth=True)
+    want = bootstrap_t(np.stack([pseudo, np.ones(16)], 1), center, t_floor=True)
     assert abs(lo - want[0]) < 0.05 * (want[1] - want[0]) and abs(hi - want[1]) < 0.05 * (want[1] - want[0])
 
 

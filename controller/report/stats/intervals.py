@@ -12,8 +12,7 @@ method each metric declares when it registers (`Metric.interval`, see
   SEs smoothed against their values (`spread_curve`); neither side inside Student's;
 - "jackknife" (plain corpus metrics): the delete-one-prompt jackknife, from the metric's own
   exact `leave_one_out` where it declares one, else `fn` on the cell without each prompt;
-  θ − q · SE with the t quantiles q from a (smoothed, as above) bootstrap-t of the pseudo-values,
-  never inside Student's;
+  θ − q · SE with the t quantiles q from a bootstrap of the pseudo-values, never inside Student's;
 - "half-sample": the delete-half jackknife, `fn` on halves of the prompts.
 
 Nothing here knows any metric. docs/reports.md explains the methods and their measured coverage.
@@ -204,7 +203,8 @@ def spread_curve(estimates: np.ndarray, spreads: np.ndarray) -> Callable[[Any], 
     prompts, is far noisier than the one its estimate implies (one that draws none of the heavy prompts has
     a tiny SE, and a t far out); the curve keeps the SE's growth with the estimate, which gives the interval
     its skew, without that noise: rep_2 at 32 prompts 1.57x a normal interval's width with the true spread,
-    now 1.36x, coverage 94.4 → 93.2% (docs/reports.md#confidence-intervals)."""
+    now 1.36x, coverage 94.4 → 93.2% (docs/reports.md#confidence-intervals). One cell's additive metrics
+    only: the jackknife's pseudo-values and a paired difference keep each replicate's own SE, as measured."""
     order = np.argsort(estimates, kind="stable")
     groups = [g for g in np.array_split(order, SPREAD_BINS) if len(g)]
     at = np.array([np.median(estimates[g]) for g in groups])
@@ -253,7 +253,8 @@ def bootstrap(
     keep: dict | None = None,
     stats: np.ndarray | None = None,
 ) -> tuple[float, float] | None:
-    """Studentised bootstrap interval of an additive metric over prompts, from its per-generation statistics."""
+    """Studentised bootstrap interval of an additive metric over prompts, from its per-generation statistics,
+    each replicate studentised by the SE its estimate implies (`spread_curve`)."""
     stats = metric.stats(cell) if stats is None else stats
     if stats is None:
         return None
@@ -318,26 +319,23 @@ def jackknife(
     rng = rng or np.random.default_rng(0)
     if metric.unit_interval and 0 < value < 1 and bool(np.all((loo > 0) & (loo < 1))):
         logit = lambda x: np.log(x) - np.log1p(-x)
-        pv, centre = pseudo_values(logit(value), logit(loo)), float(logit(value))
-        interval = pseudo_interval(pv, centre, n_boot=n_boot, rng=rng, smooth=True)
+        interval = pseudo_interval(pseudo_values(logit(value), logit(loo)), float(logit(value)), n_boot=n_boot, rng=rng)
         return None if interval is None else tuple(float(1 / (1 + np.exp(-x))) for x in interval)  # type: ignore[return-value]
-    return pseudo_interval(pseudo_values(value, loo), value, n_boot=n_boot, rng=rng, smooth=True)
+    return pseudo_interval(pseudo_values(value, loo), value, n_boot=n_boot, rng=rng)
 
 
-def pseudo_interval(
-    pseudo: np.ndarray, center: float, *, n_boot: int, rng: np.random.Generator, smooth: bool = False
-) -> tuple[float, float] | None:
+def pseudo_interval(pseudo: np.ndarray, center: float, *, n_boot: int, rng: np.random.Generator):
     """Bootstrap-t interval of a jackknife estimate from its pseudo-values, centred on `center`, no side
     shorter than Student's t(G−1) interval of the pseudo-values' mean.
 
     With few prompts (16) the resampled pseudo-values' t distribution is too short-tailed on one side:
     distinct-2's interval missed the truth one-sidedly (91.4% coverage). The floor, t(G−1) as in the
     jackknife's own t-test, brought it to 94% at 16 prompts; with many prompts both quantiles exceed it
-    and it changes nothing (docs/reports.md#confidence-intervals). `smooth`: see `spread_curve` (one cell's
-    interval; a paired difference's keeps each replicate's own SE, as `benchmarks/bench_paired.py` measured it)."""
+    and it changes nothing (docs/reports.md#confidence-intervals). Each replicate keeps its own SE: studentised
+    by `spread_curve`, distinct-2's interval at 32 prompts narrowed (1.77x → 1.54x a normal one's width on
+    bench_coverage's skewed process) but covered 92.7-93.2% where this covers 95%."""
     units = np.stack([pseudo, np.ones(len(pseudo))], axis=1)
-    f = values_of(ratio)
-    return studentized(units, f, n_boot=n_boot, rng=rng, is_ratio=True, center=center, t_floor=True, smooth=smooth)
+    return studentized(units, values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True, center=center, t_floor=True)
 
 
 def half_sample(
