@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def bootstrap_t(units: np.ndarray, center: float, draws: int = 20000, t_floor: bool = False) -> tuple[float, float]:
+def bootstrap_t(
+    units: np.ndarray, center: float, draws: int = 20000, t_floor: bool = False, smooth: bool = False
+) -> tuple[float, float]:
     """A studentised bootstrap of Σ col 0 / Σ col 1 written out here: delta-method SE per replicate;
-    `t_floor`: neither quantile inside Student's t(G − 1) (the jackknife's)."""
+    `t_floor`: neither side inside Student's t(G − 1) times the sample's SE (the jackknife's); `smooth`: each
+    replicate studentised by the SE its estimate implies (`smoothed`), the interval's scale that SE at θ."""
     G = len(units)
 
     def est_se(u):  # u: (..., G, 2)
@@ -19,13 +22,27 @@ def bootstrap_t(units: np.ndarray, center: float, draws: int = 20000, t_floor: b
     theta, se = est_se(units)
     idx = np.random.default_rng(0).integers(0, G, (draws, G))
     r, s = est_se(units[idx])
+    scale = se
+    if smooth:
+        curve = smoothed(r, s)
+        s, scale = curve(r), curve(theta)
     t = (r - theta) / s
-    q = np.percentile(t[np.isfinite(t)], [2.5, 97.5])
+    q = np.percentile(t[np.isfinite(t)], [2.5, 97.5]) * scale
     if t_floor:
         from scipy.stats import t as student
 
-        q = [min(q[0], -student.ppf(0.975, G - 1)), max(q[1], student.ppf(0.975, G - 1))]
-    return center - q[1] * se, center - q[0] * se
+        floor = student.ppf(0.975, G - 1) * se
+        q = [min(q[0], -floor), max(q[1], floor)]
+    return center - q[1], center - q[0]
+
+
+def smoothed(r: np.ndarray, s: np.ndarray, parts: int = 10):
+    """The replicates' SE as a function of their estimate: sorted by estimate, cut in `parts` groups of
+    (nearly) equal size, each group's mean SE at its median estimate, log-linear between, flat outside."""
+    order = np.argsort(r)
+    knots = sorted((float(np.median(r[g])), float(np.log(np.mean(s[g])))) for g in np.array_split(order, parts))
+    xs, ys = zip(*dict(knots).items())
+    return lambda x: np.exp(np.interp(x, xs, ys))
 
 
 def paired_bootstrap_t(a: np.ndarray, b: np.ndarray, draws: int = 20000) -> tuple[float, float]:

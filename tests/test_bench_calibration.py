@@ -1,5 +1,6 @@
 """The calibration benchmarks run (their figures live in docs/reports.md): bench_coverage, split and
-joined with --start/--save/--load, and bench_paired's simulated pairs under common random numbers."""
+joined with --start/--save/--load, bench_paired's simulated pairs under common random numbers, and
+bench_constructions on both generative processes."""
 
 from __future__ import annotations
 
@@ -49,3 +50,12 @@ def test_paired_cells_share_their_random_numbers_and_the_benchmark_runs():
                 "--population", "200", "--n-boot", "50")  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "size (rejected at 0.05)" in run.stdout and "power (rejected at 0.05)" in run.stdout
+
+
+def test_the_constructions_benchmark_runs_every_construction_on_both_processes():
+    for process in ("skewed", "markov"):
+        run = bench("benchmarks/bench_constructions.py", "--process", process, "--prompts", "8", "--sims", "4",
+                    "--population", "200", "--metrics", "rep_2", "distinct_2")  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        for name in ("oracle", "before", "smoothed", "student", "symmetric", "bca", "expanded-bca", "stabilised"):
+            assert f"rep_2        {name}" in run.stdout and f"distinct_2   {name}" in run.stdout

@@ -14,7 +14,7 @@ from controller.metrics import METRICS, cell_data
 from controller.metrics.distinct import distinct_leave_one_out
 from controller.metrics.selfbleu import self_bleu_leave_one_out
 from controller.report.compute.aggregate import summarize
-from tests.helpers_intervals import bootstrap_t
+from tests.helpers_intervals import bootstrap_t, smoothed
 from tests.helpers_report import make_sweep
 
 VOCAB = ["the", "a", "of", "and", "to", "in", "was", "she", "he", "it", "her", "his", "that", "with"]
@@ -95,7 +95,7 @@ def test_bootstrap_interval_of_a_ratio_is_an_independent_bootstrap_t(data_and_su
     words = np.array([sum(len(w) for w in cell_data(p).words) for p in prompts], dtype=float)
     n = np.array([len(p) for p in prompts], dtype=float)
     theta = words.sum() / n.sum()
-    lo, hi = bootstrap_t(np.stack([words, n], 1), theta, t_floor=True)
+    lo, hi = bootstrap_t(np.stack([words, n], 1), theta, t_floor=True, smooth=True)
     r = row(summary, "top_p")
     assert r["mean_length"] == pytest.approx(theta)
     width = hi - lo
@@ -230,8 +230,8 @@ def test_bleu_has_a_studentised_interval_equal_to_an_independent_bootstrap_t():
     was 0 and every BLEU interval was [θ, θ]; then the percentile bootstrap, which covered 85% at 16 prompts
     (56% where 4-gram matches are few). Now the bootstrap-t, written out here: corpus BLEU of summed counts in
     numpy (checked against sacrebleu.corpus_bleu), each replicate's delta-method SE from BLEU's analytic gradient
-    at the sample's sums (every generation longer than its reference: no brevity penalty), quantiles never
-    inside Student's t(G - 1)."""
+    at the sample's sums (every generation longer than its reference: no brevity penalty) and smoothed against
+    the replicates' values, neither side inside Student's t(G - 1)."""
     import sacrebleu
     from scipy.stats import t as student
 
@@ -271,9 +271,11 @@ def test_bleu_has_a_studentised_interval_equal_to_an_independent_bootstrap_t():
     idx = np.random.default_rng(1).integers(0, G, (20000, G))
     se = np.sqrt(G * (x @ grad).var(ddof=1))
     se_star = np.sqrt(G * (x[idx] @ grad).var(axis=-1, ddof=1))
-    q_low, q_high = np.percentile((bleu(x[idx].sum(1)) - theta) / se_star, [2.5, 97.5])
-    q = student.ppf(0.975, G - 1)
-    want_lo, want_hi = theta - max(q_high, q) * se, theta - min(q_low, -q) * se
+    estimates = bleu(x[idx].sum(1))
+    curve = smoothed(estimates, se_star)  # each replicate studentised by the SE its estimate implies
+    q_low, q_high = np.percentile((estimates - theta) / curve(estimates), [2.5, 97.5]) * curve(theta)
+    q = student.ppf(0.975, G - 1) * se
+    want_lo, want_hi = theta - max(q_high, q), theta - min(q_low, -q)
     width = want_hi - want_lo
     assert method == "bootstrap" and lo < theta < hi
     assert abs(lo - want_lo) < 0.05 * width and abs(hi - want_hi) < 0.05 * width
@@ -343,3 +345,45 @@ def test_a_share_with_one_generation_a_prompt_gets_the_exact_binomial_interval_o
     want_hi = sps.beta.ppf(0.975, k + 1, G - k) if k < G else 1.0
     assert values["eos_rate"] == pytest.approx(k / G)
     assert (lo, hi) == pytest.approx((want_lo, want_hi), rel=1e-9, abs=1e-12)
+
+
+def test_a_skewed_cell_is_studentised_by_the_se_its_replicate_implies():
+    """issue 46: rep_2's bootstrap-t interval at 32 prompts was 1.57x the width of a normal interval with the
+    true spread (skewed process, bench_coverage): a replicate that draws none of the cell's few heavy prompts
+    has a tiny SE of its own, its t reaches far out, and so does the interval. Now each replicate is studentised
+    by the SE its estimate implies (the replicates' SEs smoothed against their estimates), written out here
+    (tests/helpers_intervals.py): on 32 prompts, three of them long, half as wide as the per-replicate
+    bootstrap-t, and still never inside Student's t(G - 1)."""
+    from scipy.stats import t as student
+
+    from controller.report.stats.intervals import bootstrap
+
+    lengths = np.random.default_rng(4).integers(20, 40, 32).astype(float)
+    lengths[:3] = [150, 220, 300]
+    stats = np.stack([lengths, np.ones(32)], 1)  # mean_length's [words, 1] of one generation per prompt
+    theta = float(lengths.mean())
+    lo, hi = bootstrap(METRICS.get("mean_length"), cell_data([]), [[g] for g in range(32)], n_boot=8000,
+                       rng=np.random.default_rng(0), stats=stats)  # fmt: skip
+    want = bootstrap_t(stats, theta, t_floor=True, smooth=True)
+    width = want[1] - want[0]
+    assert abs(lo - want[0]) < 0.05 * width and abs(hi - want[1]) < 0.05 * width
+    per_replicate = bootstrap_t(stats, theta, t_floor=True)  # the construction before
+    assert hi - lo < 0.6 * (per_replicate[1] - per_replicate[0])
+    half = student.ppf(0.975, 31) * lengths.std(ddof=1) / math.sqrt(32)
+    assert lo <= theta - half + 1e-9 and hi >= theta + half - 1e-9 and hi - theta > theta - lo
+
+
+def test_the_spread_curve_is_the_replicates_mean_se_by_estimate():
+    """`spread_curve`: replicates in ten equal-count groups by estimate, each group's mean SE at its median
+    estimate, log-linear between and flat outside; on SEs constant within each group it returns them at the
+    groups' medians, their geometric mean halfway between, and the end groups' beyond (hand-computed here)."""
+    from controller.report.stats.intervals import spread_curve
+
+    estimates = np.arange(100, dtype=float)[::-1] / 10  # unsorted on purpose
+    spreads = np.repeat(np.arange(1.0, 11.0), 10)[::-1]  # group g (estimates g..g+0.9) has SE g + 1
+    curve = spread_curve(estimates, spreads)
+    medians = np.arange(10) + 0.45
+    assert np.allclose(curve(medians), np.arange(1.0, 11.0))
+    assert curve(-5.0) == pytest.approx(1.0) and curve(50.0) == pytest.approx(10.0)
+    between = curve(0.95)  # halfway between the first two knots, on the log scale
+    assert between == pytest.approx(math.sqrt(1.0 * 2.0))

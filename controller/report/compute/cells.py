@@ -30,8 +30,9 @@ from worker.core.results import GenerationRecord
 # bump when a change alters any cell's numbers (2: the jackknife's Student-t floor; 3: tokens/s's interval
 # computed by the map, from the task's batch units; 4: paired intervals of additive metrics with the t floor and
 # a per-replicate gradient; 5: BLEU's interval no longer [θ, θ], no t from a replicate without spread, shares
-# clipped to [0, 1]; 6: a share whose generations are all alike gets the exact binomial interval)
-CACHE_VERSION = "6"
+# clipped to [0, 1]; 6: a share whose generations are all alike gets the exact binomial interval; 7: a cell's
+# bootstrap-t studentised by its replicates' smoothed SE curve, `intervals.spread_curve`)
+CACHE_VERSION = "7"
 EXAMPLE_PROMPTS = 3
 
 

@@ -1,0 +1,208 @@
+"""Interval constructions side by side on the same simulated cells: coverage, width, misses (issue 46).
+
+    python benchmarks/bench_constructions.py --process skewed --prompts 32 --seeds 1 --sims 500
+    python benchmarks/bench_constructions.py --process markov --prompts 16 32 --seeds 3 --metrics rep_2 distinct_2
+
+Each simulation draws a cell as `bench_coverage.py` does (its skewed process or `process_markov.py`; simulation
+s of G prompts from default_rng([G, s]), so both scripts see the same cells) and keeps each prompt's summed
+statistics (additive metrics) or the leave-one-out values (jackknife metrics: distinct-2 and self-BLEU, their
+pseudo-values on the logit scale as the report's). From ONE set of 1,000 bootstrap replicates per cell (the
+prompts resampled; each replicate's estimate θ* and delta-method SE se*), every construction:
+
+- before:      the bootstrap-t, t* = (θ* − θ) / se*, no side inside Student's t(G − 1) (the report's until
+               2026-12-06, and still its jackknife's);
+- smoothed:    the same, each replicate studentised by the SE its estimate implies (`intervals.spread_curve`:
+               Tibshirani 1988's variance function from the replicates): the report's for additive metrics;
+- no-floor:    the bootstrap-t without the floor;
+- student:     θ ± t(G − 1) · SE (for a ratio of sums, the delta-method / linearised t interval);
+- symmetric:   θ ± q · SE, q the 95th percentile of |t*| (Hall 1988's symmetric bootstrap-t), at least t(G − 1);
+- percentile, bca: the percentile and BCa intervals (Efron 1987: bias from the replicates, acceleration from
+               the delete-one-prompt values, as scipy.stats.bootstrap's BCa computes them);
+- expanded-bca: BCa at the level whose normal quantile is √(G/(G−1)) · t(G − 1) (Hesterberg 2015);
+- stabilised:  the variance-stabilised bootstrap (Tibshirani 1988): g = ∫ 1 / s, s the same SE curve, the
+               basic interval of g(θ*) − g(θ) mapped back, no side inside t(G − 1) · SE;
+- hall:        Hall's (1992) skewness-removing transformation of the t statistic, γ the skewness of the
+               prompts' linearised values.
+
+And `oracle`: θ − q · SE with q the exact 2.5% / 97.5% quantiles of (θ − truth) / SE over the simulations. No
+report has them; it is the narrowest an interval studentised by this SE can be at 95% on average, and so a
+bound on what the issue's width target can ask of such intervals.
+
+Printed per metric: coverage, mean width / a normal interval's with the true spread (2 · 1.96 · the SD of the
+estimates over the simulations), misses (truth above / below). The truth: the metric on 20,000 prompts (one
+generation each) for the additive metrics, the estimates' mean for distinct-2 and self-BLEU (their value
+depends on the cell's size). Cells whose SE is 0 (every generation alike, e.g. no EOS) are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sps
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ beside it
+
+from benchmarks import bench_coverage as bc
+from controller.metrics import METRICS, ratio
+from controller.report.stats.intervals import (
+    MAX_K_PER_REPLICATE,
+    _from_replicates,
+    evaluate,
+    gradient,
+    leave_one_out,
+    linearised_se,
+    prompt_sums,
+    pseudo_values,
+    spread_curve,
+    values_of,
+)
+from controller.report.stats.shares import share_interval
+
+B = 1000
+LEVEL = 0.95
+SKEWED = {"rep_2": 0, "mean_length": 0, "perplexity": 0, "distinct_2": 0, "self_bleu_4": 0, "bleu": 1, "eos_rate": 1}
+logit = lambda x: np.log(x) - np.log1p(-x)
+expit = lambda x: 1 / (1 + np.exp(-x))
+
+
+def bca(units: np.ndarray, f, estimates: np.ndarray, value: float, z: float) -> tuple[float, float]:
+    """BCa limits at normal quantile ±z from the replicates' estimates and the delete-one-prompt values."""
+    jack = f(units.sum(axis=0)[None] - units)
+    e = estimates[np.isfinite(estimates)]
+    z0 = sps.norm.ppf(np.clip((np.sum(e < value) + 0.5 * np.sum(e == value)) / len(e), 1e-4, 1 - 1e-4))
+    d = jack.mean() - jack
+    a = np.sum(d**3) / (6 * np.sum(d**2) ** 1.5) if np.sum(d**2) > 0 else 0.0
+    q = [sps.norm.cdf(z0 + (z0 + x) / (1 - a * (z0 + x))) for x in (-z, z)]
+    return tuple(float(np.percentile(e, 100 * p)) for p in q)  # type: ignore[return-value]
+
+
+def stabilised(estimates, spreads, value, se, q_t) -> tuple[float, float]:
+    """Tibshirani's variance-stabilised interval: g = ∫ 1/s on a grid, basic interval of g, mapped back."""
+    ok = np.isfinite(estimates) & (spreads > 0)
+    curve = spread_curve(estimates[ok], spreads[ok])
+    lo, hi = min(estimates[ok].min(), value), max(estimates[ok].max(), value)
+    grid = np.linspace(lo - (hi - lo), hi + (hi - lo), 2001)
+    inv = 1 / curve(grid)
+    g_grid = np.concatenate([[0], np.cumsum((inv[1:] + inv[:-1]) / 2 * np.diff(grid))])
+    g = lambda x: np.interp(x, grid, g_grid)
+    d = g(estimates[ok]) - g(value)
+    q_low, q_high = np.percentile(d, [2.5, 97.5])
+    floor = q_t * se / float(curve(value))
+    q_low, q_high = min(q_low, -floor), max(q_high, floor)
+    back = lambda u: float(np.interp(u, g_grid, grid))
+    return back(g(value) - q_high), back(g(value) - q_low)
+
+
+def constructions(units: np.ndarray, f, is_ratio: bool, value: float, rng, center: float | None = None) -> dict:
+    """Every construction's interval of f(Σ units) over resampled rows, from one set of replicates."""
+    G, theta = len(units), value if center is None else center
+    se = float(linearised_se(units, f, is_ratio=is_ratio))
+    if not (math.isfinite(value) and math.isfinite(se)) or se == 0:
+        return {}
+    drawn = units[rng.integers(0, G, (B, G))]
+    fixed = None if is_ratio or units.shape[1] <= MAX_K_PER_REPLICATE else units.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est, spreads = f(drawn.sum(axis=-2)), linearised_se(drawn, f, is_ratio=is_ratio, at=fixed)
+        t = (est - value) / spreads
+    q_t, shift = float(sps.t.ppf((1 + LEVEL) / 2, G - 1)), theta - value
+    q_sym = max(float(np.percentile(np.abs(t[np.isfinite(t)]), 95)), q_t)
+    z = float(sps.norm.ppf((1 + LEVEL) / 2))
+    z_expanded = math.sqrt(G / (G - 1)) * q_t
+    d = units @ gradient(f, units.sum(axis=0), is_ratio=is_ratio)
+    gamma = float(np.mean((d - d.mean()) ** 3) / np.mean((d - d.mean()) ** 2) ** 1.5)
+    a, b = gamma / (3 * math.sqrt(G)), gamma / (6 * math.sqrt(G))
+    hall_inv = lambda y: y - b if abs(a) < 1e-12 else (np.cbrt(1 + 3 * a * (y - b)) - 1) / a
+    out = {
+        "before": _from_replicates(est, spreads, value, theta, se, G, t_floor=True),
+        "smoothed": _from_replicates(est, spreads, value, theta, se, G, t_floor=True, smooth=True),
+        "no-floor": _from_replicates(est, spreads, value, theta, se, G, t_floor=False),
+        "student": (theta - q_t * se, theta + q_t * se),
+        "symmetric": (theta - q_sym * se, theta + q_sym * se),
+        "percentile": tuple(float(x) + shift for x in np.percentile(est[np.isfinite(est)], [2.5, 97.5])),
+        "bca": tuple(x + shift for x in bca(units, f, est, value, z)),
+        "expanded-bca": tuple(x + shift for x in bca(units, f, est, value, z_expanded)),
+        "stabilised": tuple(x + shift for x in stabilised(est, spreads, value, se, q_t)),
+        "hall": (theta - se * hall_inv(q_t), theta - se * hall_inv(-q_t)),
+        "_se": (se, se),
+    }
+    return out
+
+
+def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
+    """The constructions of one metric on one cell: over its prompts' sums, or its logit pseudo-values."""
+    metric = METRICS.get(metric_name)
+    if metric.interval == "bootstrap":
+        stats = metric.stats(cell)
+        out = constructions(prompt_sums(stats, groups), values_of(metric.combine), metric.combine is ratio, value, rng)
+        if metric.unit_interval:  # a share: clipped to [0, 1], exact where binomial, as the report
+            out = {k: v if k == "_se" else share_interval(v, stats, len(groups), LEVEL) for k, v in out.items()}
+        return out
+    loo = leave_one_out(metric, cell, groups)
+    if np.isnan(loo).any() or not (0 < value < 1 and np.all((loo > 0) & (loo < 1))):
+        return {}
+    pv = pseudo_values(float(logit(value)), logit(loo))
+    units = np.stack([pv, np.ones(len(pv))], axis=1)
+    out = constructions(units, values_of(ratio), True, float(pv.mean()), rng, center=float(logit(value)))
+    return {k: v if k == "_se" else (float(expit(v[0])), float(expit(v[1]))) for k, v in out.items()}
+
+
+def run(process: str, G: int, sims: int, names: list[str]) -> dict[str, list]:
+    found: dict[str, list] = {}  # metric -> [(value, {construction: (low, high)})]
+    for s in range(sims):
+        rng = np.random.default_rng([G, s])
+        if process == "markov":
+            cell, groups = bc.markov_cell(G, rng)
+            cells = {m: cell for m in names}
+        else:
+            cell, groups = bc.simulate_cell(G, rng)
+            ref = bc.reference_cell(G, np.random.default_rng([G, s, 5]))
+            cells = {m: ref if SKEWED[m] else cell for m in names}
+        for m in names:
+            value = evaluate([(m, METRICS.get(m))], cells[m])[m]
+            out = cell_intervals(m, cells[m], groups, value, np.random.default_rng([s, 7]))
+            if out:
+                found.setdefault(m, []).append((value, out))
+    return found
+
+
+def report(found: dict[str, list], truth: dict[str, float]) -> None:
+    for m, rows in found.items():
+        values = np.array([v for v, _ in rows])
+        target = truth.get(m, float(values.mean()))
+        normal = 2 * 1.959964 * values.std(ddof=1)
+        se = np.array([c["_se"][0] for _, c in rows])
+        q_low, q_high = np.percentile((values - target) / se, [2.5, 97.5])
+        print(f"  {m:12s} {'oracle':13s}  95.0%  x{np.mean((q_high - q_low) * se) / normal:.2f}")
+        for name in rows[0][1]:
+            if name == "_se":
+                continue
+            iv = np.array([c.get(name, (math.nan, math.nan)) for _, c in rows], dtype=float)
+            above, below, n = int(np.sum(target > iv[:, 1])), int(np.sum(target < iv[:, 0])), len(iv)
+            width = np.nanmean(iv[:, 1] - iv[:, 0]) / normal
+            print(f"  {m:12s} {name:13s} {(n - above - below) / n:6.1%}  x{width:.2f}  ({above}/{below} of {n})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--process", choices=["skewed", "markov"], default="skewed")
+    ap.add_argument("--prompts", type=int, nargs="+", default=[32])
+    ap.add_argument("--seeds", type=int, default=1, help="generations per prompt")
+    ap.add_argument("--sims", type=int, default=500)
+    ap.add_argument("--metrics", nargs="+", default=None)
+    ap.add_argument("--population", type=int, default=20_000)
+    args = ap.parse_args()
+    names = args.metrics or (bc.MARKOV_NAMES if args.process == "markov" else list(SKEWED))
+    bc.SEEDS = 1  # the population: one generation per prompt
+    truth = bc.population(args.population, seed=10**6, process=args.process)
+    bc.SEEDS = args.seeds
+    for G in args.prompts:
+        print(f"{args.process} process, {G} prompts x {args.seeds} seed(s), {args.sims} simulations")
+        report(run(args.process, G, args.sims, names), truth)
+
+
+if __name__ == "__main__":
+    main()
