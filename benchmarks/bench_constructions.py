@@ -11,7 +11,7 @@ prompts resampled; each replicate's estimate θ* and delta-method SE se*), every
 
 - before:      the bootstrap-t, t* = (θ* − θ) / se*, no side inside Student's t(G − 1) (the report's until
                2026-12-06, and still its jackknife's);
-- smoothed:    the same, each replicate studentised by the SE its estimate implies (`intervals.spread_curve`:
+- smoothed:    the same, each replicate studentised by the SE its estimate implies (`bootstrap_t.spread_curve`:
                Tibshirani 1988's variance function from the replicates): the report's for additive metrics;
 - no-floor:    the bootstrap-t without the floor;
 - student:     θ ± t(G − 1) · SE (for a ratio of sums, the delta-method / linearised t interval);
@@ -48,18 +48,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks import bench_coverage as bc
 from controller.metrics import METRICS, ratio
-from controller.report.stats.intervals import (
+from controller.report.stats.bootstrap_t import (
     MAX_K_PER_REPLICATE,
-    _from_replicates,
-    evaluate,
+    from_replicates,
     gradient,
-    leave_one_out,
     linearised_se,
     prompt_sums,
-    pseudo_values,
     spread_curve,
     values_of,
 )
+from controller.report.stats.intervals import evaluate, leave_one_out, pseudo_values
 from controller.report.stats.shares import share_interval
 
 B = 1000
@@ -117,9 +115,9 @@ def constructions(units: np.ndarray, f, is_ratio: bool, value: float, rng, cente
     a, b = gamma / (3 * math.sqrt(G)), gamma / (6 * math.sqrt(G))
     hall_inv = lambda y: y - b if abs(a) < 1e-12 else (np.cbrt(1 + 3 * a * (y - b)) - 1) / a
     out = {
-        "before": _from_replicates(est, spreads, value, theta, se, G, t_floor=True),
-        "smoothed": _from_replicates(est, spreads, value, theta, se, G, t_floor=True, smooth=True),
-        "no-floor": _from_replicates(est, spreads, value, theta, se, G, t_floor=False),
+        "before": from_replicates(est, spreads, value, theta, se, G, t_floor=True),
+        "smoothed": from_replicates(est, spreads, value, theta, se, G, t_floor=True, smooth=True),
+        "no-floor": from_replicates(est, spreads, value, theta, se, G, t_floor=False),
         "student": (theta - q_t * se, theta + q_t * se),
         "symmetric": (theta - q_sym * se, theta + q_sym * se),
         "percentile": tuple(float(x) + shift for x in np.percentile(est[np.isfinite(est)], [2.5, 97.5])),

@@ -23,7 +23,7 @@ import numpy as np
 
 from controller.metrics import METRICS, cell_data
 from controller.report.load.sweep import load_sweep
-from controller.report.stats.intervals import prompt_sums, values_of
+from controller.report.stats.bootstrap_t import prompt_sums, values_of
 from worker.store import open_store
 
 B = 2000

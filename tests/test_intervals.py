@@ -377,7 +377,7 @@ def test_the_spread_curve_is_the_replicates_mean_se_by_estimate():
     """`spread_curve`: replicates in ten equal-count groups by estimate, each group's mean SE at its median
     estimate, log-linear between and flat outside; on SEs constant within each group it returns them at the
     groups' medians, their geometric mean halfway between, and the end groups' beyond (hand-computed here)."""
-    from controller.report.stats.intervals import spread_curve
+    from controller.report.stats.bootstrap_t import spread_curve
 
     estimates = np.arange(100, dtype=float)[::-1] / 10  # unsorted on purpose
     spreads = np.repeat(np.arange(1.0, 11.0), 10)[::-1]  # group g (estimates g..g+0.9) has SE g + 1

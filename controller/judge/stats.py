@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats as sps
 
 from controller.metrics import ratio
-from controller.report.stats.intervals import PERCENTILES, studentized, values_of
+from controller.report.stats.bootstrap_t import PERCENTILES, studentized, values_of
 
 SCORE = {"A": 1.0, "tie": 0.5, "B": 0.0}  # the variant's score of a pairwise outcome
 N_BOOT_REFIT = 200  # bootstrap draws of statistics refitted per draw (LC win rate, ρ)

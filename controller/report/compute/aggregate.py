@@ -47,7 +47,7 @@ from controller.report.compute.pairs import compare
 from controller.report.compute.runner import Runner
 from controller.report.load.jobs import JobInfo, enough_prompts, smallest_cell
 from controller.report.load.sweep import SweepData, Tick
-from controller.report.stats.intervals import CI_LEVEL
+from controller.report.stats.bootstrap_t import CI_LEVEL
 from controller.report.stats.paired import comparison_columns
 from controller.report.stats.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
 from worker.core.contract import ModelSpec, PromptItem

@@ -237,7 +237,7 @@ def alpha(matrix: np.ndarray) -> float:
 def _bootstrap(per_item: list[list[int]], rng: np.random.Generator) -> tuple[float, float]:
     """Studentised bootstrap interval over items of the mean score (each item with all its scores)."""
     from controller.metrics import ratio
-    from controller.report.stats.intervals import studentized, values_of
+    from controller.report.stats.bootstrap_t import studentized, values_of
 
     sums = np.array([[sum(s), len(s)] for s in per_item], dtype=float)
     if len(per_item) < 2:

@@ -37,14 +37,8 @@ import numpy as np
 from scipy import stats as sps
 
 from controller.metrics import Metric, ratio
-from controller.report.stats.intervals import (
-    MAX_K_PER_REPLICATE,
-    gradient,
-    jackknife_se,
-    pseudo_interval,
-    studentized,
-    values_of,
-)
+from controller.report.stats.bootstrap_t import MAX_K_PER_REPLICATE, gradient, studentized, values_of
+from controller.report.stats.intervals import jackknife_se, pseudo_interval
 
 SUFFIXES = ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p", "_diff_p_holm")
 BASELINE_COLUMN = "baseline"

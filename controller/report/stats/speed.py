@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from controller.metrics import ratio
-from controller.report.stats.intervals import studentized, values_of
+from controller.report.stats.bootstrap_t import studentized, values_of
 from worker.core.results import JobResult
 
 # the memory readings of a result that the speed columns use (report.jobs keeps only these)
