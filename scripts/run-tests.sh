@@ -2,11 +2,11 @@
 # `make test` (what .ci/run calls): lint, the layering contracts, the main suite, then the vLLM engine's
 # tests. The vLLM engine's environment (.venv-vllm, scripts/setup-vllm.sh: mostly download and unpack)
 # builds in the background from the start, its log in .venv-vllm.log, while lint and the main suite run;
-# then the vLLM tests (tests/test_vllm_env.py) run with DECODEBENCH_REQUIRE_VLLM=1, so that they fail
+# then the vLLM tests (tests/vllm/test_vllm_env.py) run with DECODEBENCH_REQUIRE_VLLM=1, so that they fail
 # rather than skip. A failed build fails the run with one line, after its log. Expects `make install`.
 # The main suite ends with its 25 slowest tests (--durations=25), so that CI's log shows where its minutes go
 # (docs/architecture.md, end).
-# Arguments go to the main suite's pytest (bash scripts/run-tests.sh tests/test_layout.py: that file only).
+# Arguments go to the main suite's pytest (bash scripts/run-tests.sh tests/repo/test_layout.py: that file only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +23,7 @@ trap 'exit 130' INT TERM
 
 "${MAKE:-make}" --no-print-directory lint
 bash scripts/setup-test-deps.sh
-"$BIN/python" -m pytest -q --durations=25 --ignore=tests/test_vllm_env.py "$@"
+"$BIN/python" -m pytest -q --durations=25 --ignore=tests/vllm/test_vllm_env.py "$@"
 
 echo "run-tests: waiting for .venv-vllm (scripts/setup-vllm.sh, log in $LOG)"
 if ! wait "$build"; then
@@ -34,4 +34,4 @@ if ! wait "$build"; then
 fi
 trap - EXIT
 tail -n 1 "$LOG"
-DECODEBENCH_REQUIRE_VLLM=1 "$BIN/python" -m pytest -q tests/test_vllm_env.py
+DECODEBENCH_REQUIRE_VLLM=1 "$BIN/python" -m pytest -q tests/vllm/test_vllm_env.py

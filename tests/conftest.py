@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.services import PROMPTS, SIGNING_KEY, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
+from tests.support.services import PROMPTS, SIGNING_KEY, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
 
 HEAVY = ("torch", "transformers")  # what only the worker extra installs
 
@@ -15,7 +15,7 @@ HEAVY = ("torch", "transformers")  # what only the worker extra installs
 class _Module(pytest.Module):
     """A test module that imports torch where torch is not installed is skipped with that reason, not a
     collection error: pytest collects every module before `-m pure` deselects, and a pure test never needs
-    torch (tests/test_layout.py). Any other import error, or a missing part of an installed torch, fails."""
+    torch (tests/repo/test_layout.py). Any other import error, or a missing part of an installed torch, fails."""
 
     def _getobj(self):
         try:
