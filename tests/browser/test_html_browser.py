@@ -7,48 +7,15 @@ so a page that needed a CDN would fail here.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 
 import pytest
 
 from controller.report.compute.aggregate import summarize
 from controller.report.render.write import write_reports
+from tests.support.browser import browse
 from tests.support.report import make_sweep, write_sweep
 from worker.store import FileStore
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-    "--hide-scrollbars",
-]
-
-
-def chromium() -> str:
-    for name in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    pytest.fail("no Chromium: run scripts/install-chromium.sh (make test does)")
-
-
-def browse(tmp_path, url: str, *extra: str) -> subprocess.CompletedProcess:
-    profile = tmp_path / "profile"
-    profile.mkdir(exist_ok=True)
-    return subprocess.run(
-        [chromium(), *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=30000", *extra, url],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 @pytest.fixture(scope="module")

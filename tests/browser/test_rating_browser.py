@@ -9,7 +9,7 @@ import re
 
 from controller.report.ratings.scores import parse_sheet
 from controller.report.ratings.sheets import sheet_html
-from tests.browser.test_html_browser import browse
+from tests.support.browser import browse
 
 ITEMS = [{"item": f"i{n:010x}", "prompt": f'Prompt {n}, "quoted"', "text": f"Text {n}\nline"} for n in range(3)]
 ITEMS[2] = {**ITEMS[2], "prompt": '=HYPERLINK("http://evil.example","x")', "text": "@SUM(1+1)"}  # formulas

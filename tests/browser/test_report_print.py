@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 
 import pytest
 
 from controller.report.compute.aggregate import summarize
 from controller.report.render.html import render_html
 from controller.report.render.labels import cell_label, varying_params
-from tests.browser.test_html_browser import browse
+from tests.support.browser import browse, poppler
 from tests.support.report import make_sweep
 
 VARIANTS = (
@@ -111,13 +109,6 @@ def test_printed_tables_fit_the_page_and_plots_print_whole(page, tmp_path):
     pdf = path.parent / "report.pdf"
     proc = browse(tmp_path, path.as_uri(), f"--print-to-pdf={pdf}", "--no-pdf-header-footer")
     assert proc.returncode == 0 and pdf.read_bytes()[:5] == b"%PDF-"
-
-
-def poppler(tool: str, pdf) -> str:
-    if not shutil.which(tool):
-        pytest.fail(f"no {tool}: run scripts/install-chromium.sh (make test does), it installs poppler-utils")
-    return subprocess.run([tool, str(pdf), *(["-"] if tool == "pdftotext" else [])], capture_output=True,
-                          text=True, check=True, timeout=60).stdout  # fmt: skip
 
 
 def printed(tmp_path, html, pdf):

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from tests.browser.test_html_browser import browse
+from tests.support.browser import browse
 from tests.support.report import make_sweep, write_sweep
 from worker.core import paths
 from worker.store import FileStore
@@ -47,7 +47,7 @@ def _cli(*args: str):
 
 def _rate(store: FileStore, sweep_id: str, tmp_path) -> None:
     """Blinded sheets exported, filled by three raters, imported: the report's rating columns."""
-    from tests.unit.controller.report.ratings.test_ratings import export, fill
+    from tests.support.ratings import export, fill
 
     data = type("D", (), {"tenant": "default", "sweep_id": sweep_id})
     export(store, data, tmp_path / "sheets", items=4, raters=3, seed=1)

@@ -15,8 +15,7 @@ from controller.report.compute.aggregate import summarize
 from controller.report.render.html import render_html
 from controller.report.render.labels import varying_params
 from controller.report.render.plots import encoding
-from tests.browser.test_html_browser import browse
-from tests.browser.test_report_print import poppler
+from tests.support.browser import browse, poppler
 from tests.support.report import make_sweep
 
 VARIANTS = (

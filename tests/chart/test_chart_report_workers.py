@@ -24,7 +24,7 @@ from rq.registry import StartedJobRegistry
 from controller.cli import main as cli
 from controller.report.compute import celljob
 from controller.report.distribute.signer import REPORT_TIMEOUT_S
-from tests.chart.test_chart_keda import desired_replicas, evaluate
+from tests.support.acl import ADMIN_PW
 from tests.support.chart import (
     SECRET_ENV,
     VALUES_BY_NAME,
@@ -36,10 +36,9 @@ from tests.support.chart import (
     render_notes,
     validate_keda,
 )
+from tests.support.keda import desired_replicas, evaluate
 from tests.support.repo import REPO
-from tests.support.report import make_sweep, write_with_hashes
-from tests.unit.controller.ops import test_tenants
-from tests.unit.controller.report.compute.test_report_scale import CELLS
+from tests.support.report import CELLS, make_sweep, write_with_hashes
 from worker.core import keys
 from worker.store import open_store
 
@@ -315,8 +314,6 @@ def test_report_workers_reach_redis_and_s3_only_and_take_no_connections():
 
 # --- the rendered container, run ----------------------------------------------------------------
 
-acl_redis, acl = test_tenants.acl_redis, test_tenants.acl  # a redis-server with the deployment's ACL file
-
 
 def pod_env(docs: list[dict], acl: dict, s3_endpoint: str, bucket: str, tmp_path: Path) -> dict[str, str]:
     """The container's environment as the pod would see it, each cluster address replaced by its stand-in:
@@ -368,7 +365,7 @@ def test_the_rendered_report_worker_computes_the_cells_of_a_distributed_report(
     command = [str(BIN / c["command"][0]), *c["args"]]
     worker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        admin = f"redis://admin:{test_tenants.ADMIN_PW}@127.0.0.1:{acl['port']}/0"  # the operator's login
+        admin = f"redis://admin:{ADMIN_PW}@127.0.0.1:{acl['port']}/0"  # the operator's login
         args = ["report", data.sweep_id, "--distributed", "--tenant", "team-a", "--n-boot", "50"]
         r = CliRunner().invoke(cli, [*args, "--store", url, "--redis-url", admin, "--wait-s", "90"])
         assert r.exit_code == 0, r.output

@@ -19,10 +19,10 @@ import pytest
 import redis
 import yaml
 
+from tests.support.acl import KEDA_SCRIPT
 from tests.support.chart import VALUES_BY_NAME, env_of, find, password_file_secret, render, render_error, workers
 from tests.support.repo import REPO
 from tests.support.services import _wait_port, free_port
-from tests.unit.controller.ops.test_tenants import KEDA_SCRIPT
 from worker.core import keys
 
 TENANTS = VALUES_BY_NAME["tenants"]
@@ -198,8 +198,8 @@ def _start_rendered_redis(docs, tmp_path: Path, acl_dir: Path) -> tuple[int, sub
 def test_the_rendered_acl_on_a_real_redis_server_keda_exporter_and_no_tenant(tmp_path):
     from controller.launch import submit as cq
     from controller.sweep.load import parse_spec
+    from tests.support.queue import spec_dict
     from tests.support.services import SIGNING_KEY
-    from tests.unit.controller.launch.test_queue import spec_dict
     from worker import sweepstate
     from worker.store import FileStore
 

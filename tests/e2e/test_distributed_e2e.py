@@ -9,10 +9,8 @@ and the worker SIGKILLed in the middle of the first job must not lose it.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +18,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.support.workerprocs import BIN, env_for, start_workers, wait_all
 from worker.core import keys
 from worker.store import FileStore
 
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent
 QUALITY = [
     "n_prompts",
     "n_generations",
@@ -52,48 +50,6 @@ def write_spec(tmp_path: Path, model: str, prompts: str, name: str) -> Path:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
     return path
-
-
-def env_for(redis_url: str, store: Path, signing_key_file: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEBENCH_")}
-    env.update(
-        DECODEBENCH_REDIS_URL=redis_url,
-        DECODEBENCH_STORE=str(store),
-        DECODEBENCH_SIGNING_KEY_FILE=signing_key_file,  # the session's (conftest)
-        DECODEBENCH_HEARTBEAT_TTL="5",
-        DECODEBENCH_REAPER_INTERVAL="0.5",
-        DECODEBENCH_LOG_FORMAT="json",
-        OMP_NUM_THREADS="1",
-        CUDA_VISIBLE_DEVICES="",
-        TOKENIZERS_PARALLELISM="false",
-    )
-    return env
-
-
-def start_workers(n: int, env: dict[str, str], logs: Path) -> dict[str, subprocess.Popen]:
-    procs = {}
-    for i in range(n):
-        name = f"w{i}-{os.getpid()}"
-        out = (logs / f"{name}.log").open("w")
-        procs[name] = subprocess.Popen(
-            [str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "default", "--burst", "--name", name],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return procs
-
-
-def wait_all(procs: dict[str, subprocess.Popen], logs: Path, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    try:
-        for name, proc in procs.items():
-            code = proc.wait(max(1, deadline - time.monotonic()))
-            assert code in (0, -signal.SIGKILL), f"{name} exited {code}:\n{(logs / f'{name}.log').read_text()[-3000:]}"
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
 
 
 def submit(spec: Path, env: dict[str, str]) -> str:

@@ -14,8 +14,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from tests.e2e.test_distributed_e2e import BIN, env_for, start_workers, wait_all
 from tests.support.services import s3_env
+from tests.support.workerprocs import BIN, env_for, start_workers, wait_all
 from worker.core import keys
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from controller.cli import main
 from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
-from tests.browser.test_html_browser import browse
+from tests.support.browser import browse
 from tests.support.repo import REPO
 
 

@@ -11,8 +11,8 @@ import redis
 from click.testing import CliRunner
 
 from controller.cli import main as cli
-from tests.unit.controller.launch.test_queue import submit
-from tests.unit.worker.rq.test_worker import conn_url
+from tests.support.queue import submit
+from tests.support.worker import conn_url
 from worker import sweepstate
 from worker.core import keys
 from worker.store import FileStore

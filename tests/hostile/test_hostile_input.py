@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
+from tests.support.cli import refused
 from tests.support.services import PROMPTS, TINY_MODEL
 
 pytestmark = pytest.mark.pure
@@ -38,17 +39,6 @@ generation:
 
 def validate(path: Path | str, *args: str, env: dict[str, str] | None = None):
     return CliRunner().invoke(main, [*args, "validate", str(path)], env=env)
-
-
-def refused(result, *expected: str) -> str:
-    """The one line of a refusal, checked: exit 2, one line on stderr, no traceback."""
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output and len(lines[0]) < 400, lines[0]
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 def spec_with(tmp_path: Path, old: str, new: str, name: str = "sweep.yaml") -> Path:

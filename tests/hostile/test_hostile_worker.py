@@ -14,24 +14,16 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as cli
+from tests.support.queue import rq_queue, spec_dict
 from tests.support.services import SIGNING_KEY as KEY
 from tests.support.services import TINY_MODEL
-from tests.unit.controller.launch.test_queue import rq_queue, spec_dict
-from tests.unit.worker.rq.test_worker import conn_url, run_worker, submit
+from tests.support.worker import conn_url, plant, run_worker, submit
 from worker import sweepstate
-from worker.core import keys, signing
+from worker.core import keys
 from worker.core.contract import ModelSpec
 from worker.core.errors import PermanentJobError
 
 pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the worker installs its handlers
-
-
-def plant(conn, job_id: str, data: bytes, tenant: str = "default", *, key: bytes | None = KEY, **fields) -> None:
-    """Write `data` (uncompressed) into a job hash as the server would store it: compressed, and
-    signed with `key` (None: unsigned); `fields` are written beside it."""
-    stored = zlib.compress(data)
-    sig = {signing.SIG_FIELD: signing.sign(key, tenant, job_id, stored)} if key else {}
-    conn.hset(keys.rq_job_key(tenant, job_id), mapping={"data": stored, **sig, **fields})
 
 
 def payload(func: str, *args, kwargs=None) -> bytes:

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from tests.hostile.test_hostile_input import refused
+from tests.support.cli import refused
 from tests.support.report import make_sweep, write_sweep
 from worker.store import FileStore
 

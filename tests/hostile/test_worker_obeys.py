@@ -22,11 +22,10 @@ from click.testing import CliRunner
 
 from controller.launch import submit as cq
 from controller.sweep.load import parse_spec
-from tests.e2e.test_distributed_e2e import BIN, env_for
-from tests.hostile.test_hostile_worker import plant
+from tests.support.queue import spec_dict
 from tests.support.services import SIGNING_KEY as KEY
-from tests.unit.controller.launch.test_queue import rq_queue, spec_dict
-from tests.unit.worker.rq.test_worker import make_worker, run_worker, submit, wait_for
+from tests.support.worker import make_worker, plant, reason, run_worker, submit, wait_for
+from tests.support.workerprocs import BIN, env_for
 from worker import sweepstate
 from worker.core import keys, signing
 from worker.core.errors import UsageError
@@ -55,13 +54,6 @@ def resign(conn, job_id: str, change, tenant: str = "default") -> None:
 
 def push(conn, job_id: str, tenant: str = "default") -> None:
     conn.rpush(keys.rq_queue_key(keys.queue_name(tenant)), job_id)
-
-
-def reason(conn, job_id: str, tenant: str = "default") -> str:
-    job = rq_queue(conn, tenant).fetch_job(job_id)
-    assert job is not None and job.get_status() == "failed", job_id
-    assert job.retries_left == 0 and not job.number_of_retries, job_id  # failed for good, at the first try
-    return job.meta["reason"]
 
 
 def test_forged_callbacks_are_never_imported_nor_called(conn, store, tiny_model, tmp_path, monkeypatch):

@@ -10,8 +10,11 @@ from contextlib import contextmanager
 
 import pytest
 import torch
+from transformers import MistralConfig
 
 from tests.support.services import AUSTEN_PROMPTS
+from worker.core.contract import ModelSpec
+from worker.engine.job import generate_job
 
 # prompts of very different lengths (1 to about 30 tokens)
 MIXED = [
@@ -44,7 +47,7 @@ def job(
     """A one-shard job of the test sweep; it computes what its metrics need (default: distinct_1), as the
     planner writes it."""
     from controller.metrics.registry import worker_needs
-    from worker.core.contract import GenerationSettings, JobSpec, ModelSpec, PromptItem, StrategySpec
+    from worker.core.contract import GenerationSettings, JobSpec, PromptItem, StrategySpec
 
     metrics = list(metrics) or ["distinct_1"]
     return JobSpec(
@@ -68,7 +71,6 @@ def job(
 
 def texts(runtime, spec):
     """The job's texts, records and result."""
-    from worker.engine.job import generate_job
 
     result, records = generate_job(spec, runtime)
     return [r.text for r in records], records, result
@@ -131,8 +133,6 @@ def forward_widths(lm, spec, runtime, monkeypatch):
     own), recording the width of every input the model is given: (result, records, widths)."""
     import functools
 
-    from worker.engine.job import generate_job
-
     generate_job(spec, runtime)
     widths = []
     real_forward = lm.model.forward
@@ -190,3 +190,19 @@ class CudaProbe:
         lengths = [len(lm.tokenizer(p.prompt)["input_ids"]) for p in spec.prompts]
         planned = plan_batches(spec, self.runtime, lm, decoding, lengths)
         return planned.groups, planned.scorer_size, planned.record
+
+
+def sliding_window_config(vocab_size: int = 100) -> MistralConfig:
+    """A 2-layer Mistral whose layers are sliding-window ones (ids 0 for bos, eos and pad)."""
+    return MistralConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=vocab_size,
+        sliding_window=4,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )

@@ -10,7 +10,7 @@ import re
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.chart.test_chart import render, workers
+from tests.support.chart import render, workers
 
 NS = "ml"
 

@@ -309,3 +309,6 @@ def toy_metrics() -> Registry[Metric]:
             additive("eos_rate", _eos_rate, "sequence", None),
         ]
     )
+
+
+CELLS = [("m", "greedy", {}), ("m", "top_p", {"p": 0.9}), ("m", "top_k", {"k": 5}), ("n", "greedy", {})]

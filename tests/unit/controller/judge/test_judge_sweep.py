@@ -126,7 +126,7 @@ def test_single_answer_grading(tmp_path):
 
 
 def test_the_report_shows_the_judges_agreement_with_imported_human_ratings(tmp_path):
-    from tests.unit.controller.report.ratings.test_ratings import export, fill
+    from tests.support.ratings import export, fill
 
     with JudgeServer() as srv:
         store, data = sweep(tmp_path, srv.url, mode="single", criteria=["fluency"])

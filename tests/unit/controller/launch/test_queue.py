@@ -12,6 +12,7 @@ from controller.cli import main as cli
 from controller.launch import submit as cq
 from controller.sweep.load import load_spec, parse_spec
 from controller.sweep.plan import plan
+from tests.support.queue import rq_queue, spec_dict, submit
 from tests.support.services import SIGNING_KEY as KEY
 from worker import sweepstate
 from worker.core import keys, rqadapter, signing
@@ -19,27 +20,6 @@ from worker.core.contract import JobStatus
 from worker.rq.reaper import Timing, reap
 from worker.store import FileStore
 from worker.sweepstate import transition
-
-PROMPTS = ["It is a truth universally", "She was not", "The house was", "Mr. Darcy said", "In the morning"]
-
-
-def spec_dict(
-    model: str = "/nonexistent/model",
-    *,
-    name: str = "qtest",
-    prompts=PROMPTS,
-    shard_size: int = 2,
-    seeds=(1, 2),
-    models=None,
-) -> dict:
-    return {
-        "name": name,
-        "models": models or [{"path": model, "name": "m"}],
-        "prompts": {"inline": list(prompts), "shard_size": shard_size},
-        "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 5}}],
-        "generation": {"max_new_tokens": 4, "batch_size": 2, "seeds": list(seeds), "warmup": False},
-        "metrics": ["distinct_1"],
-    }
 
 
 def write_spec(tmp_path, **kw) -> str:
@@ -58,23 +38,6 @@ def conn(redis_url):
 @pytest.fixture()
 def store(tmp_path):
     return FileStore(tmp_path / "runs")
-
-
-def submit(conn, store, tenant="default", **kw):
-    spec = parse_spec(spec_dict(**kw))
-    return cq.submit(conn, store, spec, tenant, key=KEY)
-
-
-def rq_queue(conn, tenant="default", priority="normal"):
-    from rq import Queue
-    from rq.serializers import JSONSerializer
-
-    return Queue(
-        keys.queue_name(tenant, priority),
-        connection=conn,
-        serializer=JSONSerializer,
-        job_class=rqadapter.tenant_job_class(tenant),  # job hashes live under rq:job:<tenant>:
-    )
 
 
 def test_keys_and_queue_names():

@@ -17,8 +17,7 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from controller.cli import main
-from tests.chart.test_chart import VALUES_BY_NAME, render
-from tests.support.chart import find
+from tests.support.chart import VALUES_BY_NAME, find, render
 from tests.support.kube import NS, KubeStandIn, make_pod
 from tests.support.services import free_port
 from worker.core import keys

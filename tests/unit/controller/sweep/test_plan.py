@@ -104,7 +104,6 @@ def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
 def test_the_quickstart_keeps_its_sweep_id_as_settings_are_added():
     """Settings added after sweeps existed (attention, static_cache, refill, featurizer...) count only when set:
     the quickstart's id is the one it had before them, and setting one changes it."""
-
     from controller.sweep.load import load_spec
 
     quickstart = REPO / "examples" / "quickstart.yaml"

@@ -9,7 +9,7 @@ import pytest
 
 from controller.sweep.load import parse_spec
 from controller.sweep.plan import plan
-from tests.unit.controller.launch.test_queue import spec_dict
+from tests.support.queue import spec_dict
 from worker.core import signing
 from worker.core.errors import PermanentJobError, UsageError
 from worker.core.policy import Limits, context_refusal, job_models, job_refusal, model_positions

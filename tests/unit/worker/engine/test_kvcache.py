@@ -13,9 +13,9 @@ import threading
 
 import pytest
 import torch
-from transformers import DynamicCache, MistralConfig
+from transformers import DynamicCache
 
-from tests.support.engine import job
+from tests.support.engine import job, sliding_window_config
 from tests.support.services import AUSTEN_PROMPTS as PROMPTS
 from worker.core.contract import ModelSpec
 from worker.core.logs import configure, job_context
@@ -106,22 +106,6 @@ def test_compaction_newcomers_and_slides_stay_in_the_layers_buffers():
     assert torch.equal(layer.keys[:, :, 4:], step.expand(4, 1, 8, 2))
     layer.update(torch.ones(4, 1, 2, 2), torch.ones(4, 1, 2, 2))  # no room left: it grows, keeping the values
     assert layer.capacity == 24 and layer.get_seq_length() == 14 and torch.equal(layer.keys[2:, :, :4], n)
-
-
-def sliding_window_config(vocab_size: int = 100) -> MistralConfig:
-    """A 2-layer Mistral whose layers are sliding-window ones (ids 0 for bos, eos and pad)."""
-    return MistralConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=vocab_size,
-        sliding_window=4,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
 
 
 def test_models_with_sliding_window_layers_keep_transformers_cache():

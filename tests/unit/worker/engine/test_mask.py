@@ -99,7 +99,7 @@ def test_a_forward_that_reads_the_prepared_mask_otherwise_keeps_transformers_mas
 def test_the_prepared_mask_only_where_transformers_would_build_the_same_one(tiny_model, runtime):
     from transformers import AutoModelForCausalLM, MistralForCausalLM, OPTConfig
 
-    from tests.unit.worker.engine.test_kvcache import sliding_window_config
+    from tests.support.engine import sliding_window_config
     from worker.engine.kvcache import preallocated_cache
     from worker.engine.models import prepared_mask
 

@@ -27,7 +27,7 @@ CASES = [
 def sliding_model(tiny_model, tmp_path_factory):
     from transformers import AutoTokenizer, MistralForCausalLM
 
-    from tests.unit.worker.engine.test_kvcache import sliding_window_config
+    from tests.support.engine import sliding_window_config
 
     path = tmp_path_factory.mktemp("sliding")
     torch.manual_seed(0)

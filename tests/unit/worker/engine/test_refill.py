@@ -169,7 +169,7 @@ def test_a_model_with_sliding_window_layers_runs_batch_after_batch(tiny_model, r
     """Refill needs the preallocated cache; a sliding-window model keeps transformers' cache and plain batches."""
     from transformers import AutoTokenizer, MistralForCausalLM
 
-    from tests.unit.worker.engine.test_kvcache import sliding_window_config
+    from tests.support.engine import sliding_window_config
 
     torch.manual_seed(0)
     config = sliding_window_config(vocab_size=4096)
@@ -289,7 +289,7 @@ def test_compaction_keeps_a_sliding_window_models_cache_whole(tiny_model, runtim
     """Only the preallocated cache drops leading columns: a sliding-window layer's columns are not the ids'."""
     from transformers import AutoTokenizer, MistralForCausalLM
 
-    from tests.unit.worker.engine.test_kvcache import sliding_window_config
+    from tests.support.engine import sliding_window_config
 
     torch.manual_seed(1)
     MistralForCausalLM(sliding_window_config(vocab_size=4096)).save_pretrained(tmp_path)

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from controller.launch import submit as cq
 from controller.sweep.load import parse_spec
+from tests.support.queue import spec_dict
 from tests.support.services import SIGNING_KEY as KEY
-from tests.unit.controller.launch.test_queue import spec_dict
-from tests.unit.worker.rq.test_worker import run_worker
+from tests.support.worker import run_worker
 from worker import sweepstate
 from worker.core import keys, paths
 from worker.core.errors import UsageError

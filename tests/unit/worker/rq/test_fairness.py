@@ -12,10 +12,7 @@ import types
 import pytest
 import redis
 
-from controller.launch import submit as cq
-from controller.sweep.load import parse_spec
-from tests.support.services import SIGNING_KEY as KEY
-from tests.unit.controller.launch.test_queue import spec_dict
+from tests.support.queue import submit_tenant_jobs
 from worker import sweepstate
 from worker.core import keys
 from worker.core.tenants import parse_tenants
@@ -75,11 +72,6 @@ def conn(redis_url, monkeypatch):
     return redis.Redis.from_url(redis_url)
 
 
-def submit(conn, store, tenant: str, n_jobs: int, name: str):
-    spec = spec_dict(name=name, prompts=[f"p{i}" for i in range(n_jobs // 2)], shard_size=1, seeds=(1,))
-    return cq.submit(conn, store, parse_spec(spec), tenant, key=KEY)
-
-
 def done(conn, tenant: str, sweep_id: str) -> int:
     return sweepstate.read_status(conn, tenant, sweep_id).total("done")
 
@@ -96,13 +88,13 @@ def test_a_late_small_tenant_is_served_at_once_beside_a_large_backlog(conn, stor
     has jobs (stride scheduling, B joins at A's pass), so while B's 10 jobs run at most
     10 + 2 x 2 of A's finish: one alternate per B job, plus per worker the job in flight when B
     arrived and the one taken before B's first."""
-    a = submit(conn, store, "team-a", 300, "big")
+    a = submit_tenant_jobs(conn, store, "team-a", 300, "big")
     procs = start_workers(redis_url, 2, ["team-a", "team-b"])
     try:
         deadline = time.monotonic() + 60
         while done(conn, "team-a", a.sweep_id) < 10 and time.monotonic() < deadline:
             time.sleep(0.002)
-        b = submit(conn, store, "team-b", 10, "small")
+        b = submit_tenant_jobs(conn, store, "team-b", 10, "small")
         a_at_submit = done(conn, "team-a", a.sweep_id)
         while done(conn, "team-b", b.sweep_id) < 10 and time.monotonic() < deadline:
             time.sleep(0.002)
@@ -119,8 +111,8 @@ def test_a_late_small_tenant_is_served_at_once_beside_a_large_backlog(conn, stor
 def test_weights_3_to_1_share_completed_jobs_3_to_1(conn, store, redis_url):
     """Both backlogged, weights 3:1, 2 workers x 40 jobs: per worker the stride bound keeps
     |n_A/3 - n_B| <= 1, so A's share of the 80 is 0.75 within 0.05."""
-    a = submit(conn, store, "team-a", 120, "a")
-    b = submit(conn, store, "team-b", 120, "b")
+    a = submit_tenant_jobs(conn, store, "team-a", 120, "a")
+    b = submit_tenant_jobs(conn, store, "team-b", 120, "b")
     tenants = {"tenants": [{"name": "team-a", "weight": 3}, {"name": "team-b", "weight": 1}]}
     stop(start_workers(redis_url, 2, ["*"], tenants, max_jobs=40))
     n_a, n_b = done(conn, "team-a", a.sweep_id), done(conn, "team-b", b.sweep_id)
@@ -132,8 +124,8 @@ def test_max_running_holds_across_three_workers(conn, store, redis_url, monkeypa
     """team-q has max_running 1: sampled at every job start and by polling its live slots,
     never 2 at once, while the 3 workers run team-r's jobs side by side."""
     monkeypatch.setenv("FAIRNESS_JOB_S", "0.05")
-    q = submit(conn, store, "team-q", 12, "q")
-    r = submit(conn, store, "team-r", 40, "r")
+    q = submit_tenant_jobs(conn, store, "team-q", 12, "q")
+    r = submit_tenant_jobs(conn, store, "team-r", 40, "r")
     tenants = {"tenants": [{"name": "team-q", "max_running": 1}, {"name": "team-r"}]}
     procs = start_workers(redis_url, 3, ["team-q", "team-r"], tenants)
     polled = []
@@ -163,7 +155,7 @@ def test_a_job_id_pushed_three_times_runs_once(conn, store, redis_url, monkeypat
     """The same id three times in team-q's queue (max_running 2), three workers: it runs once; the
     copies are dropped, never run beside it nor failed, and the quota holds."""
     monkeypatch.setenv("FAIRNESS_JOB_S", "0.5")
-    q = submit(conn, store, "team-q", 2, "dup")  # one prompt: greedy and top_k
+    q = submit_tenant_jobs(conn, store, "team-q", 2, "dup")  # one prompt: greedy and top_k
     twice = q.enqueued[0]
     conn.rpush(keys.rq_queue_key(keys.queue_name("team-q")), twice, twice)
     tenants = {"tenants": [{"name": "team-q", "max_running": 2}]}

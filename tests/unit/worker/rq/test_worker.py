@@ -5,7 +5,6 @@ Heartbeat TTL and reaper interval are shortened so that failure detection is qui
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import signal
@@ -18,62 +17,18 @@ from click.testing import CliRunner
 from controller.cli import main as cli
 from controller.launch import submit as cq
 from controller.sweep.load import parse_spec
+from tests.support.queue import rq_queue, spec_dict
 from tests.support.services import SIGNING_KEY as KEY
-from tests.unit.controller.launch.test_queue import rq_queue, spec_dict
+from tests.support.worker import conn_url, cpu_runtime, make_worker, run_worker, submit, wait_for
 from worker import sweepstate
 from worker.core import keys
-from worker.rq.reaper import Timing
 
 pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the worker installs its handlers
-
-FAST = Timing(heartbeat_ttl=5.0, reaper_interval=0.3, max_lost=3)
 
 
 @pytest.fixture(autouse=True)
 def _fast_retries(monkeypatch):
     monkeypatch.setenv("DECODEBENCH_RETRY_INTERVALS", "1,1,1")
-
-
-@functools.cache
-def cpu_runtime():
-    """The in-process workers' runtime: one model cache for the whole module, as in a worker process."""
-    from worker.engine.job import Runtime
-
-    return Runtime("cpu")
-
-
-def make_worker(conn, selectors=("default",), **kw):
-    from worker.rq.worker import decodebench_worker
-    from worker.store import open_store
-
-    return decodebench_worker(
-        list(selectors),
-        connection=conn,
-        store=kw.pop("store", None) or open_store(),
-        runtime=cpu_runtime(),
-        timing=kw.pop("timing", FAST),
-        **kw,
-    )
-
-
-def run_worker(conn, selectors=("default",), max_jobs=None, **kw):
-    worker = make_worker(conn, selectors, **kw)
-    worker.work(burst=True, max_jobs=max_jobs)
-    return worker
-
-
-def submit(conn, store, model: str, **kw):
-    return cq.submit(conn, store, parse_spec(spec_dict(model, **kw)), "default", key=KEY)
-
-
-def wait_for(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
 
 
 def running_job(conn, sweep_id: str):
@@ -155,11 +110,6 @@ def test_bad_model_fails_at_once_with_a_readable_reason_and_retry_after_fixing_i
     run_worker(conn)
     s = sweepstate.read_status(conn, "default", out.sweep_id)
     assert s.total("done") == 18 and s.n_failures == 0
-
-
-def conn_url(conn) -> str:
-    kw = conn.connection_pool.connection_kwargs
-    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
 
 
 def test_transient_failure_is_retried_with_backoff(conn, store, tiny_model, monkeypatch):

@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.launch import submit as cq
 from controller.sweep.load import parse_spec
+from tests.support.queue import spec_dict
 from tests.support.services import SIGNING_KEY, free_port
-from tests.unit.controller.launch.test_queue import spec_dict
 from worker.core import keys
 from worker.store import FileStore
 

@@ -19,8 +19,8 @@ import pytest
 import redis
 import yaml
 
-from tests.hostile.test_worker_obeys import reason
-from tests.unit.worker.rq.test_fairness import submit
+from tests.support.queue import submit_tenant_jobs
+from tests.support.worker import reason
 from worker import sweepstate
 from worker.core import keys
 from worker.core.tenants import parse_tenants
@@ -91,8 +91,8 @@ def done(conn, tenant: str, sweep_id: str) -> int:
 def test_a_new_tenant_is_served_under_its_policy_and_the_running_job_runs_on(setup):
     conn, store, path, proc = setup
     conn.set("test:job_s", 3)
-    a = submit(conn, store, "team-a", 2, "long")  # two jobs (two strategies), the first of 3 s
-    b = submit(conn, store, "team-b", 2, "newcomer")
+    a = submit_tenant_jobs(conn, store, "team-a", 2, "long")  # two jobs (two strategies), the first of 3 s
+    b = submit_tenant_jobs(conn, store, "team-b", 2, "newcomer")
     proc.start()
     wait_for(lambda: conn.llen("test:ran") == 1)  # team-a's job runs; team-b is not served
     conn.set("test:job_s", 0.01)
@@ -107,17 +107,17 @@ def test_a_new_tenant_is_served_under_its_policy_and_the_running_job_runs_on(set
 
     write_tenants(path, [{"name": "team-a"}, {"name": "team-b", "max_running": 1, "models": [MODEL]}])
     time.sleep(1)  # a few reaper intervals
-    c = submit(conn, store, "team-b", 2, "allowed")
+    c = submit_tenant_jobs(conn, store, "team-b", 2, "allowed")
     wait_for(lambda: done(conn, "team-b", c.sweep_id) == 2)
 
     write_tenants(path, "tenants: [{name: team-a, weight: -1}]\n")  # invalid: the last valid file stays
     time.sleep(1)
-    d = submit(conn, store, "team-b", 2, "after a bad file")
+    d = submit_tenant_jobs(conn, store, "team-b", 2, "after a bad file")
     wait_for(lambda: done(conn, "team-b", d.sweep_id) == 2)
 
     write_tenants(path, [{"name": "team-a"}])  # team-b removed: its jobs wait, none is failed
     time.sleep(1)
-    e = submit(conn, store, "team-b", 2, "removed")
+    e = submit_tenant_jobs(conn, store, "team-b", 2, "removed")
     time.sleep(1)
     assert conn.llen(keys.rq_queue_key(keys.queue_name("team-b"))) == len(e.enqueued) == 2
     assert sweepstate.read_status(conn, "team-b", e.sweep_id).total("failed") == 0

@@ -46,7 +46,6 @@ def tenant_policy(tenant: str) -> dict:
 
 
 def test_docs_policy_matches_this_one():
-
     text = (REPO / "docs" / "tenants.md").read_text()
     block = text.split("```json", 1)[1].split("```", 1)[0]
     documented = json.loads(block.replace("BUCKET", BUCKET).replace("PREFIX", PREFIX))

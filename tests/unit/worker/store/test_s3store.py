@@ -215,7 +215,7 @@ def test_a_job_writes_its_result_generations_and_log_to_s3_through_failures(flak
 
     from controller.sweep.load import parse_spec
     from controller.sweep.plan import plan
-    from tests.unit.controller.launch.test_queue import spec_dict
+    from tests.support.queue import spec_dict
     from worker.core import paths
     from worker.core.logs import configure
     from worker.engine.job import run_job

@@ -8,11 +8,9 @@ from controller.report.compute import celljob, cells
 from controller.report.compute.aggregate import summarize
 from controller.report.load.sweep import load_sweep
 from controller.report.render.write import build
-from tests.support.report import make_sweep, write_with_hashes
+from tests.support.report import CELLS, make_sweep, write_with_hashes
 from worker.core import paths
 from worker.store import FileStore
-
-CELLS = [("m", "greedy", {}), ("m", "top_p", {"p": 0.9}), ("m", "top_k", {"k": 5}), ("n", "greedy", {})]
 
 
 def test_pooled_and_streamed_reports_equal_the_in_memory_one(tmp_path):

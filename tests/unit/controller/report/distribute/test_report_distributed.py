@@ -4,13 +4,7 @@ moto S3 store; the controller reduces as in local mode."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -27,39 +21,16 @@ from controller.report.distribute.signer import Admission, enqueue, job_id_of
 from controller.report.load import snapshot
 from controller.report.load.sweep import load_sweep
 from controller.report.render.write import build
-from tests.support.report import make_sweep, write_with_hashes
+from tests.support.report import CELLS, make_sweep, write_with_hashes
+from tests.support.reportworkers import operator, plant, report_workers
 from tests.support.services import SIGNING_KEY as KEY
-from tests.unit.controller.report.compute.test_report_scale import CELLS
-from worker.core import keys, paths, rqadapter, signing
+from worker.core import keys, paths, rqadapter
 from worker.store import FileStore, open_store
 
 BIN = Path(sys.executable).parent
 
 
 pytestmark = pytest.mark.usefixtures("restore_signals")  # tests/conftest.py: the in-process report worker's handlers
-
-
-@contextlib.contextmanager
-def report_workers(n: int, redis_url: str, store_url: str):
-    """`n` report-worker processes, as a pool would run them; stopped with SIGTERM at the end."""
-    env = {**os.environ, "DECODEBENCH_REDIS_URL": redis_url, "DECODEBENCH_STORE": store_url}
-    procs = [
-        subprocess.Popen([str(BIN / "decodebench"), "report-worker", "*"], env=env, stderr=subprocess.PIPE, text=True)
-        for _ in range(n)
-    ]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait(30)
-
-
-def operator(redis_url: str, store_url: str, tenant: str = "default"):
-    from controller.cli.backend import Direct
-
-    return Direct(redis_url, store_url, tenant)
 
 
 def cache_entries(store, tenant: str, sweep_id: str) -> list[str]:
@@ -129,14 +100,6 @@ def test_cells_no_report_worker_delivers_are_computed_by_the_controller(redis_ur
 
 
 # -- hostile ---------------------------------------------------------------------------------------
-
-
-def plant(conn, tenant: str, job_id: str, call: list, key: bytes | None, queue: str | None = None) -> None:
-    """A job hash as a client with Redis access could write it, pushed onto a report queue."""
-    stored = zlib.compress(json.dumps(call).encode())
-    sig = {signing.SIG_FIELD: signing.sign(key, tenant, job_id, stored)} if key else {}
-    conn.hset(keys.rq_job_key(tenant, job_id), mapping={"data": stored, "status": "queued", **sig})
-    conn.rpush(keys.rq_queue_key(queue or keys.report_queue(tenant)), job_id)
 
 
 def test_unsigned_forged_and_cross_tenant_report_jobs_are_refused(redis_url, tmp_path):

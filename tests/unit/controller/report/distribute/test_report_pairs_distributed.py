@@ -14,10 +14,9 @@ from controller.report.compute.pairs import PairJob
 from controller.report.distribute.mapworker import report_worker
 from controller.report.distribute.remote import ReportWorkers
 from controller.report.render.write import build
-from tests.support.report import make_sweep, write_with_hashes
+from tests.support.report import CELLS, make_sweep, write_with_hashes
+from tests.support.reportworkers import operator, plant, report_workers
 from tests.support.services import SIGNING_KEY as KEY
-from tests.unit.controller.report.compute.test_report_scale import CELLS
-from tests.unit.controller.report.distribute.test_report_distributed import operator, plant, report_workers
 from worker.core import keys, paths, rqadapter
 from worker.store import FileStore, open_store
 

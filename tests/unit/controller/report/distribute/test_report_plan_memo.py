@@ -15,9 +15,8 @@ from controller.report.load import snapshot
 from controller.report.render.write import build
 from controller.server import service
 from controller.server.tokens import Identity
-from tests.support.report import make_sweep, write_with_hashes
+from tests.support.report import CELLS, make_sweep, write_with_hashes
 from tests.support.services import SIGNING_KEY as KEY
-from tests.unit.controller.report.compute.test_report_scale import CELLS
 from worker.core import paths
 from worker.store import FileStore, open_store
 

@@ -10,8 +10,7 @@ from controller.metrics import METRICS
 from controller.report.compute import cells
 from controller.report.compute.aggregate import cell_tasks, summarize
 from controller.report.load.sweep import load_sweep
-from tests.support.report import make_sweep, write_with_hashes
-from tests.unit.controller.report.compute.test_report_scale import CELLS
+from tests.support.report import CELLS, make_sweep, write_with_hashes
 from worker.core import paths
 from worker.core.results import JobResult
 from worker.store import FileStore

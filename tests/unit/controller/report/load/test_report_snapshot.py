@@ -13,8 +13,7 @@ import pytest
 from controller.report.compute.aggregate import summarize
 from controller.report.load import snapshot
 from controller.report.load.sweep import load_sweep
-from tests.support.report import make_sweep, write_with_hashes
-from tests.unit.controller.report.compute.test_report_scale import CELLS
+from tests.support.report import CELLS, make_sweep, write_with_hashes
 from worker.core import paths
 from worker.core.errors import StoreError
 from worker.store import FileStore, open_store

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.report.ratings.scores import rounds
 from controller.report.render.write import build, render
+from tests.support.ratings import export, fill, score
 from tests.support.report import make_sweep, write_sweep
 from worker.core import paths
 from worker.store import FileStore
@@ -34,33 +34,6 @@ def sweep(tmp_path):
 
 def run(store, *args):
     return CliRunner().invoke(main, [*args, "--store", store.url], catch_exceptions=False)
-
-
-def export(store, data, out, items=7, raters=3, seed=None, output=None):
-    extra = [] if seed is None else ["--seed", str(seed)]
-    res = CliRunner().invoke(main, ["rate", "export", data.sweep_id, "--items", str(items), "--raters", str(raters),
-                                    "--criteria", "fluency,coherence", "--out", str(out), *extra,
-                                    "--store", store.url], catch_exceptions=False)  # fmt: skip
-    assert res.exit_code == 0, res.output
-    if output is not None:
-        output.append(res.output)
-    return list(rounds(store, data.tenant, data.sweep_id).values())[-1]  # the key of the round just exported
-
-
-def score(rater: str, item: str, criterion: str) -> int:
-    """Known scores: deterministic, different per rater, item and criterion."""
-    return 1 + (sum(map(ord, rater + item + criterion)) % 5)
-
-
-def fill(path, rater, scorer=score) -> bytes:
-    rows = list(csv.DictReader(io.StringIO(path.read_text())))
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({**row, "fluency": scorer(rater, row["item"], "fluency"),
-                         "coherence": scorer(rater, row["item"], "coherence")})  # fmt: skip
-    return buf.getvalue().encode()
 
 
 def test_export_is_blinded_stratified_reproducible_and_shuffled(sweep):

@@ -294,7 +294,7 @@ def test_a_sliding_window_model_runs_beam_search_in_the_loop_as_generate_does(
     """Sliding-window layers repeat, reorder and select like full ones: the loop takes them, token for token."""
     from transformers import AutoTokenizer, MistralForCausalLM
 
-    from tests.unit.worker.engine.test_kvcache import sliding_window_config
+    from tests.support.engine import sliding_window_config
 
     torch.manual_seed(0)
     MistralForCausalLM(sliding_window_config(vocab_size=4096)).save_pretrained(tmp_path)
