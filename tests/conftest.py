@@ -10,6 +10,8 @@ import pytest
 from tests.support.services import PROMPTS, SIGNING_KEY, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
 
 HEAVY = ("torch", "transformers")  # what only the worker extra installs
+# Fixtures kept in tests/support beside the helpers they go with, for every test that names them.
+pytest_plugins = ["tests.support.acl"]
 
 
 class _Module(pytest.Module):
