@@ -29,6 +29,15 @@ class _Module(pytest.Module):
             raise
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs the main suite in 2 worker processes, scripts/run-tests.sh) each
+    worker's torch, and every process it starts, takes one intra-op thread, so that two workers do not run
+    four spinning threads on two cores (docs/architecture.md, "The tests"). Set before any test module
+    imports torch; a developer's own OMP_NUM_THREADS stands."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 def pytest_pycollect_makemodule(module_path, parent):
     return _Module.from_parent(parent, path=module_path)
 
