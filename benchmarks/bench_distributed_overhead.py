@@ -116,7 +116,7 @@ def main() -> None:
     import structlog
     import torch
 
-    from tests.services import redis_server, s3_env, s3_server
+    from tests.support.services import redis_server, s3_env, s3_server
     from worker.engine.job import Runtime, run_job
     from worker.store import FileStore, open_store
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller.launch.submit import enqueue_jobs
 from controller.sweep.load import parse_spec
 from controller.sweep.plan import plan
-from tests.services import redis_server
+from tests.support.services import redis_server
 from worker.core import keys
 from worker.sweepstate import cancel_sweep, read_status
 

@@ -5,7 +5,7 @@
     python benchmarks/bench_report.py --cells 400 --n-boot 100 --modes single,cached   # memory vs cells
 
 The store holds `--cells` cells of `--gens` generations each (top-p variants of one model, 2
-seeds x gens/2 prompts, 8 prompts a job, synthetic texts from tests/helpers_report.py; every
+seeds x gens/2 prompts, 8 prompts a job, synthetic texts from tests/support/report.py; every
 result.json carries its generations' SHA-256, as a worker writes it). Each measurement runs
 `controller.report.render.write.build` (what `decodebench report` runs) in a fresh subprocess and
 prints its wall time and peak RSS (the controller, and the largest pool process):
@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def make_store(path: Path, n_cells: int, gens: int) -> str:
-    from tests.helpers_report import make_sweep, write_with_hashes
+    from tests.support.report import make_sweep, write_with_hashes
     from worker.store import FileStore
 
     cells = [("m", "top_p", {"p": round(0.5 + i / (2 * n_cells), 6)}) for i in range(n_cells)]
@@ -179,7 +179,7 @@ def peak_rss_mb(pid: int) -> float:
 def report_workers(n: int, tmp: str, env: dict) -> dict:
     """A redis-server and `n` warm report-worker processes; yields the Redis URL and, at the end,
     the largest worker's peak RSS under "peak_mb"."""
-    from tests.services import redis_server
+    from tests.support.services import redis_server
 
     decodebench = str(Path(sys.executable).with_name("decodebench"))
     with redis_server() as (url, _):

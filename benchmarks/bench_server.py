@@ -31,8 +31,8 @@ from controller.launch.submit import enqueue_jobs  # noqa: E402
 from controller.server.client import submission  # noqa: E402
 from controller.sweep.load import parse_spec  # noqa: E402
 from controller.sweep.plan import plan  # noqa: E402
-from tests.helpers_server import deployment  # noqa: E402
-from tests.services import redis_server  # noqa: E402
+from tests.support.server import deployment  # noqa: E402
+from tests.support.services import redis_server  # noqa: E402
 
 TENANTS = "tenants:\n  - {{name: team-a, rate_limit: 1000000}}\n  - {{name: team-b, rate_limit: 1000000}}\n"
 KEY = b"bench-signing-key-0123456789abcdef0123456789"

@@ -31,8 +31,8 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 import redis  # noqa: E402
 
-from tests.helpers_server import deployment  # noqa: E402
-from tests.services import redis_server  # noqa: E402
+from tests.support.server import deployment  # noqa: E402
+from tests.support.services import redis_server  # noqa: E402
 from worker.core import paths  # noqa: E402
 from worker.store import FileStore  # noqa: E402
 

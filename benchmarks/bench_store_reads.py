@@ -3,7 +3,7 @@
     python benchmarks/bench_store_reads.py                      # 400 jobs, no added latency, then 20 ms
     python benchmarks/bench_store_reads.py --jobs 2000 --latency-ms 0,20,50
 
-A synthetic sweep (tests/helpers_report.py, every result.json with its generations' SHA-256, as a
+A synthetic sweep (tests/support/report.py, every result.json with its generations' SHA-256, as a
 worker writes it) is written to moto's S3 server on loopback. Then `load_sweep(...,
 with_generations=False)` — what `decodebench report` and the submission server read first, one
 result.json per job — runs with `read_concurrency` 1 and with S3Store's own (16), interleaved,
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def write(store, n_jobs: int) -> tuple[str, str]:
-    from tests.helpers_report import make_sweep, write_with_hashes
+    from tests.support.report import make_sweep, write_with_hashes
 
     n_cells = max(1, n_jobs // 4)  # 2 seeds x 2 shards of 4 prompts a cell
     cells = [("m", "top_p", {"p": round(0.5 + i / (2 * n_cells), 6)}) for i in range(n_cells)]
@@ -89,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     import boto3
 
-    from tests.services import s3_env, s3_server
+    from tests.support.services import s3_env, s3_server
     from worker.store import open_store
     from worker.store.s3 import S3Store
 

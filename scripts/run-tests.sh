@@ -2,11 +2,13 @@
 # `make test` (what .ci/run calls): lint, the layering contracts, the main suite, then the vLLM engine's
 # tests. The vLLM engine's environment (.venv-vllm, scripts/setup-vllm.sh: mostly download and unpack)
 # builds in the background from the start, its log in .venv-vllm.log, while lint and the main suite run;
-# then the vLLM tests (tests/test_vllm_env.py) run with DECODEBENCH_REQUIRE_VLLM=1, so that they fail
+# then the vLLM tests (tests/vllm/test_vllm_env.py) run with DECODEBENCH_REQUIRE_VLLM=1, so that they fail
 # rather than skip. A failed build fails the run with one line, after its log. Expects `make install`.
-# The main suite ends with its 25 slowest tests (--durations=25), so that CI's log shows where its minutes go
-# (docs/architecture.md, end).
-# Arguments go to the main suite's pytest (bash scripts/run-tests.sh tests/test_layout.py: that file only).
+# The main suite runs in TEST_WORKERS processes (pytest-xdist, default 2: the CI machine's cores), a test file
+# whole on one of them (--dist loadfile: module fixtures are made once), each worker's torch on one thread
+# (tests/conftest.py); TEST_WORKERS=0 runs it in this process. It ends with its 25 slowest tests
+# (--durations=25), so that CI's log shows where its minutes go (docs/architecture.md, "The tests").
+# Arguments go to the main suite's pytest (bash scripts/run-tests.sh tests/repo/test_layout.py: that file only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +25,7 @@ trap 'exit 130' INT TERM
 
 "${MAKE:-make}" --no-print-directory lint
 bash scripts/setup-test-deps.sh
-"$BIN/python" -m pytest -q --durations=25 --ignore=tests/test_vllm_env.py "$@"
+"$BIN/python" -m pytest -q --durations=25 -n "${TEST_WORKERS:-2}" --dist loadfile --ignore=tests/vllm/test_vllm_env.py "$@"
 
 echo "run-tests: waiting for .venv-vllm (scripts/setup-vllm.sh, log in $LOG)"
 if ! wait "$build"; then
@@ -34,4 +36,4 @@ if ! wait "$build"; then
 fi
 trap - EXIT
 tail -n 1 "$LOG"
-DECODEBENCH_REQUIRE_VLLM=1 "$BIN/python" -m pytest -q tests/test_vllm_env.py
+DECODEBENCH_REQUIRE_VLLM=1 "$BIN/python" -m pytest -q tests/vllm/test_vllm_env.py

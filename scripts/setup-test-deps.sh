@@ -17,7 +17,7 @@ apt_install() {
 
 command -v redis-server >/dev/null || apt_install redis-server
 command -v promtool >/dev/null || apt_install prometheus
-command -v tmux >/dev/null || apt_install tmux  # tests/test_terminal_fit.py: the views in a real terminal
+command -v tmux >/dev/null || apt_install tmux  # tests/unit/controller/cli/test_terminal_fit.py: the views in a real terminal
 bash scripts/install-chromium.sh
 bash scripts/install-helm.sh >/dev/null
 bash scripts/install-checkov.sh >/dev/null

@@ -7,15 +7,17 @@ import os
 
 import pytest
 
-from tests.services import PROMPTS, SIGNING_KEY, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
+from tests.support.services import PROMPTS, SIGNING_KEY, SMALL_MODEL, TINY_MODEL, redis_server, s3_env, s3_server
 
 HEAVY = ("torch", "transformers")  # what only the worker extra installs
+# Fixtures kept in tests/support beside the helpers they go with, for every test that names them.
+pytest_plugins = ["tests.support.acl"]
 
 
 class _Module(pytest.Module):
     """A test module that imports torch where torch is not installed is skipped with that reason, not a
     collection error: pytest collects every module before `-m pure` deselects, and a pure test never needs
-    torch (tests/test_layout.py). Any other import error, or a missing part of an installed torch, fails."""
+    torch (tests/repo/test_layout.py). Any other import error, or a missing part of an installed torch, fails."""
 
     def _getobj(self):
         try:
@@ -25,6 +27,15 @@ class _Module(pytest.Module):
             if missing in HEAVY:
                 pytest.skip(f"needs {missing}, which is not installed (the worker extra)", allow_module_level=True)
             raise
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs the main suite in 2 worker processes, scripts/run-tests.sh) each
+    worker's torch, and every process it starts, takes one intra-op thread, so that two workers do not run
+    four spinning threads on two cores (docs/architecture.md, "The tests"). Set before any test module
+    imports torch; a developer's own OMP_NUM_THREADS stands."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_pycollect_makemodule(module_path, parent):

@@ -25,7 +25,7 @@ import io
 import sys
 from pathlib import Path
 
-# The workload (bench_throughput's defaults); tests/test_bench_compare.py runs the suite at a smoke size.
+# The workload (bench_throughput's defaults); tests/repo/test_bench_compare.py runs the suite at a smoke size.
 PROMPTS, NEW, BATCH, BEAM_BATCH = 32, 48, 16, 8
 ROUNDS = 3  # bench_throughput's interleaved rounds per ratio inside one asv sample
 

@@ -34,7 +34,7 @@ from worker.core.errors import UsageError
 from worker.core.tenants import TenantsFile
 
 # What the server sends (redis-py and RQ included) for submit, status, cancel, retry, failures,
-# logs and list: tests/test_tenants.py runs those code paths as `server` under exactly this list.
+# logs and list: tests/unit/controller/ops/test_tenants.py runs those code paths as `server` under exactly this list.
 SERVER_COMMANDS = (
     "ping", "echo", "multi", "exec", "discard",
     "evalsha", "script|load", "script|exists",

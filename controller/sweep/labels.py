@@ -10,7 +10,8 @@ every variant of the strategy has the same value, default or not (the spec, the 
 column say what it is). So a grid `top_p: {p: [0.8, 0.9, 0.95]}` gives `top_p(p=0.8)`, `top_p(p=0.9)`,
 `top_p(p=0.95)`, and the quickstart's one `top_k(k=40,temperature=1.0)` is `top_k`. Samples follow
 (`[samples=8]`), and in a sweep over several engines the engine (`@ vllm`). Two different variants never
-share a label: they differ in some parameter's value, which then shows in both (tests/test_labels.py).
+share a label: they differ in some parameter's value, which then shows in both
+(tests/unit/controller/report/render/test_labels.py).
 Pure: no pandas, so that `status` and `run` load nothing more for it."""
 
 from __future__ import annotations

@@ -220,7 +220,7 @@ def queue_function(tenant: str, queue: str) -> str:
 
 # -- RQ's keys for a tenant ------------------------------------------------------------------
 # rq 3.x: Queue.redis_queue_namespace_prefix, Queue.redis_queues_keys, the registries'
-# key_template (rq/registry.py) and IntermediateQueue's key; tests/test_tenants.py checks
+# key_template (rq/registry.py) and IntermediateQueue's key; tests/unit/controller/ops/test_tenants.py checks
 # these against the installed rq.
 RQ_QUEUE_PREFIX = "rq:queue:"
 RQ_QUEUES = "rq:queues"

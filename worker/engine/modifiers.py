@@ -11,7 +11,7 @@ its tokens, and its length is its own step counter. So a row computes what it co
 alone, in any batch and in a continuous-refill stream, where rows start at different steps.
 
 Everything is vectorised over the batch (no loop over rows, no host synchronisation), and
-a row alone gets exactly transformers' processors (`tests/test_modifiers.py`). Every step of the
+a row alone gets exactly transformers' processors (`tests/unit/worker/engine/test_modifiers.py`). Every step of the
 decode loop (greedy search, sampling, contrastive and beam search) applies them so.
 """
 

@@ -2,7 +2,7 @@
 decodebench's alerts (metrics.prometheusRule; docs/deploy.md, "Metrics and alerts"), as data: each
 one only where its metrics exist, then metrics.prometheusRule.disabled left out, additionalLabels
 added and a runbook_url per alert, as kube-prometheus-stack's defaultRules do. Each is exercised by
-`promtool test rules` (tests/test_chart_alerts.py). Returns {"rules": [...]}.
+`promtool test rules` (tests/chart/test_chart_alerts.py). Returns {"rules": [...]}.
 */}}
 {{- define "decodebench.alerts" -}}
 {{- $m := .Values.metrics }}

@@ -1,7 +1,7 @@
 """RQ behind one adapter: every use of RQ's API and persistence by decodebench, in this package.
 
-Written against rq 3.0.0 (`RQ_VERSION`; tests/test_rq_adapter.py fails when the installed rq is
-another): every field name, key, hook and private attribute in it is that version's. The
+Written against rq 3.0.0 (`RQ_VERSION`; tests/unit/worker/core/rqadapter/test_rq_adapter.py fails when the installed rq
+is another): every field name, key, hook and private attribute in it is that version's. The
 import-linter contract `rq-behind-the-adapter` (pyproject.toml) lets only this package import rq.
 
 - `persistence`: job classes and queues per tenant, the job hashes submit writes in bulk,

@@ -58,7 +58,7 @@ def retry(count: int, intervals: list[int]) -> Retry | None:
 # jobs. `bulk_enqueue` writes the very hashes RQ would: the fields common to all jobs come from
 # RQ's Job.to_dict() of a template job (`job_template`), the per-job ones are serialised as
 # Job.to_dict() does (`call_data`), and one Lua call per chunk stores them, with decodebench's
-# extra fields, and pushes the ids. tests/test_queue.py checks the result against enqueue_many.
+# extra fields, and pushes the ids. tests/unit/controller/launch/test_queue.py checks the result against enqueue_many.
 _BULK_ENQUEUE = """
 local n = tonumber(ARGV[1])
 local per = tonumber(ARGV[2])

@@ -1,6 +1,6 @@
 """Beam search, with groups, as a step of the engine's decode loop (worker.engine.decode).
 
-transformers' beam search with one group (token for token generate()'s, tests/test_beam.py);
+transformers' beam search with one group (token for token generate()'s, tests/unit/worker/engine/loops/test_beam.py);
 diverse beam search with several (`worker.strategies.diverse_beam` has the method), written per
 prompt, so that the decode loop's compaction and continuous refill apply: a prompt occupies `num_beams`
 consecutive rows; once its search is over its rows leave at the next check, and the queue's

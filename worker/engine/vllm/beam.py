@@ -4,7 +4,7 @@ Its outputs are shaped like `RequestOutput`s (`outputs[0].token_ids`, `text`, `f
 `prompt_token_ids`, no request metrics), so `run.py` records and times them as it does the others
 (the call's clock: vLLM's beam search keeps no per-request clocks). Supported only where it matches
 generate()'s beam search: no stop strings, no minimum length, no repetition penalty, no early
-stopping (`worker.core.engines.engine_refusal`); tests/test_vllm_engine.py checks it token by token.
+stopping (`worker.core.engines.engine_refusal`); tests/vllm/test_vllm_engine.py checks it token by token.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ applies it where it applies min-p: after penalties and temperature, on the sampl
 top-k/top-p, which is transformers' order (temperature, then the warper). Only sampled requests carry
 a filter, and only their cells' LLM is given the processor (worker.engine.vllm.llm), with vLLM's V1
 model runner, whose interface it implements (Model Runner V2, vLLM's default on a GPU, takes another);
-every other cell runs plain vLLM. The distribution test of tests/test_vllm_engine.py holds vLLM's first tokens to the
-definitions (`worker.engine.vllm.agreement.filtered_probs`).
+every other cell runs plain vLLM. The distribution test of tests/vllm/test_vllm_engine.py holds vLLM's first tokens to
+the definitions (`worker.engine.vllm.agreement.filtered_probs`).
 
 The filters themselves (`truncate`) are plain torch functions, tested without vLLM.
 """

@@ -1,0 +1,151 @@
+"""Chat models in a sweep (issue 38, part 1): `messages` and `system` in prompt files, a model's `chat`,
+`system` and `chat_template_kwargs`, and every bad input as one line naming the prompt and the model, exit 2,
+at validation (`decodebench validate`, `run`). Reads the bundled chat model's tokenizer files only: no
+weights, no torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import main
+from controller.sweep.load import load_spec, parse_spec
+from controller.sweep.plan import plan
+from controller.sweep.prompts import load_prompts
+from tests.support.repo import REPO
+from worker.core.contract import JobSpec, PromptItem
+
+pytestmark = pytest.mark.pure
+
+CHAT = REPO / "examples" / "models" / "austen-tiny-chat"
+TINY = REPO / "examples" / "models" / "austen-tiny"
+
+
+def spec_file(tmp_path: Path, prompts: list, model: dict | None = None, suffix: str = ".jsonl") -> Path:
+    """A sweep over `prompts` (written as JSONL, or as CSV text) on `model` (default: the chat model)."""
+    file = tmp_path / f"prompts{suffix}"
+    if suffix == ".csv":
+        file.write_text(prompts)
+    else:
+        file.write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    spec = {
+        "name": "chat",
+        "models": [model or {"path": str(CHAT)}],
+        "prompts": {"path": file.name},
+        "strategies": [{"name": "greedy"}],
+        "generation": {"max_new_tokens": 4},
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def validate(path: Path):
+    return CliRunner().invoke(main, ["validate", str(path)])
+
+
+def test_messages_and_a_system_column_load_as_conversations(tmp_path):
+    turns = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Anne was"}]
+    items = load_prompts(load_spec(spec_file(tmp_path, [{"id": "a", "messages": turns}])).prompts)
+    assert [m.model_dump() for m in items[0].messages] == turns and items[0].prompt == "Anne was"
+    csv = "id,system,prompt,reference\nb,Be brief.,Anne was,a girl\nc,,She said,\n"
+    items = load_prompts(load_spec(spec_file(tmp_path, csv, suffix=".csv")).prompts)
+    assert [m.model_dump() for m in items[0].messages] == turns and items[0].reference == "a girl"
+    assert items[1].messages is None and items[1].prompt == "She said"
+
+
+def test_a_chat_sweep_validates_and_its_jobs_carry_the_conversation(tmp_path):
+    turns = [{"role": "user", "content": "Anne was"}]
+    model = {"path": str(CHAT), "system": "Be brief.", "chat_template_kwargs": {"style": "terse"}}
+    path = spec_file(tmp_path, [{"id": "a", "messages": turns}, {"id": "b", "prompt": "He"}], model)
+    res = validate(path)
+    assert res.exit_code == 0, res.output
+    job = plan(load_spec(path))[0]
+    again = JobSpec.model_validate_json(job.model_dump_json())
+    assert again == job and again.model.system == "Be brief." and again.prompts[0].messages[0].content == "Anne was"
+
+
+def test_sweeps_and_jobs_without_chat_fields_keep_their_ids_and_payloads(tmp_path):
+    """A spec without any chat field hashes, and its jobs serialise, as before chat models existed."""
+    data = {
+        "name": "t",
+        "models": [{"path": str(TINY)}],
+        "prompts": {"inline": ["Once", {"id": "b", "prompt": "It was", "reference": "dark"}]},
+        "strategies": [{"name": "greedy"}],
+    }
+    job = plan(parse_spec(data))[0]
+    dumped = job.model_dump(mode="json")
+    assert set(dumped["model"]) == {"path", "name", "revision", "dtype", "trust_remote_code", "use_safetensors",
+                                    "attention"}  # fmt: skip
+    assert all(set(p) == {"id", "prompt", "reference"} for p in dumped["prompts"])
+    chat = plan(parse_spec({**data, "models": [{"path": str(TINY), "chat": False}]}))[0]
+    assert chat.sweep_id != job.sweep_id  # a chat field set is part of the sweep
+
+
+@pytest.mark.parametrize(
+    ("prompts", "model", "expected"),
+    [
+        (
+            [{"id": "q1", "messages": [{"role": "user", "content": "Hi"}]}],
+            {"path": str(TINY)},
+            "prompt 'q1', model 'austen-tiny': the prompt has `messages`, but the model's tokenizer has no chat",
+        ),
+        (
+            [{"id": "q1", "prompt": "Hi"}],
+            {"path": str(TINY), "chat": True},
+            "prompt 'q1', model 'austen-tiny': chat: true, but the model's tokenizer has no chat template",
+        ),
+        (
+            [{"id": "q2", "messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Late"}]}],
+            None,
+            "prompt 'q2', model 'austen-tiny-chat': the chat template fails to render: the system turn must come first",
+        ),
+        (
+            [{"id": "q3", "messages": [{"role": "bot", "content": "Hi"}]}],
+            None,
+            "prompts.jsonl:1: messages[0]: unknown role 'bot' (valid: system, user, assistant)",
+        ),
+        ([{"id": "q4", "messages": [], "prompt": "Hi"}], None, "prompts.jsonl:1: `messages` is an empty conversation"),
+        (
+            [{"id": "q5", "messages": [{"role": "user", "content": 3}]}],
+            None,
+            "prompts.jsonl:1: messages[0].content must be a string, got int",
+        ),
+        (
+            [{"id": "q6", "prompt": "Hi"}],
+            {"path": str(CHAT), "chat_template_kwargs": {"add_generation_prompt": False}},
+            "'add_generation_prompt' cannot be a template variable",
+        ),
+    ],
+    ids=["no-template", "chat-true", "fails-to-render", "unknown-role", "empty", "content-type", "reserved-kwarg"],
+)
+def test_bad_chat_input_is_one_line_exit_2(tmp_path, prompts, model, expected):
+    res = validate(spec_file(tmp_path, prompts, model))
+    assert res.exit_code == 2, res.output
+    assert expected in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_template_that_does_not_compile_is_refused_at_validation(tmp_path):
+    broken = tmp_path / "broken-chat"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (broken / name).write_bytes((CHAT / name).read_bytes())
+    config = json.loads((CHAT / "tokenizer_config.json").read_text())
+    (broken / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "{% for m in messages %}"}))
+    res = validate(spec_file(tmp_path, [{"id": "a", "prompt": "Hi"}], {"path": str(broken)}))
+    assert res.exit_code == 2 and "model 'broken-chat': its chat template does not compile" in res.output, res.output
+
+
+def test_chat_false_feeds_the_raw_prompt_even_with_messages(tmp_path):
+    turns = [{"role": "user", "content": "Anne was"}]
+    res = validate(spec_file(tmp_path, [{"id": "a", "messages": turns}], {"path": str(CHAT), "chat": False}))
+    assert res.exit_code == 0, res.output
+
+
+def test_an_empty_conversation_is_refused_by_the_contract():
+    with pytest.raises(ValueError, match="an empty conversation"):
+        PromptItem(id="a", prompt="x", messages=[])
