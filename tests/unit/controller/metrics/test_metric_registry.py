@@ -71,7 +71,7 @@ def test_a_metric_declares_one_consistent_aggregation():
         bad.fn(cell("a", "b"))
 
 
-@pytest.mark.parametrize("module", ["intervals", "shares"])
+@pytest.mark.parametrize("module", ["intervals", "bootstrap_t", "shares"])
 def test_intervals_hold_no_metric_code(module):
     """The interval code uses what metrics declare: no metric library, helper or name in it."""
     source = (Path(controller.report.stats.intervals.__file__).parent / f"{module}.py").read_text()
@@ -89,6 +89,7 @@ def test_intervals_hold_no_metric_code(module):
         "scipy",
         "warnings",
         "controller.metrics",
+        "controller.report.stats.bootstrap_t",
         "controller.report.stats.shares",
     }, imported
     for name in METRICS:
