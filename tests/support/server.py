@@ -41,6 +41,9 @@ class Deployment:
     extra: dict = field(default_factory=dict)
 
     def client(self, who: str, **kwargs) -> httpx.Client:
+        """A tenant's client; 60 s a request, not httpx's 5 s: the server's first report call imports the report's
+        code, which took over 5 s on the 2-core machine at load 8 (a test failed on the timeout, not the server)."""
+        kwargs.setdefault("timeout", 60)
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.tokens[who]}"}, **kwargs)
 
     def write_tokens(self, entries: dict[str, dict]) -> None:
