@@ -87,13 +87,13 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
             assert first.exit_code == 0, first.output
             expected = N_PROMPTS * 2 * 2 * 2  # prompts x 2 compared cells x both orders x criteria
             assert srv.hits == expected and set(srv.auth) == {f"Bearer {WORKER_KEY}"}  # every one from a worker
-            assert judge_jobs(conn) == 3  # the report's requests in concurrency shares, one job each
+            assert judge_jobs(conn) == 2  # min(concurrency, compared cells) shares of whole cells, one job each
             assert srv.peak <= 3  # limits.concurrency for the report, whichever workers sent the shares
             # the refused request is a failed verdict with the worker's reason (the controller cannot send it)
             (failed,) = [r for r in verdicts() if "failure" in r]
             assert (
                 failed["outcome"] == "failed"
-                and "report worker: judge: 1 of 16 requests failed (HTTP 401)" in (failed["failure"])
+                and "report worker: judge: 1 of 24 requests failed (HTTP 401)" in (failed["failure"])
             )
 
             again = report(url, redis_url, data.sweep_id)
@@ -101,7 +101,7 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
             assert srv.hits == expected + 1  # only the failed request is asked again, by a worker, of its share
             third = report(url, redis_url, data.sweep_id)
             assert third.exit_code == 0, third.output
-            assert srv.hits == expected + 1 and judge_jobs(conn) == 3  # all cached: no share asked for, nothing sent
+            assert srv.hits == expected + 1 and judge_jobs(conn) == 2  # all cached: no share asked for, nothing sent
     assert set(srv.auth) == {f"Bearer {WORKER_KEY}"}
     recs = verdicts()
     assert len(recs) == N_PROMPTS * 2 * 2 and not [r for r in recs if "failure" in r]
@@ -120,7 +120,7 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
 def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(redis_url, tmp_path, monkeypatch):
     import redis
 
-    from controller.judge.jobs import JudgeJob, cut, share_name
+    from controller.judge.jobs import JudgeJob, cut, share_name, share_requests
     from controller.judge.run import plan_sweep
 
     conn = redis.Redis.from_url(redis_url)
@@ -132,11 +132,11 @@ def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(re
         write_with_hashes(store, data)
     with JudgeServer() as srv:
         monkeypatch.setenv("DECODEBENCH_TENANTS_FILE", tenants_file(tmp_path, srv.url))
-        judge_spec, _, _, plan = plan_sweep(store, "team-a", "sweepaaaaaaaaaaa")
-        (share,) = cut(plan.requests, 1)
+        judge_spec, _, items, plan = plan_sweep(store, "team-a", "sweepaaaaaaaaaaa")
+        (cells,) = cut(items, 1)
         mine = {"kind": "judge", "tenant": "team-a", "sweep_id": "sweepaaaaaaaaaaa", "share_digest":
-                share_name(share), "endpoint": "stand-in", "share": 0, "shares": 1, "concurrency": 1,
-                "deadline": time.time() + 60}  # fmt: skip
+                share_name(share_requests(items, cells)), "cells": list(cells), "endpoint": "stand-in", "share": 0,
+                "shares": 1, "concurrency": 1, "deadline": time.time() + 60}  # fmt: skip
         assert JudgeJob.refusal(mine, "team-a") is None
         _, _, _, plan_b = plan_sweep(store, "team-b", "sweepbbbbbbbbbbb")
         theirs = mine | {
@@ -151,6 +151,19 @@ def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(re
             "undeclared": ("team-a", mine | {"endpoint": "big-judge"}, "judge endpoint 'big-judge' is not declared"),
             "url": ("team-a", mine | {"endpoint": "http://evil:80/v1"}, "is not declared here"),
             "not-the-sweeps": ("team-a", mine | {"share_digest": "0" * 32}, "requests changed since"),
+            # a share's cells: names, of the sweep, whose requests the digest was taken over
+            "cells-not-names": ("team-a", mine | {"cells": "austen-tiny::greedy"}, "cells are not a list of cell"),
+            "cell-twice": ("team-a", mine | {"cells": [*cells, *cells]}, "names a cell twice"),
+            "not-its-cells": (
+                "team-a",
+                mine | {"cells": ["austen-tiny::nope"], "share_digest": "2" * 32},  # its own failure mark
+                "cells are not the sweep's cells",
+            ),
+            "baseline-only": (
+                "team-a",
+                mine | {"cells": ["austen-tiny::greedy"], "share_digest": "3" * 32},
+                "requests changed since",
+            ),
             "more-shares": ("team-a", mine | {"shares": 99, "concurrency": 99}, "more than the sweep's"),
             "late": (
                 "team-a",
@@ -173,6 +186,36 @@ def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(re
         )
         assert job.get_status() == "failed" and reason in why and "\n" not in why, (job_id, why)
     assert judge_spec.endpoint == "stand-in"
+
+
+def test_a_share_reads_only_its_cells_and_their_baselines_generations(tmp_path):
+    """A share is the requests of whole cells: the worker that runs it reads the generations of its cells and of
+    their baseline, not the sweep's (before: every share read every cell's). The signer still reads them all:
+    the budget is the whole report's."""
+    from collections import Counter
+
+    from controller.judge.jobs import JudgeJob
+    from controller.report.distribute.signer import plan_judges
+
+    store = open_store(str(tmp_path / "s"))
+    cells = [*CELLS, ("austen-tiny", "top_p", {"p": 0.5})]  # greedy, the baseline, and 3 variants
+    data = make_sweep(n_prompts=N_PROMPTS, shard_size=3, cells=cells, tenant="team-a")  # 2 jobs a cell
+    data.spec["judge"] = {"endpoint": "stand-in", "model": "stand-in", "baseline": "greedy",
+                          "limits": {"concurrency": 3}}  # fmt: skip
+    write_with_hashes(store, data)
+    cell_of = {paths.generations_key("team-a", data.sweep_id, r.job.job_id): r.job.cell for r in data.results}
+    read: list[str] = []
+    real = store.read_bytes
+    store.read_bytes = lambda key, *a, **kw: (key in cell_of and read.append(cell_of[key])) or real(key, *a, **kw)
+
+    total, jobs = plan_judges(store, "team-a", data.sweep_id)
+    assert total == len(jobs) == 3 and len(read) == 8  # the signer: every generations file, once
+    for job in jobs:
+        read.clear()
+        rebuilt = JudgeJob.from_payload(job.payload(), store)
+        assert len(read) == 4  # its cell's 2 files and its baseline's 2 (before: all 8)
+        assert Counter(read) == {job.cells[0]: 2, "austen-tiny::greedy": 2} and len(job.cells) == 1
+        assert rebuilt.requests == job.requests and len(job.requests) == N_PROMPTS * 2  # both orders
 
 
 def test_the_signer_holds_the_endpoint_to_the_tenant_and_the_whole_report_to_the_budget(redis_url, tmp_path):
