@@ -3,10 +3,10 @@
 The report's cells, in plan order (controller.judge.run), are cut into `shares` contiguous groups of whole
 cells (`cut`); a share is the requests of its cells' items (each against its baseline), so the worker that
 runs it reads only its cells' generations and their baselines'. One task sends one share's requests missing
-from the report cache and caches each reply as
-`judge-<request digest>` (the one per-request cache: a second report finds every reply there and makes
-no task at all). A share's own entry, `judgeshare-<digest>` (the digest: its requests' digests), lists
-them; the task's output is their replies, read back from the per-request entries.
+from the report cache and caches each reply as `judge-<request digest>` (the one per-request cache: a second
+report finds every reply there and makes no task at all). A share's own entry, `judgeshare-<digest>` (the
+digest: its cells' names and its requests' digests), lists them; the task's output is their replies, read back
+from the per-request entries.
 
 Where it runs is the runner's (controller.report.compute.runner): in the controller (one share, at most
 `limits.concurrency` requests in flight), or, for a declared endpoint and `report --distributed`, on the
@@ -79,8 +79,10 @@ def for_workers(judge) -> bool:
     return judge.endpoint is not None and judge.template is None
 
 
-def share_name(requests: tuple[Request, ...]) -> str:
-    doc = [CACHE_VERSION, [r.digest for r in requests]]
+def share_name(cells: tuple[str, ...], requests: tuple[Request, ...]) -> str:
+    """A share's digest: its cells and its requests' digests (two shares of the same requests, cells that wrote
+    the same texts, are two jobs)."""
+    doc = [CACHE_VERSION, list(cells), [r.digest for r in requests]]
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
 
 
@@ -135,7 +137,7 @@ class JudgeJob:
 
     @property
     def digest(self) -> str:
-        return share_name(self.requests)
+        return share_name(self.cells, self.requests)
 
     @property
     def name(self) -> str:
@@ -271,7 +273,7 @@ class JudgeJob:
             raise PermanentJobError("refused: the judge job's deadline is past the sweep's judge.limits.time_budget_s")
         cells = tuple(doc["cells"])
         requests = share_requests(items, cells)
-        if not requests or share_name(requests) != doc["share_digest"]:
+        if not requests or share_name(cells, requests) != doc["share_digest"]:
             raise PermanentJobError("the sweep's judge requests changed since the report was asked for; report again")
         cache = ReportCache(store, tenant, sweep_id)
         share = (doc["share"], doc["shares"], doc["concurrency"], doc["deadline"])

@@ -134,15 +134,16 @@ def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(re
         monkeypatch.setenv("DECODEBENCH_TENANTS_FILE", tenants_file(tmp_path, srv.url))
         judge_spec, _, items, plan = plan_sweep(store, "team-a", "sweepaaaaaaaaaaa")
         (cells,) = cut(items, 1)
-        mine = {"kind": "judge", "tenant": "team-a", "sweep_id": "sweepaaaaaaaaaaa", "share_digest":
-                share_name(share_requests(items, cells)), "cells": list(cells), "endpoint": "stand-in", "share": 0,
-                "shares": 1, "concurrency": 1, "deadline": time.time() + 60}  # fmt: skip
+        mine = {"kind": "judge", "tenant": "team-a", "sweep_id": "sweepaaaaaaaaaaa",
+                "share_digest": share_name(cells, share_requests(items, cells)), "cells": list(cells),
+                "endpoint": "stand-in", "share": 0, "shares": 1, "concurrency": 1,
+                "deadline": time.time() + 60}  # fmt: skip
         assert JudgeJob.refusal(mine, "team-a") is None
         _, _, _, plan_b = plan_sweep(store, "team-b", "sweepbbbbbbbbbbb")
         theirs = mine | {
             "tenant": "team-b",
             "sweep_id": "sweepbbbbbbbbbbb",
-            "share_digest": share_name(plan_b.requests),
+            "share_digest": share_name(cells, plan_b.requests),
         }
         call = lambda doc: [keys.REPORT_FUNCTION, None, [doc], {}]
         planted = {
@@ -216,6 +217,31 @@ def test_a_share_reads_only_its_cells_and_their_baselines_generations(tmp_path):
         assert len(read) == 4  # its cell's 2 files and its baseline's 2 (before: all 8)
         assert Counter(read) == {job.cells[0]: 2, "austen-tiny::greedy": 2} and len(job.cells) == 1
         assert rebuilt.requests == job.requests and len(job.requests) == N_PROMPTS * 2  # both orders
+
+
+def test_a_request_two_shares_hold_counts_in_each_for_the_budget(tmp_path):
+    """Two variants that wrote the same texts ask the same requests; in two shares (each rebuilt from its own
+    cells) each may send them, so the budget, checked before anything is asked for, counts them twice."""
+    from controller.judge.jobs import JudgeJob
+    from controller.report.distribute.signer import plan_judges
+    from worker.core.errors import UsageError
+
+    store = open_store(str(tmp_path / "s"))
+    data = make_sweep(n_prompts=N_PROMPTS, cells=CELLS, tenant="team-a")
+    texts = {g.prompt_id: g.text for g in data.generations if g.cell == "austen-tiny::top_p(p=0.9)"}
+    data.generations = [g.model_copy(update={"text": texts[g.prompt_id]}) if g.cell == "austen-tiny::top_k(k=5)"
+                        else g for g in data.generations]  # fmt: skip
+    data.spec["judge"] = {"endpoint": "stand-in", "model": "stand-in", "baseline": "greedy",
+                          "limits": {"concurrency": 2, "max_requests": 12}}  # fmt: skip
+    write_with_hashes(store, data)
+    with pytest.raises(UsageError, match=r"over judge.limits.max_requests 12; raise it to 24"):
+        plan_judges(store, "team-a", data.sweep_id)
+    data.spec["judge"]["limits"]["max_requests"] = 24
+    write_with_hashes(store, data)
+    total, (one, two) = plan_judges(store, "team-a", data.sweep_id)
+    assert total == 2 and one.requests == two.requests and len(one.requests) == N_PROMPTS * 2  # the same 12
+    assert one.cells != two.cells and one.name != two.name  # two jobs, each rebuilt from its own cell
+    assert [JudgeJob.from_payload(job.payload(), store).requests for job in (one, two)] == [one.requests] * 2
 
 
 def test_the_signer_holds_the_endpoint_to_the_tenant_and_the_whole_report_to_the_budget(redis_url, tmp_path):
