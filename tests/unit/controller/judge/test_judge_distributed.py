@@ -219,6 +219,21 @@ def test_a_share_reads_only_its_cells_and_their_baselines_generations(tmp_path):
         assert rebuilt.requests == job.requests and len(job.requests) == N_PROMPTS * 2  # both orders
 
 
+def test_shares_are_contiguous_groups_of_whole_cells_with_about_as_many_requests_each():
+    from controller.judge.jobs import cut
+    from controller.judge.run import Item, Request
+
+    def items(sizes: dict[str, int]) -> list[Item]:
+        return [Item(cell, "base", "overall", f"p{i}", 0, (Request(f"{cell}{i}", {}),))
+                for cell, n in sizes.items() for i in range(n)]  # fmt: skip
+
+    assert cut(items({"a": 2, "b": 10, "c": 2, "d": 2}), 2) == [("a", "b"), ("c", "d")]
+    assert cut(items({"a": 10, "b": 1, "c": 1}), 2) == [("a",), ("b", "c")]
+    assert cut(items({"a": 1, "b": 1, "c": 10}), 3) == [("a",), ("b",), ("c",)]  # never an empty share
+    assert cut(items({"a": 3, "b": 3}), 8) == [("a",), ("b",)]  # at most one share a cell
+    assert cut(items({"a": 3, "b": 3}), 1) == [("a", "b")] and cut([], 4) == []
+
+
 def test_a_request_two_shares_hold_counts_in_each_for_the_budget(tmp_path):
     """Two variants that wrote the same texts ask the same requests; in two shares (each rebuilt from its own
     cells) each may send them, so the budget, checked before anything is asked for, counts them twice."""
