@@ -1,14 +1,16 @@
 """A share of a report's judge requests as a report task (`JudgeJob`, controller.report.compute.tasks).
 
-The report's unique requests, in plan order (controller.judge.run), are cut into `shares` contiguous
-shares; one task sends one share's requests missing from the report cache and caches each reply as
-`judge-<request digest>` (the one per-request cache: a second report finds every reply there and makes
-no task at all). A share's own entry, `judgeshare-<digest>` (the digest: its requests' digests), lists
-them; the task's output is their replies, read back from the per-request entries.
+The report's cells, in plan order (controller.judge.run), are cut into `shares` contiguous groups of whole
+cells (`cut`); a share is the requests of its cells' items (each against its baseline), so the worker that
+runs it reads only its cells' generations and their baselines'. One task sends one share's requests missing
+from the report cache and caches each reply as `judge-<request digest>` (the one per-request cache: a second
+report finds every reply there and makes no task at all). A share's own entry, `judgeshare-<digest>` (the
+digest: its cells' names and its requests' digests), lists them; the task's output is their replies, read back
+from the per-request entries.
 
 Where it runs is the runner's (controller.report.compute.runner): in the controller (one share, at most
 `limits.concurrency` requests in flight), or, for a declared endpoint and `report --distributed`, on the
-report workers: `shares` = min(concurrency, requests), each sending one after another at
+report workers: `shares` = min(concurrency, cells judged), each sending one after another at
 concurrency // shares, so that however many workers take them, at most `limits.concurrency` requests are
 in flight for the report. A payload names the endpoint, never a URL or a key: the process that runs the
 share resolves the name in its own tenants file (DECODEBENCH_TENANTS_FILE, the operator's, with the key's
@@ -31,9 +33,11 @@ from typing import Any, ClassVar
 from controller.judge.client import Reply, each_reply
 from controller.judge.run import (
     CACHE_VERSION,
+    Item,
     Plan,
     Request,
     answers_of,
+    bases_of,
     cache_entry,
     check_budget,
     endpoint_of,
@@ -50,7 +54,8 @@ from controller.report.compute.tasks import DIGEST, Uncacheable
 from worker.core import paths
 from worker.core.errors import PermanentJobError, UsageError
 
-FIELDS = {"kind", "tenant", "sweep_id", "share_digest", "endpoint", "share", "shares", "concurrency", "deadline"}
+FIELDS = {"kind", "tenant", "sweep_id", "share_digest", "cells", "endpoint", "share", "shares", "concurrency",
+          "deadline"}  # fmt: skip
 MAX_SHARES = 256  # judge.limits.concurrency's bound (controller.sweep.judgespec)
 SKEW_S = 60.0  # how far the signer's clock may run ahead of a report worker's (a payload's deadline)
 
@@ -74,16 +79,44 @@ def for_workers(judge) -> bool:
     return judge.endpoint is not None and judge.template is None
 
 
-def share_name(requests: tuple[Request, ...]) -> str:
-    doc = [CACHE_VERSION, [r.digest for r in requests]]
+def share_name(cells: tuple[str, ...], requests: tuple[Request, ...]) -> str:
+    """A share's digest: its cells and its requests' digests (two shares of the same requests, cells that wrote
+    the same texts, are two jobs)."""
+    doc = [CACHE_VERSION, list(cells), [r.digest for r in requests]]
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
 
 
-def cut(requests: list[Request], shares: int) -> list[tuple[Request, ...]]:
-    """`requests` in `shares` contiguous shares (sizes differ by one at most; none empty)."""
-    n = len(requests)
-    shares = max(1, min(shares, n))
-    return [tuple(requests[i * n // shares : (i + 1) * n // shares]) for i in range(shares)] if n else []
+def cut(items: list[Item], shares: int) -> list[tuple[str, ...]]:
+    """The items' cells, in plan order, in at most `shares` contiguous groups of whole cells with about as many
+    requests each (none empty): a share is the requests of its cells."""
+    per: dict[str, set[str]] = {}
+    for it in items:
+        per.setdefault(it.cell, set()).update(r.digest for r in it.requests)
+    cells, total = list(per), sum(len(d) for d in per.values())
+    n = max(1, min(shares, len(cells)))
+    groups: list[tuple[str, ...]] = []
+    group: list[str] = []
+    done = 0
+    for i, cell in enumerate(cells):
+        group.append(cell)
+        done += len(per[cell])
+        left = n - len(groups) - 1  # groups still to start after this one
+        if left > 0 and (done * n >= total * (len(groups) + 1) or len(cells) - i - 1 == left):
+            groups.append(tuple(group))
+            group = []
+    return [*groups, tuple(group)] if group else groups
+
+
+def share_requests(items: list[Item], cells: tuple[str, ...]) -> tuple[Request, ...]:
+    """The unique requests of the items of `cells`, in plan order: what a share sends. A request two cells
+    share (two variants that wrote the same text) is in each of their shares: each sends it where missing."""
+    return tuple({r.digest: r for it in items if it.cell in cells for r in it.requests}.values())
+
+
+def shares_plan(jobs: list[JudgeJob], cached: set[str]) -> Plan:
+    """The shares' requests as one plan, for the budget: a request in two shares counts twice (each may send it)."""
+    requests = [r for job in jobs for r in job.requests]
+    return Plan(requests, [r for r in requests if r.digest not in cached], cached)
 
 
 @dataclass
@@ -94,6 +127,7 @@ class JudgeJob:
     signer_call: ClassVar[str] = "report_judges"
 
     judge: Any  # the sweep's JudgeSpec
+    cells: tuple[str, ...]  # the share's cells: its requests are theirs, against their baselines
     requests: tuple[Request, ...]
     cache: ReportCache
     share: int = 0
@@ -103,7 +137,7 @@ class JudgeJob:
 
     @property
     def digest(self) -> str:
-        return share_name(self.requests)
+        return share_name(self.cells, self.requests)
 
     @property
     def name(self) -> str:
@@ -178,7 +212,7 @@ class JudgeJob:
         """A judge share's payload: ids, the endpoint's name and how it may send; no URL, no key, no text."""
         where = {"tenant": self.cache.tenant, "sweep_id": self.cache.sweep_id}
         sends = {"concurrency": self.concurrency, "deadline": self.deadline}
-        share = {"share_digest": self.digest, "share": self.share, "shares": self.shares}
+        share = {"share_digest": self.digest, "cells": list(self.cells), "share": self.share, "shares": self.shares}
         return {"kind": self.kind, **where, "endpoint": self.judge.endpoint, **share, **sends}
 
     def request(self) -> tuple[str, dict[str, Any]] | None:
@@ -196,6 +230,11 @@ class JudgeJob:
             return f"refused: the judge job's fields are not {sorted(FIELDS)}"
         if not isinstance(doc["share_digest"], str) or not DIGEST.fullmatch(doc["share_digest"]):
             return "refused: the judge job's share_digest is not a cache digest"
+        cells = doc["cells"]
+        if not isinstance(cells, list) or not cells or not all(isinstance(c, str) and c for c in cells):
+            return "refused: the judge job's cells are not a list of cell names"
+        if len(set(cells)) != len(cells):
+            return "refused: the judge job names a cell twice"
         ints = [doc[k] for k in ("share", "shares", "concurrency")]
         if any(type(v) is not int for v in ints) or not 0 <= ints[0] < ints[1] <= MAX_SHARES or not ints[2] >= 1:
             return "refused: the judge job's share, shares or concurrency is out of bounds"
@@ -217,12 +256,13 @@ class JudgeJob:
 
     @classmethod
     def from_payload(cls, doc: dict[str, Any], store) -> JudgeJob:
-        """The share rebuilt in a report worker from its own store (the sweep's stored judge, its generations),
-        checked against the payload: the sweep's judge names the payload's endpoint, the share holds the
-        requests the payload's digest was taken over, the deadline is within the stored budget."""
+        """The share rebuilt in a report worker from its own store (the sweep's stored judge, the generations of
+        the payload's cells and of their baselines, no other), checked against the payload: the sweep's judge
+        names the payload's endpoint, the cells' requests are those the payload's digest was taken over, the
+        deadline is within the stored budget."""
         tenant, sweep_id = doc["tenant"], doc["sweep_id"]
         try:
-            judge, _, _, plan = plan_sweep(store, tenant, sweep_id)
+            judge, _, items, _ = plan_sweep(store, tenant, sweep_id, cells=doc["cells"])
         except UsageError as err:
             raise PermanentJobError(f"refused: {err}") from None
         if judge is None or judge.endpoint != doc["endpoint"]:
@@ -231,24 +271,29 @@ class JudgeJob:
             raise PermanentJobError("refused: the judge job asks for more than the sweep's judge.limits.concurrency")
         if doc["deadline"] > time.time() + judge.limits.time_budget_s + SKEW_S:
             raise PermanentJobError("refused: the judge job's deadline is past the sweep's judge.limits.time_budget_s")
-        shares = cut(plan.requests, doc["shares"])
-        if doc["share"] >= len(shares) or share_name(shares[doc["share"]]) != doc["share_digest"]:
+        cells = tuple(doc["cells"])
+        requests = share_requests(items, cells)
+        if not requests or share_name(cells, requests) != doc["share_digest"]:
             raise PermanentJobError("the sweep's judge requests changed since the report was asked for; report again")
         cache = ReportCache(store, tenant, sweep_id)
-        return cls(judge, shares[doc["share"]], cache, doc["share"], doc["shares"], doc["concurrency"], doc["deadline"])
+        share = (doc["share"], doc["shares"], doc["concurrency"], doc["deadline"])
+        return cls(judge, cells, requests, cache, *share)
 
 
-def judge_jobs(judge, requests: list[Request], cache: ReportCache, *, shares: int, deadline: float) -> list[JudgeJob]:
-    """The report's judge tasks: `requests` in `shares` shares, each sending at concurrency // shares
+def judge_jobs(judge, items: list[Item], cache: ReportCache, *, shares: int, deadline: float) -> list[JudgeJob]:
+    """The report's judge tasks: the items' cells in `shares` shares (`cut`), each sending at concurrency // shares
     (one share: the whole concurrency; shares run one after another here, side by side on the workers)."""
-    cuts = cut(requests, shares)
+    cuts = cut(items, shares)
     each = max(1, judge.limits.concurrency // max(1, len(cuts)))
-    return [JudgeJob(judge, part, cache, i, len(cuts), each, deadline) for i, part in enumerate(cuts)]
+    return [
+        JudgeJob(judge, cells, share_requests(items, cells), cache, i, len(cuts), each, deadline)
+        for i, cells in enumerate(cuts)
+    ]
 
 
-def remote_shares(judge, n_requests: int) -> int:
-    """How many shares a report asks the report workers for: at most one per request in flight."""
-    return max(1, min(judge.limits.concurrency, n_requests))
+def remote_shares(judge, items: list[Item]) -> int:
+    """How many shares a report asks the report workers for: at most one per request in flight, and per cell."""
+    return max(1, min(judge.limits.concurrency, len({it.cell for it in items})))
 
 
 def judge_sweep(store, tenant: str, sweep_id: str, judge, results, cell_order: list[str], *, runner=None,
@@ -257,18 +302,19 @@ def judge_sweep(store, tenant: str, sweep_id: str, judge, results, cell_order: l
     `runner` (controller.report.compute.runner) runs the shares (controller.judge.jobs): here by default; with
     its report workers, a declared endpoint's shares on them."""
     template = load_template(judge.mode, judge.template)
-    items = items_of(judge, template, answers_of(store, tenant, sweep_id, results), cell_order)
+    bases = bases_of(judge, results, cell_order)
+    items = items_of(judge, template, answers_of(store, tenant, sweep_id, results), bases)
     plan = plan_requests(store, tenant, sweep_id, items)
     if dry_run:
         return plan, []
     runner = runner or Runner()
     remote = runner.remote is not None and for_workers(judge)
     here = judge.endpoint is None or (tenants := tenants_here()) is not None and tenants.judge(judge.endpoint)
-    if plan.missing and (remote or here):  # nothing is sent where the endpoint is neither here nor remote
-        check_budget(plan, judge.limits)
-    shares = remote_shares(judge, len(plan.requests)) if remote else 1
+    shares = remote_shares(judge, items) if remote else 1
     cache = ReportCache(store, tenant, sweep_id)
-    jobs = judge_jobs(judge, plan.requests, cache, shares=shares, deadline=time.time() + judge.limits.time_budget_s)
+    jobs = judge_jobs(judge, items, cache, shares=shares, deadline=time.time() + judge.limits.time_budget_s)
+    if plan.missing and (remote or here):  # nothing is sent where the endpoint is neither here nor remote
+        check_budget(shares_plan(jobs, plan.cached), judge.limits)
     replies: dict[str, Reply] = {}
     for _, out in runner.run(jobs, cache, "judges"):
         replies.update(out)

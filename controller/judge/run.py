@@ -10,7 +10,7 @@ the missing ones are sent, after the budget is checked: a report over `limits.ma
 `limits.max_tokens` stops before sending anything, naming what it would need. A reply is cached as
 the judge wrote it, parsable or not (an unparsed verdict is an outcome); a failed request is not
 cached, so a later report asks again. The verdicts are written to `report/judge-verdicts.jsonl`,
-each with the template's hash. The missing requests are sent by report tasks, shares of the plan
+each with the template's hash. The missing requests are sent by report tasks, shares of whole cells
 (controller.judge.jobs), through the report's runner: here, or on the report workers.
 """
 
@@ -97,39 +97,47 @@ class Item:
     len_diff: int = 0  # characters: the variant's answer minus the baseline's
 
 
-def answers_of(store, tenant: str, sweep_id: str, results) -> dict[str, dict[tuple[str, int], Any]]:
-    """cell -> (prompt_id, job_seed) -> its generation, from the complete jobs' generations."""
+def answers_of(store, tenant: str, sweep_id: str, results, cells=None) -> dict[str, dict[tuple[str, int], Any]]:
+    """cell -> (prompt_id, job_seed) -> its generation, from the complete jobs' generations (with `cells`: only
+    those cells' jobs' generations are read)."""
     out: dict[str, dict[tuple[str, int], Any]] = defaultdict(dict)
     for r in results:
+        if cells is not None and r.job.cell not in cells:
+            continue
         for g in store.load_generations(tenant, sweep_id, r.job.job_id, r.generations_sha256):
             out[g.cell].setdefault((g.prompt_id, g.job_seed), g)
     return out
 
 
-def _baselines(answers: dict, cells: list[str], baseline: str | None) -> dict[str, str | None]:
+def bases_of(judge, results, cell_order: list[str]) -> dict[str, str | None]:
+    """cell -> the baseline cell its answers are judged against (None: judged alone, or nothing to compare with),
+    the cells in plan order; from the results only (a generation's model and strategy are its job's), so that a
+    share of the cells is planned without reading the other cells' generations."""
     from controller.report.stats.paired import CellStats, baselines
 
-    def stats(cell: str) -> CellStats:
-        g = next(iter(answers[cell].values()))
-        return CellStats(cell=cell, model=g.model, strategy=g.strategy, prompts=[], values={})
-
-    return baselines([stats(c) for c in cells], baseline)
-
-
-def items_of(judge, template: Template, answers: dict, cell_order: list[str]) -> list[Item]:
-    """Every item the judge is asked about, in plan order."""
-    cells = [c for c in cell_order if c in answers] + sorted(c for c in answers if c not in cell_order)
-    items = []
+    kinds: dict[str, tuple[str, str]] = {}
+    for r in results:
+        kinds.setdefault(r.job.cell, (r.job.model.label, r.job.strategy.name))
+    cells = [c for c in cell_order if c in kinds] + sorted(c for c in kinds if c not in cell_order)
     if judge.mode == "single":
-        for cell in cells:
+        return dict.fromkeys(cells)
+    return baselines([CellStats(c, *kinds[c], [], {}) for c in cells], judge.baseline)
+
+
+def items_of(judge, template: Template, answers: dict, bases: dict[str, str | None]) -> list[Item]:
+    """Every item the judge is asked about for the cells of `bases` (`bases_of`), in plan order."""
+    items = []
+    for cell, base in bases.items():
+        if cell not in answers:
+            continue
+        if judge.mode == "single":
             for (pid, seed), g in sorted(answers[cell].items()):
                 for c in judge.criteria:
                     items.append(
                         Item(cell, None, c, pid, seed, (make_request(judge, template, c, g.prompt, (g.text,)),))
                     )
-        return items
-    for cell, base in _baselines(answers, cells, judge.baseline).items():
-        if base is None:
+            continue
+        if base is None or base not in answers:
             continue
         for (pid, seed), g in sorted(answers[cell].items()):
             b = answers[base].get((pid, seed)) or next(
@@ -210,9 +218,13 @@ def judge_of(spec: dict):
     return JudgeSpec.model_validate(spec["judge"]) if spec.get("judge") else None
 
 
-def plan_sweep(store, tenant: str, sweep_id: str, data=None) -> tuple[Any, Template | None, list[Item], Plan]:
+def plan_sweep(
+    store, tenant: str, sweep_id: str, data=None, cells: list[str] | None = None
+) -> tuple[Any, Template | None, list[Item], Plan]:
     """The sweep's judge, template, items and requests, planned from the store (its stored spec, its complete
-    jobs' generations) as the report plans them: the signer and a report worker plan a report's shares with it."""
+    jobs' generations) as the report plans them: the signer plans a report's shares with it. With `cells` (a
+    report worker's share, controller.judge.jobs): the items of those cells only, reading only their
+    generations and their baselines' (UsageError: a cell the sweep's judge does not know)."""
     from pydantic import ValidationError
 
     if data is None:
@@ -230,5 +242,12 @@ def plan_sweep(store, tenant: str, sweep_id: str, data=None) -> tuple[Any, Templ
             "judge.template: a user template is for local runs; the report workers read no file a sweep names"
         )
     template = load_template(judge.mode, None)
-    items = items_of(judge, template, answers_of(store, tenant, sweep_id, data.results), data.cell_order)
+    bases = bases_of(judge, data.results, data.cell_order)
+    reads = None
+    if cells is not None:
+        if not set(cells) <= set(bases):
+            raise UsageError("the judge job's cells are not the sweep's cells")
+        bases = {c: b for c, b in bases.items() if c in cells}
+        reads = set(bases) | {b for b in bases.values() if b is not None}
+    items = items_of(judge, template, answers_of(store, tenant, sweep_id, data.results, reads), bases)
     return judge, template, items, plan_requests(store, tenant, sweep_id, items)

@@ -145,26 +145,27 @@ def plan_pairs(
 
 def plan_judges(store, tenant: str, sweep_id: str, tenants=None) -> tuple[int, list[JudgeJob]]:
     """The sweep's judge shares (how many), and those with a request missing from the cache, planned from the
-    store as the report plans them (controller.judge.run.plan_sweep: its stored judge, its generations), after
+    store as the report plans them (controller.judge.run.plan_sweep: its stored judge, all its generations:
+    a share is the requests of whole cells, controller.judge.jobs.cut, so its worker reads only those), after
     the whole report's budget is checked (UsageError: over `limits.max_requests` or `max_tokens`). Only a
     declared endpoint's requests go to the report workers; with `tenants` (the server's), the tenant must
     still be allowed that endpoint. A missing share's earlier entry is stale (a reply left the cache): deleted."""
     import time
 
-    from controller.judge.jobs import judge_jobs, remote_shares  # the cells' and pairs' calls import no judge
+    from controller.judge.jobs import judge_jobs, remote_shares, shares_plan  # the cells' and pairs' import none
     from controller.judge.run import check_budget, plan_sweep
 
-    judge, _, _, plan = plan_sweep(store, tenant, sweep_id)
+    judge, _, items, plan = plan_sweep(store, tenant, sweep_id)
     if judge is None or judge.endpoint is None:
         return 0, []
     if tenants is not None:
         policy = tenants.get(tenant)
         if tenants.judge(judge.endpoint) is None or policy is None or judge.endpoint not in policy.judges:
             raise UsageError(f"judge.endpoint: tenant {tenant!r} may not use judge endpoint {judge.endpoint!r}")
-    check_budget(plan, judge.limits)
     cache = ReportCache(store, tenant, sweep_id)
-    shares = remote_shares(judge, len(plan.requests))
-    jobs = judge_jobs(judge, plan.requests, cache, shares=shares, deadline=time.time() + judge.limits.time_budget_s)
+    shares = remote_shares(judge, items)
+    jobs = judge_jobs(judge, items, cache, shares=shares, deadline=time.time() + judge.limits.time_budget_s)
+    check_budget(shares_plan(jobs, plan.cached), judge.limits)
     missing = [job for job in jobs if any(r.digest not in plan.cached for r in job.requests)]
     listing = cache.listing()
     for job in missing:

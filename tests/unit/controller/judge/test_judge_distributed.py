@@ -87,13 +87,13 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
             assert first.exit_code == 0, first.output
             expected = N_PROMPTS * 2 * 2 * 2  # prompts x 2 compared cells x both orders x criteria
             assert srv.hits == expected and set(srv.auth) == {f"Bearer {WORKER_KEY}"}  # every one from a worker
-            assert judge_jobs(conn) == 3  # the report's requests in concurrency shares, one job each
+            assert judge_jobs(conn) == 2  # min(concurrency, compared cells) shares of whole cells, one job each
             assert srv.peak <= 3  # limits.concurrency for the report, whichever workers sent the shares
             # the refused request is a failed verdict with the worker's reason (the controller cannot send it)
             (failed,) = [r for r in verdicts() if "failure" in r]
             assert (
                 failed["outcome"] == "failed"
-                and "report worker: judge: 1 of 16 requests failed (HTTP 401)" in (failed["failure"])
+                and "report worker: judge: 1 of 24 requests failed (HTTP 401)" in (failed["failure"])
             )
 
             again = report(url, redis_url, data.sweep_id)
@@ -101,7 +101,7 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
             assert srv.hits == expected + 1  # only the failed request is asked again, by a worker, of its share
             third = report(url, redis_url, data.sweep_id)
             assert third.exit_code == 0, third.output
-            assert srv.hits == expected + 1 and judge_jobs(conn) == 3  # all cached: no share asked for, nothing sent
+            assert srv.hits == expected + 1 and judge_jobs(conn) == 2  # all cached: no share asked for, nothing sent
     assert set(srv.auth) == {f"Bearer {WORKER_KEY}"}
     recs = verdicts()
     assert len(recs) == N_PROMPTS * 2 * 2 and not [r for r in recs if "failure" in r]
@@ -120,7 +120,7 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
 def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(redis_url, tmp_path, monkeypatch):
     import redis
 
-    from controller.judge.jobs import JudgeJob, cut, share_name
+    from controller.judge.jobs import JudgeJob, cut, share_name, share_requests
     from controller.judge.run import plan_sweep
 
     conn = redis.Redis.from_url(redis_url)
@@ -132,17 +132,18 @@ def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(re
         write_with_hashes(store, data)
     with JudgeServer() as srv:
         monkeypatch.setenv("DECODEBENCH_TENANTS_FILE", tenants_file(tmp_path, srv.url))
-        judge_spec, _, _, plan = plan_sweep(store, "team-a", "sweepaaaaaaaaaaa")
-        (share,) = cut(plan.requests, 1)
-        mine = {"kind": "judge", "tenant": "team-a", "sweep_id": "sweepaaaaaaaaaaa", "share_digest":
-                share_name(share), "endpoint": "stand-in", "share": 0, "shares": 1, "concurrency": 1,
+        judge_spec, _, items, plan = plan_sweep(store, "team-a", "sweepaaaaaaaaaaa")
+        (cells,) = cut(items, 1)
+        mine = {"kind": "judge", "tenant": "team-a", "sweep_id": "sweepaaaaaaaaaaa",
+                "share_digest": share_name(cells, share_requests(items, cells)), "cells": list(cells),
+                "endpoint": "stand-in", "share": 0, "shares": 1, "concurrency": 1,
                 "deadline": time.time() + 60}  # fmt: skip
         assert JudgeJob.refusal(mine, "team-a") is None
         _, _, _, plan_b = plan_sweep(store, "team-b", "sweepbbbbbbbbbbb")
         theirs = mine | {
             "tenant": "team-b",
             "sweep_id": "sweepbbbbbbbbbbb",
-            "share_digest": share_name(plan_b.requests),
+            "share_digest": share_name(cells, plan_b.requests),
         }
         call = lambda doc: [keys.REPORT_FUNCTION, None, [doc], {}]
         planted = {
@@ -151,6 +152,19 @@ def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(re
             "undeclared": ("team-a", mine | {"endpoint": "big-judge"}, "judge endpoint 'big-judge' is not declared"),
             "url": ("team-a", mine | {"endpoint": "http://evil:80/v1"}, "is not declared here"),
             "not-the-sweeps": ("team-a", mine | {"share_digest": "0" * 32}, "requests changed since"),
+            # a share's cells: names, of the sweep, whose requests the digest was taken over
+            "cells-not-names": ("team-a", mine | {"cells": "austen-tiny::greedy"}, "cells are not a list of cell"),
+            "cell-twice": ("team-a", mine | {"cells": [*cells, *cells]}, "names a cell twice"),
+            "not-its-cells": (
+                "team-a",
+                mine | {"cells": ["austen-tiny::nope"], "share_digest": "2" * 32},  # its own failure mark
+                "cells are not the sweep's cells",
+            ),
+            "baseline-only": (
+                "team-a",
+                mine | {"cells": ["austen-tiny::greedy"], "share_digest": "3" * 32},
+                "requests changed since",
+            ),
             "more-shares": ("team-a", mine | {"shares": 99, "concurrency": 99}, "more than the sweep's"),
             "late": (
                 "team-a",
@@ -173,6 +187,76 @@ def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(re
         )
         assert job.get_status() == "failed" and reason in why and "\n" not in why, (job_id, why)
     assert judge_spec.endpoint == "stand-in"
+
+
+def test_a_share_reads_only_its_cells_and_their_baselines_generations(tmp_path):
+    """A share is the requests of whole cells: the worker that runs it reads the generations of its cells and of
+    their baseline, not the sweep's (before: every share read every cell's). The signer still reads them all:
+    the budget is the whole report's."""
+    from collections import Counter
+
+    from controller.judge.jobs import JudgeJob
+    from controller.report.distribute.signer import plan_judges
+
+    store = open_store(str(tmp_path / "s"))
+    cells = [*CELLS, ("austen-tiny", "top_p", {"p": 0.5})]  # greedy, the baseline, and 3 variants
+    data = make_sweep(n_prompts=N_PROMPTS, shard_size=3, cells=cells, tenant="team-a")  # 2 jobs a cell
+    data.spec["judge"] = {"endpoint": "stand-in", "model": "stand-in", "baseline": "greedy",
+                          "limits": {"concurrency": 3}}  # fmt: skip
+    write_with_hashes(store, data)
+    cell_of = {paths.generations_key("team-a", data.sweep_id, r.job.job_id): r.job.cell for r in data.results}
+    read: list[str] = []
+    real = store.read_bytes
+    store.read_bytes = lambda key, *a, **kw: (key in cell_of and read.append(cell_of[key])) or real(key, *a, **kw)
+
+    total, jobs = plan_judges(store, "team-a", data.sweep_id)
+    assert total == len(jobs) == 3 and len(read) == 8  # the signer: every generations file, once
+    for job in jobs:
+        read.clear()
+        rebuilt = JudgeJob.from_payload(job.payload(), store)
+        assert len(read) == 4  # its cell's 2 files and its baseline's 2 (before: all 8)
+        assert Counter(read) == {job.cells[0]: 2, "austen-tiny::greedy": 2} and len(job.cells) == 1
+        assert rebuilt.requests == job.requests and len(job.requests) == N_PROMPTS * 2  # both orders
+
+
+def test_shares_are_contiguous_groups_of_whole_cells_with_about_as_many_requests_each():
+    from controller.judge.jobs import cut
+    from controller.judge.run import Item, Request
+
+    def items(sizes: dict[str, int]) -> list[Item]:
+        return [Item(cell, "base", "overall", f"p{i}", 0, (Request(f"{cell}{i}", {}),))
+                for cell, n in sizes.items() for i in range(n)]  # fmt: skip
+
+    assert cut(items({"a": 2, "b": 10, "c": 2, "d": 2}), 2) == [("a", "b"), ("c", "d")]
+    assert cut(items({"a": 10, "b": 1, "c": 1}), 2) == [("a",), ("b", "c")]
+    assert cut(items({"a": 1, "b": 1, "c": 10}), 3) == [("a",), ("b",), ("c",)]  # never an empty share
+    assert cut(items({"a": 3, "b": 3}), 8) == [("a",), ("b",)]  # at most one share a cell
+    assert cut(items({"a": 3, "b": 3}), 1) == [("a", "b")] and cut([], 4) == []
+
+
+def test_a_request_two_shares_hold_counts_in_each_for_the_budget(tmp_path):
+    """Two variants that wrote the same texts ask the same requests; in two shares (each rebuilt from its own
+    cells) each may send them, so the budget, checked before anything is asked for, counts them twice."""
+    from controller.judge.jobs import JudgeJob
+    from controller.report.distribute.signer import plan_judges
+    from worker.core.errors import UsageError
+
+    store = open_store(str(tmp_path / "s"))
+    data = make_sweep(n_prompts=N_PROMPTS, cells=CELLS, tenant="team-a")
+    texts = {g.prompt_id: g.text for g in data.generations if g.cell == "austen-tiny::top_p(p=0.9)"}
+    data.generations = [g.model_copy(update={"text": texts[g.prompt_id]}) if g.cell == "austen-tiny::top_k(k=5)"
+                        else g for g in data.generations]  # fmt: skip
+    data.spec["judge"] = {"endpoint": "stand-in", "model": "stand-in", "baseline": "greedy",
+                          "limits": {"concurrency": 2, "max_requests": 12}}  # fmt: skip
+    write_with_hashes(store, data)
+    with pytest.raises(UsageError, match=r"over judge.limits.max_requests 12; raise it to 24"):
+        plan_judges(store, "team-a", data.sweep_id)
+    data.spec["judge"]["limits"]["max_requests"] = 24
+    write_with_hashes(store, data)
+    total, (one, two) = plan_judges(store, "team-a", data.sweep_id)
+    assert total == 2 and one.requests == two.requests and len(one.requests) == N_PROMPTS * 2  # the same 12
+    assert one.cells != two.cells and one.name != two.name  # two jobs, each rebuilt from its own cell
+    assert [JudgeJob.from_payload(job.payload(), store).requests for job in (one, two)] == [one.requests] * 2
 
 
 def test_the_signer_holds_the_endpoint_to_the_tenant_and_the_whole_report_to_the_budget(redis_url, tmp_path):

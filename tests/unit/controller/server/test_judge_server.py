@@ -74,7 +74,7 @@ def test_a_tenant_asks_the_server_for_its_judge_shares_within_the_budget(
     from tests.support.report import make_sweep, write_with_hashes
     from worker.store import open_store
 
-    cells = [("austen-tiny", "greedy", {}), ("austen-tiny", "top_p", {"p": 0.9})]
+    cells = [("austen-tiny", "greedy", {}), ("austen-tiny", "top_p", {"p": 0.9}), ("austen-tiny", "top_k", {"k": 5})]
     with deployment(tmp_path / "dep", redis_url, signing_key_file, tiny_model, tenants=TENANTS) as dep:
         store = open_store(dep.extra["store"])
         for sweep_id, limits in (("sweepaaaaaaaaaaa", {}), ("sweepccccccccccc", {"max_requests": 5})):
@@ -89,8 +89,8 @@ def test_a_tenant_asks_the_server_for_its_judge_shares_within_the_budget(
             r = alice.post("/v1/sweeps/sweepaaaaaaaaaaa/report-judges", json={"endpoint": "http://evil/v1"})
             assert r.status_code == 400, r.text  # the endpoint, its limits: the stored spec's, never the client's
             r = alice.post("/v1/sweeps/sweepccccccccccc/report-judges", json={})
-            assert r.status_code == 400 and "over judge.limits.max_requests 5; raise it to 12" in r.json()["error"]
+            assert r.status_code == 400 and "over judge.limits.max_requests 5; raise it to 24" in r.json()["error"]
             assert conn.llen(queue) == 0
             r = alice.post("/v1/sweeps/sweepaaaaaaaaaaa/report-judges", json={})
-            assert r.status_code == 200 and r.json()["enqueued"] == 4 and len(r.json()["names"]) == 4, r.text
-        assert conn.llen(queue) == 4  # 12 requests in limits.concurrency (4) shares, one signed job each
+            assert r.status_code == 200 and r.json()["enqueued"] == 2 and len(r.json()["names"]) == 2, r.text
+        assert conn.llen(queue) == 2  # 2 compared cells, 24 requests: a share of whole cells each, one signed job each
