@@ -117,6 +117,37 @@ def test_the_report_workers_send_the_judge_requests_a_failed_one_is_asked_again_
         assert WORKER_KEY.encode() not in store.read_bytes(key), key
 
 
+def forged(mine: dict, theirs: dict, cells: list[str], judge_url: str) -> dict[str, tuple[str, dict, str]]:
+    """Signed judge payloads a client with Redis access could plant: {job id: (tenant, payload, the refusal)}."""
+    return {
+        # team-b's own sweep and a signed payload, but team-b may use no endpoint
+        "team-b": ("team-b", theirs, "refused: tenant 'team-b' may not use judge endpoint 'stand-in'"),
+        "undeclared": ("team-a", mine | {"endpoint": "big-judge"}, "judge endpoint 'big-judge' is not declared"),
+        "url": ("team-a", mine | {"endpoint": "http://evil:80/v1"}, "is not declared here"),
+        "not-the-sweeps": ("team-a", mine | {"share_digest": "0" * 32}, "requests changed since"),
+        # a share's cells: names, of the sweep, whose requests the digest was taken over
+        "cells-not-names": ("team-a", mine | {"cells": "austen-tiny::greedy"}, "cells are not a list of cell"),
+        "cell-twice": ("team-a", mine | {"cells": [*cells, *cells]}, "names a cell twice"),
+        "not-its-cells": (
+            "team-a",
+            mine | {"cells": ["austen-tiny::nope"], "share_digest": "2" * 32},  # its own failure mark
+            "cells are not the sweep's cells",
+        ),
+        "baseline-only": (
+            "team-a",
+            mine | {"cells": ["austen-tiny::greedy"], "share_digest": "3" * 32},
+            "requests changed since",
+        ),
+        "more-shares": ("team-a", mine | {"shares": 99, "concurrency": 99}, "more than the sweep's"),
+        "late": (
+            "team-a",
+            mine | {"deadline": time.time() + 10**6, "share_digest": "1" * 32},
+            "past the sweep's judge.limits.time_budget_s",
+        ),
+        "extra-field": ("team-a", mine | {"url": judge_url}, "the judge job's fields are not"),
+    }
+
+
 def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(redis_url, tmp_path, monkeypatch):
     import redis
 
@@ -146,33 +177,7 @@ def test_a_judge_payload_naming_an_endpoint_its_tenant_may_not_use_is_refused(re
             "share_digest": share_name(cells, plan_b.requests),
         }
         call = lambda doc: [keys.REPORT_FUNCTION, None, [doc], {}]
-        planted = {
-            # team-b's own sweep and a signed payload, but team-b may use no endpoint
-            "team-b": ("team-b", theirs, "refused: tenant 'team-b' may not use judge endpoint 'stand-in'"),
-            "undeclared": ("team-a", mine | {"endpoint": "big-judge"}, "judge endpoint 'big-judge' is not declared"),
-            "url": ("team-a", mine | {"endpoint": "http://evil:80/v1"}, "is not declared here"),
-            "not-the-sweeps": ("team-a", mine | {"share_digest": "0" * 32}, "requests changed since"),
-            # a share's cells: names, of the sweep, whose requests the digest was taken over
-            "cells-not-names": ("team-a", mine | {"cells": "austen-tiny::greedy"}, "cells are not a list of cell"),
-            "cell-twice": ("team-a", mine | {"cells": [*cells, *cells]}, "names a cell twice"),
-            "not-its-cells": (
-                "team-a",
-                mine | {"cells": ["austen-tiny::nope"], "share_digest": "2" * 32},  # its own failure mark
-                "cells are not the sweep's cells",
-            ),
-            "baseline-only": (
-                "team-a",
-                mine | {"cells": ["austen-tiny::greedy"], "share_digest": "3" * 32},
-                "requests changed since",
-            ),
-            "more-shares": ("team-a", mine | {"shares": 99, "concurrency": 99}, "more than the sweep's"),
-            "late": (
-                "team-a",
-                mine | {"deadline": time.time() + 10**6, "share_digest": "1" * 32},
-                "past the sweep's judge.limits.time_budget_s",
-            ),
-            "extra-field": ("team-a", mine | {"url": srv.url}, "the judge job's fields are not"),
-        }
+        planted = forged(mine, theirs, list(cells), srv.url)
         for job_id, (tenant, doc, _) in planted.items():
             plant(conn, tenant, job_id, call(doc), KEY)
         for tenant in ("team-a", "team-b"):
