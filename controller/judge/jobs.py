@@ -54,8 +54,18 @@ from controller.report.compute.tasks import DIGEST, Uncacheable
 from worker.core import paths
 from worker.core.errors import PermanentJobError, UsageError
 
-FIELDS = {"kind", "tenant", "sweep_id", "share_digest", "cells", "endpoint", "share", "shares", "concurrency",
-          "deadline"}  # fmt: skip
+FIELDS = {
+    "kind",
+    "tenant",
+    "sweep_id",
+    "share_digest",
+    "cells",
+    "endpoint",
+    "share",
+    "shares",
+    "concurrency",
+    "deadline",
+}
 MAX_SHARES = 256  # judge.limits.concurrency's bound (controller.sweep.judgespec)
 SKEW_S = 60.0  # how far the signer's clock may run ahead of a report worker's (a payload's deadline)
 
