@@ -134,6 +134,8 @@ class JudgeJob:
     """One share of a report's judge requests: its requests, where their replies are cached, how it may send."""
 
     kind: ClassVar[str] = "judge"
+    prefix: ClassVar[str] = "judgeshare-"
+    digest_field: ClassVar[str] = "share_digest"
     signer_call: ClassVar[str] = "report_judges"
 
     judge: Any  # the sweep's JudgeSpec
@@ -151,7 +153,7 @@ class JudgeJob:
 
     @property
     def name(self) -> str:
-        return f"judgeshare-{self.digest}"
+        return self.prefix + self.digest
 
     @property
     def label(self) -> str:
@@ -228,9 +230,9 @@ class JudgeJob:
     def request(self) -> tuple[str, dict[str, Any]] | None:
         return (self.cache.sweep_id, {}) if for_workers(self.judge) else None
 
-    @staticmethod
-    def answered(reply: dict[str, Any]) -> set[str]:
-        return {f"judgeshare-{n}" for n in reply.get("names") or []}
+    @classmethod
+    def answered(cls, reply: dict[str, Any]) -> set[str]:
+        return {cls.prefix + n for n in reply.get("names") or []}
 
     @classmethod
     def refusal(cls, doc: dict[str, Any], tenant: str) -> str | None:

@@ -38,6 +38,8 @@ class CellJob:
     """One cell to compute: its task, the settings, and its metrics where they are not the global registry's."""
 
     kind: ClassVar[str] = "cell"
+    prefix: ClassVar[str] = ""
+    digest_field: ClassVar[str] = "digest"
     signer_call: ClassVar[str] = "report_cells"
 
     task: CellTask
@@ -88,8 +90,8 @@ class CellJob:
         s = self.settings
         return self.task.where[2], {"n_boot": s.n_boot, "n_boot_corpus": s.n_boot_corpus, "seed": s.seed}  # type: ignore[index]
 
-    @staticmethod
-    def answered(reply: dict[str, Any]) -> set[str]:
+    @classmethod
+    def answered(cls, reply: dict[str, Any]) -> set[str]:
         return set(reply.get("digests") or [])
 
     @classmethod

@@ -78,6 +78,8 @@ class PairJob:
     """A cell compared with its baseline: both cells' statistics (held, or where they are cached) and the settings."""
 
     kind: ClassVar[str] = "pair"
+    prefix: ClassVar[str] = "pair-"
+    digest_field: ClassVar[str] = "pair"
     signer_call: ClassVar[str] = "report_pairs"
 
     names: tuple[str, ...]
@@ -105,7 +107,7 @@ class PairJob:
     @property
     def name(self) -> str | None:
         digest = self.digest
-        return None if digest is None else f"pair-{digest}"
+        return None if digest is None else self.prefix + digest
 
     @property
     def portable(self) -> bool:
@@ -144,9 +146,9 @@ class PairJob:
         }
         return self.cache.sweep_id, body  # type: ignore[union-attr]
 
-    @staticmethod
-    def answered(reply: dict[str, Any]) -> set[str]:
-        return {f"pair-{n}" for n in reply.get("names") or []}
+    @classmethod
+    def answered(cls, reply: dict[str, Any]) -> set[str]:
+        return {cls.prefix + n for n in reply.get("names") or []}
 
     @classmethod
     def refusal(cls, doc: dict[str, Any], tenant: str) -> str | None:

@@ -36,7 +36,9 @@ class Uncacheable(PermanentJobError):
 
 
 class ReportTask(Protocol):
-    kind: ClassVar[str]  # "cell", "pair": a report job's id starts with it
+    kind: ClassVar[str]  # "cell", "pair", "judge": a report job's id starts with it
+    prefix: ClassVar[str]  # the cache entry's name is prefix + digest ("", "pair-", "judgeshare-")
+    digest_field: ClassVar[str]  # the payload's field that holds the digest (the worker names a failed job's entry)
     signer_call: ClassVar[str]  # the backend's method that enqueues this kind's jobs (controller.cli.backend)
 
     @property
@@ -61,8 +63,8 @@ class ReportTask(Protocol):
 
     def request(self) -> tuple[str, dict[str, Any]] | None: ...
 
-    @staticmethod
-    def answered(reply: dict[str, Any]) -> set[str]: ...
+    @classmethod
+    def answered(cls, reply: dict[str, Any]) -> set[str]: ...
 
     @classmethod
     def refusal(cls, doc: dict[str, Any], tenant: str) -> str | None: ...

@@ -26,7 +26,6 @@ from worker.core.errors import PermanentJobError, UsageError
 
 Kind = type[CellJob] | type[PairJob] | type[JudgeJob]
 KINDS: dict[str, Kind] = {"cell": CellJob, "pair": PairJob, "judge": JudgeJob}  # a cell's payload has no kind
-ENTRY = {"cell": "{digest}", "pair": "pair-{pair}", "judge": "judgeshare-{share_digest}"}  # the entry a job writes
 
 _store: ContextVar[Any] = ContextVar("decodebench_report_store", default=None)
 
@@ -57,7 +56,7 @@ def check_payload(doc: Any, tenant: str) -> str | None:
         paths.check_id("sweep", doc.get("sweep_id"))
     except (UsageError, TypeError, ValueError):
         return "refused: the report job's sweep id is not a sweep id"
-    if "kind" in doc and doc["kind"] not in ("pair", "judge"):  # a pair's or a judge share's; a cell's has no kind
+    if "kind" in doc and (doc["kind"] == CellJob.kind or doc["kind"] not in KINDS):  # a cell's payload has no kind
         return f"refused: the report job's kind {str(doc['kind'])[:32]!r} is not 'pair' or 'judge'"
     return _kind(doc).refusal(doc, tenant)
 
@@ -71,7 +70,7 @@ def run_report_task(doc: dict) -> dict[str, Any]:
         raise PermanentJobError("run_report_task runs inside decodebench report-worker, which lends it a store")
     kind = _kind(doc)
     cache = ReportCache(store, doc["tenant"], doc["sweep_id"])
-    name = ENTRY[kind.kind].format(**doc)
+    name = kind.prefix + doc[kind.digest_field]
     try:
         task = kind.from_payload(doc, store)
         entry = task.entry(task.run())  # type: ignore[arg-type]

@@ -50,13 +50,13 @@ def several_models(frame: pd.DataFrame) -> bool:
     return frame.loc[frame["strategy"] != REFERENCE, "model"].dropna().nunique() > 1
 
 
-def cell_labels(frame: pd.DataFrame, with_model: bool | None = None) -> list[str]:
+def cell_labels(frame: pd.DataFrame, with_model: bool | None = None, drop: Sequence[str] = ()) -> list[str]:
     """Each row's `model · variant` (`austen-tiny · top_p(p=0.9)`), the model only where the sweep has several
-    (or as `with_model` says); the reference row `reference`."""
+    (or as `with_model` says); the reference row `reference`; `drop` as `variant_labels`'."""
     with_model = several_models(frame) if with_model is None else with_model
     return [
         f"{row['model']} · {variant}" if with_model and variant != REFERENCE else variant
-        for variant, (_, row) in zip(variant_labels(frame), frame.iterrows())
+        for variant, (_, row) in zip(variant_labels(frame, drop), frame.iterrows())
     ]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from controller.report.compute.columns import REFERENCE
-from controller.report.render.labels import _params, several_models, variant_labels
+from controller.report.render.labels import _params, cell_labels
 from controller.report.render.marks import PALETTE
 from controller.report.render.plots import inert
 
@@ -90,9 +90,7 @@ def accuracy_temperature_figure(summary: pd.DataFrame) -> dict | None:
     if not metrics or len(temps) < 2:
         return None
     # a line per variant without its temperature (the model's name first where there are several)
-    lines = dict(zip(summary.index, variant_labels(summary, drop=("temperature",))))
-    if several_models(summary):
-        lines = {i: f"{summary.at[i, 'model']} · {label}" for i, label in lines.items()}
+    lines = dict(zip(summary.index, cell_labels(summary, drop=("temperature",))))
     traces: list[dict] = []
     spans = []
     for n, m in enumerate(metrics):
