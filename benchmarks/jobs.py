@@ -11,13 +11,14 @@ METRICS = ["distinct_1"]  # a metric computed from the texts alone: the job only
 def job(
     model: str, prompts, strategy="greedy", params=None, batch_size=16, max_new=48, stop=(), min_new=0, **more
 ) -> JobSpec:
-    """A one-shard benchmark job; `more`: dtype (default auto) and warmup (default False)."""
+    """A one-shard benchmark job; `more`: dtype (default auto), warmup (default False) and decode_step (auto)."""
     gen = GenerationSettings(
         max_new_tokens=max_new,
         min_new_tokens=min_new,
         batch_size=batch_size,
         stop=list(stop),
         warmup=more.get("warmup", False),
+        decode_step=more.get("decode_step", "auto"),
     )
     return JobSpec(
         tenant="bench",

@@ -5,8 +5,9 @@
 #   bash scripts/device-checks.sh      # there, with .whl carried; logs and results under ${OUT:-/tmp/decodebench-device}
 # On a host whose python3 has a CUDA torch it uses that torch, the carried wheels (--target
 # /tmp/site) and the checkout on PYTHONPATH; elsewhere it builds a venv with the pinned torch.
-# It runs tests/gpu/test_gpu.py (on a MIG slice too: NVML by the MIG UUID, the launcher reading the real
-# `nvidia-smi -L`), `decodebench doctor --local --require-gpu` and the throughput
+# It runs tests/gpu/ (test_gpu.py on a MIG slice too: NVML by the MIG UUID, the launcher reading the real
+# `nvidia-smi -L`; test_graphs_cuda.py, the CUDA graphs), `decodebench doctor --local --require-gpu`, the decode
+# step eager against CUDA graphs (benchmarks/bench_graphs.py) and the throughput
 # benchmark on cuda:0 with its GPU section (a GPT-2-sized random-weight model in bfloat16),
 # then the report's map on 8 of the host's CPU cores, in about 9 minutes on an H200 (the device lease
 # is 15 minutes, start-up included).
@@ -31,8 +32,15 @@ nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv | tee 
 $PY -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, torch.version.cuda, transformers.__version__)" \
   | tee "$out/versions.txt"
 $PY -c "from controller.cli import main; main()" doctor --local --require-gpu 2>&1 | tee "$out/doctor.txt"
-timeout --signal=INT --kill-after=15 "${TEST_GPU_S:-240}" $PY -m pytest tests/gpu/test_gpu.py -q -rs -p no:cacheprovider --durations=8 2>&1 \
+timeout --signal=INT --kill-after=15 "${TEST_GPU_S:-300}" $PY -m pytest tests/gpu/ -q -rs -s -p no:cacheprovider --durations=8 2>&1 \
   | tee "$out/test_gpu.txt"
+# The decode step captured as CUDA graphs against the eager one and transformers' compiled static-cache path
+# (issue 44, docs/performance.md#cuda-graphs): GPT-2 124M and a ~1.1B Llama, batch 1, 8, 32 and auto; sections
+# start within GRAPHS_S seconds (default 240; the results file is rewritten after each section). CHECKS=graphs
+# runs only the GPU tests and this (about 8 minutes on an H100), for a short lease.
+timeout --signal=INT --kill-after=30 "$(( ${GRAPHS_S:-240} + 120 ))" $PY benchmarks/bench_graphs.py --device cuda:0 --rounds 3 \
+  --budget-s "${GRAPHS_S:-240}" --out "$out/results_graphs_cuda.json" 2>&1 | tee "$out/bench_graphs_cuda.txt"
+if [ "${CHECKS:-all}" = "graphs" ]; then exit 0; fi
 # vs_pipeline at batch 1 on 32 prompts only (the per-prompt loop is slow by design); GPU section 3 minutes.
 # At most BENCH_S seconds, 420 by default (SIGINT, then SIGKILL 30 s later): the results file is rewritten after each section,
 # so a run cut short keeps what it measured ("complete": false); transformers' continuous batching, the

@@ -232,6 +232,15 @@ class GenerationSettings(Strict):
         "transformers supports it for the model (else the dynamic cache, noted in the result). Rows then run to "
         "the batch's end (no compaction).",
     )
+    decode_step: Literal["auto", "eager", "static", "graphs"] = Field(
+        default="auto",
+        description="The own engine's decode step (docs/performance.md#cuda-graphs): auto (the eager step; CUDA "
+        "graphs once a GPU run has checked them), eager (a forward over each layer's window, every step), static "
+        "(the bucketed static step over the whole preallocated buffers, run eagerly, on any device), graphs (the "
+        "static step captured as CUDA graphs, one per bucket of rows; run eagerly where there is no CUDA). The "
+        "static step and graphs apply to greedy search, sampling, beam search and plugins' steps over the "
+        "preallocated cache with the prepared mask; the eager step elsewhere. What ran is recorded per cell.",
+    )
     refill: bool = Field(
         default=True,
         description="Continuous refill: where the engine's own loop decodes (greedy and sampling, penalties and "

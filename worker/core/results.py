@@ -103,6 +103,12 @@ class BatchTiming(Strict):
     refills: int | None = Field(
         default=None, description="Times free rows took the job's next prompts (None: no continuous refill)."
     )
+    decode_step: dict[str, Any] | None = Field(
+        default=None,
+        description="What the own engine's static decode steps did in this batch (worker.engine.graphs: steps, "
+        "CUDA graph replays and captures, the buckets of rows used, failed captures, eager fallbacks, the graphs' "
+        "pool in MiB); None where the eager step ran (docs/performance.md#cuda-graphs).",
+    )
     latency_s: list[float] | None = Field(
         default=None,
         description="Per generation, in the batch's order: its start (prefill) to the step that picked its last "

@@ -6,14 +6,20 @@ loop holds: the model's KV-cache keyword and whether it computes the last positi
 (asked once per model: worker.engine.models.probes), the plan's prepared 4D mask for the decode
 steps, and the plan's cache (kvcache's preallocated buffers, else transformers' own, which the
 model makes at the prefill). It chooses no token and schedules nothing.
+
+Its decode forward is the plan's decode step (`step`): the eager one (`eager_forward`: a view of each
+layer's window and the rows' mask), or the static, bucketed one over the preallocated buffers
+(worker.engine.graphs), run eagerly (`static`) or captured as CUDA graphs (`graphs`), one per cache
+(a batch's or a stream's buffers); `step_stats` sums what those did.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from worker.engine.kvcache import preallocated_cache
+from worker.engine.graphs import StaticStep, StepStats
+from worker.engine.kvcache import is_preallocated, preallocated_cache
 from worker.engine.models import probes, sdpa_mask
 
 if TYPE_CHECKING:
@@ -31,12 +37,16 @@ class ModelCall:
     last_logits: bool  # the model takes `logits_to_keep`: a prefill computes the last position's logits only
     mask: bool  # decode steps pass SDPA the prepared 4D mask (the plan's, with the preallocated cache)
     preallocated: bool  # the plan's cache: kvcache's preallocated buffers, else transformers' own
+    step: str = "eager"  # the plan's decode step: eager, static (bucketed, run eagerly) or graphs (CUDA graphs)
+    # the static step of each cache this call has stepped (by id: it holds its cache, which lives as long as the
+    # call, a decode call's)
+    _static: dict[int, StaticStep] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, model: PreTrainedModel, *, mask: bool, preallocated: bool) -> ModelCall:
-        """The call of a model with the plan's mask and cache (worker.engine.plan.Plan.call)."""
+    def of(cls, model: PreTrainedModel, *, mask: bool, preallocated: bool, step: str = "eager") -> ModelCall:
+        """The call of a model with the plan's mask, cache and decode step (worker.engine.plan.Plan.call)."""
         found = probes(model)
-        return cls(model, found.cache_keyword, found.last_logits, mask, preallocated)
+        return cls(model, found.cache_keyword, found.last_logits, mask, preallocated, step)
 
     def buffers(self, columns: int, rows: int):
         """Preallocated KV buffers of `rows` rows and `columns` columns; None over transformers' own cache."""
@@ -53,7 +63,27 @@ class ModelCall:
         return out, getattr(out, self.keyword)
 
     def forward(self, rows: Rows, cache):
-        """Each row's last token through the model over its KV cache: (output, cache)."""
+        """Each row's last token through the model over its KV cache, by the plan's decode step: (output, cache)."""
+        if self.step != "eager" and cache is not None:
+            static = self._static.get(id(cache))
+            if static is None and is_preallocated(cache):
+                static = StaticStep(self.model, self.keyword, cache, graphs=self.step == "graphs")
+                self._static[id(cache)] = static
+            if static is not None:
+                return static(rows, cache, self.eager_forward)
+        return self.eager_forward(rows, cache)
+
+    def step_stats(self) -> StepStats | None:
+        """What this call's static steps did (None: the eager step ran every step)."""
+        if not self._static:
+            return None
+        total = StepStats()
+        for static in self._static.values():
+            total.add(static.stats)
+        return total
+
+    def eager_forward(self, rows: Rows, cache):
+        """Each row's last token through the model over its KV cache's window: (output, cache)."""
         mask = sdpa_mask(rows.attn) if self.mask else rows.attn
         out = self.model(
             input_ids=rows.ids[:, -1:],

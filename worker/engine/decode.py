@@ -34,6 +34,7 @@ import torch
 
 from worker.engine.call import ModelCall
 from worker.engine.choose import Chooser, Finished
+from worker.engine.graphs import StepStats
 from worker.engine.kvcache import room
 from worker.engine.rows import Rows
 from worker.engine.timing import StepClock
@@ -47,6 +48,7 @@ class DecodeOutput:
     compactions: int  # times finished rows were dropped from the batch
     timeline: Timeline  # per row: its start, first token and the loop step of its second (clock marks, steps)
     admissions: int | None = None  # times free rows were refilled from the queue (None: no refill)
+    step: StepStats | None = None  # what the static decode steps did (worker.engine.graphs; None: none ran)
 
 
 def stream_span(longest: int, max_new: int, every: int) -> int:
@@ -195,7 +197,8 @@ class Loop:
         finished = chooser.finish(rows)
         width = chooser.ends.max_new if refill is not None else steps
         admissions = refill.admissions if refill is not None else None
-        return DecodeOutput(chooser.tokens[:, :width].cpu(), finished, steps, compactions, self.timeline, admissions)
+        tokens = chooser.tokens[:, :width].cpu()
+        return DecodeOutput(tokens, finished, steps, compactions, self.timeline, admissions, self.call.step_stats())
 
 
 def _prompts(rows: Rows, each: int) -> int:

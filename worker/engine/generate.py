@@ -154,6 +154,7 @@ class RawBatch:
     latency_s: list[float] | None = None  # a stream's per-row latency, time to first token, time per token after it
     ttft_s: list[float] | None = None
     tpot_s: list[float | None] | None = None
+    decode_step: dict | None = None  # what the static decode steps did (worker.engine.graphs.StepStats.record)
 
 
 def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: list[int], slots=None) -> RawBatch:
@@ -173,6 +174,8 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
         times = clock.stop()
         new, steps, compactions = out.tokens, out.steps, out.compactions
         timing["samples"] = plan.samples
+        if out.step is not None:
+            timing["decode_step"] = out.step.record()
         if stream:
             latency, ttft, tpot = out.timeline.seconds(times, out.finished.timed, plan.config.max_new_tokens)
             timing |= {"refills": out.admissions, "slots": slots, "latency_s": latency, "ttft_s": ttft, "tpot_s": tpot}
@@ -218,6 +221,7 @@ def finish_batch(tok, plan: Plan, raw: RawBatch) -> BatchOutput:
         latency_s=[round(x, 6) for x in raw.latency_s] if raw.latency_s is not None else None,
         ttft_s=[round(x, 6) for x in raw.ttft_s] if raw.ttft_s is not None else None,
         tpot_s=[x if x is None else round(x, 6) for x in raw.tpot_s] if raw.tpot_s is not None else None,
+        decode_step=raw.decode_step,
     )
     return BatchOutput(texts, ids, reasons, prompt_ids, timing)
 

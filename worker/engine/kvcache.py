@@ -50,6 +50,8 @@ class PreallocatedLayer(DynamicLayer):
         self.n = self.lo = self.hi = 0
         self._k: torch.Tensor | None = None
         self._v: torch.Tensor | None = None
+        # the static step's column (worker.engine.graphs): a (1,) device tensor while it runs, else None
+        self.fixed: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -94,6 +96,8 @@ class PreallocatedLayer(DynamicLayer):
         self.values = self._v[: self.n, :, self.lo : self.hi]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.fixed is not None:  # the static step: shapes and addresses that never change
+            return self._fixed_update(key_states, value_states)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         end = self.hi + key_states.shape[-2]
@@ -108,6 +112,22 @@ class PreallocatedLayer(DynamicLayer):
         self.hi = end
         self._views()
         return self.keys, self.values
+
+    def _fixed_update(self, key_states: torch.Tensor, value_states: torch.Tensor):
+        """The static step's write: the step's one column of the bucket's b rows at the column `fixed` holds
+        (a device tensor, so a captured graph replays it at any column), through `index_copy_` into the
+        buffers; the buffers' first b rows returned whole (every column: the step's mask says which a row
+        attends to). `lo`, `hi` and the views move after the step (`graphs.StaticStep`), not here, where a
+        replayed graph would not run Python."""
+        b = key_states.shape[0]
+        self._k[:b].index_copy_(2, self.fixed, key_states)
+        self._v[:b].index_copy_(2, self.fixed, value_states)
+        return self._k[:b], self._v[:b]
+
+    def stepped(self) -> None:
+        """The static step wrote column `hi`: the window takes it."""
+        self.hi += 1
+        self._views()
 
     def get_seq_length(self) -> int:
         return self.length
@@ -167,6 +187,11 @@ def _layers(cache: DynamicCache) -> list[PreallocatedLayer] | None:
     columns: a sliding-window layer, say, holds the last window), else None."""
     layers = list(cache.layers)
     return layers if all(isinstance(layer, PreallocatedLayer) for layer in layers) else None
+
+
+def is_preallocated(cache: DynamicCache) -> bool:
+    """Whether every layer of the cache is a PreallocatedLayer (the static step's buffers)."""
+    return _layers(cache) is not None
 
 
 def trim_front(cache: DynamicCache, n: int) -> bool:

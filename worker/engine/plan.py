@@ -52,6 +52,14 @@ class Path(str, Enum):
     GENERATE = "generate"  # transformers' generate()
 
 
+class DecodeStep(str, Enum):
+    """How the decode loop's model call steps (worker.engine.call, worker.engine.graphs)."""
+
+    EAGER = "eager"  # a forward over each layer's window of the preallocated cache (or transformers' own)
+    STATIC = "static"  # the bucketed static step over the whole preallocated buffers, run eagerly
+    GRAPHS = "graphs"  # the static step captured as CUDA graphs, one per bucket, replayed
+
+
 class Cache(str, Enum):
     """The KV cache the batches decode over."""
 
@@ -103,6 +111,8 @@ class Plan:
     notes: tuple[str, ...] = ()  # what the result's notes say about the set-up
     samples: int = 1  # generations per prompt (the decode loop prefills a prompt once for all of them)
     prompt_ids: Mapping[str, list[int]] = field(default_factory=dict, repr=False)  # the prompts, tokenised once
+    decode_step: DecodeStep = DecodeStep.EAGER  # the model call's decode step (`decode_step_of`)
+    decode_step_why: str = ""  # why that one, as result.json says
 
     @property
     def path(self) -> Path:
@@ -117,7 +127,8 @@ class Plan:
 
     def call(self, model) -> ModelCall:
         """The decode loop's model call: the model with the plan's mask and cache."""
-        return ModelCall.of(model, mask=self.mask, preallocated=self.cache is Cache.PREALLOCATED)
+        preallocated = self.cache is Cache.PREALLOCATED
+        return ModelCall.of(model, mask=self.mask, preallocated=preallocated, step=self.decode_step.value)
 
     def chooser(self, sampler: SeededSampler | None, prompts: int, device) -> Chooser:
         """The token chooser of a decode call of `prompts` prompts, an output row per generation (their samples)."""
@@ -200,6 +211,7 @@ def configure(
     preallocated = path is Path.DECODE and probes(lm.model).preallocated and (kind is not Kind.CONTRASTIVE or mask)
     static = cfg.cache_implementation == "static"
     cache = Cache.PREALLOCATED if preallocated else Cache.STATIC if static else Cache.DYNAMIC
+    decode_step, why = decode_step_of(settings.decode_step, lm.device, step, cache, mask)
     return Plan(
         config=cfg,
         kind=kind,
@@ -216,7 +228,48 @@ def configure(
         notes=tuple(notes),
         samples=samples,
         prompt_ids=prompts.ids,
+        decode_step=decode_step,
+        decode_step_why=why,
     )
+
+
+# `decode_step: auto` takes CUDA graphs on CUDA once a device run has checked the capture on a real GPU
+# (issue 44: tests/gpu/test_gpu.py and benchmarks/bench_graphs.py through scripts/device-checks.sh); until then
+# they are opt-in, and every GPU result keeps the eager step it had
+GRAPHS_BY_DEFAULT = False
+
+
+def decode_step_of(
+    setting: str, device: torch.device, step: type[Chooser] | None, cache: Cache, mask: bool
+) -> tuple[DecodeStep, str]:
+    """The decode step a plan takes for the sweep's `decode_step` setting, and why (result.json says it): the
+    static step (worker.engine.graphs) only where the loop steps one token a row over the preallocated cache with
+    the prepared mask; CUDA graphs only on CUDA; `auto` takes them there (once GRAPHS_BY_DEFAULT) and the eager
+    step on the CPU, where a step's kernels cost no launch overhead and attending over the window only is the
+    cheaper."""
+    if setting == "eager":
+        return DecodeStep.EAGER, "decode_step: eager"
+    if step is None:
+        return DecodeStep.EAGER, "transformers' generate() runs this job"
+    if cache is not Cache.PREALLOCATED or not mask:
+        return DecodeStep.EAGER, "the static step needs the preallocated cache and the prepared mask"
+    if step.forward_of is not Chooser.forward_of:
+        return DecodeStep.EAGER, f"{step.__name__} runs a decode pass of its own (several tokens a row)"
+    cuda = device.type == "cuda"
+    if setting == "auto":
+        if cuda and GRAPHS_BY_DEFAULT:
+            return DecodeStep.GRAPHS, "CUDA graphs, one per bucket of rows"
+        if cuda:
+            return (
+                DecodeStep.EAGER,
+                "auto: CUDA graphs are opt-in (decode_step: graphs) until a GPU run has checked them",
+            )
+        return DecodeStep.EAGER, "on the CPU the eager step (no launches to save; the window only)"
+    if setting == "graphs":
+        if cuda:
+            return DecodeStep.GRAPHS, "decode_step: graphs"
+        return DecodeStep.STATIC, "decode_step: graphs, and no CUDA here: the static step runs eagerly"
+    return DecodeStep.STATIC, "decode_step: static"
 
 
 def _path(lm: LoadedModel, kind: Kind, cfg: GenerationConfig, name: str) -> tuple[Path, type[Chooser] | None]:

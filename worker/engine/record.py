@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.core.results import BatchTiming
+from worker.engine.graphs import StepStats
 from worker.engine.loops.beam_step import BeamStep
 from worker.engine.loops.contrastive import ContrastiveStep
 from worker.engine.models import LoadedModel
@@ -47,6 +48,7 @@ def plan_record(plan: Plan) -> dict[str, Any]:
         "refill": plan.refill,
         "warmup": plan.warmup,
         "rows_per_prompt": plan.rows_each,
+        "decode_step": plan.decode_step.value,
         **({"samples": plan.samples} if plan.samples > 1 else {}),
     }
 
@@ -109,4 +111,14 @@ def engine_record(lm: LoadedModel, plan: Plan, batches: BatchPlan, runtime, part
         "modifiers": _modifiers(plan),
         "decode_mask": "prepared 4D boolean (no per-step rebuild)" if preallocated and plan.mask else None,
         "prompt_tokenisation": "once per job",
+        "decode_step": decode_step_record(plan, timings),
     }
+
+
+def decode_step_record(plan: Plan, timings: list[BatchTiming]) -> dict[str, Any]:
+    """The decode step the plan took, why, and what its static steps did over the job's batches."""
+    ran = [StepStats.parse(t.decode_step) for t in timings if t.decode_step is not None]
+    total = StepStats()
+    for stats in ran:
+        total.add(stats)
+    return {"mode": plan.decode_step.value, "why": plan.decode_step_why, **(total.record() if ran else {})}

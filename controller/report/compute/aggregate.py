@@ -36,11 +36,13 @@ from controller.report.compute.columns import (
     SAMPLES_COLUMNS,
 )
 from controller.report.compute.engines import (
+    DECODE_STEP_COLUMN,
     ENGINE_COLUMN,
     TRAILING,
     add_agreement,
     agreement_cells,
     engine_row,
+    has_decode_steps,
     has_engines,
 )
 from controller.report.compute.pairs import compare
@@ -277,6 +279,8 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
     )
     if engines:  # only where another engine ran: every other report keeps its columns
         columns = columns[:3] + [ENGINE_COLUMN] + columns[3:] + TRAILING
+    if has_decode_steps(rows):  # likewise only where a cell ran the static step or CUDA graphs
+        columns = columns + [DECODE_STEP_COLUMN]
     if any(row.get("samples") for row in rows):  # likewise only where a cell has samples
         columns = columns[:3] + SAMPLES_COLUMNS + columns[3:]
     if with_ci:
@@ -286,7 +290,17 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
     for col in columns:
         if col in COUNT_COLUMNS or col == "samples":
             frame[col] = frame[col].astype("Int64")
-        elif col not in ("model", "strategy", "params", "memory_kind", "cell", "baseline", ENGINE_COLUMN, "best_of"):
+        elif col not in (
+            "model",
+            "strategy",
+            "params",
+            "memory_kind",
+            "cell",
+            "baseline",
+            ENGINE_COLUMN,
+            DECODE_STEP_COLUMN,
+            "best_of",
+        ):
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
         else:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)

@@ -8,6 +8,10 @@ than the own one, so that every other sweep's report keeps its columns.
 - `engine_gtest_p`: for a sampled strategy on vLLM, the p-value of the G-test its worker ran (the first
   token of the first prompt against the strategy's definition on vLLM's logits, result.json's
   `engine.distribution_check`; the lowest seed's): uniform on [0, 1] when vLLM samples by the definition.
+
+And, where any cell's own-engine jobs ran another decode step than the eager one (the static step or CUDA
+graphs, result.json's `engine.decode_step`; docs/performance.md#cuda-graphs), `decode_step`: the step
+each cell ran (`eager` where its jobs record none, `mixed` where they differ).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ ENGINE_COLUMN = "engine"
 AGREEMENT_COLUMN = "engine_agreement"
 GTEST_COLUMN = "engine_gtest_p"
 TRAILING = [AGREEMENT_COLUMN, GTEST_COLUMN]  # after the summary's other columns
+DECODE_STEP_COLUMN = "decode_step"
 
 
 def has_engines(rows: list[dict[str, Any]]) -> bool:
@@ -41,9 +46,27 @@ def gtest_p(results: list[Any]) -> float | None:
     return min(checks, key=lambda sc: sc[0])[1]["p_value"] if checks else None
 
 
+def decode_step(results: list[Any]) -> str | None:
+    """The decode step a cell's jobs ran: None where every one ran the eager step (or another engine's)."""
+    steps = {_step((r.engine or {}).get("decode_step")) or "eager" for r in results}
+    if steps == {"eager"}:
+        return None
+    return steps.pop() if len(steps) == 1 else "mixed"
+
+
+def _step(recorded: Any) -> str | None:
+    """The mode of an engine record's decode step (a JobResult's is result.json's dict, a JobInfo's its mode)."""
+    return recorded.get("mode") if isinstance(recorded, dict) else recorded
+
+
+def has_decode_steps(rows: list[dict[str, Any]]) -> bool:
+    return any(row.get(DECODE_STEP_COLUMN) for row in rows)
+
+
 def engine_row(job: Any, results: list[Any]) -> dict[str, Any]:
-    """A cell's engine columns known from its results: its engine's label and the distribution check."""
-    return {ENGINE_COLUMN: engine_label(job.engine), GTEST_COLUMN: gtest_p(results)}
+    """A cell's engine columns known from its results: its engine's label, the distribution check, the decode step."""
+    step = decode_step(results)
+    return {ENGINE_COLUMN: engine_label(job.engine), GTEST_COLUMN: gtest_p(results), DECODE_STEP_COLUMN: step}
 
 
 def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:

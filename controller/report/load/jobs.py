@@ -76,7 +76,7 @@ def generations_reader(store, tenant: str, sweep_id: str, shas: Mapping[str, str
     return read
 
 
-NO_ENGINE: Mapping[str, Any] = MappingProxyType({})  # the engine record of a job without a distribution check
+NO_ENGINE: Mapping[str, Any] = MappingProxyType({})  # the engine record of a job with nothing the report reads
 
 
 @dataclass(slots=True)
@@ -146,6 +146,17 @@ def batch(b: BatchTiming) -> Batch:
     )
 
 
+def _engine(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the report reads of result.json's `engine`: the distribution check's p-value, and the decode step
+    where it was not the eager one (the summary's `decode_step` column)."""
+    check = record.get("distribution_check") or {}
+    step = (record.get("decode_step") or {}).get("mode")
+    found: dict[str, Any] = {"distribution_check": {"p_value": check["p_value"]}} if "p_value" in check else {}
+    if step not in (None, "eager"):
+        found["decode_step"] = step
+    return found or NO_ENGINE
+
+
 class Compactor:
     """Turns JobResults into JobInfos, one object for each distinct shared part over all the jobs it sees."""
 
@@ -170,8 +181,7 @@ class Compactor:
             self._once("metrics", tuple(j.metrics), tuple(j.metrics)),
             prompts,
         )
-        check = (r.engine or {}).get("distribution_check") or {}
-        engine = {"distribution_check": {"p_value": check["p_value"]}} if "p_value" in check else NO_ENGINE
+        engine = _engine(r.engine or {})
         provenance = {k: v for k, v in r.provenance.items() if k != "seed"}
         provenance = self._once("provenance", json.dumps(provenance, sort_keys=True, default=str), provenance)
         memory = {k: v for k in MEMORY_KEYS if (v := r.memory.get(k)) is not None}

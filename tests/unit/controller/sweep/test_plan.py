@@ -102,8 +102,8 @@ def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
 
 
 def test_the_quickstart_keeps_its_sweep_id_as_settings_are_added():
-    """Settings added after sweeps existed (attention, static_cache, refill, featurizer...) count only when set:
-    the quickstart's id is the one it had before them, and setting one changes it."""
+    """Settings added after sweeps existed (attention, static_cache, refill, decode_step, featurizer...) count only
+    when set: the quickstart's id is the one it had before them, and setting one changes it."""
     from controller.sweep.load import load_spec
 
     quickstart = REPO / "examples" / "quickstart.yaml"
@@ -111,6 +111,8 @@ def test_the_quickstart_keeps_its_sweep_id_as_settings_are_added():
     assert plan(spec)[0].sweep_id == "cb3dce6badd617dc"
     batches = spec.model_copy(update={"generation": spec.generation.model_copy(update={"refill": False})})
     assert plan(batches)[0].sweep_id != "cb3dce6badd617dc"
+    graphed = spec.model_copy(update={"generation": spec.generation.model_copy(update={"decode_step": "graphs"})})
+    assert plan(graphed)[0].sweep_id != "cb3dce6badd617dc"
 
 
 def test_the_planner_writes_what_the_metrics_need_the_worker_to_compute_and_ids_stay():

@@ -1,0 +1,261 @@
+"""The decode step at the GPU's pace: a static, bucketed forward over the preallocated cache, captured as
+CUDA graphs.
+
+Eager PyTorch launches a few hundred kernels for each token of a small model, with Python around each:
+at batch 1 the GPU waits for the host (docs/performance.md, "Measured on an H200"). vLLM captures its
+decode step as CUDA graphs for a set of batch sizes; gpt-fast and transformers' static cache compile
+it with `torch.compile(mode="reduce-overhead")`. `StaticStep` does the former for the model call's
+decode forward (worker.engine.call) over the engine's own preallocated cache (worker.engine.kvcache);
+the token choice (penalties, warpers, the seeded sampler, worker.engine.choose) stays eager.
+
+The step's shapes and addresses do not change while a decode call runs:
+- its rows are padded to a **bucket** (1, 2, 4, then multiples of 8, and the buffers' rows: vLLM's
+  capture sizes), so compaction and refill move the live rows from bucket to bucket, a graph each;
+- it attends over every column of the buffers with a prepared boolean mask (a live row's columns
+  [lo, hi] as its attention mask says, a padding row only the step's own column) instead of the
+  window's view;
+- it writes its keys and values at the column a device tensor holds (`index_copy_` at the layers'
+  `fixed`), so that a replay writes where the window ends now;
+- nothing in it synchronises with the host or branches on a tensor's value.
+Before each step a bucket's fixed inputs (ids, positions, mask, column) are written (a few copies, no
+synchronisation); after it, every layer's window takes the written column.
+
+Two ways to run it: eagerly (`graphs=False`: on the CPU, where there is no launch overhead to remove,
+and `decode_step: static` anywhere; so its correctness is tested in every `make test`), or captured
+(`graphs=True`, CUDA): a bucket's first step runs eagerly; its second runs eagerly on a side stream (the
+warm-up a capture needs) and is captured into the call's one graph pool; the bucket's later steps replay
+it. A bucket whose
+capture fails (an operation that synchronises, say) stays eager, and the stats say why. Buffers that
+grew (a write past the planned capacity) drop every graph, their addresses having changed; a step
+whose window is not the rows' (which the loop never makes) runs the eager forward. `StepStats` counts
+all of it for result.json.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from worker.engine.kvcache import PreallocatedLayer, room
+
+# a bucket is captured at its second step (its first runs eagerly): the buckets a stream passes through for a
+# step as its last rows finish cost no capture
+CAPTURE_AT = 2
+
+
+def bucket_sizes(rows: int) -> tuple[int, ...]:
+    """The buckets of buffers with `rows` rows: 1, 2, 4, the multiples of 8 below `rows`, and `rows`."""
+    return tuple([b for b in (1, 2, 4) if b < rows] + list(range(8, rows, 8)) + [rows])
+
+
+def bucket(n: int, rows: int) -> int:
+    """The smallest bucket of buffers with `rows` rows that holds `n` live rows."""
+    if n > rows:
+        raise ValueError(f"{n} live rows in buffers of {rows}")
+    small = next((b for b in (1, 2, 4) if n <= b), -(-n // 8) * 8)
+    return min(small, rows)
+
+
+@dataclass
+class StepStats:
+    """What the static steps of a decode call (or a job's, `add`ed) did, for result.json's engine record."""
+
+    steps: int = 0  # static steps (replayed or run eagerly)
+    replays: int = 0  # of them, graph replays
+    captured: int = 0  # graphs captured (one per bucket used, again after the buffers grew)
+    buckets: set[int] = field(default_factory=set)  # the buckets the live rows used
+    failed: dict[int, str] = field(default_factory=dict)  # bucket -> why its capture failed (it ran eagerly)
+    eager: int = 0  # steps that ran the eager forward instead (no column left, a window out of step)
+    recaptures: int = 0  # times grown buffers dropped the graphs
+    pool_bytes: int = 0  # device memory the captures reserved (the graphs' pool), summed over decode calls
+    capture_s: float = 0.0  # host seconds the warm-ups and captures took (inside the timed steps)
+
+    def add(self, other: StepStats) -> None:
+        self.steps += other.steps
+        self.replays += other.replays
+        self.captured += other.captured
+        self.buckets |= other.buckets
+        self.failed.update(other.failed)
+        self.eager += other.eager
+        self.recaptures += other.recaptures
+        self.pool_bytes = max(self.pool_bytes, other.pool_bytes)  # calls run one after another: the largest
+        self.capture_s += other.capture_s
+
+    @classmethod
+    def parse(cls, record: dict[str, Any]) -> StepStats:
+        """The stats a batch's `record` wrote (result.json's batches), to `add` a job's up."""
+        return cls(
+            record["static_steps"],
+            record["graph_replays"],
+            record["graphs_captured"],
+            set(record["buckets"]),
+            {int(b): why for b, why in record["capture_failed"].items()},
+            record["eager_steps"],
+            record["recaptures"],
+            int(record["graph_pool_mib"] * 2**20),
+            record["capture_s"],
+        )
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "static_steps": self.steps,
+            "graph_replays": self.replays,
+            "graphs_captured": self.captured,
+            "buckets": sorted(self.buckets),
+            "capture_failed": {str(b): why for b, why in sorted(self.failed.items())},
+            "eager_steps": self.eager,
+            "recaptures": self.recaptures,
+            "graph_pool_mib": round(self.pool_bytes / 2**20, 1),
+            "capture_s": round(self.capture_s, 4),
+        }
+
+
+@dataclass
+class _Bucket:
+    """A bucket's fixed inputs, and its graph and output once captured."""
+
+    ids: torch.Tensor  # (b, 1)
+    pos: torch.Tensor  # (b, 1)
+    mask: torch.Tensor  # (b, 1, 1, columns) bool
+    uses: int = 0  # steps the bucket has run
+    replay: Callable[[], None] | None = None  # the captured graph's replay
+    logits: torch.Tensor | None = None  # the graph's output, rewritten by each replay
+
+
+@dataclass
+class Output:
+    """A static step's output, as the chooser reads a model output: the live rows' logits (n, 1, vocabulary)."""
+
+    logits: torch.Tensor
+
+
+class StaticStep:
+    """The static step of one decode call over one preallocated cache (`graphs`: captured as CUDA graphs)."""
+
+    def __init__(self, model, keyword: str, cache, *, graphs: bool) -> None:
+        self.model, self.keyword, self.cache, self.graphs = model, keyword, cache, graphs
+        self.layers: list[PreallocatedLayer] = list(cache.layers)
+        self.stats = StepStats()
+        self._buckets: dict[int, _Bucket] = {}
+        self._column: torch.Tensor | None = None
+        self._buffers: tuple[int, int, int] | None = None  # (address, columns, rows) the buckets were made for
+        self._capture = CudaCapture() if graphs else None
+
+    def __call__(self, rows, cache, eager):
+        """The rows' step: (output, cache), as `ModelCall.forward` answers; `eager`: the model call's eager
+        forward, for a step the static one cannot take."""
+        first = self.layers[0]
+        if first.is_initialized and first.hi >= first.capacity:
+            room(cache, 1)  # a stream's window slides to the front of its buffers (the loop's checks do it first)
+        if not first.is_initialized or first.hi >= first.capacity or rows.width != first.length + 1:
+            self.stats.eager += 1
+            return eager(rows, cache)
+        self._same_buffers(first)
+        n = rows.live.numel()
+        b = bucket(n, first._k.shape[0])
+        entry = self._buckets.get(b) or self._bucket(b, first)
+        lo, hi = first.lo, first.hi
+        entry.ids[:n].copy_(rows.ids[:, -1:])
+        entry.pos[:n].copy_(rows.pos)
+        entry.mask.zero_()
+        entry.mask[:n, 0, 0, lo : hi + 1].copy_(rows.attn)
+        entry.mask[n:, 0, 0, hi] = True  # a padding row attends to its own column only (no empty softmax)
+        self._column.fill_(hi)
+        logits = self._graphed(entry, b) if self.graphs else self._forward(entry)
+        for layer in self.layers:
+            layer.stepped()
+        self.stats.steps += 1
+        self.stats.buckets.add(b)
+        return Output(logits[:n]), cache
+
+    def _same_buffers(self, first: PreallocatedLayer) -> None:
+        """Drop the buckets (and their graphs) where the buffers are not those they were made for."""
+        now = (first._k.data_ptr(), first._k.shape[2], first._k.shape[0])
+        if now != self._buffers:
+            if any(entry.replay is not None for entry in self._buckets.values()):
+                self.stats.recaptures += 1
+            self._buckets.clear()
+            self._buffers = now
+            self._column = torch.zeros(1, dtype=torch.long, device=first._k.device)
+
+    def _bucket(self, b: int, first: PreallocatedLayer) -> _Bucket:
+        device, columns = first._k.device, first._k.shape[2]
+        entry = _Bucket(
+            ids=torch.zeros(b, 1, dtype=torch.long, device=device),
+            pos=torch.zeros(b, 1, dtype=torch.long, device=device),
+            mask=torch.zeros(b, 1, 1, columns, dtype=torch.bool, device=device),
+        )
+        self._buckets[b] = entry
+        return entry
+
+    def _forward(self, entry: _Bucket) -> torch.Tensor:
+        """The model over the bucket's inputs, its layers writing at the column tensor: the logits (b, 1, V)."""
+        for layer in self.layers:
+            layer.fixed = self._column
+        try:
+            out = self.model(
+                input_ids=entry.ids,
+                attention_mask=entry.mask,
+                position_ids=entry.pos,
+                use_cache=True,
+                **{self.keyword: self.cache},
+            )
+        finally:
+            for layer in self.layers:
+                layer.fixed = None
+        return out.logits
+
+    def _graphed(self, entry: _Bucket, b: int) -> torch.Tensor:
+        """Replay the bucket's graph; on its first step run it eagerly (the capture's warm-up), then capture it."""
+        if entry.replay is not None:
+            entry.replay()
+            self.stats.replays += 1
+            return entry.logits
+        entry.uses += 1
+        if entry.uses < CAPTURE_AT or b in self.stats.failed:
+            return self._forward(entry)
+        started = time.perf_counter()
+        logits = self._capture.warm(lambda: self._forward(entry))  # this step's own result
+        try:
+            entry.replay, entry.logits, used = self._capture.capture(lambda: self._forward(entry))
+        except torch.cuda.OutOfMemoryError:
+            raise  # the OOM retry's (and the batch-size probe's) to handle
+        except RuntimeError as exc:  # an operation a capture refuses: this bucket stays eager
+            self.stats.failed[b] = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            return logits
+        finally:
+            self.stats.capture_s += time.perf_counter() - started
+        self.stats.captured += 1
+        self.stats.pool_bytes += used
+        return logits
+
+
+class CudaCapture:
+    """torch.cuda's graphs for one decode call: its captures share one memory pool."""
+
+    def __init__(self) -> None:
+        self.pool = None
+
+    def warm(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """`run` eagerly on a side stream, as a capture's warm-up must (lazy initialisations, cuBLAS workspaces)."""
+        main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            out = run()
+        main.wait_stream(side)
+        out.record_stream(main)
+        return out
+
+    def capture(self, run: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor, int]:
+        """`run` captured (not run): its replay, its output tensor (rewritten by each replay), the bytes it reserved."""
+        reserved = torch.cuda.memory_reserved()
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: the job's finisher thread (detokenising the last batch) may touch CUDA meanwhile
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            out = run()
+        self.pool = self.pool or graph.pool()
+        return graph.replay, out, max(torch.cuda.memory_reserved() - reserved, 0)
