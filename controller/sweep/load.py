@@ -51,7 +51,9 @@ class Locator:
 
 
 def _format_error(locate: Locator, err: ValidationError) -> str:
-    errors = err.errors()
+    # an unknown key first: a misspelt key is often why a required one is missing (`generaton:` beside no
+    # `name:`), and its did-you-mean is the fix
+    errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
     loc = tuple(p for p in first["loc"] if not (p in ("str", "PromptItem") or "function-" in str(p)))
     said = wording.explain({**first, "loc": loc}, errors, SweepSpec)

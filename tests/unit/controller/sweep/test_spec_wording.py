@@ -45,6 +45,14 @@ def test_spec_errors_say_what_to_write(change, expected):
     assert "Input should be" not in message and "Extra inputs" not in message and ".int" not in message
 
 
+def test_a_misspelt_key_is_named_before_the_required_one_it_hides():
+    with pytest.raises(UsageError) as err:
+        parse_spec({k: v for k, v in {**BASE, "generaton": {}}.items() if k != "name"}, "sweep.yaml")
+    message = str(err.value)
+    assert message.startswith("sweep.yaml: generaton: unknown key; did you mean 'generation'?"), message
+    assert message.endswith("(and 1 more)") and "\n" not in message
+
+
 def test_an_unknown_key_far_from_any_lists_the_valid_ones():
     message = refusal(zzzz=1)
     assert "zzzz: unknown key; valid here: " in message and "generation" in message and "strategies" in message
