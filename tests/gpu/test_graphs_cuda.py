@@ -2,8 +2,8 @@
 scripts/device-checks.sh on a lent device; skipped elsewhere, where tests/unit/worker/engine/test_graphs.py runs
 the same static step eagerly and the capture's bookkeeping with a CPU stand-in).
 
-- Greedy tokens identical graphed and eager, for a stream, plain batches and beam search; the seeded sampler's
-  draws identical (its uniforms are precomputed: the graphs change only the logits' arithmetic).
+- Greedy tokens identical graphed and eager, for a stream, plain batches, beam and contrastive search; the
+  seeded sampler's draws identical (its uniforms are precomputed: the graphs change only the logits' arithmetic).
 - Every bucket captured once, replayed after that, none failed, no eager fallback; the graphs' pool reported.
 - Outside a capture (which synchronises once, at its start), no graphed step synchronises with the host.
 """
@@ -26,6 +26,7 @@ CASES = [
     ("greedy", {}, {"batch_size": 4, "refill": False}),
     ("greedy", {"repetition_penalty": 1.2}, {"batch_size": 1}),
     ("beam", {"num_beams": 3}, {"batch_size": 4}),
+    ("contrastive", {"k": 4, "alpha": 0.6}, {"batch_size": 4}),
     ("top_p", {"p": 0.9}, {"batch_size": 4}),
     ("min_p", {"p": 0.1}, {"batch_size": 8}),
 ]
@@ -46,7 +47,7 @@ def test_graphed_tokens_are_the_eager_ones(small_model, cuda_runtime, strategy, 
     _, eager = generate_job(_spec(small_model, strategy, params, settings, "eager"), cuda_runtime)
     result, graphed = generate_job(_spec(small_model, strategy, params, settings, "graphs"), cuda_runtime)
     same = sum(a.token_ids == b.token_ids for a, b in zip(graphed, eager))
-    if strategy in ("greedy", "beam"):
+    if strategy in ("greedy", "beam", "contrastive"):
         assert same == len(eager)
     else:  # float32 on a GPU: a rare near-tie of the sampler's CDF may flip one draw
         assert same >= len(eager) - 1

@@ -238,8 +238,8 @@ class GenerationSettings(Strict):
         "graphs once a GPU run has checked them), eager (a forward over each layer's window, every step), static "
         "(the bucketed static step over the whole preallocated buffers, run eagerly, on any device), graphs (the "
         "static step captured as CUDA graphs, one per bucket of rows; run eagerly where there is no CUDA). The "
-        "static step and graphs apply to greedy search, sampling, beam search and plugins' steps over the "
-        "preallocated cache with the prepared mask; the eager step elsewhere. What ran is recorded per cell.",
+        "static step and graphs apply to greedy search, sampling, beam and contrastive search and plugins' steps "
+        "over the preallocated cache with the prepared mask; the eager step elsewhere. What ran is recorded per cell.",
     )
     refill: bool = Field(
         default=True,

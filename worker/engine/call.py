@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from worker.engine.graphs import StaticStep, StepStats
 from worker.engine.kvcache import is_preallocated, preallocated_cache
 from worker.engine.models import probes, sdpa_mask
@@ -64,14 +66,43 @@ class ModelCall:
 
     def forward(self, rows: Rows, cache):
         """Each row's last token through the model over its KV cache, by the plan's decode step: (output, cache)."""
-        if self.step != "eager" and cache is not None:
-            static = self._static.get(id(cache))
-            if static is None and is_preallocated(cache):
-                static = StaticStep(self.model, self.keyword, cache, graphs=self.step == "graphs")
-                self._static[id(cache)] = static
-            if static is not None:
-                return static(rows, cache, self.eager_forward)
+        static = self._static_of(cache)
+        if static is not None:
+            return static(rows, cache, self.eager_forward)
         return self.eager_forward(rows, cache)
+
+    def _static_of(self, cache) -> StaticStep | None:
+        """The static step over this cache, where the plan's decode step is one and the cache is preallocated."""
+        if self.step == "eager" or cache is None:
+            return None
+        static = self._static.get(id(cache))
+        if static is None and is_preallocated(cache):
+            static = self._static[id(cache)] = StaticStep(self.model, self.keyword, cache, graphs=self.step == "graphs")
+        return static
+
+    def candidates(self, cache, attn, top_ids):
+        """Contrastive search's pass over its rows' own cache (the prepared mask): every live row's k candidates as
+        k tokens of the row, all at its next position, each attending to the row's past (`attn`) and to itself
+        only, by the plan's decode step: (logits (n, k, V), last hidden states (n, k, D))."""
+        static = self._static_of(cache)
+        if static is not None:
+            return static.candidates(attn, top_ids, lambda: self.eager_candidates(cache, attn, top_ids))
+        return self.eager_candidates(cache, attn, top_ids)
+
+    def eager_candidates(self, cache, attn, top_ids):
+        """`candidates` over the cache's window: the 4D mask of the rows' past and a diagonal block of their own."""
+        n, k = top_ids.shape
+        own = torch.eye(k, dtype=torch.bool, device=attn.device)[None, None].expand(n, 1, k, k)
+        mask = torch.cat([attn.bool()[:, None, None, :].expand(n, 1, k, attn.shape[1]), own], dim=-1)
+        out = self.model(
+            input_ids=top_ids,
+            attention_mask=mask,
+            position_ids=attn.sum(-1, keepdim=True).expand(n, k),
+            use_cache=True,
+            output_hidden_states=True,
+            **{self.keyword: cache},
+        )
+        return out.logits, out.hidden_states[-1]
 
     def step_stats(self) -> StepStats | None:
         """What this call's static steps did (None: the eager step ran every step)."""

@@ -116,14 +116,16 @@ class StepStats:
 
 @dataclass
 class _Bucket:
-    """A bucket's fixed inputs, and its graph and output once captured."""
+    """A bucket's fixed inputs (b rows of q tokens), and its graph and outputs once captured."""
 
-    ids: torch.Tensor  # (b, 1)
-    pos: torch.Tensor  # (b, 1)
-    mask: torch.Tensor  # (b, 1, 1, columns) bool
+    ids: torch.Tensor  # (b, q)
+    pos: torch.Tensor  # (b, q)
+    mask: torch.Tensor  # (b, 1, q, columns) bool
+    columns: torch.Tensor  # (q,) the cache columns the step writes
+    hidden: bool  # the step also returns the last layer's hidden states (contrastive search's candidates)
     uses: int = 0  # steps the bucket has run
     replay: Callable[[], None] | None = None  # the captured graph's replay
-    logits: torch.Tensor | None = None  # the graph's output, rewritten by each replay
+    outputs: tuple[torch.Tensor, ...] = ()  # the graph's outputs, rewritten by each replay
 
 
 @dataclass
@@ -140,37 +142,64 @@ class StaticStep:
         self.model, self.keyword, self.cache, self.graphs = model, keyword, cache, graphs
         self.layers: list[PreallocatedLayer] = list(cache.layers)
         self.stats = StepStats()
-        self._buckets: dict[int, _Bucket] = {}
-        self._column: torch.Tensor | None = None
+        self._buckets: dict[tuple[int, int], _Bucket] = {}  # (rows, tokens a row) -> its inputs and graph
         self._buffers: tuple[int, int, int] | None = None  # (address, columns, rows) the buckets were made for
         self._capture = CudaCapture() if graphs else None
 
     def __call__(self, rows, cache, eager):
-        """The rows' step: (output, cache), as `ModelCall.forward` answers; `eager`: the model call's eager
-        forward, for a step the static one cannot take."""
-        first = self.layers[0]
-        if first.is_initialized and first.hi >= first.capacity:
-            room(cache, 1)  # a stream's window slides to the front of its buffers (the loop's checks do it first)
-        if not first.is_initialized or first.hi >= first.capacity or rows.width != first.length + 1:
+        """The rows' step, one token a row: (output, cache), as `ModelCall.forward` answers; `eager`: the model
+        call's eager forward, for a step the static one cannot take (its mask covers the new column)."""
+        if not self._fits(1, rows.width - 1):
             self.stats.eager += 1
             return eager(rows, cache)
+        (logits,) = self._step(rows.ids[:, -1:], rows.pos, rows.attn, hidden=False)
+        return Output(logits), cache
+
+    def candidates(self, attn, top_ids, eager):
+        """Contrastive search's pass (`ModelCall.candidates`): every live row's k candidates as k tokens of the
+        row at its next position, each attending to the row's past (`attn`, the cache's window) and to itself:
+        (logits (n, k, V), last hidden states (n, k, D)); `eager`, where the static step cannot take it."""
+        if not self._fits(top_ids.shape[1], attn.shape[1]):
+            self.stats.eager += 1
+            return eager()
+        return self._step(top_ids, attn.sum(-1, keepdim=True), attn, hidden=True)
+
+    def _fits(self, q: int, past: int) -> bool:
+        """Whether the step can write its q columns (a stream's window slides to the front first, which the loop's
+        checks do before) and the rows' mask is the window's (`past` columns of it)."""
+        first = self.layers[0]
+        if not first.is_initialized:
+            return False
+        if first.hi + q > first.capacity:
+            room(self.cache, q)
+        return first.hi + q <= first.capacity and past == first.length
+
+    def _step(self, ids, pos, attn, *, hidden: bool) -> tuple[torch.Tensor, ...]:
+        """The bucket's inputs written from the live rows', the step run (replayed), the windows moved on: the
+        outputs' live rows."""
+        first = self.layers[0]
         self._same_buffers(first)
-        n = rows.live.numel()
+        n, q = ids.shape
         b = bucket(n, first._k.shape[0])
-        entry = self._buckets.get(b) or self._bucket(b, first)
+        entry = self._buckets.get((b, q)) or self._bucket(b, q, first, hidden)
         lo, hi = first.lo, first.hi
-        entry.ids[:n].copy_(rows.ids[:, -1:])
-        entry.pos[:n].copy_(rows.pos)
+        entry.ids[:n].copy_(ids)
+        entry.pos[:n].copy_(pos)
         entry.mask.zero_()
-        entry.mask[:n, 0, 0, lo : hi + 1].copy_(rows.attn)
-        entry.mask[n:, 0, 0, hi] = True  # a padding row attends to its own column only (no empty softmax)
-        self._column.fill_(hi)
-        logits = self._graphed(entry, b) if self.graphs else self._forward(entry)
+        entry.mask[:n, 0, :, lo : lo + attn.shape[1]] = attn[:, None, :].bool()
+        # each token its own column (for one token a row, the column the rows' mask ends with); a padding row
+        # attends to nothing else (no empty softmax)
+        entry.mask[:, 0, :, hi : hi + q] |= torch.eye(q, dtype=torch.bool, device=entry.mask.device)
+        torch.add(self._base(q), hi, out=entry.columns)
+        outputs = self._graphed(entry, (b, q)) if self.graphs else self._forward(entry)
         for layer in self.layers:
-            layer.stepped()
+            layer.stepped(q)
         self.stats.steps += 1
         self.stats.buckets.add(b)
-        return Output(logits[:n]), cache
+        return tuple(out[:n] for out in outputs)
+
+    def _base(self, q: int) -> torch.Tensor:
+        return torch.arange(q, device=self.layers[0]._k.device)
 
     def _same_buffers(self, first: PreallocatedLayer) -> None:
         """Drop the buckets (and their graphs) where the buffers are not those they were made for."""
@@ -180,58 +209,62 @@ class StaticStep:
                 self.stats.recaptures += 1
             self._buckets.clear()
             self._buffers = now
-            self._column = torch.zeros(1, dtype=torch.long, device=first._k.device)
 
-    def _bucket(self, b: int, first: PreallocatedLayer) -> _Bucket:
+    def _bucket(self, b: int, q: int, first: PreallocatedLayer, hidden: bool) -> _Bucket:
         device, columns = first._k.device, first._k.shape[2]
         entry = _Bucket(
-            ids=torch.zeros(b, 1, dtype=torch.long, device=device),
-            pos=torch.zeros(b, 1, dtype=torch.long, device=device),
-            mask=torch.zeros(b, 1, 1, columns, dtype=torch.bool, device=device),
+            ids=torch.zeros(b, q, dtype=torch.long, device=device),
+            pos=torch.zeros(b, q, dtype=torch.long, device=device),
+            mask=torch.zeros(b, 1, q, columns, dtype=torch.bool, device=device),
+            columns=torch.zeros(q, dtype=torch.long, device=device),
+            hidden=hidden,
         )
-        self._buckets[b] = entry
+        self._buckets[(b, q)] = entry
         return entry
 
-    def _forward(self, entry: _Bucket) -> torch.Tensor:
-        """The model over the bucket's inputs, its layers writing at the column tensor: the logits (b, 1, V)."""
+    def _forward(self, entry: _Bucket) -> tuple[torch.Tensor, ...]:
+        """The model over the bucket's inputs, its layers writing at the columns tensor: the logits (b, q, V), and
+        the last hidden states (b, q, D) where the bucket asks for them."""
         for layer in self.layers:
-            layer.fixed = self._column
+            layer.fixed = entry.columns
         try:
+            more = {"output_hidden_states": True} if entry.hidden else {}
             out = self.model(
                 input_ids=entry.ids,
                 attention_mask=entry.mask,
                 position_ids=entry.pos,
                 use_cache=True,
                 **{self.keyword: self.cache},
+                **more,
             )
         finally:
             for layer in self.layers:
                 layer.fixed = None
-        return out.logits
+        return (out.logits, out.hidden_states[-1]) if entry.hidden else (out.logits,)
 
-    def _graphed(self, entry: _Bucket, b: int) -> torch.Tensor:
-        """Replay the bucket's graph; on its first step run it eagerly (the capture's warm-up), then capture it."""
+    def _graphed(self, entry: _Bucket, key: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+        """Replay the bucket's graph; its first step runs eagerly, its second is the capture's warm-up and capture."""
         if entry.replay is not None:
             entry.replay()
             self.stats.replays += 1
-            return entry.logits
+            return entry.outputs
         entry.uses += 1
-        if entry.uses < CAPTURE_AT or b in self.stats.failed:
+        if entry.uses < CAPTURE_AT or key[0] in self.stats.failed:
             return self._forward(entry)
         started = time.perf_counter()
-        logits = self._capture.warm(lambda: self._forward(entry))  # this step's own result
+        outputs = self._capture.warm(lambda: self._forward(entry))  # this step's own result
         try:
-            entry.replay, entry.logits, used = self._capture.capture(lambda: self._forward(entry))
+            entry.replay, entry.outputs, used = self._capture.capture(lambda: self._forward(entry))
         except torch.cuda.OutOfMemoryError:
             raise  # the OOM retry's (and the batch-size probe's) to handle
         except RuntimeError as exc:  # an operation a capture refuses: this bucket stays eager
-            self.stats.failed[b] = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            return logits
+            self.stats.failed[key[0]] = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            return outputs
         finally:
             self.stats.capture_s += time.perf_counter() - started
         self.stats.captured += 1
         self.stats.pool_bytes += used
-        return logits
+        return outputs
 
 
 class CudaCapture:
@@ -240,22 +273,25 @@ class CudaCapture:
     def __init__(self) -> None:
         self.pool = None
 
-    def warm(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def warm(self, run: Callable[[], tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
         """`run` eagerly on a side stream, as a capture's warm-up must (lazy initialisations, cuBLAS workspaces)."""
         main, side = torch.cuda.current_stream(), torch.cuda.Stream()
         side.wait_stream(main)
         with torch.cuda.stream(side):
-            out = run()
+            outputs = run()
         main.wait_stream(side)
-        out.record_stream(main)
-        return out
+        for out in outputs:
+            out.record_stream(main)
+        return outputs
 
-    def capture(self, run: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor, int]:
-        """`run` captured (not run): its replay, its output tensor (rewritten by each replay), the bytes it reserved."""
+    def capture(
+        self, run: Callable[[], tuple[torch.Tensor, ...]]
+    ) -> tuple[Callable[[], None], tuple[torch.Tensor, ...], int]:
+        """`run` captured (not run): its replay, its outputs (rewritten by each replay), the bytes it reserved."""
         reserved = torch.cuda.memory_reserved()
         graph = torch.cuda.CUDAGraph()
         # thread_local: the job's finisher thread (detokenising the last batch) may touch CUDA meanwhile
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            out = run()
+            outputs = run()
         self.pool = self.pool or graph.pool()
-        return graph.replay, out, max(torch.cuda.memory_reserved() - reserved, 0)
+        return graph.replay, outputs, max(torch.cuda.memory_reserved() - reserved, 0)

@@ -50,7 +50,7 @@ class PreallocatedLayer(DynamicLayer):
         self.n = self.lo = self.hi = 0
         self._k: torch.Tensor | None = None
         self._v: torch.Tensor | None = None
-        # the static step's column (worker.engine.graphs): a (1,) device tensor while it runs, else None
+        # the static step's columns (worker.engine.graphs): a (q,) device tensor while it runs, else None
         self.fixed: torch.Tensor | None = None
 
     @property
@@ -114,7 +114,7 @@ class PreallocatedLayer(DynamicLayer):
         return self.keys, self.values
 
     def _fixed_update(self, key_states: torch.Tensor, value_states: torch.Tensor):
-        """The static step's write: the step's one column of the bucket's b rows at the column `fixed` holds
+        """The static step's write: the step's columns of the bucket's b rows at the columns `fixed` holds
         (a device tensor, so a captured graph replays it at any column), through `index_copy_` into the
         buffers; the buffers' first b rows returned whole (every column: the step's mask says which a row
         attends to). `lo`, `hi` and the views move after the step (`graphs.StaticStep`), not here, where a
@@ -124,9 +124,9 @@ class PreallocatedLayer(DynamicLayer):
         self._v[:b].index_copy_(2, self.fixed, value_states)
         return self._k[:b], self._v[:b]
 
-    def stepped(self) -> None:
-        """The static step wrote column `hi`: the window takes it."""
-        self.hi += 1
+    def stepped(self, q: int = 1) -> None:
+        """The static step wrote the q columns from `hi`: the window takes them."""
+        self.hi += q
         self._views()
 
     def get_seq_length(self) -> int:

@@ -243,18 +243,18 @@ def decode_step_of(
     setting: str, device: torch.device, step: type[Chooser] | None, cache: Cache, mask: bool
 ) -> tuple[DecodeStep, str]:
     """The decode step a plan takes for the sweep's `decode_step` setting, and why (result.json says it): the
-    static step (worker.engine.graphs) only where the loop steps one token a row over the preallocated cache with
-    the prepared mask; CUDA graphs only on CUDA; `auto` takes them there (once GRAPHS_BY_DEFAULT) and the eager
-    step on the CPU, where a step's kernels cost no launch overhead and attending over the window only is the
-    cheaper."""
+    static step (worker.engine.graphs) only where the loop's pass is the model call's (one token a row, or
+    contrastive search's candidates) over the preallocated cache with the prepared mask; CUDA graphs only on
+    CUDA; `auto` takes them there (once GRAPHS_BY_DEFAULT) and the eager step on the CPU, where a step's
+    kernels cost no launch overhead and attending over the window only is the cheaper."""
     if setting == "eager":
         return DecodeStep.EAGER, "decode_step: eager"
     if step is None:
         return DecodeStep.EAGER, "transformers' generate() runs this job"
     if cache is not Cache.PREALLOCATED or not mask:
         return DecodeStep.EAGER, "the static step needs the preallocated cache and the prepared mask"
-    if step.forward_of is not Chooser.forward_of:
-        return DecodeStep.EAGER, f"{step.__name__} runs a decode pass of its own (several tokens a row)"
+    if step.forward_of is not Chooser.forward_of and not issubclass(step, contrastive.ContrastiveStep):
+        return DecodeStep.EAGER, f"{step.__name__} runs a decode pass of its own"
     cuda = device.type == "cuda"
     if setting == "auto":
         if cuda and GRAPHS_BY_DEFAULT:

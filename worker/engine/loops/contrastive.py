@@ -59,19 +59,10 @@ def _keep_repeated(past, best, k: int) -> None:
 
 def _shared(call: ModelCall, past, attn, top_ids):
     """One forward pass of every live row's k candidates as k tokens of the row, all at its next
-    position, each attending to the row's past and to itself only: as `_repeated`, without copies."""
-    n, k = top_ids.shape
-    own = torch.eye(k, dtype=torch.bool, device=attn.device)[None, None].expand(n, 1, k, k)
-    mask = torch.cat([attn.bool()[:, None, None, :].expand(n, 1, k, attn.shape[1]), own], dim=-1)
-    cand = call.model(
-        input_ids=top_ids,
-        attention_mask=mask,
-        position_ids=attn.sum(-1, keepdim=True).expand(n, k),
-        use_cache=True,
-        output_hidden_states=True,
-        **{call.keyword: past},
-    )
-    return getattr(cand, call.keyword), cand.logits, cand.hidden_states[-1]
+    position, each attending to the row's past and to itself only: as `_repeated`, without copies
+    (the model call's `candidates`: eager, or its static step)."""
+    logits, hidden = call.candidates(past, attn, top_ids)
+    return past, logits, hidden
 
 
 def _best(hidden, context, context_mask, top_p, alpha: float):

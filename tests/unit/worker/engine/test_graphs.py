@@ -1,8 +1,8 @@
 """The static, bucketed decode step (worker.engine.graphs) on the CPU, where it runs eagerly.
 
-- Every golden case (greedy, sampling, penalties, stop strings, beam and diverse beam search, streams and
-  batches, on both bundled models) gives the recorded tokens with `decode_step: static`; the cases whose
-  step cannot be static (contrastive search's own pass, eager attention) say why in result.json.
+- Every golden case (greedy, sampling, penalties, stop strings, contrastive, beam and diverse beam search,
+  streams and batches, on both bundled models) gives the recorded tokens with `decode_step: static`; the
+  cases whose step cannot be static (eager attention: no prepared mask) say why in result.json.
 - The step's logits equal the eager step's over a twin cache (padding rows in a bucket, compaction into a
   smaller bucket, buffers that grew: the graphs dropped and captured again, a step with no column left run
   eagerly).
@@ -46,15 +46,16 @@ class ReplayedOnCpu:
         return run()
 
     def capture(self, run):
-        out = run()
-        ReplayedOnCpu.captures.append(out.shape[0])
-        if out.shape[0] in self.refuse:
+        outputs = run()
+        ReplayedOnCpu.captures.append(outputs[0].shape[0])
+        if outputs[0].shape[0] in self.refuse:
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
 
         def replay() -> None:
-            out.copy_(run())
+            for out, again in zip(outputs, run()):
+                out.copy_(again)
 
-        return replay, out, 0
+        return replay, outputs, 0
 
 
 def test_buckets_are_vllms_capture_sizes_capped_at_the_buffers_rows():
@@ -75,6 +76,10 @@ def test_the_plan_takes_the_static_step_only_where_it_can_and_says_why(monkeypat
     from worker.engine.loops.beam_step import BeamStep
     from worker.engine.loops.contrastive import ContrastiveStep
 
+    class OwnPass(Chooser):
+        def forward_of(self, call):
+            return call.eager_forward
+
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     pre = Cache.PREALLOCATED
     assert decode_step_of("auto", cpu, Chooser, pre, True)[0] is DecodeStep.EAGER
@@ -82,6 +87,8 @@ def test_the_plan_takes_the_static_step_only_where_it_can_and_says_why(monkeypat
     assert step is DecodeStep.EAGER and "decode_step: graphs" in why
     assert decode_step_of("graphs", cuda, Chooser, pre, True) == (DecodeStep.GRAPHS, "decode_step: graphs")
     assert decode_step_of("graphs", cuda, BeamStep, pre, True)[0] is DecodeStep.GRAPHS
+    assert decode_step_of("graphs", cuda, ContrastiveStep, pre, True)[0] is DecodeStep.GRAPHS  # over its rows' cache
+    assert decode_step_of("graphs", cuda, ContrastiveStep, Cache.DYNAMIC, False)[0] is DecodeStep.EAGER  # repeated
     assert decode_step_of("static", cuda, Chooser, pre, True)[0] is DecodeStep.STATIC
     step, why = decode_step_of("graphs", cpu, Chooser, pre, True)
     assert step is DecodeStep.STATIC and "no CUDA" in why
@@ -90,7 +97,7 @@ def test_the_plan_takes_the_static_step_only_where_it_can_and_says_why(monkeypat
         (None, pre, True),  # generate() runs it
         (Chooser, Cache.DYNAMIC, False),  # a sliding-window model: transformers' cache
         (Chooser, pre, False),  # no prepared mask
-        (ContrastiveStep, pre, True),  # a pass of its own
+        (OwnPass, pre, True),  # a plugin's pass of its own
     ]:
         step, why = decode_step_of("graphs", cuda, *refused)
         assert step is DecodeStep.EAGER and why
@@ -111,7 +118,7 @@ def test_every_golden_case_gives_its_recorded_tokens_on_the_static_step(model, r
         result, records = generate_job(spec, runtime)
         assert [r.token_ids for r in records] == recorded[case], case
         step = result.engine["decode_step"]
-        if strategy == "contrastive" or options.get("attention") == "eager":
+        if options.get("attention") == "eager":  # no prepared mask: contrastive's candidates repeat the cache
             assert step["mode"] == "eager" and step["why"], case
             assert "static_steps" not in step and all(b.decode_step is None for b in result.batches)
         else:
@@ -183,11 +190,18 @@ def _graphed(monkeypatch, refuse=frozenset()):
     monkeypatch.setattr(planning, "decode_step_of", graphed)
 
 
-@pytest.mark.parametrize("refuse", [frozenset(), frozenset({2})])
+@pytest.mark.parametrize(
+    "strategy,params,refuse",
+    [
+        ("top_p", {"p": 0.9}, frozenset()),
+        ("top_p", {"p": 0.9}, frozenset({2})),
+        ("contrastive", {"k": 3, "alpha": 0.6}, frozenset()),  # k candidate tokens a row, and hidden states
+    ],
+)
 def test_a_stream_captures_each_bucket_once_replays_it_and_keeps_the_eager_tokens(
-    tiny_model, runtime, monkeypatch, refuse
+    tiny_model, runtime, monkeypatch, strategy, params, refuse
 ):
-    spec = job(tiny_model, "top_p", {"p": 0.9}, batch_size=4, max_new=20, stop=[","], prompts=MIXED, seed=3)
+    spec = job(tiny_model, strategy, params, batch_size=4, max_new=20, stop=[","], prompts=MIXED, seed=3)
     _, eager = generate_job(spec, runtime)
     _graphed(monkeypatch, refuse)
     ReplayedOnCpu.captures = []
