@@ -10,7 +10,8 @@ weights) and batch size (1, 8, 32 and auto), greedy search over the same prompts
 - `static`: the own engine, `decode_step: static` (the bucketed static step, run eagerly);
 - `graphs`: the own engine, `decode_step: graphs` (the static step captured as CUDA graphs; CUDA only);
 - `hf-compiled`: transformers' `generate(cache_implementation="static")`, which compiles the forward pass
-  with torch.compile on CUDA (CUDA only; compiled in an untimed warm-up per batch size).
+  with torch.compile on CUDA (compiled in an untimed warm-up per batch size); on the CPU, where transformers
+  does not compile it, the side is `hf-static`.
 
 Each side runs once untimed, then the rounds interleave the sides (benchmarks/sides.py); a ratio is the
 median of the rounds' ratios of tokens/s. Printed per model and batch: tokens/s and ms per decode step per
@@ -19,7 +20,7 @@ sides, and at batch 1 each side's fraction of the memory-bandwidth bound (weight
 bandwidth). The targets (issue 44): batch 1 at least 5x eager; no slower than hf-compiled at any batch.
 
     python benchmarks/bench_graphs.py --device cuda:0 [--models gpt2,llama] [--rounds 3] [--out FILE]
-    python benchmarks/bench_graphs.py --device cpu --tiny      # the code path on the CPU: eager and static only
+    python benchmarks/bench_graphs.py --device cpu --tiny      # the code path on the CPU: eager, static, hf-static
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def hf_compiled(model_path: str, prompts, batch, max_new: int, device):
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16).to(device).eval()
     tok = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    tok.pad_token = tok.pad_token or tok.eos_token
     size = len(prompts) if batch == "auto" else batch
     texts = [p.prompt for p in prompts]
 
@@ -129,8 +131,9 @@ def section(args, runtime, family: str, batch) -> dict:
         steps = ["eager", "static"] + (["graphs"] if device.type == "cuda" else [])
         for step in steps:
             sides[step], found[step] = own(runtime, path, prompts, batch, args.max_new, step)
-        if device.type == "cuda" and not args.no_hf:
-            sides["hf-compiled"], found["hf-compiled"] = hf_compiled(path, prompts, batch, args.max_new, device)
+        if not args.no_hf:  # compiled on CUDA; on the CPU transformers runs its static cache uncompiled
+            hf = "hf-compiled" if device.type == "cuda" else "hf-static"
+            sides[hf], found[hf] = hf_compiled(path, prompts, batch, args.max_new, device)
         for run in sides.values():  # untimed: loading, warm-up, compilation
             run()
         stats, outputs = rounds(sides, args.rounds, device)
@@ -145,7 +148,8 @@ def section(args, runtime, family: str, batch) -> dict:
             row["sides"][name] = side
         base = outputs["eager"]
         row["identical_to_eager"] = {k: sum(a == b for a, b in zip(v, base)) / len(base) for k, v in outputs.items()}
-        for a, b in (("graphs", "eager"), ("graphs", "hf-compiled"), ("static", "eager"), ("eager", "hf-compiled")):
+        pairs = [("graphs", "eager"), ("graphs", "hf-compiled"), ("static", "eager"), ("eager", "hf-compiled")]
+        for a, b in pairs + [("static", "hf-static")]:
             if a in stats and b in stats:
                 row[f"{a}/{b}"] = ratio(stats[a], stats[b])
         return row
@@ -168,8 +172,9 @@ def main() -> None:
     runtime = Runtime(args.device)
     started = time.perf_counter()
     out = {"device": str(runtime.device), "max_new": args.max_new, "rounds": args.rounds, "rows": [], "skipped": []}
-    for family in args.models.split(","):
-        for batch in [b if b == "auto" else int(b) for b in args.batches.split(",")]:
+    # batch-major: a run cut short by its budget has measured every model at the smaller batches
+    for batch in [b if b == "auto" else int(b) for b in args.batches.split(",")]:
+        for family in args.models.split(","):
             if time.perf_counter() - started > args.budget_s:
                 out["skipped"].append(f"{family}@{batch}")
                 continue
