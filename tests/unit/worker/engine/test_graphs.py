@@ -6,6 +6,9 @@
 - The step's logits equal the eager step's over a twin cache (padding rows in a bucket, compaction into a
   smaller bucket, buffers that grew: the graphs dropped and captured again, a step with no column left run
   eagerly).
+- The step's forward is capturable: torch.compile(fullgraph=True) traces it whole (no host synchronisation, no
+  Python branch on a tensor's value: either would break the graph), one token a row and contrastive search's
+  candidates, on GPT-2 and Llama.
 - The capture's bookkeeping, with a CPU stand-in of torch.cuda's graphs (`ReplayedOnCpu`: a capture keeps
   the step, a replay runs it again into the same output tensor): one capture per bucket, replays after it,
   a bucket whose capture fails runs eagerly, and the tokens stay the eager loop's. The real capture runs in
@@ -176,6 +179,45 @@ def test_the_static_steps_logits_are_the_eager_steps_through_buckets_growth_and_
     assert ReplayedOnCpu.captures == [3, 3, 2] and stats.captured == 3
     assert stats.replays == 1  # step 7; steps 0, 3, 5 (first uses) and 1, 4, 6 (captures) ran eagerly
     assert eager.step_stats() is None
+
+
+def _llama(tiny_model):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=4096, attn_implementation="sdpa")  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_the_static_steps_forward_traces_as_one_graph(tiny_model, monkeypatch, family):
+    """What CUDA graphs need of the step, checked where there is no CUDA: dynamo traces the model's forward over
+    the bucket's inputs whole (fullgraph), as it refuses a synchronisation or a branch on a tensor's value."""
+    if family == "gpt2":
+        model = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="sdpa").eval()
+    else:
+        model = _llama(tiny_model)
+    compiled = torch.compile(graphs.StaticStep._forward, backend="eager", fullgraph=True)
+    traced: list[tuple[int, int]] = []
+
+    def whole(self, entry):
+        traced.append(tuple(entry.ids.shape))
+        return compiled(self, entry)
+
+    monkeypatch.setattr(graphs.StaticStep, "_forward", whole)
+    tok = AutoTokenizer.from_pretrained(tiny_model, padding_side="left")
+    tok.pad_token = tok.pad_token or tok.eos_token
+    call = ModelCall.of(model, mask=True, preallocated=True, step="static")
+    rows = _rows(tok, ["Anne", "It was a truth universally acknowledged", "She"], 8)
+    cache = call.buffers(rows.width + 8, 3)
+    with torch.inference_mode():
+        out, _ = call.prefill(rows, cache, output_hidden_states=True)  # as contrastive search's prefill asks
+        rows.append(out.logits[:, -1].argmax(-1))
+        out, _ = call.forward(rows, cache)  # one token a row
+        logits, hidden = call.candidates(cache, rows.attn, out.logits[:, -1].topk(3).indices)  # k = 3 a row
+    assert traced == [(3, 1), (3, 3)] and logits.shape[:2] == (3, 3) and hidden.shape[:2] == (3, 3)
+    assert call.step_stats().eager == 0
 
 
 def _graphed(monkeypatch, refuse=frozenset()):
