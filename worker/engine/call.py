@@ -15,6 +15,7 @@ layer's window and the rows' mask), or the static, bucketed one over the preallo
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from worker.engine.rows import Rows
+    from worker.engine.timing import StepClock
 
 
 @dataclass(frozen=True)
@@ -40,15 +42,25 @@ class ModelCall:
     mask: bool  # decode steps pass SDPA the prepared 4D mask (the plan's, with the preallocated cache)
     preallocated: bool  # the plan's cache: kvcache's preallocated buffers, else transformers' own
     step: str = "eager"  # the plan's decode step: eager, static (bucketed, run eagerly) or graphs (CUDA graphs)
+    clock: StepClock | None = None  # the decode call's clock, paused while a graph is captured
     # the static step of each cache this call has stepped (by id: it holds its cache, which lives as long as the
     # call, a decode call's)
     _static: dict[int, StaticStep] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, model: PreTrainedModel, *, mask: bool, preallocated: bool, step: str = "eager") -> ModelCall:
-        """The call of a model with the plan's mask, cache and decode step (worker.engine.plan.Plan.call)."""
+    def of(
+        cls,
+        model: PreTrainedModel,
+        *,
+        mask: bool,
+        preallocated: bool,
+        step: str = "eager",
+        clock: StepClock | None = None,
+    ) -> ModelCall:
+        """The call of a model with the plan's mask, cache and decode step (worker.engine.plan.Plan.call), timed by
+        `clock`."""
         found = probes(model)
-        return cls(model, found.cache_keyword, found.last_logits, mask, preallocated, step)
+        return cls(model, found.cache_keyword, found.last_logits, mask, preallocated, step, clock)
 
     def buffers(self, columns: int, rows: int):
         """Preallocated KV buffers of `rows` rows and `columns` columns; None over transformers' own cache."""
@@ -77,7 +89,9 @@ class ModelCall:
             return None
         static = self._static.get(id(cache))
         if static is None and is_preallocated(cache):
-            static = self._static[id(cache)] = StaticStep(self.model, self.keyword, cache, graphs=self.step == "graphs")
+            pause = self.clock.paused if self.clock is not None else nullcontext
+            static = StaticStep(self.model, self.keyword, cache, graphs=self.step == "graphs", pause=pause)
+            self._static[id(cache)] = static
         return static
 
     def candidates(self, cache, attn, top_ids):

@@ -127,7 +127,7 @@ def _decode(lm: LoadedModel, plan: Plan, enc, clock, seeds: list[int], refill=No
         sampler = SeededSampler(seeds, lm.device, max_steps=plan.config.max_new_tokens)
     total = refill.total if refill is not None else enc["input_ids"].shape[0]
     chooser = plan.chooser(sampler, total, lm.device)
-    loop = decode.Loop(plan.call(lm.model), chooser, clock, check_every(lm.device), refill)
+    loop = decode.Loop(plan.call(lm.model, clock), chooser, clock, check_every(lm.device), refill)
     out = loop.run(enc)
     recorder = FinishRecorder(enc["input_ids"].shape[1], [], None, len(seeds), "cpu")
     for row, (n, at_eos) in enumerate(zip(out.finished.n_new, out.finished.at_eos)):

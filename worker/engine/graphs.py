@@ -27,14 +27,17 @@ warm-up a capture needs) and is captured into the call's one graph pool; the buc
 it. A bucket whose
 capture fails (an operation that synchronises, say) stays eager, and the stats say why. Buffers that
 grew (a write past the planned capacity) drop every graph, their addresses having changed; a step
-whose window is not the rows' (which the loop never makes) runs the eager forward. `StepStats` counts
-all of it for result.json.
+whose window is not the rows' (which the loop never makes) runs the eager forward. A capture is no step's
+work: the decode call's clock is paused while it runs (worker.engine.timing), so the step times and a
+batch's total are the steady state's, and `capture_s` says what the captures cost. `StepStats` counts all
+of it for result.json.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +75,7 @@ class StepStats:
     eager: int = 0  # steps that ran the eager forward instead (no column left, a window out of step)
     recaptures: int = 0  # times grown buffers dropped the graphs
     pool_bytes: int = 0  # device memory the captures reserved (the graphs' pool), summed over decode calls
-    capture_s: float = 0.0  # host seconds the warm-ups and captures took (inside the timed steps)
+    capture_s: float = 0.0  # host seconds the captures took (left out of the step times: StepClock.paused)
 
     def add(self, other: StepStats) -> None:
         self.steps += other.steps
@@ -138,8 +141,9 @@ class Output:
 class StaticStep:
     """The static step of one decode call over one preallocated cache (`graphs`: captured as CUDA graphs)."""
 
-    def __init__(self, model, keyword: str, cache, *, graphs: bool) -> None:
-        self.model, self.keyword, self.cache, self.graphs = model, keyword, cache, graphs
+    def __init__(self, model, keyword: str, cache, *, graphs: bool, pause=nullcontext) -> None:
+        """`pause()`: a context its captures run in (the decode call's clock, paused: `StepClock.paused`)."""
+        self.model, self.keyword, self.cache, self.graphs, self._pause = model, keyword, cache, graphs, pause
         self.layers: list[PreallocatedLayer] = list(cache.layers)
         self.stats = StepStats()
         self._buckets: dict[tuple[int, int], _Bucket] = {}  # (rows, tokens a row) -> its inputs and graph
@@ -251,10 +255,11 @@ class StaticStep:
         entry.uses += 1
         if entry.uses < CAPTURE_AT or key[0] in self.stats.failed:
             return self._forward(entry)
-        started = time.perf_counter()
         outputs = self._capture.warm(lambda: self._forward(entry))  # this step's own result
+        started = time.perf_counter()
         try:
-            entry.replay, entry.outputs, used = self._capture.capture(lambda: self._forward(entry))
+            with self._pause():  # the capture is no step's work: left out of the step times, recorded apart
+                entry.replay, entry.outputs, used = self._capture.capture(lambda: self._forward(entry))
         except torch.cuda.OutOfMemoryError:
             raise  # the OOM retry's (and the batch-size probe's) to handle
         except RuntimeError as exc:  # an operation a capture refuses: this bucket stays eager

@@ -125,10 +125,10 @@ class Plan:
         they are rows of a repeated cache (without the prepared mask)."""
         return _rows_each(self.kind, self.mask, self.config, self.params) * self.samples
 
-    def call(self, model) -> ModelCall:
-        """The decode loop's model call: the model with the plan's mask and cache."""
+    def call(self, model, clock=None) -> ModelCall:
+        """The decode loop's model call: the model with the plan's mask, cache and decode step, timed by `clock`."""
         preallocated = self.cache is Cache.PREALLOCATED
-        return ModelCall.of(model, mask=self.mask, preallocated=preallocated, step=self.decode_step.value)
+        return ModelCall.of(model, mask=self.mask, preallocated=preallocated, step=self.decode_step.value, clock=clock)
 
     def chooser(self, sampler: SeededSampler | None, prompts: int, device) -> Chooser:
         """The token chooser of a decode call of `prompts` prompts, an output row per generation (their samples)."""

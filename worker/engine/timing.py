@@ -8,11 +8,17 @@ of stamps is the number of steps. Decode time is derived, total - prefill, not g
   asynchronous, so timing adds no host synchronisation per token. `stop()` records the
   end event and synchronises once, then reads the intervals between events.
 - On CPU the stamps are `time.perf_counter()` values.
+
+A one-time cost inside a step that is not the step's work (a CUDA graph's capture, worker.engine.graphs) runs
+`paused()`: its interval is stamped too, and every stamp after it is moved back by its length, so the
+steps' times and the call's total are the steady state's; the caller records the cost itself.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -38,6 +44,7 @@ class StepClock(LogitsProcessor):
         self._start = None
         self._steps: list = []
         self._marks: list = []
+        self._pauses: list = []  # (stamp, stamp) around what `paused` leaves out
 
     def _stamp(self):
         if self.cuda:
@@ -51,8 +58,18 @@ class StepClock(LogitsProcessor):
 
     def start(self) -> None:
         self._steps = []
+        self._pauses = []
         self._start = self._stamp()
         self._marks = [self._start]
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave what runs inside out of every later stamp (a one-time cost the caller records itself)."""
+        before = self._stamp()
+        try:
+            yield
+        finally:
+            self._pauses.append((before, self._stamp()))
 
     def mark(self) -> int:
         """Stamp a moment (a row's start or first token); its index into `StepTimes.marks`."""
@@ -72,9 +89,15 @@ class StepClock(LogitsProcessor):
         end = self._stamp()
         if self.cuda:
             end.synchronize()
-        total = self._seconds(self._start, end)
-        marks = [self._seconds(self._start, m) for m in self._marks]
-        step_s = [self._seconds(self._start, s) for s in self._steps]
+        pauses = [(self._seconds(self._start, a), self._seconds(a, b)) for a, b in self._pauses]
+
+        def since(stamp) -> float:  # seconds from the start, the pauses before the stamp left out
+            at = self._seconds(self._start, stamp)
+            return at - sum(length for begun, length in pauses if begun + length <= at)
+
+        total = since(end)
+        marks = [since(m) for m in self._marks]
+        step_s = [since(s) for s in self._steps]
         prefill = step_s[0] if step_s else total  # the first step's stamp is the first logits
         return StepTimes(prefill_s=prefill, total_s=total, steps=len(step_s), marks=marks, step_s=step_s)
 

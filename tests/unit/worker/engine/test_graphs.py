@@ -181,6 +181,22 @@ def test_the_static_steps_logits_are_the_eager_steps_through_buckets_growth_and_
     assert eager.step_stats() is None
 
 
+def test_a_paused_clock_leaves_the_capture_out_of_every_later_stamp(monkeypatch):
+    from worker.engine import timing
+
+    stamps = iter([0.0, 1.0, 2.0, 12.0, 13.0, 14.0, 15.0])  # start, tick, pause (10 s), tick, mark, stop
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(stamps))
+    clock = timing.StepClock(torch.device("cpu"))
+    clock.start()
+    clock.tick()
+    with clock.paused():
+        pass
+    clock.tick()
+    clock.mark()
+    times = clock.stop()
+    assert times.step_s == [1.0, 3.0] and times.marks == [0.0, 4.0] and times.total_s == 5.0
+
+
 def _llama(tiny_model):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -247,7 +263,12 @@ def test_a_stream_captures_each_bucket_once_replays_it_and_keeps_the_eager_token
     _, eager = generate_job(spec, runtime)
     _graphed(monkeypatch, refuse)
     ReplayedOnCpu.captures = []
+    from worker.engine import timing
+
+    paused, real = [], timing.StepClock.paused
+    monkeypatch.setattr(timing.StepClock, "paused", lambda self: paused.append(1) or real(self))
     result, graphed = generate_job(spec, runtime)
+    assert len(paused) == len(ReplayedOnCpu.captures) > 0  # the loop's clock left every capture out
     assert [(r.token_ids, r.stop_reason) for r in graphed] == [(r.token_ids, r.stop_reason) for r in eager]
     step = result.engine["decode_step"]
     assert step["mode"] == "graphs" and step["eager_steps"] == 0 and step["recaptures"] == 0
