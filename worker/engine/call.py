@@ -15,6 +15,7 @@ layer's window and the rows' mask), or the static, bucketed one over the preallo
 
 from __future__ import annotations
 
+import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,9 +44,8 @@ class ModelCall:
     preallocated: bool  # the plan's cache: kvcache's preallocated buffers, else transformers' own
     step: str = "eager"  # the plan's decode step: eager, static (bucketed, run eagerly) or graphs (CUDA graphs)
     clock: StepClock | None = None  # the decode call's clock, paused while a graph is captured
-    # the static step of each cache this call has stepped (by id: it holds its cache, which lives as long as the
-    # call, a decode call's)
-    _static: dict[int, StaticStep] = field(default_factory=dict, compare=False, repr=False)
+    # the static step of each cache this call has stepped, for as long as the cache lives
+    _static: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -87,11 +87,12 @@ class ModelCall:
         """The static step over this cache, where the plan's decode step is one and the cache is preallocated."""
         if self.step == "eager" or cache is None:
             return None
-        static = self._static.get(id(cache))
+        static = self._static.get(cache)
         if static is None and is_preallocated(cache):
             pause = self.clock.paused if self.clock is not None else nullcontext
-            static = StaticStep(self.model, self.keyword, cache, graphs=self.step == "graphs", pause=pause)
-            self._static[id(cache)] = static
+            static = self._static[cache] = StaticStep(
+                self.model, self.keyword, graphs=self.step == "graphs", pause=pause
+            )
         return static
 
     def candidates(self, cache, attn, top_ids):
@@ -100,7 +101,7 @@ class ModelCall:
         only, by the plan's decode step: (logits (n, k, V), last hidden states (n, k, D))."""
         static = self._static_of(cache)
         if static is not None:
-            return static.candidates(attn, top_ids, lambda: self.eager_candidates(cache, attn, top_ids))
+            return static.candidates(cache, attn, top_ids, lambda: self.eager_candidates(cache, attn, top_ids))
         return self.eager_candidates(cache, attn, top_ids)
 
     def eager_candidates(self, cache, attn, top_ids):
@@ -123,7 +124,7 @@ class ModelCall:
         if not self._static:
             return None
         total = StepStats()
-        for static in self._static.values():
+        for static in list(self._static.values()):
             total.add(static.stats)
         return total
 

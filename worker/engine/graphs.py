@@ -139,12 +139,14 @@ class Output:
 
 
 class StaticStep:
-    """The static step of one decode call over one preallocated cache (`graphs`: captured as CUDA graphs)."""
+    """The static step of one decode call over one preallocated cache (`graphs`: captured as CUDA graphs).
 
-    def __init__(self, model, keyword: str, cache, *, graphs: bool, pause=nullcontext) -> None:
+    It holds no reference to the cache, which each call passes (the model call keeps it by a weak key): a
+    cache that goes, the batch-size probe's say, takes its static step and graphs with it."""
+
+    def __init__(self, model, keyword: str, *, graphs: bool, pause=nullcontext) -> None:
         """`pause()`: a context its captures run in (the decode call's clock, paused: `StepClock.paused`)."""
-        self.model, self.keyword, self.cache, self.graphs, self._pause = model, keyword, cache, graphs, pause
-        self.layers: list[PreallocatedLayer] = list(cache.layers)
+        self.model, self.keyword, self.graphs, self._pause = model, keyword, graphs, pause
         self.stats = StepStats()
         self._buckets: dict[tuple[int, int], _Bucket] = {}  # (rows, tokens a row) -> its inputs and graph
         self._buffers: tuple[int, int, int] | None = None  # (address, columns, rows) the buckets were made for
@@ -153,35 +155,35 @@ class StaticStep:
     def __call__(self, rows, cache, eager):
         """The rows' step, one token a row: (output, cache), as `ModelCall.forward` answers; `eager`: the model
         call's eager forward, for a step the static one cannot take (its mask covers the new column)."""
-        if not self._fits(1, rows.width - 1):
+        if not self._fits(cache, 1, rows.width - 1):
             self.stats.eager += 1
             return eager(rows, cache)
-        (logits,) = self._step(rows.ids[:, -1:], rows.pos, rows.attn, hidden=False)
+        (logits,) = self._step(cache, rows.ids[:, -1:], rows.pos, rows.attn, hidden=False)
         return Output(logits), cache
 
-    def candidates(self, attn, top_ids, eager):
+    def candidates(self, cache, attn, top_ids, eager):
         """Contrastive search's pass (`ModelCall.candidates`): every live row's k candidates as k tokens of the
         row at its next position, each attending to the row's past (`attn`, the cache's window) and to itself:
         (logits (n, k, V), last hidden states (n, k, D)); `eager`, where the static step cannot take it."""
-        if not self._fits(top_ids.shape[1], attn.shape[1]):
+        if not self._fits(cache, top_ids.shape[1], attn.shape[1]):
             self.stats.eager += 1
             return eager()
-        return self._step(top_ids, attn.sum(-1, keepdim=True), attn, hidden=True)
+        return self._step(cache, top_ids, attn.sum(-1, keepdim=True), attn, hidden=True)
 
-    def _fits(self, q: int, past: int) -> bool:
+    def _fits(self, cache, q: int, past: int) -> bool:
         """Whether the step can write its q columns (a stream's window slides to the front first, which the loop's
         checks do before) and the rows' mask is the window's (`past` columns of it)."""
-        first = self.layers[0]
+        first = cache.layers[0]
         if not first.is_initialized:
             return False
         if first.hi + q > first.capacity:
-            room(self.cache, q)
+            room(cache, q)
         return first.hi + q <= first.capacity and past == first.length
 
-    def _step(self, ids, pos, attn, *, hidden: bool) -> tuple[torch.Tensor, ...]:
+    def _step(self, cache, ids, pos, attn, *, hidden: bool) -> tuple[torch.Tensor, ...]:
         """The bucket's inputs written from the live rows', the step run (replayed), the windows moved on: the
         outputs' live rows."""
-        first = self.layers[0]
+        first = cache.layers[0]
         self._same_buffers(first)
         n, q = ids.shape
         b = bucket(n, first._k.shape[0])
@@ -194,16 +196,13 @@ class StaticStep:
         # each token its own column (for one token a row, the column the rows' mask ends with); a padding row
         # attends to nothing else (no empty softmax)
         entry.mask[:, 0, :, hi : hi + q] |= torch.eye(q, dtype=torch.bool, device=entry.mask.device)
-        torch.add(self._base(q), hi, out=entry.columns)
-        outputs = self._graphed(entry, (b, q)) if self.graphs else self._forward(entry)
-        for layer in self.layers:
+        torch.add(torch.arange(q, device=entry.columns.device), hi, out=entry.columns)
+        outputs = self._graphed(cache, entry, (b, q)) if self.graphs else self._forward(cache, entry)
+        for layer in cache.layers:
             layer.stepped(q)
         self.stats.steps += 1
         self.stats.buckets.add(b)
         return tuple(out[:n] for out in outputs)
-
-    def _base(self, q: int) -> torch.Tensor:
-        return torch.arange(q, device=self.layers[0]._k.device)
 
     def _same_buffers(self, first: PreallocatedLayer) -> None:
         """Drop the buckets (and their graphs) where the buffers are not those they were made for."""
@@ -226,10 +225,10 @@ class StaticStep:
         self._buckets[(b, q)] = entry
         return entry
 
-    def _forward(self, entry: _Bucket) -> tuple[torch.Tensor, ...]:
+    def _forward(self, cache, entry: _Bucket) -> tuple[torch.Tensor, ...]:
         """The model over the bucket's inputs, its layers writing at the columns tensor: the logits (b, q, V), and
         the last hidden states (b, q, D) where the bucket asks for them."""
-        for layer in self.layers:
+        for layer in cache.layers:
             layer.fixed = entry.columns
         try:
             more = {"output_hidden_states": True} if entry.hidden else {}
@@ -238,15 +237,15 @@ class StaticStep:
                 attention_mask=entry.mask,
                 position_ids=entry.pos,
                 use_cache=True,
-                **{self.keyword: self.cache},
+                **{self.keyword: cache},
                 **more,
             )
         finally:
-            for layer in self.layers:
+            for layer in cache.layers:
                 layer.fixed = None
         return (out.logits, out.hidden_states[-1]) if entry.hidden else (out.logits,)
 
-    def _graphed(self, entry: _Bucket, key: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+    def _graphed(self, cache, entry: _Bucket, key: tuple[int, int]) -> tuple[torch.Tensor, ...]:
         """Replay the bucket's graph; its first step runs eagerly, its second is the capture's warm-up and capture."""
         if entry.replay is not None:
             entry.replay()
@@ -254,12 +253,12 @@ class StaticStep:
             return entry.outputs
         entry.uses += 1
         if entry.uses < CAPTURE_AT or key[0] in self.stats.failed:
-            return self._forward(entry)
-        outputs = self._capture.warm(lambda: self._forward(entry))  # this step's own result
+            return self._forward(cache, entry)
+        outputs = self._capture.warm(lambda: self._forward(cache, entry))  # this step's own result
         started = time.perf_counter()
         try:
             with self._pause():  # the capture is no step's work: left out of the step times, recorded apart
-                entry.replay, entry.outputs, used = self._capture.capture(lambda: self._forward(entry))
+                entry.replay, entry.outputs, used = self._capture.capture(lambda: self._forward(cache, entry))
         except torch.cuda.OutOfMemoryError:
             raise  # the OOM retry's (and the batch-size probe's) to handle
         except RuntimeError as exc:  # an operation a capture refuses: this bucket stays eager

@@ -217,9 +217,9 @@ def test_the_static_steps_forward_traces_as_one_graph(tiny_model, monkeypatch, f
     compiled = torch.compile(graphs.StaticStep._forward, backend="eager", fullgraph=True)
     traced: list[tuple[int, int]] = []
 
-    def whole(self, entry):
+    def whole(self, cache, entry):
         traced.append(tuple(entry.ids.shape))
-        return compiled(self, entry)
+        return compiled(self, cache, entry)
 
     monkeypatch.setattr(graphs.StaticStep, "_forward", whole)
     tok = AutoTokenizer.from_pretrained(tiny_model, padding_side="left")
@@ -234,6 +234,30 @@ def test_the_static_steps_forward_traces_as_one_graph(tiny_model, monkeypatch, f
         logits, hidden = call.candidates(cache, rows.attn, out.logits[:, -1].topk(3).indices)  # k = 3 a row
     assert traced == [(3, 1), (3, 3)] and logits.shape[:2] == (3, 3) and hidden.shape[:2] == (3, 3)
     assert call.step_stats().eager == 0
+
+
+def test_a_static_step_keeps_no_cache_alive(tiny_model):
+    """The batch-size probe runs one model call over cache after cache: each goes when the probe lets it go."""
+    import gc
+    import weakref
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="sdpa").eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model, padding_side="left")
+    tok.pad_token = tok.pad_token or tok.eos_token
+    call = ModelCall.of(model, mask=True, preallocated=True, step="static")
+    gone = []
+    for _ in range(3):
+        rows = _rows(tok, ["Anne", "She had never seen"], 4)
+        cache = call.buffers(rows.width + 4, 2)
+        with torch.inference_mode():
+            call.prefill(rows, cache)
+            rows.append(torch.tensor([5, 6]))
+            call.forward(rows, cache)
+        assert call.step_stats().steps >= 1
+        gone.append(weakref.ref(cache))
+        del cache
+        gc.collect()
+    assert all(ref() is None for ref in gone) and call.step_stats() is None
 
 
 def _graphed(monkeypatch, refuse=frozenset()):
