@@ -292,6 +292,8 @@ class CudaCapture:
         self, run: Callable[[], tuple[torch.Tensor, ...]]
     ) -> tuple[Callable[[], None], tuple[torch.Tensor, ...], int]:
         """`run` captured (not run): its replay, its outputs (rewritten by each replay), the bytes it reserved."""
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # as the capture's context does first: the difference is then the pool's alone
         reserved = torch.cuda.memory_reserved()
         graph = torch.cuda.CUDAGraph()
         # thread_local: the job's finisher thread (detokenising the last batch) may touch CUDA meanwhile
