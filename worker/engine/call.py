@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from worker.engine.graphs import StaticStep, StepStats
+from worker.engine.graphs import DecodeStep, StaticStep, StepStats
 from worker.engine.kvcache import is_preallocated, preallocated_cache
 from worker.engine.models import probes, sdpa_mask
 
@@ -42,7 +42,7 @@ class ModelCall:
     last_logits: bool  # the model takes `logits_to_keep`: a prefill computes the last position's logits only
     mask: bool  # decode steps pass SDPA the prepared 4D mask (the plan's, with the preallocated cache)
     preallocated: bool  # the plan's cache: kvcache's preallocated buffers, else transformers' own
-    step: str = "eager"  # the plan's decode step: eager, static (bucketed, run eagerly) or graphs (CUDA graphs)
+    step: DecodeStep = DecodeStep.EAGER  # the plan's decode step
     clock: StepClock | None = None  # the decode call's clock, paused while a graph is captured
     # the static step of each cache this call has stepped, for as long as the cache lives
     _static: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, compare=False, repr=False)
@@ -54,7 +54,7 @@ class ModelCall:
         *,
         mask: bool,
         preallocated: bool,
-        step: str = "eager",
+        step: DecodeStep = DecodeStep.EAGER,
         clock: StepClock | None = None,
     ) -> ModelCall:
         """The call of a model with the plan's mask, cache and decode step (worker.engine.plan.Plan.call), timed by
@@ -85,13 +85,13 @@ class ModelCall:
 
     def _static_of(self, cache) -> StaticStep | None:
         """The static step over this cache, where the plan's decode step is one and the cache is preallocated."""
-        if self.step == "eager" or cache is None:
+        if self.step is DecodeStep.EAGER or cache is None:
             return None
         static = self._static.get(cache)
         if static is None and is_preallocated(cache):
             pause = self.clock.paused if self.clock is not None else nullcontext
             static = self._static[cache] = StaticStep(
-                self.model, self.keyword, graphs=self.step == "graphs", pause=pause
+                self.model, self.keyword, graphs=self.step is DecodeStep.GRAPHS, pause=pause
             )
         return static
 

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import torch
@@ -48,6 +49,14 @@ from worker.engine.kvcache import PreallocatedLayer, room
 # a bucket is captured at its second step (its first runs eagerly): the buckets a stream passes through for a
 # step as its last rows finish cost no capture
 CAPTURE_AT = 2
+
+
+class DecodeStep(str, Enum):
+    """How the decode loop's model call steps (worker.engine.call; the plan chooses: plan.decode_step_of)."""
+
+    EAGER = "eager"  # a forward over each layer's window of the preallocated cache (or transformers' own)
+    STATIC = "static"  # the bucketed static step over the whole preallocated buffers, run eagerly
+    GRAPHS = "graphs"  # the static step captured as CUDA graphs, one per bucket, replayed
 
 
 def bucket_sizes(rows: int) -> tuple[int, ...]:

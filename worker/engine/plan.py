@@ -37,6 +37,7 @@ from worker.engine import chat
 from worker.engine.call import ModelCall
 from worker.engine.choose import Chooser, Rules, rules
 from worker.engine.custom import step_class
+from worker.engine.graphs import DecodeStep
 from worker.engine.loops import beam, contrastive
 from worker.engine.loops.beam_step import BeamStep
 from worker.engine.models import LoadedModel, prepared_mask, probes
@@ -50,14 +51,6 @@ class Path(str, Enum):
 
     DECODE = "decode"  # the engine's decode loop driving a step (worker.engine.decode)
     GENERATE = "generate"  # transformers' generate()
-
-
-class DecodeStep(str, Enum):
-    """How the decode loop's model call steps (worker.engine.call, worker.engine.graphs)."""
-
-    EAGER = "eager"  # a forward over each layer's window of the preallocated cache (or transformers' own)
-    STATIC = "static"  # the bucketed static step over the whole preallocated buffers, run eagerly
-    GRAPHS = "graphs"  # the static step captured as CUDA graphs, one per bucket, replayed
 
 
 class Cache(str, Enum):
@@ -128,7 +121,7 @@ class Plan:
     def call(self, model, clock=None) -> ModelCall:
         """The decode loop's model call: the model with the plan's mask, cache and decode step, timed by `clock`."""
         preallocated = self.cache is Cache.PREALLOCATED
-        return ModelCall.of(model, mask=self.mask, preallocated=preallocated, step=self.decode_step.value, clock=clock)
+        return ModelCall.of(model, mask=self.mask, preallocated=preallocated, step=self.decode_step, clock=clock)
 
     def chooser(self, sampler: SeededSampler | None, prompts: int, device) -> Chooser:
         """The token chooser of a decode call of `prompts` prompts, an output row per generation (their samples)."""

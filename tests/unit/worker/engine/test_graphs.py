@@ -151,7 +151,7 @@ def test_the_static_steps_logits_are_the_eager_steps_through_buckets_growth_and_
     tok = AutoTokenizer.from_pretrained(tiny_model, padding_side="left")
     tok.pad_token = tok.pad_token or tok.eos_token
     prompts = ["Anne", "It was a truth universally acknowledged, that a single man", "She had never seen"]
-    static = ModelCall.of(model, mask=True, preallocated=True, step="graphs")
+    static = ModelCall.of(model, mask=True, preallocated=True, step=DecodeStep.GRAPHS)
     eager = ModelCall.of(model, mask=True, preallocated=True)
     a, b = _rows(tok, prompts, 8), _rows(tok, prompts, 8)
     cache_a = static.buffers(a.width + 2, 3)  # two columns: the third step has none left (the buffers grow)
@@ -224,7 +224,7 @@ def test_the_static_steps_forward_traces_as_one_graph(tiny_model, monkeypatch, f
     monkeypatch.setattr(graphs.StaticStep, "_forward", whole)
     tok = AutoTokenizer.from_pretrained(tiny_model, padding_side="left")
     tok.pad_token = tok.pad_token or tok.eos_token
-    call = ModelCall.of(model, mask=True, preallocated=True, step="static")
+    call = ModelCall.of(model, mask=True, preallocated=True, step=DecodeStep.STATIC)
     rows = _rows(tok, ["Anne", "It was a truth universally acknowledged", "She"], 8)
     cache = call.buffers(rows.width + 8, 3)
     with torch.inference_mode():
@@ -244,7 +244,7 @@ def test_a_static_step_keeps_no_cache_alive(tiny_model):
     model = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="sdpa").eval()
     tok = AutoTokenizer.from_pretrained(tiny_model, padding_side="left")
     tok.pad_token = tok.pad_token or tok.eos_token
-    call = ModelCall.of(model, mask=True, preallocated=True, step="static")
+    call = ModelCall.of(model, mask=True, preallocated=True, step=DecodeStep.STATIC)
     gone = []
     for _ in range(3):
         rows = _rows(tok, ["Anne", "She had never seen"], 4)
