@@ -15,7 +15,8 @@ from controller.sweep.labels import Variant, label_variants
 from worker.strategies import samples_label
 
 
-def _params(row) -> dict:
+def row_params(row) -> dict:
+    """A summary row's strategy parameters (its `params` column, JSON), {} where it has none or they do not parse."""
     try:
         loaded = json.loads(row.get("params") or "{}")
     except (TypeError, ValueError):
@@ -30,7 +31,7 @@ def _row_variant(row, drop: Sequence[str]) -> Variant:
         best_of = row.get("best_of")
         suffix = samples_label(int(samples), best_of if isinstance(best_of, str) else None)
     engine = row.get("engine") if hasattr(row, "get") else None  # a column only where a sweep runs several engines
-    params = tuple((k, v) for k, v in _params(row).items() if k not in drop)
+    params = tuple((k, v) for k, v in row_params(row).items() if k not in drop)
     return Variant(str(row["strategy"]), params, suffix, engine if isinstance(engine, str) else "")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from controller.report.compute.columns import REFERENCE
-from controller.report.render.labels import _params, cell_labels
+from controller.report.render.labels import cell_labels, row_params
 from controller.report.render.marks import PALETTE
 from controller.report.render.plots import inert
 
@@ -28,7 +28,7 @@ def task_metrics(summary: pd.DataFrame) -> list[str]:
 
 
 def _temperature(row) -> float | None:
-    t = _params(row).get("temperature")
+    t = row_params(row).get("temperature")
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
 
