@@ -9,6 +9,8 @@ weights) and batch size (1, 8, 32 and auto), greedy search over the same prompts
 - `eager`: the own engine, `decode_step: eager` (a forward over each layer's window, every step);
 - `static`: the own engine, `decode_step: static` (the bucketed static step, run eagerly);
 - `graphs`: the own engine, `decode_step: graphs` (the static step captured as CUDA graphs; CUDA only);
+- `vllm`: vLLM on the same job (the engine axis), with its own CUDA graphs on a GPU, where vLLM is installed
+  (a vLLM image or .venv-vllm; the lent device machines have none);
 - `hf-compiled`: transformers' `generate(cache_implementation="static")`, which compiles the forward pass
   with torch.compile on CUDA (compiled in an untimed warm-up per batch size); on the CPU, where transformers
   does not compile it, the side is `hf-static`.
@@ -59,8 +61,9 @@ SHAPES = {  # (family, config sizes); --tiny: a few layers, for the CPU
         ),
     ),
 }
+# head size 32: vLLM's CPU attention takes 32, 64, ... (the vllm side in .venv-vllm)
 TINY = {"gpt2": dict(n_embd=64, n_layer=2, n_head=2), "llama": dict(hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=4096)}  # fmt: skip
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, vocab_size=4096)}  # fmt: skip
 
 
 def build(folder: Path, family: str, tiny: bool, device) -> tuple[str, int]:
@@ -92,6 +95,31 @@ def own(runtime: Runtime, model: str, prompts, batch, max_new: int, step: str):
         return result.new_tokens, [r.token_ids for r in records]
 
     return run, found
+
+
+def vllm(runtime: Runtime, model: str, prompts, batch, max_new: int):
+    """vLLM on the same job (the sweep's engine axis, worker.engine.vllm), with its CUDA graphs on a GPU
+    (`enforce_eager: false`): one sequence at a time at batch 1, else at most the batch (auto: 64)."""
+    from worker.core.engines import VllmEngine
+    from worker.engine.job import _engine_generate
+
+    cuda = runtime.device.type == "cuda"
+    engine = VllmEngine(
+        name="vllm",
+        dtype="bfloat16",
+        max_model_len=512,
+        max_num_seqs=64 if batch == "auto" else batch,
+        enforce_eager=not cuda,
+        **({} if cuda else {"kv_cache_space_gb": 1}),
+    )
+    spec = job(model, prompts, "greedy", {}, batch, max_new, min_new=max_new, dtype="bfloat16")
+    spec = spec.model_copy(update={"engine": engine})
+
+    def run():
+        result, records = _engine_generate(spec, runtime)
+        return result.new_tokens, [r.token_ids for r in records]
+
+    return run, {}
 
 
 def hf_compiled(model_path: str, prompts, batch, max_new: int, device):
@@ -131,6 +159,8 @@ def section(args, runtime, family: str, batch) -> dict:
         steps = ["eager", "static"] + (["graphs"] if device.type == "cuda" else [])
         for step in steps:
             sides[step], found[step] = own(runtime, path, prompts, batch, args.max_new, step)
+        if _has_vllm() and not args.no_vllm:
+            sides["vllm"], found["vllm"] = vllm(runtime, path, prompts, batch, args.max_new)
         if not args.no_hf:  # compiled on CUDA; on the CPU transformers runs its static cache uncompiled
             hf = "hf-compiled" if device.type == "cuda" else "hf-static"
             sides[hf], found[hf] = hf_compiled(path, prompts, batch, args.max_new, device)
@@ -148,13 +178,20 @@ def section(args, runtime, family: str, batch) -> dict:
             row["sides"][name] = side
         base = outputs["eager"]
         row["identical_to_eager"] = {k: sum(a == b for a, b in zip(v, base)) / len(base) for k, v in outputs.items()}
-        pairs = [("graphs", "eager"), ("graphs", "hf-compiled"), ("static", "eager"), ("eager", "hf-compiled")]
+        pairs = [("graphs", "eager"), ("graphs", "hf-compiled"), ("graphs", "vllm"), ("static", "eager")]
+        pairs += [("eager", "hf-compiled"), ("eager", "vllm")]
         for a, b in pairs + [("static", "hf-static")]:
             if a in stats and b in stats:
                 row[f"{a}/{b}"] = ratio(stats[a], stats[b])
         return row
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
 
 
 def main() -> None:
@@ -166,6 +203,7 @@ def main() -> None:
     parser.add_argument("--max-new", type=int, default=64)
     parser.add_argument("--tiny", action="store_true", help="tiny configs (the code path on the CPU)")
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers' compiled path")
+    parser.add_argument("--no-vllm", action="store_true", help="leave out vLLM (a side where it is installed)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="start no section after this many seconds")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

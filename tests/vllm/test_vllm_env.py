@@ -244,3 +244,19 @@ def test_vllm_serve_is_a_judge_endpoint_and_a_second_report_sends_nothing(tmp_pa
     assert len(recs) == 3 and all(r["outcome"] in ("A", "B", "tie", "unparsed") for r in recs), recs
     assert "## LLM judge" in store.read_bytes(paths.report_key(data.tenant, data.sweep_id, "summary.md")).decode()
     assert again.exit_code == 0 and "6 requests, 6 cached, 0 to send" in again.output, again.output
+
+
+@pytest.mark.timeout(600)
+def test_the_graphs_benchmark_runs_its_vllm_side_where_vllm_is(tmp_path):
+    """benchmarks/bench_graphs.py's vllm side (a GPU host with vLLM sets it beside the CUDA graphs), run here in
+    .venv-vllm on the CPU at its smoke size: vLLM's greedy tokens are the own engine's."""
+    import json
+
+    out = tmp_path / "graphs.json"
+    cmd = [str(vllm_python()), "benchmarks/bench_graphs.py", "--device", "cpu", "--tiny", "--models", "gpt2"]
+    cmd += ["--batches", "1", "--rounds", "1", "--max-new", "6", "--no-hf", "--out", str(out)]
+    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=560)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert set(row["sides"]) == {"eager", "static", "vllm"} and row["eager/vllm"] > 0
+    assert row["identical_to_eager"]["vllm"] == 1.0
