@@ -1,8 +1,9 @@
 """The studentised bootstrap (bootstrap-t) of a statistic that is a function of summed per-unit statistics:
 the delta-method standard error (`linearised_se`), the replicates through `scipy.stats.bootstrap`
 (`studentized`), and each replicate studentised by its own SE or by the SE its estimate implies
-(`spread_curve`). `intervals` applies it to a cell's additive metrics and a paired difference's jackknife pseudo-values,
-`paired` to differences, `speed`, ratings and the judge to theirs. Nothing here knows any metric."""
+(`spread_curve`). `intervals` applies it to a cell's additive metrics and (`pseudo_interval`) to a paired
+difference's jackknife pseudo-values, `paired` to differences, `speed`, ratings and the judge to theirs.
+Nothing here knows any metric."""
 
 from __future__ import annotations
 

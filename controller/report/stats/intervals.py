@@ -160,7 +160,8 @@ def skew_corrected(pseudo: np.ndarray, center: float) -> tuple[float, float] | N
     It replaced the bootstrap-t of the pseudo-values, whose replicates that draw none of a cell's few
     outlying prompts have a tiny SE and a t far out: that made distinct-2's interval at 32 prompts 1.76×
     the width of a normal interval with the true spread and self-BLEU's 2.42× (skewed process, 1 seed),
-    this one 1.35× and 1.40× at the same coverage (docs/reports.md#narrower-intervals)."""
+    this one 1.35× and 1.40×, covering within a point of it on both of the benchmarks' processes
+    (docs/reports.md#the-jackknife-metrics-students-t-skew-corrected-issue-46-2026-12-06)."""
     G = len(pseudo)
     se = float(np.std(pseudo, ddof=1)) / math.sqrt(G)
     if not (math.isfinite(se) and math.isfinite(center)):
