@@ -31,8 +31,9 @@ from worker.core.results import GenerationRecord
 # computed by the map, from the task's batch units; 4: paired intervals of additive metrics with the t floor and
 # a per-replicate gradient; 5: BLEU's interval no longer [θ, θ], no t from a replicate without spread, shares
 # clipped to [0, 1]; 6: a share whose generations are all alike gets the exact binomial interval; 7: a cell's
-# bootstrap-t studentised by its replicates' smoothed SE curve, `bootstrap_t.spread_curve`)
-CACHE_VERSION = "7"
+# bootstrap-t studentised by its replicates' smoothed SE curve, `bootstrap_t.spread_curve`; 8: the jackknife's
+# interval Student's t skew-corrected, `intervals.skew_corrected`)
+CACHE_VERSION = "8"
 EXAMPLE_PROMPTS = 3
 
 

@@ -218,8 +218,8 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
             f"every seed, move together); studentised bootstrap with {ci['n_boot']} replicates for the metrics "
             "that sum per-generation statistics (never narrower than Student's t; the percentile interval where too "
             "many replicates have no spread; a 0/1 share whose generations are all alike, e.g. no EOS: the exact "
-            "binomial interval over prompts); the delete-one-prompt jackknife (bootstrap-t of its "
-            "pseudo-values, never narrower than Student's t) for the metrics that duplicated generations distort. "
+            "binomial interval over prompts); the delete-one-prompt jackknife (Student's t of its pseudo-values, "
+            "widened on the side of their skew) for the metrics that duplicated generations distort. "
             "Methods: " + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items())) + ".",
             "",
         ]

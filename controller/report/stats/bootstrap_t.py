@@ -1,8 +1,9 @@
 """The studentised bootstrap (bootstrap-t) of a statistic that is a function of summed per-unit statistics:
 the delta-method standard error (`linearised_se`), the replicates through `scipy.stats.bootstrap`
 (`studentized`), and each replicate studentised by its own SE or by the SE its estimate implies
-(`spread_curve`). `intervals` applies it to a cell's additive metrics and the jackknife's pseudo-values,
-`paired` to differences, `speed`, ratings and the judge to theirs. Nothing here knows any metric."""
+(`spread_curve`). `intervals` applies it to a cell's additive metrics and (`pseudo_interval`) to a paired
+difference's jackknife pseudo-values, `paired` to differences, `speed`, ratings and the judge to theirs.
+Nothing here knows any metric."""
 
 from __future__ import annotations
 
@@ -157,7 +158,7 @@ def spread_curve(estimates: np.ndarray, spreads: np.ndarray) -> Callable[[Any], 
     a tiny SE, and a t far out); the curve keeps the SE's growth with the estimate, which gives the interval
     its skew, without that noise: rep_2 at 32 prompts 1.57x a normal interval's width with the true spread,
     now 1.36x, coverage 94.4 → 93.2% (docs/reports.md#confidence-intervals). One cell's additive metrics
-    only: the jackknife's pseudo-values and a paired difference keep each replicate's own SE, as measured."""
+    only: a paired difference keeps each replicate's own SE, as measured."""
     order = np.argsort(estimates, kind="stable")
     groups = [g for g in np.array_split(order, SPREAD_BINS) if len(g)]
     at = np.array([np.median(estimates[g]) for g in groups])
