@@ -89,7 +89,6 @@ _LATER_DEFAULTS = [
     ("models", "attention", "sdpa"),
     ("generation", "static_cache", False),
     ("generation", "refill", True),
-    ("generation", "decode_step", "auto"),
 ]
 # top-level settings added later: left out of the sweep id while they have their default
 _LATER_TOP_DEFAULTS = [

@@ -249,6 +249,12 @@ class GenerationSettings(Strict):
         "first token. false: one batch after another.",
     )
 
+    @model_serializer(mode="wrap")
+    def _without_later_defaults(self, handler):
+        """Settings without `decode_step` while it is auto serialise as before it: the same payloads and signatures
+        for workers that predate it (and the sweep id: controller.sweep.plan._LATER_DEFAULTS)."""
+        return _without_unset(handler(self), {"decode_step": "auto"})
+
     @field_validator("batch_size")
     @classmethod
     def _positive_batch(cls, v: int | str) -> int | str:

@@ -81,6 +81,11 @@ class GenerationRecord(Strict):
 class BatchTiming(Strict):
     """Raw timings of one generate() call; percentiles are computed only at report time."""
 
+    @model_serializer(mode="wrap")
+    def _without_eager_step(self, handler):
+        """A batch of the eager decode step serialises as before the static one (no `decode_step` key)."""
+        return _without_unset(handler(self), {"decode_step": None})
+
     n: int = Field(description="Prompts in the batch.")
     batch_size: int = Field(description="Batch size used (after any OOM halving).")
     input_tokens: int

@@ -129,6 +129,22 @@ def test_every_golden_case_gives_its_recorded_tokens_on_the_static_step(model, r
             assert step["static_steps"] > 0 and step["eager_steps"] == 0 and step["graph_replays"] == 0, case
 
 
+def test_payloads_and_result_json_of_the_eager_step_are_as_before_it(tiny_model):
+    """A job that leaves decode_step alone serialises without it (the same signed payload an older worker takes),
+    a batch of the eager step without its `decode_step`; set, both travel."""
+    from worker.core.contract import JobSpec
+    from worker.core.results import BatchTiming
+
+    spec = job(tiny_model, max_new=4)
+    assert "decode_step" not in spec.model_dump_json()
+    graphed = with_generation(spec, decode_step="graphs")
+    assert JobSpec.model_validate_json(graphed.model_dump_json()).generation.decode_step == "graphs"
+    timing = BatchTiming(n=1, batch_size=1, input_tokens=1, new_tokens=1, prefill_s=0, total_s=0, decode_s=0)
+    assert "decode_step" not in timing.model_dump_json()
+    stepped = timing.model_copy(update={"decode_step": {"mode": "static"}})
+    assert BatchTiming.model_validate_json(stepped.model_dump_json()).decode_step == {"mode": "static"}
+
+
 def test_the_default_on_the_cpu_is_the_eager_step_and_result_json_says_why(tiny_model, runtime):
     result, _ = generate_job(job(tiny_model, max_new=4), runtime)
     assert result.engine["plan"]["decode_step"] == "eager"
