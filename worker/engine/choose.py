@@ -84,6 +84,10 @@ class Chooser:
         return self.samples
 
     prefill_options: ClassVar[Mapping[str, Any]] = {}  # what the prefill asks of the model besides the logits
+    # a chooser whose own `forward_of` still runs the model through the model call (`call.forward`, or
+    # `call.candidates`: contrastive search) sets it, so that the plan may give it the static step and CUDA graphs
+    # (worker.engine.graphs); one that does not override `forward_of` has them anyway
+    own_pass_through_call: ClassVar[bool] = False
 
     def prefilled(self, call, out, rows: Rows, cache):
         """What the loop's first `advance` takes from the prefill's output (beam search: rows made beams);

@@ -135,6 +135,8 @@ class _Bucket:
     mask: torch.Tensor  # (b, 1, q, columns) bool
     columns: torch.Tensor  # (q,) the cache columns the step writes
     hidden: bool  # the step also returns the last layer's hidden states (contrastive search's candidates)
+    own: torch.Tensor  # (q, q) bool: each token attends to its own column
+    offsets: torch.Tensor  # (q,) 0 .. q-1: the columns from the window's end
     uses: int = 0  # steps the bucket has run
     replay: Callable[[], None] | None = None  # the captured graph's replay
     outputs: tuple[torch.Tensor, ...] = ()  # the graph's outputs, rewritten by each replay
@@ -204,8 +206,8 @@ class StaticStep:
         entry.mask[:n, 0, :, lo : lo + attn.shape[1]] = attn[:, None, :].bool()
         # each token its own column (for one token a row, the column the rows' mask ends with); a padding row
         # attends to nothing else (no empty softmax)
-        entry.mask[:, 0, :, hi : hi + q] |= torch.eye(q, dtype=torch.bool, device=entry.mask.device)
-        torch.add(torch.arange(q, device=entry.columns.device), hi, out=entry.columns)
+        entry.mask[:, 0, :, hi : hi + q] |= entry.own
+        torch.add(entry.offsets, hi, out=entry.columns)
         outputs = self._graphed(cache, entry, (b, q)) if self.graphs else self._forward(cache, entry)
         for layer in cache.layers:
             layer.stepped(q)
@@ -230,6 +232,8 @@ class StaticStep:
             mask=torch.zeros(b, 1, q, columns, dtype=torch.bool, device=device),
             columns=torch.zeros(q, dtype=torch.long, device=device),
             hidden=hidden,
+            own=torch.eye(q, dtype=torch.bool, device=device),
+            offsets=torch.arange(q, device=device),
         )
         self._buckets[(b, q)] = entry
         return entry

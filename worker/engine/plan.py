@@ -246,7 +246,7 @@ def decode_step_of(
         return DecodeStep.EAGER, "transformers' generate() runs this job"
     if cache is not Cache.PREALLOCATED or not mask:
         return DecodeStep.EAGER, "the static step needs the preallocated cache and the prepared mask"
-    if step.forward_of is not Chooser.forward_of and not issubclass(step, contrastive.ContrastiveStep):
+    if step.forward_of is not Chooser.forward_of and not step.own_pass_through_call:
         return DecodeStep.EAGER, f"{step.__name__} runs a decode pass of its own"
     cuda = device.type == "cuda"
     if setting == "auto":

@@ -97,6 +97,7 @@ class ContrastiveStep(Chooser):
     alpha: float = 0.6
 
     prefill_options: ClassVar[Mapping[str, Any]] = {"output_hidden_states": True}  # the rows' first context
+    own_pass_through_call: ClassVar[bool] = True  # `_shared` is the model call's `candidates`
 
     @classmethod
     def options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
