@@ -26,6 +26,9 @@ prompts resampled; each replicate's estimate θ* and delta-method SE se*), every
 - skew-corrected: Student's t(G − 1) interval with the side towards the skew widened by the one-term
                Edgeworth correction of the studentised mean, γ the adjusted skewness of the linearised values
                (`intervals.skew_corrected`: the report's for the jackknife metrics since 2026-12-06; no replicates).
+- efron-stein, efron-stein-skew (`--efron-stein`, jackknife metrics only): Student's and the skew-corrected
+               interval with Efron and Stein's (1981) bias-corrected jackknife variance, from every pair's
+               delete-two value (measured, not taken: docs/reports.md).
 
 And `oracle`: θ − q · SE with q the exact 2.5% / 97.5% quantiles of (θ − truth) / SE over the simulations. No
 report has them; it is the narrowest an interval studentised by this SE can be at 95% on average, and so a
@@ -66,6 +69,7 @@ from controller.report.stats.intervals import evaluate, leave_one_out, pseudo_va
 from controller.report.stats.shares import share_interval
 
 B = 1000
+EFRON_STEIN = False  # --efron-stein: the delete-two constructions of the jackknife metrics (O(G²) per cell)
 LEVEL = 0.95
 SKEWED = {"rep_2": 0, "mean_length": 0, "perplexity": 0, "distinct_2": 0, "self_bleu_4": 0, "bleu": 1, "eos_rate": 1}
 logit = lambda x: np.log(x) - np.log1p(-x)
@@ -151,8 +155,41 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
     pv = pseudo_values(float(logit(value)), logit(loo))
     units = np.stack([pv, np.ones(len(pv))], axis=1)
     out = constructions(units, values_of(ratio), True, float(pv.mean()), rng, center=float(logit(value)))
-    out = {k: v if k == "_se" else (float(expit(v[0])), float(expit(v[1]))) for k, v in out.items()}
+    if EFRON_STEIN and out:
+        out.update(efron_stein(metric, cell, groups, float(logit(value)), logit(loo), pv))
+    out = {k: v if k.startswith("_") else (float(expit(v[0])), float(expit(v[1]))) for k, v in out.items()}
     return {**out, "_logit": (float(logit(value)), out["_se"][0])} if out else out
+
+
+def efron_stein(metric, cell, groups, at: float, loo: np.ndarray, pv: np.ndarray) -> dict:
+    """Student's and the skew-corrected interval with the Efron–Stein (1981) bias-corrected jackknife variance.
+
+    V_J − Σ_{i<j} (Q_ij − Q̄)² / (G (G − 1)), Q_ij = G·θ − (G − 1)(θ₍ᵢ₎ + θ₍ⱼ₎) + (G − 2)·θ₍ᵢⱼ₎ from the
+    delete-two values (every pair of prompts; logit scale): unbiased where the statistic is a sum of
+    pairwise terms, whose variance the delete-one jackknife counts twice. Floored at a quarter of V_J.
+    The skew-corrected one rescales the pseudo-values about their mean to that variance (skewness kept)."""
+    G = len(groups)
+    two = np.full((G, G), np.nan)  # θ₍ᵢⱼ₎: the leave-one-out values of the cell without prompt i (groups partition it)
+    for i in range(G):
+        keep = [x for j, items in enumerate(groups) if j != i for x in items]
+        at_ = {x: k for k, x in enumerate(keep)}
+        others = [j for j in range(G) if j != i]
+        two[i, others] = leave_one_out(metric, cell.subset(keep), [[at_[x] for x in groups[j]] for j in others])
+    pairs = np.triu_indices(G, 1)
+    two = logit(two[pairs])
+    if not np.all(np.isfinite(two)):
+        return {}
+    q = G * at - (G - 1) * (loo[pairs[0]] + loo[pairs[1]]) + (G - 2) * two
+    v_j = (G - 1) / G * float(np.sum((loo - loo.mean()) ** 2))
+    raw = v_j - float(np.sum((q - q.mean()) ** 2)) / (G * (G - 1))
+    v = max(raw, 0.25 * v_j)
+    se, q_t = math.sqrt(v), float(sps.t.ppf((1 + LEVEL) / 2, G - 1))
+    scaled = pv.mean() + (pv - pv.mean()) * math.sqrt(v / v_j) if v_j > 0 else pv
+    skew = skew_corrected(scaled, at)
+    out = {"efron-stein": (at - q_t * se, at + q_t * se), "_variances": (v_j, raw)}  # logit scale: the caller maps back
+    if skew is not None:
+        out["efron-stein-skew"] = skew
+    return out
 
 
 def run(process: str, G: int, sims: int, names: list[str]) -> dict[str, list]:
@@ -187,6 +224,13 @@ def report(found: dict[str, list], truth: dict[str, float]) -> None:
             q_low, q_high = np.percentile((at - logit(target)) / se, [2.5, 97.5])
             width = np.mean(expit(at - q_low * se) - expit(at - q_high * se)) / normal
             print(f"  {m:12s} {'oracle-logit':13s}  95.0%  x{width:.2f}")
+            if "_variances" in rows[0][1]:  # --efron-stein: each variance estimate against the logits' true one
+                v = np.array([c["_variances"] for _, c in rows])
+                true, floored = float(np.var(at, ddof=1)), float(np.mean(v[:, 1] < 0.25 * v[:, 0]))
+                print(
+                    f"  {m:12s} variance of logit: jackknife x{v[:, 0].mean() / true:.2f}, Efron-Stein"
+                    f" x{v[:, 1].mean() / true:.2f} (unfloored; under a quarter of the jackknife's in {floored:.0%})"
+                )
         for name in rows[0][1]:
             if name.startswith("_"):
                 continue
@@ -204,7 +248,10 @@ def main() -> None:
     ap.add_argument("--sims", type=int, default=500)
     ap.add_argument("--metrics", nargs="+", default=None)
     ap.add_argument("--population", type=int, default=20_000)
+    ap.add_argument("--efron-stein", action="store_true", help="also the delete-two (Efron–Stein) constructions")
     args = ap.parse_args()
+    global EFRON_STEIN
+    EFRON_STEIN = args.efron_stein
     names = args.metrics or (bc.MARKOV_NAMES if args.process == "markov" else list(SKEWED))
     bc.SEEDS = 1  # the population: one generation per prompt
     truth = bc.population(args.population, seed=10**6, process=args.process)

@@ -136,7 +136,8 @@ class Metric:
     "jackknife" (the default of plain ones), "half-sample" or "none" (no interval).
     `leave_one_out(cell, groups)`, optional for a plain metric: the value without each group
     of generations (a prompt's) in turn, as an array of len(groups), exactly what `fn` gives
-    on `cell.subset` of the others (NaN where it does not apply), computed faster.
+    on `cell.subset` of the others (NaN where it does not apply), computed faster. The groups
+    partition the cell: every generation is in exactly one (distinct-n counts on it).
     """
 
     name: str

@@ -33,6 +33,7 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Sequence
+from fractions import Fraction
 
 from controller.metrics.registry import CellData, metric
 
@@ -146,12 +147,19 @@ def self_bleu(docs: Sequence[Sequence[str]], max_n: int = 4) -> float | None:
 
 
 def _top(counts: list[Counter], keep: int) -> dict[str, list[tuple[int, int]]]:
-    """For each n-gram: its `keep` largest (count, generation) pairs, largest first."""
+    """For each n-gram: its `keep` largest (count, generation) pairs, largest first (ties: the earlier)."""
     postings: dict[str, list[tuple[int, int]]] = {}
     for i, counter in enumerate(counts):
         for gram, c in counter.items():
-            postings.setdefault(gram, []).append((c, i))
-    return {gram: sorted(pairs, key=lambda p: -p[0])[:keep] for gram, pairs in postings.items()}
+            held = postings.get(gram)
+            if held is None:
+                postings[gram] = [(c, i)]  # most n-grams have one holder: nothing to sort
+            else:
+                held.append((c, i))
+    for gram, pairs in postings.items():
+        if len(pairs) > 1:
+            postings[gram] = sorted(pairs, key=lambda p: -p[0])[:keep]
+    return postings
 
 
 def _closest_available(length: int, available: Counter) -> int:
@@ -162,12 +170,14 @@ def _closest_available(length: int, available: Counter) -> int:
 def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequence[int]], max_n: int = 4):
     """Self-BLEU of `docs` without each group of documents in turn, exactly (NaN where < 2 are left).
 
-    Equal to `self_bleu` of the remaining documents (each per-document score bit for bit), at
-    the cost of about one self-BLEU, not one per group: leaving group g out changes a remaining
-    hypothesis a's clipped count of an n-gram only where a is the n-gram's largest holder outside
-    g (every other hypothesis keeps min(its count, a's count) = its count), so each n-gram of g
-    needs its |g| + 2 largest holders; a brevity penalty changes only where every document of the
-    closest other length is in g."""
+    Equal to `self_bleu` of the remaining documents bit for bit (each per-document score, and the mean), at
+    a cost that grows with the cell's n-grams, not with the groups times the documents: leaving group g out
+    changes a remaining hypothesis a's clipped count of an n-gram only where a is the n-gram's largest holder
+    outside g (every other hypothesis keeps min(its count, a's count) = its count), so each n-gram of g needs
+    its |g| + 2 largest holders; a brevity penalty changes only where every other document of the closest
+    length is in g. So a group costs its own n-grams and the few hypotheses it changes, and the mean is the
+    exact sum of the cell's scores (a Fraction) less the group's and the changed ones' old scores plus their
+    new ones, rounded once, as `math.fsum` of the remaining scores rounds it."""
     import numpy as np  # the metrics stay importable without numpy's cost on their path
 
     k = len(docs)
@@ -178,16 +188,24 @@ def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequ
     lengths = [len(doc) for doc in docs]
     distinct, multiplicity = sorted(set(lengths)), Counter(lengths)
     ref = [_closest_other_length(i, lengths, distinct, multiplicity) for i in range(k)] if k >= 2 else []
+    by_ref: dict[int, list[int]] = {}
+    for i, r in enumerate(ref):
+        by_ref.setdefault(r, []).append(i)
     den = [[max(1, sum(counts[n][i].values())) for n in range(max_n)] for i in range(k)]
 
     def clip(n: int, i: int, gram: str, c: int, gone: set[int]) -> int:
         """min(c, the largest count of `gram` in a document other than i and outside `gone`)."""
-        other = next((cj for cj, j in tops[n][gram] if j != i and j not in gone), 0)
-        return min(c, other)
+        for cj, j in tops[n][gram]:
+            if j != i and j not in gone:
+                return c if c < cj else cj
+        return 0
 
-    clipped = [[sum(clip(n, i, g, c, set()) for g, c in counts[n][i].items()) for n in range(max_n)]
+    none: set[int] = set()
+    clipped = [[sum(clip(n, i, g, c, none) for g, c in counts[n][i].items()) for n in range(max_n)]
                for i in range(k)]  # fmt: skip
     base = [_score(list(zip(clipped[i], den[i])), lengths[i], ref[i], weights) for i in range(k)]
+    exact = [Fraction(b) for b in base]
+    total = sum(exact, Fraction(0))
     out = np.full(len(groups), np.nan)
     for gi, members in enumerate(groups):
         gone = set(members)
@@ -200,23 +218,27 @@ def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequ
                 if a is None:
                     continue
                 c_a, j_a = a
-                new, old = clip(n, j_a, gram, c_a, gone), clip(n, j_a, gram, c_a, set())
+                new, old = clip(n, j_a, gram, c_a, gone), clip(n, j_a, gram, c_a, none)
                 if new != old:
                     delta.setdefault(j_a, [0] * max_n)[n] += new - old
-        available = multiplicity - Counter(lengths[i] for i in gone)
-        scores = []
-        for i in range(k):
-            if i in gone:
-                continue
+        removed = Counter(lengths[i] for i in gone)
+        changed = set(delta)
+        for length, c in removed.items():  # hypotheses whose closest other length may have no document left
+            left = multiplicity[length] - c  # 0: none has it; 1: the one left has no *other* of its length
+            if left <= 1:
+                changed.update(i for i in by_ref.get(length, ()) if left == 0 or lengths[i] == length)
+        changed -= gone
+        available = multiplicity - removed if changed else None
+        remaining = total - sum((exact[i] for i in gone), Fraction(0))
+        for i in changed:
             available[lengths[i]] -= 1
             r = ref[i] if available[ref[i]] > 0 else _closest_available(lengths[i], available)
             available[lengths[i]] += 1
             if i in delta or r != ref[i]:
                 d = delta.get(i, [0] * max_n)
-                scores.append(_score([(clipped[i][n] + d[n], den[i][n]) for n in range(max_n)], lengths[i], r, weights))
-            else:
-                scores.append(base[i])
-        out[gi] = math.fsum(scores) / len(scores)
+                score = _score([(clipped[i][n] + d[n], den[i][n]) for n in range(max_n)], lengths[i], r, weights)
+                remaining += Fraction(score) - exact[i]
+        out[gi] = float(remaining) / (k - len(gone))
     return out
 
 

@@ -54,7 +54,9 @@ def test_paired_cells_share_their_random_numbers_and_the_benchmark_runs():
 def test_the_constructions_benchmark_runs_every_construction_on_both_processes():
     for process in ("skewed", "markov"):
         run = bench("benchmarks/bench_constructions.py", "--process", process, "--prompts", "8", "--sims", "4",
-                    "--population", "200", "--metrics", "rep_2", "distinct_2")  # fmt: skip
+                    "--population", "200", "--metrics", "rep_2", "distinct_2", "--efron-stein")  # fmt: skip
         assert run.returncode == 0, run.stderr
         for name in ("oracle", "before", "smoothed", "student", "symmetric", "bca", "expanded-bca", "stabilised"):
             assert f"rep_2        {name}" in run.stdout and f"distinct_2   {name}" in run.stdout
+        for name in ("efron-stein ", "efron-stein-skew", "variance of logit: jackknife"):  # the jackknife metrics'
+            assert f"distinct_2   {name}" in run.stdout and f"rep_2        {name}" not in run.stdout

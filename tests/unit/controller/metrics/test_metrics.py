@@ -9,7 +9,7 @@ import pytest
 
 from controller.metrics import compute_metrics
 from controller.metrics.reference import bleu_signature
-from controller.metrics.selfbleu import self_bleu, self_bleu_scores
+from controller.metrics.selfbleu import self_bleu, self_bleu_leave_one_out, self_bleu_scores
 from controller.metrics.tokenize import ngrams, word_tokenize
 from controller.metrics.zipf import zipf_coefficient
 from tests.support.metrics import cell, value
@@ -113,6 +113,26 @@ def test_self_bleu_brevity_tie_takes_the_shorter_reference():
     # so c = 4 > r = 3 and BP = 1; precisions all 1 (from the second) -> BLEU 1.0
     # (taking 5 would give exp(1 - 5/4))
     assert self_bleu_scores([["a", "b", "c", "d"], ["a", "b", "c"], ["a", "b", "c", "d", "x"]])[0] == 1.0
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_self_bleu_leave_one_out_is_self_bleu_of_each_remainder_bit_for_bit(size):
+    """Each group's value is the mean self_bleu computes on the rest, to the last bit, where the group held the
+    only other document of a hypothesis's closest length (its brevity penalty changes), the largest count of
+    its n-grams (its clipping changes), or neither (its old score stands)."""
+    rng = random.Random(size)
+    words = "the a of and to in was she he it her his that with".split()
+    for trial in range(12):
+        n_groups = rng.randint(2, 9)
+        spread = 3 if trial % 2 else 25  # few lengths (shared) or many (mostly unique: brevity penalties move)
+        docs = [[rng.choice(words[: rng.randint(2, len(words))]) for _ in range(rng.randint(0, spread))]
+                for _ in range(n_groups * size)]  # fmt: skip
+        groups = [list(range(g * size, (g + 1) * size)) for g in range(n_groups)]
+        fast = self_bleu_leave_one_out(docs, groups)
+        for g, members in enumerate(groups):
+            rest = [d for i, d in enumerate(docs) if i not in members]
+            expected = self_bleu(rest)
+            assert (math.isnan(fast[g]) and expected is None) or fast[g] == expected, (trial, g)
 
 
 def test_self_bleu_edge_cases():
