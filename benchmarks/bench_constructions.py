@@ -6,7 +6,8 @@
 Each simulation draws a cell as `bench_coverage.py` does (its skewed process or `process_markov.py`; simulation
 s of G prompts from default_rng([G, s]), so both scripts see the same cells) and keeps each prompt's summed
 statistics (additive metrics) or the leave-one-out values (jackknife metrics: distinct-2 and self-BLEU, their
-pseudo-values on the logit scale as the report's). From ONE set of 1,000 bootstrap replicates per cell (the
+pseudo-values on the scale the metric declares, `jackknife_scale`, as the report's: distinct-2's the logit,
+self-BLEU's its own). From ONE set of 1,000 bootstrap replicates per cell (the
 prompts resampled; each replicate's estimate θ* and delta-method SE se*), every construction:
 
 - before:      the bootstrap-t, t* = (θ* − θ) / se*, no side inside Student's t(G − 1) (the report's until
@@ -32,9 +33,10 @@ prompts resampled; each replicate's estimate θ* and delta-method SE se*), every
 
 And `oracle`: θ − q · SE with q the exact 2.5% / 97.5% quantiles of (θ − truth) / SE over the simulations. No
 report has them; it is the narrowest an interval studentised by this SE can be at 95% on average, and so a
-bound on what the issue's width target can ask of such intervals. For the jackknife metrics `oracle` is on the
-linear scale (θ and truth linear, SE the logit one, as a scale) and `oracle-logit` on the logit scale their
-intervals are built on (logit θ − q · SE, q the quantiles of (logit θ − logit truth) / SE, mapped back).
+bound on what the issue's width target can ask of such intervals. For a jackknife metric on the logit scale
+`oracle` is on the linear scale (θ and truth linear, SE the logit one, as a scale) and `oracle-logit` on the
+logit scale its intervals are built on (logit θ − q · SE, q the quantiles of (logit θ − logit truth) / SE,
+mapped back).
 
 Printed per metric: coverage, mean width / a normal interval's with the true spread (2 · 1.96 · the SD of the
 estimates over the simulations), misses (truth above / below). The truth: the metric on 20,000 prompts (one
@@ -141,7 +143,7 @@ def constructions(units: np.ndarray, f, is_ratio: bool, value: float, rng, cente
 
 
 def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
-    """The constructions of one metric on one cell: over its prompts' sums, or its logit pseudo-values."""
+    """The constructions of one metric on one cell: over its prompts' sums, or its pseudo-values (on its scale)."""
     metric = METRICS.get(metric_name)
     if metric.interval == "bootstrap":
         stats = metric.stats(cell)
@@ -150,24 +152,27 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
             out = {k: v if k == "_se" else share_interval(v, stats, len(groups), LEVEL) for k, v in out.items()}
         return out
     loo = leave_one_out(metric, cell, groups)
-    if np.isnan(loo).any() or not (0 < value < 1 and np.all((loo > 0) & (loo < 1))):
+    logit_scale = metric.jackknife_scale == "logit"
+    if np.isnan(loo).any() or (logit_scale and not (0 < value < 1 and np.all((loo > 0) & (loo < 1)))):
         return {}
-    pv = pseudo_values(float(logit(value)), logit(loo))
+    fwd, back = (logit, expit) if logit_scale else (np.asarray, np.asarray)
+    pv = pseudo_values(float(fwd(value)), fwd(loo))
     units = np.stack([pv, np.ones(len(pv))], axis=1)
-    out = constructions(units, values_of(ratio), True, float(pv.mean()), rng, center=float(logit(value)))
+    out = constructions(units, values_of(ratio), True, float(pv.mean()), rng, center=float(fwd(value)))
     if EFRON_STEIN and out:
-        out.update(efron_stein(metric, cell, groups, float(logit(value)), logit(loo), pv))
-    out = {k: v if k.startswith("_") else (float(expit(v[0])), float(expit(v[1]))) for k, v in out.items()}
-    return {**out, "_logit": (float(logit(value)), out["_se"][0])} if out else out
+        out.update(efron_stein(metric, cell, groups, float(fwd(value)), fwd(loo), pv, fwd))
+    out = {k: v if k.startswith("_") else (float(back(v[0])), float(back(v[1]))) for k, v in out.items()}
+    return out
 
 
-def efron_stein(metric, cell, groups, at: float, loo: np.ndarray, pv: np.ndarray) -> dict:
+def efron_stein(metric, cell, groups, at: float, loo: np.ndarray, pv: np.ndarray, fwd) -> dict:
     """Student's and the skew-corrected interval with the Efron–Stein (1981) bias-corrected jackknife variance.
 
     V_J − Σ_{i<j} (Q_ij − Q̄)² / (G (G − 1)), Q_ij = G·θ − (G − 1)(θ₍ᵢ₎ + θ₍ⱼ₎) + (G − 2)·θ₍ᵢⱼ₎ from the
-    delete-two values (every pair of prompts; logit scale): unbiased where the statistic is a sum of
-    pairwise terms, whose variance the delete-one jackknife counts twice. Floored at a quarter of V_J.
-    The skew-corrected one rescales the pseudo-values about their mean to that variance (skewness kept)."""
+    delete-two values (every pair of prompts; on the metric's jackknife scale, `fwd`): unbiased where the
+    statistic is a sum of pairwise terms, whose variance the delete-one jackknife counts twice. Floored at a
+    quarter of V_J. The skew-corrected one rescales the pseudo-values about their mean to that variance
+    (skewness kept)."""
     G = len(groups)
     two = np.full((G, G), np.nan)  # θ₍ᵢⱼ₎: the leave-one-out values of the cell without prompt i (groups partition it)
     for i in range(G):
@@ -176,7 +181,7 @@ def efron_stein(metric, cell, groups, at: float, loo: np.ndarray, pv: np.ndarray
         others = [j for j in range(G) if j != i]
         two[i, others] = leave_one_out(metric, cell.subset(keep), [[at_[x] for x in groups[j]] for j in others])
     pairs = np.triu_indices(G, 1)
-    two = logit(two[pairs])
+    two = fwd(two[pairs])
     if not np.all(np.isfinite(two)):
         return {}
     q = G * at - (G - 1) * (loo[pairs[0]] + loo[pairs[1]]) + (G - 2) * two
@@ -186,7 +191,7 @@ def efron_stein(metric, cell, groups, at: float, loo: np.ndarray, pv: np.ndarray
     se, q_t = math.sqrt(v), float(sps.t.ppf((1 + LEVEL) / 2, G - 1))
     scaled = pv.mean() + (pv - pv.mean()) * math.sqrt(v / v_j) if v_j > 0 else pv
     skew = skew_corrected(scaled, at)
-    out = {"efron-stein": (at - q_t * se, at + q_t * se), "_variances": (v_j, raw)}  # logit scale: the caller maps back
+    out = {"efron-stein": (at - q_t * se, at + q_t * se), "_variances": (v_j, raw)}  # the caller maps them back
     if skew is not None:
         out["efron-stein-skew"] = skew
     return out
@@ -219,18 +224,19 @@ def report(found: dict[str, list], truth: dict[str, float]) -> None:
         se = np.array([c["_se"][0] for _, c in rows])
         q_low, q_high = np.percentile((values - target) / se, [2.5, 97.5])
         print(f"  {m:12s} {'oracle':13s}  95.0%  x{np.mean((q_high - q_low) * se) / normal:.2f}")
-        if "_logit" in rows[0][1]:  # a jackknife metric: the oracle on its interval's (logit) scale too
-            at = np.array([c["_logit"][0] for _, c in rows])
+        scale = METRICS.get(m).jackknife_scale if METRICS.get(m).interval == "jackknife" else None
+        at = values if scale != "logit" else logit(values)  # a jackknife metric's value on its interval's scale
+        if scale == "logit":  # the oracle on that scale too
             q_low, q_high = np.percentile((at - logit(target)) / se, [2.5, 97.5])
             width = np.mean(expit(at - q_low * se) - expit(at - q_high * se)) / normal
             print(f"  {m:12s} {'oracle-logit':13s}  95.0%  x{width:.2f}")
-            if "_variances" in rows[0][1]:  # --efron-stein: each variance estimate against the logits' true one
-                v = np.array([c["_variances"] for _, c in rows])
-                true, floored = float(np.var(at, ddof=1)), float(np.mean(v[:, 1] < 0.25 * v[:, 0]))
-                print(
-                    f"  {m:12s} variance of logit: jackknife x{v[:, 0].mean() / true:.2f}, Efron-Stein"
-                    f" x{v[:, 1].mean() / true:.2f} (unfloored; under a quarter of the jackknife's in {floored:.0%})"
-                )
+        if "_variances" in rows[0][1]:  # --efron-stein: each variance estimate against the true one, on that scale
+            v = np.array([c["_variances"] for _, c in rows])
+            true, floored = float(np.var(at, ddof=1)), float(np.mean(v[:, 1] < 0.25 * v[:, 0]))
+            print(
+                f"  {m:12s} variance ({scale}): jackknife x{v[:, 0].mean() / true:.2f}, Efron-Stein"
+                f" x{v[:, 1].mean() / true:.2f} (unfloored; under a quarter of the jackknife's in {floored:.0%})"
+            )
         for name in rows[0][1]:
             if name.startswith("_"):
                 continue

@@ -40,6 +40,7 @@ from controller.metrics.tokenize import word_tokenize
 from worker.core.registry import Registry
 
 Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
+Scale = Literal["logit", "linear"]
 WorkerNeed = Literal["score", "featurize"]
 INTERVALS: tuple[str, ...] = ("bootstrap", "jackknife", "half-sample", "none")
 
@@ -154,9 +155,13 @@ class Metric:
     per_item: PerItem | None = None
     combine: Combine | None = None
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
-    # a share in [0, 1]: a jackknife interval is built on the logit scale; a bootstrap one is kept inside [0, 1], and
-    # exact where every generation is alike (controller.report.stats.shares)
+    # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where every generation of a
+    # share is alike (controller.report.stats.shares)
     unit_interval: bool = False
+    # the scale of a jackknife interval: "logit" (the default of a unit_interval metric) for a share of counted
+    # things, whose spread shrinks towards 0 and 1 as p(1 - p) does (distinct-n); "linear" (the default otherwise)
+    # for anything else, e.g. a mean of bounded scores (self-BLEU), where the logit stretches one side for nothing
+    jackknife_scale: Scale | None = None
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
     unit: str = ""
@@ -179,6 +184,12 @@ class Metric:
         if interval == "bootstrap" and not self.additive:
             raise ValueError(f"{where}: a bootstrap interval needs per-item statistics (per_item and combine)")
         object.__setattr__(self, "interval", interval)
+        scale = self.jackknife_scale or ("logit" if self.unit_interval else "linear")
+        if scale not in ("logit", "linear"):
+            raise ValueError(f"{where}: jackknife_scale must be logit or linear, got {scale!r}")
+        if scale == "logit" and not self.unit_interval:
+            raise ValueError(f"{where}: a logit jackknife_scale needs a value in [0, 1] (unit_interval)")
+        object.__setattr__(self, "jackknife_scale", scale)
 
     @property
     def additive(self) -> bool:
@@ -258,18 +269,19 @@ def metric(
     unit: str = "",
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
     unit_interval: bool = False,
+    jackknife_scale: Scale | None = None,
     registry: Registry[Metric] = METRICS,
 ):
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
 
     Its interval is the delete-one-prompt jackknife ("jackknife", through `leave_one_out`
-    where given), the delete-half jackknife ("half-sample"), or "none".
+    where given; on `jackknife_scale`), the delete-half jackknife ("half-sample"), or "none".
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes,
                   citation=citation, unit=unit, leave_one_out=leave_one_out,
-                  unit_interval=unit_interval)  # fmt: skip
+                  unit_interval=unit_interval, jackknife_scale=jackknife_scale)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
 
 

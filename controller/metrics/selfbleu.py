@@ -250,6 +250,7 @@ def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequ
     interval="jackknife",  # a bootstrap's duplicated generation would match itself
     leave_one_out=lambda cell, groups: self_bleu_leave_one_out(cell.words, groups, 4),
     unit_interval=True,
+    jackknife_scale="linear",  # a mean of bounded scores, not a share of counts: docs/reports.md
     citation='Zhu et al. 2018, "Texygen: A Benchmarking Platform for Text Generation Models", SIGIR',
     unit="BLEU (0-1)",
 )

@@ -58,5 +58,5 @@ def test_the_constructions_benchmark_runs_every_construction_on_both_processes()
         assert run.returncode == 0, run.stderr
         for name in ("oracle", "before", "smoothed", "student", "symmetric", "bca", "expanded-bca", "stabilised"):
             assert f"rep_2        {name}" in run.stdout and f"distinct_2   {name}" in run.stdout
-        for name in ("efron-stein ", "efron-stein-skew", "variance of logit: jackknife"):  # the jackknife metrics'
+        for name in ("efron-stein ", "efron-stein-skew", "variance (logit): jackknife"):  # the jackknife metrics'
             assert f"distinct_2   {name}" in run.stdout and f"rep_2        {name}" not in run.stdout
