@@ -121,7 +121,7 @@ def test_self_bleu_leave_one_out_is_self_bleu_of_each_remainder_bit_for_bit(size
     only other document of a hypothesis's closest length (its brevity penalty changes), the largest count of
     its n-grams (its clipping changes), or neither (its old score stands)."""
     rng = random.Random(size)
-    words = "the a of and to in was she he it her his that with".split()
+    words = ["the", "a", "of", "and", "to", "in", "was", "she", "he", "it", "her", "his", "that", "with"]
     for trial in range(12):
         n_groups = rng.randint(2, 9)
         spread = 3 if trial % 2 else 25  # few lengths (shared) or many (mostly unique: brevity penalties move)
