@@ -167,17 +167,53 @@ def _closest_available(length: int, available: Counter) -> int:
     return min((r for r, c in available.items() if c > 0), key=lambda r: (abs(r - length), r))
 
 
+def _clip(top: list[tuple[int, int]], i: int, c: int, gone: set[int]) -> int:
+    """min(c, the largest count in `top` (an n-gram's largest holders) of a document other than i, outside `gone`)."""
+    for cj, j in top:
+        if j != i and j not in gone:
+            return c if c < cj else cj
+    return 0
+
+
+def _clipping_changes(counts: list[list[Counter]], tops: list[dict], gone: set[int]) -> dict[int, list[int]]:
+    """Without the documents `gone`: {hypothesis: its change of clipped count per n} where any changes. Only the
+    largest holder outside `gone` of one of their n-grams can change (every other keeps min(its count, the
+    holder's count) = its count)."""
+    delta: dict[int, list[int]] = {}
+    for n, top in enumerate(tops):
+        for gram in {g for i in gone for g in counts[n][i]}:
+            a = next(((c, j) for c, j in top[gram] if j not in gone), None)
+            if a is None:
+                continue
+            c_a, j_a = a
+            change = _clip(top[gram], j_a, c_a, gone) - _clip(top[gram], j_a, c_a, set())
+            if change:
+                delta.setdefault(j_a, [0] * len(tops))[n] += change
+    return delta
+
+
+def _closest_lost(removed: Counter, multiplicity: Counter, by_ref: dict[int, list[int]], lengths: list[int]):
+    """The hypotheses whose closest other length may have no document left once `removed` (length -> how many)
+    are gone: where none of that length is left, or one, the hypothesis itself."""
+    lost: set[int] = set()
+    for length, c in removed.items():
+        left = multiplicity[length] - c
+        if left <= 1:
+            lost.update(i for i in by_ref.get(length, ()) if left == 0 or lengths[i] == length)
+    return lost
+
+
 def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequence[int]], max_n: int = 4):
     """Self-BLEU of `docs` without each group of documents in turn, exactly (NaN where < 2 are left).
 
     Equal to `self_bleu` of the remaining documents bit for bit (each per-document score, and the mean), at
     a cost that grows with the cell's n-grams, not with the groups times the documents: leaving group g out
     changes a remaining hypothesis a's clipped count of an n-gram only where a is the n-gram's largest holder
-    outside g (every other hypothesis keeps min(its count, a's count) = its count), so each n-gram of g needs
-    its |g| + 2 largest holders; a brevity penalty changes only where every other document of the closest
-    length is in g. So a group costs its own n-grams and the few hypotheses it changes, and the mean is the
-    exact sum of the cell's scores (a Fraction) less the group's and the changed ones' old scores plus their
-    new ones, rounded once, as `math.fsum` of the remaining scores rounds it."""
+    outside g (`_clipping_changes`), so each n-gram of g needs its |g| + 2 largest holders; a brevity penalty
+    changes only where every other document of the closest length is in g (`_closest_lost`). So a group costs
+    its own n-grams and the few hypotheses it changes, and the mean is the exact sum of the cell's scores (a
+    Fraction) less the group's and the changed ones' old scores plus their new ones, rounded once, as
+    `math.fsum` of the remaining scores rounds it."""
     import numpy as np  # the metrics stay importable without numpy's cost on their path
 
     k = len(docs)
@@ -192,43 +228,19 @@ def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequ
     for i, r in enumerate(ref):
         by_ref.setdefault(r, []).append(i)
     den = [[max(1, sum(counts[n][i].values())) for n in range(max_n)] for i in range(k)]
-
-    def clip(n: int, i: int, gram: str, c: int, gone: set[int]) -> int:
-        """min(c, the largest count of `gram` in a document other than i and outside `gone`)."""
-        for cj, j in tops[n][gram]:
-            if j != i and j not in gone:
-                return c if c < cj else cj
-        return 0
-
-    none: set[int] = set()
-    clipped = [[sum(clip(n, i, g, c, none) for g, c in counts[n][i].items()) for n in range(max_n)]
+    clipped = [[sum(_clip(tops[n][g], i, c, set()) for g, c in counts[n][i].items()) for n in range(max_n)]
                for i in range(k)]  # fmt: skip
-    base = [_score(list(zip(clipped[i], den[i])), lengths[i], ref[i], weights) for i in range(k)]
-    exact = [Fraction(b) for b in base]
+    exact = [Fraction(_score(list(zip(clipped[i], den[i])), lengths[i], ref[i], weights)) for i in range(k)]
     total = sum(exact, Fraction(0))
     out = np.full(len(groups), np.nan)
     for gi, members in enumerate(groups):
         gone = set(members)
         if k - len(gone) < 2:
             continue
-        delta: dict[int, list[int]] = {}
-        for n in range(max_n):
-            for gram in {g for i in gone for g in counts[n][i]}:
-                a = next(((c, j) for c, j in tops[n][gram] if j not in gone), None)
-                if a is None:
-                    continue
-                c_a, j_a = a
-                new, old = clip(n, j_a, gram, c_a, gone), clip(n, j_a, gram, c_a, none)
-                if new != old:
-                    delta.setdefault(j_a, [0] * max_n)[n] += new - old
+        delta = _clipping_changes(counts, tops, gone)
         removed = Counter(lengths[i] for i in gone)
-        changed = set(delta)
-        for length, c in removed.items():  # hypotheses whose closest other length may have no document left
-            left = multiplicity[length] - c  # 0: none has it; 1: the one left has no *other* of its length
-            if left <= 1:
-                changed.update(i for i in by_ref.get(length, ()) if left == 0 or lengths[i] == length)
-        changed -= gone
-        available = multiplicity - removed if changed else None
+        changed = (set(delta) | _closest_lost(removed, multiplicity, by_ref, lengths)) - gone
+        available = multiplicity - removed
         remaining = total - sum((exact[i] for i in gone), Fraction(0))
         for i in changed:
             available[lengths[i]] -= 1

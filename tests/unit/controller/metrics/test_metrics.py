@@ -11,7 +11,7 @@ from controller.metrics import compute_metrics
 from controller.metrics.reference import bleu_signature
 from controller.metrics.selfbleu import self_bleu, self_bleu_leave_one_out, self_bleu_scores
 from controller.metrics.tokenize import ngrams, word_tokenize
-from controller.metrics.zipf import zipf_coefficient
+from controller.metrics.zipf import zipf_coefficient, zipf_leave_one_out
 from tests.support.metrics import cell, value
 
 pytestmark = pytest.mark.pure
@@ -132,6 +132,24 @@ def test_self_bleu_leave_one_out_is_self_bleu_of_each_remainder_bit_for_bit(size
         for g, members in enumerate(groups):
             rest = [d for i, d in enumerate(docs) if i not in members]
             expected = self_bleu(rest)
+            assert (math.isnan(fast[g]) and expected is None) or fast[g] == expected, (trial, g)
+
+
+@pytest.mark.parametrize("size, top_n", [(1, 5000), (3, 5000), (2, 6)])
+def test_zipf_leave_one_out_is_the_coefficient_of_each_remainder_bit_for_bit(size, top_n):
+    """Each group's value is zipf_coefficient of the rest to the last bit: where the group held a word's every
+    occurrence (it leaves the counts), some of them (it moves to a lower count), a top_n cut (6: the runs of
+    equal counts cut inside one), and where too few distinct words are left (NaN, as None)."""
+    rng = random.Random(size * 100 + top_n)
+    words = [f"w{i}" for i in range(40)]
+    for trial in range(10):
+        n_groups = rng.randint(2, 8)
+        docs = [[rng.choice(words[: rng.randint(1, 40)]) for _ in range(rng.randint(0, 30))]
+                for _ in range(n_groups * size)]  # fmt: skip
+        groups = [list(range(g * size, (g + 1) * size)) for g in range(n_groups)]
+        fast = zipf_leave_one_out(docs, groups, top_n)
+        for g, members in enumerate(groups):
+            expected = zipf_coefficient([d for i, d in enumerate(docs) if i not in members], top_n)
             assert (math.isnan(fast[g]) and expected is None) or fast[g] == expected, (trial, g)
 
 
