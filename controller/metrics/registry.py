@@ -160,7 +160,7 @@ class Metric:
     unit_interval: bool = False
     # the scale of a jackknife interval: "logit" (the default of a unit_interval metric) for a share of counted
     # things, whose spread shrinks towards 0 and 1 as p(1 - p) does (distinct-n); "linear" (the default otherwise)
-    # for anything else, e.g. a mean of bounded scores (self-BLEU), where the logit stretches one side for nothing
+    # for anything else, e.g. a mean of bounded scores (self-BLEU), whose spread is not tied to its level so
     jackknife_scale: Scale | None = None
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
