@@ -46,10 +46,10 @@ def _jobs(model: str, dtype: str, prompts: int, batch, strategy: dict, device: s
 
 
 def _timed(job, runtime):
-    from worker.engine.job import _engine_generate
+    from worker.engine.job import engine_generate
 
     started = time.perf_counter()
-    result, records = _engine_generate(job, runtime)
+    result, records = engine_generate(job, runtime)
     wall = time.perf_counter() - started
     gen_s = sum(b.total_s for b in result.batches)
     return result.new_tokens / gen_s, wall, records

@@ -101,7 +101,7 @@ def vllm(runtime: Runtime, model: str, prompts, batch, max_new: int):
     """vLLM on the same job (the sweep's engine axis, worker.engine.vllm), with its CUDA graphs on a GPU
     (`enforce_eager: false`): one sequence at a time at batch 1, else at most the batch (auto: 64)."""
     from worker.core.engines import VllmEngine
-    from worker.engine.job import _engine_generate
+    from worker.engine.job import engine_generate
 
     cuda = runtime.device.type == "cuda"
     engine = VllmEngine(
@@ -116,7 +116,7 @@ def vllm(runtime: Runtime, model: str, prompts, batch, max_new: int):
     spec = spec.model_copy(update={"engine": engine})
 
     def run():
-        result, records = _engine_generate(spec, runtime)
+        result, records = engine_generate(spec, runtime)
         return result.new_tokens, [r.token_ids for r in records]
 
     return run, {}

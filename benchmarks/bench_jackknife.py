@@ -5,7 +5,7 @@
 
 A cell's interval for a plain corpus metric (distinct-n, self-BLEU, zipf) needs the metric without each prompt
 in turn. Each declares an exact `leave_one_out` (controller/metrics/); without it the report would compute the
-metric on the cell without each prompt (`intervals.leave_one_out`'s fallback, a plugin metric's path), G
+metric on the cell without each prompt (`intervals.recomputed`, the fallback: a plugin metric's path), G
 recomputations of a cell, so time ∝ G². Side by side on the same synthetic cell (bench_self_bleu's Zipf-ish
 words): one evaluation of the metric, the exact values for every prompt, and the recomputation, timed on the first
 `--recount` prompts and projected to all G (it is the same work for each); the script asserts that both give the
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.bench_self_bleu import synthetic
 from controller.metrics import METRICS, CellData
-from controller.report.stats.bootstrap_t import as_float
+from controller.report.stats.intervals import recomputed
 
 NAMES = ("distinct_2", "self_bleu_4", "zipf")
 
@@ -39,11 +39,9 @@ def side_by_side(metric, cell: CellData, groups: list[list[int]], k: int) -> tup
     exact = np.asarray(metric.leave_one_out(cell, groups), dtype=float)
     t_exact = time.process_time() - start
     start = time.process_time()
-    again = []
-    for g in range(k):
-        again.append(as_float(metric.fn(cell.subset([i for h, items in enumerate(groups) if h != g for i in items]))))
+    again = recomputed(metric, cell, groups, range(k))
     t_again = time.process_time() - start
-    assert np.array_equal(exact[:k], np.array(again), equal_nan=True), f"{metric.name}: differs from recomputing"
+    assert np.array_equal(exact[:k], again, equal_nan=True), f"{metric.name}: differs from recomputing"
     return one, t_exact, t_again
 
 

@@ -9,9 +9,7 @@ all the others with NLTK's `sentence_bleu`, uniform weights, `SmoothingFunction(
 is quadratic, so by default it runs on the first `--n` generations, and also on half of
 them to measure how its time grows; ours runs on the same subsamples. The script asserts
 that both give the same value (|diff| < 1e-9) on every subsample and prints values, times,
-the speed ratio and the measured scaling exponents (time ∝ size^k); then the time of the
-jackknife's leave-one-out values (`self_bleu_leave_one_out`, every generation out in turn) on
-half and all of the generations, against one self-BLEU's, and its exponent.
+the speed ratio and the measured scaling exponents (time ∝ size^k).
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from pathlib import Path
 
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu  # imported before any timing
 
-from controller.metrics.selfbleu import self_bleu, self_bleu_leave_one_out
+from controller.metrics.selfbleu import self_bleu
 from controller.metrics.tokenize import word_tokenize
 
 
@@ -94,19 +92,6 @@ def side_by_side(docs, n: int, full_time: float) -> None:
         )
 
 
-def leave_one_out(docs: list[list[str]], self_bleu_time: dict[int, float]) -> None:
-    """The jackknife's leave-one-out values (one group a generation, as a one-seed sweep's prompts): time
-    against one self-BLEU of the same generations, and how it grows."""
-    rows = []
-    for size, t_one in self_bleu_time.items():
-        _, cpu, wall = timed(lambda d: self_bleu_leave_one_out(d, [[i] for i in range(len(d))]), docs[:size])
-        rows.append((size, cpu))
-        print(f"leave-one-out on {size:5d} (each generation out in turn): {cpu:7.3f} s ({wall:7.3f} s), "
-              f"{cpu / t_one:4.1f}x one self-BLEU")  # fmt: skip
-    (n0, t0), (n1, t1) = rows
-    print(f"leave-one-out scaling {n0} -> {n1}: time ~ n^{exponent(t0, t1, n0, n1):.2f}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--generations", type=int, default=1000, help="synthetic generations (default 1000)")
@@ -145,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"side by side with NLTK on the first {n // 2} and {n} generations:")
 
     side_by_side(docs, n, full_time)
-    leave_one_out(docs, {len(docs) // 2: half_time, len(docs): full_time})
     return 0
 
 

@@ -27,42 +27,44 @@ TOP_N = 5000
 def zipf_coefficient(docs: list[list[str]], top_n: int = TOP_N) -> float | None:
     """Negative least-squares slope of log frequency on log rank over the top `top_n` ranks."""
     counts = Counter(word for words in docs for word in words)
-    freqs = sorted(counts.values(), reverse=True)[:top_n]
-    if len(freqs) < 2:
+    return _slope(Counter(counts.values()), top_n)
+
+
+def _slope(histogram: Counter, top_n: int, fits: dict | None = None) -> float | None:
+    """The coefficient from the counts' histogram (count -> how many words have it): the sorted counts are its
+    runs of equal values, largest first, cut at `top_n`. `fits` keeps, per number of ranks, the ranks' part of
+    the fit (x_r − x̄ and Σ (x_r − x̄)²), which a jackknife's many fits share. Every sum is `math.fsum`'s and
+    every product one double at a time, so the value does not depend on how the counts were come by."""
+    import numpy as np  # the metrics stay importable without numpy's cost on their path
+
+    runs = sorted(((f, k) for f, k in histogram.items() if k > 0), reverse=True)
+    n = min(sum(k for _, k in runs), top_n)
+    if n < 2:
         return None
-    xs = [math.log(r) for r in range(1, len(freqs) + 1)]
-    ys = [math.log(f) for f in freqs]
-    x_mean = math.fsum(xs) / len(xs)
-    y_mean = math.fsum(ys) / len(ys)
-    sxy = math.fsum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys))
-    sxx = math.fsum((x - x_mean) ** 2 for x in xs)
-    slope = sxy / sxx
+    fits = {} if fits is None else fits
+    if n not in fits:
+        xs = [math.log(r) for r in range(1, n + 1)]
+        x_mean = math.fsum(xs) / n
+        fits[n] = (np.array([x - x_mean for x in xs]), math.fsum((x - x_mean) ** 2 for x in xs))
+    dx, sxx = fits[n]
+    ys = np.repeat([math.log(f) for f, _ in runs], [k for _, k in runs])[:n]
+    slope = math.fsum(dx * (ys - math.fsum(ys) / n)) / sxx
     return -slope if slope else 0.0  # no negative zero for a flat distribution
 
 
 def zipf_leave_one_out(docs: list[list[str]], groups: Sequence[Sequence[int]], top_n: int = TOP_N):
-    """The Zipf coefficient without each group of documents in turn, bit for bit `zipf_coefficient`'s (NaN where
+    """The Zipf coefficient without each group of documents in turn, exactly `zipf_coefficient`'s (NaN where
     fewer than 2 distinct words are left).
 
     Only the counts enter the fit, and only sorted: so the cell keeps how many words have each count, and
-    leaving a group out moves just the group's words to their lower counts. The sorted counts are runs of
-    equal values; each group's fit takes the same floating-point steps as `zipf_coefficient` (the logs from
-    `math.log`, the sums from `math.fsum`, the products one double at a time) over those runs repeated, so a
-    group costs its own words and the cell's distinct counts, not a recount of the cell (which made the
+    leaving a group out moves just the group's words to their lower counts before the same fit (`_slope`).
+    A group costs its own words and the cell's distinct counts, not a recount of the cell (which made the
     jackknife quadratic: 300 prompts × 3 seeds of 64 words took 6 s a cell)."""
-    import numpy as np  # the metrics stay importable without numpy's cost on their path
+    import numpy as np
 
     total = Counter(word for words in docs for word in words)
-    histogram = Counter(total.values())  # count -> how many words have it
-    fits: dict[int, tuple[np.ndarray, float]] = {}  # ranks kept -> (x_r − x̄, Σ (x_r − x̄)²)
-
-    def fit(n: int) -> tuple[np.ndarray, float]:
-        if n not in fits:
-            xs = [math.log(r) for r in range(1, n + 1)]
-            x_mean = math.fsum(xs) / n
-            fits[n] = (np.array([x - x_mean for x in xs]), math.fsum((x - x_mean) ** 2 for x in xs))
-        return fits[n]
-
+    histogram = Counter(total.values())
+    fits: dict = {}
     out = np.full(len(groups), np.nan)
     for gi, members in enumerate(groups):
         left = histogram.copy()
@@ -71,15 +73,9 @@ def zipf_leave_one_out(docs: list[list[str]], groups: Sequence[Sequence[int]], t
             left[f] -= 1
             if f > c:
                 left[f - c] += 1
-        runs = sorted(((f, k) for f, k in left.items() if k > 0), reverse=True)
-        n = min(sum(k for _, k in runs), top_n)
-        if n < 2:
-            continue
-        ys = np.repeat([math.log(f) for f, _ in runs], [k for _, k in runs])[:n]
-        y_mean = math.fsum(ys) / n
-        dx, sxx = fit(n)
-        slope = math.fsum(dx * (ys - y_mean)) / sxx
-        out[gi] = -slope if slope else 0.0
+        value = _slope(left, top_n, fits)
+        if value is not None:
+            out[gi] = value
     return out
 
 

@@ -323,7 +323,7 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
     return result, records
 
 
-def _engine_generate(spec: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationRecord]]:
+def engine_generate(spec: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationRecord]]:
     """The one seam where a job picks its engine (worker.core.engines): vLLM's, or the own one."""
     if spec.engine is not None and spec.engine.name == "vllm":
         from worker.engine.vllm.run import generate_job as vllm_generate_job
@@ -342,7 +342,7 @@ def run_job(spec: JobSpec, *, store: Store, runtime: Runtime) -> dict[str, Any]:
             return {"job_id": j, "status": "skipped"}
         log.info("job.start", prompts=len(spec.prompts), seed=spec.seed, device=str(runtime.device))
         try:
-            result, records = _engine_generate(spec, runtime)
+            result, records = engine_generate(spec, runtime)
         except Exception as err:
             log.error("job.failed", error=f"{type(err).__name__}: {err}")
             store.write_jsonl(paths.log_key(t, s, j), lines)

@@ -1,8 +1,8 @@
 """The studentised bootstrap (bootstrap-t) of a statistic that is a function of summed per-unit statistics:
 the delta-method standard error (`linearised_se`), the replicates through `scipy.stats.bootstrap`
 (`studentized`), and each replicate studentised by its own SE or by the SE its estimate implies
-(`spread_curve`). `intervals` applies it to a cell's additive metrics and (`pseudo_interval`) to a paired
-difference's jackknife pseudo-values, `paired` to differences, `speed`, ratings and the judge to theirs.
+(`spread_curve`). `intervals` applies it to a cell's additive metrics, `paired` to differences (a plain
+metric's through its jackknife pseudo-values, `pseudo_interval`), `speed`, ratings and the judge to theirs.
 Nothing here knows any metric."""
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def studentized(
     2.5% of them have none (a rare event: rep-4 with one repeating prompt among 32), the t quantile
     on that side would be infinite, and the interval is the percentile bootstrap's, moved to θ (the
     report's rep-4 intervals had reached 10⁷ from such noise). `t_floor`: neither quantile inside
-    Student's, q(0.975) ≥ t(G−1) and q(0.025) ≤ −t(G−1) (the jackknife's, see `pseudo_interval`).
+    Student's, q(0.975) ≥ t(G−1) and q(0.025) ≤ −t(G−1) (the jackknife's, see `paired.pseudo_interval`).
     `grad(sums)`: f's gradient, exact or cheap enough to take at every replicate's own sums.
     `smooth`: each replicate is studentised by the SE its estimate implies, not its own (`spread_curve`)."""
     value = float(f(units.sum(axis=0)[None])[0])

@@ -103,8 +103,15 @@ def leave_one_out(metric: Metric, cell: CellData, groups: Sequence[Sequence[int]
     """The metric without each prompt in turn: its exact `leave_one_out`, else `fn` on each subset."""
     if metric.leave_one_out is not None:
         return np.asarray(metric.leave_one_out(cell, groups), dtype=float)
+    return recomputed(metric, cell, groups)
+
+
+def recomputed(
+    metric: Metric, cell: CellData, groups: Sequence[Sequence[int]], which: Sequence[int] | None = None
+) -> np.ndarray:
+    """`fn` on the cell without each group in turn (of `which`, default every group): G evaluations of a cell."""
     out = []
-    for g in range(len(groups)):
+    for g in range(len(groups)) if which is None else which:
         keep = [i for h, items in enumerate(groups) if h != g for i in items]
         out.append(as_float(metric.fn(cell.subset(keep))))
     return np.array(out)
@@ -165,9 +172,10 @@ def skew_corrected(pseudo: np.ndarray, center: float) -> tuple[float, float] | N
     pseudo-values; neither side comes inside Student's (the side away from the skew stays Student's).
     It replaced the bootstrap-t of the pseudo-values, whose replicates that draw none of a cell's few
     outlying prompts have a tiny SE and a t far out: that made distinct-2's interval at 32 prompts 1.76×
-    the width of a normal interval with the true spread and self-BLEU's 2.42× (skewed process, 1 seed),
-    this one 1.35× and 1.40×, covering within a point of it on both of the benchmarks' processes
-    (docs/reports.md#the-jackknife-metrics-students-t-skew-corrected-issue-46-2026-12-06)."""
+    the width of a normal interval with the true spread and self-BLEU's 2.42× (skewed process, 1 seed, on
+    the logit scale), this one 1.35× and 1.40×, covering within a point of it on both of the benchmarks'
+    processes (docs/reports.md#the-jackknife-metrics-students-t-skew-corrected-issue-46-2026-12-06);
+    self-BLEU's, on its own scale since, 1.19×."""
     G = len(pseudo)
     se = float(np.std(pseudo, ddof=1)) / math.sqrt(G)
     if not (math.isfinite(se) and math.isfinite(center)):
@@ -178,21 +186,6 @@ def skew_corrected(pseudo: np.ndarray, center: float) -> tuple[float, float] | N
     gamma = float(sps.skew(pseudo, bias=False)) if G > 2 else 0.0
     shift = -gamma * (2 * q * q + 1) / (6 * math.sqrt(G)) if math.isfinite(gamma) else 0.0
     return center - (q + max(shift, 0.0)) * se, center + (q + max(-shift, 0.0)) * se
-
-
-def pseudo_interval(pseudo: np.ndarray, center: float, *, n_boot: int, rng: np.random.Generator):
-    """Bootstrap-t interval of a jackknife estimate from its pseudo-values, centred on `center`, no side
-    shorter than Student's t(G−1) interval of the pseudo-values' mean: a paired difference's (`paired`;
-    a cell's own is `skew_corrected`).
-
-    With few prompts (16) the resampled pseudo-values' t distribution is too short-tailed on one side:
-    distinct-2's interval missed the truth one-sidedly (91.4% coverage). The floor, t(G−1) as in the
-    jackknife's own t-test, brought it to 94% at 16 prompts; with many prompts both quantiles exceed it
-    and it changes nothing (docs/reports.md#confidence-intervals). Each replicate keeps its own SE: studentised
-    by `spread_curve`, distinct-2's interval at 32 prompts narrowed (1.77x → 1.54x a normal one's width on
-    bench_coverage's skewed process) but covered 92.7-93.2% where this covers 95%."""
-    units = np.stack([pseudo, np.ones(len(pseudo))], axis=1)
-    return studentized(units, values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True, center=center, t_floor=True)
 
 
 def half_sample(

@@ -183,7 +183,7 @@ def test_comparisons_reach_the_markdown_html_csv_cli_and_notebook(tmp_path):
 def test_a_jackknife_interval_is_never_inside_students_t_and_keeps_its_skew():
     from scipy import stats
 
-    from controller.report.stats.intervals import pseudo_interval
+    from controller.report.stats.paired import pseudo_interval
 
     pseudo = np.random.default_rng(3).lognormal(0.0, 1.0, 16)  # skewed pseudo-values of 16 prompts
     center = float(pseudo.mean())

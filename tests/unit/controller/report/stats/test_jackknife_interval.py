@@ -17,7 +17,8 @@ import pytest
 from scipy.stats import t as student
 
 from controller.metrics import METRICS, CellData
-from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups, pseudo_interval
+from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
+from controller.report.stats.paired import pseudo_interval
 from tests.support.intervals import edgeworth_t
 
 logit = lambda x: np.log(x) - np.log1p(-x)
