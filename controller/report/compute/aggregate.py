@@ -47,7 +47,7 @@ from controller.report.compute.engines import (
 )
 from controller.report.compute.pairs import compare
 from controller.report.compute.runner import Runner
-from controller.report.load.jobs import JobInfo, enough_prompts, smallest_cell
+from controller.report.load.jobs import JobInfo, enough_prompts, fewest_prompts, smallest_cell
 from controller.report.load.sweep import SweepData, Tick
 from controller.report.stats.bootstrap_t import CI_LEVEL
 from controller.report.stats.paired import comparison_columns
@@ -238,15 +238,19 @@ def summarize(
         for name, method in ref_methods.items():
             methods[name].add(method)
     frame = _frame(rows, list(names), settings.with_ci, has_engines(rows))
-    frame.attrs.update(_attrs(frame, settings, methods, baseline))
+    frame.attrs.update(_attrs(frame, settings, methods, baseline, fewest_prompts(data.results)))
     return frame
 
 
-def _attrs(frame: pd.DataFrame, settings: Settings, methods: dict[str, set[str]], baseline: str | None) -> dict:
-    """The summary's settings: its intervals (`ci`) and MAUVE's equal sample (`mauve`)."""
+def _attrs(
+    frame: pd.DataFrame, settings: Settings, methods: dict[str, set[str]], baseline: str | None, prompts: int
+) -> dict:
+    """The summary's settings: its intervals (`ci`; `prompts`, those of the smallest cell) and MAUVE's equal
+    sample (`mauve`)."""
     ci = {
         "level": CI_LEVEL,
         "unit": "prompt",
+        "prompts": prompts,
         "n_boot": settings.n_boot,
         "n_boot_corpus": min(settings.n_boot, settings.n_boot_corpus),
         "seed": settings.seed,

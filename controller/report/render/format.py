@@ -20,6 +20,7 @@ from controller.report.compute.columns import (
     SPEED_COLUMNS,
 )
 from controller.report.compute.engines import ENGINE_COLUMN
+from controller.report.load.jobs import CALIBRATED_PROMPTS
 from controller.report.load.sweep import SweepData
 from controller.report.render.comparisons import comparison_markdown, comparison_table
 from controller.report.render.labels import cell_labels, labeller, variant_labels
@@ -223,6 +224,8 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
             "Methods: " + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items())) + ".",
             "",
         ]
+        note = small_sample_note(ci)
+        lines += [f"**{note}**", ""] if note else []
     lines += [
         "## Overview",
         "",
@@ -241,6 +244,19 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         *comparison_markdown(comparison_table(summary, fmt, labeller(summary))),
     ]
     return "\n".join(lines)
+
+
+def small_sample_note(ci: dict | None) -> str | None:
+    """The caution a report's intervals carry when its smallest cell has fewer prompts than they were calibrated at
+    (`CALIBRATED_PROMPTS`); None at or above it, or without intervals."""
+    prompts = (ci or {}).get("prompts")
+    if not ci or prompts is None or prompts >= CALIBRATED_PROMPTS:
+        return None
+    return (
+        f"The smallest cell has {prompts} prompts: below {CALIBRATED_PROMPTS}, an interval can cover less than "
+        f"{ci['level']:.0%} where a few prompts dominate a metric (rep-n measured at 88.6-92.0% with 16 prompts of "
+        'which few loop; docs/reports.md, "Coverage and width now").'
+    )
 
 
 def speed_markdown(summary: pd.DataFrame) -> list[str]:

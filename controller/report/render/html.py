@@ -31,7 +31,7 @@ from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
 from controller.report.load.jobs import MIN_CI_PROMPTS
 from controller.report.load.sweep import SweepData
 from controller.report.render.comparisons import comparison_html, comparison_table
-from controller.report.render.format import fmt, metric_columns, model_based_metrics
+from controller.report.render.format import fmt, metric_columns, model_based_metrics, small_sample_note
 from controller.report.render.html_tables import metrics_glossary, provenance
 from controller.report.render.labels import cell_labels, labeller, variant_labels
 from controller.report.render.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
@@ -187,6 +187,8 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
         if ci
         else f"No intervals: a cell has fewer than {MIN_CI_PROMPTS} prompts."
     )
+    if note := small_sample_note(ci):
+        ci_text += f" {note}"
     name = data.name
     done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
     columns = ", ".join(DESIGN_COLUMNS)

@@ -12,9 +12,10 @@ from click.testing import CliRunner
 
 from controller.cli import Group
 from controller.cli.report import report
+from controller.cli.table import echo_summary
 from controller.report.compute.aggregate import summarize
 from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
-from controller.report.render.format import markdown_table, summary_markdown
+from controller.report.render.format import markdown_table, small_sample_note, summary_markdown
 from controller.report.render.html import mark_repeats, pareto_front, render_html
 from controller.report.render.write import write_reports
 from tests.support.report import make_sweep, write_sweep
@@ -54,7 +55,7 @@ def test_every_format_is_written_and_reads_back(tmp_path, sweep):
     assert parquet["distinct_2"].tolist() == pytest.approx(summary["distinct_2"].tolist(), nan_ok=True)
     doc = json.loads(store.read_bytes(keys["json"]))
     assert doc["sweep_id"] == data.sweep_id and doc["columns"] == list(summary.columns)
-    assert doc["ci"]["unit"] == "prompt"
+    assert doc["ci"]["unit"] == "prompt" and doc["ci"]["prompts"] == 8
     frame = pd.DataFrame(doc["rows"], columns=doc["columns"])
     assert frame["rep_2"].tolist() == pytest.approx(summary["rep_2"].tolist(), nan_ok=True)
     assert doc["rows"][-1]["tokens_per_s"] is None  # empty, not 0
@@ -62,6 +63,18 @@ def test_every_format_is_written_and_reads_back(tmp_path, sweep):
     assert "| model | strategy |" in md and "reference" in md and "[" in md  # intervals shown
     page = store.read_bytes(keys["html"]).decode()
     assert page.startswith("<!DOCTYPE html>") and "<script src" not in page.lower()
+    caution = "The smallest cell has 8 prompts: below 32, an interval can cover less than 95%"
+    assert caution in md and caution in page  # 8 prompts: fewer than the intervals were calibrated at
+
+
+def test_the_small_sample_caution_only_below_the_calibrated_prompts(capsys, sweep):
+    _, summary = sweep
+    ci = summary.attrs["ci"]
+    assert small_sample_note({**ci, "prompts": 32}) is None and small_sample_note(None) is None
+    assert "has 31 prompts: below 32" in small_sample_note({**ci, "prompts": 31})
+    echo_summary(summary)
+    out, err = capsys.readouterr()
+    assert "| model | strategy |" in out and "The smallest cell has 8 prompts" in err and "8 prompts" not in out
 
 
 def test_html_escapes_every_text(sweep):
