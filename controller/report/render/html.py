@@ -168,6 +168,17 @@ def print_toggle(print_samples: bool) -> str:
     )
 
 
+def interval_note(ci: dict | None) -> str:
+    """The metrics section's line on intervals, with the small-sample caution where it applies."""
+    text = (
+        "Bars show 95% intervals over prompt resamples (see docs/reports.md)."
+        if ci
+        else f"No intervals: a cell has fewer than {MIN_CI_PROMPTS} prompts."
+    )
+    note = small_sample_note(ci)
+    return f"{text} {note}" if note else text
+
+
 def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | None = None) -> str:
     """The whole page as one string. `print_samples`: whether a printout carries the example texts
     (None: `print_samples_default`); on screen they are always there, and the page's checkbox
@@ -181,14 +192,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
     chart_js = to_json_plotly([{"id": i, "fig": f} for i, f in charts])
     template = to_json_plotly(pio.templates["plotly_white"].to_plotly_json())
     bar_divs = "".join(f'<div id="{e(i)}" class="chart"></div>' for i, _ in charts if i != "chart-quality-speed")
-    ci = summary.attrs.get("ci")
-    ci_text = (
-        "Bars show 95% intervals over prompt resamples (see docs/reports.md)."
-        if ci
-        else f"No intervals: a cell has fewer than {MIN_CI_PROMPTS} prompts."
-    )
-    if note := small_sample_note(ci):
-        ci_text += f" {note}"
+    ci_text = interval_note(summary.attrs.get("ci"))
     name = data.name
     done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
     columns = ", ".join(DESIGN_COLUMNS)
