@@ -146,22 +146,27 @@ def ratio_interval(
         return el_statistic(np.append(z, -boost * z.mean()) if adjusted else z) - crit
 
     span = max(float(np.ptp(ratios)), 1e-12 * max(1.0, abs(estimate)))
-    ends = []
-    for edge in (float(ratios.min()), float(ratios.max())):
-        direction = 1.0 if edge >= estimate else -1.0
-        if not adjusted:  # R is 0 past the hull: the end lies inside it, or is the hull's edge
-            inside = edge + (estimate - edge) * 1e-9
-            ends.append(optimize.brentq(excess, estimate, inside, xtol=1e-12) if excess(inside) > 0 else edge)
-            continue
-        far = max(edge, estimate) + span if direction > 0 else min(edge, estimate) - span
-        for _ in range(_DOUBLINGS):
-            if excess(far) > 0:
-                ends.append(optimize.brentq(excess, estimate, far, xtol=1e-12 * max(1.0, abs(far))))
-                break
-            far = estimate + 2 * (far - estimate)
-        else:
-            ends.append(direction * math.inf)
-    return ends[0], ends[1]
+    low, high = float(ratios.min()), float(ratios.max())
+    if not adjusted:
+        return _hull_end(excess, estimate, low), _hull_end(excess, estimate, high)
+    return _open_end(excess, estimate, low, -span), _open_end(excess, estimate, high, span)
+
+
+def _hull_end(excess, estimate: float, edge: float) -> float:
+    """The plain EL's end towards `edge`: R is 0 past the convex hull, so the end lies inside it, or is its edge."""
+    inside = edge + (estimate - edge) * 1e-9
+    return optimize.brentq(excess, estimate, inside, xtol=1e-12) if excess(inside) > 0 else edge
+
+
+def _open_end(excess, estimate: float, edge: float, step: float) -> float:
+    """The adjusted EL's end past `edge` (`step`: ± the ratios' spread), doubling outwards to bracket it; ±inf where
+    its statistic, bounded as θ runs off (it is scale invariant), never reaches the quantile."""
+    far = (max(edge, estimate) if step > 0 else min(edge, estimate)) + step
+    for _ in range(_DOUBLINGS):
+        if excess(far) > 0:
+            return optimize.brentq(excess, estimate, far, xtol=1e-12 * max(1.0, abs(far)))
+        far = estimate + 2 * (far - estimate)
+    return math.copysign(math.inf, step)
 
 
 def constructions(units: np.ndarray, f, is_ratio: bool, value: float, rng, center: float | None = None) -> dict:

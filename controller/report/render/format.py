@@ -249,8 +249,8 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
 def small_sample_note(ci: dict | None) -> str | None:
     """The caution a report's intervals carry when its smallest cell has fewer prompts than they were calibrated at
     (`CALIBRATED_PROMPTS`); None at or above it, or without intervals."""
-    prompts = (ci or {}).get("prompts")
-    if not ci or prompts is None or prompts >= CALIBRATED_PROMPTS:
+    prompts = (ci or {}).get("prompts", CALIBRATED_PROMPTS)
+    if prompts >= CALIBRATED_PROMPTS:
         return None
     return (
         f"The smallest cell has {prompts} prompts: below {CALIBRATED_PROMPTS}, an interval can cover less than "
