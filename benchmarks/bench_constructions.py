@@ -265,9 +265,9 @@ def efron_stein(metric, cell, groups, at: float, loo: np.ndarray, pv: np.ndarray
     return out
 
 
-def run(process: str, G: int, sims: int, names: list[str]) -> dict[str, list]:
+def run(process: str, G: int, sims: int, names: list[str], start: int = 0) -> dict[str, list]:
     found: dict[str, list] = {}  # metric -> [(value, {construction: (low, high)})]
-    for s in range(sims):
+    for s in range(start, start + sims):
         rng = np.random.default_rng([G, s])
         if process == "markov":
             cell, groups = bc.markov_cell(G, rng)
@@ -322,6 +322,9 @@ def main() -> None:
     ap.add_argument("--sims", type=int, default=500)
     ap.add_argument("--metrics", nargs="+", default=None)
     ap.add_argument("--population", type=int, default=20_000)
+    ap.add_argument(
+        "--start", type=int, default=0, help="index of the first simulation (fresh cells: past the last run)"
+    )
     ap.add_argument("--efron-stein", action="store_true", help="also the delete-two (Efron–Stein) constructions")
     args = ap.parse_args()
     global EFRON_STEIN
@@ -331,8 +334,9 @@ def main() -> None:
     truth = bc.population(args.population, seed=10**6, process=args.process)
     bc.SEEDS = args.seeds
     for G in args.prompts:
-        print(f"{args.process} process, {G} prompts x {args.seeds} seed(s), {args.sims} simulations")
-        report(run(args.process, G, args.sims, names), truth)
+        last = args.start + args.sims - 1
+        print(f"{args.process} process, {G} prompts x {args.seeds} seed(s), simulations {args.start}-{last}")
+        report(run(args.process, G, args.sims, names, args.start), truth)
 
 
 if __name__ == "__main__":
