@@ -4,12 +4,10 @@ bench_constructions on both generative processes."""
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from tests.support.repo import REPO
 
@@ -63,44 +61,3 @@ def test_the_constructions_benchmark_runs_every_construction_on_both_processes()
             assert f"rep_2        {name}" in run.stdout and f"distinct_2   {name}" in run.stdout
         for name in ("efron-stein ", "efron-stein-skew", "variance (logit): jackknife"):  # the jackknife metrics'
             assert f"distinct_2   {name}" in run.stdout and f"rep_2        {name}" not in run.stdout
-
-
-def mean_interval(values: np.ndarray, center: float) -> tuple[float, float]:
-    """bench_constructions' adjusted empirical likelihood interval of a mean, moved to `center` (its `ael` of the
-    jackknife metrics' pseudo-values)."""
-    sys.path.insert(0, str(REPO))
-    from benchmarks.bench_constructions import ratio_interval
-
-    low, high = ratio_interval(values, np.ones(len(values)), adjusted=True)
-    return low + center - values.mean(), high + center - values.mean()
-
-
-@pytest.mark.parametrize("G", [8, 16, 40])
-def test_the_adjusted_empirical_likelihood_interval_of_a_mean_is_the_dual_written_out(G):
-    from tests.support.intervals import empirical_likelihood_mean
-
-    values = np.random.default_rng(G).lognormal(0.0, 1.0, G)
-    center = float(values.mean()) + 0.25
-    low, high = mean_interval(values, center)
-    assert (low, high) == pytest.approx(empirical_likelihood_mean(values, center), rel=1e-7)
-    assert high - center > center - low  # a long right tail: the upper end reaches further
-
-
-def test_the_empirical_likelihood_ends_are_where_its_statistic_meets_the_f_quantile():
-    sys.path.insert(0, str(REPO))
-    from scipy import stats as sps
-
-    from benchmarks.bench_constructions import el_statistic, ratio_interval
-
-    rng = np.random.default_rng(3)
-    a, b = rng.lognormal(0, 1, 20), rng.integers(1, 9, 20).astype(float)
-    crit, estimate = sps.f.ppf(0.95, 1, 19), a.sum() / b.sum()
-    low, high = ratio_interval(a, b, adjusted=False)
-    assert low < estimate < high
-    assert el_statistic(a - low * b) == pytest.approx(crit) and el_statistic(a - high * b) == pytest.approx(crit)
-    assert el_statistic(a - estimate * b) == pytest.approx(0, abs=1e-12)
-    adjusted = ratio_interval(a, b)
-    assert adjusted[0] < low and high < adjusted[1]  # the pseudo-observation widens it
-    assert el_statistic(np.array([1.0, 2.0])) == math.inf  # a mean of 0 is outside their hull
-    assert ratio_interval(np.full(8, 0.4), np.ones(8)) == (0.4, 0.4)
-    assert ratio_interval(np.array([1.0, 3.0]), np.ones(2)) == (-math.inf, math.inf)  # never reaches F(1, 1)
