@@ -32,11 +32,15 @@ from controller.metrics.registry import CellData, additive_metric, item_rows, ra
 
 
 def _perplexity(sums: Sequence[float]) -> float | None:
-    """exp(Σ nll_sum / Σ nll_count); None when no token was scored."""
+    """exp(Σ nll_sum / Σ nll_count); None when no token was scored; inf past the floats (a mean NLL over ~709.8 nats:
+    a scorer that gave its tokens no probability), not an OverflowError that would lose the whole report."""
     nll, tokens = sums
     if tokens == 0:
         return None
-    return math.exp(nll / tokens)
+    try:
+        return math.exp(nll / tokens)
+    except OverflowError:
+        return math.inf
 
 
 @additive_metric(

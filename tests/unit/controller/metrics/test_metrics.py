@@ -87,6 +87,8 @@ def test_perplexity_is_token_weighted():
     assert value("perplexity", cell("a", "b", nll_sum=[1.0, None], nll_count=[1, None])) is None
     assert value("perplexity", cell("", nll_sum=[0.0], nll_count=[0])) is None
     assert value("perplexity", cell("a", "b")) is None
+    # a mean NLL past ~709.8 nats (a scorer that gave the tokens no probability) is inf, not an OverflowError
+    assert value("perplexity", cell("a", "b", nll_sum=[800.0, 1600.0], nll_count=[1, 2])) == math.inf
 
 
 # --- self-BLEU: hand-computed, then against NLTK --------------------------------------------

@@ -281,3 +281,17 @@ def test_compare_gives_per_cell_differences(one_seed):
     assert math.isnan(row(out, REFERENCE)["tokens_per_s_delta"])
     assert set(out["present"]) == {"both", "b"}
     assert "tokens_per_s_a" in out.columns and "tokens_per_s_b" in out.columns
+
+
+def test_a_cell_whose_perplexity_is_past_the_floats_leaves_it_empty_and_the_report_whole():
+    """One cell scored at a mean NLL of 800 nats a token: math.exp overflowed and the whole summary was lost."""
+    data = make_sweep(seeds=(0, 1), n_prompts=8)
+    lost = data.generations[0].cell
+    for i, g in enumerate(data.generations):
+        if g.cell == lost:
+            data.generations[i] = g.model_copy(update={"nll_sum": 800.0 * g.nll_count})
+    summary = summarize(data, n_boot=100, n_boot_corpus=10)
+    cells = summary.set_index("cell")
+    assert math.isnan(cells.loc[lost, "perplexity"]) and math.isnan(cells.loc[lost, "perplexity_ci_low"])
+    others = summary[(summary["cell"] != lost) & summary["perplexity"].notna()]
+    assert len(others) > 0 and others["perplexity_ci_low"].notna().all()
