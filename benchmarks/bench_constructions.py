@@ -31,8 +31,8 @@ prompts resampled; each replicate's estimate θ* and delta-method SE se*), every
                of two sums over prompts (rep-n, mean_length, eos_rate; the jackknife metrics' mean of pseudo-values:
                Jing, Yuan and Zhou 2009's jackknife EL), −2 log R(θ) ≤ F(1, G − 1)'s 95% quantile; `ael` the adjusted
                EL (Chen, Variyath and Abraham 2008: one pseudo-observation −max(1, log(G)/2) · z̄, defined beyond the
-               convex hull; `controller/report/stats/likelihood.py`, the report's). distinct-n's interval since
-               2026-12-06 (`ael`), not the others' (docs/reports.md, "Empirical likelihood").
+               convex hull; the report's `controller/report/stats/empirical_likelihood.py`). distinct-n's interval
+               since 2026-12-06 (`ael`), not the others' (docs/reports.md, "Empirical likelihood").
 - efron-stein, efron-stein-skew (`--efron-stein`, jackknife metrics only): Student's and the skew-corrected
                interval with Efron and Stein's (1981) bias-corrected jackknife variance, from every pair's
                delete-two value (measured, not taken: docs/reports.md).
@@ -73,8 +73,8 @@ from controller.report.stats.bootstrap_t import (
     spread_curve,
     values_of,
 )
+from controller.report.stats.empirical_likelihood import ratio_interval
 from controller.report.stats.intervals import evaluate, leave_one_out, pseudo_values, skew_corrected
-from controller.report.stats.likelihood import ratio_interval
 from controller.report.stats.shares import share_interval
 
 B = 1000

@@ -41,7 +41,7 @@ from worker.core.registry import Registry
 
 Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
 Scale = Literal["logit", "linear"]
-JackknifeInterval = Literal["skew-corrected", "likelihood"]
+JackknifeInterval = Literal["skew-corrected", "empirical_likelihood"]
 WorkerNeed = Literal["score", "featurize"]
 INTERVALS: tuple[str, ...] = ("bootstrap", "jackknife", "half-sample", "none")
 
@@ -165,7 +165,7 @@ class Metric:
     jackknife_scale: Scale | None = None
     # how a jackknife interval is drawn from the pseudo-values on that scale: "skew-corrected" (the default: Student's
     # t widened on the side of their skew) or "likelihood" (their mean's adjusted empirical likelihood interval,
-    # whose shape follows theirs: distinct-n; controller.report.stats.likelihood, docs/reports.md)
+    # whose shape follows theirs: distinct-n; controller.report.stats.empirical_likelihood, docs/reports.md)
     jackknife_interval: JackknifeInterval = "skew-corrected"
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""

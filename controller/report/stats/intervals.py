@@ -15,7 +15,7 @@ method each metric declares when it registers (`Metric.interval`, see
   Student's t(G − 1) interval of the pseudo-values widened on the side of their skew by the
   Edgeworth correction of the studentised mean (`skew_corrected`), never inside Student's; or, where
   the metric declares it (distinct-n), their mean's adjusted empirical likelihood interval
-  (`likelihood.mean_interval`);
+  (`empirical_likelihood.mean_interval`);
 - "half-sample": the delete-half jackknife, `fn` on halves of the prompts.
 
 Nothing here knows any metric. docs/reports.md explains the methods and their measured coverage.
@@ -39,7 +39,7 @@ from controller.report.stats.bootstrap_t import (
     studentized,
     values_of,
 )
-from controller.report.stats.likelihood import mean_interval
+from controller.report.stats.empirical_likelihood import mean_interval
 from controller.report.stats.shares import share_interval
 
 
@@ -142,7 +142,7 @@ def jackknife(
 ) -> tuple[float, float] | None:
     """Delete-one-prompt jackknife: Student's interval of the pseudo-values, skew-corrected (`skew_corrected`), or,
     where the metric declares `jackknife_interval="likelihood"` (distinct-n), their mean's adjusted empirical
-    likelihood interval (`likelihood.mean_interval`).
+    likelihood interval (`empirical_likelihood.mean_interval`).
 
     SE is the jackknife standard error; None where a leave-one-out value is empty. A metric whose
     `jackknife_scale` is "logit" (a share of counted things in (0, 1), distinct-n) is jackknifed on the

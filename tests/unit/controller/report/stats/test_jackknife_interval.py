@@ -28,7 +28,7 @@ expit = lambda x: 1 / (1 + np.exp(-x))
 
 def test_a_corpus_metric_with_a_few_outlying_prompts_gets_the_skew_corrected_t_not_a_wide_bootstrap_t():
     """The default of a jackknifed metric (a plugin's; distinct-n has declared its empirical likelihood interval
-    since, tests/unit/controller/report/stats/test_likelihood_interval.py): here distinct-2 declaring it."""
+    since, tests/unit/controller/report/stats/test_empirical_likelihood.py): here distinct-2 declaring it."""
     skewed = replace(METRICS.get("distinct_2"), jackknife_interval="skew-corrected")
     cell, G = looping_cell(), 32
     values, (low, high, method) = one_interval("distinct_2", skewed, cell, G)

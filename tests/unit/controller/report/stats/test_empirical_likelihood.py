@@ -16,7 +16,7 @@ import pytest
 from scipy import stats as sps
 
 from controller.metrics import METRICS, CellData, Metric
-from controller.report.stats.likelihood import el_statistic, mean_interval, ratio_interval
+from controller.report.stats.empirical_likelihood import el_statistic, mean_interval, ratio_interval
 from tests.support.intervals import edgeworth_t, empirical_likelihood_mean
 from tests.support.metrics import distinct_2, looping_cell, one_interval
 

@@ -32,7 +32,7 @@ def el_statistic(z: np.ndarray) -> float:
     """−2 log of the empirical likelihood ratio that the mean of z is 0; inf outside z's convex hull."""
     if not z.min() < 0 < z.max():
         return math.inf if np.any(z) else 0.0
-    z = z / float(np.max(np.abs(z)))  # R does not change with z's scale; λ's range is kept near 1 so
+    z = z / float(np.max(np.abs(z)))  # R is the same at any scale of z; at this one λ's range is about 1
     low, high = -1 / z.max(), -1 / z.min()  # λ where every weight 1 / (G (1 + λ z_i)) stays positive
     pad = 1e-10 * (high - low)
     lam = optimize.brentq(lambda x: float(np.sum(z / (1 + x * z))), low + pad, high - pad, xtol=1e-14, maxiter=500)
