@@ -79,8 +79,10 @@ from controller.report.stats.shares import share_interval
 
 B = 1000
 EFRON_STEIN = False  # --efron-stein: the delete-two constructions of the jackknife metrics (O(G²) per cell)
+SCALE = None  # --scale: the jackknife metrics' scale in place of the one each declares (to measure another)
 LEVEL = 0.95
-SKEWED = {"rep_2": 0, "mean_length": 0, "perplexity": 0, "distinct_2": 0, "self_bleu_4": 0, "bleu": 1, "eos_rate": 1}
+SKEWED = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4", "bleu", "eos_rate"]  # the default
+ON_REFERENCES = {"bleu", "eos_rate"}  # on the skewed process, drawn on bench_coverage's reference cells
 logit = lambda x: np.log(x) - np.log1p(-x)
 expit = lambda x: 1 / (1 + np.exp(-x))
 
@@ -164,7 +166,7 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
             out = {k: v if k == "_se" else share_interval(v, stats, len(groups), LEVEL) for k, v in out.items()}
         return out
     loo = leave_one_out(metric, cell, groups)
-    logit_scale = metric.jackknife_scale == "logit"
+    logit_scale = (SCALE or metric.jackknife_scale) == "logit"
     if np.isnan(loo).any() or (logit_scale and not (0 < value < 1 and np.all((loo > 0) & (loo < 1)))):
         return {}
     fwd, back = (logit, expit) if logit_scale else (np.asarray, np.asarray)
@@ -174,6 +176,8 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
     if EFRON_STEIN and out:
         out.update(efron_stein(metric, cell, groups, float(fwd(value)), fwd(loo), pv, fwd))
     out = {k: v if k.startswith("_") else (float(back(v[0])), float(back(v[1]))) for k, v in out.items()}
+    if metric.unit_interval and not logit_scale:  # kept inside [0, 1] on its own scale, as the report's
+        out = {k: v if k.startswith("_") else (max(v[0], 0.0), min(v[1], 1.0)) for k, v in out.items()}
     return out
 
 
@@ -219,7 +223,7 @@ def run(process: str, G: int, sims: int, names: list[str], start: int = 0) -> di
         else:
             cell, groups = bc.simulate_cell(G, rng)
             ref = bc.reference_cell(G, np.random.default_rng([G, s, 5]))
-            cells = {m: ref if SKEWED[m] else cell for m in names}
+            cells = {m: ref if m in ON_REFERENCES else cell for m in names}
         for m in names:
             value = evaluate([(m, METRICS.get(m))], cells[m])[m]
             out = cell_intervals(m, cells[m], groups, value, np.random.default_rng([s, 7]))
@@ -236,7 +240,7 @@ def report(found: dict[str, list], truth: dict[str, float]) -> None:
         se = np.array([c["_se"][0] for _, c in rows])
         q_low, q_high = np.percentile((values - target) / se, [2.5, 97.5])
         print(f"  {m:12s} {'oracle':13s}  95.0%  x{np.mean((q_high - q_low) * se) / normal:.2f}")
-        scale = METRICS.get(m).jackknife_scale if METRICS.get(m).interval == "jackknife" else None
+        scale = (SCALE or METRICS.get(m).jackknife_scale) if METRICS.get(m).interval == "jackknife" else None
         at = values if scale != "logit" else logit(values)  # a jackknife metric's value on its interval's scale
         if scale == "logit":  # the oracle on that scale too
             q_low, q_high = np.percentile((at - logit(target)) / se, [2.5, 97.5])
@@ -270,10 +274,11 @@ def main() -> None:
         "--start", type=int, default=0, help="index of the first simulation (fresh cells: past the last run)"
     )
     ap.add_argument("--efron-stein", action="store_true", help="also the delete-two (Efron–Stein) constructions")
+    ap.add_argument("--scale", choices=["logit", "linear"], help="the jackknife metrics' scale, not their own")
     args = ap.parse_args()
-    global EFRON_STEIN
-    EFRON_STEIN = args.efron_stein
-    names = args.metrics or (bc.MARKOV_NAMES if args.process == "markov" else list(SKEWED))
+    global EFRON_STEIN, SCALE
+    EFRON_STEIN, SCALE = args.efron_stein, args.scale
+    names = args.metrics or (bc.MARKOV_NAMES if args.process == "markov" else SKEWED)
     bc.SEEDS = 1  # the population: one generation per prompt
     truth = bc.population(args.population, seed=10**6, process=args.process)
     bc.SEEDS = args.seeds

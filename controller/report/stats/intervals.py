@@ -40,7 +40,7 @@ from controller.report.stats.bootstrap_t import (
     values_of,
 )
 from controller.report.stats.empirical_likelihood import mean_interval
-from controller.report.stats.shares import share_interval
+from controller.report.stats.shares import nothing_seen, share_interval
 
 
 def applicable(metric: Metric, cell: CellData, *, reference_row: bool = False) -> bool:
@@ -164,7 +164,7 @@ def jackknife(
     interval = drawn(pseudo_values(value, loo), value)
     if interval is None or not metric.unit_interval:
         return interval
-    return max(interval[0], 0.0), min(interval[1], 1.0)
+    return nothing_seen((max(interval[0], 0.0), min(interval[1], 1.0)), len(groups), CI_LEVEL)
 
 
 def skew_corrected(pseudo: np.ndarray, center: float) -> tuple[float, float] | None:

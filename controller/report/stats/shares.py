@@ -1,5 +1,5 @@
 """The bootstrap interval of a share (a metric declared `unit_interval`): inside [0, 1], and exact where
-every generation is alike.
+every generation is alike; and any [0, 1] metric's where every prompt sits at its bound (`nothing_seen`).
 
 A bootstrap over prompts cannot see past its sample: where no generation of a cell ended at EOS,
 every replicate's eos_rate is 0 and the interval was [0, 0], as if the cell had shown that no
@@ -48,4 +48,22 @@ def share_interval(
         return float(ci.low), float(ci.high)
     if interval is None:
         return None
-    return float(np.clip(interval[0], 0.0, 1.0)), float(np.clip(interval[1], 0.0, 1.0))
+    return nothing_seen(
+        (float(np.clip(interval[0], 0.0, 1.0)), float(np.clip(interval[1], 0.0, 1.0))), n_prompts, level
+    )
+
+
+def nothing_seen(interval: tuple[float, float] | None, n_prompts: int, level: float) -> tuple[float, float] | None:
+    """A [0, 1] metric's interval of no width at 0 or 1 — every prompt at the bound: no repeated n-gram in any
+    generation (rep-n 0), every n-gram unique (distinct-n 1), no n-gram shared (self-BLEU 0) — is the exact
+    Clopper–Pearson `level` interval of no event in `n_prompts` trials, [0, 1 − ((1 − level) / 2)^(1/G)] (or the
+    same from 1): a share of prompts that leave the bound, each by at most 1, bounds the metric (where their
+    lengths are alike), and G prompts of which none did cannot rule out a share of up to that. Not [θ, θ], which
+    claims certainty from a sample that cannot show what it did not draw (`alike_binary`'s argument, for any
+    metric in [0, 1])."""
+    if interval is None or n_prompts < 1 or interval[0] != interval[1] or interval[0] not in (0.0, 1.0):
+        return interval
+    ci = sps.binomtest(0 if interval[0] == 0.0 else n_prompts, n_prompts).proportion_ci(
+        confidence_level=level, method="exact"
+    )
+    return float(ci.low), float(ci.high)

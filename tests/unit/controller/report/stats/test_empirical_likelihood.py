@@ -69,11 +69,11 @@ def test_alike_pseudo_values_give_the_point_and_a_nan_none():
     assert mean_interval(np.array([1.0]), 1.0) is None  # one prompt: no spread to draw from
 
 
-def test_every_distinct_2_interval_of_an_all_distinct_cell_is_the_point():
+def test_an_all_distinct_cell_has_no_pseudo_value_spread_and_gets_the_interval_of_nothing_seen():
     words = [[f"w{g}-{i}" for i in range(6)] for g in range(10)]  # no bigram twice: 1.0 with or without any prompt
     cell = CellData(texts=[" ".join(w) for w in words], words=words)
     values, (low, high, _) = one_interval("distinct_2", METRICS.get("distinct_2"), cell, 10)
-    assert values["distinct_2"] == low == high == 1.0
+    assert values["distinct_2"] == high == 1.0 and low == pytest.approx(0.025 ** (1 / 10))  # shares.nothing_seen
 
 
 def test_a_metric_declares_a_jackknife_interval_it_can_have():

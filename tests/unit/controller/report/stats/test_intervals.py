@@ -323,6 +323,33 @@ def test_a_share_where_every_generation_is_alike_gets_the_exact_binomial_interva
     assert (lo, hi) == pytest.approx(want, rel=1e-9, abs=1e-12) and how == "bootstrap"
 
 
+@pytest.mark.parametrize("G, seeds", [(16, 1), (9, 3), (40, 2)])
+def test_a_metric_whose_every_prompt_sits_at_its_bound_gets_the_exact_interval_of_nothing_seen(G, seeds):
+    """Every generation's words unique: rep-n 0 (no n-gram repeated), distinct-n 1 (every one unique), self-BLEU 0
+    (none shared), diversity 1. Their intervals were [θ, θ], certainty from G prompts that cannot show what they
+    did not draw: a share of prompts that loop (each moving the metric by at most its own share of the n-grams)
+    of up to 1 - 0.025^(1/G) is as consistent with them as none. Now that exact interval of no event in G, as
+    eos_rate's where every generation is alike; from the bound's side, written out here."""
+    from controller.metrics import CellData
+    from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
+
+    n = G * seeds
+    words = [[f"w{i}-{j}" for j in range(12)] for i in range(n)]
+    cell = CellData(texts=[" ".join(w) for w in words], words=words)
+    names = ["rep_2", "rep_4", "distinct_1", "distinct_3", "self_bleu_4", "diversity", "mean_length"]
+    metrics = [(m, METRICS.get(m)) for m in names]
+    values = evaluate(metrics, cell)
+    groups = prompt_groups([f"p{i // seeds}" for i in range(n)])
+    got = confidence_intervals(metrics, cell, values, groups, n_boot=200, n_boot_corpus=20,
+                               rng=np.random.default_rng(0))  # fmt: skip
+    edge = 1 - 0.025 ** (1 / G)
+    for m in ("rep_2", "rep_4", "self_bleu_4"):
+        assert values[m] == 0.0 and got[m][:2] == pytest.approx((0.0, edge), rel=1e-9, abs=1e-12), m
+    for m in ("distinct_1", "distinct_3", "diversity"):
+        assert values[m] == 1.0 and got[m][:2] == pytest.approx((1 - edge, 1.0), rel=1e-9, abs=1e-12), m
+    assert got["mean_length"][:2] == (12.0, 12.0)  # not a [0, 1] metric: no spread is no spread
+
+
 @pytest.mark.parametrize("k, G", [(3, 128), (11, 32), (0, 20)])
 def test_a_share_with_one_generation_a_prompt_gets_the_exact_binomial_interval_of_its_count(k, G):
     """One seed: each prompt's one 0/1 outcome (eos_rate here, a task's exact_match alike) is an independent
