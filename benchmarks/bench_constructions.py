@@ -31,8 +31,8 @@ prompts resampled; each replicate's estimate θ* and delta-method SE se*), every
                of two sums over prompts (rep-n, mean_length, eos_rate; the jackknife metrics' mean of pseudo-values:
                Jing, Yuan and Zhou 2009's jackknife EL), −2 log R(θ) ≤ F(1, G − 1)'s 95% quantile; `ael` the adjusted
                EL (Chen, Variyath and Abraham 2008: one pseudo-observation −max(1, log(G)/2) · z̄, defined beyond the
-               convex hull; the report's `controller/report/stats/empirical_likelihood.py`). distinct-n's interval
-               since 2026-12-06 (`ael`), not the others' (docs/reports.md, "Empirical likelihood").
+               convex hull). Measured, and not taken (docs/reports.md, "Empirical likelihood"): distinct-n took the
+               adjusted EL on 2026-12-06 and gave it back the same day (it under-covered distinct-3).
 - efron-stein, efron-stein-skew (`--efron-stein`, jackknife metrics only): Student's and the skew-corrected
                interval with Efron and Stein's (1981) bias-corrected jackknife variance, from every pair's
                delete-two value (measured, not taken: docs/reports.md).
@@ -55,9 +55,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from scipy import optimize
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ beside it
@@ -73,7 +75,6 @@ from controller.report.stats.bootstrap_t import (
     spread_curve,
     values_of,
 )
-from controller.report.stats.empirical_likelihood import ratio_interval
 from controller.report.stats.intervals import evaluate, leave_one_out, pseudo_values, skew_corrected
 from controller.report.stats.shares import share_interval
 
@@ -113,6 +114,64 @@ def stabilised(estimates, spreads, value, se, q_t) -> tuple[float, float]:
     q_low, q_high = min(q_low, -floor), max(q_high, floor)
     back = lambda u: float(np.interp(u, g_grid, grid))
     return back(g(value) - q_high), back(g(value) - q_low)
+
+
+_DOUBLINGS = 60  # the adjusted statistic is bounded as θ runs off (it is scale invariant): how far to look
+
+
+def el_statistic(z: np.ndarray) -> float:
+    """−2 log of the empirical likelihood ratio that the mean of z is 0; inf outside z's convex hull."""
+    if not z.min() < 0 < z.max():
+        return math.inf if np.any(z) else 0.0
+    z = z / float(np.max(np.abs(z)))  # R is the same at any scale of z; at this one λ's range is about 1
+    low, high = -1 / z.max(), -1 / z.min()  # λ where every weight 1 / (G (1 + λ z_i)) stays positive
+    pad = 1e-10 * (high - low)
+    lam = optimize.brentq(lambda x: float(np.sum(z / (1 + x * z))), low + pad, high - pad, xtol=1e-14, maxiter=500)
+    return float(2 * np.sum(np.log1p(lam * z)))
+
+
+def ratio_interval(
+    a: np.ndarray, b: np.ndarray, *, adjusted: bool = True, level: float = LEVEL
+) -> tuple[float, float] | None:
+    """The empirical likelihood interval of Σa / Σb (b ≥ 0, Σb > 0), the adjusted or the plain one; an end the
+    adjusted statistic never reaches is ±inf (only at very few prompts: bounded from 8). None without spread
+    information (fewer than two prompts, a NaN or an inf)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    G = len(a)
+    if G < 2 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or b.sum() <= 0:
+        return None
+    estimate = float(a.sum() / b.sum())
+    ratios = a[b > 0] / b[b > 0]
+    if float(np.ptp(a - estimate * b)) == 0:  # every prompt on the estimate: no spread to draw an interval from
+        return estimate, estimate
+    crit, boost = float(sps.f.ppf(level, 1, G - 1)), max(1.0, math.log(G) / 2)
+
+    def excess(theta: float) -> float:
+        z = a - theta * b
+        return el_statistic(np.append(z, -boost * z.mean()) if adjusted else z) - crit
+
+    span = max(float(np.ptp(ratios)), 1e-12 * max(1.0, abs(estimate)))
+    low, high = float(ratios.min()), float(ratios.max())
+    if not adjusted:
+        return _hull_end(excess, estimate, low), _hull_end(excess, estimate, high)
+    return _open_end(excess, estimate, low, -span), _open_end(excess, estimate, high, span)
+
+
+def _hull_end(excess: Callable[[float], float], estimate: float, edge: float) -> float:
+    """The plain EL's end towards `edge`: R is 0 past the convex hull, so the end lies inside it, or is its edge."""
+    inside = edge + (estimate - edge) * 1e-9
+    return optimize.brentq(excess, estimate, inside, xtol=1e-12) if excess(inside) > 0 else edge
+
+
+def _open_end(excess: Callable[[float], float], estimate: float, edge: float, step: float) -> float:
+    """The adjusted EL's end past `edge` (`step`: ± the ratios' spread), doubling outwards to bracket it; ±inf where
+    its statistic, bounded as θ runs off (it is scale invariant), never reaches the quantile."""
+    far = (max(edge, estimate) if step > 0 else min(edge, estimate)) + step
+    for _ in range(_DOUBLINGS):
+        if excess(far) > 0:
+            return optimize.brentq(excess, estimate, far, xtol=1e-12 * max(1.0, abs(far)))
+        far = estimate + 2 * (far - estimate)
+    return math.copysign(math.inf, step)
 
 
 def constructions(units: np.ndarray, f, is_ratio: bool, value: float, rng, center: float | None = None) -> dict:

@@ -66,9 +66,6 @@ def _register(n: int) -> None:
         unit="fraction",
         leave_one_out=lambda cell, groups: distinct_leave_one_out(cell.words, groups, n),
         unit_interval=True,
-        # its logit pseudo-values' adjusted empirical likelihood: as narrow as the skew-corrected t or narrower, its
-        # misses balanced, on both of the benchmarks' processes (docs/reports.md, "Empirical likelihood")
-        jackknife_interval="likelihood",
     )(lambda cell: distinct_n(cell.words, n))
 
 

@@ -41,7 +41,6 @@ from worker.core.registry import Registry
 
 Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
 Scale = Literal["logit", "linear"]
-JackknifeInterval = Literal["skew-corrected", "empirical_likelihood"]
 WorkerNeed = Literal["score", "featurize"]
 INTERVALS: tuple[str, ...] = ("bootstrap", "jackknife", "half-sample", "none")
 
@@ -163,10 +162,6 @@ class Metric:
     # things, whose spread shrinks towards 0 and 1 as p(1 - p) does (distinct-n); "linear" (the default otherwise)
     # for anything else, e.g. a mean of bounded scores (self-BLEU), whose spread is not tied to its level so
     jackknife_scale: Scale | None = None
-    # how a jackknife interval is drawn from the pseudo-values on that scale: "skew-corrected" (the default: Student's
-    # t widened on the side of their skew) or "likelihood" (their mean's adjusted empirical likelihood interval,
-    # whose shape follows theirs: distinct-n; controller.report.stats.empirical_likelihood, docs/reports.md)
-    jackknife_interval: JackknifeInterval = "skew-corrected"
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
     unit: str = ""
@@ -195,10 +190,6 @@ class Metric:
         if scale == "logit" and not self.unit_interval:
             raise ValueError(f"{where}: a logit jackknife_scale needs a value in [0, 1] (unit_interval)")
         object.__setattr__(self, "jackknife_scale", scale)
-        if self.jackknife_interval not in ("skew-corrected", "likelihood"):
-            raise ValueError(
-                f"{where}: jackknife_interval must be skew-corrected or likelihood, got {self.jackknife_interval!r}"
-            )
 
     @property
     def additive(self) -> bool:
@@ -279,21 +270,18 @@ def metric(
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
     unit_interval: bool = False,
     jackknife_scale: Scale | None = None,
-    jackknife_interval: JackknifeInterval = "skew-corrected",
     registry: Registry[Metric] = METRICS,
 ):
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
 
     Its interval is the delete-one-prompt jackknife ("jackknife", through `leave_one_out`
-    where given; on `jackknife_scale`, drawn as `jackknife_interval` says), the delete-half
-    jackknife ("half-sample"), or "none".
+    where given; on `jackknife_scale`), the delete-half jackknife ("half-sample"), or "none".
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes,
                   citation=citation, unit=unit, leave_one_out=leave_one_out,
-                  unit_interval=unit_interval, jackknife_scale=jackknife_scale,
-                  jackknife_interval=jackknife_interval)  # fmt: skip
+                  unit_interval=unit_interval, jackknife_scale=jackknife_scale)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
 
 

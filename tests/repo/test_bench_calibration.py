@@ -4,10 +4,12 @@ bench_constructions on both generative processes."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.support.repo import REPO
 
@@ -61,3 +63,55 @@ def test_the_constructions_benchmark_runs_every_construction_on_both_processes()
             assert f"rep_2        {name}" in run.stdout and f"distinct_2   {name}" in run.stdout
         for name in ("efron-stein ", "efron-stein-skew", "variance (logit): jackknife"):  # the jackknife metrics'
             assert f"distinct_2   {name}" in run.stdout and f"rep_2        {name}" not in run.stdout
+
+
+def mean_interval(values: np.ndarray, center: float) -> tuple[float, float]:
+    """bench_constructions' adjusted empirical likelihood interval of a mean, moved to `center` (its `ael` of the
+    jackknife metrics' pseudo-values)."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.bench_constructions import ratio_interval
+
+    low, high = ratio_interval(values, np.ones(len(values)), adjusted=True)
+    return low + center - values.mean(), high + center - values.mean()
+
+
+@pytest.mark.parametrize("G", [8, 16, 40])
+def test_the_adjusted_empirical_likelihood_interval_of_a_mean_is_the_dual_written_out(G):
+    from tests.support.intervals import empirical_likelihood_mean
+
+    values = np.random.default_rng(G).lognormal(0.0, 1.0, G)
+    center = float(values.mean()) + 0.25
+    low, high = mean_interval(values, center)
+    assert (low, high) == pytest.approx(empirical_likelihood_mean(values, center), rel=1e-7)
+    assert high - center > center - low  # a long right tail: the upper end reaches further
+
+
+def test_the_empirical_likelihood_ends_are_where_its_statistic_meets_the_f_quantile():
+    sys.path.insert(0, str(REPO))
+    from scipy import stats as sps
+
+    from benchmarks.bench_constructions import el_statistic, ratio_interval
+
+    rng = np.random.default_rng(3)
+    a, b = rng.lognormal(0, 1, 20), rng.integers(1, 9, 20).astype(float)
+    crit, estimate = sps.f.ppf(0.95, 1, 19), a.sum() / b.sum()
+    low, high = ratio_interval(a, b, adjusted=False)
+    assert low < estimate < high
+    assert el_statistic(a - low * b) == pytest.approx(crit) and el_statistic(a - high * b) == pytest.approx(crit)
+    assert el_statistic(a - estimate * b) == pytest.approx(0, abs=1e-12)
+    adjusted = ratio_interval(a, b)
+    assert adjusted[0] < low and high < adjusted[1]  # the pseudo-observation widens it
+    assert el_statistic(np.array([1.0, 2.0])) == math.inf  # a mean of 0 is outside their hull
+    assert ratio_interval(np.full(8, 0.4), np.ones(8)) == (0.4, 0.4)
+    assert ratio_interval(np.array([1.0, 3.0]), np.ones(2)) == (-math.inf, math.inf)  # never reaches F(1, 1)
+
+
+def test_pseudo_values_alike_but_for_rounding_noise_give_an_interval_not_an_error():
+    """The multiplier's root was sought on z's own scale: with z of 1e-9 its range ran to 1e9 and brentq gave up
+    (RuntimeError). R does not change with z's scale; it is sought at scale 1."""
+    x = np.array([0.09999999897386826, 0.0999999990128318, 0.09999999964448356, 0.10000000006030249,
+                  0.0999999994989389, 0.09999999943584734, 0.10000000092803787, 0.10000000050455034,
+                  0.09999999910021182, 0.10000000066511634, 0.10000000058415712, 0.0999999997349232,
+                  0.10000000069156649, 0.10000000083193307, 0.10000000023418519, 0.10000000019743564])  # fmt: skip
+    low, high = mean_interval(x, 0.1)
+    assert low < 0.1 < high and high - low < 1e-8

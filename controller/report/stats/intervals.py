@@ -13,9 +13,7 @@ method each metric declares when it registers (`Metric.interval`, see
 - "jackknife" (plain corpus metrics): the delete-one-prompt jackknife, from the metric's own
   exact `leave_one_out` where it declares one, else `fn` on the cell without each prompt;
   Student's t(G − 1) interval of the pseudo-values widened on the side of their skew by the
-  Edgeworth correction of the studentised mean (`skew_corrected`), never inside Student's; or, where
-  the metric declares it (distinct-n), their mean's adjusted empirical likelihood interval
-  (`empirical_likelihood.mean_interval`);
+  Edgeworth correction of the studentised mean (`skew_corrected`), never inside Student's;
 - "half-sample": the delete-half jackknife, `fn` on halves of the prompts.
 
 Nothing here knows any metric. docs/reports.md explains the methods and their measured coverage.
@@ -39,7 +37,6 @@ from controller.report.stats.bootstrap_t import (
     studentized,
     values_of,
 )
-from controller.report.stats.empirical_likelihood import mean_interval
 from controller.report.stats.shares import nothing_seen, share_interval
 
 
@@ -140,9 +137,7 @@ def jackknife(
     *,
     keep: dict | None = None,
 ) -> tuple[float, float] | None:
-    """Delete-one-prompt jackknife: Student's interval of the pseudo-values, skew-corrected (`skew_corrected`), or,
-    where the metric declares `jackknife_interval="likelihood"` (distinct-n), their mean's adjusted empirical
-    likelihood interval (`empirical_likelihood.mean_interval`).
+    """Delete-one-prompt jackknife: Student's interval of the pseudo-values, skew-corrected (`skew_corrected`).
 
     SE is the jackknife standard error; None where a leave-one-out value is empty. A metric whose
     `jackknife_scale` is "logit" (a share of counted things in (0, 1), distinct-n) is jackknifed on the
@@ -156,12 +151,11 @@ def jackknife(
         keep[metric.name] = ("loo", loo)
     if np.isnan(loo).any():
         return None
-    drawn = mean_interval if metric.jackknife_interval == "likelihood" else skew_corrected
     if metric.jackknife_scale == "logit" and 0 < value < 1 and bool(np.all((loo > 0) & (loo < 1))):
         logit = lambda x: np.log(x) - np.log1p(-x)
-        interval = drawn(pseudo_values(logit(value), logit(loo)), float(logit(value)))
+        interval = skew_corrected(pseudo_values(logit(value), logit(loo)), float(logit(value)))
         return None if interval is None else tuple(float(1 / (1 + np.exp(-x))) for x in interval)  # type: ignore[return-value]
-    interval = drawn(pseudo_values(value, loo), value)
+    interval = skew_corrected(pseudo_values(value, loo), value)
     if interval is None or not metric.unit_interval:
         return interval
     return nothing_seen((max(interval[0], 0.0), min(interval[1], 1.0)), len(groups), CI_LEVEL)

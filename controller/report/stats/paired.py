@@ -190,7 +190,7 @@ def mcnemar_p(sums_a: np.ndarray, sums_b: np.ndarray) -> float:
 def pseudo_interval(pseudo: np.ndarray, center: float, *, n_boot: int, rng: np.random.Generator):
     """Bootstrap-t interval of a jackknife estimate from its pseudo-values, centred on `center`, no side
     shorter than Student's t(G−1) interval of the pseudo-values' mean: a paired difference's (a cell's own
-    is `intervals.skew_corrected`, or distinct-n's `empirical_likelihood.mean_interval`).
+    is `intervals.skew_corrected`).
 
     With few prompts (16) the resampled pseudo-values' t distribution is too short-tailed on one side:
     distinct-2's interval missed the truth one-sidedly (91.4% coverage). The floor, t(G−1) as in the

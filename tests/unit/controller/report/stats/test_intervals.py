@@ -14,7 +14,7 @@ from controller.metrics import METRICS, cell_data
 from controller.metrics.distinct import distinct_leave_one_out
 from controller.metrics.selfbleu import self_bleu_leave_one_out
 from controller.report.compute.aggregate import summarize
-from tests.support.intervals import bootstrap_t, empirical_likelihood_mean, smoothed
+from tests.support.intervals import bootstrap_t, edgeworth_t, smoothed
 from tests.support.report import make_sweep
 
 VOCAB = ["the", "a", "of", "and", "to", "in", "was", "she", "he", "it", "her", "his", "that", "with"]
@@ -70,7 +70,7 @@ def top_p_prompts(data):
     return list(by_prompt.values())
 
 
-def test_distinct_ns_interval_in_a_summary_is_the_empirical_likelihood_interval_of_its_pseudo_values(data_and_summary):
+def test_jackknife_interval_of_a_corpus_metric_is_a_skew_corrected_t_of_its_pseudo_values(data_and_summary):
     data, summary = data_and_summary
     prompts = top_p_prompts(data)
     distinct = METRICS.get("distinct_2").fn
@@ -82,10 +82,10 @@ def test_distinct_ns_interval_in_a_summary_is_the_empirical_likelihood_interval_
     assert pseudo.std(ddof=1) / math.sqrt(G) == pytest.approx(math.sqrt((G - 1) / G * np.sum((loo - loo.mean()) ** 2)))
     logit, expit = (lambda x: np.log(x / (1 - x))), (lambda x: 1 / (1 + np.exp(-x)))  # a share: on the logit scale
     pseudo = G * logit(full) - (G - 1) * logit(loo)
-    lo, hi = expit(np.array(empirical_likelihood_mean(pseudo, logit(full))))  # the adjusted EL, written out
+    lo, hi = expit(np.array(edgeworth_t(pseudo, logit(full))))
     r = row(summary, "top_p")
     assert r["distinct_2"] == pytest.approx(full)
-    assert (r["distinct_2_ci_low"], r["distinct_2_ci_high"]) == pytest.approx((lo, hi), rel=1e-7)
+    assert (r["distinct_2_ci_low"], r["distinct_2_ci_high"]) == pytest.approx((lo, hi), rel=1e-9)
 
 
 def test_bootstrap_interval_of_a_ratio_is_an_independent_bootstrap_t(data_and_summary):
