@@ -76,7 +76,7 @@ from controller.report.stats.bootstrap_t import (
     values_of,
 )
 from controller.report.stats.intervals import evaluate, leave_one_out, pseudo_values, skew_corrected
-from controller.report.stats.shares import share_interval
+from controller.report.stats.shares import share_interval, within_unit
 
 B = 1000
 EFRON_STEIN = False  # --efron-stein: the delete-two constructions of the jackknife metrics (O(G²) per cell)
@@ -236,7 +236,7 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
         out.update(efron_stein(metric, cell, groups, float(fwd(value)), fwd(loo), pv, fwd))
     out = {k: v if k.startswith("_") else (float(back(v[0])), float(back(v[1]))) for k, v in out.items()}
     if metric.unit_interval and not logit_scale:  # kept inside [0, 1] on its own scale, as the report's
-        out = {k: v if k.startswith("_") else (max(v[0], 0.0), min(v[1], 1.0)) for k, v in out.items()}
+        out = {k: v if k.startswith("_") else within_unit(v, len(groups), LEVEL) for k, v in out.items()}
     return out
 
 

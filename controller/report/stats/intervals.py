@@ -37,7 +37,7 @@ from controller.report.stats.bootstrap_t import (
     studentized,
     values_of,
 )
-from controller.report.stats.shares import nothing_seen, share_interval
+from controller.report.stats.shares import share_interval, within_unit
 
 
 def applicable(metric: Metric, cell: CellData, *, reference_row: bool = False) -> bool:
@@ -158,7 +158,7 @@ def jackknife(
     interval = skew_corrected(pseudo_values(value, loo), value)
     if interval is None or not metric.unit_interval:
         return interval
-    return nothing_seen((max(interval[0], 0.0), min(interval[1], 1.0)), len(groups), CI_LEVEL)
+    return within_unit(interval, len(groups), CI_LEVEL)
 
 
 def skew_corrected(pseudo: np.ndarray, center: float) -> tuple[float, float] | None:

@@ -1,5 +1,5 @@
 """The bootstrap interval of a share (a metric declared `unit_interval`): inside [0, 1], and exact where
-every generation is alike; and any [0, 1] metric's where every prompt sits at its bound (`nothing_seen`).
+every generation is alike; and any [0, 1] metric's where every prompt sits at its bound (`within_unit`).
 
 A bootstrap over prompts cannot see past its sample: where no generation of a cell ended at EOS,
 every replicate's eos_rate is 0 and the interval was [0, 0], as if the cell had shown that no
@@ -21,14 +21,6 @@ import numpy as np
 from scipy import stats as sps
 
 
-def alike_binary(stats: np.ndarray) -> bool:
-    """Every generation contributes [b, 1] with the same b, 0 or 1: a share with nothing to resample."""
-    if stats.ndim != 2 or stats.shape[1] != 2 or len(stats) == 0:
-        return False
-    b = stats[:, 0]
-    return bool(np.all(stats[:, 1] == 1) and np.all(b == b[0]) and b[0] in (0.0, 1.0))
-
-
 def binary_once(stats: np.ndarray, n_prompts: int) -> bool:
     """One generation per prompt, each contributing [0 or 1, 1]: a binomial count of n_prompts trials."""
     if stats.ndim != 2 or stats.shape[1] != 2 or len(stats) != n_prompts or n_prompts == 0:
@@ -39,31 +31,31 @@ def binary_once(stats: np.ndarray, n_prompts: int) -> bool:
 def share_interval(
     interval: tuple[float, float] | None, stats: np.ndarray, n_prompts: int, level: float
 ) -> tuple[float, float] | None:
-    """`interval` clipped to [0, 1] (a share's truth is there); the exact Clopper–Pearson `level` interval
-    of the successes in `n_prompts` trials where every generation is alike (see `alike_binary`: 0 or all),
-    or where each prompt has one 0/1 generation (`binary_once`: any count)."""
-    if n_prompts >= 1 and (alike_binary(stats) or binary_once(stats, n_prompts)):
-        k = int(stats[0, 0]) * n_prompts if alike_binary(stats) else int(stats[:, 0].sum())
-        ci = sps.binomtest(k, n_prompts).proportion_ci(confidence_level=level, method="exact")
-        return float(ci.low), float(ci.high)
+    """A bootstrap share's interval: the exact Clopper–Pearson `level` interval of the successes in `n_prompts`
+    trials where each prompt has one 0/1 generation (`binary_once`), else `within_unit`'s (which is the exact one
+    of 0 or all where every generation is alike: no event, or no non-event, in any prompt)."""
+    if n_prompts >= 1 and binary_once(stats, n_prompts):
+        return exact(int(stats[:, 0].sum()), n_prompts, level)
+    return within_unit(interval, n_prompts, level)
+
+
+def within_unit(interval: tuple[float, float] | None, n_prompts: int, level: float) -> tuple[float, float] | None:
+    """A [0, 1] metric's interval (bootstrap or jackknife) clipped to [0, 1], where its truth is; and where it has no
+    width at 0 or 1 — every prompt at the bound: no repeated n-gram in any generation (rep-n 0), every n-gram unique
+    (distinct-n 1), no n-gram shared (self-BLEU 0), no generation at EOS (eos_rate 0) — the exact interval of no
+    event in `n_prompts` trials, [0, 1 − ((1 − level) / 2)^(1/G)] (or the same from 1): a share of prompts that leave
+    the bound, each by at most 1, bounds the metric (where their lengths are alike), and G prompts of which none did
+    cannot rule out a share of up to that. Not [θ, θ], which claims certainty from a sample that cannot show what it
+    did not draw."""
     if interval is None:
         return None
-    return nothing_seen(
-        (float(np.clip(interval[0], 0.0, 1.0)), float(np.clip(interval[1], 0.0, 1.0))), n_prompts, level
-    )
+    low, high = float(np.clip(interval[0], 0.0, 1.0)), float(np.clip(interval[1], 0.0, 1.0))
+    if n_prompts >= 1 and low == high and low in (0.0, 1.0):
+        return exact(0 if low == 0.0 else n_prompts, n_prompts, level)
+    return low, high
 
 
-def nothing_seen(interval: tuple[float, float] | None, n_prompts: int, level: float) -> tuple[float, float] | None:
-    """A [0, 1] metric's interval of no width at 0 or 1 — every prompt at the bound: no repeated n-gram in any
-    generation (rep-n 0), every n-gram unique (distinct-n 1), no n-gram shared (self-BLEU 0) — is the exact
-    Clopper–Pearson `level` interval of no event in `n_prompts` trials, [0, 1 − ((1 − level) / 2)^(1/G)] (or the
-    same from 1): a share of prompts that leave the bound, each by at most 1, bounds the metric (where their
-    lengths are alike), and G prompts of which none did cannot rule out a share of up to that. Not [θ, θ], which
-    claims certainty from a sample that cannot show what it did not draw (`alike_binary`'s argument, for any
-    metric in [0, 1])."""
-    if interval is None or n_prompts < 1 or interval[0] != interval[1] or interval[0] not in (0.0, 1.0):
-        return interval
-    ci = sps.binomtest(0 if interval[0] == 0.0 else n_prompts, n_prompts).proportion_ci(
-        confidence_level=level, method="exact"
-    )
+def exact(successes: int, trials: int, level: float) -> tuple[float, float]:
+    """The exact Clopper–Pearson `level` interval of `successes` in `trials`."""
+    ci = sps.binomtest(successes, trials).proportion_ci(confidence_level=level, method="exact")
     return float(ci.low), float(ci.high)
