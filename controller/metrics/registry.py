@@ -162,6 +162,10 @@ class Metric:
     # things, whose spread shrinks towards 0 and 1 as p(1 - p) does (distinct-n); "linear" (the default otherwise)
     # for anything else, e.g. a mean of bounded scores (self-BLEU), whose spread is not tied to its level so
     jackknife_scale: Scale | None = None
+    # the fewest prompts at which its interval was measured to cover 93-97% on both of the benchmarks' generative
+    # processes (docs/reports.md, "Calibrated sizes"), where that is more than the house's 32 (None: the house's,
+    # `controller.report.load.jobs.CALIBRATED_PROMPTS`); a report whose smallest cell has fewer says so
+    calibrated_prompts: int | None = None
     interval: Interval = None  # type: ignore[assignment]  # None: the default of the metric's kind
     citation: str = ""
     unit: str = ""
@@ -190,6 +194,9 @@ class Metric:
         if scale == "logit" and not self.unit_interval:
             raise ValueError(f"{where}: a logit jackknife_scale needs a value in [0, 1] (unit_interval)")
         object.__setattr__(self, "jackknife_scale", scale)
+        calibrated = self.calibrated_prompts
+        if calibrated is not None and (type(calibrated) is not int or calibrated < 1):
+            raise ValueError(f"{where}: calibrated_prompts must be a positive whole number, got {calibrated!r}")
 
     @property
     def additive(self) -> bool:
@@ -270,6 +277,7 @@ def metric(
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
     unit_interval: bool = False,
     jackknife_scale: Scale | None = None,
+    calibrated_prompts: int | None = None,
     registry: Registry[Metric] = METRICS,
 ):
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
@@ -281,7 +289,8 @@ def metric(
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes,
                   citation=citation, unit=unit, leave_one_out=leave_one_out,
-                  unit_interval=unit_interval, jackknife_scale=jackknife_scale)  # fmt: skip
+                  unit_interval=unit_interval, jackknife_scale=jackknife_scale,
+                  calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
 
 
@@ -300,6 +309,7 @@ def additive_metric(
     citation: str = "",
     unit: str = "",
     unit_interval: bool = False,
+    calibrated_prompts: int | None = None,
     registry: Registry[Metric] = METRICS,
 ):
     """Decorator: register `per_item(cell) -> (N, k) array | None` with `combine(sums) -> float | None`.
@@ -310,7 +320,8 @@ def additive_metric(
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes, needs_answers=needs_answers,
-                  citation=citation, unit=unit, unit_interval=unit_interval)  # fmt: skip
+                  citation=citation, unit=unit, unit_interval=unit_interval,
+                  calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda per_item: Metric(name=name, per_item=per_item, combine=combine, **fields))
 
 

@@ -238,19 +238,27 @@ def summarize(
         for name, method in ref_methods.items():
             methods[name].add(method)
     frame = _frame(rows, list(names), settings.with_ci, has_engines(rows))
-    frame.attrs.update(_attrs(frame, settings, methods, baseline, fewest_prompts(data.results)))
+    calibrated = {n: m.calibrated_prompts for n, m in selected if n in methods and m.calibrated_prompts}
+    frame.attrs.update(_attrs(frame, settings, methods, baseline, fewest_prompts(data.results), calibrated))
     return frame
 
 
 def _attrs(
-    frame: pd.DataFrame, settings: Settings, methods: dict[str, set[str]], baseline: str | None, prompts: int
+    frame: pd.DataFrame,
+    settings: Settings,
+    methods: dict[str, set[str]],
+    baseline: str | None,
+    prompts: int,
+    calibrated: dict[str, int],
 ) -> dict:
-    """The summary's settings: its intervals (`ci`; `prompts`, those of the smallest cell) and MAUVE's equal
-    sample (`mauve`)."""
+    """The summary's settings: its intervals (`ci`; `prompts`, those of the smallest cell; `calibrated`, the metrics
+    whose intervals were calibrated at more prompts than the house's, and at how many) and MAUVE's equal sample
+    (`mauve`)."""
     ci = {
         "level": CI_LEVEL,
         "unit": "prompt",
         "prompts": prompts,
+        "calibrated": dict(sorted(calibrated.items())),
         "n_boot": settings.n_boot,
         "n_boot_corpus": min(settings.n_boot, settings.n_boot_corpus),
         "seed": settings.seed,

@@ -201,9 +201,10 @@ def prompts_of(results: list[JobResult] | list[JobInfo]) -> list[PromptItem]:
 # (a sweep's seeds nest within it), so one generation per prompt is enough; below 8 prompts a bootstrap over
 # prompts has too few distinct resamples to mean anything (docs/reports.md, "Intervals").
 MIN_CI_PROMPTS = 8
-# The fewest prompts at which every metric's interval was measured to cover 93-97% on both of the benchmarks'
-# generative processes (docs/reports.md, "Coverage and width now"). Below it a metric that a few prompts
-# dominate can cover less: rep_2 88.6-92.0% at 16 prompts where one prompt in a few loops. The report says so.
+# The fewest prompts at which the house's intervals were measured to cover 93-97% on both of the benchmarks'
+# generative processes (docs/reports.md, "Calibrated sizes"). Below it a metric that a few prompts dominate can
+# cover less: rep_2 88.6-92.0% at 16 prompts where one prompt in a few loops. The report says so. A metric measured
+# to need more declares it (`Metric.calibrated_prompts`: distinct-3, 64).
 CALIBRATED_PROMPTS = 32
 
 

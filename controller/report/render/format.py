@@ -247,16 +247,35 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
 
 
 def small_sample_note(ci: dict | None) -> str | None:
-    """The caution a report's intervals carry when its smallest cell has fewer prompts than they were calibrated at
-    (`CALIBRATED_PROMPTS`); None at or above it, or without intervals."""
-    prompts = (ci or {}).get("prompts", CALIBRATED_PROMPTS)
-    if prompts >= CALIBRATED_PROMPTS:
+    """The caution a report's intervals carry when its smallest cell has fewer prompts than they were calibrated at:
+    the house's `CALIBRATED_PROMPTS`, and more for a metric that declares it (`Metric.calibrated_prompts`, in
+    `ci["calibrated"]`); None where none applies, or without intervals."""
+    if not ci:
         return None
-    return (
-        f"The smallest cell has {prompts} prompts: below {CALIBRATED_PROMPTS}, an interval can cover less than "
-        f"{ci['level']:.0%} where a few prompts dominate a metric (rep-n measured at 88.6-92.0% with 16 prompts of "
-        'which few loop; docs/reports.md, "Coverage and width now").'
-    )
+    prompts = ci.get("prompts", CALIBRATED_PROMPTS)
+    declared = ci.get("calibrated") or {}
+    later = {n: q for n, q in sorted(declared.items()) if type(q) is int and prompts < q}
+    level = f"{ci['level']:.0%}"
+    sentences = []
+    if prompts < CALIBRATED_PROMPTS:
+        sentences.append(
+            f"The smallest cell has {prompts} prompts: below {CALIBRATED_PROMPTS}, an interval can cover less than "
+            f"{level} where a few prompts dominate a metric (rep-n measured at 88.6-92.0% with 16 prompts of which "
+            'few loop; docs/reports.md, "Calibrated sizes").'
+        )
+    if later:
+        start = "It is" if sentences else f"The smallest cell has {prompts} prompts,"
+        if len(later) == 1:
+            ((name, q),) = later.items()
+            which, it = f"the {q} prompts at which {name}'s interval was calibrated", "it"
+        else:
+            listing = ", ".join(f"{n} {q}" for n, q in later.items())
+            which, it = f"the prompts at which these metrics' intervals were calibrated ({listing})", "they"
+        sentences.append(
+            f"{start} fewer than {which}: with fewer {it} can cover less than {level} "
+            '(docs/reports.md, "Calibrated sizes").'
+        )
+    return " ".join(sentences) or None
 
 
 def speed_markdown(summary: pd.DataFrame) -> list[str]:

@@ -65,13 +65,23 @@ def test_every_format_is_written_and_reads_back(tmp_path, sweep):
     assert page.startswith("<!DOCTYPE html>") and "<script src" not in page.lower()
     caution = "The smallest cell has 8 prompts: below 32, an interval can cover less than 95%"
     assert caution in md and caution in page  # 8 prompts: fewer than the intervals were calibrated at
+    declared = "fewer than the 64 prompts at which distinct_3&#x27;s interval was calibrated"
+    assert declared.replace("&#x27;", "'") in md and declared in page
 
 
 def test_the_small_sample_caution_only_below_the_calibrated_prompts(capsys, sweep):
     _, summary = sweep
     ci = summary.attrs["ci"]
-    assert small_sample_note({**ci, "prompts": 32}) is None and small_sample_note(None) is None
-    assert "has 31 prompts: below 32" in small_sample_note({**ci, "prompts": 31})
+    assert ci["calibrated"] == {"distinct_3": 64}  # declared by the metric (Metric.calibrated_prompts)
+    assert small_sample_note({**ci, "prompts": 64}) is None and small_sample_note(None) is None
+    assert small_sample_note({**ci, "prompts": 32, "calibrated": {}}) is None  # a sweep without distinct_3
+    at_32 = small_sample_note({**ci, "prompts": 32})
+    assert at_32.startswith("The smallest cell has 32 prompts, fewer than the 64 prompts at which distinct_3's")
+    assert "below 32" not in at_32
+    at_31 = small_sample_note({**ci, "prompts": 31})
+    assert "has 31 prompts: below 32" in at_31 and "It is fewer than the 64 prompts at which distinct_3's" in at_31
+    two = small_sample_note({**ci, "prompts": 40, "calibrated": {"distinct_3": 64, "plugin": 48, "bad": "9"}})
+    assert "these metrics' intervals were calibrated (distinct_3 64, plugin 48): with fewer they" in two
     echo_summary(summary)
     out, err = capsys.readouterr()
     assert "| model | strategy |" in out and "The smallest cell has 8 prompts" in err and "8 prompts" not in out
