@@ -231,7 +231,9 @@ def main() -> None:
     ap.add_argument("--effect", type=float, nargs="*", default=[0.0, 0.1])
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--population", type=int, default=20_000, help="prompts of the population cells")
-    ap.add_argument("--metrics", nargs="*", default=None, help="only these")
+    ap.add_argument("--metrics", nargs="*", default=None,
+                    help="these (default: the process's list above; any registered metric the cells can give, "
+                    "e.g. distinct_3)")  # fmt: skip
     ap.add_argument("--process", choices=["skewed", "markov"], default="skewed",
                     help="the generative process: this script's (common random numbers), or "
                     "benchmarks/process_markov.py's (the null only, independent draws)")  # fmt: skip
@@ -244,7 +246,9 @@ def main() -> None:
             args.effect = [0.0]
             print("--process markov: the null only (--effect 0)")
     if args.metrics:
-        METRIC_NAMES[:] = [m for m in METRIC_NAMES if m in args.metrics]
+        if unknown := [m for m in args.metrics if m not in METRICS]:
+            ap.error(f"--metrics: no metric named {', '.join(unknown)}")
+        METRIC_NAMES[:] = list(dict.fromkeys(args.metrics))
     t0 = time.perf_counter()
     for effect in args.effect:
         truth = population_diff(effect, args.population) if effect else {}

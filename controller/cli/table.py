@@ -116,12 +116,14 @@ def print_summary(summary: pd.DataFrame, console: Console | None = None) -> None
 
 def echo_summary(summary: pd.DataFrame, *, nl: bool = True) -> None:
     """At a terminal the fitted table; on a pipe or in a file the Markdown table. The intervals' small-sample
-    caution, where there is one, on stderr."""
-    from controller.report.render.format import markdown_table, small_sample_note
+    caution, where there is one for the columns it can show, on stderr."""
+    from controller.report.render.format import CONCISE, markdown_table, small_sample_note
 
     if click.get_text_stream("stdout").isatty():
         print_summary(summary)
+        shown = importance(summary)
     else:
         click.echo(markdown_table(summary), nl=nl)
-    if note := small_sample_note(summary.attrs.get("ci")):
+        shown = CONCISE
+    if note := small_sample_note(summary.attrs.get("ci"), shown):
         click.echo(note, err=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -246,15 +247,21 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     return "\n".join(lines)
 
 
-def small_sample_note(ci: dict | None) -> str | None:
+def small_sample_note(ci: dict | None, shown: Iterable[str] | None = None) -> str | None:
     """The caution a report's intervals carry when its smallest cell has fewer prompts than they were calibrated at:
     the house's `CALIBRATED_PROMPTS`, and more for a metric that declares it (`Metric.calibrated_prompts`, in
-    `ci["calibrated"]`); None where none applies, or without intervals."""
+    `ci["calibrated"]`), of those among `shown` (None: every metric; the terminal names only the columns it
+    prints); None where none applies, or without intervals."""
     if not ci:
         return None
     prompts = ci.get("prompts", CALIBRATED_PROMPTS)
     declared = ci.get("calibrated") or {}
-    later = {n: q for n, q in sorted(declared.items()) if type(q) is int and prompts < q}
+    columns = None if shown is None else set(shown)
+    later = {
+        n: q
+        for n, q in sorted(declared.items())
+        if type(q) is int and prompts < q and (columns is None or n in columns)
+    }
     level = f"{ci['level']:.0%}"
     sentences = []
     if prompts < CALIBRATED_PROMPTS:

@@ -82,9 +82,13 @@ def test_the_small_sample_caution_only_below_the_calibrated_prompts(capsys, swee
     assert "has 31 prompts: below 32" in at_31 and "It is fewer than the 64 prompts at which distinct_3's" in at_31
     two = small_sample_note({**ci, "prompts": 40, "calibrated": {"distinct_3": 64, "plugin": 48, "bad": "9"}})
     assert "these metrics' intervals were calibrated (distinct_3 64, plugin 48): with fewer they" in two
+    # the terminal names only the columns it prints (its table leaves distinct_3 to the report)
+    assert small_sample_note({**ci, "prompts": 32}, ["rep_4"]) is None
+    assert "distinct_3" in small_sample_note({**ci, "prompts": 32}, ["rep_4", "distinct_3"])
     echo_summary(summary)
     out, err = capsys.readouterr()
     assert "| model | strategy |" in out and "The smallest cell has 8 prompts" in err and "8 prompts" not in out
+    assert "distinct_3" not in err and "distinct_3" not in out  # not among the columns printed
 
 
 def test_html_escapes_every_text(sweep):
