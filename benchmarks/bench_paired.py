@@ -3,9 +3,10 @@
     python benchmarks/bench_paired.py          # 500 simulated pairs at 16, 32, 128 prompts; effects 0 and 0.1
     python benchmarks/bench_paired.py --sims 200 --prompts 32 --effect 0
     python benchmarks/bench_paired.py --process markov --seeds 1   # the null on the second process, 1 seed
+    python benchmarks/bench_paired.py --seeds 1 --effect 0          # the null on this process, 1 seed
 
 Each simulation draws two cells A and B of one sweep as decodebench makes them: the same G prompts
-× 3 seeds, and **common random numbers**: a generation's draws come from a stream seeded by (prompt,
+× 3 seeds (`--seeds`), and **common random numbers**: a generation's draws come from a stream seeded by (prompt,
 seed), which both cells share, so their texts for a prompt and seed are correlated (here: each
 position of a generation takes the shared stream's uniforms with probability 0.5 and the cell's own
 otherwise, which leaves each cell's distribution what it would be alone). The prompts are
@@ -34,7 +35,7 @@ metrics of a pair is below 0.05 (the family-wise error rate, under the null).
 
 `--process markov` (issue 46): the null on benchmarks/process_markov.py instead, a second process unlike
 this one in every mechanism the statistics see (a Markov chain, degenerate loops with an onset hazard,
-length and EOS coupled, references copied in runs), `--seeds` generations per prompt (1 or 3), A and B
+length and EOS coupled, references copied in runs), `--seeds` generations per prompt (1 or 3) as here, A and B
 independent draws on the same prompts; its metrics add eos_rate, a 0/1 share (McNemar's exact test with
 one generation per prompt, the permutation test with several).
 """
@@ -66,6 +67,7 @@ REFERENCE_NAMES = ("bleu",)  # on `pair_with_references`, the others on `pair_of
 RATIO_NAMES = ("rep_2", "mean_length", "perplexity", "bleu")  # truth: the population difference (else the mean)
 CUM_ZIPF = np.cumsum(ZIPF)
 SHARED = 0.5  # the chance that a position of a generation takes the shared stream's uniforms
+PAIR_SEEDS = [SEEDS]  # --seeds: generations per prompt of either process's pairs
 MAX_POSITIONS = 512  # uniforms drawn for every generation, whatever its length: an effect on B leaves A's draws alone
 
 
@@ -104,7 +106,7 @@ def pair_of_cells(G: int, sim: int, effect: float) -> tuple[CellData, CellData, 
     for g in range(G):
         p = prompt_params(rng)
         q = p | {"rep": min(0.95, p["rep"] * (1 + effect)), "length": p["length"] * (1 + effect / 2)}
-        for s in range(SEEDS):
+        for s in range(PAIR_SEEDS[0]):
             for name, params, own in (("A", p, 1), ("B", q, 2)):
                 u = uniforms(
                     np.random.default_rng([G, sim, g, s]), np.random.default_rng([G, sim, g, s, own]), MAX_POSITIONS
@@ -126,7 +128,7 @@ def pair_with_references(G: int, sim: int, effect: float) -> tuple[CellData, Cel
     for g in range(G):
         ref = reference(rng)
         copy = rng.beta(1.5, 3.0)
-        for s in range(SEEDS):
+        for s in range(PAIR_SEEDS[0]):
             for name, c, own in (("A", copy, 1), ("B", min(0.95, copy * (1 + effect)), 2)):
                 u = uniforms(np.random.default_rng([G, sim, g, s, 5]), np.random.default_rng([G, sim, g, s, 5, own]),
                              len(ref))  # fmt: skip
@@ -165,14 +167,13 @@ def by_pair() -> list[tuple[Callable, list[str], str]]:
 
 def markov_pair(G: int, sim: int, effect: float) -> tuple[CellData, CellData, list[list[int]]]:
     """The null on benchmarks/process_markov.py (issue 46's second process): A and B independent draws on the
-    same G prompts × MARKOV_SEEDS[0] generations, so a prompt's pair is exchangeable."""
+    same G prompts × PAIR_SEEDS[0] generations, so a prompt's pair is exchangeable."""
     assert effect == 0, "--process markov simulates the null only"
-    a, b, keys = simulate_pair(G, np.random.default_rng([G, sim, 46]), MARKOV_SEEDS[0])
+    a, b, keys = simulate_pair(G, np.random.default_rng([G, sim, 46]), PAIR_SEEDS[0])
     return a, b, prompt_groups(keys)
 
 
 MARKOV_NAMES = ["rep_2", "mean_length", "eos_rate", "distinct_2", "self_bleu_4", "bleu"]
-MARKOV_SEEDS = [SEEDS]  # --seeds: generations per prompt of the Markov pairs
 
 
 def population_diff(effect: float, n_prompts: int) -> dict[str, float]:
@@ -237,10 +238,11 @@ def main() -> None:
     ap.add_argument("--process", choices=["skewed", "markov"], default="skewed",
                     help="the generative process: this script's (common random numbers), or "
                     "benchmarks/process_markov.py's (the null only, independent draws)")  # fmt: skip
-    ap.add_argument("--seeds", type=int, default=SEEDS, help="generations per prompt (--process markov)")
+    ap.add_argument("--seeds", type=int, default=SEEDS, help="generations per prompt")
     args = ap.parse_args()
+    PAIR_SEEDS[0] = args.seeds
     if args.process == "markov":
-        PROCESS[0], MARKOV_SEEDS[0] = "markov", args.seeds
+        PROCESS[0] = "markov"
         METRIC_NAMES[:] = MARKOV_NAMES
         if args.effect != [0.0]:
             args.effect = [0.0]

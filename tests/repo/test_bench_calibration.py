@@ -53,6 +53,25 @@ def test_paired_cells_share_their_random_numbers_and_the_benchmark_runs():
     assert "size (rejected at 0.05)" in run.stdout and "power (rejected at 0.05)" in run.stdout
 
 
+def test_paired_pairs_take_the_seeds_asked_and_any_registered_metric():
+    sys.path.insert(0, str(REPO))
+    from benchmarks import bench_paired
+
+    try:
+        bench_paired.PAIR_SEEDS[0] = 1
+        a, b, groups = bench_paired.pair_of_cells(6, 0, 0.0)
+        ra, _, _ = bench_paired.pair_with_references(6, 0, 0.0)
+        assert len(a.words) == len(b.words) == len(ra.texts) == 6 and groups == [[g] for g in range(6)]
+    finally:
+        bench_paired.PAIR_SEEDS[0] = bench_paired.SEEDS
+    run = bench("benchmarks/bench_paired.py", "--sims", "3", "--prompts", "8", "--effect", "0", "--seeds", "1",
+                "--n-boot", "50", "--metrics", "distinct_3", "rep_2")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "distinct_3   G=   8" in run.stdout and "rep_2        G=   8" in run.stdout
+    bad = bench("benchmarks/bench_paired.py", "--sims", "1", "--metrics", "distinct_9x")
+    assert bad.returncode == 2 and "--metrics: no metric named distinct_9x" in bad.stderr
+
+
 def test_the_constructions_benchmark_runs_every_construction_on_both_processes():
     for process in ("skewed", "markov"):
         run = bench("benchmarks/bench_constructions.py", "--process", process, "--prompts", "8", "--sims", "4",
