@@ -215,6 +215,11 @@ def constructions(units: np.ndarray, f, is_ratio: bool, value: float, rng, cente
     return out
 
 
+def scale_of(metric) -> str:
+    """The scale a jackknife metric's constructions are built on: --scale, else the one it declares."""
+    return SCALE or metric.jackknife_scale
+
+
 def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
     """The constructions of one metric on one cell: over its prompts' sums, or its pseudo-values (on its scale)."""
     metric = METRICS.get(metric_name)
@@ -225,7 +230,7 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
             out = {k: v if k == "_se" else share_interval(v, stats, len(groups), LEVEL) for k, v in out.items()}
         return out
     loo = leave_one_out(metric, cell, groups)
-    logit_scale = (SCALE or metric.jackknife_scale) == "logit"
+    logit_scale = scale_of(metric) == "logit"
     if np.isnan(loo).any() or (logit_scale and not (0 < value < 1 and np.all((loo > 0) & (loo < 1)))):
         return {}
     fwd, back = (logit, expit) if logit_scale else (np.asarray, np.asarray)
@@ -299,7 +304,7 @@ def report(found: dict[str, list], truth: dict[str, float]) -> None:
         se = np.array([c["_se"][0] for _, c in rows])
         q_low, q_high = np.percentile((values - target) / se, [2.5, 97.5])
         print(f"  {m:12s} {'oracle':13s}  95.0%  x{np.mean((q_high - q_low) * se) / normal:.2f}")
-        scale = (SCALE or METRICS.get(m).jackknife_scale) if METRICS.get(m).interval == "jackknife" else None
+        scale = scale_of(METRICS.get(m)) if METRICS.get(m).interval == "jackknife" else None
         at = values if scale != "logit" else logit(values)  # a jackknife metric's value on its interval's scale
         if scale == "logit":  # the oracle on that scale too
             q_low, q_high = np.percentile((at - logit(target)) / se, [2.5, 97.5])

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
-from controller.metrics import METRICS
+from controller.metrics import METRICS, CellData
+from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
 
 
 @pytest.mark.parametrize("reason, G", [("length", 16), ("eos", 16), ("length", 40)])
@@ -15,9 +17,6 @@ def test_a_share_where_every_generation_is_alike_gets_the_exact_binomial_interva
     interval was [0, 0], as if no generation could ever end. The first generation of each prompt is an independent
     draw of the share, so the exact (Clopper-Pearson) interval of 0 (or G) successes in G trials holds it:
     [0, 1 - 0.025^(1/G)], written out here."""
-    from controller.metrics import CellData
-    from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
-
     n = G * 3
     cell = CellData(texts=["a b"] * n, words=[["a", "b"]] * n, stop_reasons=[reason] * n)
     metrics = [("eos_rate", METRICS.get("eos_rate"))]
@@ -38,9 +37,6 @@ def test_a_metric_whose_every_prompt_sits_at_its_bound_gets_the_exact_interval_o
     did not draw: a share of prompts that loop (each moving the metric by at most its own share of the n-grams)
     of up to 1 - 0.025^(1/G) is as consistent with them as none. Now that exact interval of no event in G, as
     eos_rate's where every generation is alike; from the bound's side, written out here."""
-    from controller.metrics import CellData
-    from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
-
     n = G * seeds
     words = [[f"w{i}-{j}" for j in range(12)] for i in range(n)]
     cell = CellData(texts=[" ".join(w) for w in words], words=words)
@@ -63,11 +59,6 @@ def test_a_share_with_one_generation_a_prompt_gets_the_exact_binomial_interval_o
     """One seed: each prompt's one 0/1 outcome (eos_rate here, a task's exact_match alike) is an independent
     draw of the share, and the count is Binomial(G, p). The bootstrap-t of a rare event had covered 85% at
     128 prompts (issue 46); the exact Clopper-Pearson interval of k in G, written out with scipy's beta."""
-    from scipy import stats as sps
-
-    from controller.metrics import CellData
-    from controller.report.stats.intervals import confidence_intervals, evaluate, prompt_groups
-
     cell = CellData(texts=["a b"] * G, words=[["a", "b"]] * G, stop_reasons=["eos"] * k + ["length"] * (G - k))
     metrics = [("eos_rate", METRICS.get("eos_rate"))]
     values = evaluate(metrics, cell)
