@@ -54,6 +54,10 @@ def test_quickstart_sweep_summary_and_html(tmp_path):
     # greedy loops, sampling does not: the comparison the demo exists to show
     greedy = cells[(cells.strategy == "greedy") & (cells.params == "{}")]
     assert (greedy.rep_4 > 5 * cells[cells.strategy == "top_p"].rep_4.max()).all()
+    # and a finding after Holm over the whole table (issue 46: a permutation p from 1,000 permutations is at least
+    # 2 / 1001, and Holm over the table's 216 p-values made every such difference p_holm = 0.332, this one too)
+    sampled = cells[cells.strategy == "top_p"]
+    assert (sampled[["rep_4_diff_p_holm", "perplexity_diff_p_holm", "mean_length_diff_p_holm"]] < 0.05).all().all()
 
     proc = browse(tmp_path, (report / "report.html").as_uri(), "--dump-dom")
     assert proc.returncode == 0, proc.stderr[-2000:]

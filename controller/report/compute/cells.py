@@ -35,8 +35,8 @@ from worker.core.results import GenerationRecord
 # interval Student's t skew-corrected, `intervals.skew_corrected`; 9: self-BLEU's on its own scale, not the logit;
 # 10: distinct-n's the adjusted empirical likelihood of its pseudo-values (withdrawn the same day); 11: a [0, 1]
 # metric with every prompt at its bound gets the exact interval of nothing seen, `shares.within_unit`; 12:
-# distinct-n's the skew-corrected t again)
-CACHE_VERSION = "12"
+# distinct-n's the skew-corrected t again; 13: a permutation p in its tail by importance sampling, `paired.tail_p`)
+CACHE_VERSION = "13"
 EXAMPLE_PROMPTS = 3
 
 

@@ -18,7 +18,10 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
   jackknife t-test for a plain one; for a share of which every common prompt holds one 0/1 outcome
   in both cells (exact_match of two cells with one generation per prompt), McNemar's mid-p test; for a
   share of 0/1 outcomes with several generations per prompt (eos_rate over seeds or samples), the
-  permutation test's mid-p value, which does not lose size to the ties of counts;
+  permutation test's mid-p value, which does not lose size to the ties of counts. Where fewer than
+  TAIL_COUNT of the random permutations are as extreme as the observed statistic, a permutation p is
+  estimated by importance sampling of the swaps (`tail_p`): a Monte Carlo p is never below 2 / (n + 1), which
+  Holm's adjustment multiplies by the number of tests;
 - `<m>_diff_p_holm`: the p-value adjusted by Holm's step-down method over every p-value of the
   table (all cells and metrics), which controls the family-wise error rate at the level read.
 
@@ -35,6 +38,7 @@ from typing import Any
 
 import numpy as np
 from scipy import stats as sps
+from scipy.optimize import brentq
 
 from controller.metrics import Metric, ratio
 from controller.report.stats.bootstrap_t import MAX_K_PER_REPLICATE, gradient, studentized, values_of
@@ -42,6 +46,8 @@ from controller.report.stats.intervals import jackknife_se
 
 SUFFIXES = ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p", "_diff_p_holm")
 BASELINE_COLUMN = "baseline"
+TAIL_COUNT = 10  # fewer permutations as extreme as the observed than this: the tail's p from `tail_p`
+TAIL_BATCH = 1 << 22  # `tail_p`: numbers held at once (32 MiB of float64)
 
 
 @dataclass
@@ -137,9 +143,67 @@ def permutation_p(
             alternative="two-sided",
             rng=rng,
         )
+    exact = len(res.null_distribution) == 2**G
     if mid and math.isfinite(res.statistic):
-        return mid_p(np.asarray(res.null_distribution), float(res.statistic), exact=len(res.null_distribution) == 2**G)
-    return float(res.pvalue) if math.isfinite(res.pvalue) else math.nan
+        p = mid_p(np.asarray(res.null_distribution), float(res.statistic), exact=exact)
+    else:
+        p = float(res.pvalue) if math.isfinite(res.pvalue) else math.nan
+    if not exact and p * (n_resamples + 1) / 2 < TAIL_COUNT:
+        tail = tail_p(sums_a, sums_b, combine, n_draws=n_resamples, rng=rng, mid=mid)
+        p = tail if math.isfinite(tail) else p
+    return p
+
+
+def tail_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_draws: int, rng, mid: bool = False) -> float:
+    """Two-sided permutation p of f(Σa) − f(Σb) far in its tail, by importance sampling (Davison and Hinkley 1997,
+    §9.4; Mehta, Patel and Senchaudhuri 1988): NaN where it cannot tell (fewer than TAIL_COUNT draws reach the
+    observed value).
+
+    A swap arrangement s (s_i = +1 keeps prompt i, −1 swaps its two cells' statistics) is drawn with prompt i kept
+    with probability π_i = (1 + tanh(t·e_i)) / 2 instead of ½: e_i = ḡ·(a_i − b_i) is prompt i's share of the
+    statistic on the tangent at the observed arrangement (ḡ the mean of the gradients at the two cells' sums,
+    oriented so that the observed value is positive), and t the exponential tilt that centres Σ s_i·e_i at its
+    observed value (the saddlepoint). Each draw is weighted by its likelihood ratio Π ½ / π_i(s_i) =
+    exp(K(t) − t·Σ s_i·e_i), K(t) = Σ log cosh(t·e_i), so that the mean of weight × [the statistic, recomputed on
+    the draw, reaches the observed one] is the exact permutation tail, whatever the tilt; the tilt only makes the
+    draws land there. The p is twice that tail (f(S̄ + X) − f(S̄ − X) is odd in the swaps, so both tails are equal)
+    plus two of its standard errors: an upper bound of the estimate, not a smaller p than the draws support.
+    `mid`: ties with the observed value count by half (the mid-p, `mid_p`)."""
+    f, is_ratio = values_of(combine), combine is ratio
+    total_a, total_b = sums_a.sum(axis=0), sums_b.sum(axis=0)
+    observed = float(f(total_a) - f(total_b))
+    g = (gradient(f, total_a, is_ratio=is_ratio) + gradient(f, total_b, is_ratio=is_ratio)) / 2
+    e = (sums_a - sums_b) @ g * math.copysign(1.0, observed)
+    if observed == 0 or not (math.isfinite(observed) and np.all(np.isfinite(e))) or e.sum() <= 0:
+        return math.nan
+    top = float(np.abs(e).sum())
+    target = min(float(e.sum()), 0.999 * top)  # every prompt moved the same way: the tilt as far as it goes
+
+    def slope(t: float) -> float:
+        return float(np.sum(e * np.tanh(t * e)))
+
+    hi = 1.0 / float(np.abs(e).max())
+    while slope(hi) < target:
+        hi *= 2
+    t = brentq(lambda x: slope(x) - target, 0.0, hi, xtol=1e-12 * hi)
+    keep = rng.random((n_draws, len(e))) < (1 + np.tanh(t * e)) / 2
+    log_cosh = np.abs(t * e) + np.log1p(np.exp(-2 * np.abs(t * e))) - math.log(2)
+    weight = np.exp(log_cosh.sum() - t * (np.where(keep, 1.0, -1.0) @ e))
+    drawn = np.empty(n_draws)
+    step = max(1, TAIL_BATCH // sums_a.size)  # draws at a time: (step, G, k) arrays of at most TAIL_BATCH numbers
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for i in range(0, n_draws, step):
+            mask = keep[i : i + step, :, None]
+            a, b = np.where(mask, sums_a, sums_b).sum(axis=1), np.where(mask, sums_b, sums_a).sum(axis=1)
+            drawn[i : i + step] = f(a) - f(b)
+    gap = (drawn - observed) * math.copysign(1.0, observed)
+    gamma = 1e-12 * max(1.0, abs(observed))
+    hit = (gap > gamma) + (0.5 if mid else 1.0) * (np.abs(gap) <= gamma)
+    if np.count_nonzero(hit) < TAIL_COUNT:
+        return math.nan
+    tail = weight * hit
+    least = 2.0 ** -len(e) if mid else 2.0 ** (1 - len(e))  # the observed arrangement and its mirror, of 2^G
+    return float(min(1.0, max(least, 2 * (tail.mean() + 2 * tail.std(ddof=1) / math.sqrt(n_draws)))))
 
 
 def mid_p(null: np.ndarray, observed: float, *, exact: bool) -> float:
