@@ -172,8 +172,9 @@ def tail_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_draws
     f, is_ratio = values_of(combine), combine is ratio
     total_a, total_b = sums_a.sum(axis=0), sums_b.sum(axis=0)
     observed = float(f(total_a) - f(total_b))
+    sign = math.copysign(1.0, observed)  # the tail the observed value is in, taken as the upper one
     g = (gradient(f, total_a, is_ratio=is_ratio) + gradient(f, total_b, is_ratio=is_ratio)) / 2
-    e = (sums_a - sums_b) @ g * math.copysign(1.0, observed)
+    e = (sums_a - sums_b) @ g * sign
     if observed == 0 or not (math.isfinite(observed) and np.all(np.isfinite(e))) or e.sum() <= 0:
         return math.nan
     top = float(np.abs(e).sum())
@@ -196,7 +197,7 @@ def tail_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_draws
             mask = keep[i : i + step, :, None]
             a, b = np.where(mask, sums_a, sums_b).sum(axis=1), np.where(mask, sums_b, sums_a).sum(axis=1)
             drawn[i : i + step] = f(a) - f(b)
-    gap = (drawn - observed) * math.copysign(1.0, observed)
+    gap = (drawn - observed) * sign
     gamma = 1e-12 * max(1.0, abs(observed))
     hit = (gap > gamma) + (0.5 if mid else 1.0) * (np.abs(gap) <= gamma)
     if np.count_nonzero(hit) < TAIL_COUNT:

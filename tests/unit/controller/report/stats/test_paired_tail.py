@@ -31,8 +31,8 @@ def test_the_tail_p_is_the_exact_permutation_tail_of_the_ratio_itself(generation
     """14 prompts (16,384 arrangements, enumerated), the statistic the report's own (a ratio of sums, recomputed on
     every draw): with equal generations a prompt, and with 8 against 1, where a swap moves a block of generations
     between the cells and no linear approximation of the statistic holds (a saddlepoint of one was 10² to 10³ times
-    too small there: docs/reports.md). The estimate plus two of its standard errors: at or above the exact p, and
-    within a factor of 2 of it."""
+    too small there: docs/reports.md). The estimate plus two of its standard errors: no more than 5% below the exact
+    p, and within a factor of 2 of it."""
     rng = np.random.default_rng(11)
     ga, gb = generations
     a = np.stack([rng.binomial(ga, 0.75, 14), np.full(14, ga)], axis=1).astype(float)
