@@ -29,8 +29,9 @@ random numbers as above; under an effect B copies more, its propensity × (1 + E
 The comparisons are the report's own (`controller.report.stats.paired.compare_pair`, fed what
 `confidence_intervals(keep=)` keeps: per-prompt sums of the additive metrics, leave-one-out values
 of the plain ones), i.e. the paired bootstrap-t and the permutation test for rep_2, mean length and
-perplexity and BLEU, the bootstrap-t of the difference's jackknife pseudo-values and the jackknife t-test
-for distinct-2 and self-BLEU-4. Also printed: how often the smallest Holm-adjusted p-value of the
+perplexity and BLEU, the bootstrap-t of the difference's jackknife pseudo-values for distinct-2 and self-BLEU-4,
+with the permutation test of distinct-n recomputed on swapped prompts (since 2026-12-07) and the jackknife
+t-test for self-BLEU. Also printed: how often the smallest Holm-adjusted p-value of the
 metrics of a pair is below 0.05 (the family-wise error rate, under the null).
 
 `--process markov` (issue 46): the null on benchmarks/process_markov.py instead, a second process unlike

@@ -34,6 +34,7 @@ from controller.metrics.registry import (
     ratio,
     word_tokenize,
 )
+from controller.metrics.unions import UnionItems
 
 __all__ = [
     "INTERVALS",
@@ -48,5 +49,6 @@ __all__ = [
     "item_rows",
     "metric",
     "ratio",
+    "UnionItems",
     "word_tokenize",
 ]

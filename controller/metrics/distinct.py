@@ -12,13 +12,13 @@ value in [0, 1]. None when the cell has no n-gram (every generation shorter than
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
 from controller.metrics.registry import metric
 from controller.metrics.tokenize import ngrams
+from controller.metrics.unions import UnionItems, ngram_hashes, word_hashes
 
 _LI = 'Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models", NAACL'
 
@@ -36,23 +36,16 @@ def distinct_n(docs: list[list[str]], n: int) -> float | None:
     return len(seen) / total
 
 
-def distinct_leave_one_out(docs: list[list[str]], groups: Sequence[Sequence[int]], n: int) -> np.ndarray:
-    """distinct-n of `docs` without each group in turn (NaN where no n-gram is left), exactly.
-
-    Leaving group g out removes its n-grams from the total and, from the unique ones, those
-    that no other group has: O(n-grams) for all groups, not one recomputation per group."""
-    sets, totals = [], []
+def distinct_items(docs: list[list[str]], groups: Sequence[Sequence[int]], n: int) -> UnionItems:
+    """Each group's distinct n-grams (hashed, `controller.metrics.unions`) and its number of n-grams: distinct-n
+    is |∪| / Σ, and the report takes from them its exact leave-one-out values and its paired swap test."""
+    known: dict[str, int] = {}
+    per_group, totals = [], []
     for members in groups:
-        grams = [g for i in members for g in ngrams(docs[i], n)]
-        sets.append(set(grams))
-        totals.append(len(grams))
-    in_groups = Counter(g for s in sets for g in s)
-    unique, total = len(in_groups), sum(totals)
-    out = np.full(len(groups), np.nan)
-    for k, (s, t) in enumerate(zip(sets, totals)):
-        if total - t > 0:
-            out[k] = (unique - sum(1 for g in s if in_groups[g] == 1)) / (total - t)
-    return out
+        grams = [ngram_hashes(word_hashes(docs[i], known), n) for i in members]
+        per_group.append(np.concatenate(grams) if grams else np.empty(0, dtype=np.uint64))
+        totals.append(len(per_group[-1]))
+    return UnionItems.of_groups(per_group, totals)
 
 
 def _register(n: int) -> None:
@@ -64,7 +57,7 @@ def _register(n: int) -> None:
         interval="jackknife",  # a bootstrap's duplicated generations add no new n-gram
         citation=_LI,
         unit="fraction",
-        leave_one_out=lambda cell, groups: distinct_leave_one_out(cell.words, groups, n),
+        union_items=lambda cell, groups: distinct_items(cell.words, groups, n),
         unit_interval=True,
         # distinct-3 on the skewed benchmark process, whose trigrams repeat almost only in the few looping prompts:
         # 91.3% and 91.7% at 16 and 32 prompts x 3 seeds, 94.2% at 64, 94.6% at 128 (docs/reports.md)

@@ -20,7 +20,8 @@ one of two ways (as lm-evaluation-harness metrics declare their aggregation):
   self-BLEU, Zipf), whose value a bootstrap's duplicated generations would distort; its
   interval is the delete-one-prompt jackknife: `fn` on the cell without each prompt in turn,
   or the metric's own exact `leave_one_out(cell, groups)` where it declares one (cheaper
-  than G recomputations). "half-sample" (delete-half jackknife) stays available.
+  than G recomputations), or from a union metric's `union_items` (distinct-n; controller.metrics.unions).
+  "half-sample" (delete-half jackknife) stays available.
 
     cell = cell_data(records)            # GenerationRecord objects or dicts
     values = compute_metrics(cell)       # {"rep_2": 0.01, "bleu": None, ...}
@@ -37,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from controller.metrics.tokenize import word_tokenize
+from controller.metrics.unions import UnionItems
 from worker.core.registry import Registry
 
 Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
@@ -155,6 +157,8 @@ class Metric:
     per_item: PerItem | None = None
     combine: Combine | None = None
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
+    # a union metric's (|∪ items| / Σ totals, distinct-n) per-prompt items: its leave_one_out and paired swap test
+    union_items: Callable[[CellData, Sequence[Sequence[int]]], UnionItems] | None = None
     # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where every generation of a
     # share is alike (controller.report.stats.shares)
     unit_interval: bool = False
@@ -182,6 +186,11 @@ class Metric:
             object.__setattr__(self, "fn", partial(_additive_value, self))
         elif not callable(self.fn):
             raise ValueError(f"{where}: give fn, or per_item and combine")
+        if self.union_items is not None:
+            if self.additive or self.leave_one_out is not None:
+                raise ValueError(f"{where}: union_items are a plain metric's, and give its leave_one_out")
+            items = self.union_items
+            object.__setattr__(self, "leave_one_out", lambda cell, groups: items(cell, groups).leave_one_out())
         interval = self.interval or ("bootstrap" if self.additive else "jackknife")
         if interval not in INTERVALS:
             raise ValueError(f"{where}: interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
@@ -275,6 +284,7 @@ def metric(
     citation: str = "",
     unit: str = "",
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
+    union_items: Callable[[CellData, Sequence[Sequence[int]]], UnionItems] | None = None,
     unit_interval: bool = False,
     jackknife_scale: Scale | None = None,
     calibrated_prompts: int | None = None,
@@ -283,12 +293,12 @@ def metric(
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
 
     Its interval is the delete-one-prompt jackknife ("jackknife", through `leave_one_out`
-    where given; on `jackknife_scale`), the delete-half jackknife ("half-sample"), or "none".
+    where given, or from `union_items`; on `jackknife_scale`), the delete-half jackknife ("half-sample"), or "none".
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes,
-                  citation=citation, unit=unit, leave_one_out=leave_one_out,
+                  citation=citation, unit=unit, leave_one_out=leave_one_out, union_items=union_items,
                   unit_interval=unit_interval, jackknife_scale=jackknife_scale,
                   calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))

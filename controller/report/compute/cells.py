@@ -10,6 +10,7 @@ memory is bounded by a cell per process.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -17,11 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.metrics import CellData, Metric, cell_data
+import numpy as np
+
+from controller.metrics import CellData, Metric, UnionItems, cell_data
 from controller.metrics.divergence import sizes as mauve_sizes
 from controller.report.compute.columns import MAUVE_COLUMNS
 from controller.report.compute.tasks import plain
-from controller.report.stats.intervals import cell_rng, confidence_intervals, evaluate, prompt_groups
+from controller.report.stats.intervals import MAX_KEPT_ITEMS, cell_rng, confidence_intervals, evaluate, prompt_groups
 from controller.report.stats.paired import CellStats
 from controller.report.stats.speed import rate_interval
 from worker.core.errors import CorruptRecordError
@@ -35,8 +38,9 @@ from worker.core.results import GenerationRecord
 # interval Student's t skew-corrected, `intervals.skew_corrected`; 9: self-BLEU's on its own scale, not the logit;
 # 10: distinct-n's the adjusted empirical likelihood of its pseudo-values (withdrawn the same day); 11: a [0, 1]
 # metric with every prompt at its bound gets the exact interval of nothing seen, `shares.within_unit`; 12:
-# distinct-n's the skew-corrected t again; 13: a permutation p in its tail by importance sampling, `paired.tail_p`)
-CACHE_VERSION = "13"
+# distinct-n's the skew-corrected t again; 13: a permutation p in its tail by importance sampling, `paired.tail_p`;
+# 14: distinct-n's paired p a permutation test of the metric recomputed on swapped prompts, its items kept)
+CACHE_VERSION = "14"
 EXAMPLE_PROMPTS = 3
 
 
@@ -94,6 +98,7 @@ def score(
     if not settings.with_ci:
         return {}, None
     kept: dict = {}
+    items: dict = {}
     cis = confidence_intervals(
         list(selected),
         cell,
@@ -104,6 +109,7 @@ def score(
         rng=cell_rng(settings.seed, key),
         reference_row=reference_row,
         keep=kept,
+        keep_items=items,
         stats=known,
     )
     for name, (lo, hi, _) in cis.items():
@@ -111,7 +117,7 @@ def score(
     stats = None
     if not reference_row:
         values = {name: row[name] for name, _ in selected}
-        stats = CellStats(key, row["model"], row["strategy"], list(prompts), values, kept)
+        stats = CellStats(key, row["model"], row["strategy"], list(prompts), values, kept, items)
     return {name: method for name, (_, _, method) in cis.items()}, stats
 
 
@@ -195,6 +201,23 @@ def _nested(values: Any) -> Any:
     return [_nested(v) for v in values] if isinstance(values, list) else plain(values)
 
 
+def items_to_json(u: UnionItems) -> dict:
+    return {
+        "sizes": u.sizes.tolist(),
+        "totals": u.totals.tolist(),
+        "items": base64.b64encode(u.items.astype("<u8").tobytes()).decode(),
+    }
+
+
+def items_from_json(doc: dict, groups: int) -> UnionItems:
+    """A cached union metric's items; ValueError where they are not a cell's of `groups` prompts, or too many."""
+    raw = base64.b64decode(doc["items"], validate=True)
+    if len(raw) % 8 or len(raw) // 8 > MAX_KEPT_ITEMS or len(doc["sizes"]) != groups:
+        raise ValueError("cached union items: not a cell's")
+    items = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+    return UnionItems(items, np.array(doc["sizes"], dtype=np.int64), np.array(doc["totals"], dtype=float))
+
+
 def to_json(out: CellOutput) -> dict:
     stats = None
     if out.stats is not None:
@@ -206,6 +229,7 @@ def to_json(out: CellOutput) -> dict:
             "prompts": s.prompts,
             "values": {k: plain(v) for k, v in s.values.items()},
             "kept": {k: [kind, _nested(arr.tolist())] for k, (kind, arr) in s.kept.items()},
+            "items": {k: items_to_json(u) for k, u in s.items.items()},
         }
     row = {k: plain(v) for k, v in out.row.items()}
     return {"row": row, "stats": stats, "methods": out.methods, "examples": out.examples, "damaged": out.damaged}
@@ -213,14 +237,13 @@ def to_json(out: CellOutput) -> dict:
 
 def from_json(doc: dict) -> CellOutput:
     """A cached output; KeyError, TypeError or ValueError where the entry is not one."""
-    import numpy as np
-
     stats = None
     if doc.get("stats"):
         s = doc["stats"]
         kept = {k: (kind, np.array(v, dtype=float)) for k, (kind, v) in s["kept"].items()}
         values = {k: math.nan if v is None else float(v) for k, v in s["values"].items()}
-        stats = CellStats(s["cell"], s["model"], s["strategy"], s["prompts"], values, kept)
+        items = {k: items_from_json(u, len(s["prompts"])) for k, u in s.get("items", {}).items()}
+        stats = CellStats(s["cell"], s["model"], s["strategy"], s["prompts"], values, kept, items)
     return CellOutput(doc["row"], stats, doc.get("methods", {}), doc.get("examples", {}), doc.get("damaged", []))
 
 

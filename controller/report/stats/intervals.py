@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from controller.metrics import CellData, Metric, column_sums, ratio
+from controller.metrics import CellData, Metric, UnionItems, column_sums, ratio
 from controller.report.stats.bootstrap_t import (
     CI_LEVEL,
     Z,
@@ -38,6 +38,10 @@ from controller.report.stats.bootstrap_t import (
     values_of,
 )
 from controller.report.stats.shares import share_interval, within_unit
+
+# a union metric's items kept for its paired swap test, at most (2 MiB of hashes; distinct-3 of 128 prompts x 3
+# seeds x 100 words holds ~38,000): a larger cell's comparison takes the jackknife t-test (docs/reports.md)
+MAX_KEPT_ITEMS = 1 << 18
 
 
 def applicable(metric: Metric, cell: CellData, *, reference_row: bool = False) -> bool:
@@ -136,6 +140,7 @@ def jackknife(
     groups: Sequence[Sequence[int]],
     *,
     keep: dict | None = None,
+    keep_items: dict | None = None,
 ) -> tuple[float, float] | None:
     """Delete-one-prompt jackknife: Student's interval of the pseudo-values, skew-corrected (`skew_corrected`).
 
@@ -145,8 +150,15 @@ def jackknife(
     sampling distribution does near a bound; the others on their own scale (self-BLEU, a mean of bounded
     scores: at 16 and 32 prompts 1.08-1.33x the width of a normal interval with the true spread, on the
     logit scale 1.08-1.54x, covering 93.3-97.0% there, 94.4-98.0%: docs/reports.md). A `unit_interval`
-    metric's interval stays inside [0, 1]."""
-    loo = leave_one_out(metric, cell, groups)
+    metric's interval stays inside [0, 1]. A union metric's items (distinct-n's hashed n-grams, at most
+    MAX_KEPT_ITEMS) go to `keep_items`, for its paired swap test."""
+    if metric.union_items is not None:
+        items = metric.union_items(cell, groups)
+        loo = items.leave_one_out()
+        if keep_items is not None and len(items.items) <= MAX_KEPT_ITEMS:
+            keep_items[metric.name] = items
+    else:
+        loo = leave_one_out(metric, cell, groups)
     if keep is not None:
         keep[metric.name] = ("loo", loo)
     if np.isnan(loo).any():
@@ -224,6 +236,7 @@ def confidence_intervals(
     rng: np.random.Generator,
     reference_row: bool = False,
     keep: dict[str, tuple[str, np.ndarray]] | None = None,
+    keep_items: dict[str, UnionItems] | None = None,
     stats: dict[str, np.ndarray | None] | None = None,
 ) -> dict[str, tuple[float, float, str]]:
     """95% intervals over prompt resamples: {metric: (low, high, method)}; see the module doc.
@@ -232,7 +245,7 @@ def confidence_intervals(
     A replicate always keeps all of a drawn prompt's generations (every seed) together.
     `keep`, if given, receives what paired comparisons need, per metric: ("sums", the (G, k)
     per-prompt statistics) of a bootstrap metric, ("loo", the G leave-one-out values) of a
-    jackknife one, in the order of `groups`.
+    jackknife one, in the order of `groups`; `keep_items` a union metric's items (`jackknife`).
     """
     G = len(groups)
     if G < 2 or n_boot < 1:
@@ -246,7 +259,7 @@ def confidence_intervals(
             known = (stats or {}).get(name)
             interval = bootstrap(metric, cell, groups, n_boot=n_boot, rng=rng, keep=keep, stats=known)
         elif metric.interval == "jackknife":
-            interval = jackknife(metric, cell, value, groups, keep=keep)
+            interval = jackknife(metric, cell, value, groups, keep=keep, keep_items=keep_items)
         elif metric.interval == "half-sample":
             interval = half_sample(metric, cell, value, groups, n_reps=min(n_boot, n_boot_corpus), rng=rng)
         else:

@@ -14,18 +14,20 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
   difference, the bootstrap-t of the difference's jackknife pseudo-values of a plain one; neither
   with a side shorter than Student's t(G − 1);
 - `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
-  `permutation_test`, the two cells' statistics of a prompt swapped) for an additive metric, the
-  jackknife t-test for a plain one; for a share of which every common prompt holds one 0/1 outcome
-  in both cells (exact_match of two cells with one generation per prompt), McNemar's mid-p test; for a
-  share of 0/1 outcomes with several generations per prompt (eos_rate over seeds or samples), the
-  permutation test's mid-p value, which does not lose size to the ties of counts. Where fewer than
-  TAIL_COUNT of the random permutations are as extreme as the observed statistic, a permutation p is
-  estimated by importance sampling of the swaps (`tail_p`): a Monte Carlo p is never below 2 / (n + 1), which
-  Holm's adjustment multiplies by the number of tests;
+  `permutation_test`, the two cells' generations of a prompt swapped, the metric recomputed on each
+  arrangement: `swaps`) for an additive metric and a union metric (distinct-n, from each prompt's
+  distinct n-grams), the jackknife t-test for another plain one (self-BLEU, Zipf) and for a union metric
+  whose cell held more items than were kept (`intervals.MAX_KEPT_ITEMS`); for a share of which every
+  common prompt holds one 0/1 outcome in both cells (exact_match of two cells with one generation per
+  prompt), McNemar's mid-p test; for a share of 0/1 outcomes with several generations per prompt
+  (eos_rate over seeds or samples), the permutation test's mid-p value, which does not lose size to
+  the ties of counts. Where fewer than TAIL_COUNT of the random permutations are as extreme as the
+  observed statistic, a permutation p is estimated by importance sampling of the swaps (`tail_p`): a
+  Monte Carlo p is never below 2 / (n + 1), which Holm's adjustment multiplies by the number of tests;
 - `<m>_diff_p_holm`: the p-value adjusted by Holm's step-down method over every p-value of the
   table (all cells and metrics), which controls the family-wise error rate at the level read.
 
-Pure: works on the per-cell statistics the intervals kept (`intervals.confidence_intervals(keep=)`).
+Pure: works on the per-cell statistics the intervals kept (`intervals.confidence_intervals(keep=, keep_items=)`).
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ import numpy as np
 from scipy import stats as sps
 from scipy.optimize import brentq
 
-from controller.metrics import Metric, ratio
+from controller.metrics import Metric, UnionItems, ratio
+from controller.report.stats import swaps
 from controller.report.stats.bootstrap_t import MAX_K_PER_REPLICATE, gradient, studentized, values_of
 from controller.report.stats.intervals import jackknife_se
+from controller.report.stats.swaps import Statistic
 
 SUFFIXES = ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p", "_diff_p_holm")
 BASELINE_COLUMN = "baseline"
 TAIL_COUNT = 10  # fewer permutations as extreme as the observed than this: the tail's p from `tail_p`
-TAIL_BATCH = 1 << 22  # `tail_p`: numbers held at once (32 MiB of float64)
 
 
 @dataclass
@@ -60,6 +63,7 @@ class CellStats:
     prompts: list[str]
     values: dict[str, float]
     kept: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    items: dict[str, UnionItems] = field(default_factory=dict)  # a union metric's, for its swap test
 
 
 def comparison_columns(metric_names: Sequence[str]) -> list[str]:
@@ -82,10 +86,6 @@ def baselines(cells: Sequence[CellStats], baseline: str | None) -> dict[str, str
             base = same[0].cell if same else None
         out[c.cell] = None if base == c.cell else base
     return out
-
-
-def _values(sums: np.ndarray, combine: Callable) -> np.ndarray:
-    return values_of(combine)(sums)
 
 
 def _rows(idx: np.ndarray, axis: int) -> np.ndarray:
@@ -119,24 +119,20 @@ def paired_interval(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *
     return studentized(units, diff, n_boot=n_boot, rng=rng, t_floor=True, grad=grad)
 
 
-def permutation_p(
-    sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_resamples: int, rng, mid: bool = False
-) -> float:
-    """Two-sided paired permutation p-value: within each prompt, a's and b's statistics swapped at random.
-    `mid`: the mid-p value (`mid_p`), for a statistic with few distinct values (counts of 0/1 outcomes)."""
-    table = np.concatenate([sums_a, sums_b])
-    G = len(sums_a)
+def permutation_p(statistic: Statistic, G: int, *, n_resamples: int, rng, mid: bool = False) -> float:
+    """Two-sided paired permutation p-value of `statistic` (`controller.report.stats.swaps`: metric(a) − metric(b)
+    with the swapped prompts' generations exchanged), each prompt swapped at random; exact (every arrangement)
+    where 2^G is at most `n_resamples`. `mid`: the mid-p value (`mid_p`), for a statistic with few distinct
+    values (counts of 0/1 outcomes). Far in the tail, `tail_p`."""
 
-    def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        return _values(table[_rows(x, axis)].sum(axis=-2), combine) - _values(
-            table[_rows(y, axis)].sum(axis=-2), combine
-        )
+    def on_indices(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return statistic(_rows(x, axis) >= G)  # x holds prompt i's row i (kept) or i + G (swapped)
 
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore")
         res = sps.permutation_test(
             (np.arange(G), np.arange(G) + G),
-            statistic,
+            on_indices,
             permutation_type="samples",
             vectorized=True,
             n_resamples=n_resamples,
@@ -149,32 +145,40 @@ def permutation_p(
     else:
         p = float(res.pvalue) if math.isfinite(res.pvalue) else math.nan
     if not exact and p * (n_resamples + 1) / 2 < TAIL_COUNT:
-        tail = tail_p(sums_a, sums_b, combine, n_draws=n_resamples, rng=rng, mid=mid)
+        tail = tail_p(statistic, G, n_draws=n_resamples, rng=rng, mid=mid)
         p = tail if math.isfinite(tail) else p
     return p
 
 
-def tail_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_draws: int, rng, mid: bool = False) -> float:
-    """Two-sided permutation p of f(Σa) − f(Σb) far in its tail, by importance sampling (Davison and Hinkley 1997,
+def _each_swapped_alone(statistic: Statistic, G: int, rows: int = 1024) -> np.ndarray:
+    """The statistic with prompt i alone swapped, for each i (the identity's rows, `rows` at a time)."""
+    out = np.empty(G)
+    for i in range(0, G, rows):
+        k = min(rows, G - i)
+        masks = np.zeros((k, G), dtype=bool)
+        masks[np.arange(k), i + np.arange(k)] = True
+        out[i : i + k] = statistic(masks)
+    return out
+
+
+def tail_p(statistic: Statistic, G: int, *, n_draws: int, rng, mid: bool = False) -> float:
+    """Two-sided permutation p of `statistic` far in its tail, by importance sampling (Davison and Hinkley 1997,
     §9.4; Mehta, Patel and Senchaudhuri 1988): NaN where it cannot tell (fewer than TAIL_COUNT draws reach the
     observed value).
 
-    A swap arrangement s (s_i = +1 keeps prompt i, −1 swaps its two cells' statistics) is drawn with prompt i kept
-    with probability π_i = (1 + tanh(t·e_i)) / 2 instead of ½: e_i = ḡ·(a_i − b_i) is prompt i's share of the
-    statistic on the tangent at the observed arrangement (ḡ the mean of the gradients at the two cells' sums,
-    oriented so that the observed value is positive), and t the exponential tilt that centres Σ s_i·e_i at its
+    A swap arrangement s (s_i = +1 keeps prompt i, −1 swaps its two cells' generations) is drawn with prompt i kept
+    with probability π_i = (1 + tanh(t·e_i)) / 2 instead of ½: e_i is prompt i's share of the statistic on the
+    line through the observed arrangement, half of what swapping prompt i alone takes from the observed value
+    (oriented so that the observed value is positive), and t the exponential tilt that centres Σ s_i·e_i at its
     observed value (the saddlepoint). Each draw is weighted by its likelihood ratio Π ½ / π_i(s_i) =
     exp(K(t) − t·Σ s_i·e_i), K(t) = Σ log cosh(t·e_i), so that the mean of weight × [the statistic, recomputed on
     the draw, reaches the observed one] is the exact permutation tail, whatever the tilt; the tilt only makes the
-    draws land there. The p is twice that tail (f(S̄ + X) − f(S̄ − X) is odd in the swaps, so both tails are equal)
-    plus two of its standard errors: an upper bound of the estimate, not a smaller p than the draws support.
-    `mid`: ties with the observed value count by half (the mid-p, `mid_p`)."""
-    f, is_ratio = values_of(combine), combine is ratio
-    total_a, total_b = sums_a.sum(axis=0), sums_b.sum(axis=0)
-    observed = float(f(total_a) - f(total_b))
+    draws land there. The p is twice that tail (metric(a) − metric(b) is odd in the swaps: swapping every prompt
+    negates it, so both tails are equal) plus two of its standard errors: an upper bound of the estimate, not a
+    smaller p than the draws support. `mid`: ties with the observed value count by half (the mid-p, `mid_p`)."""
+    observed = float(statistic(np.zeros(G, dtype=bool)))
     sign = math.copysign(1.0, observed)  # the tail the observed value is in, taken as the upper one
-    g = (gradient(f, total_a, is_ratio=is_ratio) + gradient(f, total_b, is_ratio=is_ratio)) / 2
-    e = (sums_a - sums_b) @ g * sign
+    e = (observed - _each_swapped_alone(statistic, G)) / 2 * sign
     if observed == 0 or not (math.isfinite(observed) and np.all(np.isfinite(e))) or e.sum() <= 0:
         return math.nan
     top = float(np.abs(e).sum())
@@ -187,23 +191,16 @@ def tail_p(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *, n_draws
     while slope(hi) < target:
         hi *= 2
     t = brentq(lambda x: slope(x) - target, 0.0, hi, xtol=1e-12 * hi)
-    keep = rng.random((n_draws, len(e))) < (1 + np.tanh(t * e)) / 2
+    keep = rng.random((n_draws, G)) < (1 + np.tanh(t * e)) / 2
     log_cosh = np.abs(t * e) + np.log1p(np.exp(-2 * np.abs(t * e))) - math.log(2)
     weight = np.exp(log_cosh.sum() - t * (np.where(keep, 1.0, -1.0) @ e))
-    drawn = np.empty(n_draws)
-    step = max(1, TAIL_BATCH // sums_a.size)  # draws at a time: (step, G, k) arrays of at most TAIL_BATCH numbers
-    with np.errstate(invalid="ignore", divide="ignore"):
-        for i in range(0, n_draws, step):
-            mask = keep[i : i + step, :, None]
-            a, b = np.where(mask, sums_a, sums_b).sum(axis=1), np.where(mask, sums_b, sums_a).sum(axis=1)
-            drawn[i : i + step] = f(a) - f(b)
-    gap = (drawn - observed) * sign
+    gap = (statistic(~keep) - observed) * sign
     gamma = 1e-12 * max(1.0, abs(observed))
     hit = (gap > gamma) + (0.5 if mid else 1.0) * (np.abs(gap) <= gamma)
     if np.count_nonzero(hit) < TAIL_COUNT:
         return math.nan
     tail = weight * hit
-    least = 2.0 ** -len(e) if mid else 2.0 ** (1 - len(e))  # the observed arrangement and its mirror, of 2^G
+    least = 2.0**-G if mid else 2.0 ** (1 - G)  # the observed arrangement and its mirror, of 2^G
     return float(min(1.0, max(least, 2 * (tail.mean() + 2 * tail.std(ddof=1) / math.sqrt(n_draws)))))
 
 
@@ -296,19 +293,25 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out.tolist()
 
 
-def _align(a: CellStats, b: CellStats, name: str) -> tuple[str, np.ndarray, np.ndarray] | None:
-    """Both cells' kept statistics of `name` on their common prompts, in a's order."""
+def _common(a: CellStats, b: CellStats) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the prompts both cells have, in a's order: (in a, in b)."""
+    pos_b = {p: i for i, p in enumerate(b.prompts)}
+    common = [(i, pos_b[p]) for i, p in enumerate(a.prompts) if p in pos_b]
+    ia, ib = (np.array(x, dtype=np.intp) for x in zip(*common)) if common else (np.empty(0, np.intp),) * 2
+    return ia, ib
+
+
+def _align(a: CellStats, b: CellStats, name: str) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Both cells' kept statistics of `name` on their common prompts, in a's order, and those prompts' positions."""
     if name not in a.kept or name not in b.kept or a.kept[name][0] != b.kept[name][0]:
         return None
     kind = a.kept[name][0]
-    pos_b = {p: i for i, p in enumerate(b.prompts)}
-    common = [(i, pos_b[p]) for i, p in enumerate(a.prompts) if p in pos_b]
-    if len(common) < 2:
+    ia, ib = _common(a, b)
+    if len(ia) < 2:
         return None
-    if kind == "loo" and not (len(common) == len(a.prompts) == len(b.prompts)):
+    if kind == "loo" and not (len(ia) == len(a.prompts) == len(b.prompts)):
         return None  # a leave-one-out value depends on the whole prompt set: compare only equal sets
-    ia, ib = (np.array(x) for x in zip(*common))
-    return kind, a.kept[name][1][ia], b.kept[name][1][ib]
+    return kind, a.kept[name][1][ia], b.kept[name][1][ib], ia, ib
 
 
 def compare_pair(
@@ -321,16 +324,20 @@ def compare_pair(
         aligned = _align(a, b, name) if math.isfinite(diff) else None
         lo = hi = p = math.nan
         if aligned is not None:
-            kind, sa, sb = aligned
+            kind, sa, sb, ia, ib = aligned
             if kind == "sums":
                 interval = paired_interval(sa, sb, metric.combine, n_boot=n_boot, rng=rng)
                 lo, hi = interval if interval is not None else (math.nan, math.nan)
                 p = mcnemar_p(sa, sb) if one_outcome(metric, sa, sb) else None
                 if p is None:
                     mid = counted_outcomes(metric, sa, sb)
-                    p = permutation_p(sa, sb, metric.combine, n_resamples=n_boot, rng=rng, mid=mid)
+                    statistic = swaps.additive(sa, sb, metric.combine)
+                    p = permutation_p(statistic, len(sa), n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
+                if name in a.items and name in b.items:  # a union metric: recomputed on swapped prompts
+                    statistic = swaps.union(a.items[name].take(ia), b.items[name].take(ib))
+                    p = permutation_p(statistic, len(ia), n_resamples=n_boot, rng=rng)
         out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
     return out
 

@@ -85,7 +85,7 @@ def test_a_metric_declares_the_prompts_its_interval_was_calibrated_at_where_it_n
     assert declared == {"distinct_3": 64}
 
 
-@pytest.mark.parametrize("module", ["intervals", "bootstrap_t", "shares"])
+@pytest.mark.parametrize("module", ["intervals", "bootstrap_t", "shares", "swaps"])
 def test_intervals_hold_no_metric_code(module):
     """The interval code uses what metrics declare: no metric library, helper or name in it."""
     source = (Path(controller.report.stats.intervals.__file__).parent / f"{module}.py").read_text()

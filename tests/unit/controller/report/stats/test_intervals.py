@@ -11,7 +11,7 @@ import pytest
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
 from controller.metrics import METRICS, cell_data
-from controller.metrics.distinct import distinct_leave_one_out
+from controller.metrics.distinct import distinct_items
 from controller.metrics.selfbleu import self_bleu_leave_one_out
 from controller.report.compute.aggregate import summarize
 from tests.support.intervals import bootstrap_t, edgeworth_t, smoothed
@@ -48,9 +48,10 @@ def test_self_bleu_leave_one_out_equals_nltk_on_each_remainder(size):
 
 
 def test_distinct_leave_one_out_equals_sets_counted_here():
+    """From the hashed n-grams of each prompt (`distinct_items`), exactly the distinct-n of each remainder."""
     docs, groups = random_groups(random.Random(7), 9, 3)
     for n in (1, 2, 3):
-        fast = distinct_leave_one_out(docs, groups, n)
+        fast = distinct_items(docs, groups, n).leave_one_out()
         for g, members in enumerate(groups):
             grams = [tuple(d[i : i + n]) for k, d in enumerate(docs) if k not in members for i in range(len(d) - n + 1)]
             assert fast[g] == (len(set(grams)) / len(grams) if grams else pytest.approx(math.nan, nan_ok=True))

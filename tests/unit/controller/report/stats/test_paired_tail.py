@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from controller.metrics import METRICS, ratio
+from controller.report.stats import swaps
 from controller.report.stats.paired import TAIL_COUNT, CellStats, compare_pair, holm, permutation_p, tail_p
 
 pytestmark = pytest.mark.pure
@@ -39,7 +40,7 @@ def test_the_tail_p_is_the_exact_permutation_tail_of_the_ratio_itself(generation
     b = np.stack([rng.binomial(gb, 0.25, 14), np.full(14, gb)], axis=1).astype(float)
     exact = exact_tail(a, b)
     assert 1e-4 < exact < 2e-3  # in the tail: 1,000 random permutations hold 0 to 2 as extreme
-    got = [tail_p(a, b, ratio, n_draws=2000, rng=np.random.default_rng(k)) for k in range(5)]
+    got = [tail_p(swaps.additive(a, b, ratio), 14, n_draws=2000, rng=np.random.default_rng(k)) for k in range(5)]
     assert all(0.95 * exact <= p <= 2 * exact for p in got), (exact, got)
 
 
@@ -53,7 +54,7 @@ def test_a_clear_difference_gets_its_tail_p_not_the_monte_carlo_floor():
     The old p was 2 / 1001 (and 0.332 after Holm in the quickstart's table)."""
     rng = np.random.default_rng(0)
     a, b = lengths(rng, 32, 40), lengths(rng, 32, 20)
-    p = permutation_p(a, b, ratio, n_resamples=1000, rng=np.random.default_rng(1))
+    p = permutation_p(swaps.additive(a, b, ratio), 32, n_resamples=1000, rng=np.random.default_rng(1))
     assert 2 / 2**32 <= p < 1e-8 < 2 / 1001  # every prompt moved the same way: 2 of the 2^32 arrangements
     family = [p] + [0.5] * 165
     assert holm(family)[0] < 1e-6  # a finding in a table of 166 tests
@@ -67,7 +68,7 @@ def test_a_p_with_enough_permutations_beyond_it_is_the_monte_carlo_one():
 
     rng = np.random.default_rng(3)
     a, b = lengths(rng, 32, 20), lengths(rng, 32, 20)
-    p = permutation_p(a, b, ratio, n_resamples=1000, rng=np.random.default_rng(4))
+    p = permutation_p(swaps.additive(a, b, ratio), 32, n_resamples=1000, rng=np.random.default_rng(4))
     table = np.concatenate([a, b])
 
     def statistic(x, y, axis=-1):

@@ -1,0 +1,97 @@
+"""A paired comparison's statistic with prompts swapped between its two cells, for the permutation test.
+
+Under "no difference" (and common random numbers) the two cells' generations of a prompt are exchangeable,
+so a prompt's can be swapped between the cells: the permutation test (controller.report.stats.paired)
+recomputes the statistic, metric(a) − metric(b), on arrangements of swaps. Each function here returns that
+statistic as a function of `swapped`, a boolean array (..., G) (True: prompt i's generations swapped),
+computed in batches of at most BATCH numbers:
+
+- `additive`: a metric of summed per-generation statistics, from each prompt's sums;
+- `union`: a union metric (distinct-n: |∪ items| / Σ totals) from each prompt's distinct items
+  (controller.metrics.unions), recomputed exactly: the metric itself, not a linear stand-in such as its
+  jackknife pseudo-values, whose t-test is conservative for distinct-1 and distinct-3 (docs/reports.md).
+
+For a union metric an item is in cell a after the swaps unless every prompt whose a-side holds it is swapped
+and every prompt whose b-side holds it is not: with M the swaps (K × G), D_A and D_B the prompts × items
+incidences, item c is missing from a where deg_A(c) − (M·D_A)(c) + (M·D_B)(c) = 0. Items that both sides of one
+prompt hold are in both cells whatever the swaps, and items held once are linear in the swaps, so only the
+items that several prompts hold take part in the product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from scipy import sparse
+
+from controller.metrics import UnionItems
+from controller.report.stats.bootstrap_t import values_of
+
+BATCH = 1 << 22  # numbers held at once (32 MiB of float64)
+
+Statistic = Callable[[np.ndarray], np.ndarray]
+
+
+def _batched(G: int, width: int, one: Callable[[np.ndarray], np.ndarray]) -> Statistic:
+    step = max(1, BATCH // max(1, width))
+
+    def statistic(swapped: np.ndarray) -> np.ndarray:
+        flat = np.asarray(swapped, dtype=bool).reshape(-1, G)
+        out = np.empty(len(flat))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for i in range(0, len(flat), step):
+                out[i : i + step] = one(flat[i : i + step])
+        return out.reshape(np.shape(swapped)[:-1])
+
+    return statistic
+
+
+def additive(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable) -> Statistic:
+    """f(Σ a) − f(Σ b) of per-prompt sums (G, k) with the swapped prompts' rows exchanged."""
+    f = values_of(combine)
+
+    def one(m: np.ndarray) -> np.ndarray:
+        m = m[:, :, None]
+        return f(np.where(m, sums_b, sums_a).sum(axis=1)) - f(np.where(m, sums_a, sums_b).sum(axis=1))
+
+    return _batched(len(sums_a), sums_a.size, one)
+
+
+def union(a: UnionItems, b: UnionItems) -> Statistic:
+    """|∪ a| / Σ a − |∪ b| / Σ b of two cells' union items on the same G prompts, with the swapped prompts'
+    items and totals exchanged."""
+    G = a.groups
+    items = np.concatenate([a.items, b.items])
+    side = np.concatenate([np.zeros(len(a.items), bool), np.ones(len(b.items), bool)])
+    rows = np.concatenate([a.group_of_items(), b.group_of_items()])
+    _, col = np.unique(items, return_inverse=True)
+    col = col.ravel()
+    # items some prompt holds on both sides: in both cells, whatever the swaps
+    key = col.astype(np.int64) * G + rows
+    both = np.intersect1d(key[~side], key[side])
+    always = np.zeros(col.max() + 1 if len(col) else 0, bool)
+    always[both // G] = True
+    held = np.bincount(col, minlength=len(always))
+    once = ~always[col] & (held[col] == 1)  # one prompt on one side: in a unless it is swapped (or in b if swapped)
+    single_a = np.bincount(rows[once & ~side], minlength=G).astype(float)
+    single_b = np.bincount(rows[once & side], minlength=G).astype(float)
+    shared = ~always[col] & (held[col] > 1)
+    cols, sc = np.unique(col[shared], return_inverse=True)
+    sign = np.where(side[shared], 1.0, -1.0)  # +D_B − D_A
+    diff = sparse.csr_matrix((sign, (sc.ravel(), rows[shared])), shape=(len(cols), G))
+    deg_a = np.bincount(sc.ravel(), weights=~side[shared], minlength=len(cols))
+    deg_b = np.bincount(sc.ravel(), weights=side[shared], minlength=len(cols))
+    fixed = float(np.count_nonzero(always))
+    total_a, total_b = float(a.totals.sum()), float(b.totals.sum())
+    moved_total, moved_single = b.totals - a.totals, single_b - single_a
+
+    def one(m: np.ndarray) -> np.ndarray:
+        mf = m.astype(float)
+        shift = np.asarray((diff @ mf.T).T) if len(cols) else np.zeros((len(m), 0))  # (K, C): (M·D_B − M·D_A)
+        in_a = fixed + single_a.sum() + mf @ moved_single + np.count_nonzero(deg_a + shift > 0.5, axis=1)
+        in_b = fixed + single_b.sum() - mf @ moved_single + np.count_nonzero(deg_b - shift > 0.5, axis=1)
+        tot = mf @ moved_total
+        return in_a / (total_a + tot) - in_b / (total_b - tot)
+
+    return _batched(G, max(1, len(cols)), one)
