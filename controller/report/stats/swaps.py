@@ -62,6 +62,8 @@ def union(a: UnionItems, b: UnionItems) -> Statistic:
     """|∪ a| / Σ a − |∪ b| / Σ b of two cells' union items on the same G prompts, with the swapped prompts'
     items and totals exchanged."""
     G = a.groups
+    if b.groups != G:
+        raise ValueError(f"swapping prompts needs the same prompts in both cells: {G} and {b.groups}")
     items = np.concatenate([a.items, b.items])
     side = np.concatenate([np.zeros(len(a.items), bool), np.ones(len(b.items), bool)])
     rows = np.concatenate([a.group_of_items(), b.group_of_items()])
