@@ -39,8 +39,9 @@ from worker.core.results import GenerationRecord
 # 10: distinct-n's the adjusted empirical likelihood of its pseudo-values (withdrawn the same day); 11: a [0, 1]
 # metric with every prompt at its bound gets the exact interval of nothing seen, `shares.within_unit`; 12:
 # distinct-n's the skew-corrected t again; 13: a permutation p in its tail by importance sampling, `paired.tail_p`;
-# 14: distinct-n's paired p a permutation test of the metric recomputed on swapped prompts, its items kept)
-CACHE_VERSION = "14"
+# 14: distinct-n's paired p a permutation test of the metric recomputed on swapped prompts, its items kept; 15:
+# an additive metric's swaps per generation where the cells' generations a prompt differ, `swaps.additive`)
+CACHE_VERSION = "15"
 EXAMPLE_PROMPTS = 3
 
 
@@ -117,7 +118,8 @@ def score(
     stats = None
     if not reference_row:
         values = {name: row[name] for name, _ in selected}
-        stats = CellStats(key, row["model"], row["strategy"], list(prompts), values, kept, items)
+        sizes = [len(g) for g in groups]
+        stats = CellStats(key, row["model"], row["strategy"], list(prompts), values, kept, items, sizes)
     return {name: method for name, (_, _, method) in cis.items()}, stats
 
 
@@ -230,6 +232,7 @@ def to_json(out: CellOutput) -> dict:
             "values": {k: plain(v) for k, v in s.values.items()},
             "kept": {k: [kind, _nested(arr.tolist())] for k, (kind, arr) in s.kept.items()},
             "items": {k: items_to_json(u) for k, u in s.items.items()},
+            "generations": list(s.generations),
         }
     row = {k: plain(v) for k, v in out.row.items()}
     return {"row": row, "stats": stats, "methods": out.methods, "examples": out.examples, "damaged": out.damaged}
@@ -243,7 +246,10 @@ def from_json(doc: dict) -> CellOutput:
         kept = {k: (kind, np.array(v, dtype=float)) for k, (kind, v) in s["kept"].items()}
         values = {k: math.nan if v is None else float(v) for k, v in s["values"].items()}
         items = {k: items_from_json(u, len(s["prompts"])) for k, u in s.get("items", {}).items()}
-        stats = CellStats(s["cell"], s["model"], s["strategy"], s["prompts"], values, kept, items)
+        generations = [int(k) for k in s.get("generations", [])]
+        if generations and (len(generations) != len(s["prompts"]) or min(generations) < 1):
+            raise ValueError("cached generations: not one a prompt")
+        stats = CellStats(s["cell"], s["model"], s["strategy"], s["prompts"], values, kept, items, generations)
     return CellOutput(doc["row"], stats, doc.get("methods", {}), doc.get("examples", {}), doc.get("damaged", []))
 
 

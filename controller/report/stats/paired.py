@@ -15,9 +15,10 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
   with a side shorter than Student's t(G − 1);
 - `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
   `permutation_test`, the two cells' generations of a prompt swapped, the metric recomputed on each
-  arrangement: `swaps`) for an additive metric and a union metric (distinct-n, from each prompt's
-  distinct n-grams), the jackknife t-test for another plain one (self-BLEU, Zipf) and for a union metric
-  whose cell held more items than were kept (`intervals.MAX_KEPT_ITEMS`); for a share of which every
+  arrangement: `swaps`; per generation where the cells' generations a prompt differ) for an additive metric
+  and a union metric (distinct-n, from each prompt's distinct n-grams), the jackknife t-test for another
+  plain one (self-BLEU, Zipf) and for a union metric whose cell held more items than were kept
+  (`intervals.MAX_KEPT_ITEMS`); for a share of which every
   common prompt holds one 0/1 outcome in both cells (exact_match of two cells with one generation per
   prompt), McNemar's mid-p test; for a share of 0/1 outcomes with several generations per prompt
   (eos_rate over seeds or samples), the permutation test's mid-p value, which does not lose size to
@@ -64,6 +65,7 @@ class CellStats:
     values: dict[str, float]
     kept: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
     items: dict[str, UnionItems] = field(default_factory=dict)  # a union metric's, for its swap test
+    generations: list[int] = field(default_factory=list)  # each prompt's, in `prompts` order (empty: not known)
 
 
 def comparison_columns(metric_names: Sequence[str]) -> list[str]:
@@ -331,7 +333,10 @@ def compare_pair(
                 p = mcnemar_p(sa, sb) if one_outcome(metric, sa, sb) else None
                 if p is None:
                     mid = counted_outcomes(metric, sa, sb)
-                    statistic = swaps.additive(sa, sb, metric.combine)
+                    both = (a.generations, b.generations)
+                    known = all(len(k) == len(c.prompts) for k, c in zip(both, (a, b)))
+                    counts = (np.asarray(a.generations)[ia], np.asarray(b.generations)[ib]) if known else None
+                    statistic = swaps.additive(sa, sb, metric.combine, counts)
                     p = permutation_p(statistic, len(sa), n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
