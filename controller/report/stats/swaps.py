@@ -6,7 +6,8 @@ recomputes the statistic, metric(a) − metric(b), on arrangements of swaps. Eac
 statistic as a function of `swapped`, a boolean array (..., G) (True: prompt i's generations swapped),
 computed in batches of at most BATCH numbers:
 
-- `additive`: a metric of summed per-generation statistics, from each prompt's sums;
+- `additive`: a metric of summed per-generation statistics, from each prompt's sums (per generation where the
+  cells' generations a prompt differ, 3 seeds against 1: not an exchange of like with like otherwise);
 - `union`: a union metric (distinct-n: |∪ items| / Σ totals) from each prompt's distinct items
   (controller.metrics.unions), recomputed exactly: the metric itself, not a linear stand-in such as its
   jackknife pseudo-values, whose t-test is conservative for distinct-1 and distinct-3 (docs/reports.md).
@@ -56,10 +57,10 @@ def additive(
     3 seeds against 1), a swap would move a block of 8 into b and 1 into a, reweighting the prompts, so the swaps'
     spread would hold how much prompts differ from each other, not only what the cells do: the test rejected a
     true null in 0.0-0.8% of simulations at 3 v 1 and 8 v 1 on the skewed benchmark process (docs/reports.md;
-    per generation 4.4-6.4% on both processes). There each prompt's sums are taken
-    per generation (divided by its generations), which for a metric whose `combine` does not change when every sum
-    is scaled alike (a ratio, BLEU) leaves each cell's value as it is where a cell has the same generations for
-    every prompt, and makes a swap exchange like with like."""
+    per generation 4.4-6.4% on both processes). There each prompt's sums are taken per generation (divided by
+    its generations), which for a metric whose `combine` does not change when every sum is scaled alike (a
+    ratio, BLEU; checked here on the pair's sums, else the sums stay as they are) leaves each cell's value as it
+    is where a cell has the same generations for every prompt, and makes a swap exchange like with like."""
     f = values_of(combine)
     if generations is not None and not np.array_equal(*generations):
         per_a, per_b = (
