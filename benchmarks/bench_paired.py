@@ -4,6 +4,7 @@
     python benchmarks/bench_paired.py --sims 200 --prompts 32 --effect 0
     python benchmarks/bench_paired.py --process markov --seeds 1   # the null on the second process, 1 seed
     python benchmarks/bench_paired.py --seeds 1 --effect 0          # the null on this process, 1 seed
+    python benchmarks/bench_paired.py --effect 0 --unequal 3 1 --prompts 32   # 3 generations a prompt against 1
 
 Each simulation draws two cells A and B of one sweep as decodebench makes them: the same G prompts
 × 3 seeds (`--seeds`), and **common random numbers**: a generation's draws come from a stream seeded by (prompt,
@@ -69,6 +70,8 @@ RATIO_NAMES = ("rep_2", "mean_length", "perplexity", "bleu")  # truth: the popul
 CUM_ZIPF = np.cumsum(ZIPF)
 SHARED = 0.5  # the chance that a position of a generation takes the shared stream's uniforms
 PAIR_SEEDS = [SEEDS]  # --seeds: generations per prompt of either process's pairs
+UNEQUAL: list[tuple[int, int] | None] = [None]  # --unequal K_A K_B: each cell's first K generations of a prompt
+START = [0]  # --start: the first simulation
 MAX_POSITIONS = 512  # uniforms drawn for every generation, whatever its length: an effect on B leaves A's draws alone
 
 
@@ -189,14 +192,25 @@ def population_diff(effect: float, n_prompts: int) -> dict[str, float]:
     return out
 
 
+def first(cell: CellData, groups: list[list[int]], k: int) -> tuple[CellData, list[list[int]]]:
+    """The cell with each prompt's first k generations (`--unequal`)."""
+    kept = [grp[:k] for grp in groups]
+    return cell.subset([i for grp in kept for i in grp]), prompt_groups(
+        [f"p{g}" for g, grp in enumerate(kept) for _ in grp]
+    )
+
+
 def run(G: int, sims: int, effect: float, n_boot: int) -> list[dict[str, tuple[float, float, float, float]]]:
     rows, pairs = [], [(make, names, key) for make, names, key in by_pair() if names]
-    for sim in range(sims):
+    for sim in range(START[0], START[0] + sims):
         row = {}
         for make, names, key in pairs:
             a, b, groups = make(G, sim, effect)
+            groups_a = groups_b = groups
+            if UNEQUAL[0]:  # A keeps each prompt's first k_a generations, B its first k_b
+                (a, groups_a), (b, groups_b) = first(a, groups, UNEQUAL[0][0]), first(b, groups, UNEQUAL[0][1])
             metrics = {m: METRICS.get(m) for m in names}
-            pair = compare_pair(stats_of("B", b, groups, names), stats_of("A", a, groups, names), metrics,
+            pair = compare_pair(stats_of("B", b, groups_b, names), stats_of("A", a, groups_a, names), metrics,
                                 n_boot=n_boot, rng=cell_rng(sim, f"{key}{G}"))  # fmt: skip
             row |= {m: tuple(pair[f"{m}{s}"] for s in ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p"))
                     for m in names}  # fmt: skip
@@ -240,8 +254,18 @@ def main() -> None:
                     help="the generative process: this script's (common random numbers), or "
                     "benchmarks/process_markov.py's (the null only, independent draws)")  # fmt: skip
     ap.add_argument("--seeds", type=int, default=SEEDS, help="generations per prompt")
+    ap.add_argument("--unequal", type=int, nargs=2, metavar=("K_A", "K_B"), default=None,
+                    help="the null with unequal generations a prompt: A keeps each prompt's first K_A, B its first K_B "
+                    "(of max(K_A, K_B) simulated; e.g. 3 1, 8 1: sampling against greedy)")  # fmt: skip
+    ap.add_argument("--start", type=int, default=0, help="the first simulation (a second run: --start 1000)")
     args = ap.parse_args()
     PAIR_SEEDS[0] = args.seeds
+    START[0] = args.start
+    if args.unequal:
+        if min(args.unequal) < 1 or args.effect != [0.0]:
+            ap.error("--unequal: two counts of at least 1, with --effect 0")
+        UNEQUAL[0] = tuple(args.unequal)
+        PAIR_SEEDS[0] = max(args.unequal)
     if args.process == "markov":
         PROCESS[0] = "markov"
         METRIC_NAMES[:] = MARKOV_NAMES
