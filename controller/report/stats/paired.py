@@ -47,7 +47,6 @@ from controller.metrics import Metric, UnionItems, ratio
 from controller.report.stats import swaps
 from controller.report.stats.bootstrap_t import MAX_K_PER_REPLICATE, gradient, studentized, values_of
 from controller.report.stats.intervals import jackknife_se
-from controller.report.stats.swaps import Statistic
 
 SUFFIXES = ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p", "_diff_p_holm")
 BASELINE_COLUMN = "baseline"
@@ -121,7 +120,7 @@ def paired_interval(sums_a: np.ndarray, sums_b: np.ndarray, combine: Callable, *
     return studentized(units, diff, n_boot=n_boot, rng=rng, t_floor=True, grad=grad)
 
 
-def permutation_p(statistic: Statistic, G: int, *, n_resamples: int, rng, mid: bool = False) -> float:
+def permutation_p(statistic: swaps.Statistic, G: int, *, n_resamples: int, rng, mid: bool = False) -> float:
     """Two-sided paired permutation p-value of `statistic` (`controller.report.stats.swaps`: metric(a) − metric(b)
     with the swapped prompts' generations exchanged), each prompt swapped at random; exact (every arrangement)
     where 2^G is at most `n_resamples`. `mid`: the mid-p value (`mid_p`), for a statistic with few distinct
@@ -152,7 +151,7 @@ def permutation_p(statistic: Statistic, G: int, *, n_resamples: int, rng, mid: b
     return p
 
 
-def _each_swapped_alone(statistic: Statistic, G: int, rows: int = 1024) -> np.ndarray:
+def _each_swapped_alone(statistic: swaps.Statistic, G: int, rows: int = 1024) -> np.ndarray:
     """The statistic with prompt i alone swapped, for each i (the identity's rows, `rows` at a time)."""
     out = np.empty(G)
     for i in range(0, G, rows):
@@ -163,7 +162,7 @@ def _each_swapped_alone(statistic: Statistic, G: int, rows: int = 1024) -> np.nd
     return out
 
 
-def tail_p(statistic: Statistic, G: int, *, n_draws: int, rng, mid: bool = False) -> float:
+def tail_p(statistic: swaps.Statistic, G: int, *, n_draws: int, rng, mid: bool = False) -> float:
     """Two-sided permutation p of `statistic` far in its tail, by importance sampling (Davison and Hinkley 1997,
     §9.4; Mehta, Patel and Senchaudhuri 1988): NaN where it cannot tell (fewer than TAIL_COUNT draws reach the
     observed value).
@@ -316,6 +315,13 @@ def _align(a: CellStats, b: CellStats, name: str) -> tuple[str, np.ndarray, np.n
     return kind, a.kept[name][1][ia], b.kept[name][1][ib], ia, ib
 
 
+def _generations(a: CellStats, b: CellStats, ia: np.ndarray, ib: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Both cells' generations of each common prompt, in a's order; None where a cell does not know its own."""
+    if len(a.generations) != len(a.prompts) or len(b.generations) != len(b.prompts):
+        return None
+    return np.asarray(a.generations)[ia], np.asarray(b.generations)[ib]
+
+
 def compare_pair(
     a: CellStats, b: CellStats, metrics: Mapping[str, Metric], *, n_boot: int, rng: np.random.Generator
 ) -> dict[str, float]:
@@ -333,10 +339,7 @@ def compare_pair(
                 p = mcnemar_p(sa, sb) if one_outcome(metric, sa, sb) else None
                 if p is None:
                     mid = counted_outcomes(metric, sa, sb)
-                    both = (a.generations, b.generations)
-                    known = all(len(k) == len(c.prompts) for k, c in zip(both, (a, b)))
-                    counts = (np.asarray(a.generations)[ia], np.asarray(b.generations)[ib]) if known else None
-                    statistic = swaps.additive(sa, sb, metric.combine, counts)
+                    statistic = swaps.additive(sa, sb, metric.combine, _generations(a, b, ia, ib))
                     p = permutation_p(statistic, len(sa), n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
