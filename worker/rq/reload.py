@@ -11,10 +11,15 @@ content changed and it is valid, the worker takes, between two jobs' dequeues:
   a tenant removed by mistake loses nothing);
 - the policy (allowed models, trust_remote_code) that the next job is checked against.
 
+Every check writes the SHA-256 of the file in force into the worker's RQ hash (`tenants_sha256`):
+which workers have taken a ConfigMap change is one HGET each.
+
 The running job keeps the policy it was admitted under and runs on. A file that no longer parses
-is logged once (one line naming the field) and the last good one stays in force. A job taken
-from a queue whose tenant the current file does not declare is still refused, never run unpoliced
-(`worker.rq.task.refusal`).
+is logged once (one line naming the field) and the last good one stays in force. The file is
+applied by the heartbeat thread while the main thread's dequeue may be polling the old queues: a
+job it takes of a tenant the current file does not declare goes back to the front of its queue
+(`DecodebenchLogic.held_back`), neither run nor failed; were it ever run, it would be refused,
+never run unpoliced (`worker.rq.task.refusal`).
 """
 
 from __future__ import annotations
@@ -31,14 +36,17 @@ from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.queues import _selected
 
 log = structlog.get_logger("decodebench.worker")
+TENANTS_FIELD = "tenants_sha256"  # in the worker's RQ hash: the tenants file in force
 
 
 class TenantsReload:
     """Watches one tenants file by content (a ConfigMap update swaps a symlink: mtimes lie)."""
 
     def __init__(self, path: str | Path, loaded: TenantsFile | None = None) -> None:
+        """`loaded`: the file as the worker loaded it from `path` at start."""
         self.path = Path(path)
-        self.digest = self._digest()
+        self.digest = self._digest()  # of the content last read, valid or not
+        self.in_force = self.digest  # of the content in force: the last valid one
         self.loaded = loaded
 
     def _digest(self) -> str | None:
@@ -58,6 +66,7 @@ class TenantsReload:
         except UsageError as err:
             log.error("worker.tenants_reload_failed", error=str(err), kept="the last valid tenants file")
             return None
+        self.in_force = digest
         return self.loaded
 
 
@@ -104,10 +113,15 @@ def apply(worker, tenants: TenantsFile) -> None:
 
 
 def reload_tenants(worker) -> bool:
-    """Check the worker's tenants file; apply it if it changed. Whether it did."""
+    """Check the worker's tenants file; apply it if it changed. Whether it did. The worker's RQ hash
+    names the SHA-256 of the file in force (`tenants_sha256`, written every check: an operator compares
+    it with `sha256sum` of the mounted file to see which workers have taken a ConfigMap change)."""
     watch = getattr(worker, "tenants_reload", None)
-    new = watch.changed() if watch is not None else None
-    if new is None:
+    if watch is None:
         return False
-    apply(worker, new)
-    return True
+    new = watch.changed()
+    if new is not None:
+        apply(worker, new)
+    if watch.in_force is not None:
+        worker.connection.hset(worker.key, TENANTS_FIELD, watch.in_force)
+    return new is not None

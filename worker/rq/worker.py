@@ -190,6 +190,13 @@ class DecodebenchLogic(WorkerLogic):
     def release(self, job_id: str, tenant: str) -> None:
         slots.release_run(self.connection, tenant, job_id, self.worker.name)
 
+    def held_back(self, tenant: str) -> str | None:
+        """A tenant the tenants file no longer declares (removed while a dequeue over its queue waited):
+        its jobs stay queued, as those the worker no longer dequeues (`worker.rq.reload`)."""
+        if self.tenant_file is not None and self.tenant_file.get(tenant) is None:
+            return f"tenant {tenant} is not declared in the tenants file"
+        return None
+
     def refusal(self, job, tenant: str) -> str | None:
         self.lent.tenant = tenant
         why = sealed_refusal(job, self.signing_key, self.max_job_bytes) or refusal(

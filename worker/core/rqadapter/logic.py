@@ -11,7 +11,8 @@ and when its own code runs (`in_job_code`). The defaults:
 
 - queues: the worker's queues are its tenants', taken in round robin (`dequeued_from`), none found
   later (`refresh_queues`), and a burst worker waits while any is queued, taken or scheduled;
-- a refused job fails for good with its reason (`fail_for_good`), never retried;
+- no job is held back (`held_back`); a refused job fails for good with its reason (`fail_for_good`),
+  never retried;
 - no sweep to cancel a job (`cancelled`), nothing lost to reap (`reap`); maintenance looks for new
   queues; every beat touches the liveness file, if any; the last line is `stopped_event`.
 """
@@ -90,6 +91,11 @@ class WorkerLogic(abc.ABC):
     @abc.abstractmethod
     def release(self, job_id: str, tenant: str) -> None:
         """Release the job's run lock."""
+
+    def held_back(self, tenant: str) -> str | None:
+        """Why a job just taken from `tenant`'s queue goes back to the front of that queue, neither run
+        nor failed (None: it is run or refused). Here: never."""
+        return None
 
     @abc.abstractmethod
     def refusal(self, job: SealedJob, tenant: str) -> str | None:

@@ -17,7 +17,9 @@ to the constructor: worker.core never imports worker.rq; the base class and its 
   signals, so SIGTERM always interrupts the main thread's pop; RQ's `unsubscribe`, which waited
   up to 60 s for its listener's read, tells the listener to stop before the UNSUBSCRIBE;
 - a refused job (the logic's verdict, carried by `SealedJob.refusal`) fails inside RQ's own
-  failure path, never retried, never run; a job found twice runs once.
+  failure path, never retried, never run; a job found twice runs once; a job the logic holds back
+  (`held_back`: its tenant left the tenants file while the dequeue that took it waited) goes back
+  to the front of its queue, neither run nor failed.
 """
 
 from __future__ import annotations
@@ -121,7 +123,12 @@ class HookedWorker(SimpleWorker):
     # -- running a job ----------------------------------------------------------------------------
     def execute_job(self, job, queue) -> None:
         """Run the job once: only where the logic claims it and RQ has it queued (not finished, failed
-        or started already). Another copy of its id is dropped, never failed."""
+        or started already). Another copy of its id is dropped, never failed. A job the logic holds
+        back goes back to the front of its queue, untouched."""
+        held = self.logic.held_back(queue.tenant)
+        if held:
+            self._put_back(job, queue, held)
+            return
         status = job.get_status(refresh=False)
         why = self.logic.claim(job.id, queue.tenant, None if status in RUNNABLE else str(status))
         if why:
@@ -132,6 +139,17 @@ class HookedWorker(SimpleWorker):
             super().execute_job(job, queue)
         finally:
             self.logic.release(job.id, queue.tenant)
+
+    def _put_back(self, job, queue: ReliableQueue, why: str) -> None:
+        """Return a job just taken (still queued for RQ: only its id moved) to the front of its queue,
+        in one transaction, and give back the tenant's slot that the dequeue may have taken."""
+        with self.connection.pipeline() as pipe:  # MULTI: the id is in exactly one of the two lists
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            pipe.lpush(queue.key, job.id)
+            pipe.execute()
+        if queue.slots is not None:
+            queue.slots.release_slot(self.connection, queue.tenant, job.id)
+        log.info("job.put_back", job_id=job.id, queue=queue.name, why=why)
 
     def prepare_job_execution(self, job, remove_from_intermediate_queue: bool = False) -> None:
         why = job.refusal  # perform_job's verdict, carried by the job through RQ's perform_job

@@ -9,6 +9,7 @@ to its end; a file that no longer parses leaves the last valid one in force.
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import signal
@@ -61,6 +62,18 @@ def write_tenants(path, tenants: list[dict] | str) -> None:
     os.replace(tmp, path)
 
 
+def in_force(conn) -> set[bytes | None]:
+    """The tenants files in force in the workers' RQ hashes (their SHA-256)."""
+    workers = [k for k in conn.scan_iter("rq:worker:*") if conn.type(k) == b"hash"]
+    return {conn.hget(k, "tenants_sha256") for k in workers}
+
+
+def taken(conn, path) -> None:
+    """Wait until the worker has taken the file now at `path` (no sleeping on its reload period)."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest().encode()
+    wait_for(lambda: in_force(conn) == {digest})
+
+
 def wait_for(check, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -105,22 +118,50 @@ def test_a_new_tenant_is_served_under_its_policy_and_the_running_job_runs_on(set
     wait_for(lambda: done(conn, "team-a", a.sweep_id) == 2)  # the job running during the change finished
     assert all(ran.startswith(b"team-a ") for ran in conn.lrange("test:ran", 0, -1))  # team-b's never ran
 
-    write_tenants(path, [{"name": "team-a"}, {"name": "team-b", "max_running": 1, "models": [MODEL]}])
-    time.sleep(1)  # a few reaper intervals
+    allowed = [{"name": "team-a"}, {"name": "team-b", "max_running": 1, "models": [MODEL]}]
+    write_tenants(path, allowed)
+    taken(conn, path)
     c = submit_tenant_jobs(conn, store, "team-b", 2, "allowed")
     wait_for(lambda: done(conn, "team-b", c.sweep_id) == 2)
 
+    valid = in_force(conn)
     write_tenants(path, "tenants: [{name: team-a, weight: -1}]\n")  # invalid: the last valid file stays
-    time.sleep(1)
+    time.sleep(1)  # a reload period or so (nothing to wait on: nothing changes)
+    assert in_force(conn) == valid  # the hash still names the last valid file
     d = submit_tenant_jobs(conn, store, "team-b", 2, "after a bad file")
     wait_for(lambda: done(conn, "team-b", d.sweep_id) == 2)
 
     write_tenants(path, [{"name": "team-a"}])  # team-b removed: its jobs wait, none is failed
-    time.sleep(1)
+    taken(conn, path)
     e = submit_tenant_jobs(conn, store, "team-b", 2, "removed")
     time.sleep(1)
     assert conn.llen(keys.rq_queue_key(keys.queue_name("team-b"))) == len(e.enqueued) == 2
     assert sweepstate.read_status(conn, "team-b", e.sweep_id).total("failed") == 0
+
+
+def test_a_job_taken_as_its_tenant_leaves_the_file_goes_back_to_its_queue(redis_url, tmp_path):
+    """The race in the test above, made certain: the main thread's dequeue polls the queues it was
+    given while the heartbeat thread applies a file without team-b. The job it took goes back to the
+    front of team-b's queue with its slot; before, it was failed ("not declared"), and CI saw it."""
+    from tests.support.worker import make_worker
+    from worker.rq.reload import reload_tenants
+    from worker.store import open_store
+
+    path = tmp_path / "tenants.yaml"
+    write_tenants(path, [{"name": "team-a"}, {"name": "team-b", "max_running": 1}])
+    conn = redis.Redis.from_url(redis_url)
+    b = submit_tenant_jobs(conn, open_store(os.environ["DECODEBENCH_STORE"]), "team-b", 2, "removed while taken")
+    worker = make_worker(conn, ["*"], tenants_file=str(path))
+    job, queue = worker.dequeue_job_and_maintain_ttl(None)
+    assert job.id == b.enqueued[0] and conn.zcard(keys.slots("team-b")) == 1  # the dequeue took a slot
+    write_tenants(path, [{"name": "team-a"}])
+    assert reload_tenants(worker.logic) and "team-b" not in worker.tenants
+    worker.execute_job(job, queue)
+    assert [j.decode() for j in conn.lrange(queue.key, 0, -1)] == b.enqueued  # at the front, in order
+    assert conn.llen(queue.intermediate_queue_key) == 0 and conn.zcard(keys.slots("team-b")) == 0
+    assert rq_status(conn, "team-b", job.id) == b"queued"
+    state = sweepstate.read_status(conn, "team-b", b.sweep_id)
+    assert state.total("queued") == 2 and state.total("failed") == 0
 
 
 def test_declared_queue_names_follow_the_file():
