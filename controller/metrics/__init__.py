@@ -1,4 +1,4 @@
-"""Quality metrics: the registry (`registry`) and one module per family of metrics.
+"""Quality metrics: a cell's data (`cell`), the registry (`registry`) and one module per family of metrics.
 
 Importing this package registers every metric. Light (no torch): the controller
 aggregates with it. How a metric declares its aggregation and interval:
@@ -19,21 +19,21 @@ from controller.metrics import (  # noqa: F401
     selfbleu,
     zipf,
 )
+from controller.metrics.cell import CellData, cell_data
 from controller.metrics.registry import (
     INTERVALS,
     METRICS,
-    CellData,
     Interval,
     Metric,
     additive_metric,
-    cell_data,
     column_sums,
     compute_metrics,
     item_rows,
     metric,
     ratio,
-    word_tokenize,
+    union_metric,
 )
+from controller.metrics.tokenize import word_tokenize
 from controller.metrics.unions import UnionItems
 
 __all__ = [
@@ -50,5 +50,6 @@ __all__ = [
     "metric",
     "ratio",
     "UnionItems",
+    "union_metric",
     "word_tokenize",
 ]

@@ -26,8 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from controller.metrics.cell import CellData
 from controller.metrics.extract import task_of
-from controller.metrics.registry import METRICS, CellData, Metric, additive_metric, item_rows, ratio
+from controller.metrics.registry import METRICS, Metric, additive_metric, item_rows, ratio
 
 CHEN = "Chen et al. 2021, Evaluating Large Language Models Trained on Code (the unbiased pass@k estimator)"
 WANG = "Wang et al. 2023, Self-Consistency Improves Chain of Thought Reasoning in Language Models"

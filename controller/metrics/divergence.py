@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from controller.metrics.registry import CellData, metric
+from controller.metrics.cell import CellData
+from controller.metrics.registry import metric
 
 # mauve-text's defaults, passed explicitly so that a change of the library's defaults cannot move a value.
 MAUVE_SETTINGS: dict[str, Any] = {

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from controller.metrics.registry import CellData, additive_metric, item_rows, ratio
+from controller.metrics.cell import CellData
+from controller.metrics.registry import additive_metric, item_rows, ratio
 
 
 @additive_metric(

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from controller.metrics.registry import CellData, additive_metric, item_rows, ratio
+from controller.metrics.cell import CellData
+from controller.metrics.registry import additive_metric, item_rows, ratio
 
 
 def _perplexity(sums: Sequence[float]) -> float | None:

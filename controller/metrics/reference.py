@@ -30,7 +30,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from controller.metrics.registry import CellData, additive_metric, item_rows, ratio
+from controller.metrics.cell import CellData
+from controller.metrics.registry import additive_metric, item_rows, ratio
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 ROUGE_USE_STEMMER = True

@@ -1,6 +1,6 @@
-"""The metric registry: `CellData`, `Metric`, the decorators and `METRICS`. Light (no torch).
+"""The metric registry: `Metric`, the decorators and `METRICS`. Light (no torch).
 
-A metric is a function of a cell's data (`CellData`) returning a float, or None where
+A metric is a function of a cell's data (`controller.metrics.cell.CellData`) returning a float, or None where
 it does not apply (a metric that does not apply is empty, never zero). Every metric
 carries its metadata and declares how it aggregates and how its 95% interval is
 computed; `decodebench metrics` lists them. docs/metrics.md has the formulas.
@@ -16,12 +16,15 @@ one of two ways (as lm-evaluation-harness metrics declare their aggregation):
   does not depend on the order of the generations (1 shard or 4 give identical
   values). Its interval is a studentised bootstrap over prompts computed from the same
   statistics ("bootstrap"), so value and interval cannot disagree.
-- plain, `@metric(name, ...)` on `fn(cell)`: any other corpus function (distinct-n,
-  self-BLEU, Zipf), whose value a bootstrap's duplicated generations would distort; its
-  interval is the delete-one-prompt jackknife: `fn` on the cell without each prompt in turn,
-  or the metric's own exact `leave_one_out(cell, groups)` where it declares one (cheaper
-  than G recomputations), or from a union metric's `union_items` (distinct-n; controller.metrics.unions).
-  "half-sample" (delete-half jackknife) stays available.
+- plain, `@metric(name, ...)` on `fn(cell)`: any other corpus function (self-BLEU, Zipf),
+  whose value a bootstrap's duplicated generations would distort; its interval is the
+  delete-one-prompt jackknife: `fn` on the cell without each prompt in turn, or the metric's
+  own exact `leave_one_out(cell, groups)` where it declares one (cheaper than G
+  recomputations). "half-sample" (delete-half jackknife) stays available.
+- union, `@union_metric(name, ...)` on `union_items(cell, groups)`: the number of distinct things
+  in the cell over the number counted (distinct-n), from each prompt group's distinct items
+  (`controller.metrics.unions.UnionItems`). The value, the exact leave-one-out values of its
+  jackknife and the paired swap test all come from the same items.
 
     cell = cell_data(records)            # GenerationRecord objects or dicts
     values = compute_metrics(cell)       # {"rep_2": 0.01, "bleu": None, ...}
@@ -30,14 +33,14 @@ one of two ways (as lm-evaluation-harness metrics declare their aggregation):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
-from controller.metrics.tokenize import word_tokenize
+from controller.metrics.cell import CellData
 from controller.metrics.unions import UnionItems
 from worker.core.registry import Registry
 
@@ -45,64 +48,6 @@ Interval = Literal["bootstrap", "jackknife", "half-sample", "none"]
 Scale = Literal["logit", "linear"]
 WorkerNeed = Literal["score", "featurize"]
 INTERVALS: tuple[str, ...] = ("bootstrap", "jackknife", "half-sample", "none")
-
-
-@dataclass
-class CellData:
-    """Everything the text metrics of one cell (or the reference row) see.
-
-    `words` is `texts` tokenised once with `controller.metrics.tokenize.word_tokenize`,
-    the same fixed tokenizer for every cell. Lists are aligned: one entry per generation;
-    an optional list that is empty (or holds None) means "absent", and the metrics that
-    need it are empty. Build it with `cell_data(records)`.
-    """
-
-    texts: list[str]
-    words: list[list[str]]
-    references: list[str | None] = field(default_factory=list)
-    n_new_tokens: list[int] = field(default_factory=list)
-    stop_reasons: list[str] = field(default_factory=list)
-    nll_sum: list[float | None] = field(default_factory=list)
-    nll_count: list[int | None] = field(default_factory=list)
-    token_ids: list[list[int]] = field(default_factory=list)
-    features: list[list[float] | None] = field(default_factory=list)
-    reference_features: list[list[float] | None] = field(default_factory=list)
-    prompt_ids: list[str | None] = field(default_factory=list)
-    # a task's data (controller.metrics.answers): each generation's prompt's gold answers and choices (None: none),
-    # its own seed; `task` is the sweep's `task:` section (set by the report; None: the default extraction)
-    answers: list[list[str] | None] = field(default_factory=list)
-    choices: list[list[str] | None] = field(default_factory=list)
-    seeds: list[int | None] = field(default_factory=list)
-    task: dict | None = None
-    memo: dict = field(default_factory=dict, repr=False, compare=False)  # what a metric computed once for the cell
-    # A metric compared across cells on equal samples (MAUVE) subsamples the cell to `sample_size`
-    # generations with `sample_seed` (set by the report: the smallest cell's size); None: all.
-    sample_size: int | None = None
-    sample_seed: int = 0
-
-    def subset(self, idx: Sequence[int] | np.ndarray) -> CellData:
-        """The cell restricted to the generations `idx`, in that order (repetitions allowed)."""
-
-        def pick(values: list) -> list:
-            return [values[i] for i in idx] if len(values) == len(self.texts) else []
-
-        return CellData(
-            texts=pick(self.texts),
-            words=pick(self.words),
-            references=pick(self.references),
-            n_new_tokens=pick(self.n_new_tokens),
-            stop_reasons=pick(self.stop_reasons),
-            nll_sum=pick(self.nll_sum),
-            nll_count=pick(self.nll_count),
-            token_ids=pick(self.token_ids),
-            features=pick(self.features),
-            reference_features=pick(self.reference_features),
-            prompt_ids=pick(self.prompt_ids),
-            answers=pick(self.answers),
-            choices=pick(self.choices),
-            seeds=pick(self.seeds),
-            task=self.task,
-        )
 
 
 PerItem = Callable[[CellData], "np.ndarray | None"]
@@ -129,12 +74,19 @@ def _additive_value(metric: Metric, cell: CellData) -> float | None:
     return None if stats is None else metric.combine(column_sums(stats))
 
 
+def _union_value(metric: Metric, cell: CellData) -> float | None:
+    """|∪ items| / Σ totals of the whole cell as one group; None where it counted nothing."""
+    value = metric.union_items(cell, [range(len(cell.texts))]).value()
+    return value if math.isfinite(value) else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Metric:
     """A registered quality metric: its metadata, its value `fn(cell)`, how it aggregates.
 
-    Give either `fn` (a plain corpus metric) or `per_item` and `combine` (an additive
-    metric; its `fn` is built from them: `combine(column_sums(per_item(cell)))`).
+    Give either `fn` (a plain corpus metric), or `per_item` and `combine` (an additive
+    metric; its `fn` is built from them: `combine(column_sums(per_item(cell)))`), or
+    `union_items` (a union metric; its `fn` is the items' value over the whole cell).
     `interval` is "bootstrap" (needs `per_item`; the default of additive metrics),
     "jackknife" (the default of plain ones), "half-sample" or "none" (no interval).
     `leave_one_out(cell, groups)`, optional for a plain metric: the value without each group
@@ -180,17 +132,18 @@ class Metric:
             raise ValueError(f"{where}: what a worker computes for it (worker_computes) needs a model (needs_model)")
         if (self.per_item is None) != (self.combine is None):
             raise ValueError(f"{where}: per_item and combine go together")
-        if self.additive:
+        if self.union_items is not None:
+            if self.additive or self.fn is not None or self.leave_one_out is not None:
+                raise ValueError(f"{where}: a union metric's value and leave_one_out are built from union_items")
+            items = self.union_items
+            object.__setattr__(self, "fn", partial(_union_value, self))
+            object.__setattr__(self, "leave_one_out", lambda cell, groups: items(cell, groups).leave_one_out())
+        elif self.additive:
             if self.fn is not None:
                 raise ValueError(f"{where}: an additive metric's fn is built from per_item and combine, not given")
             object.__setattr__(self, "fn", partial(_additive_value, self))
         elif not callable(self.fn):
-            raise ValueError(f"{where}: give fn, or per_item and combine")
-        if self.union_items is not None:
-            if self.additive or self.leave_one_out is not None:
-                raise ValueError(f"{where}: union_items are a plain metric's, and give its leave_one_out")
-            items = self.union_items
-            object.__setattr__(self, "leave_one_out", lambda cell, groups: items(cell, groups).leave_one_out())
+            raise ValueError(f"{where}: give fn, or per_item and combine, or union_items")
         interval = self.interval or ("bootstrap" if self.additive else "jackknife")
         if interval not in INTERVALS:
             raise ValueError(f"{where}: interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
@@ -284,7 +237,6 @@ def metric(
     citation: str = "",
     unit: str = "",
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
-    union_items: Callable[[CellData, Sequence[Sequence[int]]], UnionItems] | None = None,
     unit_interval: bool = False,
     jackknife_scale: Scale | None = None,
     calibrated_prompts: int | None = None,
@@ -293,15 +245,36 @@ def metric(
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
 
     Its interval is the delete-one-prompt jackknife ("jackknife", through `leave_one_out`
-    where given, or from `union_items`; on `jackknife_scale`), the delete-half jackknife ("half-sample"), or "none".
+    where given; on `jackknife_scale`), the delete-half jackknife ("half-sample"), or "none".
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes,
-                  citation=citation, unit=unit, leave_one_out=leave_one_out, union_items=union_items,
+                  citation=citation, unit=unit, leave_one_out=leave_one_out,
                   unit_interval=unit_interval, jackknife_scale=jackknife_scale,
                   calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
+
+
+def union_metric(
+    name: str,
+    *,
+    description: str,
+    higher_is_better: bool | None,
+    citation: str = "",
+    unit: str = "",
+    unit_interval: bool = True,
+    calibrated_prompts: int | None = None,
+    registry: Registry[Metric] = METRICS,
+):
+    """Decorator: register a union metric from `union_items(cell, groups) -> UnionItems`, each prompt group's
+    distinct items and counts (`controller.metrics.unions`): its value |∪ items| / Σ totals over the whole cell,
+    its jackknife's exact leave-one-out values (on the logit scale: a share of counted things) and the paired
+    swap test all come from them."""
+    fields = dict(description=description, level="corpus", higher_is_better=higher_is_better,
+                  interval="jackknife", citation=citation, unit=unit, unit_interval=unit_interval,
+                  calibrated_prompts=calibrated_prompts)  # fmt: skip
+    return registry.decorator(name, lambda items: Metric(name=name, union_items=items, **fields))
 
 
 def additive_metric(
@@ -339,59 +312,6 @@ def worker_needs(names: Iterable[str] | None) -> list[WorkerNeed]:
     """What a job's worker must compute for these metrics (None or empty: every registered metric), sorted."""
     selected = list(names or []) or METRICS.names()
     return sorted({need for n in selected if (need := METRICS.get(n).worker_computes) is not None})
-
-
-def _field(record: Any, name: str) -> Any:
-    """`record[name]` for a mapping, `record.name` otherwise (e.g. a GenerationRecord); None if absent."""
-    if isinstance(record, Mapping):
-        return record.get(name)
-    return getattr(record, name, None)
-
-
-def _all_or_nothing(values: list[Any]) -> list[Any]:
-    """The list if no value is missing, else [] (the metrics that need it are then empty)."""
-    return values if all(v is not None for v in values) else []
-
-
-def cell_data(records: Iterable[Mapping[str, Any] | Any]) -> CellData:
-    """Build a cell's `CellData` from its generation records, tokenising each text once.
-
-    `records` are GenerationRecord objects or dicts with its keys (lines of
-    generations.jsonl), from any number of shards and seeds in any order: every metric
-    is a function of the whole multiset of generations, so order and sharding do not
-    change a value. Only `text` is required. `n_new_tokens`, `stop_reason` and
-    `token_ids` are kept only when every record has them (otherwise the metrics that
-    need them are empty); `reference`, `nll_sum`, `nll_count`, `features` and
-    `reference_features` stay aligned, with None where a record has none.
-
-    The reference row of a prompt set is `cell_data({"text": ref} for ref in refs)`:
-    it has no references of its own, so BLEU/ROUGE are empty for it.
-    """
-    recs = list(records)
-    texts = [_field(r, "text") or "" for r in recs]
-    return CellData(
-        texts=texts,
-        words=[word_tokenize(t) for t in texts],
-        references=[_field(r, "reference") for r in recs],
-        n_new_tokens=_all_or_nothing([_field(r, "n_new_tokens") for r in recs]),
-        stop_reasons=_all_or_nothing([_field(r, "stop_reason") for r in recs]),
-        nll_sum=[_field(r, "nll_sum") for r in recs],
-        nll_count=[_field(r, "nll_count") for r in recs],
-        token_ids=_all_or_nothing([_field(r, "token_ids") for r in recs]),
-        features=[_field(r, "features") for r in recs],
-        reference_features=[_field(r, "reference_features") for r in recs],
-        prompt_ids=[_field(r, "prompt_id") for r in recs],
-        answers=[_gold(_field(r, "answer")) for r in recs],
-        choices=[_field(r, "choices") for r in recs],
-        seeds=[_field(r, "seed") for r in recs],
-    )
-
-
-def _gold(answer: Any) -> list[str] | None:
-    """A record's gold answer as the list of accepted answers (a prompt may give one string or several)."""
-    if answer is None:
-        return None
-    return [answer] if isinstance(answer, str) else list(answer)
 
 
 def compute_metrics(cell: CellData, names: Iterable[str] | None = None) -> dict[str, float | None]:

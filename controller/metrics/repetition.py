@@ -27,7 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from controller.metrics.registry import CellData, additive_metric, item_rows
+from controller.metrics.cell import CellData
+from controller.metrics.registry import additive_metric, item_rows
 from controller.metrics.tokenize import ngrams
 
 _SU = 'Su et al. 2022, "A Contrastive Framework for Neural Text Generation" (SimCTG), NeurIPS'

@@ -35,7 +35,8 @@ from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
 
-from controller.metrics.registry import CellData, metric
+from controller.metrics.cell import CellData
+from controller.metrics.registry import metric
 
 EPSILON = 0.1  # NLTK SmoothingFunction().method1 default
 

@@ -19,7 +19,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from controller.metrics.registry import CellData, metric
+from controller.metrics.cell import CellData
+from controller.metrics.registry import metric
 
 TOP_N = 5000
 

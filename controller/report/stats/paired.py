@@ -342,10 +342,12 @@ def compare_pair(
                     statistic = swaps.additive(sa, sb, metric.combine, _generations(a, b, ia, ib))
                     p = permutation_p(statistic, len(sa), n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
-                lo, hi, p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
+                lo, hi, t_p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
                 if name in a.items and name in b.items:  # a union metric: recomputed on swapped prompts
                     statistic = swaps.union(a.items[name].take(ia), b.items[name].take(ib))
                     p = permutation_p(statistic, len(ia), n_resamples=n_boot, rng=rng)
+                else:  # the jackknife t-test (a union metric's too where its items were too many to keep)
+                    p = t_p
         out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
     return out
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from controller.metrics import METRICS, cell_data, ratio
-from controller.metrics.distinct import distinct_items, distinct_n
+from controller.metrics.distinct import distinct_items
 from controller.metrics.unions import UnionItems, word_hashes
 from controller.report.compute.cells import CellOutput, from_json, to_json
 from controller.report.stats import intervals, swaps
@@ -28,6 +28,13 @@ VOCAB = ["the", "a", "of", "and", "to", "in", "was", "she", "he", "it", "her", "
 
 def docs(rng: random.Random, G: int, vocab: int) -> list[list[str]]:
     return [[rng.choice(VOCAB[:vocab]) for _ in range(rng.randint(0, 12))] for _ in range(G)]
+
+
+def distinct_n(docs: list[list[str]], n: int) -> float | None:
+    """The oracle: distinct-n from the words themselves (a set of n-gram tuples), not their hashes."""
+    seen = {tuple(words[i : i + n]) for words in docs for i in range(len(words) - n + 1)}
+    total = sum(max(0, len(words) - n + 1) for words in docs)
+    return len(seen) / total if total else None
 
 
 def swapped(a, b, mask):
@@ -46,6 +53,26 @@ def test_the_union_statistic_is_distinct_n_of_the_swapped_cells(n):
         for mask, got in zip(masks, statistic(masks)):
             x, y = (distinct_n(c, n) for c in swapped(da, db, mask))
             assert (x is None or y is None) or got == pytest.approx(x - y, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_distinct_n_is_counted_from_the_items_its_interval_and_test_take(n):
+    """One set: the registered value is the items' (`union_metric`), equal to the words' own distinct-n."""
+    rng = random.Random(10 + n)
+    for _ in range(30):
+        words = docs(rng, rng.randint(1, 8), rng.randint(1, len(VOCAB)))
+        data = cell_data([{"text": " ".join(w), "prompt_id": f"p{i}"} for i, w in enumerate(words)])
+        want = distinct_n(data.words, n)
+        got = METRICS.get(f"distinct_{n}").fn(data)
+        assert (got is None and want is None) or got == pytest.approx(want, abs=1e-15)
+
+
+def test_a_union_metric_takes_no_value_of_its_own():
+    from controller.metrics.registry import Metric
+
+    items = lambda cell, groups: distinct_items(cell.words, groups, 1)
+    with pytest.raises(ValueError, match="built from union_items"):
+        Metric(name="u", description="", level="corpus", higher_is_better=True, union_items=items, fn=len)
 
 
 def test_the_additive_statistic_is_the_metric_of_the_swapped_sums():
@@ -142,11 +169,11 @@ def test_word_hashes_are_the_same_in_every_process():
     import subprocess
     import sys
 
-    code = "from controller.metrics.unions import word_hashes; print(int(word_hashes(['the', 'dog'], {})[1]))"
+    code = "from controller.metrics.unions import word_hashes; print(int(word_hashes(['the', 'dog'])[1]))"
     runs = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in "ab"
     }
-    assert runs == {f"{int(word_hashes(['dog'], {})[0])}\n"}
+    assert runs == {f"{int(word_hashes(['dog'])[0])}\n"}
 
 
 def test_union_items_check_what_they_are_given():
