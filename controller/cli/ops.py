@@ -76,7 +76,8 @@ def cluster() -> None:
 @options.redis_url
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def status(namespace: str | None, context: str | None, release: str | None, redis_url: str, output: str) -> None:
-    """Worker pods per pool (report-workers included), their GPUs and readiness, queue depth, idle/busy workers."""
+    """Worker pods per pool (report-workers included), their GPUs and readiness, queue depth, idle/busy workers,
+    and the tenants file each pod's workers run under (a line when they differ)."""
     from controller.ops.cluster import KubeClient, queue_stats, render, summarise
 
     kube = KubeClient(context, namespace)
@@ -98,7 +99,8 @@ def status(namespace: str | None, context: str | None, release: str | None, redi
                     "idle": r.idle,
                     "busy": r.busy,
                     "queues": r.queues,
-                    "pods": [asdict(p) for p in r.pods],
+                    "tenants_files": r.tenants_files,
+                    "pods": [asdict(p) | {"tenants_files": r.pod_tenants.get(p.name, [])} for p in r.pods],
                 }
                 for r in rows
             ],

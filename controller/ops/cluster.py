@@ -58,7 +58,7 @@ class Pod:
 @dataclass
 class QueueStats:
     depth: dict[str, int]  # RQ queue name -> queued jobs
-    workers: list[tuple[str, str]]  # (hostname, state) of every registered RQ worker
+    workers: list  # every registered RQ worker: host, state, the tenants file it runs under (rqadapter.WorkerState)
 
 
 @dataclass
@@ -69,6 +69,8 @@ class PoolStatus:
     idle: int | None = None
     busy: int | None = None
     queues: list[str] = field(default_factory=list)
+    tenants_files: dict[str, int] = field(default_factory=dict)  # SHA-256 of a tenants file -> workers under it
+    pod_tenants: dict[str, list[str]] = field(default_factory=dict)  # pod -> the tenants files its workers run
 
 
 # --- pure core --------------------------------------------------------------------------
@@ -147,11 +149,34 @@ def summarise(pools: list[Pool], pods: list[Pod], stats: QueueStats | None) -> l
         if stats is not None:
             row.queues = pool_queues(pool.tenants, list(stats.depth), pool.engine)
             row.queued = sum(stats.depth.get(q, 0) for q in row.queues)
-            hosts = {pod_hostname(p.name) for p in mine}
-            states = [state for host, state in stats.workers if host in hosts]
+            pod_of = {pod_hostname(p.name): p.name for p in mine}
+            workers = [w for w in stats.workers if w.host in pod_of]
+            states = [w.state for w in workers]
             row.idle, row.busy = states.count("idle"), states.count("busy")
+            for w in workers:
+                if w.tenants:
+                    row.tenants_files[w.tenants] = row.tenants_files.get(w.tenants, 0) + 1
+                    files = row.pod_tenants.setdefault(pod_of[w.host], [])
+                    files += [] if w.tenants in files else [w.tenants]
         out.append(row)
     return out
+
+
+def tenants_note(rows: list[PoolStatus]) -> str | None:
+    """A line when the workers run under more than one tenants file (a ConfigMap change on its way), else None."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        for digest, n in r.tenants_files.items():
+            counts[digest] = counts.get(digest, 0) + n
+    if len(counts) < 2:
+        return None
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    files = ", ".join(f"{d[:12]} on {n} worker{'s' * (n != 1)}" for d, n in ranked)
+    return (
+        f"the workers run under {len(counts)} tenants files ({files}): a changed ConfigMap reaches each pod within "
+        "about a minute; a worker still behind after that is not reloading (see its log). The file's own: "
+        "sha256sum /etc/decodebench/tenants.yaml in a pod"
+    )
 
 
 def render(rows: list[PoolStatus], namespace: str, redis_note: str | None) -> str:
@@ -176,13 +201,24 @@ def render(rows: list[PoolStatus], namespace: str, redis_note: str | None) -> st
     lines += _columns(table)
     if redis_note:
         lines.append(f"queue depth unavailable: {redis_note}")
-    pods = [("POD", "POOL", "STATUS", "READY", "GPUS", "NODE", "RESTARTS")]
+    pods = [("POD", "POOL", "STATUS", "READY", "GPUS", "NODE", "RESTARTS", "TENANTS FILE")]
     for r in rows:
         pods += [
-            (p.name, p.pool, p.phase, "yes" if p.ready else "no", str(p.gpus), p.node, str(p.restarts)) for p in r.pods
-        ]
+            (p.name, p.pool, p.phase, "yes" if p.ready else "no", str(p.gpus), p.node, str(p.restarts),
+             _tenants_cell(r.pod_tenants.get(p.name, [])))
+            for p in r.pods
+        ]  # fmt: skip
     lines += ["", *(_columns(pods) if len(pods) > 1 else ["no worker pods"])]
+    if note := tenants_note(rows):
+        lines += ["", note]
     return "\n".join(lines)
+
+
+def _tenants_cell(files: list[str]) -> str:
+    """The tenants file a pod's workers run under: its SHA-256's first 12 hex digits, `N files` where they differ."""
+    if not files:
+        return "-"
+    return files[0][:12] if len(files) == 1 else f"{len(files)} files"
 
 
 def _num(value: int | None) -> str:

@@ -225,6 +225,9 @@ def queue_function(tenant: str, queue: str) -> str:
 RQ_QUEUE_PREFIX = "rq:queue:"
 RQ_QUEUES = "rq:queues"
 RQ_REGISTRIES = ("wip", "failed", "finished", "canceled", "scheduled", "deferred", "ready")
+# decodebench's field in an RQ worker's hash: the SHA-256 of the tenants file the worker runs under
+# (worker.rq.reload; `decodebench cluster status` shows it)
+WORKER_TENANTS_FIELD = "tenants_sha256"
 
 
 def rq_job_prefix(tenant: str) -> str:

@@ -36,7 +36,6 @@ from worker.core.tenants import TenantsFile, load_tenants
 from worker.rq.queues import _selected
 
 log = structlog.get_logger("decodebench.worker")
-TENANTS_FIELD = "tenants_sha256"  # in the worker's RQ hash: the tenants file in force
 
 
 class TenantsReload:
@@ -123,5 +122,5 @@ def reload_tenants(worker) -> bool:
     if new is not None:
         apply(worker, new)
     if watch.in_force is not None:
-        worker.connection.hset(worker.key, TENANTS_FIELD, watch.in_force)
+        worker.connection.hset(worker.key, keys.WORKER_TENANTS_FIELD, watch.in_force)
     return new is not None

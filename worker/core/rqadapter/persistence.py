@@ -9,7 +9,7 @@ import functools
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.commands.core import Script
 from redis.exceptions import WatchError
@@ -300,8 +300,24 @@ def tenant_job_counts(conn, queue_names: list[str] | None = None, by_engine: boo
     return counts
 
 
-def worker_states(conn) -> list[tuple[str, str]]:
-    return [(w.hostname or "", w.get_state()) for w in Worker.all(connection=conn)]
+class WorkerState(NamedTuple):
+    """An RQ worker as `decodebench cluster status` sees it."""
+
+    host: str
+    state: str  # RQ's: idle, busy, ...
+    tenants: str | None  # the SHA-256 of the tenants file it runs under (None: none, or an older worker)
+
+
+def worker_states(conn) -> list[WorkerState]:
+    workers = Worker.all(connection=conn)
+    with conn.pipeline(transaction=False) as pipe:
+        for w in workers:
+            pipe.hget(w.key, keys.WORKER_TENANTS_FIELD)
+        digests = pipe.execute()
+    return [
+        WorkerState(w.hostname or "", w.get_state(), d.decode("ascii", "replace") if d else None)
+        for w, d in zip(workers, digests, strict=True)
+    ]
 
 
 # -- inside a job ------------------------------------------------------------------------------

@@ -152,6 +152,31 @@ def test_status_table(kube, redis_url):
     assert any("CrashLoopBackOff" in line and "a10g" in line for line in lines)
 
 
+def test_status_names_the_tenants_file_each_pod_runs_and_says_when_they_differ(kube, redis_url):
+    """A ConfigMap change reaches the pods one by one: the second h100 pod's last two workers still run the old
+    file (the digest each worker writes into its RQ hash, worker.rq.reload)."""
+    import hashlib
+
+    kube.add_release(VALUES_BY_NAME["gpu-two-pools"], pods=TWO_POOLS)
+    fill_redis(redis_url, kube)
+    conn = Redis.from_url(redis_url)
+    new, old = (hashlib.sha256(text).hexdigest() for text in (b"tenants: [new]", b"tenants: [old]"))
+    for i in range(16):
+        conn.hset(Worker.redis_worker_namespace_prefix + f"w{i}", keys.WORKER_TENANTS_FIELD, old if i >= 14 else new)
+    doc = json.loads(cli("status", "--redis-url", redis_url, "--output", "json").output)
+    h100 = next(p for p in doc["pools"] if p["name"] == "h100")
+    assert h100["tenants_files"] == {new: 14, old: 2}
+    assert [p["tenants_files"] for p in h100["pods"]] == [[new], [new, old]]
+    result = cli("status", "--redis-url", redis_url)
+    rows = [line.split() for line in result.output.splitlines()]
+    pods = [row for row in rows if row and "decodebench-worker-h100-" in row[0]]
+    assert [row[7:] for row in pods] == [[new[:12]], ["2", "files"]]
+    assert f"the workers run under 2 tenants files ({new[:12]} on 14 workers, {old[:12]} on 2 workers)" in result.output
+    for i in range(14, 16):  # the change has reached every pod: nothing to say
+        conn.hset(Worker.redis_worker_namespace_prefix + f"w{i}", keys.WORKER_TENANTS_FIELD, new)
+    assert "tenants files" not in cli("status", "--redis-url", redis_url).output
+
+
 def test_status_without_redis_still_lists_the_pods(kube):
     kube.add_release(VALUES_BY_NAME["gpu-two-pools"], pods=TWO_POOLS)
     result = cli("status", "--redis-url", f"redis://:secret@127.0.0.1:{free_port()}/0")
