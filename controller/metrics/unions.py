@@ -72,6 +72,12 @@ class UnionItems:
             raise ValueError("union items: the groups' sizes do not add up to the items")
         if not np.all(np.isfinite(totals) & (totals >= sizes)):
             raise ValueError("union items: a group counts fewer things than its distinct items")
+        if len(self.items) > 1:  # each group's items distinct and in order (the value and swaps count on it)
+            inside = np.ones(len(self.items) - 1, dtype=bool)
+            firsts = np.cumsum(sizes)[:-1]
+            inside[firsts[(firsts > 0) & (firsts < len(self.items))] - 1] = False
+            if not np.all((self.items[1:] > self.items[:-1]) | ~inside):
+                raise ValueError("union items: a group's items are not distinct and sorted")
 
     @classmethod
     def of_labelled(cls, items: np.ndarray, group: np.ndarray, groups: int) -> UnionItems:

@@ -181,6 +181,11 @@ def test_union_items_check_what_they_are_given():
         UnionItems(np.zeros(3, np.uint64), np.array([1, 1]), np.array([1.0, 1.0]))
     with pytest.raises(ValueError, match="fewer"):
         UnionItems(np.zeros(2, np.uint64), np.array([1, 1]), np.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match="distinct and sorted"):  # a repeat inside a group (a damaged cache entry)
+        UnionItems(np.array([3, 5, 5], np.uint64), np.array([1, 2]), np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="distinct and sorted"):
+        UnionItems(np.array([5, 3], np.uint64), np.array([0, 2]), np.array([0.0, 2.0]))
+    UnionItems(np.array([5, 3, 3], np.uint64), np.array([1, 1, 1]), np.array([1.0, 1.0, 1.0]))  # across groups: fine
     assert math.isnan(UnionItems(np.zeros(0, np.uint64), np.array([0]), np.array([0.0])).value())
 
 
