@@ -257,8 +257,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=SEEDS, help="generations per prompt")
     ap.add_argument("--unequal", type=int, nargs=2, metavar=("K_A", "K_B"), default=None,
                     help="unequal generations a prompt: A keeps each prompt's first K_A, B its first K_B (of "
-                    "max(K_A, K_B) simulated; e.g. 3 1, 8 1: sampling against greedy); under an effect, the ratio "
-                    "metrics' truth is still the population difference (their expectation does not depend on K)")  # fmt: skip
+                    "max(K_A, K_B) simulated; e.g. 3 1, 8 1: sampling against greedy); under an effect, the "
+                    "ratio metrics' truth is still the population difference (it does not depend on K)")  # fmt: skip
     ap.add_argument("--start", type=int, default=0, help="the first simulation (a second run: --start 1000)")
     args = ap.parse_args()
     PAIR_SEEDS[0] = args.seeds
