@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 
 from worker.core import keys, settings
@@ -153,25 +154,25 @@ def summarise(pools: list[Pool], pods: list[Pod], stats: QueueStats | None) -> l
             workers = [w for w in stats.workers if w.host in pod_of]
             states = [w.state for w in workers]
             row.idle, row.busy = states.count("idle"), states.count("busy")
-            for w in workers:
-                if w.tenants:
-                    row.tenants_files[w.tenants] = row.tenants_files.get(w.tenants, 0) + 1
-                    files = row.pod_tenants.setdefault(pod_of[w.host], [])
-                    files += [] if w.tenants in files else [w.tenants]
+            under = [(pod_of[w.host], w.tenants) for w in workers if w.tenants]
+            row.tenants_files = dict(Counter(digest for _, digest in under))
+            for (pod, digest), _ in _ranked(Counter(under)):  # each pod's files, the most workers' first
+                row.pod_tenants.setdefault(pod, []).append(digest)
         out.append(row)
     return out
 
 
+def _ranked(counts: Counter) -> list:
+    """(key, count) by count, most first, then key: the same order whatever order RQ lists its workers in."""
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def tenants_note(rows: list[PoolStatus]) -> str | None:
     """A line when the workers run under more than one tenants file (a ConfigMap change on its way), else None."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        for digest, n in r.tenants_files.items():
-            counts[digest] = counts.get(digest, 0) + n
+    counts = sum((Counter(r.tenants_files) for r in rows), Counter())
     if len(counts) < 2:
         return None
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    files = ", ".join(f"{d[:12]} on {n} worker{'s' * (n != 1)}" for d, n in ranked)
+    files = ", ".join(f"{d[:12]} on {n} worker{'s' * (n != 1)}" for d, n in _ranked(counts))
     return (
         f"the workers run under {len(counts)} tenants files ({files}): a changed ConfigMap reaches each pod within "
         "about a minute; a worker still behind after that is not reloading (see its log). The file's own: "

@@ -31,6 +31,7 @@ from controller.report.stats.bootstrap_t import values_of
 
 BATCH = 1 << 22  # numbers held at once (32 MiB of float64)
 
+SCALE_PROBE = 7.0  # any factor but 1: combine(sums / SCALE_PROBE) == combine(sums) tells a scale-invariant metric
 Statistic = Callable[[np.ndarray], np.ndarray]
 
 
@@ -68,7 +69,7 @@ def additive(
         )
         total = np.concatenate([sums_a, sums_b]).sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            scaled = f(np.stack([total, total / 7.0]))
+            scaled = f(np.stack([total, total / SCALE_PROBE]))
         if np.isfinite(scaled).all() and np.isclose(scaled[0], scaled[1], rtol=1e-9, atol=1e-12):
             sums_a, sums_b = per_a, per_b
 
@@ -106,14 +107,15 @@ def union(a: UnionItems, b: UnionItems) -> Statistic:
     deg_a = np.bincount(sc.ravel(), weights=~side[shared], minlength=len(cols))
     deg_b = np.bincount(sc.ravel(), weights=side[shared], minlength=len(cols))
     fixed = float(np.count_nonzero(always))
+    base_a, base_b = fixed + single_a.sum(), fixed + single_b.sum()  # in a and b with no prompt swapped, but shared
     total_a, total_b = float(a.totals.sum()), float(b.totals.sum())
     moved_total, moved_single = b.totals - a.totals, single_b - single_a
 
     def one(m: np.ndarray) -> np.ndarray:
         mf = m.astype(float)
         shift = np.asarray((diff @ mf.T).T) if len(cols) else np.zeros((len(m), 0))  # (K, C): (M·D_B − M·D_A)
-        in_a = fixed + single_a.sum() + mf @ moved_single + np.count_nonzero(deg_a + shift > 0.5, axis=1)
-        in_b = fixed + single_b.sum() - mf @ moved_single + np.count_nonzero(deg_b - shift > 0.5, axis=1)
+        in_a = base_a + mf @ moved_single + np.count_nonzero(deg_a + shift > 0.5, axis=1)
+        in_b = base_b - mf @ moved_single + np.count_nonzero(deg_b - shift > 0.5, axis=1)
         tot = mf @ moved_total
         return in_a / (total_a + tot) - in_b / (total_b - tot)
 
