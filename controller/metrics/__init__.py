@@ -20,6 +20,7 @@ from controller.metrics import (  # noqa: F401
     zipf,
 )
 from controller.metrics.cell import CellData, cell_data
+from controller.metrics.overlaps import OverlapItems
 from controller.metrics.registry import (
     INTERVALS,
     METRICS,
@@ -48,6 +49,7 @@ __all__ = [
     "compute_metrics",
     "item_rows",
     "metric",
+    "OverlapItems",
     "ratio",
     "UnionItems",
     "union_metric",

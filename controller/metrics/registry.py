@@ -20,7 +20,10 @@ one of two ways (as lm-evaluation-harness metrics declare their aggregation):
   whose value a bootstrap's duplicated generations would distort; its interval is the
   delete-one-prompt jackknife: `fn` on the cell without each prompt in turn, or the metric's
   own exact `leave_one_out(cell, groups)` where it declares one (cheaper than G
-  recomputations). "half-sample" (delete-half jackknife) stays available.
+  recomputations). "half-sample" (delete-half jackknife) stays available. Its paired test is
+  a permutation test of the metric recomputed on swapped prompts where it declares
+  `swap_items` (self-BLEU's n-gram occurrences, `controller.metrics.overlaps`), else the
+  jackknife t-test.
 - union, `@union_metric(name, ...)` on `union_items(cell, groups)`: the number of distinct things
   in the cell over the number counted (distinct-n), from each prompt group's distinct items
   (`controller.metrics.unions.UnionItems`). The value, the exact leave-one-out values of its
@@ -41,6 +44,7 @@ from typing import Literal
 import numpy as np
 
 from controller.metrics.cell import CellData
+from controller.metrics.overlaps import OverlapItems
 from controller.metrics.unions import UnionItems
 from worker.core.registry import Registry
 
@@ -111,6 +115,10 @@ class Metric:
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None
     # a union metric's (|∪ items| / Σ totals, distinct-n) per-prompt items: its leave_one_out and paired swap test
     union_items: Callable[[CellData, Sequence[Sequence[int]]], UnionItems] | None = None
+    # a plain metric's per-prompt data from which it is recomputed with prompts swapped between two cells, for its
+    # paired permutation test: `swap_items(cell, groups, limit)`, None where more than `limit` items (self-BLEU's
+    # n-gram occurrences, controller.metrics.overlaps); without it a plain metric's test is the jackknife t-test
+    swap_items: Callable[[CellData, Sequence[Sequence[int]], int], OverlapItems | None] | None = None
     # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where every generation of a
     # share is alike (controller.report.stats.shares)
     unit_interval: bool = False
@@ -132,6 +140,8 @@ class Metric:
             raise ValueError(f"{where}: what a worker computes for it (worker_computes) needs a model (needs_model)")
         if (self.per_item is None) != (self.combine is None):
             raise ValueError(f"{where}: per_item and combine go together")
+        if self.swap_items is not None and (self.union_items is not None or self.additive):
+            raise ValueError(f"{where}: swap_items is a plain metric's (a union or additive one swaps its own data)")
         if self.union_items is not None:
             if self.additive or self.fn is not None or self.leave_one_out is not None:
                 raise ValueError(f"{where}: a union metric's value and leave_one_out are built from union_items")
@@ -237,6 +247,7 @@ def metric(
     citation: str = "",
     unit: str = "",
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
+    swap_items: Callable[[CellData, Sequence[Sequence[int]], int], OverlapItems | None] | None = None,
     unit_interval: bool = False,
     jackknife_scale: Scale | None = None,
     calibrated_prompts: int | None = None,
@@ -245,12 +256,13 @@ def metric(
     """Decorator: register a plain corpus metric `fn(cell: CellData) -> float | None`.
 
     Its interval is the delete-one-prompt jackknife ("jackknife", through `leave_one_out`
-    where given; on `jackknife_scale`), the delete-half jackknife ("half-sample"), or "none".
+    where given; on `jackknife_scale`), the delete-half jackknife ("half-sample"), or "none";
+    its paired test the permutation test of `swap_items` where given, else the jackknife t-test.
     """
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes,
-                  citation=citation, unit=unit, leave_one_out=leave_one_out,
+                  citation=citation, unit=unit, leave_one_out=leave_one_out, swap_items=swap_items,
                   unit_interval=unit_interval, jackknife_scale=jackknife_scale,
                   calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))

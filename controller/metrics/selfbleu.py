@@ -25,6 +25,9 @@ floating-point step then follows NLTK's `corpus_bleu` operation by operation:
 
 so each per-hypothesis value equals NLTK's bit for bit; the mean uses `math.fsum`, so it
 does not depend on the order of the generations. None with fewer than 2 generations.
+
+For its paired test the metric declares `swap_items`: each generation's n-gram occurrences as hashed items
+(controller.metrics.overlaps), from which the report recomputes self-BLEU with prompts swapped between two cells.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
 
-from controller.metrics.cell import CellData
-from controller.metrics.registry import metric
+import numpy as np
 
-EPSILON = 0.1  # NLTK SmoothingFunction().method1 default
+from controller.metrics.cell import CellData
+from controller.metrics.overlaps import EPSILON, overlap_items
+from controller.metrics.registry import metric
 
 
 def _ngram_keys(words: Sequence[str], n: int) -> list[str]:
@@ -215,8 +219,6 @@ def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequ
     its own n-grams and the few hypotheses it changes, and the mean is the exact sum of the cell's scores (a
     Fraction) less the group's and the changed ones' old scores plus their new ones, rounded once, as
     `math.fsum` of the remaining scores rounds it."""
-    import numpy as np  # the metrics stay importable without numpy's cost on their path
-
     k = len(docs)
     weights = [1.0 / max_n] * max_n
     keep = max((len(g) for g in groups), default=0) + 2
@@ -262,6 +264,7 @@ def self_bleu_leave_one_out(docs: Sequence[Sequence[str]], groups: Sequence[Sequ
     higher_is_better=False,
     interval="jackknife",  # a bootstrap's duplicated generation would match itself
     leave_one_out=lambda cell, groups: self_bleu_leave_one_out(cell.words, groups, 4),
+    swap_items=lambda cell, groups, limit: overlap_items(cell.words, groups, 4, limit),
     unit_interval=True,
     jackknife_scale="linear",  # a mean of bounded scores, not a share of counts: docs/reports.md
     citation='Zhu et al. 2018, "Texygen: A Benchmarking Platform for Text Generation Models", SIGIR',

@@ -41,6 +41,12 @@ def _finish(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
+def mixed(h: np.ndarray, x: np.ndarray | np.uint64) -> np.ndarray:
+    """One 64-bit hash of the pair (h, x): the n-grams' step, and an n-gram's k-th occurrence's (self-BLEU)."""
+    with np.errstate(over="ignore"):
+        return _finish(h * _MIX + x)
+
+
 def ngram_hashes(hashes: np.ndarray, doc: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The n-grams of documents laid end to end (`hashes`, the words' hashes; `doc`, each word's document, in
     runs): their hashes, in order, and their documents. No n-gram crosses from one document into the next."""
@@ -48,9 +54,8 @@ def ngram_hashes(hashes: np.ndarray, doc: np.ndarray, n: int) -> tuple[np.ndarra
     if m <= 0:
         return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.intp)
     h = hashes[:m].copy()
-    with np.errstate(over="ignore"):
-        for j in range(1, n):
-            h = _finish(h * _MIX + hashes[j : j + m])
+    for j in range(1, n):
+        h = mixed(h, hashes[j : j + m])
     inside = doc[:m] == doc[n - 1 :]
     return h[inside], doc[:m][inside]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from controller.metrics import CellData, Metric, UnionItems, cell_data
+from controller.metrics import CellData, Metric, OverlapItems, UnionItems, cell_data
 from controller.metrics.divergence import sizes as mauve_sizes
 from controller.report.compute.columns import MAUVE_COLUMNS
 from controller.report.compute.tasks import plain
@@ -40,8 +40,9 @@ from worker.core.results import GenerationRecord
 # metric with every prompt at its bound gets the exact interval of nothing seen, `shares.within_unit`; 12:
 # distinct-n's the skew-corrected t again; 13: a permutation p in its tail by importance sampling, `paired.tail_p`;
 # 14: distinct-n's paired p a permutation test of the metric recomputed on swapped prompts, its items kept; 15:
-# an additive metric's swaps per generation where the cells' generations a prompt differ, `swaps.additive`)
-CACHE_VERSION = "15"
+# an additive metric's swaps per generation where the cells' generations a prompt differ, `swaps.additive`; 16:
+# self-BLEU's paired p a permutation test of the metric recomputed on swapped prompts, its n-gram occurrences kept)
+CACHE_VERSION = "16"
 EXAMPLE_PROMPTS = 3
 
 
@@ -110,7 +111,7 @@ def score(
         rng=cell_rng(settings.seed, key),
         reference_row=reference_row,
         keep=kept,
-        keep_items=items,
+        keep_items=None if reference_row else items,  # the reference row is compared with nothing
         stats=known,
     )
     for name, (lo, hi, _) in cis.items():
@@ -203,21 +204,30 @@ def _nested(values: Any) -> Any:
     return [_nested(v) for v in values] if isinstance(values, list) else plain(values)
 
 
-def items_to_json(u: UnionItems) -> dict:
-    return {
-        "sizes": u.sizes.tolist(),
-        "totals": u.totals.tolist(),
-        "items": base64.b64encode(u.items.astype("<u8").tobytes()).decode(),
-    }
+def items_to_json(u: UnionItems | OverlapItems) -> dict:
+    raw = base64.b64encode(u.items.astype("<u8").tobytes()).decode()
+    if isinstance(u, OverlapItems):
+        return {"kind": "overlap", "sizes": u.sizes.tolist(), "lengths": u.lengths.tolist(), "max_n": u.max_n,
+                "items": raw}  # fmt: skip
+    return {"sizes": u.sizes.tolist(), "totals": u.totals.tolist(), "items": raw}
 
 
-def items_from_json(doc: dict, groups: int) -> UnionItems:
-    """A cached union metric's items; ValueError where they are not a cell's of `groups` prompts, or too many."""
+def items_from_json(doc: dict, groups: int) -> UnionItems | OverlapItems:
+    """A cached metric's swap items (a union metric's, or self-BLEU's n-gram occurrences); ValueError where they are
+    not a cell's of `groups` prompts, or too many."""
     raw = base64.b64decode(doc["items"], validate=True)
     if len(raw) % 8 or len(raw) // 8 > MAX_KEPT_ITEMS or len(doc["sizes"]) != groups:
-        raise ValueError("cached union items: not a cell's")
+        raise ValueError("cached swap items: not a cell's")
     items = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
-    return UnionItems(items, np.array(doc["sizes"], dtype=np.int64), np.array(doc["totals"], dtype=float))
+    sizes = np.array(doc["sizes"], dtype=np.int64)
+    if doc.get("kind", "union") == "union":
+        return UnionItems(items, sizes, np.array(doc["totals"], dtype=float))
+    if doc["kind"] != "overlap" or type(doc["max_n"]) is not int or not 1 <= doc["max_n"] <= 8:
+        raise ValueError("cached swap items: not a cell's")
+    lengths = np.array(doc["lengths"], dtype=np.int64)
+    if lengths.ndim != 1 or len(lengths) != sizes.sum() or (lengths < 0).any() or lengths.sum() > len(items):
+        raise ValueError("cached swap items: not a cell's")  # checked before a (generations, max_n) array is built
+    return OverlapItems(items, np.maximum(0, lengths[:, None] - np.arange(doc["max_n"])), sizes)
 
 
 def to_json(out: CellOutput) -> dict:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from controller.metrics import CellData, Metric, UnionItems, column_sums, ratio
+from controller.metrics import CellData, Metric, OverlapItems, UnionItems, column_sums, ratio
 from controller.report.stats.bootstrap_t import (
     CI_LEVEL,
     Z,
@@ -39,8 +39,9 @@ from controller.report.stats.bootstrap_t import (
 )
 from controller.report.stats.shares import share_interval, within_unit
 
-# a union metric's items kept for its paired swap test, at most (2 MiB of hashes; distinct-3 of 128 prompts x 3
-# seeds x 100 words holds ~38,000): a larger cell's comparison takes the jackknife t-test (docs/reports.md)
+# a union metric's items (or a plain one's swap_items) kept for its paired swap test, at most (2 MiB of hashes;
+# distinct-3 of 128 prompts x 3 seeds x 100 words holds ~38,000, self-BLEU's n-gram occurrences ~150,000): a larger
+# cell's comparison takes the jackknife t-test (docs/reports.md)
 MAX_KEPT_ITEMS = 1 << 18
 
 
@@ -151,7 +152,8 @@ def jackknife(
     scores: at 16 and 32 prompts 1.08-1.33x the width of a normal interval with the true spread, on the
     logit scale 1.08-1.54x, covering 93.3-97.0% there, 94.4-98.0%: docs/reports.md). A `unit_interval`
     metric's interval stays inside [0, 1]. A union metric's items (distinct-n's hashed n-grams, at most
-    MAX_KEPT_ITEMS) go to `keep_items`, for its paired swap test."""
+    MAX_KEPT_ITEMS) go to `keep_items`, for its paired swap test, and so do a plain metric's `swap_items` (self-BLEU's
+    n-gram occurrences, as many at most)."""
     if metric.union_items is not None:
         items = metric.union_items(cell, groups)
         loo = items.leave_one_out()
@@ -159,6 +161,10 @@ def jackknife(
             keep_items[metric.name] = items
     else:
         loo = leave_one_out(metric, cell, groups)
+        if keep_items is not None and metric.swap_items is not None:  # self-BLEU's n-gram occurrences
+            swap = metric.swap_items(cell, groups, MAX_KEPT_ITEMS)
+            if swap is not None:
+                keep_items[metric.name] = swap
     if keep is not None:
         keep[metric.name] = ("loo", loo)
     if np.isnan(loo).any():
@@ -236,7 +242,7 @@ def confidence_intervals(
     rng: np.random.Generator,
     reference_row: bool = False,
     keep: dict[str, tuple[str, np.ndarray]] | None = None,
-    keep_items: dict[str, UnionItems] | None = None,
+    keep_items: dict[str, UnionItems | OverlapItems] | None = None,
     stats: dict[str, np.ndarray | None] | None = None,
 ) -> dict[str, tuple[float, float, str]]:
     """95% intervals over prompt resamples: {metric: (low, high, method)}; see the module doc.
@@ -245,7 +251,8 @@ def confidence_intervals(
     A replicate always keeps all of a drawn prompt's generations (every seed) together.
     `keep`, if given, receives what paired comparisons need, per metric: ("sums", the (G, k)
     per-prompt statistics) of a bootstrap metric, ("loo", the G leave-one-out values) of a
-    jackknife one, in the order of `groups`; `keep_items` a union metric's items (`jackknife`).
+    jackknife one, in the order of `groups`; `keep_items` a union metric's items and a plain one's swap items
+    (`jackknife`).
     """
     G = len(groups)
     if G < 2 or n_boot < 1:

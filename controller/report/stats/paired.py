@@ -15,10 +15,11 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
   with a side shorter than Student's t(G − 1);
 - `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
   `permutation_test`, the two cells' generations of a prompt swapped, the metric recomputed on each
-  arrangement: `swaps`; per generation where the cells' generations a prompt differ) for an additive metric
-  and a union metric (distinct-n, from each prompt's distinct n-grams), the jackknife t-test for another
-  plain one (self-BLEU, Zipf) and for a union metric whose cell held more items than were kept
-  (`intervals.MAX_KEPT_ITEMS`); for a share of which every
+  arrangement: `swaps`; per generation where the cells' generations a prompt differ) for an additive metric,
+  a union metric (distinct-n, from each prompt's distinct n-grams) and self-BLEU (from each generation's n-gram
+  occurrences, where a prompt has as many generations in both cells), the jackknife t-test for another plain
+  one (Zipf) and for one whose cell held more items than were kept (`intervals.MAX_KEPT_ITEMS`); for a share
+  of which every
   common prompt holds one 0/1 outcome in both cells (exact_match of two cells with one generation per
   prompt), McNemar's mid-p test; for a share of 0/1 outcomes with several generations per prompt
   (eos_rate over seeds or samples), the permutation test's mid-p value, which does not lose size to
@@ -43,7 +44,7 @@ import numpy as np
 from scipy import stats as sps
 from scipy.optimize import brentq
 
-from controller.metrics import Metric, UnionItems, ratio
+from controller.metrics import Metric, OverlapItems, UnionItems, ratio
 from controller.report.stats import swaps
 from controller.report.stats.bootstrap_t import MAX_K_PER_REPLICATE, gradient, studentized, values_of
 from controller.report.stats.intervals import jackknife_se
@@ -63,7 +64,7 @@ class CellStats:
     prompts: list[str]
     values: dict[str, float]
     kept: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
-    items: dict[str, UnionItems] = field(default_factory=dict)  # a union metric's, for its swap test
+    items: dict[str, UnionItems | OverlapItems] = field(default_factory=dict)  # swap tests: distinct-n, self-BLEU
     generations: list[int] = field(default_factory=list)  # each prompt's, in `prompts` order (empty: not known)
 
 
@@ -343,11 +344,11 @@ def compare_pair(
                     p = permutation_p(statistic, len(sa), n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, t_p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
-                if name in a.items and name in b.items:  # a union metric: recomputed on swapped prompts
-                    statistic = swaps.union(a.items[name].take(ia), b.items[name].take(ib))
-                    p = permutation_p(statistic, len(ia), n_resamples=n_boot, rng=rng)
-                else:  # the jackknife t-test (a union metric's too where its items were too many to keep)
-                    p = t_p
+                statistic = None
+                if name in a.items and name in b.items:  # distinct-n, self-BLEU: recomputed on swapped prompts
+                    statistic = swaps.of_items(a.items[name].take(ia), b.items[name].take(ib))
+                # else the jackknife t-test: Zipf, and a metric whose items were too many to keep or allow no swaps
+                p = t_p if statistic is None else permutation_p(statistic, len(ia), n_resamples=n_boot, rng=rng)
         out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
     return out
 
