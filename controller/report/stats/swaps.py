@@ -166,16 +166,8 @@ def self_bleu(a: OverlapItems, b: OverlapItems) -> Statistic | None:
         (np.ones(int(swapped_in.sum())), (slot_of[swapped_in], np.searchsorted(cols, col[swapped_in]))),
         shape=(2 * n_gen * max_n, len(cols)),
     )
-    lengths = counts[:, 0]
-    distinct, length_of = np.unique(lengths, return_inverse=True)
-    length_of = length_of.ravel()
-    per_prompt = np.zeros((2, G, len(distinct)))
-    np.add.at(per_prompt, (side.astype(np.intp), prompt, length_of), 1.0)
-    moved_lengths = per_prompt[1] - per_prompt[0]  # (G, lengths): +b − a
-    lengths_a, lengths_all = per_prompt[0].sum(axis=0), per_prompt.sum(axis=(0, 1))
-    # each generation's lengths in NLTK's order of closeness (nearest first; ties: the shorter)
-    closest = np.lexsort((np.broadcast_to(distinct, (2 * n_gen, len(distinct))), np.abs(distinct - lengths[:, None])))
-    lengths, totals = lengths.astype(float), counts.astype(float)
+    reference = _closest_length(counts[:, 0], prompt, side, G)
+    lengths, totals = counts[:, 0].astype(float), counts.astype(float)
 
     def one(m: np.ndarray) -> np.ndarray:
         mf = m.astype(float)
@@ -186,19 +178,38 @@ def self_bleu(a: OverlapItems, b: OverlapItems) -> Statistic | None:
         own_b = np.asarray(own @ (deg - count_a >= 1.5).T.astype(float)).T
         mine = np.repeat(in_a, max_n, axis=1)
         clipped = (const.ravel() + np.where(mine, own_a, own_b)).reshape(len(m), 2 * n_gen, max_n)
-        of_length_a = lengths_a + mf @ moved_lengths  # (K, lengths)
-        ref = np.full(in_a.shape, -1.0)
-        for depth in range(len(distinct)):
-            d = closest[:, depth]
-            there = np.where(in_a, of_length_a[:, d], lengths_all[d] - of_length_a[:, d]) - (d == length_of)
-            ref = np.where((ref < 0) & (there > 0.5), distinct[d].astype(float), ref)
-            if (ref >= 0).all():
-                break
-        scores = OverlapItems.scores(clipped, totals, lengths, ref)
+        scores = OverlapItems.scores(clipped, totals, lengths, reference(mf, in_a))
         size_a = in_a.sum(axis=1)
         return (scores * in_a).sum(axis=1) / size_a - (scores * ~in_a).sum(axis=1) / (2 * n_gen - size_a)
 
     return _batched(G, 8 * max(1, len(cols), 2 * n_gen * max_n), one)  # about 8 arrays of the widest at once
+
+
+def _closest_length(lengths: np.ndarray, prompt: np.ndarray, side: np.ndarray, G: int) -> Callable:
+    """NLTK's closest reference length of each generation (a's, then b's) in its cell after the swaps: `(swaps as
+    floats, in_a) -> (K, generations)`. The cell's generations of each length are linear in the swaps; a
+    generation's lengths are tried nearest first (ties: the shorter) until one other than itself is in its cell."""
+    distinct, length_of = np.unique(lengths, return_inverse=True)
+    length_of = length_of.ravel()
+    per_prompt = np.zeros((2, G, len(distinct)))
+    np.add.at(per_prompt, (side.astype(np.intp), prompt, length_of), 1.0)
+    moved = per_prompt[1] - per_prompt[0]  # (G, lengths): +b − a
+    in_a_unswapped, everywhere = per_prompt[0].sum(axis=0), per_prompt.sum(axis=(0, 1))
+    gap = np.abs(distinct - lengths[:, None])
+    closest = np.lexsort((np.broadcast_to(distinct, gap.shape), gap))
+
+    def reference(mf: np.ndarray, in_a: np.ndarray) -> np.ndarray:
+        of_length_a = in_a_unswapped + mf @ moved  # (K, lengths)
+        ref = np.full(in_a.shape, -1.0)
+        for depth in range(len(distinct)):
+            d = closest[:, depth]
+            there = np.where(in_a, of_length_a[:, d], everywhere[d] - of_length_a[:, d]) - (d == length_of)
+            ref = np.where((ref < 0) & (there > 0.5), distinct[d].astype(float), ref)
+            if (ref >= 0).all():
+                break
+        return ref
+
+    return reference
 
 
 def of_items(a: UnionItems | OverlapItems, b: UnionItems | OverlapItems) -> Statistic | None:
