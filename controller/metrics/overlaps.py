@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.metrics.unions import mixed, ngram_hashes, word_hashes
+from controller.metrics.unions import mixed, ngram_hashes, sorted_within, word_hashes
 
 EPSILON = 0.1  # NLTK SmoothingFunction().method1 default
 
@@ -44,12 +44,8 @@ class OverlapItems:
             raise ValueError("overlap items: the counts do not add up to the items")
         if not np.array_equal(counts, np.maximum(0, counts[:, :1] - np.arange(counts.shape[1]))):
             raise ValueError("overlap items: a generation's n-grams do not follow from its length")
-        if len(self.items) > 1:  # each segment's items distinct and in order (the swaps count on it)
-            inside = np.ones(len(self.items) - 1, dtype=bool)
-            ends = np.cumsum(counts.ravel())[:-1]
-            inside[ends[(ends > 0) & (ends < len(self.items))] - 1] = False
-            if not np.all((self.items[1:] > self.items[:-1]) | ~inside):
-                raise ValueError("overlap items: a generation's items are not distinct and sorted")
+        if not sorted_within(self.items, counts.ravel()):  # the swaps count on it
+            raise ValueError("overlap items: a generation's items are not distinct and sorted")
 
     @property
     def groups(self) -> int:

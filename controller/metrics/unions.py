@@ -60,6 +60,16 @@ def ngram_hashes(hashes: np.ndarray, doc: np.ndarray, n: int) -> tuple[np.ndarra
     return h[inside], doc[:m][inside]
 
 
+def sorted_within(items: np.ndarray, sizes: np.ndarray) -> bool:
+    """Whether each segment of `items` (`sizes[i]` of them in turn) is strictly increasing: distinct and sorted."""
+    if len(items) < 2:
+        return True
+    inside = np.ones(len(items) - 1, dtype=bool)
+    ends = np.cumsum(sizes)[:-1]
+    inside[ends[(ends > 0) & (ends < len(items))] - 1] = False
+    return bool(np.all((items[1:] > items[:-1]) | ~inside))
+
+
 @dataclass(frozen=True)
 class UnionItems:
     """Per prompt group: its distinct items (`items`, group after group, `sizes[g]` of them) and what it counts
@@ -77,12 +87,8 @@ class UnionItems:
             raise ValueError("union items: the groups' sizes do not add up to the items")
         if not np.all(np.isfinite(totals) & (totals >= sizes)):
             raise ValueError("union items: a group counts fewer things than its distinct items")
-        if len(self.items) > 1:  # each group's items distinct and in order (the value and swaps count on it)
-            inside = np.ones(len(self.items) - 1, dtype=bool)
-            firsts = np.cumsum(sizes)[:-1]
-            inside[firsts[(firsts > 0) & (firsts < len(self.items))] - 1] = False
-            if not np.all((self.items[1:] > self.items[:-1]) | ~inside):
-                raise ValueError("union items: a group's items are not distinct and sorted")
+        if not sorted_within(self.items, sizes):  # the value and the swaps count on it
+            raise ValueError("union items: a group's items are not distinct and sorted")
 
     @classmethod
     def of_labelled(cls, items: np.ndarray, group: np.ndarray, groups: int) -> UnionItems:

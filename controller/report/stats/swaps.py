@@ -90,6 +90,15 @@ def additive(
     return _batched(len(sums_a), sums_a.size, one)
 
 
+def _holders_in_a(row: np.ndarray, prompt: np.ndarray, in_b: np.ndarray, items: int, G: int) -> Callable:
+    """How many holders of each of `items` items are in cell a after the swaps, from every holding's item (`row`),
+    prompt and side (`in_b`): deg_A + M·(D_B − D_A), a function of the swaps as floats (K, G) -> (K, items); and
+    each item's holders in all."""
+    diff = sparse.csr_matrix((np.where(in_b, 1.0, -1.0), (row, prompt)), shape=(items, G))  # +D_B − D_A
+    deg_a = np.bincount(row, weights=~in_b, minlength=items)
+    return lambda mf: deg_a + np.asarray((diff @ mf.T).T), np.bincount(row, minlength=items).astype(float)
+
+
 def union(a: UnionItems, b: UnionItems) -> Statistic:
     """|∪ a| / Σ a − |∪ b| / Σ b of two cells' union items on the same G prompts, with the swapped prompts'
     items and totals exchanged."""
@@ -112,10 +121,7 @@ def union(a: UnionItems, b: UnionItems) -> Statistic:
     single_b = np.bincount(rows[once & side], minlength=G).astype(float)
     shared = ~always[col] & (held[col] > 1)
     cols, sc = np.unique(col[shared], return_inverse=True)
-    sign = np.where(side[shared], 1.0, -1.0)  # +D_B − D_A
-    diff = sparse.csr_matrix((sign, (sc.ravel(), rows[shared])), shape=(len(cols), G))
-    deg_a = np.bincount(sc.ravel(), weights=~side[shared], minlength=len(cols))
-    deg_b = np.bincount(sc.ravel(), weights=side[shared], minlength=len(cols))
+    count_a, held_shared = _holders_in_a(sc.ravel(), rows[shared], side[shared], len(cols), G)
     fixed = float(np.count_nonzero(always))
     base_a, base_b = fixed + single_a.sum(), fixed + single_b.sum()  # in a and b with no prompt swapped, but shared
     total_a, total_b = float(a.totals.sum()), float(b.totals.sum())
@@ -123,9 +129,9 @@ def union(a: UnionItems, b: UnionItems) -> Statistic:
 
     def one(m: np.ndarray) -> np.ndarray:
         mf = m.astype(float)
-        shift = np.asarray((diff @ mf.T).T) if len(cols) else np.zeros((len(m), 0))  # (K, C): (M·D_B − M·D_A)
-        in_a = base_a + mf @ moved_single + np.count_nonzero(deg_a + shift > 0.5, axis=1)
-        in_b = base_b - mf @ moved_single + np.count_nonzero(deg_b - shift > 0.5, axis=1)
+        holders_a = count_a(mf)  # (K, C)
+        in_a = base_a + mf @ moved_single + np.count_nonzero(holders_a > 0.5, axis=1)
+        in_b = base_b - mf @ moved_single + np.count_nonzero(held_shared - holders_a > 0.5, axis=1)
         tot = mf @ moved_total
         return in_a / (total_a + tot) - in_b / (total_b - tot)
 
@@ -158,10 +164,7 @@ def self_bleu(a: OverlapItems, b: OverlapItems) -> Statistic | None:
     cols = np.unique(col[swapped_in])
     every = np.isin(col, cols)  # all the holders of those items count towards whether they are shared
     row = np.searchsorted(cols, col[every])
-    sign = np.where(side[holder[every]], 1.0, -1.0)  # +D_B − D_A
-    diff = sparse.csr_matrix((sign, (row, prompt[holder[every]])), shape=(len(cols), G))
-    deg_a = np.bincount(row, weights=~side[holder[every]], minlength=len(cols))
-    deg = np.bincount(row, minlength=len(cols)).astype(float)
+    count_a, deg = _holders_in_a(row, prompt[holder[every]], side[holder[every]], len(cols), G)
     own = sparse.csr_matrix(  # (slot, item): the items whose counting the swaps decide, by their (generation, order)
         (np.ones(int(swapped_in.sum())), (slot_of[swapped_in], np.searchsorted(cols, col[swapped_in]))),
         shape=(2 * n_gen * max_n, len(cols)),
@@ -172,10 +175,9 @@ def self_bleu(a: OverlapItems, b: OverlapItems) -> Statistic | None:
     def one(m: np.ndarray) -> np.ndarray:
         mf = m.astype(float)
         in_a = m[:, prompt] == side  # (K, 2N): in cell a after the swaps
-        shift = np.asarray((diff @ mf.T).T) if len(cols) else np.zeros((len(m), 0))
-        count_a = deg_a + shift
-        own_a = np.asarray(own @ (count_a >= 1.5).T.astype(float)).T  # (K, slots): counted in cell a
-        own_b = np.asarray(own @ (deg - count_a >= 1.5).T.astype(float)).T
+        holders_a = count_a(mf)
+        own_a = np.asarray(own @ (holders_a >= 1.5).T.astype(float)).T  # (K, slots): counted in cell a
+        own_b = np.asarray(own @ (deg - holders_a >= 1.5).T.astype(float)).T
         mine = np.repeat(in_a, max_n, axis=1)
         clipped = (const.ravel() + np.where(mine, own_a, own_b)).reshape(len(m), 2 * n_gen, max_n)
         scores = OverlapItems.scores(clipped, totals, lengths, reference(mf, in_a))
