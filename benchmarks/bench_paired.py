@@ -61,8 +61,9 @@ from benchmarks.bench_coverage import SEEDS, VOCAB, ZIPF, prompt_params, referen
 from benchmarks.process_markov import simulate_pair
 from controller.metrics import METRICS, CellData
 from controller.report.compute.cells import Settings, score
+from controller.report.stats.cellstats import CellStats
 from controller.report.stats.intervals import cell_rng, evaluate, prompt_groups
-from controller.report.stats.paired import CellStats, compare_pair, holm
+from controller.report.stats.paired import compare_pair, holm
 
 METRIC_NAMES = ["rep_2", "mean_length", "perplexity", "distinct_2", "self_bleu_4", "bleu"]
 PROCESS = ["skewed"]  # --process

@@ -113,7 +113,8 @@ def bases_of(judge, results, cell_order: list[str]) -> dict[str, str | None]:
     """cell -> the baseline cell its answers are judged against (None: judged alone, or nothing to compare with),
     the cells in plan order; from the results only (a generation's model and strategy are its job's), so that a
     share of the cells is planned without reading the other cells' generations."""
-    from controller.report.stats.paired import CellStats, baselines
+    from controller.report.stats.cellstats import CellStats
+    from controller.report.stats.paired import baselines
 
     kinds: dict[str, tuple[str, str]] = {}
     for r in results:

@@ -5,7 +5,7 @@
     gens = load_generations("3f2a9c", store="./runs")
 
 `summary` holds, with 8 prompts or more a cell, each cell's paired comparison against its baseline
-(`baseline`, `<metric>_diff`, `_diff_ci_low`, `_diff_ci_high`, `_diff_p`, `_diff_p_holm`);
+(`baseline`, `first_generation_diffs`, `<metric>_diff`, `_diff_ci_low`, `_diff_ci_high`, `_diff_p`, `_diff_p_holm`);
 `comparisons(summary)` gives them in long form, one row per (cell, metric). `variant_labels(summary)` and
 `cell_labels(summary)` name each row as every view of the report does (`top_p(p=0.8)`,
 `austen-tiny · top_p(p=0.8)`; controller.report.render.labels).
@@ -76,11 +76,13 @@ def load_generations(sweep: str, store: Store | str | None = None, tenant: str =
 
 
 def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
-    """The summary's paired comparisons in long form: cell, baseline, metric, diff, ci_low, ci_high, p, p_holm."""
+    """The summary's paired comparisons in long form: cell, baseline, metric, diff, ci_low, ci_high, p, p_holm, and
+    first_generations (True where the metric was compared on each prompt's first generation in both cells)."""
     rows = []
     for _, row in summary.iterrows():
         if not isinstance(row.get("baseline"), str):
             continue
+        firsts = set(str(row.get("first_generation_diffs") or "").split())
         for col in summary.columns:
             if col.endswith("_diff"):
                 m = col[: -len("_diff")]
@@ -95,6 +97,8 @@ def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
                             "ci_high": row[f"{m}_diff_ci_high"],
                             "p": row[f"{m}_diff_p"],
                             "p_holm": row[f"{m}_diff_p_holm"],
+                            "first_generations": m in firsts,
                         }
                     )
-    return pd.DataFrame(rows, columns=["cell", "baseline", "metric", "diff", "ci_low", "ci_high", "p", "p_holm"])
+    columns = ["cell", "baseline", "metric", "diff", "ci_low", "ci_high", "p", "p_holm", "first_generations"]
+    return pd.DataFrame(rows, columns=columns)

@@ -58,6 +58,9 @@ def test_quickstart_sweep_summary_and_html(tmp_path):
     # 2 / 1001, and Holm over the table's 216 p-values made every such difference p_holm = 0.332, this one too)
     sampled = cells[cells.strategy == "top_p"]
     assert (sampled[["rep_4_diff_p_holm", "perplexity_diff_p_holm", "mean_length_diff_p_holm"]] < 0.05).all().all()
+    # 3 seeds against greedy's 1: the corpus metrics compared on each prompt's first generation (issue 46)
+    assert (sampled.first_generation_diffs.str.split().map(set) >= {"distinct_2", "self_bleu_4", "zipf"}).all()
+    assert greedy.first_generation_diffs.isna().all() and "†" in (report / "summary.md").read_text()
 
     proc = browse(tmp_path, (report / "report.html").as_uri(), "--dump-dom")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -50,7 +50,7 @@ from controller.report.compute.runner import Runner
 from controller.report.load.jobs import JobInfo, enough_prompts, fewest_prompts, smallest_cell
 from controller.report.load.sweep import SweepData, Tick
 from controller.report.stats.bootstrap_t import CI_LEVEL
-from controller.report.stats.paired import comparison_columns
+from controller.report.stats.paired import FIRSTS_COLUMN, comparison_columns
 from controller.report.stats.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
 from worker.core.contract import ModelSpec, PromptItem
 from worker.core.registry import Registry
@@ -309,6 +309,7 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
             "memory_kind",
             "cell",
             "baseline",
+            FIRSTS_COLUMN,
             ENGINE_COLUMN,
             DECODE_STEP_COLUMN,
             "best_of",

@@ -24,8 +24,8 @@ from controller.metrics import CellData, Metric, OverlapItems, UnionItems, cell_
 from controller.metrics.divergence import sizes as mauve_sizes
 from controller.report.compute.columns import MAUVE_COLUMNS
 from controller.report.compute.tasks import plain
+from controller.report.stats.cellstats import CellStats
 from controller.report.stats.intervals import MAX_KEPT_ITEMS, cell_rng, confidence_intervals, evaluate, prompt_groups
-from controller.report.stats.paired import CellStats
 from controller.report.stats.speed import rate_interval
 from worker.core.errors import CorruptRecordError
 from worker.core.results import GenerationRecord
@@ -41,8 +41,9 @@ from worker.core.results import GenerationRecord
 # distinct-n's the skew-corrected t again; 13: a permutation p in its tail by importance sampling, `paired.tail_p`;
 # 14: distinct-n's paired p a permutation test of the metric recomputed on swapped prompts, its items kept; 15:
 # an additive metric's swaps per generation where the cells' generations a prompt differ, `swaps.additive`; 16:
-# self-BLEU's paired p a permutation test of the metric recomputed on swapped prompts, its n-gram occurrences kept)
-CACHE_VERSION = "16"
+# self-BLEU's paired p a permutation test of the metric recomputed on swapped prompts, its n-gram occurrences kept;
+# 17: a plain corpus metric's statistics of each prompt's first generation kept, `CellStats.firsts`)
+CACHE_VERSION = "17"
 EXAMPLE_PROMPTS = 3
 
 
@@ -121,7 +122,30 @@ def score(
         values = {name: row[name] for name, _ in selected}
         sizes = [len(g) for g in groups]
         stats = CellStats(key, row["model"], row["strategy"], list(prompts), values, kept, items, sizes)
+        stats.firsts = first_generations(
+            [(n, m) for n, m in selected if stats.plain(n)], settings, row, cell, groups, key, prompts
+        )
     return {name: method for name, (_, _, method) in cis.items()}, stats
+
+
+def first_generations(
+    corpus: Sequence[tuple[str, Metric]],
+    settings: Settings,
+    row: dict,
+    cell: CellData,
+    groups: list[list[int]],
+    key: str,
+    prompts: Sequence[str],
+) -> CellStats | None:
+    """The statistics of the plain corpus metrics `corpus` on each prompt's first generation (its lowest seed and
+    sample), which a comparison with a baseline of other generations a prompt takes (`cellstats.matched`); None
+    where every prompt has one generation (the cell is its own) or no such metric was kept."""
+    if not corpus or all(len(g) == 1 for g in groups):
+        return None
+    first = cell.subset([g[0] for g in groups])
+    alone = [[i] for i in range(len(groups))]
+    sub = {"model": row["model"], "strategy": row["strategy"]}
+    return score(corpus, settings, sub, first, alone, f"{key}|first", prompts=prompts)[1]
 
 
 def mauve_seed(seed: int, cell: str) -> int:
@@ -243,6 +267,7 @@ def to_json(out: CellOutput) -> dict:
             "kept": {k: [kind, _nested(arr.tolist())] for k, (kind, arr) in s.kept.items()},
             "items": {k: items_to_json(u) for k, u in s.items.items()},
             "generations": list(s.generations),
+            "firsts": to_json(CellOutput({}, s.firsts))["stats"] if s.firsts is not None else None,
         }
     row = {k: plain(v) for k, v in out.row.items()}
     return {"row": row, "stats": stats, "methods": out.methods, "examples": out.examples, "damaged": out.damaged}
@@ -260,6 +285,12 @@ def from_json(doc: dict) -> CellOutput:
         if generations and (len(generations) != len(s["prompts"]) or min(generations) < 1):
             raise ValueError("cached generations: not one a prompt")
         stats = CellStats(s["cell"], s["model"], s["strategy"], s["prompts"], values, kept, items, generations)
+        if (first := s.get("firsts")) is not None:  # one level: a nested entry is refused before it is read
+            if not isinstance(first, dict) or first.get("firsts") is not None:
+                raise ValueError("cached first generations: not the cell's")
+            stats.firsts = from_json({"row": {}, "stats": first}).stats
+            if stats.firsts is None or stats.firsts.prompts != stats.prompts or set(stats.firsts.generations) - {1}:
+                raise ValueError("cached first generations: not the cell's")
     return CellOutput(doc["row"], stats, doc.get("methods", {}), doc.get("examples", {}), doc.get("damaged", []))
 
 

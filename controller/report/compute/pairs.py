@@ -26,8 +26,9 @@ from controller.report.compute.celljob import CellJob
 from controller.report.compute.cells import CACHE_VERSION, CellOutput, Settings, from_json
 from controller.report.compute.runner import Runner
 from controller.report.compute.tasks import DIGEST, bounded, plain
+from controller.report.stats.cellstats import CellStats
 from controller.report.stats.intervals import cell_rng
-from controller.report.stats.paired import CellStats, baselines, compare_pair, with_holm
+from controller.report.stats.paired import baselines, compare_pair, with_holm
 from worker.core.errors import CorruptRecordError, PermanentJobError
 
 KEPT = 8  # whole cells' statistics kept read (a model's baseline is read once, not per cell)

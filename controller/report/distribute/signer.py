@@ -23,7 +23,8 @@ from controller.report.compute.celljob import CellJob
 from controller.report.compute.pairs import PairJob
 from controller.report.compute.tasks import MAX_N_BOOT, ReportTask
 from controller.report.distribute import plancache
-from controller.report.stats.paired import CellStats, baselines
+from controller.report.stats.cellstats import CellStats
+from controller.report.stats.paired import baselines
 from worker.core import keys, signing
 from worker.core.errors import UsageError
 

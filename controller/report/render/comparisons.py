@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from controller.report.stats.paired import BASELINE_COLUMN
+from controller.report.stats.paired import BASELINE_COLUMN, FIRSTS_COLUMN
 
 COMPARED = [
     "exact_match",
@@ -26,6 +26,11 @@ NOTE = (
     "draws the same random numbers for a prompt and seed). Δ = cell − baseline [95% paired interval over "
     "prompts]; p: Holm-adjusted over the whole table (* below 0.05). Every metric's columns are in summary.csv."
 )
+FIRSTS = "†"
+FIRSTS_NOTE = (
+    f" {FIRSTS} Of each prompt's first generation in both cells: a corpus metric (distinct-n, self-BLEU) moves with "
+    "how many generations a cell has, and these two cells have different numbers a prompt."
+)
 
 
 def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str, list[str]]] | None:
@@ -41,6 +46,7 @@ def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str,
         if row.get(BASELINE_COLUMN) is None or not isinstance(row[BASELINE_COLUMN], str):
             continue
         cells = [labels.get(row[BASELINE_COLUMN], row[BASELINE_COLUMN])]
+        firsts = set(str(row.get(FIRSTS_COLUMN) or "").split())
         for m in metrics:
             diff, p = row[f"{m}_diff"], row[f"{m}_diff_p_holm"]
             if not np.isfinite(diff):
@@ -49,16 +55,22 @@ def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str,
             text = f"{fmt(diff)} [{fmt(row[f'{m}_diff_ci_low'])}, {fmt(row[f'{m}_diff_ci_high'])}]"
             if np.isfinite(p):
                 text += f" p={fmt(p)}" + ("*" if p < 0.05 else "")
-            cells.append(text)
+            cells.append(text + (f" {FIRSTS}" if m in firsts else ""))
         table.append((labels[row["cell"]], cells))
     return table
+
+
+def note(table: list[tuple[str, list[str]]]) -> str:
+    """The table's note, with what † means where a cell of it has one."""
+    marked = any(v.endswith(FIRSTS) for _, cells in table[1:] for v in cells)
+    return NOTE + (FIRSTS_NOTE if marked else "")
 
 
 def comparison_markdown(table: list[tuple[str, list[str]]] | None) -> list[str]:
     if table is None:
         return []
     (_, header), *rows = table
-    lines = ["## Paired comparisons", "", NOTE, "", "| cell | " + " | ".join(header) + " |"]
+    lines = ["## Paired comparisons", "", note(table), "", "| cell | " + " | ".join(header) + " |"]
     lines.append("|---|---|" + "---:|" * (len(header) - 1))
     lines += ["| " + " | ".join(v.replace("|", "\\|") for v in [label, *cells]) + " |" for label, cells in rows]
     return [*lines, ""]
@@ -84,5 +96,6 @@ def comparison_html(table: list[tuple[str, list[str]]] | None) -> str:
         return ""
     return (
         f'<details id="comparisons"><summary>Paired comparisons against each cell\'s baseline ({len(table) - 1} cells)'
-        f'</summary><p class="small">{e(NOTE)}</p><div class="scroll">{labelled_table_html(table)}</div></details>'
+        f'</summary><p class="small">{e(note(table))}</p>'
+        f'<div class="scroll">{labelled_table_html(table)}</div></details>'
     )

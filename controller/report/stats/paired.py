@@ -8,7 +8,9 @@ prompt (every seed) together, so prompt-to-prompt variation that both cells shar
 Per metric, for each cell against its baseline (default: the first cell of the same model in
 plan order; `baseline` names a strategy, taken per model, or one cell key for every cell):
 
-- `<m>_diff`: value(cell) − value(baseline), on all generations of each;
+- `<m>_diff`: value(cell) − value(baseline), on all generations of each; a plain corpus metric's (distinct-n,
+  self-BLEU, Zipf: its value moves with a cell's generations) of each prompt's first generation in both where
+  the cells' generations a prompt differ (`cellstats.matched`; named in `first_generation_diffs`);
 - `<m>_diff_ci_low`, `<m>_diff_ci_high`: a paired 95% interval over the common prompts: the
   studentised bootstrap (scipy.stats.bootstrap over prompt indices) of an additive metric's
   difference, the bootstrap-t of the difference's jackknife pseudo-values of a plain one; neither
@@ -37,40 +39,27 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 from scipy.optimize import brentq
 
-from controller.metrics import Metric, OverlapItems, UnionItems, ratio
+from controller.metrics import Metric, ratio
 from controller.report.stats import swaps
 from controller.report.stats.bootstrap_t import MAX_K_PER_REPLICATE, gradient, studentized, values_of
+from controller.report.stats.cellstats import CellStats, align, generations, matched
 from controller.report.stats.intervals import jackknife_se
 
 SUFFIXES = ("_diff", "_diff_ci_low", "_diff_ci_high", "_diff_p", "_diff_p_holm")
 BASELINE_COLUMN = "baseline"
+FIRSTS_COLUMN = "first_generation_diffs"  # the metrics compared on each prompt's first generation (`matched`)
 TAIL_COUNT = 10  # fewer permutations as extreme as the observed than this: the tail's p from `tail_p`
 TAIL_TRUST = 0.001  # `tail_p` is set aside where the plain draws' count makes it this unlikely (`_least_tail`)
 
 
-@dataclass
-class CellStats:
-    """What a cell contributes to comparisons: its key, model, strategy, values and kept statistics."""
-
-    cell: str
-    model: str
-    strategy: str
-    prompts: list[str]
-    values: dict[str, float]
-    kept: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
-    items: dict[str, UnionItems | OverlapItems] = field(default_factory=dict)  # swap tests: distinct-n, self-BLEU
-    generations: list[int] = field(default_factory=list)  # each prompt's, in `prompts` order (empty: not known)
-
-
 def comparison_columns(metric_names: Sequence[str]) -> list[str]:
-    return [BASELINE_COLUMN] + [f"{m}{s}" for m in metric_names for s in SUFFIXES]
+    return [BASELINE_COLUMN, FIRSTS_COLUMN] + [f"{m}{s}" for m in metric_names for s in SUFFIXES]
 
 
 def is_comparison_column(column: str) -> bool:
@@ -304,42 +293,18 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out.tolist()
 
 
-def _common(a: CellStats, b: CellStats) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of the prompts both cells have, in a's order: (in a, in b)."""
-    pos_b = {p: i for i, p in enumerate(b.prompts)}
-    common = [(i, pos_b[p]) for i, p in enumerate(a.prompts) if p in pos_b]
-    ia, ib = (np.array(x, dtype=np.intp) for x in zip(*common)) if common else (np.empty(0, np.intp),) * 2
-    return ia, ib
-
-
-def _align(a: CellStats, b: CellStats, name: str) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """Both cells' kept statistics of `name` on their common prompts, in a's order, and those prompts' positions."""
-    if name not in a.kept or name not in b.kept or a.kept[name][0] != b.kept[name][0]:
-        return None
-    kind = a.kept[name][0]
-    ia, ib = _common(a, b)
-    if len(ia) < 2:
-        return None
-    if kind == "loo" and not (len(ia) == len(a.prompts) == len(b.prompts)):
-        return None  # a leave-one-out value depends on the whole prompt set: compare only equal sets
-    return kind, a.kept[name][1][ia], b.kept[name][1][ib], ia, ib
-
-
-def _generations(a: CellStats, b: CellStats, ia: np.ndarray, ib: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Both cells' generations of each common prompt, in a's order; None where a cell does not know its own."""
-    if len(a.generations) != len(a.prompts) or len(b.generations) != len(b.prompts):
-        return None
-    return np.asarray(a.generations)[ia], np.asarray(b.generations)[ib]
-
-
 def compare_pair(
     a: CellStats, b: CellStats, metrics: Mapping[str, Metric], *, n_boot: int, rng: np.random.Generator
-) -> dict[str, float]:
-    """`<m>_diff`, its paired interval and p-value for every metric both cells have (NaN elsewhere)."""
-    out: dict[str, float] = {}
+) -> dict[str, Any]:
+    """`<m>_diff`, its paired interval and p-value for every metric both cells have (NaN elsewhere); a plain corpus
+    metric's of each prompt's first generation in both where their generations a prompt differ (`FIRSTS_COLUMN`)."""
+    out: dict[str, Any] = {}
+    firsts = matched(a, b)
+    on_firsts = [name for name in metrics if firsts is not None and a.plain(name) and b.plain(name)]
     for name, metric in metrics.items():
-        diff = a.values.get(name, math.nan) - b.values.get(name, math.nan)
-        aligned = _align(a, b, name) if math.isfinite(diff) else None
+        x, y = firsts if name in on_firsts else (a, b)  # type: ignore[misc]
+        diff = math.nan if x is None or y is None else x.values.get(name, math.nan) - y.values.get(name, math.nan)
+        aligned = align(x, y, name) if math.isfinite(diff) else None
         lo = hi = p = math.nan
         if aligned is not None:
             kind, sa, sb, ia, ib = aligned
@@ -349,16 +314,16 @@ def compare_pair(
                 p = mcnemar_p(sa, sb) if one_outcome(metric, sa, sb) else None
                 if p is None:
                     mid = counted_outcomes(metric, sa, sb)
-                    statistic = swaps.additive(sa, sb, metric.combine, _generations(a, b, ia, ib))
+                    statistic = swaps.additive(sa, sb, metric.combine, generations(x, y, ia, ib))
                     p = permutation_p(statistic, len(sa), n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, t_p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
                 statistic = None  # the jackknife t-test: Zipf, or items too many to keep or allowing no swaps
-                if name in a.items and name in b.items:  # distinct-n, self-BLEU: recomputed on swapped prompts
-                    statistic = swaps.of_items(a.items[name].take(ia), b.items[name].take(ib))
+                if name in x.items and name in y.items:  # distinct-n, self-BLEU: recomputed on swapped prompts
+                    statistic = swaps.of_items(x.items[name].take(ia), y.items[name].take(ib))
                 p = t_p if statistic is None else permutation_p(statistic, len(ia), n_resamples=n_boot, rng=rng)
         out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
-    return out
+    return out | {FIRSTS_COLUMN: " ".join(on_firsts) or None}
 
 
 def with_holm(

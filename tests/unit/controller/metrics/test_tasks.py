@@ -16,7 +16,8 @@ from controller.cli import main
 from controller.metrics import METRICS, cell_data, compute_metrics
 from controller.metrics.answers import majority, pass_at_k
 from controller.metrics.extract import TaskSpec, canonical_number, normalize, task_of
-from controller.report.stats.paired import CellStats, compare_pair, mcnemar_p
+from controller.report.stats.cellstats import CellStats
+from controller.report.stats.paired import compare_pair, mcnemar_p
 from tests.support.repo import REPO
 from worker.core.contract import PromptItem
 

@@ -13,7 +13,8 @@ import pytest
 
 from controller.metrics import METRICS, ratio
 from controller.report.stats import swaps
-from controller.report.stats.paired import TAIL_COUNT, CellStats, compare_pair, holm, permutation_p, tail_p
+from controller.report.stats.cellstats import CellStats
+from controller.report.stats.paired import TAIL_COUNT, compare_pair, holm, permutation_p, tail_p
 
 pytestmark = pytest.mark.pure
 

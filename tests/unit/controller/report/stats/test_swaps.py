@@ -19,7 +19,8 @@ from controller.metrics.distinct import distinct_items
 from controller.metrics.unions import UnionItems, word_hashes
 from controller.report.compute.cells import CellOutput, from_json, to_json
 from controller.report.stats import intervals, swaps
-from controller.report.stats.paired import CellStats, _each_swapped_alone, compare_pair, jackknife_t, permutation_p
+from controller.report.stats.cellstats import CellStats
+from controller.report.stats.paired import _each_swapped_alone, compare_pair, jackknife_t, permutation_p
 
 pytestmark = pytest.mark.pure
 

@@ -18,7 +18,8 @@ from controller.metrics.overlaps import overlap_items
 from controller.metrics.selfbleu import self_bleu
 from controller.report.compute.cells import CellOutput, from_json, to_json
 from controller.report.stats import intervals, swaps
-from controller.report.stats.paired import CellStats, compare_pair, jackknife_t
+from controller.report.stats.cellstats import CellStats
+from controller.report.stats.paired import compare_pair, jackknife_t
 
 pytestmark = pytest.mark.pure
 
