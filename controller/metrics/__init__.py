@@ -20,6 +20,7 @@ from controller.metrics import (  # noqa: F401
     zipf,
 )
 from controller.metrics.cell import CellData, cell_data
+from controller.metrics.counts import CountItems
 from controller.metrics.overlaps import OverlapItems
 from controller.metrics.registry import (
     INTERVALS,
@@ -41,6 +42,7 @@ __all__ = [
     "INTERVALS",
     "METRICS",
     "CellData",
+    "CountItems",
     "Interval",
     "Metric",
     "additive_metric",

@@ -44,6 +44,7 @@ from typing import Literal
 import numpy as np
 
 from controller.metrics.cell import CellData
+from controller.metrics.counts import CountItems
 from controller.metrics.overlaps import OverlapItems
 from controller.metrics.unions import UnionItems
 from worker.core.registry import Registry
@@ -117,8 +118,9 @@ class Metric:
     union_items: Callable[[CellData, Sequence[Sequence[int]]], UnionItems] | None = None
     # a plain metric's per-prompt data from which it is recomputed with prompts swapped between two cells, for its
     # paired permutation test: `swap_items(cell, groups, limit)`, None where more than `limit` items (self-BLEU's
-    # n-gram occurrences, controller.metrics.overlaps); without it a plain metric's test is the jackknife t-test
-    swap_items: Callable[[CellData, Sequence[Sequence[int]], int], OverlapItems | None] | None = None
+    # n-gram occurrences, controller.metrics.overlaps; Zipf's word counts, controller.metrics.counts); without it a
+    # plain metric's test is the jackknife t-test
+    swap_items: Callable[[CellData, Sequence[Sequence[int]], int], OverlapItems | CountItems | None] | None = None
     # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where every generation of a
     # share is alike (controller.report.stats.shares)
     unit_interval: bool = False
@@ -247,7 +249,7 @@ def metric(
     citation: str = "",
     unit: str = "",
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
-    swap_items: Callable[[CellData, Sequence[Sequence[int]], int], OverlapItems | None] | None = None,
+    swap_items: Callable[[CellData, Sequence[Sequence[int]], int], OverlapItems | CountItems | None] | None = None,
     unit_interval: bool = False,
     jackknife_scale: Scale | None = None,
     calibrated_prompts: int | None = None,

@@ -19,10 +19,11 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from controller.metrics.cell import CellData
-from controller.metrics.registry import metric
+import numpy as np
 
-TOP_N = 5000
+from controller.metrics.cell import CellData
+from controller.metrics.counts import TOP_N, CountItems, count_items
+from controller.metrics.registry import metric
 
 
 def zipf_coefficient(docs: list[list[str]], top_n: int = TOP_N) -> float | None:
@@ -31,26 +32,11 @@ def zipf_coefficient(docs: list[list[str]], top_n: int = TOP_N) -> float | None:
     return _slope(Counter(counts.values()), top_n)
 
 
-def _slope(histogram: Counter, top_n: int, fits: dict | None = None) -> float | None:
-    """The coefficient from the counts' histogram (count -> how many words have it): the sorted counts are its
-    runs of equal values, largest first, cut at `top_n`. `fits` keeps, per number of ranks, the ranks' part of
-    the fit (x_r − x̄ and Σ (x_r − x̄)²), which a jackknife's many fits share. Every sum is `math.fsum`'s and
-    every product one double at a time, so the value does not depend on how the counts were come by."""
-    import numpy as np  # the metrics stay importable without numpy's cost on their path
-
-    runs = sorted(((f, k) for f, k in histogram.items() if k > 0), reverse=True)
-    n = min(sum(k for _, k in runs), top_n)
-    if n < 2:
-        return None
-    fits = {} if fits is None else fits
-    if n not in fits:
-        xs = [math.log(r) for r in range(1, n + 1)]
-        x_mean = math.fsum(xs) / n
-        fits[n] = (np.array([x - x_mean for x in xs]), math.fsum((x - x_mean) ** 2 for x in xs))
-    dx, sxx = fits[n]
-    ys = np.repeat([math.log(f) for f, _ in runs], [k for _, k in runs])[:n]
-    slope = math.fsum(dx * (ys - math.fsum(ys) / n)) / sxx
-    return -slope if slope else 0.0  # no negative zero for a flat distribution
+def _slope(histogram: Counter, top_n: int) -> float | None:
+    """The coefficient from the counts' histogram (count -> how many words have it), by `CountItems.zipf`."""
+    row = np.repeat([float(f) for f in histogram], [max(0, k) for k in histogram.values()])
+    value = CountItems.zipf(row[None, :], top_n)[0] if len(row) else math.nan
+    return None if math.isnan(value) else float(value)
 
 
 def zipf_leave_one_out(docs: list[list[str]], groups: Sequence[Sequence[int]], top_n: int = TOP_N):
@@ -61,11 +47,8 @@ def zipf_leave_one_out(docs: list[list[str]], groups: Sequence[Sequence[int]], t
     leaving a group out moves just the group's words to their lower counts before the same fit (`_slope`).
     A group costs its own words and the cell's distinct counts, not a recount of the cell (which made the
     jackknife quadratic: 300 prompts × 3 seeds of 64 words took 6 s a cell)."""
-    import numpy as np
-
     total = Counter(word for words in docs for word in words)
     histogram = Counter(total.values())
-    fits: dict = {}
     out = np.full(len(groups), np.nan)
     for gi, members in enumerate(groups):
         left = histogram.copy()
@@ -74,7 +57,7 @@ def zipf_leave_one_out(docs: list[list[str]], groups: Sequence[Sequence[int]], t
             left[f] -= 1
             if f > c:
                 left[f - c] += 1
-        value = _slope(left, top_n, fits)
+        value = _slope(left, top_n)
         if value is not None:
             out[gi] = value
     return out
@@ -87,6 +70,7 @@ def zipf_leave_one_out(docs: list[list[str]], groups: Sequence[Sequence[int]], t
     higher_is_better=None,
     interval="jackknife",  # a bootstrap's duplicated generations would distort the counts
     leave_one_out=lambda cell, groups: zipf_leave_one_out(cell.words, groups),
+    swap_items=lambda cell, groups, limit: count_items(cell.words, groups, limit),
     citation='Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration", ICLR',
     unit="",
 )

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from controller.metrics import CellData, Metric, OverlapItems, UnionItems, cell_data
+from controller.metrics import CellData, CountItems, Metric, OverlapItems, UnionItems, cell_data
 from controller.metrics.divergence import sizes as mauve_sizes
 from controller.report.compute.columns import MAUVE_COLUMNS
 from controller.report.compute.tasks import plain
@@ -42,7 +42,8 @@ from worker.core.results import GenerationRecord
 # 14: distinct-n's paired p a permutation test of the metric recomputed on swapped prompts, its items kept; 15:
 # an additive metric's swaps per generation where the cells' generations a prompt differ, `swaps.additive`; 16:
 # self-BLEU's paired p a permutation test of the metric recomputed on swapped prompts, its n-gram occurrences kept;
-# 17: a plain corpus metric's statistics of each prompt's first generation kept, `CellStats.firsts`)
+# 17: a plain corpus metric's statistics of each prompt's first generation kept, `CellStats.firsts`; Zipf's paired p
+# a permutation test of the metric recomputed on swapped prompts, its word counts kept, `swaps.zipf`)
 CACHE_VERSION = "17"
 EXAMPLE_PROMPTS = 3
 
@@ -228,27 +229,43 @@ def _nested(values: Any) -> Any:
     return [_nested(v) for v in values] if isinstance(values, list) else plain(values)
 
 
-def items_to_json(u: UnionItems | OverlapItems) -> dict:
+def items_to_json(u: UnionItems | OverlapItems | CountItems) -> dict:
     raw = base64.b64encode(u.items.astype("<u8").tobytes()).decode()
+    if isinstance(u, CountItems):
+        return {"kind": "counts", "sizes": u.sizes.tolist(), "counts": u.counts.tolist(), "items": raw}
     if isinstance(u, OverlapItems):
         return {"kind": "overlap", "sizes": u.sizes.tolist(), "lengths": u.lengths.tolist(), "max_n": u.max_n,
                 "items": raw}  # fmt: skip
     return {"sizes": u.sizes.tolist(), "totals": u.totals.tolist(), "items": raw}
 
 
-def items_from_json(doc: dict, groups: int) -> UnionItems | OverlapItems:
-    """A cached metric's swap items (a union metric's, or self-BLEU's n-gram occurrences); ValueError where they are
-    not a cell's of `groups` prompts, or too many."""
+def _ints(values: Any) -> np.ndarray:
+    """A cached list of integers as int64; ValueError where it is not one (a number past int64 included)."""
+    if not isinstance(values, list) or not all(type(v) is int for v in values):
+        raise ValueError("cached swap items: not a cell's")
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        raise ValueError("cached swap items: not a cell's") from None
+
+
+def items_from_json(doc: dict, groups: int) -> UnionItems | OverlapItems | CountItems:
+    """A cached metric's swap items (a union metric's, self-BLEU's n-gram occurrences, Zipf's word counts);
+    ValueError where they are not a cell's of `groups` prompts, or too many."""
     raw = base64.b64decode(doc["items"], validate=True)
     if len(raw) % 8 or len(raw) // 8 > MAX_KEPT_ITEMS or len(doc["sizes"]) != groups:
         raise ValueError("cached swap items: not a cell's")
     items = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
-    sizes = np.array(doc["sizes"], dtype=np.int64)
+    sizes = _ints(doc["sizes"])
     if doc.get("kind", "union") == "union":
         return UnionItems(items, sizes, np.array(doc["totals"], dtype=float))
+    if doc["kind"] == "counts":  # CountItems checks the rest: a count per item, each at least 1
+        if len(doc["counts"]) != len(items):
+            raise ValueError("cached swap items: not a cell's")
+        return CountItems(items, _ints(doc["counts"]), sizes)
     if doc["kind"] != "overlap" or type(doc["max_n"]) is not int or not 1 <= doc["max_n"] <= 8:
         raise ValueError("cached swap items: not a cell's")
-    lengths = np.array(doc["lengths"], dtype=np.int64)
+    lengths = _ints(doc["lengths"])
     if lengths.ndim != 1 or len(lengths) != sizes.sum() or (lengths < 0).any() or lengths.sum() > len(items):
         raise ValueError("cached swap items: not a cell's")  # checked before a (generations, max_n) array is built
     return OverlapItems(items, np.maximum(0, lengths[:, None] - np.arange(doc["max_n"])), sizes)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.metrics import OverlapItems, UnionItems
+from controller.metrics import CountItems, OverlapItems, UnionItems
 
 
 @dataclass
@@ -29,7 +29,7 @@ class CellStats:
     prompts: list[str]
     values: dict[str, float]
     kept: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
-    items: dict[str, UnionItems | OverlapItems] = field(default_factory=dict)  # swap tests: distinct-n, self-BLEU
+    items: dict[str, UnionItems | OverlapItems | CountItems] = field(default_factory=dict)  # swap tests' (`swaps`)
     generations: list[int] = field(default_factory=list)  # each prompt's, in `prompts` order (empty: not known)
     firsts: CellStats | None = None  # the plain corpus metrics' of each prompt's first generation (several a prompt)
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from controller.metrics import CellData, Metric, OverlapItems, UnionItems, column_sums, ratio
+from controller.metrics import CellData, CountItems, Metric, OverlapItems, UnionItems, column_sums, ratio
 from controller.report.stats.bootstrap_t import (
     CI_LEVEL,
     Z,
@@ -153,7 +153,7 @@ def jackknife(
     logit scale 1.08-1.54x, covering 93.3-97.0% there, 94.4-98.0%: docs/reports.md). A `unit_interval`
     metric's interval stays inside [0, 1]. A union metric's items (distinct-n's hashed n-grams, at most
     MAX_KEPT_ITEMS) go to `keep_items`, for its paired swap test, and so do a plain metric's `swap_items` (self-BLEU's
-    n-gram occurrences, as many at most)."""
+    n-gram occurrences, Zipf's word counts, as many at most)."""
     if metric.union_items is not None:
         items = metric.union_items(cell, groups)
         loo = items.leave_one_out()
@@ -161,7 +161,7 @@ def jackknife(
             keep_items[metric.name] = items
     else:
         loo = leave_one_out(metric, cell, groups)
-        if keep_items is not None and metric.swap_items is not None:  # self-BLEU's n-gram occurrences
+        if keep_items is not None and metric.swap_items is not None:  # self-BLEU's occurrences, Zipf's counts
             swap = metric.swap_items(cell, groups, MAX_KEPT_ITEMS)
             if swap is not None:
                 keep_items[metric.name] = swap
@@ -242,7 +242,7 @@ def confidence_intervals(
     rng: np.random.Generator,
     reference_row: bool = False,
     keep: dict[str, tuple[str, np.ndarray]] | None = None,
-    keep_items: dict[str, UnionItems | OverlapItems] | None = None,
+    keep_items: dict[str, UnionItems | OverlapItems | CountItems] | None = None,
     stats: dict[str, np.ndarray | None] | None = None,
 ) -> dict[str, tuple[float, float, str]]:
     """95% intervals over prompt resamples: {metric: (low, high, method)}; see the module doc.

@@ -18,9 +18,10 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
 - `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
   `permutation_test`, the two cells' generations of a prompt swapped, the metric recomputed on each
   arrangement: `swaps`; per generation where the cells' generations a prompt differ) for an additive metric,
-  a union metric (distinct-n, from each prompt's distinct n-grams) and self-BLEU (from each generation's n-gram
-  occurrences, where a prompt has as many generations in both cells), the jackknife t-test for another plain
-  one (Zipf) and for one whose cell held more items than were kept (`intervals.MAX_KEPT_ITEMS`); for a share
+  a union metric (distinct-n, from each prompt's distinct n-grams), self-BLEU (from each generation's n-gram
+  occurrences, where a prompt has as many generations in both cells) and Zipf (from each prompt's word counts),
+  the jackknife t-test for another plain one (a plugin's without swap items) and for one whose cell held more
+  items than were kept (`intervals.MAX_KEPT_ITEMS`); for a share
   of which every
   common prompt holds one 0/1 outcome in both cells (exact_match of two cells with one generation per
   prompt), McNemar's mid-p test; for a share of 0/1 outcomes with several generations per prompt
@@ -318,7 +319,7 @@ def compare_pair(
                     p = permutation_p(statistic, len(sa), n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, t_p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)
-                statistic = None  # the jackknife t-test: Zipf, or items too many to keep or allowing no swaps
+                statistic = None  # the jackknife t-test: no swap items, too many to keep, or allowing no swaps
                 if name in x.items and name in y.items:  # distinct-n, self-BLEU: recomputed on swapped prompts
                     statistic = swaps.of_items(x.items[name].take(ia), y.items[name].take(ib))
                 p = t_p if statistic is None else permutation_p(statistic, len(ia), n_resamples=n_boot, rng=rng)

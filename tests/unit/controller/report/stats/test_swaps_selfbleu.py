@@ -7,19 +7,17 @@ self-BLEU computed from the words (NLTK's arithmetic, `selfbleu.self_bleu`) on e
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import numpy as np
 import pytest
 
-from controller.metrics import METRICS, OverlapItems, cell_data
+from controller.metrics import METRICS, OverlapItems
 from controller.metrics.overlaps import overlap_items
 from controller.metrics.selfbleu import self_bleu
 from controller.report.compute.cells import CellOutput, from_json, to_json
 from controller.report.stats import intervals, swaps
-from controller.report.stats.cellstats import CellStats
-from controller.report.stats.paired import compare_pair, jackknife_t
+from tests.support.swaps import arranged, groups_of, kept, p_of_pair
 
 pytestmark = pytest.mark.pure
 
@@ -29,17 +27,6 @@ NAME = "self_bleu_4"
 
 def docs(rng: random.Random, n: int, vocab: int, longest: int = 12) -> list[list[str]]:
     return [[rng.choice(VOCAB[:vocab]) for _ in range(rng.randint(0, longest))] for _ in range(n)]
-
-
-def arranged(da, db, mask, k):
-    """The two cells' documents with the masked prompts' k generations exchanged."""
-    x = [d for g, m in enumerate(mask) for d in (db if m else da)[g * k : (g + 1) * k]]
-    y = [d for g, m in enumerate(mask) for d in (da if m else db)[g * k : (g + 1) * k]]
-    return x, y
-
-
-def groups_of(G: int, k: int) -> list[list[int]]:
-    return [list(range(g * k, (g + 1) * k)) for g in range(G)]
 
 
 def test_the_statistic_is_self_bleu_of_the_swapped_cells():
@@ -64,13 +51,9 @@ def test_cells_with_other_generations_a_prompt_get_no_swaps():
     assert swaps.self_bleu(a, b) is None and swaps.of_items(a, b) is None
 
 
-def stats(key: str, words: list[list[str]], G: int, k: int) -> CellStats:
+def stats(key: str, words: list[list[str]], G: int, k: int):
     """What the report keeps of a cell (`intervals.jackknife`): self-BLEU's leave-one-out values and items."""
-    data = cell_data([{"text": " ".join(w), "prompt_id": f"p{i // k}"} for i, w in enumerate(words)])
-    keep, keep_items = {}, {}
-    value = self_bleu(data.words)
-    intervals.jackknife(METRICS.get(NAME), data, value, groups_of(G, k), keep=keep, keep_items=keep_items)
-    return CellStats(key, "m", key, [f"p{g}" for g in range(G)], {NAME: value}, keep, keep_items, [k] * G)
+    return kept(NAME, self_bleu, key, words, G, k)
 
 
 @pytest.mark.parametrize("k", [1, 2])
@@ -81,15 +64,8 @@ def test_compare_pair_gives_self_bleu_the_exact_permutation_p_of_the_metric_itse
     rng = random.Random(10 + k)
     G = 9
     da, db = docs(rng, G * k, 5), docs(rng, G * k, 14)
-    a, b = stats("a", da, G, k), stats("b", db, G, k)
-    assert isinstance(a.items[NAME], OverlapItems)
-    out = compare_pair(a, b, {NAME: METRICS.get(NAME)}, n_boot=1000, rng=np.random.default_rng(1))
-    null = np.array([self_bleu(x) - self_bleu(y) for x, y in
-                     (arranged(da, db, mask, k) for mask in itertools.product([False, True], repeat=G))])  # fmt: skip
-    want = float(np.mean(np.abs(null) >= abs(null[0]) * (1 - 1e-12)))
-    assert out[f"{NAME}_diff_p"] == pytest.approx(want)
-    diff = a.values[NAME] - b.values[NAME]
-    old = jackknife_t(a.kept[NAME][1], b.kept[NAME][1], diff, n_boot=1000, rng=np.random.default_rng(1))[2]
+    p, want, old = p_of_pair(NAME, self_bleu, da, db, G, k)
+    assert p == pytest.approx(want)
     assert old != pytest.approx(want, abs=1e-3)  # the t-test's p (the old code's) is another number
 
 
