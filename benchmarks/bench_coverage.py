@@ -295,7 +295,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, nargs="*", default=[16, 32, 128])
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--population", type=int, default=20_000, help="prompts of the population cell")
-    ap.add_argument("--metrics", nargs="*", default=None, help="only these (and no ratings)")
+    ap.add_argument("--metrics", nargs="*", default=None, help="only these (and no ratings): any registered metric")
     ap.add_argument("--variants", action="store_true", help="other intervals of the jackknife metrics, and the SE")
     ap.add_argument("--halves", type=int, default=0, help="with --variants: the delete-half SE from this many halves")
     ap.add_argument("--start", type=int, default=0, help="index of the first simulation (to split a run)")
@@ -305,6 +305,8 @@ def main() -> None:
     ap.add_argument("--process", choices=["skewed", "markov"], default="skewed",
                     help="the generative process: this script's, or benchmarks/process_markov.py")  # fmt: skip
     args = ap.parse_args()
+    if unknown := [m for m in args.metrics or () if m not in METRICS]:
+        ap.error(f"--metrics: unknown metric {unknown[0]!r}")
     SEEDS, PROCESS = args.seeds, args.process
     t0 = time.perf_counter()
     if args.load:
@@ -315,8 +317,8 @@ def main() -> None:
           + ", ".join(f"{k} {v:.5g}" for k, v in truth.items()))  # fmt: skip
     if PROCESS == "markov":
         METRIC_NAMES[:] = MARKOV_NAMES
-    if args.metrics:
-        METRIC_NAMES[:] = [m for m in METRIC_NAMES if m in args.metrics]
+    if args.metrics:  # any registered metric the cells can give (zipf, distinct_1, ...), not only the defaults
+        METRIC_NAMES[:] = list(dict.fromkeys(args.metrics))
     saved: dict = {"truth": truth, "runs": {}}
     for G in args.prompts:
         found = run(G, args.sims, args.n_boot, truth, args.variants, args.halves, args.start)

@@ -134,3 +134,13 @@ def test_pseudo_values_alike_but_for_rounding_noise_give_an_interval_not_an_erro
                   0.10000000069156649, 0.10000000083193307, 0.10000000023418519, 0.10000000019743564])  # fmt: skip
     low, high = mean_interval(x, 0.1)
     assert low < 0.1 < high and high - low < 1e-8
+
+
+def test_coverage_takes_any_registered_metric_and_names_an_unknown_one():
+    """Zipf's interval was measured this way (docs/reports.md, "Zipf's interval, measured")."""
+    ran = bench("benchmarks/bench_coverage.py", "--prompts", "8", "--sims", "2", "--metrics", "zipf", "--seeds", "1",
+                "--population", "200", "--n-boot", "20", "--process", "markov")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "zipf" in ran.stdout and "(n=2," in ran.stdout
+    unknown = bench("benchmarks/bench_coverage.py", "--sims", "1", "--metrics", "zipff")
+    assert unknown.returncode != 0 and "unknown metric 'zipff'" in unknown.stderr
