@@ -23,6 +23,7 @@ import pandas as pd
 from controller.report.compute.aggregate import summarize
 from controller.report.load.sweep import load_sweep
 from controller.report.render.labels import cell_labels, variant_labels
+from controller.report.stats.paired import on_first_generations
 from worker.core import paths
 from worker.core.errors import UsageError
 from worker.store import Store, open_store
@@ -82,7 +83,7 @@ def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
     for _, row in summary.iterrows():
         if not isinstance(row.get("baseline"), str):
             continue
-        firsts = set(str(row.get("first_generation_diffs") or "").split())
+        firsts = on_first_generations(row)
         for col in summary.columns:
             if col.endswith("_diff"):
                 m = col[: -len("_diff")]

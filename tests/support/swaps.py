@@ -4,6 +4,7 @@ swapped, what the report keeps of a cell, and a comparison's p over every arrang
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable
 
 import numpy as np
@@ -11,8 +12,21 @@ import numpy as np
 from controller.metrics import METRICS, cell_data
 from controller.report.stats import intervals
 from controller.report.stats.cellstats import CellStats
+from controller.report.stats.paired import compare_pair, jackknife_t
 
 Words = list[list[str]]
+VOCAB = ["the", "a", "of", "and", "to", "in", "was", "she", "he", "it", "her", "his", "that", "with"]
+
+
+def few_words(rng: random.Random, n: int, vocab: int, longest: int = 12) -> Words:
+    """Short documents from the first `vocab` words of VOCAB (n-grams repeat, lengths tie), empty ones included."""
+    return [[rng.choice(VOCAB[:vocab]) for _ in range(rng.randint(0, longest))] for _ in range(n)]
+
+
+def heavy_tailed(rng: random.Random, n: int, vocab: int, longest: int = 30) -> Words:
+    """Documents of words drawn from a heavy-tailed distribution over `vocab` words, empty ones included."""
+    return [[f"w{min(int(rng.paretovariate(1.2)), vocab) - 1}" for _ in range(rng.randint(0, longest))]
+            for _ in range(n)]  # fmt: skip
 
 
 def groups_of(G: int, k: int) -> list[list[int]]:
@@ -46,8 +60,6 @@ def enumerated_p(value: Callable[[Words], float], da: Words, db: Words, G: int, 
 def p_of_pair(name: str, value: Callable[[Words], float], da: Words, db: Words, G: int, k: int) -> tuple[float, ...]:
     """For two cells of `name`: the report's paired p (`compare_pair`, 1,000 resamples: every arrangement where
     2^G is fewer), the p over every arrangement of the metric itself, and the jackknife t-test's (the old one)."""
-    from controller.report.stats.paired import compare_pair, jackknife_t
-
     a, b = kept(name, value, "a", da, G, k), kept(name, value, "b", db, G, k)
     out = compare_pair(a, b, {name: METRICS.get(name)}, n_boot=1000, rng=np.random.default_rng(1))
     diff = a.values[name] - b.values[name]

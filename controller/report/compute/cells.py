@@ -123,30 +123,15 @@ def score(
         values = {name: row[name] for name, _ in selected}
         sizes = [len(g) for g in groups]
         stats = CellStats(key, row["model"], row["strategy"], list(prompts), values, kept, items, sizes)
-        stats.firsts = first_generations(
-            [(n, m) for n, m in selected if stats.plain(n)], settings, row, cell, groups, key, prompts
-        )
+        corpus = [(n, m) for n, m in selected if stats.plain(n)]
+        if corpus and any(len(g) > 1 for g in groups):  # `CellStats.firsts`: the corpus metrics of each prompt's
+            # first generation (lowest seed and sample), which a comparison with a baseline of other generations a
+            # prompt takes (`cellstats.matched`); a cell of one generation a prompt is its own
+            first = cell.subset([g[0] for g in groups])
+            sub = {"model": row["model"], "strategy": row["strategy"]}
+            alone = [[i] for i in range(len(groups))]
+            stats.firsts = score(corpus, settings, sub, first, alone, f"{key}|first", prompts=prompts)[1]
     return {name: method for name, (_, _, method) in cis.items()}, stats
-
-
-def first_generations(
-    corpus: Sequence[tuple[str, Metric]],
-    settings: Settings,
-    row: dict,
-    cell: CellData,
-    groups: list[list[int]],
-    key: str,
-    prompts: Sequence[str],
-) -> CellStats | None:
-    """The statistics of the plain corpus metrics `corpus` on each prompt's first generation (its lowest seed and
-    sample), which a comparison with a baseline of other generations a prompt takes (`cellstats.matched`); None
-    where every prompt has one generation (the cell is its own) or no such metric was kept."""
-    if not corpus or all(len(g) == 1 for g in groups):
-        return None
-    first = cell.subset([g[0] for g in groups])
-    alone = [[i] for i in range(len(groups))]
-    sub = {"model": row["model"], "strategy": row["strategy"]}
-    return score(corpus, settings, sub, first, alone, f"{key}|first", prompts=prompts)[1]
 
 
 def mauve_seed(seed: int, cell: str) -> int:

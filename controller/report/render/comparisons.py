@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from controller.report.stats.paired import BASELINE_COLUMN, FIRSTS_COLUMN
+from controller.report.stats.paired import BASELINE_COLUMN, on_first_generations
 
 COMPARED = [
     "exact_match",
@@ -46,7 +46,7 @@ def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str,
         if row.get(BASELINE_COLUMN) is None or not isinstance(row[BASELINE_COLUMN], str):
             continue
         cells = [labels.get(row[BASELINE_COLUMN], row[BASELINE_COLUMN])]
-        firsts = set(str(row.get(FIRSTS_COLUMN) or "").split())
+        firsts = on_first_generations(row)
         for m in metrics:
             diff, p = row[f"{m}_diff"], row[f"{m}_diff_p_holm"]
             if not np.isfinite(diff):

@@ -59,6 +59,12 @@ TAIL_COUNT = 10  # fewer permutations as extreme as the observed than this: the 
 TAIL_TRUST = 0.001  # `tail_p` is set aside where the plain draws' count makes it this unlikely (`_least_tail`)
 
 
+def on_first_generations(row: Mapping[str, Any]) -> set[str]:
+    """The metrics a summary row's comparison took on each prompt's first generation (its `FIRSTS_COLUMN`)."""
+    value = row.get(FIRSTS_COLUMN)
+    return set(value.split()) if isinstance(value, str) else set()
+
+
 def comparison_columns(metric_names: Sequence[str]) -> list[str]:
     return [BASELINE_COLUMN, FIRSTS_COLUMN] + [f"{m}{s}" for m in metric_names for s in SUFFIXES]
 

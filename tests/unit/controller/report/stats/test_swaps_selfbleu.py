@@ -16,17 +16,13 @@ from controller.metrics import METRICS, OverlapItems
 from controller.metrics.overlaps import overlap_items
 from controller.metrics.selfbleu import self_bleu
 from controller.report.compute.cells import CellOutput, from_json, to_json
-from controller.report.stats import intervals, swaps
-from tests.support.swaps import arranged, groups_of, kept, p_of_pair
+from controller.report.stats import swaps
+from tests.support.swaps import VOCAB, arranged, groups_of, kept
+from tests.support.swaps import few_words as docs
 
 pytestmark = pytest.mark.pure
 
-VOCAB = ["the", "a", "of", "and", "to", "in", "was", "she", "he", "it", "her", "his", "that", "with"]
 NAME = "self_bleu_4"
-
-
-def docs(rng: random.Random, n: int, vocab: int, longest: int = 12) -> list[list[str]]:
-    return [[rng.choice(VOCAB[:vocab]) for _ in range(rng.randint(0, longest))] for _ in range(n)]
 
 
 def test_the_statistic_is_self_bleu_of_the_swapped_cells():
@@ -54,25 +50,6 @@ def test_cells_with_other_generations_a_prompt_get_no_swaps():
 def stats(key: str, words: list[list[str]], G: int, k: int):
     """What the report keeps of a cell (`intervals.jackknife`): self-BLEU's leave-one-out values and items."""
     return kept(NAME, self_bleu, key, words, G, k)
-
-
-@pytest.mark.parametrize("k", [1, 2])
-def test_compare_pair_gives_self_bleu_the_exact_permutation_p_of_the_metric_itself(k):
-    """9 prompts (512 arrangements, fewer than the 1,000 resamples: scipy enumerates them), one cell writing from a
-    smaller vocabulary. The p is the enumeration's of self-BLEU from the words; the old one, the jackknife t-test's,
-    is not."""
-    rng = random.Random(10 + k)
-    G = 9
-    da, db = docs(rng, G * k, 5), docs(rng, G * k, 14)
-    p, want, old = p_of_pair(NAME, self_bleu, da, db, G, k)
-    assert p == pytest.approx(want)
-    assert old != pytest.approx(want, abs=1e-3)  # the t-test's p (the old code's) is another number
-
-
-def test_a_cell_with_more_occurrences_than_kept_falls_back_to_the_jackknife_t(monkeypatch):
-    monkeypatch.setattr(intervals, "MAX_KEPT_ITEMS", 10)
-    a = stats("a", docs(random.Random(5), 12, 14), 12, 1)
-    assert NAME in a.kept and a.items == {}
 
 
 def test_self_bleus_items_survive_the_cache_and_damaged_ones_are_refused():

@@ -17,18 +17,13 @@ from controller.metrics import METRICS, CountItems
 from controller.metrics.counts import count_items
 from controller.metrics.zipf import zipf_coefficient, zipf_leave_one_out
 from controller.report.compute.cells import CellOutput, from_json, to_json
-from controller.report.stats import intervals, swaps
-from tests.support.swaps import arranged, groups_of, kept, p_of_pair
+from controller.report.stats import swaps
+from tests.support.swaps import arranged, groups_of, kept
+from tests.support.swaps import heavy_tailed as docs
 
 pytestmark = pytest.mark.pure
 
 NAME = "zipf"
-
-
-def docs(rng: random.Random, n: int, vocab: int, longest: int = 30) -> list[list[str]]:
-    """Documents of words drawn from a heavy-tailed distribution over `vocab` words, empty ones included."""
-    return [[f"w{min(int(rng.paretovariate(1.2)), vocab) - 1}" for _ in range(rng.randint(0, longest))]
-            for _ in range(n)]  # fmt: skip
 
 
 def test_the_statistic_is_zipf_of_the_swapped_cells():
@@ -70,24 +65,6 @@ def test_the_leave_one_out_values_are_the_metric_without_each_prompt():
 
 def stats(key: str, words: list[list[str]], G: int, k: int):
     return kept(NAME, zipf_coefficient, key, words, G, k)
-
-
-@pytest.mark.parametrize("k", [1, 2])
-def test_compare_pair_gives_zipf_the_exact_permutation_p_of_the_metric_itself(k):
-    """9 prompts (512 arrangements, fewer than the 1,000 resamples: scipy enumerates them), one cell's words more
-    heavy-tailed. The p is the enumeration's of the coefficient from the words; the old one, the t-test's, is not."""
-    rng = random.Random(20 + k)
-    G = 9
-    da, db = docs(rng, G * k, 8), docs(rng, G * k, 60)
-    p, want, old = p_of_pair(NAME, zipf_coefficient, da, db, G, k)
-    assert p == pytest.approx(want)
-    assert old != pytest.approx(want, abs=1e-3)  # the t-test's p (the old code's) is another number
-
-
-def test_a_cell_with_more_words_than_kept_falls_back_to_the_jackknife_t(monkeypatch):
-    monkeypatch.setattr(intervals, "MAX_KEPT_ITEMS", 10)
-    a = stats("a", docs(random.Random(5), 12, 40), 12, 1)
-    assert NAME in a.kept and a.items == {}
 
 
 def test_zipfs_counts_survive_the_cache_and_damaged_ones_are_refused():
