@@ -16,7 +16,9 @@ all the generations of a prompt in the cell (a sweep's seeds, and a strategy's `
 - `distinct_answers`: distinct answers (unanswered ones not counted) over n, per prompt with n ≥ 2.
 
 The prompt stays the unit: a per-prompt value v of a prompt with n generations enters as n rows of
-(v / n, 1 / n), so the value is the mean over prompts and the bootstrap resamples prompts whole.
+(v / n, 1 / n), so the value is the mean over prompts and the bootstrap resamples prompts whole. Those metrics
+declare it (`Metric.per_prompt`): a prompt's sums are (v, 1) whatever its generations, which the paired test
+exchanges between two cells as they are (controller.report.stats.paired).
 """
 
 from __future__ import annotations
@@ -144,6 +146,7 @@ def answered(cell: CellData) -> np.ndarray | None:
     level="corpus",
     higher_is_better=None,
     unit_interval=True,
+    per_prompt=True,
 )
 def distinct_answers(cell: CellData) -> np.ndarray | None:
     seen = judged(cell)
@@ -167,7 +170,7 @@ def _pass_at(k: int) -> Metric:
 def _accuracy(name: str, description: str, per_item, citation: str) -> Metric:
     """A family member: an accuracy (a share, higher is better) of per-prompt values over the prompts' answers."""
     return Metric(name=name, description=description, level="corpus", higher_is_better=True, needs_answers=True,
-                  per_item=per_item, combine=ratio, unit_interval=True, citation=citation)  # fmt: skip
+                  per_item=per_item, combine=ratio, unit_interval=True, per_prompt=True, citation=citation)  # fmt: skip
 
 
 def _maj_at(k: int) -> Metric:

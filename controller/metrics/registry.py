@@ -124,6 +124,11 @@ class Metric:
     # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where every generation of a
     # share is alike (controller.report.stats.shares)
     unit_interval: bool = False
+    # an additive metric of one value per prompt (pass@k, maj@k: controller.metrics.answers.per_prompt's rows of
+    # (v / n, 1 / n) for each of a prompt's n generations): each prompt's sums are (v, 1) whatever its generations,
+    # so a paired test exchanges two cells' prompts as they are, where a per-generation metric's sums are taken per
+    # generation (controller.report.stats.swaps.additive)
+    per_prompt: bool = False
     # the scale of a jackknife interval: "logit" (the default of a unit_interval metric) for a share of counted
     # things, whose spread shrinks towards 0 and 1 as p(1 - p) does (distinct-n); "linear" (the default otherwise)
     # for anything else, e.g. a mean of bounded scores (self-BLEU), whose spread is not tied to its level so
@@ -142,6 +147,8 @@ class Metric:
             raise ValueError(f"{where}: what a worker computes for it (worker_computes) needs a model (needs_model)")
         if (self.per_item is None) != (self.combine is None):
             raise ValueError(f"{where}: per_item and combine go together")
+        if self.per_prompt and not self.additive:
+            raise ValueError(f"{where}: per_prompt is an additive metric's (per_item rows that sum to one per prompt)")
         if self.swap_items is not None and (self.union_items is not None or self.additive):
             raise ValueError(f"{where}: swap_items is a plain metric's (a union or additive one swaps its own data)")
         if self.union_items is not None:
@@ -306,6 +313,7 @@ def additive_metric(
     citation: str = "",
     unit: str = "",
     unit_interval: bool = False,
+    per_prompt: bool = False,
     calibrated_prompts: int | None = None,
     registry: Registry[Metric] = METRICS,
 ):
@@ -317,7 +325,7 @@ def additive_metric(
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes, needs_answers=needs_answers,
-                  citation=citation, unit=unit, unit_interval=unit_interval,
+                  citation=citation, unit=unit, unit_interval=unit_interval, per_prompt=per_prompt,
                   calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda per_item: Metric(name=name, per_item=per_item, combine=combine, **fields))
 

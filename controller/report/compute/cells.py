@@ -43,8 +43,9 @@ from worker.core.results import GenerationRecord
 # an additive metric's swaps per generation where the cells' generations a prompt differ, `swaps.additive`; 16:
 # self-BLEU's paired p a permutation test of the metric recomputed on swapped prompts, its n-gram occurrences kept;
 # 17: a plain corpus metric's statistics of each prompt's first generation kept, `CellStats.firsts`; Zipf's paired p
-# a permutation test of the metric recomputed on swapped prompts, its word counts kept, `swaps.zipf`)
-CACHE_VERSION = "17"
+# a permutation test of the metric recomputed on swapped prompts, its word counts kept, `swaps.zipf`; 18: a
+# per-prompt metric's swaps (pass@k, maj@k: `Metric.per_prompt`) of its prompts as they are, pass@1's the mid-p)
+CACHE_VERSION = "18"
 EXAMPLE_PROMPTS = 3
 
 

@@ -17,7 +17,8 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
   with a side shorter than Student's t(G − 1);
 - `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
   `permutation_test`, the two cells' generations of a prompt swapped, the metric recomputed on each
-  arrangement: `swaps`; per generation where the cells' generations a prompt differ) for an additive metric,
+  arrangement: `swaps`; per generation where the cells' generations a prompt differ, but a per-prompt metric's
+  prompts as they are, `Metric.per_prompt`: pass@k, maj@k) for an additive metric,
   a union metric (distinct-n, from each prompt's distinct n-grams), self-BLEU (from each generation's n-gram
   occurrences, where a prompt has as many generations in both cells) and Zipf (from each prompt's word counts),
   the jackknife t-test for another plain one (a plugin's without swap items) and for one whose cell held more
@@ -25,7 +26,7 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
   of which every
   common prompt holds one 0/1 outcome in both cells (exact_match of two cells with one generation per
   prompt), McNemar's mid-p test; for a share of 0/1 outcomes with several generations per prompt
-  (eos_rate over seeds or samples), the permutation test's mid-p value, which does not lose size to
+  (eos_rate over seeds or samples, pass@1 of samples), the permutation test's mid-p value, which does not lose size to
   the ties of counts. Where fewer than TAIL_COUNT of the random permutations are as extreme as the
   observed statistic, a permutation p is estimated by importance sampling of the swaps (`tail_p`, unless the
   plain count makes it implausible): a Monte Carlo p is never below 2 / (n + 1), which Holm multiplies;
@@ -225,11 +226,19 @@ def mid_p(null: np.ndarray, observed: float, *, exact: bool) -> float:
     return float(min(1.0, 2 * (min(above, below) + 0.5 * equal) / n)) if n else math.nan
 
 
-def counted_outcomes(metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray) -> bool:
+def counted_outcomes(
+    metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray, counts: tuple[np.ndarray, np.ndarray] | None = None
+) -> bool:
     """A share of 0/1 outcomes (eos_rate, exact_match) with several generations per prompt: each prompt's
-    sums are whole counts (right, generations), so the paired statistic takes few distinct values."""
+    sums are whole counts (right, generations), so the paired statistic takes few distinct values. A per-prompt
+    metric's (`Metric.per_prompt`: pass@1, maj@k) are such counts over the prompt's generations (`counts`, in
+    each cell), (c / n, 1)."""
     if not metric.unit_interval or metric.combine is not ratio or sums_a.shape[1] != 2:
         return False
+    if metric.per_prompt:
+        if counts is None:
+            return False
+        sums_a, sums_b = (s * np.asarray(k, dtype=float)[:, None] for s, k in zip((sums_a, sums_b), counts))
     both = np.concatenate([sums_a, sums_b])
     return bool(np.allclose(both, np.round(both), rtol=0, atol=1e-9))
 
@@ -320,8 +329,10 @@ def compare_pair(
                 lo, hi = interval if interval is not None else (math.nan, math.nan)
                 p = mcnemar_p(sa, sb) if one_outcome(metric, sa, sb) else None
                 if p is None:
-                    mid = counted_outcomes(metric, sa, sb)
-                    statistic = swaps.additive(sa, sb, metric.combine, generations(x, y, ia, ib))
+                    counts = generations(x, y, ia, ib)
+                    mid = counted_outcomes(metric, sa, sb, counts)
+                    # a per-prompt metric's prompts weigh one each already: exchanged as they are
+                    statistic = swaps.additive(sa, sb, metric.combine, None if metric.per_prompt else counts)
                     p = permutation_p(statistic, len(sa), n_resamples=n_boot, rng=rng, mid=mid)
             elif not (np.isnan(sa).any() or np.isnan(sb).any()):
                 lo, hi, t_p = jackknife_t(sa, sb, diff, n_boot=n_boot, rng=rng)

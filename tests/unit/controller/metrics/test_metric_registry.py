@@ -66,6 +66,9 @@ def test_a_metric_declares_one_consistent_aggregation():
         Metric(**meta, fn=lambda c: 1.0, interval="wild")
     with pytest.raises(ValueError, match="give fn"):
         Metric(**meta)
+    with pytest.raises(ValueError, match="per_prompt is an additive metric's"):
+        Metric(**meta, fn=lambda c: 1.0, per_prompt=True)
+    assert Metric(**meta, per_item=rows, combine=ratio, per_prompt=True).per_prompt
     assert Metric(**meta, fn=lambda c: 1.0).interval == "jackknife"
     assert Metric(**meta, per_item=rows, combine=ratio).interval == "bootstrap"
     assert Metric(**meta, per_item=rows, combine=ratio).fn(cell("a", "b")) == 1.0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 import sys
@@ -239,8 +240,6 @@ def test_counts_of_outcomes_over_seeds_get_the_exact_mid_p_of_the_permutation_te
     """issue 46: 0/1 outcomes, 3 generations a prompt: the paired permutation test's statistic takes few values,
     and the plain p counts every tie with the observed one as extreme (conservative). The p is the mid-p of the
     exact permutation distribution, checked against its enumeration by hand; the plain p is larger."""
-    import itertools
-
     m = METRICS.get("eos_rate")
     right_a, right_b = [3, 2, 3, 1, 3, 2], [1, 2, 0, 1, 2, 0]
     a = np.array([[k, 3] for k in right_a], dtype=float)
@@ -260,6 +259,61 @@ def test_counts_of_outcomes_over_seeds_get_the_exact_mid_p_of_the_permutation_te
     assert out["eos_rate_diff"] == pytest.approx(observed)
     assert out["eos_rate_diff_p"] == pytest.approx(2 * (min(above, below) + equal / 2) / 64)
     assert out["eos_rate_diff_p"] < 2 * (min(above, below) + equal) / 64  # the plain p, ties counted whole
+
+
+def kept_sums(cell, names: list[str], prompts: list[str]) -> tuple[dict, dict]:
+    """A cell's values and per-prompt sums of `names`, as the report keeps them (cells.score)."""
+    values, kept = {}, {}
+    for name in names:
+        rows = METRICS.get(name).stats(cell)
+        sums = np.array([rows[[i for i, p in enumerate(cell.prompt_ids) if p == q]].sum(axis=0) for q in prompts])
+        values[name], kept[name] = sums[:, 0].sum() / sums[:, 1].sum(), ("sums", sums)
+    return values, kept
+
+
+def test_pass_at_1_of_samples_against_one_generation_is_tested_as_exact_match_is():
+    """issue 46: pass@1 of 8 samples a prompt against greedy's one generation is exact_match's share, prompt by
+    prompt (c / 8 against 0 or 1), and its paired test is now exact_match's: the same exact mid-p of the 2^12
+    arrangements. Before, the per-prompt sums (c / 8, 1) were divided by the 8 generations again, so a swapped
+    prompt weighed 8 times its neighbours: p 0.98 where exact_match's was 0.59 on the task sweep, and under a true
+    null (8 v 1, 32 prompts, 1,000 simulations) a test that never rejected (0.0%, exact_match 4.3%)."""
+    assert all(METRICS.get(name).per_prompt for name in ["pass@1", "pass@4", "maj@2", "distinct_answers"])
+    assert not METRICS.get("exact_match").per_prompt  # per generation: (right, 1) each
+    rng = np.random.default_rng(7)
+    prompts = [f"p{i}" for i in range(12)]
+    gold = {p: str(i) for i, p in enumerate(prompts)}
+    right = {p: rng.random() for p in prompts}
+
+    def texts(p: str, n: int) -> list[str]:
+        return [f"#{gold[p]}" if rng.random() < right[p] else "#x" for _ in range(n)]
+
+    names = ["exact_match", "pass@1"]
+    sampled = task_cell({p: (texts(p, 8), [gold[p]]) for p in prompts})
+    greedy = task_cell({p: (texts(p, 1), [gold[p]]) for p in prompts})
+    (va, ka), (vb, kb) = kept_sums(sampled, names, prompts), kept_sums(greedy, names, prompts)
+    cell_a = CellStats("a", "m", "top_p", prompts, va, ka, generations=[8] * 12)
+    cell_b = CellStats("b", "m", "greedy", prompts, vb, kb, generations=[1] * 12)
+    out = {
+        name: compare_pair(cell_a, cell_b, {name: METRICS.get(name)}, n_boot=4096, rng=np.random.default_rng(0))
+        for name in names
+    }
+    em, p1 = out["exact_match"], out["pass@1"]
+    assert p1["pass@1_diff"] == pytest.approx(em["exact_match_diff"])
+    assert p1["pass@1_diff_p"] == pytest.approx(em["exact_match_diff_p"])
+    # by hand: the exact mid-p of the 2^12 arrangements of each prompt's (c / 8, greedy's outcome)
+    share_a = ka["exact_match"][1][:, 0] / 8
+    share_b = kb["exact_match"][1][:, 0]
+    null = np.array(
+        [
+            np.where(s, share_b - share_a, share_a - share_b).sum() / 12
+            for s in itertools.product([False, True], repeat=12)
+        ]
+    )
+    observed = (share_a - share_b).sum() / 12
+    tol = 1e-12
+    above, below = np.sum(null > observed + tol), np.sum(null < observed - tol)
+    equal = len(null) - above - below
+    assert p1["pass@1_diff_p"] == pytest.approx(min(1.0, 2 * (min(above, below) + equal / 2) / len(null)))
 
 
 # -- bad input: one line each -------------------------------------------------------------------
