@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from controller.report.compute.columns import QUALITY_COLUMNS, REFERENCE
-from controller.report.render.format import CONCISE, SHORT, ColumnFormat, decimals, metric_columns
+from controller.report.render.format import CONCISE, SHORT, ColumnFormat, accuracy_columns, decimals, metric_columns
 from controller.report.render.labels import variant_labels
 from worker.core.safetext import terminal
 
@@ -72,7 +72,7 @@ def importance(summary: pd.DataFrame) -> list[str]:
     first, then `format.CONCISE`'s in RANK's order, then the registered ones beyond DESIGN's columns: MAUVE,
     ratings, ...), then the sample size, latency and memory, which a narrow terminal drops first."""
     quality = metric_columns(summary)
-    accuracy = [c for c in quality if "accuracy" in c or c.startswith(("exact_match", "pass@", "maj@", "pass_at"))]
+    accuracy = accuracy_columns(summary)
     concise = [c for c in RANK if c in quality] + [c for c in CONCISE if c in quality and c not in RANK]
     rest = [c for c in quality if c not in [*accuracy, *QUALITY_COLUMNS] and not c.startswith("engine_")]
     tail = ["n_generations", "latency_ms_p50", "peak_memory_mb"]
@@ -117,13 +117,13 @@ def print_summary(summary: pd.DataFrame, console: Console | None = None) -> None
 def echo_summary(summary: pd.DataFrame, *, nl: bool = True) -> None:
     """At a terminal the fitted table; on a pipe or in a file the Markdown table. The intervals' small-sample
     caution, where there is one for the columns it can show, on stderr."""
-    from controller.report.render.format import CONCISE, markdown_table, small_sample_note
+    from controller.report.render.format import concise_columns, markdown_table, small_sample_note
 
     if click.get_text_stream("stdout").isatty():
         print_summary(summary)
         shown = importance(summary)
     else:
         click.echo(markdown_table(summary), nl=nl)
-        shown = CONCISE
+        shown = concise_columns(summary)
     if note := small_sample_note(summary.attrs.get("ci"), shown):
         click.echo(note, err=True)

@@ -46,6 +46,7 @@ CONCISE = [
     "bleu",
     "rouge_l",
 ]
+ACCURACY_PREFIXES = ("exact_match", "pass@", "maj@", "pass_at")  # and any metric named "...accuracy..."
 SHORT = {
     "n_generations": "n",
     "tokens_per_s": "tok/s",
@@ -144,11 +145,25 @@ def params_label(params: str | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in loaded.items()) if isinstance(loaded, dict) else str(params)
 
 
+def accuracy_columns(summary: pd.DataFrame) -> list[str]:
+    """A task sweep's accuracy columns (exact_match, pass@k, maj@k, a plugin's "...accuracy..."), in the summary's
+    order: what a task sweep's reader looks for first."""
+    return [c for c in metric_columns(summary) if "accuracy" in c or c.startswith(ACCURACY_PREFIXES)]
+
+
+def concise_columns(summary: pd.DataFrame) -> list[str]:
+    """The overview's columns (summary.md, the table `run` and `report` print on a pipe): CONCISE's, with the
+    sweep's accuracy columns before its text metrics."""
+    at = CONCISE.index("mean_length")
+    return [c for c in dict.fromkeys(CONCISE[:at] + accuracy_columns(summary) + CONCISE[at:]) if c in summary.columns]
+
+
 def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, with_ci: bool = False) -> str:
-    """A GitHub Markdown table; by default the concise columns, all-empty ones dropped. The strategy column
-    names each row's variant by its label (`top_p(p=0.8)`); a `params` column gives every parameter."""
+    """A GitHub Markdown table; by default the concise columns (`concise_columns`), all-empty ones dropped. The
+    strategy column names each row's variant by its label (`top_p(p=0.8)`); a `params` column gives every
+    parameter."""
     if columns is None:
-        columns = [c for c in CONCISE if c in summary.columns]
+        columns = concise_columns(summary)
     keep = [c for c in columns if c in KEY_COLUMNS or summary[c].notna().any()]
     header = [SHORT.get(c, c) for c in keep]
     lines = [

@@ -72,3 +72,20 @@ def test_the_decimals_follow_the_largest_magnitude_independently_computed():
         )  # fmt: skip
         assert decimals(values) == expected, values
     assert ColumnFormat(_summary())("n_generations", 36.0) == "36"
+
+
+def test_a_task_sweeps_accuracy_is_in_the_overview_the_pipe_and_the_terminal():
+    """A task sweep's accuracy (exact_match, pass@k, maj@k) was in the terminal's table but not in summary.md's
+    overview nor in the table `run` and `report` print on a pipe, which showed only the concise text metrics: the
+    task example printed tokens/s and mean length and none of its accuracy."""
+    summary = _summary().assign(
+        mean_length=[10.0, 11.0, 12.0],
+        exact_match=[0.984, 0.414, 0.5],
+        **{"pass@8": [math.nan, 0.984, 0.9], "maj@8": [math.nan, 0.906, 0.8], "answered": [1.0, 0.9, 0.95]},
+    )
+    header = markdown_table(summary).splitlines()[0]
+    assert header.index("exact_match") < header.index("pass@8") and header.index("maj@8") < header.index("| len |")
+    assert "answered" not in header  # not an accuracy: in summary.md's "All columns"
+    assert _column(markdown_table(summary), "exact_match") == ["0.984", "0.414", "0.500"]
+    terminal = list(summary_columns(summary))
+    assert terminal.index("exact_match") < terminal.index("rep_4")  # the terminal's: accuracy first, as before
