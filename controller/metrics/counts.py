@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.metrics.unions import sorted_within, word_hashes
+from controller.metrics.unions import segments, sorted_within, word_hashes
 
 TOP_N = 5000  # ranks of the Zipf fit (Holtzman et al.'s code, `--N 5000`)
 
@@ -73,9 +73,7 @@ class CountItems:
     def take(self, idx: Sequence[int] | np.ndarray) -> CountItems:
         """The groups `idx`, in that order."""
         idx = np.asarray(idx, dtype=np.intp)
-        starts = np.concatenate([[0], np.cumsum(self.sizes)])
-        at = [np.arange(starts[g], starts[g + 1]) for g in idx]
-        pick = np.concatenate(at) if at else np.empty(0, dtype=np.intp)
+        pick = segments(self.sizes, idx)
         return CountItems(self.items[pick], self.counts[pick], self.sizes[idx])
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.metrics.unions import mixed, ngram_hashes, sorted_within, word_hashes
+from controller.metrics.unions import mixed, ngram_hashes, segments, sorted_within, word_hashes
 
 EPSILON = 0.1  # NLTK SmoothingFunction().method1 default
 
@@ -77,12 +77,8 @@ class OverlapItems:
     def take(self, idx: Sequence[int] | np.ndarray) -> OverlapItems:
         """The groups `idx`, in that order."""
         idx = np.asarray(idx, dtype=np.intp)
-        first = np.concatenate([[0], np.cumsum(self.sizes)])
-        gens = np.concatenate([np.arange(first[g], first[g + 1]) for g in idx]) if len(idx) else np.empty(0, np.intp)
-        per_gen = self.counts.sum(axis=1)
-        start = np.concatenate([[0], np.cumsum(per_gen)])
-        parts = [self.items[start[i] : start[i + 1]] for i in gens]
-        items = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
+        gens = segments(self.sizes, idx)
+        items = self.items[segments(self.counts.sum(axis=1), gens)]
         return OverlapItems(items, self.counts[gens], self.sizes[idx])
 
 

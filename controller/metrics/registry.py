@@ -124,7 +124,7 @@ class Metric:
     # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where every generation of a
     # share is alike (controller.report.stats.shares)
     unit_interval: bool = False
-    # an additive metric of one value per prompt (pass@k, maj@k: controller.metrics.answers.per_prompt's rows of
+    # an additive metric of one value per prompt (pass@k, maj@k, distinct_answers: answers.per_prompt's rows of
     # (v / n, 1 / n) for each of a prompt's n generations): each prompt's sums are (v, 1) whatever its generations,
     # so a paired test exchanges two cells' prompts as they are, where a per-generation metric's sums are taken per
     # generation (controller.report.stats.swaps.additive)

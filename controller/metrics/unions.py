@@ -70,6 +70,14 @@ def sorted_within(items: np.ndarray, sizes: np.ndarray) -> bool:
     return bool(np.all((items[1:] > items[:-1]) | ~inside))
 
 
+def segments(sizes: np.ndarray, idx: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The positions of segments `idx`, in that order, of an array laid out as segments of `sizes` in turn (a take
+    of prompt groups' items, or of generations' n-grams)."""
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    at = [np.arange(starts[g], starts[g + 1]) for g in np.asarray(idx, dtype=np.intp)]
+    return np.concatenate(at) if at else np.empty(0, dtype=np.intp)
+
+
 @dataclass(frozen=True)
 class UnionItems:
     """Per prompt group: its distinct items (`items`, group after group, `sizes[g]` of them) and what it counts
@@ -122,10 +130,7 @@ class UnionItems:
     def take(self, idx: Sequence[int] | np.ndarray) -> UnionItems:
         """The groups `idx`, in that order."""
         idx = np.asarray(idx, dtype=np.intp)
-        starts = np.concatenate([[0], np.cumsum(self.sizes)])
-        parts = [self.items[starts[g] : starts[g + 1]] for g in idx]
-        items = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
-        return UnionItems(items, self.sizes[idx], self.totals[idx])
+        return UnionItems(self.items[segments(self.sizes, idx)], self.sizes[idx], self.totals[idx])
 
     def value(self) -> float:
         total = float(self.totals.sum())

@@ -3,13 +3,17 @@ swapped, what the report keeps of a cell, and a comparison's p over every arrang
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+import pytest
 
 from controller.metrics import METRICS, cell_data
+from controller.report.compute.cells import CellOutput, from_json, to_json
 from controller.report.stats import intervals
 from controller.report.stats.cellstats import CellStats
 from controller.report.stats.paired import compare_pair, jackknife_t
@@ -65,3 +69,18 @@ def p_of_pair(name: str, value: Callable[[Words], float], da: Words, db: Words, 
     diff = a.values[name] - b.values[name]
     old = jackknife_t(a.kept[name][1], b.kept[name][1], diff, n_boot=1000, rng=np.random.default_rng(1))[2]
     return out[f"{name}_diff_p"], enumerated_p(value, da, db, G, k), old
+
+
+def cached_and_damaged(name: str, cell: CellStats, damages: Sequence[tuple[Callable[[dict], Any], str]]):
+    """`name`'s swap items of `cell` read back from the cache's JSON, equal to the kept ones (returned); and each
+    (damage of their JSON entry, message) refused with that message."""
+    doc = to_json(CellOutput({}, cell, {}, {}, []))
+    u, v = cell.items[name], from_json(doc).stats.items[name]
+    assert v.items.dtype == np.uint64
+    assert all(np.array_equal(x, y) for x, y in ((u.items, v.items), (u.counts, v.counts), (u.sizes, v.sizes)))
+    for damage, match in damages:
+        broken = copy.deepcopy(doc)
+        damage(broken["stats"]["items"][name])
+        with pytest.raises(ValueError, match=match):
+            from_json(broken)
+    return v

@@ -155,7 +155,7 @@ def concise_columns(summary: pd.DataFrame) -> list[str]:
     """The overview's columns (summary.md, the table `run` and `report` print on a pipe): CONCISE's, with the
     sweep's accuracy columns before its text metrics."""
     at = CONCISE.index("mean_length")
-    return [c for c in dict.fromkeys(CONCISE[:at] + accuracy_columns(summary) + CONCISE[at:]) if c in summary.columns]
+    return [c for c in CONCISE[:at] + accuracy_columns(summary) + CONCISE[at:] if c in summary.columns]
 
 
 def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, with_ci: bool = False) -> str:

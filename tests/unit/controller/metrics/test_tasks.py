@@ -17,7 +17,9 @@ from controller.cli import main
 from controller.metrics import METRICS, cell_data, compute_metrics
 from controller.metrics.answers import majority, pass_at_k
 from controller.metrics.extract import TaskSpec, canonical_number, normalize, task_of
+from controller.report.compute.cells import Settings, score
 from controller.report.stats.cellstats import CellStats
+from controller.report.stats.intervals import prompt_groups
 from controller.report.stats.paired import compare_pair, mcnemar_p
 from tests.support.repo import REPO
 from worker.core.contract import PromptItem
@@ -261,14 +263,13 @@ def test_counts_of_outcomes_over_seeds_get_the_exact_mid_p_of_the_permutation_te
     assert out["eos_rate_diff_p"] < 2 * (min(above, below) + equal) / 64  # the plain p, ties counted whole
 
 
-def kept_sums(cell, names: list[str], prompts: list[str]) -> tuple[dict, dict]:
-    """A cell's values and per-prompt sums of `names`, as the report keeps them (cells.score)."""
-    values, kept = {}, {}
-    for name in names:
-        rows = METRICS.get(name).stats(cell)
-        sums = np.array([rows[[i for i, p in enumerate(cell.prompt_ids) if p == q]].sum(axis=0) for q in prompts])
-        values[name], kept[name] = sums[:, 0].sum() / sums[:, 1].sum(), ("sums", sums)
-    return values, kept
+def scored(cell, key: str, names: list[str]) -> CellStats:
+    """What the report keeps of a task cell for its comparisons (`cells.score`)."""
+    settings = Settings(tuple(names), with_ci=True, n_boot=2, n_boot_corpus=2, seed=0, sample_size=None)
+    prompts = list(dict.fromkeys(cell.prompt_ids))
+    row = {"model": "m", "strategy": key}
+    selected = [(n, METRICS.get(n)) for n in names]
+    return score(selected, settings, row, cell, prompt_groups(cell.prompt_ids), key, prompts=prompts)[1]
 
 
 def test_pass_at_1_of_samples_against_one_generation_is_tested_as_exact_match_is():
@@ -290,9 +291,8 @@ def test_pass_at_1_of_samples_against_one_generation_is_tested_as_exact_match_is
     names = ["exact_match", "pass@1"]
     sampled = task_cell({p: (texts(p, 8), [gold[p]]) for p in prompts})
     greedy = task_cell({p: (texts(p, 1), [gold[p]]) for p in prompts})
-    (va, ka), (vb, kb) = kept_sums(sampled, names, prompts), kept_sums(greedy, names, prompts)
-    cell_a = CellStats("a", "m", "top_p", prompts, va, ka, generations=[8] * 12)
-    cell_b = CellStats("b", "m", "greedy", prompts, vb, kb, generations=[1] * 12)
+    cell_a, cell_b = scored(sampled, "top_p", names), scored(greedy, "greedy", names)
+    assert cell_a.prompts == prompts and cell_a.generations == [8] * 12 and cell_b.generations == [1] * 12
     out = {
         name: compare_pair(cell_a, cell_b, {name: METRICS.get(name)}, n_boot=4096, rng=np.random.default_rng(0))
         for name in names
@@ -301,8 +301,8 @@ def test_pass_at_1_of_samples_against_one_generation_is_tested_as_exact_match_is
     assert p1["pass@1_diff"] == pytest.approx(em["exact_match_diff"])
     assert p1["pass@1_diff_p"] == pytest.approx(em["exact_match_diff_p"])
     # by hand: the exact mid-p of the 2^12 arrangements of each prompt's (c / 8, greedy's outcome)
-    share_a = ka["exact_match"][1][:, 0] / 8
-    share_b = kb["exact_match"][1][:, 0]
+    share_a = cell_a.kept["exact_match"][1][:, 0] / 8
+    share_b = cell_b.kept["exact_match"][1][:, 0]
     null = np.array(
         [
             np.where(s, share_b - share_a, share_a - share_b).sum() / 12
