@@ -215,6 +215,14 @@ def _plugin_problems() -> None:
         click.echo(terminal(problem.line), err=True)
 
 
+def _values(bounds: tuple[float | None, float | None]) -> str:
+    """A metric's `bounds` as the interval it takes values in ("; in [0, 100]", "; in [1, inf)"); none if unbounded."""
+    low, high = bounds
+    if low is None and high is None:
+        return ""
+    return f"; in {'(-inf' if low is None else f'[{low:g}'}, {'inf)' if high is None else f'{high:g}]'}"
+
+
 @click.command()
 def metrics() -> None:
     """List the registered quality metrics with their metadata and interval method."""
@@ -224,7 +232,7 @@ def metrics() -> None:
         direction = {True: "higher is better", False: "lower is better", None: "no direction"}[m.higher_is_better]
         needs = [w for w, f in (("references", m.needs_references), ("model", m.needs_model),
                                 ("answers", m.needs_answers)) if f]  # fmt: skip
-        extra = (f"; needs {' and '.join(needs)}" if needs else "") + f"; {m.interval} interval"
+        extra = (f"; needs {' and '.join(needs)}" if needs else "") + f"{_values(m.bounds)}; {m.interval} interval"
         cite = f", {m.citation}" if m.citation else ""
         _wrapped(f"{name}  ({m.level}, {direction}{extra}{cite}): {m.description}", "", "    ")
     for name, description in METRICS.families():

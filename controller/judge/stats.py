@@ -23,15 +23,17 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats as sps
 
+from controller.judge.verdicts import GRADES
 from controller.metrics import ratio
-from controller.report.stats.bootstrap_t import PERCENTILES, studentized, values_of
+from controller.report.stats.bootstrap_t import PERCENTILES, Bounds, bounded, studentized, values_of
 
 SCORE = {"A": 1.0, "tie": 0.5, "B": 0.0}  # the variant's score of a pairwise outcome
 N_BOOT_REFIT = 200  # bootstrap draws of statistics refitted per draw (LC win rate, ρ)
 
 
-def mean_interval(per_prompt: dict[str, list[float]], n_boot: int, rng: np.random.Generator):
-    """(mean, low, high) of values grouped by prompt: the studentised bootstrap over prompts."""
+def mean_interval(per_prompt: dict[str, list[float]], n_boot: int, rng: np.random.Generator, bounds: Bounds):
+    """(mean, low, high) of values grouped by prompt: the studentised bootstrap over prompts, inside `bounds`, the
+    values can take (a win rate's or a share's [0, 1], a grade's 1-10)."""
     sums = np.array([[sum(v), len(v)] for v in per_prompt.values() if v], dtype=float)
     if len(sums) == 0:
         return math.nan, math.nan, math.nan
@@ -39,7 +41,7 @@ def mean_interval(per_prompt: dict[str, list[float]], n_boot: int, rng: np.rando
     if len(sums) < 2 or n_boot <= 0:
         return value, math.nan, math.nan
     ci = studentized(sums, values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True)
-    return (value, *ci) if ci is not None else (value, math.nan, math.nan)
+    return (value, *bounded(ci, bounds)) if ci is not None else (value, math.nan, math.nan)
 
 
 def lc_win_rate(scores: np.ndarray, len_diff: np.ndarray, iterations: int = 50) -> float:
@@ -91,7 +93,7 @@ def pairwise_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]
         rng = np.random.default_rng([seed, i])
         decided = [r for r in recs if r["outcome"] in SCORE]
         per_prompt = {p: [SCORE[r["outcome"]] for r in rs] for p, rs in _by_prompt(decided).items()}
-        win, lo, hi = mean_interval(per_prompt, n_boot, rng)
+        win, lo, hi = mean_interval(per_prompt, n_boot, rng, (0.0, 1.0))
         lc = lc_of(decided)
         lc_lo = lc_hi = math.nan
         if len(per_prompt) >= 2 and n_boot > 0:
@@ -114,7 +116,7 @@ def single_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]:
     for i, ((cell, crit), recs) in enumerate(grouped.items()):
         graded = [r for r in recs if r["grade"] is not None]
         per_prompt = {p: [r["grade"] for r in rs] for p, rs in _by_prompt(graded).items()}
-        grade, lo, hi = mean_interval(per_prompt, n_boot, np.random.default_rng([seed, i]))
+        grade, lo, hi = mean_interval(per_prompt, n_boot, np.random.default_rng([seed, i]), GRADES)
         rows.append({"cell": cell, "criterion": crit, "grade": grade, "grade_ci_low": lo, "grade_ci_high": hi,
                      "graded": len(graded), "unparsed": sum(r["outcome"] == "unparsed" for r in recs),
                      "failed": sum(r["outcome"] == "failed" for r in recs)})  # fmt: skip
@@ -173,8 +175,7 @@ def agreement(records: list[dict], humans: dict, mode: str, n_boot: int, seed: i
                 {"criterion": crit, "statistic": "spearman_rho", "value": rho, "ci_low": lo, "ci_high": hi, "n": n}
             )
         else:
-            share, lo, hi = mean_interval({p: [a for a, _ in v] for p, v in pts.items()}, n_boot, rng)
-            lo, hi = (float(np.clip(lo, 0, 1)), float(np.clip(hi, 0, 1))) if not math.isnan(lo) else (lo, hi)
+            share, lo, hi = mean_interval({p: [a for a, _ in v] for p, v in pts.items()}, n_boot, rng, (0.0, 1.0))
             rows.append({"criterion": crit, "statistic": "pair_agreement", "value": share, "ci_low": lo,
                          "ci_high": hi, "n": n})  # fmt: skip
     return rows

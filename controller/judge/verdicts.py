@@ -12,6 +12,7 @@ from enum import Enum
 
 _PAIR = re.compile(r"\[\[\s*([ABC])\s*\]\]")
 _GRADE = re.compile(r"\[\[\s*(\d+(?:\.\d+)?)\s*\]\]")
+GRADES = (1.0, 10.0)  # the grade's scale (MT-Bench's single mode), its lowest and highest
 
 
 class Verdict(str, Enum):
@@ -36,7 +37,7 @@ def parse_grade(text: str | None) -> float | None:
     if not found:
         return None
     value = float(found[-1])
-    return value if 1.0 <= value <= 10.0 else None
+    return value if GRADES[0] <= value <= GRADES[1] else None
 
 
 def combine_orders(first: Verdict, swapped: Verdict) -> Verdict:

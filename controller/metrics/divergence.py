@@ -100,6 +100,7 @@ def compute(p: np.ndarray, q: np.ndarray) -> float:
     needs_model=True,
     worker_computes="featurize",
     interval="none",
+    bounds=(0, 1),
     citation="Pillutla et al. 2021, NeurIPS (arXiv:2102.01454); published numbers: gpt2-large features",
 )
 def mauve_value(cell: CellData) -> float | None:

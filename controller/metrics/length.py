@@ -19,6 +19,7 @@ from controller.metrics.registry import additive_metric, item_rows, ratio
     level="corpus",
     higher_is_better=None,
     unit="words",
+    bounds=(0, None),
 )
 def mean_length(cell: CellData) -> np.ndarray:
     """Per generation [|words_i|, 1]: the value is Σ_i |words_i| / N; None when the cell is empty.
@@ -36,6 +37,7 @@ def mean_length(cell: CellData) -> np.ndarray:
     level="corpus",
     higher_is_better=None,
     unit="tokens",
+    bounds=(0, None),
 )
 def mean_new_tokens(cell: CellData) -> np.ndarray | None:
     """Per generation [n_new_tokens_i, 1]: Σ_i n_new_tokens_i / N.

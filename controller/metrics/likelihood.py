@@ -54,6 +54,7 @@ def _perplexity(sums: Sequence[float]) -> float | None:
     worker_computes="score",
     citation="Jelinek et al. 1977; as a generation-quality signal: Holtzman et al. 2020, ICLR",
     unit="",
+    bounds=(1, None),  # exp of a mean NLL, which is at least 0
 )
 def perplexity(cell: CellData) -> np.ndarray | None:
     """Per generation [nll_sum_i, nll_count_i]; None for the whole cell if any generation lacks them."""
@@ -82,6 +83,7 @@ def _scored(cell: CellData) -> list[tuple[float, int]] | None:
     worker_computes="score",
     citation="Su & Collier 2022, arXiv:2210.14140",
     unit="nats/token",
+    bounds=(None, 0),  # a mean log-likelihood
 )
 def coherence(cell: CellData) -> np.ndarray | None:
     """Per generation [−nll_sum_i / nll_count_i, 1] ([0, 0]: no token scored); None if any lacks its scores."""

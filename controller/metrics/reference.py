@@ -110,6 +110,7 @@ def _bleu_value(sums: Sequence[float]) -> float | None:
     # (benchmarks/bench_coverage.py, docs/reports.md#confidence-intervals)
     citation=_SACREBLEU,
     unit="BLEU (0-100)",
+    bounds=(0, 100),
 )
 def bleu(cell: CellData) -> np.ndarray:
     """Per generation [1, sys_len, ref_len, counts_1..4, totals_1..4] against its reference; zeros without one."""
@@ -162,6 +163,7 @@ def _register_rouge(name: str, rouge_type: str, what: str) -> None:
         needs_references=True,
         citation=_ROUGE,
         unit="F1 (0-1)",
+        unit_interval=True,  # a mean of F-measures in [0, 1], one a generation
     )(lambda cell: _rouge_stats(cell, rouge_type))
 
 

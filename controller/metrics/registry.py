@@ -124,6 +124,11 @@ class Metric:
     # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where every generation of a
     # share is alike (controller.report.stats.shares)
     unit_interval: bool = False
+    # the values it can take, (low, high), None where unbounded on that side (mean length (0, None), perplexity
+    # (1, None), BLEU (0, 100)): every interval of it is kept inside them, and a paired difference's inside
+    # (low - high, high - low) where both are given (controller.report.stats.bootstrap_t.bounded); a unit_interval
+    # metric's are (0, 1)
+    bounds: tuple[float | None, float | None] = (None, None)
     # an additive metric of one value per prompt (pass@k, maj@k, distinct_answers: answers.per_prompt's rows of
     # (v / n, 1 / n) for each of a prompt's n generations): each prompt's sums are (v, 1) whatever its generations,
     # so a paired test exchanges two cells' prompts as they are, where a per-generation metric's sums are taken per
@@ -175,6 +180,7 @@ class Metric:
         if scale == "logit" and not self.unit_interval:
             raise ValueError(f"{where}: a logit jackknife_scale needs a value in [0, 1] (unit_interval)")
         object.__setattr__(self, "jackknife_scale", scale)
+        object.__setattr__(self, "bounds", _checked_bounds(where, self.bounds, self.unit_interval))
         calibrated = self.calibrated_prompts
         if calibrated is not None and (type(calibrated) is not int or calibrated < 1):
             raise ValueError(f"{where}: calibrated_prompts must be a positive whole number, got {calibrated!r}")
@@ -243,6 +249,24 @@ class MetricRegistry(Registry[Metric]):
 METRICS: MetricRegistry = MetricRegistry("metric")
 
 
+def _checked_bounds(where: str, bounds: object, unit_interval: bool) -> tuple[float | None, float | None]:
+    """A metric's `bounds` as (low, high) floats or None; (0, 1) for a unit_interval metric that gave none."""
+
+    def number(end: object) -> bool:
+        return isinstance(end, int | float) and not isinstance(end, bool) and math.isfinite(end)
+
+    if not (isinstance(bounds, tuple | list) and len(bounds) == 2 and all(e is None or number(e) for e in bounds)):
+        raise ValueError(f"{where}: bounds must be (low, high), each a finite number or None, got {bounds!r}")
+    low, high = (None if end is None else float(end) for end in bounds)
+    if low is not None and high is not None and not low < high:
+        raise ValueError(f"{where}: bounds must have low < high, got {bounds!r}")
+    if unit_interval:
+        if (low, high) not in ((None, None), (0.0, 1.0)):
+            raise ValueError(f"{where}: a unit_interval metric's bounds are (0, 1), got {bounds!r}")
+        return 0.0, 1.0
+    return low, high
+
+
 def metric(
     name: str,
     *,
@@ -258,6 +282,7 @@ def metric(
     leave_one_out: Callable[[CellData, Sequence[Sequence[int]]], np.ndarray] | None = None,
     swap_items: Callable[[CellData, Sequence[Sequence[int]], int], OverlapItems | CountItems | None] | None = None,
     unit_interval: bool = False,
+    bounds: tuple[float | None, float | None] = (None, None),
     jackknife_scale: Scale | None = None,
     calibrated_prompts: int | None = None,
     registry: Registry[Metric] = METRICS,
@@ -272,7 +297,7 @@ def metric(
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes,
                   citation=citation, unit=unit, leave_one_out=leave_one_out, swap_items=swap_items,
-                  unit_interval=unit_interval, jackknife_scale=jackknife_scale,
+                  unit_interval=unit_interval, bounds=bounds, jackknife_scale=jackknife_scale,
                   calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda fn: Metric(name=name, fn=fn, **fields))
 
@@ -313,6 +338,7 @@ def additive_metric(
     citation: str = "",
     unit: str = "",
     unit_interval: bool = False,
+    bounds: tuple[float | None, float | None] = (None, None),
     per_prompt: bool = False,
     calibrated_prompts: int | None = None,
     registry: Registry[Metric] = METRICS,
@@ -325,7 +351,7 @@ def additive_metric(
     fields = dict(description=description, level=level, higher_is_better=higher_is_better,
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes, needs_answers=needs_answers,
-                  citation=citation, unit=unit, unit_interval=unit_interval, per_prompt=per_prompt,
+                  citation=citation, unit=unit, unit_interval=unit_interval, bounds=bounds, per_prompt=per_prompt,
                   calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda per_item: Metric(name=name, per_item=per_item, combine=combine, **fields))
 

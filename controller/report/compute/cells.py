@@ -44,8 +44,10 @@ from worker.core.results import GenerationRecord
 # self-BLEU's paired p a permutation test of the metric recomputed on swapped prompts, its n-gram occurrences kept;
 # 17: a plain corpus metric's statistics of each prompt's first generation kept, `CellStats.firsts`; Zipf's paired p
 # a permutation test of the metric recomputed on swapped prompts, its word counts kept, `swaps.zipf`; 18: a
-# per-prompt metric's swaps (pass@k, maj@k: `Metric.per_prompt`) of its prompts as they are, pass@1's the mid-p)
-CACHE_VERSION = "18"
+# per-prompt metric's swaps (pass@k, maj@k: `Metric.per_prompt`) of its prompts as they are, pass@1's the mid-p;
+# 19: every interval, and a paired difference's, inside the values its metric can take, `Metric.bounds`; ROUGE a
+# unit_interval share)
+CACHE_VERSION = "19"
 EXAMPLE_PROMPTS = 3
 
 

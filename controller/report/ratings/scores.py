@@ -235,15 +235,16 @@ def alpha(matrix: np.ndarray) -> float:
 
 
 def _bootstrap(per_item: list[list[int]], rng: np.random.Generator) -> tuple[float, float]:
-    """Studentised bootstrap interval over items of the mean score (each item with all its scores)."""
+    """Studentised bootstrap interval over items of the mean score (each item with all its scores), inside the
+    scale (`SCORES`)."""
     from controller.metrics import ratio
-    from controller.report.stats.bootstrap_t import studentized, values_of
+    from controller.report.stats.bootstrap_t import bounded, studentized, values_of
 
     sums = np.array([[sum(s), len(s)] for s in per_item], dtype=float)
     if len(per_item) < 2:
         return math.nan, math.nan
     interval = studentized(sums, values_of(ratio), n_boot=N_BOOT, rng=rng, is_ratio=True)
-    return interval if interval is not None else (math.nan, math.nan)
+    return bounded(interval, (min(SCORES), max(SCORES))) if interval is not None else (math.nan, math.nan)
 
 
 def _alpha_interval(matrix: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:

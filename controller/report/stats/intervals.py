@@ -16,6 +16,8 @@ method each metric declares when it registers (`Metric.interval`, see
   Edgeworth correction of the studentised mean (`skew_corrected`), never inside Student's;
 - "half-sample": the delete-half jackknife, `fn` on halves of the prompts.
 
+Each interval is kept inside the values its metric can take (`Metric.bounds`, `bootstrap_t.bounded`).
+
 Nothing here knows any metric. docs/reports.md explains the methods and their measured coverage.
 """
 
@@ -33,6 +35,7 @@ from controller.report.stats.bootstrap_t import (
     CI_LEVEL,
     Z,
     as_float,
+    bounded,
     prompt_sums,
     studentized,
     values_of,
@@ -272,7 +275,7 @@ def confidence_intervals(
         else:
             continue
         if interval is not None:
-            out[name] = (*interval, metric.interval)
+            out[name] = (*bounded(interval, metric.bounds), metric.interval)
     return out
 
 

@@ -14,7 +14,8 @@ plan order; `baseline` names a strategy, taken per model, or one cell key for ev
 - `<m>_diff_ci_low`, `<m>_diff_ci_high`: a paired 95% interval over the common prompts: the
   studentised bootstrap (scipy.stats.bootstrap over prompt indices) of an additive metric's
   difference, the bootstrap-t of the difference's jackknife pseudo-values of a plain one; neither
-  with a side shorter than Student's t(G − 1);
+  with a side shorter than Student's t(G − 1); inside the values a difference of the metric's can take
+  (`bootstrap_t.difference_bounds` of `Metric.bounds`: a share's in [−1, 1]);
 - `<m>_diff_p`: two-sided p-value of "no difference": a paired permutation test (scipy's
   `permutation_test`, the two cells' generations of a prompt swapped, the metric recomputed on each
   arrangement: `swaps`; per generation where the cells' generations a prompt differ, but a per-prompt metric's
@@ -49,7 +50,14 @@ from scipy.optimize import brentq
 
 from controller.metrics import Metric, ratio
 from controller.report.stats import swaps
-from controller.report.stats.bootstrap_t import MAX_K_PER_REPLICATE, gradient, studentized, values_of
+from controller.report.stats.bootstrap_t import (
+    MAX_K_PER_REPLICATE,
+    bounded,
+    difference_bounds,
+    gradient,
+    studentized,
+    values_of,
+)
 from controller.report.stats.cellstats import CellStats, align, generations, matched
 from controller.report.stats.intervals import jackknife_se
 
@@ -340,6 +348,7 @@ def compare_pair(
                 if name in x.items and name in y.items:  # distinct-n, self-BLEU: recomputed on swapped prompts
                     statistic = swaps.of_items(x.items[name].take(ia), y.items[name].take(ib))
                 p = t_p if statistic is None else permutation_p(statistic, len(ia), n_resamples=n_boot, rng=rng)
+        lo, hi = bounded((lo, hi), difference_bounds(metric.bounds))
         out |= dict(zip((f"{name}{s}" for s in SUFFIXES[:4]), (diff, lo, hi, p)))
     return out | {FIRSTS_COLUMN: " ".join(on_firsts) or None}
 

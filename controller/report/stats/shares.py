@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as sps
 
+from controller.report.stats.bootstrap_t import bounded
+
 
 def binary_once(stats: np.ndarray, n_prompts: int) -> bool:
     """One generation per prompt, each contributing [0 or 1, 1]: a binomial count of n_prompts trials."""
@@ -49,7 +51,7 @@ def within_unit(interval: tuple[float, float] | None, n_prompts: int, level: flo
     did not draw."""
     if interval is None:
         return None
-    low, high = float(np.clip(interval[0], 0.0, 1.0)), float(np.clip(interval[1], 0.0, 1.0))
+    low, high = bounded(interval, (0.0, 1.0))
     if n_prompts >= 1 and low == high and low in (0.0, 1.0):
         return exact(0 if low == 0.0 else n_prompts, n_prompts, level)
     return low, high

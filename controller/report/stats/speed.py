@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from controller.metrics import ratio
-from controller.report.stats.bootstrap_t import studentized, values_of
+from controller.report.stats.bootstrap_t import bounded, studentized, values_of
 from worker.core.results import JobResult
 
 # the memory readings of a result that the speed columns use (report.jobs keeps only these)
@@ -137,8 +137,8 @@ def rate_interval(units: list[list[float]], cell: str, *, n_boot: int, seed: int
     if len(units) >= 2 and n_boot > 0:
         rng = np.random.default_rng([seed, zlib.crc32(cell.encode())])
         interval = studentized(np.asarray(units, dtype=float), values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True)
-        if interval is not None:
-            out["tokens_per_s_ci_low"], out["tokens_per_s_ci_high"] = interval
+        if interval is not None:  # a rate: at least 0
+            out["tokens_per_s_ci_low"], out["tokens_per_s_ci_high"] = bounded(interval, (0.0, None))
     return out
 
 

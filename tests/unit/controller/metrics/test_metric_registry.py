@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 import random
 import subprocess
 import sys
@@ -86,6 +87,18 @@ def test_a_metric_declares_the_prompts_its_interval_was_calibrated_at_where_it_n
     # distinct-3 covered 91.3-91.7% at 16 and 32 prompts x 3 seeds on the skewed process (docs/reports.md)
     declared = {n: METRICS.get(n).calibrated_prompts for n in METRICS if METRICS.get(n).calibrated_prompts}
     assert declared == {"distinct_3": 64}
+
+
+def test_a_metric_declares_the_values_it_can_take():
+    meta = {"name": "x", "description": "x", "level": "corpus", "higher_is_better": None, "fn": lambda c: 1.0}
+    for bad in ((1, 0), (2, 2), (0,), (0, 1, 2), "01", (0, "1"), (True, None), (0, math.inf), (math.nan, None), None):
+        with pytest.raises(ValueError, match=r"metric 'x': bounds must"):
+            Metric(**meta, bounds=bad)
+    with pytest.raises(ValueError, match=r"metric 'x': a unit_interval metric's bounds are \(0, 1\)"):
+        Metric(**meta, unit_interval=True, bounds=(0, 100))
+    assert Metric(**meta).bounds == (None, None)
+    assert Metric(**meta, bounds=[0, None]).bounds == (0.0, None)
+    assert Metric(**meta, unit_interval=True).bounds == (0.0, 1.0)
 
 
 @pytest.mark.parametrize("module", ["intervals", "bootstrap_t", "shares", "swaps"])

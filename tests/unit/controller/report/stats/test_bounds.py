@@ -1,0 +1,114 @@
+"""Every interval inside the values its quantity can take (`Metric.bounds`, `bootstrap_t.bounded`).
+
+A bootstrap-t or Student's t interval over a few skewed prompts reaches past what its statistic can be: the chat
+example's 8 prompts gave a mean length of [-0.8, 35.7] words, BLEU [-0.06, 0.17] and a difference of two rep-3 shares
+[-19.4, 0.09]. Moving an end inside the bounds cannot lose the truth, which is inside them, and makes the interval no
+wider than they are. Each case below is the old code's, outside its bounds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import main
+from controller.judge import stats as judge_stats
+from controller.metrics import METRICS, cell_data
+from controller.report.compute.cells import Settings, score
+from controller.report.ratings.scores import rating_columns
+from controller.report.stats.intervals import prompt_groups
+from controller.report.stats.paired import compare_pair
+
+pytestmark = pytest.mark.pure
+
+NAMES = ("mean_length", "rep_3", "bleu")
+
+
+def words(tag: str, n: int) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def cell(key: str, texts: list[str]):
+    """`cells.score` of a cell of one generation a prompt, each prompt with a reference of its own: (row, stats)."""
+    records = [{"text": t, "prompt_id": f"p{g}", "reference": words(f"r{g}_", 10)} for g, t in enumerate(texts)]
+    data = cell_data(records)
+    settings = Settings(NAMES, with_ci=True, n_boot=1000, n_boot_corpus=200, seed=0, sample_size=None)
+    row = {"model": "m", "strategy": key}
+    prompts = [f"p{g}" for g in range(len(texts))]
+    selected = [(n, METRICS.get(n)) for n in NAMES]
+    return row, score(selected, settings, row, data, prompt_groups(data.prompt_ids), key, prompts=prompts)[1]
+
+
+def test_bounded_moves_each_end_inside_and_leaves_nan():
+    from controller.report.stats.bootstrap_t import bounded, difference_bounds
+
+    assert bounded((-0.8, 35.7), (0.0, None)) == (0.0, 35.7)
+    assert bounded((-19.4, 0.09), (-1.0, 1.0)) == (-1.0, 0.09)
+    assert bounded((1.2, 1.5), (0.0, 1.0)) == (1.0, 1.0)  # wholly past a bound: that bound
+    assert bounded((-3.0, 4.0), (None, None)) == (-3.0, 4.0)
+    low, high = bounded((math.nan, math.nan), (0.0, 1.0))
+    assert math.isnan(low) and math.isnan(high)
+    assert difference_bounds((0.0, 1.0)) == (-1.0, 1.0)
+    assert difference_bounds((0.0, 100.0)) == (-100.0, 100.0)
+    assert difference_bounds((0.0, None)) == (None, None)  # two mean lengths differ by any amount
+
+
+def test_every_metric_declares_the_values_it_can_take():
+    assert METRICS.get("mean_length").bounds == (0.0, None)
+    assert METRICS.get("mean_new_tokens").bounds == (0.0, None)
+    assert METRICS.get("perplexity").bounds == (1.0, None)
+    assert METRICS.get("coherence").bounds == (None, 0.0)
+    assert METRICS.get("bleu").bounds == (0.0, 100.0)
+    for name in ("rep_2", "distinct_2", "self_bleu_4", "eos_rate", "rouge_1", "rouge_2", "rouge_l", "mauve"):
+        assert METRICS.get(name).bounds == (0.0, 1.0), name
+    assert METRICS.get("zipf").bounds == (None, None)
+    listed = CliRunner().invoke(main, ["metrics"]).output
+    assert "bleu  (corpus, higher is better; needs references; in [0, 100]; bootstrap" in listed
+    assert "perplexity  (corpus, no direction; needs model; in [1, inf); bootstrap" in listed
+    assert "zipf  (corpus, no direction; jackknife" in listed
+
+
+@pytest.mark.parametrize(
+    ("name", "lengths"),
+    [
+        ("mean_length", [2, 3, 1, 2, 4, 3, 2, 40]),  # the old code: [-4.0, 86.2]
+        ("bleu", [5, 1, 1, 2, 1, 1, 1, 25]),  # the old code: [-1.09, ...]
+    ],
+)
+def test_a_cell_interval_of_few_skewed_prompts_stays_inside_its_metric(name, lengths):
+    row, _ = cell("few", [words(f"m{g}_", n) for g, n in enumerate(lengths)])
+    assert row[f"{name}_ci_low"] == 0.0 < row[name] < row[f"{name}_ci_high"]
+
+
+def test_a_paired_difference_of_shares_stays_inside_minus_one_to_one():
+    # greedy loops in 2 prompts of 8, the sampler a little in 2 others: the old paired interval was [-2.88, -0.41]
+    loop = " ".join(["x y z"] * 12)
+    greedy = [f"{words(f'g{g}_', 3)} {loop}" if g < 2 else words(f"g{g}_", 4) for g in range(8)]
+    sampler = [f"{words(f's{g}_', 4)} x y z x y z" if g in (0, 5) else words(f"s{g}_", 4) for g in range(8)]
+    (_, a), (_, b) = cell("sampler", sampler), cell("greedy", greedy)
+    out = compare_pair(a, b, {n: METRICS.get(n) for n in NAMES}, n_boot=1000, rng=np.random.default_rng(0))
+    assert out["rep_3_diff_ci_low"] == -1.0 < out["rep_3_diff"] < out["rep_3_diff_ci_high"] < 0
+    assert out["mean_length_diff_ci_low"] < -8  # a difference of two lengths is not bounded
+
+
+def test_a_mean_rating_interval_stays_inside_the_scale():
+    # 5 items rated by 2 raters: the old interval was [2.77, 5.05] on a 1-5 scale
+    scores = {"r1": [5, 5, 1, 4, 4], "r2": [5, 5, 5, 5, 4]}
+    items = {f"i{i}": {"cell": "v", "prompt_id": f"p{i}", "job_seed": 0} for i in range(5)}
+    sheets = {r: {f"i{i}": {"overall": s} for i, s in enumerate(v)} for r, v in scores.items()}
+    row = rating_columns({"items": items, "criteria": ["overall"]}, sheets).iloc[0]
+    assert 1 <= row["rating_overall_ci_low"] < row["rating_overall"] < row["rating_overall_ci_high"] == 5
+
+
+def test_a_judge_win_rate_interval_stays_inside_zero_to_one():
+    # the old interval of 8 pairs was [0.63, 1.02]
+    outcomes = ["A", "tie", "A", "tie", "tie", "A", "A", "A"]
+    records = [
+        {"cell": "v", "baseline": "b", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "outcome": o,
+         "len_diff": 0}
+        for i, o in enumerate(outcomes)
+    ]  # fmt: skip
+    (row,) = judge_stats.pairwise_rows(records, n_boot=200)
+    assert 0 < row["win_rate_ci_low"] < row["win_rate"] < row["win_rate_ci_high"] == 1.0
