@@ -33,6 +33,10 @@ prompts resampled; each replicate's estimate θ* and delta-method SE se*), every
                EL (Chen, Variyath and Abraham 2008: one pseudo-observation −max(1, log(G)/2) · z̄, defined beyond the
                convex hull). Measured, and not taken (docs/reports.md, "Empirical likelihood"): distinct-n took the
                adjusted EL on 2026-12-06 and gave it back the same day (it under-covered distinct-3).
+- korn-graubard (a share: rep-n, eos_rate, distinct-n): Korn and Graubard's (1998) interval of a proportion from a
+               clustered sample (prompts the clusters), Clopper–Pearson at the effective sample size
+               p(1 − p) / SE² shrunk by (z / t(G − 1))², the SE the delta-method one of the prompts' sums (distinct-n's
+               the jackknife's, on the linear scale). Measured, and not taken (docs/reports.md, "Korn and Graubard").
 - efron-stein, efron-stein-skew (`--efron-stein`, jackknife metrics only): Student's and the skew-corrected
                interval with Efron and Stein's (1981) bias-corrected jackknife variance, from every pair's
                delete-two value (measured, not taken: docs/reports.md).
@@ -75,7 +79,7 @@ from controller.report.stats.bootstrap_t import (
     spread_curve,
     values_of,
 )
-from controller.report.stats.intervals import evaluate, leave_one_out, pseudo_values, skew_corrected
+from controller.report.stats.intervals import evaluate, jackknife_se, leave_one_out, pseudo_values, skew_corrected
 from controller.report.stats.shares import share_interval, within_unit
 
 B = 1000
@@ -215,6 +219,20 @@ def constructions(units: np.ndarray, f, is_ratio: bool, value: float, rng, cente
     return out
 
 
+def korn_graubard(p: float, se: float, G: int, trials: float | None = None) -> tuple[float, float] | None:
+    """Korn and Graubard's (1998) interval of a share from a clustered sample: Clopper–Pearson at the effective
+    sample size n* = p(1 − p) / SE², shrunk by (z / t(G − 1))² for the G clusters' degrees of freedom, at most
+    `trials` (the counted things); None where p is 0 or 1 or the SE 0 (the exact interval of nothing seen)."""
+    if not (0 < p < 1 and se > 0):
+        return None
+    n = p * (1 - p) / se**2
+    if trials is not None:
+        n = min(n, trials)
+    n *= (sps.norm.ppf((1 + LEVEL) / 2) / sps.t.ppf((1 + LEVEL) / 2, G - 1)) ** 2
+    x, a = p * n, (1 - LEVEL) / 2
+    return float(sps.beta.ppf(a, x, n - x + 1)), float(sps.beta.ppf(1 - a, x + 1, n - x))
+
+
 def scale_of(metric) -> str:
     """The scale a jackknife metric's constructions are built on: --scale, else the one it declares."""
     return SCALE or metric.jackknife_scale
@@ -228,6 +246,9 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
         out = constructions(prompt_sums(stats, groups), values_of(metric.combine), metric.combine is ratio, value, rng)
         if metric.unit_interval:  # a share: clipped to [0, 1], exact where binomial, as the report
             out = {k: v if k == "_se" else share_interval(v, stats, len(groups), LEVEL) for k, v in out.items()}
+            kg = out and korn_graubard(value, out["_se"][0], len(groups))
+            if kg:
+                out["korn-graubard"] = share_interval(kg, stats, len(groups), LEVEL)
         return out
     loo = leave_one_out(metric, cell, groups)
     logit_scale = scale_of(metric) == "logit"
@@ -242,6 +263,8 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
     out = {k: v if k.startswith("_") else (float(back(v[0])), float(back(v[1]))) for k, v in out.items()}
     if metric.unit_interval and not logit_scale:  # kept inside [0, 1] on its own scale, as the report's
         out = {k: v if k.startswith("_") else within_unit(v, len(groups), LEVEL) for k, v in out.items()}
+    if metric.unit_interval and out and (kg := korn_graubard(value, jackknife_se(loo), len(groups))):
+        out["korn-graubard"] = kg  # on the linear scale, from the linear jackknife SE
     return out
 
 
