@@ -245,10 +245,11 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
         stats = metric.stats(cell)
         out = constructions(prompt_sums(stats, groups), values_of(metric.combine), metric.combine is ratio, value, rng)
         if metric.unit_interval:  # a share: clipped to [0, 1], exact where binomial, as the report
-            out = {k: v if k == "_se" else share_interval(v, stats, len(groups), LEVEL) for k, v in out.items()}
+            sums, of_ratio = prompt_sums(stats, groups), metric.combine is ratio
+            out = {k: v if k == "_se" else share_interval(v, sums, LEVEL, of_ratio=of_ratio) for k, v in out.items()}
             kg = out and korn_graubard(value, out["_se"][0], len(groups))
             if kg:
-                out["korn-graubard"] = share_interval(kg, stats, len(groups), LEVEL)
+                out["korn-graubard"] = share_interval(kg, sums, LEVEL, of_ratio=of_ratio)
         return out
     loo = leave_one_out(metric, cell, groups)
     logit_scale = scale_of(metric) == "logit"

@@ -46,8 +46,9 @@ from worker.core.results import GenerationRecord
 # a permutation test of the metric recomputed on swapped prompts, its word counts kept, `swaps.zipf`; 18: a
 # per-prompt metric's swaps (pass@k, maj@k: `Metric.per_prompt`) of its prompts as they are, pass@1's the mid-p;
 # 19: every interval, and a paired difference's, inside the values its metric can take, `Metric.bounds`; ROUGE a
-# unit_interval share)
-CACHE_VERSION = "19"
+# unit_interval share; 20: a share of one 0/1 outcome a prompt (pass@k of k samples, maj@k) the exact interval of its
+# prompts, `shares.binary_prompts`)
+CACHE_VERSION = "20"
 EXAMPLE_PROMPTS = 3
 
 
