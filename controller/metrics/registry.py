@@ -121,8 +121,8 @@ class Metric:
     # n-gram occurrences, controller.metrics.overlaps; Zipf's word counts, controller.metrics.counts); without it a
     # plain metric's test is the jackknife t-test
     swap_items: Callable[[CellData, Sequence[Sequence[int]], int], OverlapItems | CountItems | None] | None = None
-    # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where every generation of a
-    # share is alike (controller.report.stats.shares)
+    # a value in [0, 1]: its interval is kept inside [0, 1]; a bootstrap one is exact where each prompt of a share is
+    # one 0/1 outcome, or every generation is alike (controller.report.stats.shares)
     unit_interval: bool = False
     # the values it can take, (low, high), None where unbounded on that side (mean length (0, None), perplexity
     # (1, None), BLEU (0, 100)): every interval of it is kept inside them, and a paired difference's inside
