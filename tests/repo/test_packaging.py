@@ -78,7 +78,7 @@ def test_strategies_and_metrics_listings():
     for name in ("rep_4", "diversity", "distinct_3", "self_bleu_4", "zipf", "perplexity", "bleu", "rouge_l"):
         assert f"\n{name}  (corpus" in "\n" + out.output, name
     assert "needs references" in out.output and "needs model" in out.output
-    assert "\nrep_2  (corpus, lower is better; bootstrap interval" in out.output
+    assert "\nrep_2  (corpus, lower is better; in [0, 1]; bootstrap interval" in out.output
     assert "\nzipf  (corpus, no direction; jackknife interval" in out.output
 
 
