@@ -144,3 +144,20 @@ def test_coverage_takes_any_registered_metric_and_names_an_unknown_one():
     assert "zipf" in ran.stdout and "(n=2," in ran.stdout
     unknown = bench("benchmarks/bench_coverage.py", "--sims", "1", "--metrics", "zipff")
     assert unknown.returncode != 0 and "unknown metric 'zipff'" in unknown.stderr
+
+
+def test_the_accuracy_benchmark_runs_and_its_wrong_answers_keep_the_gold_first_in_a_tie():
+    sys.path.insert(0, str(REPO))
+    from benchmarks.bench_accuracy import draw
+    from controller.metrics.answers import majority
+
+    cell, groups = draw(10_000, 1, (0.5, 0.5), np.random.default_rng(0))  # as many prompts as a population's
+    assert len(groups) == 10_000 and cell.task == {"extract": ["last_number"]}
+    for g in groups:  # a 1-1 vote goes to the gold answer in every prompt ('9000' against '10000' did not)
+        gold, wrong = cell.answers[g[0]][0], str(int(cell.answers[g[0]][0]) + 1000)
+        assert majority([wrong, gold]) == gold
+    run = bench("benchmarks/bench_accuracy.py", "--sims", "3", "--prompts", "8", "--samples", "3",
+                "--population", "300")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    for name in ("exact_match", "pass@1", "pass@3", "maj@3"):
+        assert f"  {name:12s} G=   8  covers" in run.stdout, name
