@@ -25,15 +25,20 @@ from scipy import stats as sps
 
 from controller.judge.verdicts import GRADES
 from controller.metrics import ratio
-from controller.report.stats.bootstrap_t import PERCENTILES, Bounds, bounded, studentized, values_of
+from controller.report.stats.bootstrap_t import CI_LEVEL, PERCENTILES, studentized, values_of
+from controller.report.stats.shares import share_interval, within_unit
 
 SCORE = {"A": 1.0, "tie": 0.5, "B": 0.0}  # the variant's score of a pairwise outcome
 N_BOOT_REFIT = 200  # bootstrap draws of statistics refitted per draw (LC win rate, ρ)
 
 
-def mean_interval(per_prompt: dict[str, list[float]], n_boot: int, rng: np.random.Generator, bounds: Bounds):
-    """(mean, low, high) of values grouped by prompt: the studentised bootstrap over prompts, inside `bounds`, the
-    values can take (a win rate's or a share's [0, 1], a grade's 1-10)."""
+def mean_interval(
+    per_prompt: dict[str, list[float]], n_boot: int, rng: np.random.Generator, scale: tuple[float, float] = (0.0, 1.0)
+):
+    """(mean, low, high) of values grouped by prompt: the studentised bootstrap over prompts, inside `scale`, the values
+    can take (a win rate's or a share's [0, 1], a grade's 1-10). A share whose every prompt holds one 0/1 outcome (one
+    decided pair a prompt, no tie) gets the exact interval of its count, and one whose every value sits at an end of
+    its scale (every pair won) the exact interval of none seen off it, not [1, 1] (`controller.report.stats.shares`)."""
     sums = np.array([[sum(v), len(v)] for v in per_prompt.values() if v], dtype=float)
     if len(sums) == 0:
         return math.nan, math.nan, math.nan
@@ -41,7 +46,11 @@ def mean_interval(per_prompt: dict[str, list[float]], n_boot: int, rng: np.rando
     if len(sums) < 2 or n_boot <= 0:
         return value, math.nan, math.nan
     ci = studentized(sums, values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True)
-    return (value, *bounded(ci, bounds)) if ci is not None else (value, math.nan, math.nan)
+    if scale == (0.0, 1.0):
+        ci = share_interval(ci, sums, CI_LEVEL, of_ratio=True)
+    else:
+        ci = within_unit(ci, len(sums), CI_LEVEL, scale)
+    return (value, *ci) if ci is not None else (value, math.nan, math.nan)
 
 
 def lc_win_rate(scores: np.ndarray, len_diff: np.ndarray, iterations: int = 50) -> float:
@@ -93,7 +102,7 @@ def pairwise_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]
         rng = np.random.default_rng([seed, i])
         decided = [r for r in recs if r["outcome"] in SCORE]
         per_prompt = {p: [SCORE[r["outcome"]] for r in rs] for p, rs in _by_prompt(decided).items()}
-        win, lo, hi = mean_interval(per_prompt, n_boot, rng, (0.0, 1.0))
+        win, lo, hi = mean_interval(per_prompt, n_boot, rng)
         lc = lc_of(decided)
         lc_lo = lc_hi = math.nan
         if len(per_prompt) >= 2 and n_boot > 0:
@@ -175,7 +184,7 @@ def agreement(records: list[dict], humans: dict, mode: str, n_boot: int, seed: i
                 {"criterion": crit, "statistic": "spearman_rho", "value": rho, "ci_low": lo, "ci_high": hi, "n": n}
             )
         else:
-            share, lo, hi = mean_interval({p: [a for a, _ in v] for p, v in pts.items()}, n_boot, rng, (0.0, 1.0))
+            share, lo, hi = mean_interval({p: [a for a, _ in v] for p, v in pts.items()}, n_boot, rng)
             rows.append({"criterion": crit, "statistic": "pair_agreement", "value": share, "ci_low": lo,
                          "ci_high": hi, "n": n})  # fmt: skip
     return rows

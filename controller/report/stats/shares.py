@@ -57,19 +57,24 @@ def share_interval(
     return within_unit(interval, len(sums), level)
 
 
-def within_unit(interval: tuple[float, float] | None, n_prompts: int, level: float) -> tuple[float, float] | None:
+def within_unit(
+    interval: tuple[float, float] | None, n_prompts: int, level: float, scale: tuple[float, float] = (0.0, 1.0)
+) -> tuple[float, float] | None:
     """A [0, 1] metric's interval (bootstrap or jackknife) clipped to [0, 1], where its truth is; and where it has no
     width at 0 or 1 — every prompt at the bound: no repeated n-gram in any generation (rep-n 0), every n-gram unique
     (distinct-n 1), no n-gram shared (self-BLEU 0), no generation at EOS (eos_rate 0) — the exact interval of no
     event in `n_prompts` trials, [0, 1 − ((1 − level) / 2)^(1/G)] (or the same from 1): a share of prompts that leave
     the bound, each by at most 1, bounds the metric (where their lengths are alike), and G prompts of which none did
     cannot rule out a share of up to that. Not [θ, θ], which claims certainty from a sample that cannot show what it
-    did not draw."""
+    did not draw. `scale`: the same for a mean of scores on another bounded scale (a rating's 1-5, a judge's grade's
+    1-10: every item rated 5 is not a mean of 5 for certain)."""
     if interval is None:
         return None
-    low, high = bounded(interval, (0.0, 1.0))
-    if n_prompts >= 1 and low == high and low in (0.0, 1.0):
-        return exact(0 if low == 0.0 else n_prompts, n_prompts, level)
+    bottom, top = scale
+    low, high = bounded(interval, scale)
+    if n_prompts >= 1 and low == high and low in scale:
+        share = exact(0 if low == bottom else n_prompts, n_prompts, level)
+        return bottom + (top - bottom) * share[0], bottom + (top - bottom) * share[1]
     return low, high
 
 

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from scipy import stats as sps
 
 from controller.cli import main
 from controller.judge import stats as judge_stats
@@ -112,3 +113,34 @@ def test_a_judge_win_rate_interval_stays_inside_zero_to_one():
     ]  # fmt: skip
     (row,) = judge_stats.pairwise_rows(records, n_boot=200)
     assert 0 < row["win_rate_ci_low"] < row["win_rate"] < row["win_rate_ci_high"] == 1.0
+
+
+def test_scores_all_at_an_end_of_their_scale_get_the_exact_interval_of_none_seen_off_it():
+    # 8 prompts, every pair won, every grade 10, every rating 5: the old intervals were [1, 1], [10, 10] and [5, 5]
+    u = 1 - 0.025 ** (1 / 8)  # none of 8 seen off the end: up to this share of them could be
+    pairs = [
+        {"cell": "v", "baseline": "b", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "outcome": "A",
+         "len_diff": 0}
+        for i in range(8)
+    ]  # fmt: skip
+    (won,) = judge_stats.pairwise_rows(pairs, n_boot=200)
+    assert (won["win_rate"], won["win_rate_ci_low"], won["win_rate_ci_high"]) == pytest.approx((1, 1 - u, 1))
+    graded = [{**p, "grade": 10.0, "outcome": "graded"} for p in pairs]
+    (grade,) = judge_stats.single_rows(graded, n_boot=200)
+    assert (grade["grade_ci_low"], grade["grade_ci_high"]) == pytest.approx((10 - 9 * u, 10))
+    items = {f"i{i}": {"cell": "v", "prompt_id": f"p{i}", "job_seed": 0} for i in range(8)}
+    sheets = {r: {f"i{i}": {"overall": 5} for i in range(8)} for r in ("r1", "r2")}
+    row = rating_columns({"items": items, "criteria": ["overall"]}, sheets).iloc[0]
+    assert (row["rating_overall_ci_low"], row["rating_overall_ci_high"]) == pytest.approx((5 - 4 * u, 5))
+
+
+def test_a_win_rate_of_one_decided_pair_a_prompt_is_the_exact_interval_of_its_wins():
+    outcomes = ["A", "A", "B", "A", "A", "B", "A", "A", "A", "A"]  # 8 wins of 10, no tie
+    pairs = [
+        {"cell": "v", "baseline": "b", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "outcome": o,
+         "len_diff": 0}
+        for i, o in enumerate(outcomes)
+    ]  # fmt: skip
+    (row,) = judge_stats.pairwise_rows(pairs, n_boot=200)
+    exact = sps.binomtest(8, 10).proportion_ci(confidence_level=0.95, method="exact")
+    assert (row["win_rate_ci_low"], row["win_rate_ci_high"]) == pytest.approx((exact.low, exact.high))
