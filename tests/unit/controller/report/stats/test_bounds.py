@@ -42,6 +42,23 @@ def cell(key: str, texts: list[str]):
     return row, score(selected, settings, row, data, prompt_groups(data.prompt_ids), key, prompts=prompts)[1]
 
 
+def judged(outcomes: list[str]) -> list[dict]:
+    """A judge's pairwise records of cell v against b, one a prompt, with these outcomes."""
+    return [
+        {"cell": "v", "baseline": "b", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "outcome": o,
+         "len_diff": 0}
+        for i, o in enumerate(outcomes)
+    ]  # fmt: skip
+
+
+def rated(scores: dict[str, list[int]]):
+    """The ratings' row of cell v: rater -> each item's score on the 1-5 scale."""
+    n = len(next(iter(scores.values())))
+    items = {f"i{i}": {"cell": "v", "prompt_id": f"p{i}", "job_seed": 0} for i in range(n)}
+    sheets = {r: {f"i{i}": {"overall": s} for i, s in enumerate(v)} for r, v in scores.items()}
+    return rating_columns({"items": items, "criteria": ["overall"]}, sheets).iloc[0]
+
+
 def test_bounded_moves_each_end_inside_and_leaves_nan():
     from controller.report.stats.bootstrap_t import bounded, difference_bounds
 
@@ -96,51 +113,31 @@ def test_a_paired_difference_of_shares_stays_inside_minus_one_to_one():
 
 def test_a_mean_rating_interval_stays_inside_the_scale():
     # 5 items rated by 2 raters: the old interval was [2.77, 5.05] on a 1-5 scale
-    scores = {"r1": [5, 5, 1, 4, 4], "r2": [5, 5, 5, 5, 4]}
-    items = {f"i{i}": {"cell": "v", "prompt_id": f"p{i}", "job_seed": 0} for i in range(5)}
-    sheets = {r: {f"i{i}": {"overall": s} for i, s in enumerate(v)} for r, v in scores.items()}
-    row = rating_columns({"items": items, "criteria": ["overall"]}, sheets).iloc[0]
+    row = rated({"r1": [5, 5, 1, 4, 4], "r2": [5, 5, 5, 5, 4]})
     assert 1 <= row["rating_overall_ci_low"] < row["rating_overall"] < row["rating_overall_ci_high"] == 5
 
 
 def test_a_judge_win_rate_interval_stays_inside_zero_to_one():
     # the old interval of 8 pairs was [0.63, 1.02]
-    outcomes = ["A", "tie", "A", "tie", "tie", "A", "A", "A"]
-    records = [
-        {"cell": "v", "baseline": "b", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "outcome": o,
-         "len_diff": 0}
-        for i, o in enumerate(outcomes)
-    ]  # fmt: skip
-    (row,) = judge_stats.pairwise_rows(records, n_boot=200)
+    (row,) = judge_stats.pairwise_rows(judged(["A", "tie", "A", "tie", "tie", "A", "A", "A"]), n_boot=200)
     assert 0 < row["win_rate_ci_low"] < row["win_rate"] < row["win_rate_ci_high"] == 1.0
 
 
 def test_scores_all_at_an_end_of_their_scale_get_the_exact_interval_of_none_seen_off_it():
     # 8 prompts, every pair won, every grade 10, every rating 5: the old intervals were [1, 1], [10, 10] and [5, 5]
     u = 1 - 0.025 ** (1 / 8)  # none of 8 seen off the end: up to this share of them could be
-    pairs = [
-        {"cell": "v", "baseline": "b", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "outcome": "A",
-         "len_diff": 0}
-        for i in range(8)
-    ]  # fmt: skip
+    pairs = judged(["A"] * 8)
     (won,) = judge_stats.pairwise_rows(pairs, n_boot=200)
     assert (won["win_rate"], won["win_rate_ci_low"], won["win_rate_ci_high"]) == pytest.approx((1, 1 - u, 1))
     graded = [{**p, "grade": 10.0, "outcome": "graded"} for p in pairs]
     (grade,) = judge_stats.single_rows(graded, n_boot=200)
     assert (grade["grade_ci_low"], grade["grade_ci_high"]) == pytest.approx((10 - 9 * u, 10))
-    items = {f"i{i}": {"cell": "v", "prompt_id": f"p{i}", "job_seed": 0} for i in range(8)}
-    sheets = {r: {f"i{i}": {"overall": 5} for i in range(8)} for r in ("r1", "r2")}
-    row = rating_columns({"items": items, "criteria": ["overall"]}, sheets).iloc[0]
+    row = rated({"r1": [5] * 8, "r2": [5] * 8})
     assert (row["rating_overall_ci_low"], row["rating_overall_ci_high"]) == pytest.approx((5 - 4 * u, 5))
 
 
 def test_a_win_rate_of_one_decided_pair_a_prompt_is_the_exact_interval_of_its_wins():
     outcomes = ["A", "A", "B", "A", "A", "B", "A", "A", "A", "A"]  # 8 wins of 10, no tie
-    pairs = [
-        {"cell": "v", "baseline": "b", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "outcome": o,
-         "len_diff": 0}
-        for i, o in enumerate(outcomes)
-    ]  # fmt: skip
-    (row,) = judge_stats.pairwise_rows(pairs, n_boot=200)
+    (row,) = judge_stats.pairwise_rows(judged(outcomes), n_boot=200)
     exact = sps.binomtest(8, 10).proportion_ci(confidence_level=0.95, method="exact")
     assert (row["win_rate_ci_low"], row["win_rate_ci_high"]) == pytest.approx((exact.low, exact.high))
