@@ -105,7 +105,9 @@ def pairwise_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]
         win, lo, hi = mean_interval(per_prompt, n_boot, rng)
         lc = lc_of(decided)
         lc_lo = lc_hi = math.nan
-        if len(per_prompt) >= 2 and n_boot > 0:
+        if len({r["outcome"] for r in decided}) == 1:  # every pair won (or lost, or tied): the length model has
+            lc_lo, lc_hi = lo, hi  # nothing to adjust and every resample fits the same; the win rate's interval
+        elif len(per_prompt) >= 2 and n_boot > 0:
             draws = [lc_of(d) for d in _resample(_by_prompt(decided), rng, min(n_boot, N_BOOT_REFIT))]
             lc_lo, lc_hi = (float(v) for v in np.nanpercentile(draws, PERCENTILES))
         count = {o: sum(r["outcome"] == o for r in recs) for o in ("A", "B", "tie", "unparsed", "failed")}

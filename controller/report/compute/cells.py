@@ -47,8 +47,9 @@ from worker.core.results import GenerationRecord
 # per-prompt metric's swaps (pass@k, maj@k: `Metric.per_prompt`) of its prompts as they are, pass@1's the mid-p;
 # 19: every interval, and a paired difference's, inside the values its metric can take, `Metric.bounds`; ROUGE a
 # unit_interval share; 20: a share of one 0/1 outcome a prompt (pass@k of k samples, maj@k) the exact interval of its
-# prompts, `shares.binary_prompts`)
-CACHE_VERSION = "20"
+# prompts, `shares.binary_prompts`; 21: a share whose every prompt sits at one value inside (0, 1) the exact
+# interval of none seen off it, as at a bound, `shares.within_unit`)
+CACHE_VERSION = "21"
 EXAMPLE_PROMPTS = 3
 
 

@@ -175,8 +175,10 @@ def jackknife(
     if metric.jackknife_scale == "logit" and 0 < value < 1 and bool(np.all((loo > 0) & (loo < 1))):
         logit = lambda x: np.log(x) - np.log1p(-x)
         interval = skew_corrected(pseudo_values(logit(value), logit(loo)), float(logit(value)))
-        return None if interval is None else tuple(float(1 / (1 + np.exp(-x))) for x in interval)  # type: ignore[return-value]
-    interval = skew_corrected(pseudo_values(value, loo), value)
+        if interval is not None:
+            interval = tuple(float(1 / (1 + np.exp(-x))) for x in interval)  # type: ignore[assignment]
+    else:
+        interval = skew_corrected(pseudo_values(value, loo), value)
     if interval is None or not metric.unit_interval:
         return interval
     return within_unit(interval, len(groups), CI_LEVEL)

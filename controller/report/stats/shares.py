@@ -1,5 +1,6 @@
 """The bootstrap interval of a share (a metric declared `unit_interval`): inside [0, 1], and exact where
-every generation is alike; and any [0, 1] metric's where every prompt sits at its bound (`within_unit`).
+every generation is alike; and any [0, 1] metric's where every prompt sits at one value, a bound or not
+(`within_unit`).
 
 A bootstrap over prompts cannot see past its sample: where no generation of a cell ended at EOS,
 every replicate's eos_rate is 0 and the interval was [0, 0], as if the cell had shown that no
@@ -66,15 +67,17 @@ def within_unit(
     event in `n_prompts` trials, [0, 1 − ((1 − level) / 2)^(1/G)] (or the same from 1): a share of prompts that leave
     the bound, each by at most 1, bounds the metric (where their lengths are alike), and G prompts of which none did
     cannot rule out a share of up to that. Not [θ, θ], which claims certainty from a sample that cannot show what it
-    did not draw. `scale`: the same for a mean of scores on another bounded scale (a rating's 1-5, a judge's grade's
-    1-10: every item rated 5 is not a mean of 5 for certain)."""
+    did not draw. So wherever every prompt sits at one value v inside (every pair a tie: a win rate of ½), the share
+    that could be off it, u, moves the mean by at most u towards either end: [v − v·u, v + (1 − v)·u]. `scale`: the
+    same for a mean of scores on another bounded scale (a rating's 1-5, a judge's grade's 1-10: every item rated 5 is
+    not a mean of 5 for certain)."""
     if interval is None:
         return None
     bottom, top = scale
     low, high = bounded(interval, scale)
-    if n_prompts >= 1 and low == high and low in scale:
-        share = exact(0 if low == bottom else n_prompts, n_prompts, level)
-        return bottom + (top - bottom) * share[0], bottom + (top - bottom) * share[1]
+    if n_prompts >= 1 and low == high:
+        off = exact(0, n_prompts, level)[1]  # none of n_prompts seen off the value: up to this share could be
+        return low - (low - bottom) * off, high + (top - high) * off
     return low, high
 
 

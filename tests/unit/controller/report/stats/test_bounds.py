@@ -123,12 +123,19 @@ def test_a_judge_win_rate_interval_stays_inside_zero_to_one():
     assert 0 < row["win_rate_ci_low"] < row["win_rate"] < row["win_rate_ci_high"] == 1.0
 
 
-def test_scores_all_at_an_end_of_their_scale_get_the_exact_interval_of_none_seen_off_it():
-    # 8 prompts, every pair won, every grade 10, every rating 5: the old intervals were [1, 1], [10, 10] and [5, 5]
+def test_scores_all_alike_get_the_exact_interval_of_none_seen_off_them():
+    # 8 prompts, every pair won (or tied), every grade 10, every rating 5: the old intervals were [1, 1] ([1/2, 1/2]),
+    # [10, 10] and [5, 5]
     u = 1 - 0.025 ** (1 / 8)  # none of 8 seen off the end: up to this share of them could be
     pairs = judged(["A"] * 8)
     (won,) = judge_stats.pairwise_rows(pairs, n_boot=200)
     assert (won["win_rate"], won["win_rate_ci_low"], won["win_rate_ci_high"]) == pytest.approx((1, 1 - u, 1))
+    # the length-controlled one too (every resample's fit was the same, [1 - 4e-9, 1 - 5e-9])
+    assert (won["lc_win_rate_ci_low"], won["lc_win_rate_ci_high"]) == pytest.approx((1 - u, 1))
+    # every pair a tie: a win rate of 1/2, and up to u of the prompts could have gone either way
+    (tied,) = judge_stats.pairwise_rows(judged(["tie"] * 8), n_boot=200)
+    assert (tied["win_rate_ci_low"], tied["win_rate_ci_high"]) == pytest.approx((0.5 - u / 2, 0.5 + u / 2))
+    assert (tied["lc_win_rate_ci_low"], tied["lc_win_rate_ci_high"]) == pytest.approx((0.5 - u / 2, 0.5 + u / 2))
     graded = [{**p, "grade": 10.0, "outcome": "graded"} for p in pairs]
     (grade,) = judge_stats.single_rows(graded, n_boot=200)
     assert (grade["grade_ci_low"], grade["grade_ci_high"]) == pytest.approx((10 - 9 * u, 10))
@@ -141,3 +148,13 @@ def test_a_win_rate_of_one_decided_pair_a_prompt_is_the_exact_interval_of_its_wi
     (row,) = judge_stats.pairwise_rows(judged(outcomes), n_boot=200)
     exact = sps.binomtest(8, 10).proportion_ci(confidence_level=0.95, method="exact")
     assert (row["win_rate_ci_low"], row["win_rate_ci_high"]) == pytest.approx((exact.low, exact.high))
+
+
+def test_a_share_whose_every_prompt_sits_at_one_value_inside_is_not_certain_of_it():
+    from controller.report.stats.shares import within_unit
+
+    u = 1 - 0.025 ** (1 / 16)
+    assert within_unit((0.25, 0.25), 16, 0.95) == pytest.approx((0.25 - 0.25 * u, 0.25 + 0.75 * u))
+    assert within_unit((0.0, 0.0), 16, 0.95) == pytest.approx((0.0, u))  # the bounds' case, as before
+    assert within_unit((3.0, 3.0), 16, 0.95, (1.0, 5.0)) == pytest.approx((3 - 2 * u, 3 + 2 * u))
+    assert within_unit((0.2, 0.3), 16, 0.95) == (0.2, 0.3)  # an interval with a width: as it is
