@@ -155,6 +155,9 @@ def test_sigterm_requeues_the_running_job_and_exits(conn, store, tiny_model, mon
 
     threading.Thread(target=stop_when_running, daemon=True).start()
     worker = run_worker(conn, stop_grace=0)
+    # where the interrupt reached the job before run_job (in unavailable.before_job, while the job's code runs), the
+    # job was requeued without calling slow_first, and the next worker's first job slept its 60 s (one run: 60.4 s)
+    started.set()
     assert worker.get_state() != "busy"
     state = conn.hget(keys.sweep("default", out.sweep_id, "state"), victim[0])
     assert state == b"queued"
