@@ -80,7 +80,7 @@ from controller.report.stats.bootstrap_t import (
     values_of,
 )
 from controller.report.stats.intervals import evaluate, jackknife_se, leave_one_out, pseudo_values, skew_corrected
-from controller.report.stats.shares import share_interval, within_unit
+from controller.report.stats.shares import share_interval, within_scale
 
 B = 1000
 EFRON_STEIN = False  # --efron-stein: the delete-two constructions of the jackknife metrics (O(G²) per cell)
@@ -219,16 +219,13 @@ def constructions(units: np.ndarray, f, is_ratio: bool, value: float, rng, cente
     return out
 
 
-def korn_graubard(p: float, se: float, G: int, trials: float | None = None) -> tuple[float, float] | None:
+def korn_graubard(p: float, se: float, G: int) -> tuple[float, float] | None:
     """Korn and Graubard's (1998) interval of a share from a clustered sample: Clopper–Pearson at the effective
-    sample size n* = p(1 − p) / SE², shrunk by (z / t(G − 1))² for the G clusters' degrees of freedom, at most
-    `trials` (the counted things); None where p is 0 or 1 or the SE 0 (the exact interval of nothing seen)."""
+    sample size n* = p(1 − p) / SE², shrunk by (z / t(G − 1))² for the G clusters' degrees of freedom; None where p
+    is 0 or 1 or the SE 0 (the exact interval of nothing seen)."""
     if not (0 < p < 1 and se > 0):
         return None
-    n = p * (1 - p) / se**2
-    if trials is not None:
-        n = min(n, trials)
-    n *= (sps.norm.ppf((1 + LEVEL) / 2) / sps.t.ppf((1 + LEVEL) / 2, G - 1)) ** 2
+    n = p * (1 - p) / se**2 * (sps.norm.ppf((1 + LEVEL) / 2) / sps.t.ppf((1 + LEVEL) / 2, G - 1)) ** 2
     x, a = p * n, (1 - LEVEL) / 2
     return float(sps.beta.ppf(a, x, n - x + 1)), float(sps.beta.ppf(1 - a, x + 1, n - x))
 
@@ -242,10 +239,9 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
     """The constructions of one metric on one cell: over its prompts' sums, or its pseudo-values (on its scale)."""
     metric = METRICS.get(metric_name)
     if metric.interval == "bootstrap":
-        stats = metric.stats(cell)
-        out = constructions(prompt_sums(stats, groups), values_of(metric.combine), metric.combine is ratio, value, rng)
+        sums, of_ratio = prompt_sums(metric.stats(cell), groups), metric.combine is ratio
+        out = constructions(sums, values_of(metric.combine), of_ratio, value, rng)
         if metric.unit_interval:  # a share: clipped to [0, 1], exact where binomial, as the report
-            sums, of_ratio = prompt_sums(stats, groups), metric.combine is ratio
             out = {k: v if k == "_se" else share_interval(v, sums, LEVEL, of_ratio=of_ratio) for k, v in out.items()}
             kg = out and korn_graubard(value, out["_se"][0], len(groups))
             if kg:
@@ -263,7 +259,7 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
         out.update(efron_stein(metric, cell, groups, float(fwd(value)), fwd(loo), pv, fwd))
     out = {k: v if k.startswith("_") else (float(back(v[0])), float(back(v[1]))) for k, v in out.items()}
     if metric.unit_interval and not logit_scale:  # kept inside [0, 1] on its own scale, as the report's
-        out = {k: v if k.startswith("_") else within_unit(v, len(groups), LEVEL) for k, v in out.items()}
+        out = {k: v if k.startswith("_") else within_scale(v, len(groups), LEVEL) for k, v in out.items()}
     if metric.unit_interval and out and (kg := korn_graubard(value, jackknife_se(loo), len(groups))):
         out["korn-graubard"] = kg  # on the linear scale, from the linear jackknife SE
     return out

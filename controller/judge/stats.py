@@ -26,7 +26,7 @@ from scipy import stats as sps
 from controller.judge.verdicts import GRADES
 from controller.metrics import ratio
 from controller.report.stats.bootstrap_t import CI_LEVEL, PERCENTILES, studentized, values_of
-from controller.report.stats.shares import share_interval, within_unit
+from controller.report.stats.shares import share_interval, within_scale
 
 SCORE = {"A": 1.0, "tie": 0.5, "B": 0.0}  # the variant's score of a pairwise outcome
 N_BOOT_REFIT = 200  # bootstrap draws of statistics refitted per draw (LC win rate, ρ)
@@ -49,7 +49,7 @@ def mean_interval(
     if scale == (0.0, 1.0):
         ci = share_interval(ci, sums, CI_LEVEL, of_ratio=True)
     else:
-        ci = within_unit(ci, len(sums), CI_LEVEL, scale)
+        ci = within_scale(ci, len(sums), CI_LEVEL, scale)
     return (value, *ci) if ci is not None else (value, math.nan, math.nan)
 
 

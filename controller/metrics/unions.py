@@ -73,9 +73,11 @@ def sorted_within(items: np.ndarray, sizes: np.ndarray) -> bool:
 def segments(sizes: np.ndarray, idx: Sequence[int] | np.ndarray) -> np.ndarray:
     """The positions of segments `idx`, in that order, of an array laid out as segments of `sizes` in turn (a take
     of prompt groups' items, or of generations' n-grams)."""
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    at = [np.arange(starts[g], starts[g + 1]) for g in np.asarray(idx, dtype=np.intp)]
-    return np.concatenate(at) if at else np.empty(0, dtype=np.intp)
+    sizes, idx = np.asarray(sizes, dtype=np.intp), np.asarray(idx, dtype=np.intp)
+    starts, lengths = (np.cumsum(sizes) - sizes)[idx], sizes[idx]
+    # each taken segment's start, repeated for its length, plus the position within it
+    within = np.arange(int(lengths.sum()), dtype=np.intp) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(starts, lengths) + within
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from worker.core.results import GenerationRecord
 # bootstrap-t studentised by its replicates' smoothed SE curve, `bootstrap_t.spread_curve`; 8: the jackknife's
 # interval Student's t skew-corrected, `intervals.skew_corrected`; 9: self-BLEU's on its own scale, not the logit;
 # 10: distinct-n's the adjusted empirical likelihood of its pseudo-values (withdrawn the same day); 11: a [0, 1]
-# metric with every prompt at its bound gets the exact interval of nothing seen, `shares.within_unit`; 12:
+# metric with every prompt at its bound gets the exact interval of nothing seen, `shares.within_scale`; 12:
 # distinct-n's the skew-corrected t again; 13: a permutation p in its tail by importance sampling, `paired.tail_p`;
 # 14: distinct-n's paired p a permutation test of the metric recomputed on swapped prompts, its items kept; 15:
 # an additive metric's swaps per generation where the cells' generations a prompt differ, `swaps.additive`; 16:
@@ -48,7 +48,7 @@ from worker.core.results import GenerationRecord
 # 19: every interval, and a paired difference's, inside the values its metric can take, `Metric.bounds`; ROUGE a
 # unit_interval share; 20: a share of one 0/1 outcome a prompt (pass@k of k samples, maj@k) the exact interval of its
 # prompts, `shares.binary_prompts`; 21: a share whose every prompt sits at one value inside (0, 1) the exact
-# interval of none seen off it, as at a bound, `shares.within_unit`)
+# interval of none seen off it, as at a bound, `shares.within_scale`)
 CACHE_VERSION = "21"
 EXAMPLE_PROMPTS = 3
 

@@ -236,17 +236,17 @@ def alpha(matrix: np.ndarray) -> float:
 
 def _bootstrap(per_item: list[list[int]], rng: np.random.Generator) -> tuple[float, float]:
     """Studentised bootstrap interval over items of the mean score (each item with all its scores), inside the
-    scale (`SCORES`); where every score is at one end of it, the exact interval of none seen off it (`within_unit`)."""
+    scale (`SCORES`); where every score is at one end of it, the exact interval of none seen off it (`within_scale`)."""
     from controller.metrics import ratio
     from controller.report.stats.bootstrap_t import CI_LEVEL, studentized, values_of
-    from controller.report.stats.shares import within_unit
+    from controller.report.stats.shares import within_scale
 
     sums = np.array([[sum(s), len(s)] for s in per_item], dtype=float)
     if len(per_item) < 2:
         return math.nan, math.nan
     interval = studentized(sums, values_of(ratio), n_boot=N_BOOT, rng=rng, is_ratio=True)
     scale = (float(min(SCORES)), float(max(SCORES)))
-    return within_unit(interval, len(per_item), CI_LEVEL, scale) or (math.nan, math.nan)
+    return within_scale(interval, len(per_item), CI_LEVEL, scale) or (math.nan, math.nan)
 
 
 def _alpha_interval(matrix: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:

@@ -40,7 +40,7 @@ from controller.report.stats.bootstrap_t import (
     studentized,
     values_of,
 )
-from controller.report.stats.shares import share_interval, within_unit
+from controller.report.stats.shares import share_interval, within_scale
 
 # a union metric's items (or a plain one's swap_items) kept for its paired swap test, at most (2 MiB of hashes;
 # distinct-3 of 128 prompts x 3 seeds x 100 words holds ~38,000, self-BLEU's n-gram occurrences ~150,000): a larger
@@ -181,7 +181,7 @@ def jackknife(
         interval = skew_corrected(pseudo_values(value, loo), value)
     if interval is None or not metric.unit_interval:
         return interval
-    return within_unit(interval, len(groups), CI_LEVEL)
+    return within_scale(interval, len(groups), CI_LEVEL)
 
 
 def skew_corrected(pseudo: np.ndarray, center: float) -> tuple[float, float] | None:

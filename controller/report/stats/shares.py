@@ -1,6 +1,6 @@
 """The bootstrap interval of a share (a metric declared `unit_interval`): inside [0, 1], and exact where
 every generation is alike; and any [0, 1] metric's where every prompt sits at one value, a bound or not
-(`within_unit`).
+(`within_scale`).
 
 A bootstrap over prompts cannot see past its sample: where no generation of a cell ended at EOS,
 every replicate's eos_rate is 0 and the interval was [0, 0], as if the cell had shown that no
@@ -50,15 +50,15 @@ def share_interval(
 ) -> tuple[float, float] | None:
     """A bootstrap share's interval from its prompts' sums (G, k): where the share is a ratio Σ v / Σ w (`of_ratio`)
     the exact Clopper–Pearson `level` interval of the successes in the trials where each prompt holds one 0/1
-    outcome of the same weight (`binary_prompts`), else `within_unit`'s (which is the exact one of 0 or all where
+    outcome of the same weight (`binary_prompts`), else `within_scale`'s (which is the exact one of 0 or all where
     every generation is alike: no event, or no non-event, in any prompt)."""
     binary = binary_prompts(sums) if of_ratio else None
     if binary is not None:
         return exact(*binary, level)
-    return within_unit(interval, len(sums), level)
+    return within_scale(interval, len(sums), level)
 
 
-def within_unit(
+def within_scale(
     interval: tuple[float, float] | None, n_prompts: int, level: float, scale: tuple[float, float] = (0.0, 1.0)
 ) -> tuple[float, float] | None:
     """A [0, 1] metric's interval (bootstrap or jackknife) clipped to [0, 1], where its truth is; and where it has no

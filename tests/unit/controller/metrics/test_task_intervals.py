@@ -6,23 +6,12 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from controller.metrics import METRICS, cell_data
+from controller.metrics import METRICS
 from controller.report.compute.cells import Settings, score
 from controller.report.stats.intervals import prompt_groups
+from tests.support.tasks import task_cell
 
 pytestmark = pytest.mark.pure
-
-
-def task_cell(per_prompt: dict[str, tuple[list[str], list[str]]]):
-    """A task cell: prompt -> (its generations' texts, its gold answers), read by `last_number`; seeds in order."""
-    records = [
-        {"text": text, "prompt_id": pid, "seed": seed, "answer": gold}
-        for pid, (texts, gold) in per_prompt.items()
-        for seed, text in enumerate(texts)
-    ]
-    cell = cell_data(records)
-    cell.task = {"extract": ["last_number"]}
-    return cell
 
 
 def test_pass_at_k_of_k_samples_and_maj_at_k_get_the_exact_interval_of_their_prompts():

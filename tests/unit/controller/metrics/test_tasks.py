@@ -22,6 +22,7 @@ from controller.report.stats.cellstats import CellStats
 from controller.report.stats.intervals import prompt_groups
 from controller.report.stats.paired import compare_pair, mcnemar_p
 from tests.support.repo import REPO
+from tests.support.tasks import records, task_cell
 from worker.core.contract import PromptItem
 
 pytestmark = pytest.mark.pure
@@ -128,21 +129,6 @@ def test_what_re2_cannot_run_is_refused_in_one_line():
 @pytest.mark.parametrize("n, c, k", [(10, 3, 1), (5, 2, 2), (8, 0, 8), (8, 1, 8), (20, 5, 10), (4, 4, 2), (7, 3, 5)])
 def test_pass_at_k_is_the_published_formula(n, c, k):
     assert pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k), abs=1e-12)
-
-
-def records(per_prompt: dict[str, tuple[list[str], object]]) -> list[dict]:
-    """Records of a cell: prompt -> (texts, gold); generation seeds in order."""
-    out = []
-    for pid, (texts, gold) in per_prompt.items():
-        for seed, text in enumerate(texts):
-            out.append({"text": text, "prompt_id": pid, "seed": seed, "answer": gold})
-    return out
-
-
-def task_cell(per_prompt, task=None):
-    cell = cell_data(records(per_prompt))
-    cell.task = task or {"extract": ["last_number"]}
-    return cell
 
 
 def test_accuracy_answered_pass_and_majority_by_hand():

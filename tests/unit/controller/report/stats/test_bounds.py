@@ -151,10 +151,10 @@ def test_a_win_rate_of_one_decided_pair_a_prompt_is_the_exact_interval_of_its_wi
 
 
 def test_a_share_whose_every_prompt_sits_at_one_value_inside_is_not_certain_of_it():
-    from controller.report.stats.shares import within_unit
+    from controller.report.stats.shares import within_scale
 
     u = 1 - 0.025 ** (1 / 16)
-    assert within_unit((0.25, 0.25), 16, 0.95) == pytest.approx((0.25 - 0.25 * u, 0.25 + 0.75 * u))
-    assert within_unit((0.0, 0.0), 16, 0.95) == pytest.approx((0.0, u))  # the bounds' case, as before
-    assert within_unit((3.0, 3.0), 16, 0.95, (1.0, 5.0)) == pytest.approx((3 - 2 * u, 3 + 2 * u))
-    assert within_unit((0.2, 0.3), 16, 0.95) == (0.2, 0.3)  # an interval with a width: as it is
+    assert within_scale((0.25, 0.25), 16, 0.95) == pytest.approx((0.25 - 0.25 * u, 0.25 + 0.75 * u))
+    assert within_scale((0.0, 0.0), 16, 0.95) == pytest.approx((0.0, u))  # the bounds' case, as before
+    assert within_scale((3.0, 3.0), 16, 0.95, (1.0, 5.0)) == pytest.approx((3 - 2 * u, 3 + 2 * u))
+    assert within_scale((0.2, 0.3), 16, 0.95) == (0.2, 0.3)  # an interval with a width: as it is
