@@ -2,8 +2,8 @@
 static-cache path, side by side in one run (issue 44; docs/performance.md#cuda-graphs).
 
 For each model (`gpt2`: GPT-2 124M from GPT2Config, `llama`: a ~1.1B Llama built from a LlamaConfig shaped
-like TinyLlama's; random weights in bfloat16 with the bundled tokenizer: the speed does not depend on the
-weights) and batch size (1, 8, 32 and auto), greedy search over the same prompts, every generation forced to
+like TinyLlama's; random weights in bfloat16 (`--dtype`) with the bundled tokenizer: the speed does not depend
+on the weights) and batch size (1, 8, 32 and auto), greedy search over the same prompts, every generation forced to
 `--max-new` tokens (min_new_tokens = max_new_tokens), on these sides:
 
 - `eager`: the own engine, `decode_step: eager` (a forward over each layer's window, every step);
@@ -22,7 +22,13 @@ sides, and at batch 1 each side's fraction of the memory-bandwidth bound (weight
 bandwidth). The targets (issue 44): batch 1 at least 5x eager; no slower than hf-compiled at any batch.
 
     python benchmarks/bench_graphs.py --device cuda:0 [--models gpt2,llama] [--rounds 3] [--out FILE]
-    python benchmarks/bench_graphs.py --device cpu --tiny      # the code path on the CPU: eager, static, hf-static
+    python benchmarks/bench_graphs.py --device cpu --tiny --dtype float32  # the CPU: eager, static, hf-static
+
+Greedy tokens are identical across the own engine's steps in float32 (tests/unit/worker/engine/test_graphs.py). In
+bfloat16 a step that computes the same logits in another order (the static step's padded attention, another batch
+size) may pick the other of two tokens whose logits round alike: on the tiny random llama at batch 4 or 16 of 64
+prompts, 1 generation of 64 differs from the eager step's (none in float32), so the CPU smoke test reads identity in
+float32, where a difference is a bug.
 """
 
 from __future__ import annotations
@@ -66,22 +72,22 @@ TINY = {"gpt2": dict(n_embd=64, n_layer=2, n_head=2), "llama": dict(hidden_size=
         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, vocab_size=4096)}  # fmt: skip
 
 
-def build(folder: Path, family: str, tiny: bool, device) -> tuple[str, int]:
-    """A random-weight model of the family in bfloat16 (built on the device), with the bundled tokenizer."""
+def build(folder: Path, family: str, tiny: bool, device, dtype: str = "bfloat16") -> tuple[str, int]:
+    """A random-weight model of the family in `dtype` (built on the device), with the bundled tokenizer."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     shape = TINY[family] if tiny else SHAPES[family][1]
     config = AutoConfig.for_model(SHAPES[family][0], bos_token_id=0, eos_token_id=0, pad_token_id=0, **shape)
     torch.manual_seed(0)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(TOKENIZER).save_pretrained(folder)
     return str(folder), sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def own(runtime: Runtime, model: str, prompts, batch, max_new: int, step: str):
-    spec = job(model, prompts, "greedy", {}, batch, max_new, min_new=max_new, dtype="bfloat16", decode_step=step)
+def own(runtime: Runtime, model: str, prompts, batch, max_new: int, step: str, dtype: str = "bfloat16"):
+    spec = job(model, prompts, "greedy", {}, batch, max_new, min_new=max_new, dtype=dtype, decode_step=step)
     found: dict = {}
 
     def run():
@@ -97,7 +103,7 @@ def own(runtime: Runtime, model: str, prompts, batch, max_new: int, step: str):
     return run, found
 
 
-def vllm(runtime: Runtime, model: str, prompts, batch, max_new: int):
+def vllm(runtime: Runtime, model: str, prompts, batch, max_new: int, dtype: str = "bfloat16"):
     """vLLM on the same job (the sweep's engine axis, worker.engine.vllm), with its CUDA graphs on a GPU
     (`enforce_eager: false`): one sequence at a time at batch 1, else at most the batch (auto: 64)."""
     from worker.core.engines import VllmEngine
@@ -106,13 +112,13 @@ def vllm(runtime: Runtime, model: str, prompts, batch, max_new: int):
     cuda = runtime.device.type == "cuda"
     engine = VllmEngine(
         name="vllm",
-        dtype="bfloat16",
+        dtype=dtype,
         max_model_len=512,
         max_num_seqs=64 if batch == "auto" else batch,
         enforce_eager=not cuda,
         **({} if cuda else {"kv_cache_space_gb": 1}),
     )
-    spec = job(model, prompts, "greedy", {}, batch, max_new, min_new=max_new, dtype="bfloat16")
+    spec = job(model, prompts, "greedy", {}, batch, max_new, min_new=max_new, dtype=dtype)
     spec = spec.model_copy(update={"engine": engine})
 
     def run():
@@ -122,11 +128,11 @@ def vllm(runtime: Runtime, model: str, prompts, batch, max_new: int):
     return run, {}
 
 
-def hf_compiled(model_path: str, prompts, batch, max_new: int, device):
+def hf_compiled(model_path: str, prompts, batch, max_new: int, device, dtype: str = "bfloat16"):
     """transformers' generate() with its static cache (torch.compile of the forward on CUDA), in batches."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device).eval()
     tok = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     tok.pad_token = tok.pad_token or tok.eos_token
     size = len(prompts) if batch == "auto" else batch
@@ -154,16 +160,16 @@ def section(args, runtime, family: str, batch) -> dict:
     prompts = uniform_prompts(n)
     folder = Path(tempfile.mkdtemp(prefix=f"decodebench-{family}-"))
     try:
-        path, weight_bytes = build(folder, family, args.tiny, device)
+        path, weight_bytes = build(folder, family, args.tiny, device, args.dtype)
         sides, found = {}, {}
         steps = ["eager", "static"] + (["graphs"] if device.type == "cuda" else [])
         for step in steps:
-            sides[step], found[step] = own(runtime, path, prompts, batch, args.max_new, step)
+            sides[step], found[step] = own(runtime, path, prompts, batch, args.max_new, step, args.dtype)
         if _has_vllm() and not args.no_vllm:
-            sides["vllm"], found["vllm"] = vllm(runtime, path, prompts, batch, args.max_new)
+            sides["vllm"], found["vllm"] = vllm(runtime, path, prompts, batch, args.max_new, args.dtype)
         if not args.no_hf:  # compiled on CUDA; on the CPU transformers runs its static cache uncompiled
             hf = "hf-compiled" if device.type == "cuda" else "hf-static"
-            sides[hf], found[hf] = hf_compiled(path, prompts, batch, args.max_new, device)
+            sides[hf], found[hf] = hf_compiled(path, prompts, batch, args.max_new, device, args.dtype)
         for run in sides.values():  # untimed: loading, warm-up, compilation
             run()
         stats, outputs = rounds(sides, args.rounds, device)
@@ -202,6 +208,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-new", type=int, default=64)
     parser.add_argument("--tiny", action="store_true", help="tiny configs (the code path on the CPU)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers' compiled path")
     parser.add_argument("--no-vllm", action="store_true", help="leave out vLLM (a side where it is installed)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="start no section after this many seconds")
@@ -209,7 +216,8 @@ def main() -> None:
     args = parser.parse_args()
     runtime = Runtime(args.device)
     started = time.perf_counter()
-    out = {"device": str(runtime.device), "max_new": args.max_new, "rounds": args.rounds, "rows": [], "skipped": []}
+    out = {"device": str(runtime.device), "dtype": args.dtype, "max_new": args.max_new, "rounds": args.rounds}
+    out |= {"rows": [], "skipped": []}
     # batch-major: a run cut short by its budget has measured every model at the smaller batches
     for batch in [b if b == "auto" else int(b) for b in args.batches.split(",")]:
         for family in args.models.split(","):
