@@ -34,9 +34,9 @@ notebook: $(VENV)/.installed-run
 	bash -c 'source scripts/uv-env.sh && installer "$(VENV)" "$${INSTALLER:-uv}" && install -e ".[worker,notebook]"'
 	$(BIN)/jupyter lab docs/examples/quickstart.ipynb
 
-# Everything (what .ci/run calls): lint, layering contracts and the main suite, while in the background
-# .venv-vllm builds (log in .venv-vllm.log) and then the vLLM engine's tests run in it, which may not skip
-# (their output printed at the end; scripts/run-tests.sh; docs/engines.md, "Tests and benchmark").
+# Everything (what .ci/run calls): lint, layering contracts and the main suite, while .venv-vllm builds
+# in the background (log in .venv-vllm.log); then the vLLM engine's tests in it, which may not skip
+# (scripts/run-tests.sh; docs/engines.md, "Tests and benchmark").
 test: install
 	MAKE="$(MAKE)" BIN="$(BIN)" bash scripts/run-tests.sh
 
