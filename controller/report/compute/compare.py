@@ -51,5 +51,6 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
     deltas = {f"{c}_delta": merged[f"{c}_b"].astype(float) - merged[f"{c}_a"].astype(float) for c in shared}
     sides = {f"{c}_{side}": merged[f"{c}_{side}"] for c in shared for side in ("a", "b")}
     out = pd.concat([out, pd.DataFrame(deltas), pd.DataFrame(sides)], axis=1)
-    out["model"] = out["model"].where(out["model"] != "", None)
+    for column in ["model", *(c for c in SAMPLES_COLUMNS if c in keys)]:  # the merge's blanks: None again
+        out[column] = out[column].where(out[column] != "", None)
     return out.reset_index(drop=True)

@@ -186,15 +186,23 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
     return "\n".join(lines) + "\n"
 
 
+COMPARE_NOTE = (
+    "Δ: B − A, two sweeps' numbers with no interval or test (their prompts, seeds and baselines need not match). "
+    "To test a difference, run both sides in one sweep: its paired comparisons resample the prompts they share "
+    "(docs/reports.md#comparing-sweeps).\n"
+)
+
+
 def compare_table(comparison: pd.DataFrame) -> str:
-    """The terminal view of `compare`: the concise metrics' B - A differences."""
+    """The terminal view of `compare`: the B - A differences of the overview's columns (a task sweep's accuracy
+    among them), and what they are not."""
     frame = comparison.copy()
     cols = ["model", "strategy", "present"]  # the strategy column: the variant's label
-    for c in CONCISE:
-        if f"{c}_delta" in frame.columns:
-            frame[f"Δ {SHORT.get(c, c)}"] = frame[f"{c}_delta"]
-            cols.append(f"Δ {SHORT.get(c, c)}")
-    return markdown_table(frame, cols)
+    deltas = pd.DataFrame({c.removesuffix("_delta"): frame[c] for c in frame.columns if c.endswith("_delta")})
+    for c in concise_columns(deltas):
+        frame[f"Δ {SHORT.get(c, c)}"] = frame[f"{c}_delta"]
+        cols.append(f"Δ {SHORT.get(c, c)}")
+    return markdown_table(frame, cols) + "\n" + COMPARE_NOTE
 
 
 def model_based_metrics(data: SweepData) -> str:

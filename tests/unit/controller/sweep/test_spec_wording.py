@@ -77,6 +77,8 @@ def test_a_difference_of_counts_has_no_decimals():
     )  # fmt: skip
     table = compare_table(comparison)
     assert "Δ n" in table and re.search(r"\| -8 \|", table), table
+    note = table.splitlines()[-1]  # what a delta is not, under the table
+    assert note.startswith("Δ: B − A") and "no interval or test" in note and "#comparing-sweeps" in note, table
 
 
 def test_the_readme_sweep_is_the_real_quickstart_file():

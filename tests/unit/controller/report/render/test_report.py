@@ -233,3 +233,28 @@ def test_the_report_names_the_models_behind_model_based_metrics():
     assert text == ("Perplexity and coherence scored by judge-7b. MAUVE features from gpt2-large (at most 512 tokens).")
     assert text in render_html(summarize(data, n_boot=0), data)  # html.escape leaves this text as it is
     assert text in summary_markdown(summarize(data, n_boot=0), data)
+
+
+def test_sweeps_with_samples_compare_and_label_their_cells():
+    """A sweep with `samples` had its cells without samples keyed by a blank for the merge, and the blank reached
+    the labels: `report A --compare B` failed with int('') for any such sweep, even compared with itself."""
+    from controller.report.compute.compare import compare
+    from controller.report.render.format import compare_table
+
+    def summary(accuracy: list[float], samples: list[float | None]) -> pd.DataFrame:
+        return pd.DataFrame(
+            {"model": ["m", "m", "m"], "strategy": ["greedy", "sample", "sample"], "params": ["{}", "{}", "{}"],
+             "samples": samples, "best_of": [None, None, "model"], "exact_match": accuracy}
+        )  # fmt: skip
+
+    a = summary([0.9, 0.6, 0.8], [None, 8.0, 8.0])
+    cmp = compare(a, summary([0.9, 0.7, 0.8], [None, 8.0, 8.0]))
+    assert list(cmp["present"]) == ["both"] * 3 and cmp["exact_match_delta"].round(6).tolist() == [0.0, 0.1, 0.0]
+    assert cmp["samples"].isna().tolist() == [True, False, False] and cmp["best_of"].isna().tolist()[:2] == [True] * 2
+    table = compare_table(cmp)
+    for label in ("| greedy |", "| sample[samples=8] |", "| sample[best_of=8,by=model] |"):
+        assert label in table, table
+    assert "| Δ exact_match |" in table.splitlines()[0]  # a task sweep's accuracy, as in its overview
+    without = a.iloc[:1].drop(columns=["samples", "best_of"])  # B a sweep without samples: its greedy matches A's
+    one_sided = compare(a, without)
+    assert list(one_sided["present"]) == ["both", "a", "a"] and "| sample[samples=8] | a |" in compare_table(one_sided)
