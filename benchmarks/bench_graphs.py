@@ -2,7 +2,7 @@
 static-cache path, side by side in one run (issue 44; docs/performance.md#cuda-graphs).
 
 For each model (`gpt2`: GPT-2 124M from GPT2Config, `llama`: a ~1.1B Llama built from a LlamaConfig shaped
-like TinyLlama's; random weights in bfloat16 (`--dtype`) with the bundled tokenizer: the speed does not depend
+like TinyLlama's; random weights in bfloat16 (or `--dtype`) with the bundled tokenizer: the speed does not depend
 on the weights) and batch size (1, 8, 32 and auto), greedy search over the same prompts, every generation forced to
 `--max-new` tokens (min_new_tokens = max_new_tokens), on these sides:
 
