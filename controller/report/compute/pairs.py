@@ -29,7 +29,7 @@ from controller.report.compute.tasks import DIGEST, bounded, plain
 from controller.report.stats.cellstats import CellStats
 from controller.report.stats.intervals import cell_rng
 from controller.report.stats.paired import baselines, compare_pair, with_holm
-from worker.core.errors import CorruptRecordError, PermanentJobError
+from worker.core.errors import CorruptRecordError, PermanentJobError, UsageError
 
 KEPT = 8  # whole cells' statistics kept read (a model's baseline is read once, not per cell)
 MAX_BASELINE = 1024  # characters of a baseline (a strategy name or a cell key)
@@ -236,3 +236,15 @@ def compare(
     compared = {made[i][0]: pair for i, pair in runner.run([job for _, job in made], cache, "pairs")}
     read_stats.cache_clear()
     return with_holm(base_of, compared, settings.names)
+
+
+def check_baseline(baseline: str | None, cells: Sequence[tuple[str, str]]) -> None:
+    """`--baseline` names a cell key or a strategy of the sweep: else one line naming what it has, not a report
+    without comparisons. `cells`: each cell's (key, strategy name)."""
+    if baseline is None or not cells or any(baseline in cell for cell in cells):
+        return
+    strategies = ", ".join(dict.fromkeys(strategy for _, strategy in cells))
+    raise UsageError(
+        f"--baseline {baseline!r}: no strategy or cell of this sweep has that name (its strategies: {strategies};"
+        f" a cell is named model::variant, as in summary.csv's cell column, e.g. {cells[0][0]!r})"
+    )

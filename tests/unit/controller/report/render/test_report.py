@@ -175,6 +175,21 @@ def test_report_command_without_complete_jobs(tmp_path):
     assert result.exit_code == 2 and "no complete jobs" in result.stderr
 
 
+def test_a_baseline_the_sweep_does_not_have_is_one_line_not_a_report_without_comparisons(tmp_path):
+    """`--baseline` with a typo gave a report whose cells were compared with nothing, and said nothing."""
+    data = make_sweep(n_prompts=8)
+    store = FileStore(tmp_path)
+    write_sweep(store, data)
+    argv = ["report", data.sweep_id, "--store", str(tmp_path), "--n-boot", "50", "--no-progress"]
+    bad = CliRunner().invoke(cli(), [*argv, "--baseline", "gredy"])
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1, bad.output
+    assert bad.stderr.startswith("error: --baseline 'gredy': no strategy or cell of this sweep has that name (its")
+    assert not store.exists(paths.report_key(data.tenant, data.sweep_id, "summary.csv"))  # nothing written
+    cell = summarize(data, n_boot=50).loc[0, "cell"]
+    for good in ("greedy", cell):  # a strategy, a cell key
+        assert CliRunner().invoke(cli(), [*argv, "--baseline", good]).exit_code == 0
+
+
 def test_report_compare(tmp_path):
     store = FileStore(tmp_path)
     a = make_sweep(n_prompts=4, sweep_id="sweepaaaaaaaaaaa")
