@@ -49,7 +49,7 @@ FORMATS = tuple(paths.REPORT_FILES)
     type=click.IntRange(min=0),
     default=1000,
     show_default=True,
-    help="Bootstrap replicates of the confidence intervals (0: none).",
+    help="Bootstrap replicates of the confidence intervals and permutations of the tests (0: none; else at least 10).",
 )
 @click.option(
     "--baseline",

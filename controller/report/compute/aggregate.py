@@ -45,7 +45,7 @@ from controller.report.compute.engines import (
     has_decode_steps,
     has_engines,
 )
-from controller.report.compute.pairs import check_baseline, compare
+from controller.report.compute.pairs import check_options, compare
 from controller.report.compute.runner import Runner
 from controller.report.load.jobs import JobInfo, enough_prompts, fewest_prompts, smallest_cell
 from controller.report.load.sweep import SweepData, Tick
@@ -212,7 +212,7 @@ def summarize(
     `progress(what, done, total)`: called as the cells, then the pairs, are done (the CLI's bar).
     """
     selected, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, metrics, store)
-    check_baseline(baseline, [(t.cell, str(t.row.get("strategy"))) for t in tasks])
+    check_options(n_boot, baseline, [(t.cell, str(t.row.get("strategy"))) for t in tasks])
     names = settings.names
     runner = Runner(workers, remote, progress)
     cache = ReportCache(store, data.tenant, data.sweep_id) if store is not None else None

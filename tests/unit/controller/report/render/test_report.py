@@ -190,6 +190,20 @@ def test_a_baseline_the_sweep_does_not_have_is_one_line_not_a_report_without_com
         assert CliRunner().invoke(cli(), [*argv, "--baseline", good]).exit_code == 0
 
 
+def test_too_few_replicates_for_a_p_value_are_one_line(tmp_path):
+    """`--n-boot 3` gave every comparison p = 0.25 (1 / (3 + 1)) whatever the difference: 0 or at least 10."""
+    data = make_sweep(n_prompts=8)
+    store = FileStore(tmp_path)
+    write_sweep(store, data)
+    argv = ["report", data.sweep_id, "--store", str(tmp_path), "--no-progress", "--n-boot"]
+    bad = CliRunner().invoke(cli(), [*argv, "3"])
+    assert bad.exit_code == 2 and bad.stderr == (
+        "error: --n-boot 3: too few bootstrap replicates for an interval or a p-value (at least 10; the default is"
+        " 1000), or 0 for none\n"
+    )
+    assert all(CliRunner().invoke(cli(), [*argv, n]).exit_code == 0 for n in ("0", "10"))
+
+
 def test_report_compare(tmp_path):
     store = FileStore(tmp_path)
     a = make_sweep(n_prompts=4, sweep_id="sweepaaaaaaaaaaa")
