@@ -239,8 +239,8 @@ def compare(
 
 
 def check_options(n_boot: int, baseline: str | None, cells: Sequence[tuple[str, str]]) -> None:
-    """The report's options, each wrong one a line before any work. `--n-boot`: 0 (no intervals) or enough
-    replicates for a p-value (TAIL_COUNT: below it a p could not go under 1 / (n + 1), 0.25 from 3, for any
+    """The report's options, each wrong one a line before any cell is computed. `--n-boot`: 0 (no intervals) or
+    enough replicates for a p-value (TAIL_COUNT: below it a p could not go under 1 / (n + 1), 0.25 from 3, for any
     difference). `--baseline` names a cell key or a strategy of the sweep: else one line naming what it has, not a
     report without comparisons. `cells`: each cell's (key, strategy name)."""
     if 0 < n_boot < TAIL_COUNT:
