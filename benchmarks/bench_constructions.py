@@ -243,8 +243,7 @@ def cell_intervals(metric_name: str, cell, groups, value: float, rng) -> dict:
         out = constructions(sums, values_of(metric.combine), of_ratio, value, rng)
         if metric.unit_interval:  # a share: clipped to [0, 1], exact where binomial, as the report
             out = {k: v if k == "_se" else share_interval(v, sums, LEVEL, of_ratio=of_ratio) for k, v in out.items()}
-            kg = out and korn_graubard(value, out["_se"][0], len(groups))
-            if kg:
+            if out and (kg := korn_graubard(value, out["_se"][0], len(groups))):
                 out["korn-graubard"] = share_interval(kg, sums, LEVEL, of_ratio=of_ratio)
         return out
     loo = leave_one_out(metric, cell, groups)

@@ -9,6 +9,7 @@ from scipy import stats as sps
 from controller.metrics import METRICS
 from controller.report.compute.cells import Settings, score
 from controller.report.stats.intervals import prompt_groups
+from controller.report.stats.shares import binary_prompts
 from tests.support.tasks import task_cell
 
 pytestmark = pytest.mark.pure
@@ -33,9 +34,8 @@ def test_pass_at_k_of_k_samples_and_maj_at_k_get_the_exact_interval_of_their_pro
     settings = Settings(tuple(names), with_ci=True, n_boot=400, n_boot_corpus=2, seed=0, sample_size=None)
     row = {"model": "m", "strategy": "top_p"}
     groups = prompt_groups(cell.prompt_ids)
-    kept = score([(n, METRICS.get(n)) for n in names], settings, row, cell, groups, "top_p", prompts=list(per_prompt))[
-        1
-    ]
+    selected = [(n, METRICS.get(n)) for n in names]
+    _, kept = score(selected, settings, row, cell, groups, "top_p", prompts=list(per_prompt))
     right = {pid: [t == f"#{i}" for t in per_prompt[pid][0]] for i, pid in enumerate(prompts)}
     for name, outcome in (("pass@8", any), ("maj@8", lambda r: sum(r) >= 4)):  # a 4-4 tie: the gold, first in order
         successes = sum(outcome(r) for r in right.values())
@@ -43,7 +43,5 @@ def test_pass_at_k_of_k_samples_and_maj_at_k_get_the_exact_interval_of_their_pro
         ci = sps.binomtest(successes, 16).proportion_ci(confidence_level=0.95, method="exact")
         assert (row[f"{name}_ci_low"], row[f"{name}_ci_high"]) == pytest.approx((ci.low, ci.high)), name
     assert any(4 <= sum(r) < 8 for r in right.values()) and any(0 < sum(r) < 4 for r in right.values())
-    from controller.report.stats.shares import binary_prompts
-
     assert binary_prompts(kept.kept["exact_match"][1]) is None  # c / 8 a prompt: the bootstrap's
     assert row["exact_match_ci_low"] < row["exact_match"] < row["exact_match_ci_high"]
