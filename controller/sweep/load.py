@@ -188,7 +188,8 @@ def _prompt_file(path: str, base: Path, locate: Locator) -> str:
         raise UsageError(f"{label}: {quote(path)} is not a usable path ({_why(err)})") from None
     resolved = _absolute(p, label, quote(path))
     if not is_file:
-        raise UsageError(f"{label}: file {quote(path)} does not exist (resolved to {shown(str(resolved))})")
+        what = "does not exist" if not p.exists() else "is a directory, not a file" if p.is_dir() else "is not a file"
+        raise UsageError(f"{label}: file {quote(path)} {what} (resolved to {shown(str(resolved))})")
     return str(resolved)
 
 

@@ -61,6 +61,16 @@ def over_limit(count: int, what: str) -> str:
     return f"{what} {count:,} jobs, over the limit of {limit:,} (DECODEBENCH_MAX_JOBS)"
 
 
+def _unusable_label(label: str) -> str | None:
+    """Why a model's label (its `name`, else its path's last part) cannot name its cells, or None: a cell key is
+    `model::variant` (`::engine` after it), which `status --watch` splits back into its parts."""
+    if not label.strip():
+        return "is empty"
+    if "::" in label:
+        return "holds '::', which separates a cell key's parts"
+    return None
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -263,6 +273,9 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _unique_model_labels(self) -> SweepSpec:
+        for i, model in enumerate(self.models):
+            if why := _unusable_label(model.label):
+                raise ValueError(f"models[{i}]: label {short(model.label)} {why}; give the model another `name`")
         dup = [label for label, n in Counter(m.label for m in self.models).items() if n > 1]
         if dup:
             raise ValueError(f"models: two models share the label {short(dup[0])}; give them distinct `name`s")

@@ -99,8 +99,20 @@ BAD = [
         "path: nope.jsonl",
         "prompts.path: file 'nope.jsonl' does not exist",
     ),
+    (
+        "prompt path a directory",
+        'inline: ["Once upon a time", {id: b, prompt: "It was", reference: "a dark night"}]',
+        "path: .",
+        "prompts.path: file '.' is a directory, not a file",
+    ),
     ("malformed YAML", "name: t", "name: [t", "malformed YAML"),
     ("missing model dir", "path: MODEL", "path: ./no-such-model", "local model path './no-such-model' does not exist"),
+    (
+        "model name with the cell key's separator",
+        "path: MODEL",
+        'path: MODEL\n    name: "llama::8b"',
+        "models[0]: label 'llama::8b' holds '::', which separates a cell key's parts",
+    ),
 ]
 
 
