@@ -42,7 +42,7 @@ FORMATS = tuple(paths.REPORT_FILES)
     "compare_to",
     default=None,
     metavar="SWEEP_B",
-    help="Compare with another sweep: per-cell differences B - A.",
+    help="Compare with another sweep: per-cell differences B - A, tested paired over the prompts both hold alike.",
 )
 @click.option(
     "--n-boot",
@@ -122,7 +122,7 @@ def report(
         tenant = _token_tenant(api)
     remote = _dispatch(api, redis_url, store_url, tenant, wait_s) if distributed else None
     from controller.cli.table import echo_summary
-    from controller.report.compute.compare import compare
+    from controller.report.compute.compare import compare_sweeps
     from controller.report.render.format import compare_table
     from controller.report.render.write import build, comparison_bytes, render, write_comparison, write_reports
     from worker.store import open_store
@@ -141,8 +141,8 @@ def report(
             echo_summary(summary, nl=False)
     else:
         sweep_b = store.resolve_sweep(tenant, compare_to)
-        _, other = build(store, tenant, sweep_b, n_boot, workers=workers)
-        comparison = compare(summary, other)
+        data_b, other = build(store, tenant, sweep_b, n_boot, workers=workers)
+        comparison = compare_sweeps(store, (data, summary), (data_b, other), n_boot)
         write_comparison(store, tenant, data.sweep_id, sweep_b, comparison)
         body = comparison_bytes(fmt_name, comparison) if out or to_stdout else None
         if not to_stdout:

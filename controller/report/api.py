@@ -9,6 +9,8 @@
 `comparisons(summary)` gives them in long form, one row per (cell, metric). `variant_labels(summary)` and
 `cell_labels(summary)` name each row as every view of the report does (`top_p(p=0.8)`,
 `austen-tiny · top_p(p=0.8)`; controller.report.render.labels).
+`compare_sweeps(a, b)` compares two sweeps cell by cell (`report A --compare B`), paired over the prompts they
+hold alike.
 
 `store` is a Store, a URL (`./runs`, `file:///…`, `s3://bucket/prefix`) or None
 (DECODEBENCH_STORE, else ./runs).
@@ -103,3 +105,19 @@ def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
                     )
     columns = ["cell", "baseline", "metric", "diff", "ci_low", "ci_high", "p", "p_holm", "first_generations"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def compare_sweeps(
+    sweep_a: str, sweep_b: str, store: Store | str | None = None, tenant: str = "default", *, n_boot: int = 1000
+) -> pd.DataFrame:
+    """`decodebench report A --compare B` as a DataFrame: one row per cell matched across the two sweeps, `present`,
+    `cell_a`, `cell_b`, `<column>_delta` (B − A) with `<column>_a` and `<column>_b`, and where both sweeps hold the
+    same prompts with intervals, `paired_prompts` and each metric's paired comparison B − A (`<metric>_diff`,
+    `_diff_ci_low`, `_diff_ci_high`, `_diff_p`, `_diff_p_holm`, Holm over the whole table). Like the command, it
+    aggregates both sweeps through the store's report cache (`report/cache/`, written as `report` does)."""
+    from controller.report.compute.compare import compare_sweeps as compared
+    from controller.report.render.write import build
+
+    st = _open(store)
+    a, b = (build(st, tenant, sweep, n_boot) for sweep in (sweep_a, sweep_b))
+    return compared(st, a, b, n_boot)

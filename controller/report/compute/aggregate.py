@@ -45,11 +45,12 @@ from controller.report.compute.engines import (
     has_decode_steps,
     has_engines,
 )
-from controller.report.compute.pairs import check_options, compare
+from controller.report.compute.pairs import CellRef, check_options, compare, held
 from controller.report.compute.runner import Runner
 from controller.report.load.jobs import JobInfo, enough_prompts, fewest_prompts, smallest_cell
 from controller.report.load.sweep import SweepData, Tick
 from controller.report.stats.bootstrap_t import CI_LEVEL
+from controller.report.stats.cellstats import CellStats
 from controller.report.stats.paired import FIRSTS_COLUMN, comparison_columns
 from controller.report.stats.speed import SPREAD_COLUMNS, batch_units, speed_columns, speed_ranges
 from worker.core.contract import ModelSpec, PromptItem
@@ -211,14 +212,10 @@ def summarize(
     the cache computed by the cluster's report workers (the runner's backends: controller.report.compute.runner);
     `progress(what, done, total)`: called as the cells, then the pairs, are done (the CLI's bar).
     """
-    selected, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, metrics, store)
-    check_options(n_boot, baseline, [(t.cell, str(t.row.get("strategy"))) for t in tasks])
-    names = settings.names
     runner = Runner(workers, remote, progress)
-    cache = ReportCache(store, data.tenant, data.sweep_id) if store is not None else None
-    registry = all(n in METRICS and METRICS.get(n) is m for n, m in selected)  # else: run here, not by name
-    jobs = [cell_job(t, settings, None if registry else tuple(selected), cache is not None) for t in tasks]
-    outputs = cell_outputs(jobs, cache, runner)
+    cells = _cells(data, (n_boot, seed, n_boot_corpus), metrics, store, runner, baseline)
+    selected, settings, tasks, jobs, outputs, cache = cells
+    names = settings.names
     data.examples = {(o.row["cell"], pid): ex for o in outputs for pid, ex in o.examples.items()}
     for line in (line for o in outputs for line in o.damaged):  # found while streaming a cell's generations
         structlog.get_logger("decodebench.report").warning(f"{line}; job left out of the report")
@@ -242,6 +239,30 @@ def summarize(
     calibrated = {n: m.calibrated_prompts for n, m in selected if n in methods and m.calibrated_prompts}
     frame.attrs.update(_attrs(frame, settings, methods, baseline, fewest_prompts(data.results), calibrated))
     return frame
+
+
+def _cells(data: SweepData, boot: tuple[int, int, int], metrics, store, runner: Runner, baseline: str | None) -> tuple:
+    """`cell_tasks` and every cell's output (from the cache where `store` has it): (selected, settings, tasks,
+    jobs, outputs, cache). `boot`: (n_boot, seed, n_boot_corpus). `baseline` and `n_boot` are checked first,
+    before any cell is computed."""
+    n_boot, seed, n_boot_corpus = boot
+    selected, settings, tasks = cell_tasks(data, n_boot, seed, n_boot_corpus, metrics, store)
+    check_options(n_boot, baseline, [(t.cell, str(t.row.get("strategy"))) for t in tasks])
+    cache = ReportCache(store, data.tenant, data.sweep_id) if store is not None else None
+    registry = all(n in METRICS and METRICS.get(n) is m for n, m in selected)  # else: run here, not by name
+    jobs = [cell_job(t, settings, None if registry else tuple(selected), cache is not None) for t in tasks]
+    return selected, settings, tasks, jobs, cell_outputs(jobs, cache, runner), cache
+
+
+def cell_statistics(
+    data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100, store: Store | None = None
+) -> tuple[list[tuple[str, Metric]], dict[str, CellStats | CellRef]]:
+    """The sweep's metrics and each cell's statistics for paired comparisons (`pairs.held`), as `summarize` with
+    the same arguments computes them: read back from the report cache where it ran with `store`. None without
+    intervals (fewer than MIN_CI_PROMPTS prompts, or `n_boot` 0)."""
+    boot = (n_boot, seed, n_boot_corpus)
+    selected, settings, _, jobs, outputs, cache = _cells(data, boot, METRICS, store, Runner(), None)
+    return selected, held(outputs, jobs, cache) if settings.with_ci else {}
 
 
 def _attrs(

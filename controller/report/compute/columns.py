@@ -39,3 +39,4 @@ KEY_COLUMNS = ["model", "strategy", "params"]
 # a variant's samples and best_of (docs/sweeps.md#samples): columns only where a cell has samples
 SAMPLES_COLUMNS = ["samples", "best_of"]
 REFERENCE = "reference"
+PAIRED_COLUMN = "paired_prompts"  # `report --compare`: the prompts a pair of cells was compared over (empty: not)

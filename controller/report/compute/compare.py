@@ -1,11 +1,24 @@
-"""Comparing two sweeps' summaries cell by cell (`decodebench report A --compare B`)."""
+"""Comparing two sweeps' summaries cell by cell (`decodebench report A --compare B`): the differences of their
+numbers (`compare`), and where both sweeps hold the same prompts, each matched pair of cells compared paired over
+them (`paired_across`), as a sweep compares its own cells (controller.report.stats.paired)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 import pandas as pd
 
-from controller.report.compute.columns import KEY_COLUMNS, SAMPLES_COLUMNS
-from controller.report.stats.paired import is_comparison_column
+from controller.metrics import Metric
+from controller.report.compute.aggregate import cell_statistics
+from controller.report.compute.columns import KEY_COLUMNS, PAIRED_COLUMN, SAMPLES_COLUMNS
+from controller.report.compute.pairs import CellRef, Stats
+from controller.report.load.jobs import MIN_CI_PROMPTS
+from controller.report.load.sweep import SweepData
+from controller.report.stats.intervals import cell_rng
+from controller.report.stats.paired import FIRSTS_COLUMN, SUFFIXES, compare_pair, holm, is_comparison_column
+from worker.core.contract import PromptItem
+from worker.store import Store
 
 
 def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
@@ -43,14 +56,78 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
         and pd.api.types.is_numeric_dtype(a[c])
         and pd.api.types.is_numeric_dtype(b[c])
     ]
-    merged = a[keys + shared].merge(
-        b[keys + shared], on=keys, how="outer", suffixes=("_a", "_b"), indicator=True, sort=False
+    cells = ["cell"] if "cell" in a.columns and "cell" in b.columns else []
+    merged = a[keys + cells + shared].merge(
+        b[keys + cells + shared], on=keys, how="outer", suffixes=("_a", "_b"), indicator=True, sort=False
     )
     out = merged[keys].copy()
     out["present"] = merged["_merge"].map({"both": "both", "left_only": "a", "right_only": "b"}).astype(object)
+    for side in ("a", "b") if cells else ():  # each side's cell key (`paired_across` reads its statistics)
+        out[f"cell_{side}"] = merged[f"cell_{side}"].astype(object).where(merged[f"cell_{side}"].notna(), None)
     deltas = {f"{c}_delta": merged[f"{c}_b"].astype(float) - merged[f"{c}_a"].astype(float) for c in shared}
     sides = {f"{c}_{side}": merged[f"{c}_{side}"] for c in shared for side in ("a", "b")}
     out = pd.concat([out, pd.DataFrame(deltas), pd.DataFrame(sides)], axis=1)
     for column in ["model", *(c for c in SAMPLES_COLUMNS if c in keys)]:  # the merge's blanks: None again
         out[column] = out[column].where(out[column] != "", None)
     return out.reset_index(drop=True)
+
+
+def same_prompts(a: Sequence[PromptItem], b: Sequence[PromptItem]) -> set[str]:
+    """The ids of the prompts both sweeps hold alike: the same id, text, reference, messages and answer."""
+    of_b = {p.id: p for p in b}
+    return {p.id for p in a if of_b.get(p.id) == p}
+
+
+def paired_across(
+    comparison: pd.DataFrame,
+    stats: tuple[Mapping[str, Stats], Mapping[str, Stats]],
+    metrics: Mapping[str, Metric],
+    same: set[str],
+    *,
+    n_boot: int,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """`comparison` (`compare`'s) with each matched pair of cells compared paired, B − A: `<m>_diff`, its paired
+    interval and p, and Holm's p over every p of the table (`SUFFIXES`; the first generations' where the cells'
+    generations a prompt differ, named in `first_generation_diffs`), and `paired_prompts`. `stats`: both sweeps'
+    cell statistics by cell key (`aggregate.cell_statistics`). A pair is compared where both cells have
+    statistics and the same prompts, at least MIN_CI_PROMPTS, every one alike in both sweeps (`same`); the
+    other rows' columns are empty."""
+    rows: list[dict] = []
+    for _, row in comparison.iterrows():
+        a, b = (side.get(row.get(f"cell_{s}") or "") for side, s in zip(stats, "ab"))
+        rows.append({})
+        if a is None or b is None:
+            continue
+        a, b = (s.stats() if isinstance(s, CellRef) else s for s in (a, b))
+        if set(a.prompts) == set(b.prompts) and set(a.prompts) <= same and len(a.prompts) >= MIN_CI_PROMPTS:
+            rng = cell_rng(seed, f"{row['cell_b']}|{row['cell_a']}|across")
+            rows[-1] = compare_pair(b, a, metrics, n_boot=n_boot, rng=rng) | {PAIRED_COLUMN: len(a.prompts)}
+    names = list(metrics)
+    paired = pd.DataFrame(rows, index=comparison.index).reindex(
+        columns=[PAIRED_COLUMN, FIRSTS_COLUMN, *(f"{m}{s}" for m in names for s in SUFFIXES)]
+    )
+    p = paired[[f"{m}_diff_p" for m in names]].to_numpy(dtype=float)
+    holm_p = np.asarray(holm(p.ravel().tolist()), dtype=float).reshape(p.shape)  # NaN: no test, not counted
+    for j, m in enumerate(names):
+        paired[f"{m}_diff_p_holm"] = holm_p[:, j]
+    numeric = [c for c in paired.columns if c != FIRSTS_COLUMN]
+    paired[numeric] = paired[numeric].apply(pd.to_numeric, errors="coerce").astype(float)
+    paired[FIRSTS_COLUMN] = paired[FIRSTS_COLUMN].astype(object).where(paired[FIRSTS_COLUMN].notna(), None)
+    return pd.concat([comparison, paired], axis=1)
+
+
+def compare_sweeps(
+    store: Store | None, a: tuple[SweepData, pd.DataFrame], b: tuple[SweepData, pd.DataFrame], n_boot: int
+) -> pd.DataFrame:
+    """Two sweeps' (data, summary) compared (`compare`), each pair of matched cells paired over the prompts both
+    sweeps hold alike where both have intervals (`paired_across`); `store`: where their summaries cached their
+    cells (`aggregate.summarize`), read back here."""
+    comparison = compare(a[1], b[1])
+    (selected, stats_a), (other, stats_b) = (cell_statistics(d, n_boot=n_boot, store=store) for d, _ in (a, b))
+    if not stats_a or not stats_b:
+        return comparison
+    names_b = {name for name, _ in other}
+    metrics = {name: metric for name, metric in selected if name in names_b}
+    same = same_prompts(a[0].prompts, b[0].prompts)
+    return paired_across(comparison, (stats_a, stats_b), metrics, same, n_boot=n_boot)

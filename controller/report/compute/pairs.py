@@ -68,6 +68,9 @@ class CellRef:
             return self.job.run().stats  # type: ignore[return-value]  # deleting report/cache/ stays safe
 
 
+Stats = CellStats | CellRef  # a cell's statistics, held or where they are cached
+
+
 def pair_name(cell_key: str, base_key: str, n_boot: int, seed: int, baseline: str | None) -> str:
     """A pair's cache digest, from both cells' cache keys and the comparison's settings."""
     doc = [CACHE_VERSION, cell_key, base_key, n_boot, seed, baseline]
@@ -204,22 +207,29 @@ def pair_jobs(
     """Who is compared with whom (cell -> its baseline), and each compared cell's pair job, in the cells' order."""
     base_of = baselines([o.stats for o in outputs if o.stats is not None], baseline)
     by_cell = {o.row["cell"]: o for o in outputs}
-    job_of = {j.task.cell: j for j in jobs}
-
-    def side(cell: str) -> CellStats | CellRef:
-        out = by_cell[cell]
-        if not out.spilled:
-            return out.stats  # type: ignore[return-value]
-        return CellRef(cache.store.url, cache.key(out.cached_as), job_of.get(cell))  # type: ignore[union-attr,arg-type]
-
+    side = held(outputs, jobs, cache)
     metrics = jobs[0].metrics if jobs else None
     made = []
     for cell, base in base_of.items():
         if base is not None:
             digests = (by_cell[cell].cached_as, by_cell[base].cached_as)
             settled = (settings.names, settings.n_boot, settings.seed, baseline, cache, digests)
-            made.append((cell, PairJob(*settled, side(cell), side(base), metrics, settings.n_boot_corpus)))
+            made.append((cell, PairJob(*settled, side[cell], side[base], metrics, settings.n_boot_corpus)))
     return base_of, made
+
+
+def held(outputs: list[CellOutput], jobs: Sequence[CellJob], cache: ReportCache | None) -> dict[str, Stats]:
+    """Each cell's statistics for comparisons, by cell key: held, or where its spilled output is cached (read when a
+    pair runs). A cell without statistics (no intervals) is left out."""
+    job_of = {j.task.cell: j for j in jobs}
+    out: dict[str, Stats] = {}
+    for o in outputs:
+        cell = o.row["cell"]
+        if not o.spilled and o.stats is not None:
+            out[cell] = o.stats
+        elif o.spilled and cache is not None and o.cached_as is not None:
+            out[cell] = CellRef(cache.store.url, cache.key(o.cached_as), job_of.get(cell))
+    return out
 
 
 def compare(

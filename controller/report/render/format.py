@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,16 +17,17 @@ from controller.report.compute.columns import (
     ID_COLUMNS,
     KEY_COLUMNS,
     MAUVE_COLUMNS,
+    PAIRED_COLUMN,
     SAMPLES_COLUMNS,
     SPEED_COLUMNS,
 )
 from controller.report.compute.engines import ENGINE_COLUMN
 from controller.report.load.jobs import CALIBRATED_PROMPTS
 from controller.report.load.sweep import SweepData
-from controller.report.render.comparisons import comparison_markdown, comparison_table
+from controller.report.render.comparisons import FIRSTS, comparison_markdown, comparison_table
 from controller.report.render.labels import cell_labels, labeller, variant_labels
 from controller.report.render.ratings_table import RATINGS_NOTE, rating_table
-from controller.report.stats.paired import is_comparison_column
+from controller.report.stats.paired import is_comparison_column, on_first_generations
 from controller.report.stats.speed import SPREAD_COLUMNS
 from worker.core.safetext import markdown
 
@@ -158,10 +159,16 @@ def concise_columns(summary: pd.DataFrame) -> list[str]:
     return [c for c in CONCISE[:at] + accuracy_columns(summary) + CONCISE[at:] if c in summary.columns]
 
 
-def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, with_ci: bool = False) -> str:
+def markdown_table(
+    summary: pd.DataFrame,
+    columns: list[str] | None = None,
+    *,
+    with_ci: bool = False,
+    marks: Callable[[pd.Series, str], str] | None = None,
+) -> str:
     """A GitHub Markdown table; by default the concise columns (`concise_columns`), all-empty ones dropped. The
     strategy column names each row's variant by its label (`top_p(p=0.8)`); a `params` column gives every
-    parameter."""
+    parameter. `marks(row, column)`: what follows a value (`compare_table`'s test marks)."""
     if columns is None:
         columns = concise_columns(summary)
     keep = [c for c in columns if c in KEY_COLUMNS or summary[c].notna().any()]
@@ -179,6 +186,8 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
             lo, hi = row.get(f"{c}_ci_low"), row.get(f"{c}_ci_high")
             if with_ci and text and lo is not None and not pd.isna(lo):
                 text += f" [{num(c, lo)}, {num(c, hi)}]"
+            if text and marks is not None:
+                text += marks(row, c)
             if c == "mauve" and text and not pd.isna(row.get("mauve_n")):  # its sample beside the value
                 text += f" (n {row['mauve_n']}, refs {row['mauve_n_references']}, k {row['mauve_clusters']})"
             cells.append(markdown(text))
@@ -187,22 +196,40 @@ def markdown_table(summary: pd.DataFrame, columns: list[str] | None = None, *, w
 
 
 COMPARE_NOTE = (
-    "Δ: B − A, two sweeps' numbers with no interval or test (their prompts, seeds and baselines need not match). "
-    "To test a difference, run both sides in one sweep: its paired comparisons resample the prompts they share "
-    "(docs/reports.md#comparing-sweeps).\n"
+    "Δ: B − A, two sweeps' numbers with no interval or test: they hold no prompts alike (the same id and text) with "
+    "intervals (8 prompts or more). To test a difference, run both sweeps on the same prompts, or both sides in one "
+    "sweep (docs/reports.md#comparing-sweeps).\n"
+)
+PAIRED_NOTE = (
+    "Δ: B − A. *: the paired test over the prompts both sweeps hold alike (paired_prompts; each prompt's generations "
+    "in A against its generations in B, as a sweep compares its own cells) finds a difference, Holm-adjusted p below "
+    "0.05 over the whole table. Intervals and p-values are in the csv (<metric>_diff_ci_low, _ci_high, _p, _p_holm)."
+    " A row with an empty paired_prompts was not tested: its cells' prompts differ (docs/reports.md#comparing-sweeps)."
+    f" {FIRSTS}: tested on each prompt's first generation, as the two cells hold different numbers a prompt (a corpus"
+    " metric moves with that number, and so does its Δ).\n"
 )
 
 
 def compare_table(comparison: pd.DataFrame) -> str:
     """The terminal view of `compare`: the B - A differences of the overview's columns (a task sweep's accuracy
-    among them), and what they are not."""
+    among them), each marked where the sweeps' paired test finds it (`compare.paired_across`), and what they are."""
     frame = comparison.copy()
     cols = ["model", "strategy", "present"]  # the strategy column: the variant's label
     deltas = pd.DataFrame({c.removesuffix("_delta"): frame[c] for c in frame.columns if c.endswith("_delta")})
+    metric_of = {}
     for c in concise_columns(deltas):
         frame[f"Δ {SHORT.get(c, c)}"] = frame[f"{c}_delta"]
         cols.append(f"Δ {SHORT.get(c, c)}")
-    return markdown_table(frame, cols) + "\n" + COMPARE_NOTE
+        metric_of[f"Δ {SHORT.get(c, c)}"] = c
+
+    def marks(row: pd.Series, column: str) -> str:
+        metric = metric_of.get(column)
+        p = row.get(f"{metric}_diff_p_holm")
+        found = "*" if p is not None and not pd.isna(p) and p < 0.05 else ""
+        return found + (f" {FIRSTS}" if metric in on_first_generations(row) else "")
+
+    paired = PAIRED_COLUMN in frame.columns and frame[PAIRED_COLUMN].notna().any()
+    return markdown_table(frame, cols, marks=marks) + "\n" + (PAIRED_NOTE if paired else COMPARE_NOTE)
 
 
 def model_based_metrics(data: SweepData) -> str:

@@ -1,0 +1,108 @@
+"""`report A --compare B`: two sweeps on the same prompts are compared paired over them, cell by cell, with
+intervals and Holm's p over the table; sweeps whose prompts differ keep the plain differences, untested."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import tests.support.report as synthetic
+from controller.cli import main
+from controller.report.api import compare_sweeps
+from controller.report.render.format import COMPARE_NOTE, PAIRED_NOTE, compare_table
+from controller.report.stats.paired import SUFFIXES
+from tests.support.report import make_sweep, write_sweep
+from worker.store import FileStore
+
+pytestmark = pytest.mark.pure
+
+A, B = "sweepaaaaaaaaaaa", "sweepbbbbbbbbbbb"
+LOOP = "the cat sat the cat sat the cat sat the cat sat"
+
+
+def sweeps(tmp_path) -> FileStore:
+    """Sweep A, and sweep B on the same 16 prompts, two seeds, whose top_p cell loops on every prompt."""
+    store = FileStore(tmp_path)
+    a, b = (make_sweep(n_prompts=16, seeds=(0, 1), sweep_id=s) for s in (A, B))
+    for i, g in enumerate(b.generations):
+        if g.strategy == "top_p":
+            b.generations[i] = g.model_copy(update={"text": LOOP})
+    write_sweep(store, a)
+    write_sweep(store, b)
+    return store
+
+
+def by_strategy(comparison: pd.DataFrame, strategy: str) -> pd.Series:
+    return comparison[comparison["strategy"] == strategy].iloc[0]
+
+
+def test_sweeps_on_the_same_prompts_are_compared_paired_cell_by_cell(tmp_path):
+    store = sweeps(tmp_path)
+    cmp = compare_sweeps(A, B, store=store, n_boot=200)
+    greedy, top_p = by_strategy(cmp, "greedy"), by_strategy(cmp, "top_p")
+    assert greedy["paired_prompts"] == top_p["paired_prompts"] == 16
+    assert (greedy["cell_a"], greedy["cell_b"]) == ("austen-tiny::greedy", "austen-tiny::greedy")
+    # B's top_p loops: more repeated bigrams, fewer distinct ones, found by the paired test over the table
+    assert top_p["rep_2_diff"] == pytest.approx(top_p["rep_2_delta"]) and top_p["rep_2_diff"] > 0.3
+    assert 0 < top_p["rep_2_diff_ci_low"] < top_p["rep_2_diff"] < top_p["rep_2_diff_ci_high"]
+    assert top_p["rep_2_diff_p_holm"] < 0.05 and top_p["distinct_2_diff_p_holm"] < 0.05
+    # greedy is the same in both sweeps: no difference, none found
+    assert greedy["rep_2_diff"] == 0 and greedy["rep_2_diff_ci_low"] <= 0 <= greedy["rep_2_diff_ci_high"]
+    assert greedy["rep_2_diff_p_holm"] == 1.0
+    # Holm over every p of the table: the adjusted p is at least the raw one, and not below it times 1
+    tested = [(r, c) for _, r in cmp.iterrows() for c in cmp.columns if c.endswith("_diff_p") and pd.notna(r[c])]
+    assert len(tested) > 10 and all(r[f"{c}_holm"] >= r[c] for r, c in tested)
+    assert pd.isna(by_strategy(cmp, "reference")["paired_prompts"])  # the prompt set's references: not a cell
+
+
+def test_the_terminal_table_marks_what_the_paired_test_finds(tmp_path):
+    sweeps(tmp_path)
+    argv = ["report", A, "--compare", B, "--store", str(tmp_path), "--no-progress", "--n-boot", "200"]
+    result = CliRunner().invoke(main, [*argv, "--format", "csv", "--output", str(tmp_path / "cmp.csv")])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    greedy = next(line for line in lines if "| greedy |" in line)
+    top_p = next(line for line in lines if "| top_p |" in line)
+    cells = dict(zip(header, (c.strip() for c in top_p.strip("|").split("|"))))
+    assert cells["Δ diversity"].endswith("*") and cells["Δ diversity"].startswith("-")
+    assert "*" not in greedy and PAIRED_NOTE.strip() in result.stdout
+    written = pd.read_csv(tmp_path / "cmp.csv")
+    assert {"paired_prompts", "cell_a", "cell_b", *(f"rep_2{s}" for s in SUFFIXES)} <= set(written.columns)
+
+
+def test_sweeps_whose_prompts_differ_are_not_paired(tmp_path, monkeypatch):
+    """The same prompt ids with other texts: a pairing over them would compare different prompts."""
+    store = FileStore(tmp_path)
+    write_sweep(store, make_sweep(n_prompts=16, sweep_id=A))
+    other = lambda n, refs=True: [p.model_copy(update={"prompt": f"Another {p.id}"}) for p in prompts(n, refs)]
+    prompts = synthetic.prompts
+    monkeypatch.setattr(synthetic, "prompts", other)
+    write_sweep(store, make_sweep(n_prompts=16, sweep_id=B))
+    cmp = compare_sweeps(A, B, store=store, n_boot=200)
+    assert cmp["paired_prompts"].isna().all() and cmp["rep_2_diff_p_holm"].isna().all()
+    assert by_strategy(cmp, "greedy")["rep_2_delta"] == 0  # the plain differences stay
+    assert by_strategy(cmp, "greedy")["tokens_per_s_delta"] == 0
+    assert compare_table(cmp).endswith(COMPARE_NOTE)
+
+
+def test_without_intervals_the_comparison_is_the_plain_differences(tmp_path):
+    store = sweeps(tmp_path)
+    cmp = compare_sweeps(A, B, store=store, n_boot=0)
+    assert "paired_prompts" not in cmp.columns and by_strategy(cmp, "top_p")["rep_2_delta"] > 0.3
+    assert compare_table(cmp).endswith(COMPARE_NOTE)
+
+
+def test_a_sweep_of_one_seed_against_one_of_three_compares_corpus_metrics_on_first_generations(tmp_path):
+    """distinct-n falls as a cell grows: B's three seeds have fewer distinct bigrams than A's one for that alone.
+    Paired on each prompt's first generation (the same texts in both), the difference is none."""
+    store = FileStore(tmp_path)
+    write_sweep(store, make_sweep(n_prompts=16, seeds=(0,), sweep_id=A))
+    write_sweep(store, make_sweep(n_prompts=16, seeds=(0, 1, 2), sweep_id=B))
+    cmp = compare_sweeps(A, B, store=store, n_boot=200)
+    top_p = by_strategy(cmp, "top_p")
+    assert top_p["distinct_2_delta"] < -0.1 and top_p["distinct_2_diff"] == 0 and top_p["distinct_2_diff_p_holm"] == 1
+    assert "distinct_2" in top_p["first_generation_diffs"].split()
+    row = next(line for line in compare_table(cmp).splitlines() if "| top_p |" in line)
+    assert " †" in row
