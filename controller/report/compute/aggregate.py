@@ -258,7 +258,7 @@ def cell_statistics(
     data: SweepData, *, n_boot: int = 1000, seed: int = 0, n_boot_corpus: int = 100, store: Store | None = None
 ) -> tuple[list[tuple[str, Metric]], dict[str, CellStats | CellRef]]:
     """The sweep's metrics and each cell's statistics for paired comparisons (`pairs.held`), as `summarize` with
-    the same arguments computes them: read back from the report cache where it ran with `store`. None without
+    the same arguments computes them: read back from the report cache where it ran with `store`. No cell's without
     intervals (fewer than MIN_CI_PROMPTS prompts, or `n_boot` 0)."""
     boot = (n_boot, seed, n_boot_corpus)
     selected, settings, _, jobs, outputs, cache = _cells(data, boot, METRICS, store, Runner(), None)

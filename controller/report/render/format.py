@@ -196,9 +196,9 @@ def markdown_table(
 
 
 COMPARE_NOTE = (
-    "Δ: B − A, two sweeps' numbers with no interval or test: they hold no prompts alike (the same id and text) with "
-    "intervals (8 prompts or more). To test a difference, run both sweeps on the same prompts, or both sides in one "
-    "sweep (docs/reports.md#comparing-sweeps).\n"
+    "Δ: B − A, two sweeps' numbers with no interval or test: no two matched cells hold the same prompts (ids and "
+    "texts) in both sweeps with intervals (8 prompts or more, --n-boot not 0). To test a difference, run both sweeps "
+    "on the same prompts, or both sides in one sweep (docs/reports.md#comparing-sweeps).\n"
 )
 PAIRED_NOTE = (
     "Δ: B − A. *: the paired test over the prompts both sweeps hold alike (paired_prompts; each prompt's generations "
