@@ -96,7 +96,8 @@ def test_the_printed_next_commands_and_the_readmes_work_as_written(ran):
         if "<sweep-id>" in line and " rate " not in line  # the rating ones are sized for the quickstart
     ]
     assert len(lines) >= 3
-    for command in nexts + [line.replace("<sweep-id>", sweep_id) for line in lines]:
+    here = [line.replace("<sweep-id>", sweep_id).replace("<other-id>", sweep_id) for line in lines]  # --compare
+    for command in nexts + here:
         argv = shlex.split(command)
         assert argv[0] == "decodebench" and "--store" not in argv, command  # the default store finds it
         out = cli(*argv[1:])
