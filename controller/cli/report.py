@@ -45,6 +45,14 @@ FORMATS = tuple(paths.REPORT_FILES)
     help="Compare with another sweep: per-cell differences B - A, tested paired over the prompts both hold alike.",
 )
 @click.option(
+    "--models",
+    "model_pairs_given",
+    multiple=True,
+    metavar="A_MODEL=B_MODEL",
+    help="With --compare: compare sweep A's model with sweep B's (repeatable); two sweeps of one model each are "
+    "paired by themselves.",
+)
+@click.option(
     "--n-boot",
     type=click.IntRange(min=0),
     default=1000,
@@ -100,6 +108,7 @@ def report(
     out: Path | None,
     old_out: Path | None,
     compare_to: str | None,
+    model_pairs_given: tuple[str, ...],
     n_boot: int,
     baseline: str | None,
     workers: int,
@@ -117,7 +126,7 @@ def report(
 
     The results are read from the store with your own credentials; with --api, the server
     says which tenant your token acts as (the store prefix to read)."""
-    out, to_stdout = _output(fmt_name, out, old_out, compare_to)
+    out, to_stdout = _output(fmt_name, out, old_out, compare_to, model_pairs_given)
     if api:
         tenant = _token_tenant(api)
     remote = _dispatch(api, redis_url, store_url, tenant, wait_s) if distributed else None
@@ -130,6 +139,8 @@ def report(
     store = open_store(store_url)
     if dry_run:
         return _dry_run(store, tenant, sweep)
+    if compare_to is not None:  # both sweeps and the model pairs checked before either is aggregated
+        sweep_b, pairs = _other_sweep(store, tenant, sweep, compare_to, model_pairs_given)
     if out is not None:  # a path that cannot be written fails now, in one line, not after the whole report
         out.parent.mkdir(parents=True, exist_ok=True)
     with ReportProgress(progress_mode(no_progress)) as tick:
@@ -140,9 +151,8 @@ def report(
         if not to_stdout:
             echo_summary(summary, nl=False)
     else:
-        sweep_b = store.resolve_sweep(tenant, compare_to)
         data_b, other = build(store, tenant, sweep_b, n_boot, workers=workers)
-        comparison = compare_sweeps(store, (data, summary), (data_b, other), n_boot)
+        comparison = compare_sweeps(store, (data, summary), (data_b, other), n_boot, pairs)
         write_comparison(store, tenant, data.sweep_id, sweep_b, comparison)
         body = comparison_bytes(fmt_name, comparison) if out or to_stdout else None
         if not to_stdout:
@@ -153,9 +163,22 @@ def report(
         raise SystemExit(1)
 
 
-def _output(fmt_name: str, out: Path | None, old_out: Path | None, compare_to: str | None) -> tuple[Path | None, bool]:
+def _other_sweep(store, tenant: str, sweep: str, compare_to: str, given: tuple[str, ...]) -> tuple[str, dict]:
+    """--compare's sweep id and which of its models each of ours is compared with (--models, checked)."""
+    from controller.report.compute.compare import model_pairs, sweep_models
+
+    sweep_b = store.resolve_sweep(tenant, compare_to)
+    labels = [sweep_models(store, tenant, store.resolve_sweep(tenant, s)) for s in (sweep, sweep_b)]
+    return sweep_b, model_pairs(*labels, given)
+
+
+def _output(
+    fmt_name: str, out: Path | None, old_out: Path | None, compare_to: str | None, model_pairs: tuple[str, ...] = ()
+) -> tuple[Path | None, bool]:
     """Where the report's own format goes: (the file of --output, whether stdout takes it instead of the
     table: a --format given without --output); the refusals of combinations that cannot be written."""
+    if model_pairs and compare_to is None:
+        raise UsageError("--models pairs the models of two sweeps: give it with --compare SWEEP_B")
     if compare_to is not None and fmt_name == "html":
         raise UsageError("--compare writes md, csv, json or parquet, not html")
     if old_out is not None:

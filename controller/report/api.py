@@ -19,6 +19,7 @@ hold alike.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -108,16 +109,26 @@ def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare_sweeps(
-    sweep_a: str, sweep_b: str, store: Store | str | None = None, tenant: str = "default", *, n_boot: int = 1000
+    sweep_a: str,
+    sweep_b: str,
+    store: Store | str | None = None,
+    tenant: str = "default",
+    *,
+    n_boot: int = 1000,
+    models: Sequence[str] = (),
 ) -> pd.DataFrame:
     """`decodebench report A --compare B` as a DataFrame: one row per cell matched across the two sweeps, `present`,
     `cell_a`, `cell_b`, `<column>_delta` (B − A) with `<column>_a` and `<column>_b`, and where both sweeps hold the
     same prompts with intervals, `paired_prompts` and each metric's paired comparison B − A (`<metric>_diff`,
     `_diff_ci_low`, `_diff_ci_high`, `_diff_p`, `_diff_p_holm`, Holm over the whole table). Like the command, it
-    aggregates both sweeps through the store's report cache (`report/cache/`, written as `report` does)."""
+    aggregates both sweeps through the store's report cache (`report/cache/`, written as `report` does). `models`:
+    `A_MODEL=B_MODEL` pairs, as `--models` (two sweeps of one model each are paired by themselves)."""
     from controller.report.compute.compare import compare_sweeps as compared
+    from controller.report.compute.compare import model_pairs, sweep_models
     from controller.report.render.write import build
 
     st = _open(store)
-    a, b = (build(st, tenant, sweep, n_boot) for sweep in (sweep_a, sweep_b))
-    return compared(st, a, b, n_boot)
+    ids = [st.resolve_sweep(tenant, sweep) for sweep in (sweep_a, sweep_b)]
+    pairs = model_pairs(*(sweep_models(st, tenant, sweep_id) for sweep_id in ids), models)
+    a, b = (build(st, tenant, sweep_id, n_boot) for sweep_id in ids)
+    return compared(st, a, b, n_boot, pairs)

@@ -17,23 +17,26 @@ from controller.report.load.jobs import MIN_CI_PROMPTS
 from controller.report.load.sweep import SweepData
 from controller.report.stats.intervals import cell_rng
 from controller.report.stats.paired import FIRSTS_COLUMN, SUFFIXES, compare_pair, holm, is_comparison_column
-from worker.core.contract import PromptItem
+from worker.core.contract import ModelSpec, PromptItem
+from worker.core.errors import CorruptRecordError, UsageError
 from worker.store import Store
 
 
-def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
+def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame, models: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Per-cell differences B - A, cells matched on (model, strategy, params).
 
     Columns: model, strategy, params, `present` (both, a, b), then `<col>_delta` for
     every numeric column the two share (CI and paired-comparison columns excepted), then `<col>_a`, `<col>_b`.
+    `models`: A's model label -> B's that its cells match (`model_pairs`); such a row's model is `a → b`.
     """
+    models = dict(models or {})
 
-    def keyed(s: pd.DataFrame) -> pd.DataFrame:
+    def keyed(s: pd.DataFrame, rename: Mapping[str, str]) -> pd.DataFrame:
         s = s.copy()
-        s["model"] = s["model"].astype(object).where(s["model"].notna(), "")
+        s["model"] = s["model"].astype(object).where(s["model"].notna(), "").map(lambda m: rename.get(m, m))
         return s
 
-    a, b = keyed(summary_a), keyed(summary_b)
+    a, b = keyed(summary_a, models), keyed(summary_b, {})
     # sweeps with several engines (docs/engines.md) match cells on the engine too; the own engine's label
     # stands for a summary without the column
     keys = list(KEY_COLUMNS)
@@ -69,7 +72,46 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat([out, pd.DataFrame(deltas), pd.DataFrame(sides)], axis=1)
     for column in ["model", *(c for c in SAMPLES_COLUMNS if c in keys)]:  # the merge's blanks: None again
         out[column] = out[column].where(out[column] != "", None)
+    shown = {b_label: f"{a_label} → {b_label}" for a_label, b_label in models.items() if a_label != b_label}
+    out["model"] = out["model"].map(lambda m: shown.get(m, m) if isinstance(m, str) else m)
     return out.reset_index(drop=True)
+
+
+def sweep_models(store: Store, tenant: str, sweep_id: str) -> list[str]:
+    """The labels of a sweep's models, in its spec's order (none where its spec.json is missing or damaged)."""
+    try:
+        spec = SweepData(tenant, sweep_id, store.load_spec(tenant, sweep_id), [], []).sweep_spec
+        models = [ModelSpec.model_validate(m).label for m in spec.get("models") or []]
+    except (CorruptRecordError, KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
+        return []
+    return list(dict.fromkeys(models))
+
+
+def model_pairs(labels_a: Sequence[str], labels_b: Sequence[str], given: Sequence[str] = ()) -> dict[str, str]:
+    """Which of B's models each of A's is compared with (`compare`'s `models`), from both sweeps' model labels:
+    `given` (`A_MODEL=B_MODEL`, each checked against them); else, where each sweep has one model and they differ,
+    that one with the other (a sweep run again with another model, or a new revision); else none (cells match on
+    their own labels)."""
+    if not given:
+        one = len(labels_a) == len(labels_b) == 1 and labels_a[0] != labels_b[0]
+        return {labels_a[0]: labels_b[0]} if one else {}
+    pairs: dict[str, str] = {}
+    for text in given:
+        a_label, sep, b_label = text.partition("=")
+        for label, have, side in ((a_label, labels_a, "A"), (b_label, labels_b, "B")):
+            if not sep or label not in have:
+                raise UsageError(
+                    f"--models {text!r}: not A_MODEL=B_MODEL with {label!r} a model of sweep {side}"
+                    f" (sweep A's: {', '.join(labels_a) or 'none'}; sweep B's: {', '.join(labels_b) or 'none'})"
+                )
+        if a_label in pairs or b_label in pairs.values():
+            raise UsageError(f"--models {text!r}: each model is paired with one other at most")
+        pairs[a_label] = b_label
+    renamed = [pairs.get(m, m) for m in labels_a]
+    if len(set(renamed)) < len(renamed):  # A's y, not paired itself, would meet A's x paired with y
+        twice = next(m for m in renamed if renamed.count(m) > 1)
+        raise UsageError(f"--models: two of sweep A's models would be compared with {twice!r}; pair {twice!r} too")
+    return pairs
 
 
 def same_prompts(a: Sequence[PromptItem], b: Sequence[PromptItem]) -> set[str]:
@@ -118,12 +160,16 @@ def paired_across(
 
 
 def compare_sweeps(
-    store: Store | None, a: tuple[SweepData, pd.DataFrame], b: tuple[SweepData, pd.DataFrame], n_boot: int
+    store: Store | None,
+    a: tuple[SweepData, pd.DataFrame],
+    b: tuple[SweepData, pd.DataFrame],
+    n_boot: int,
+    models: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Two sweeps' (data, summary) compared (`compare`), each pair of matched cells paired over the prompts both
-    sweeps hold alike where both have intervals (`paired_across`); `store`: where their summaries cached their
-    cells (`aggregate.summarize`), read back here."""
-    comparison = compare(a[1], b[1])
+    """Two sweeps' (data, summary) compared (`compare`, A's models paired with B's by `models`, `model_pairs`'), each
+    pair of matched cells paired over the prompts both sweeps hold alike where both have intervals (`paired_across`);
+    `store`: where their summaries cached their cells (`aggregate.summarize`), read back here."""
+    comparison = compare(a[1], b[1], models)
     same = same_prompts(a[0].prompts, b[0].prompts)
     if len(same) < MIN_CI_PROMPTS or n_boot == 0:
         return comparison

@@ -205,8 +205,10 @@ PAIRED_NOTE = (
     "in A against its generations in B, as a sweep compares its own cells) finds a difference, Holm-adjusted p below "
     "0.05 over the whole table. Intervals and p-values are in the csv (<metric>_diff_ci_low, _ci_high, _p, _p_holm)."
     " A row with an empty paired_prompts was not tested: its cells' prompts differ (docs/reports.md#comparing-sweeps)."
+)
+FIRSTS_TESTED = (
     f" {FIRSTS}: tested on each prompt's first generation, as the two cells hold different numbers a prompt (a corpus"
-    " metric moves with that number, and so does its Δ).\n"
+    " metric moves with that number, and so does its Δ)."
 )
 
 
@@ -228,8 +230,10 @@ def compare_table(comparison: pd.DataFrame) -> str:
         found = "*" if p is not None and not pd.isna(p) and p < 0.05 else ""
         return found + (f" {FIRSTS}" if metric in on_first_generations(row) else "")
 
-    paired = PAIRED_COLUMN in frame.columns and frame[PAIRED_COLUMN].notna().any()
-    return markdown_table(frame, cols, marks=marks) + "\n" + (PAIRED_NOTE if paired else COMPARE_NOTE)
+    if not (PAIRED_COLUMN in frame.columns and frame[PAIRED_COLUMN].notna().any()):
+        return markdown_table(frame, cols, marks=marks) + "\n" + COMPARE_NOTE
+    firsts = any(on_first_generations(row) for _, row in frame.iterrows())
+    return markdown_table(frame, cols, marks=marks) + "\n" + PAIRED_NOTE + (FIRSTS_TESTED if firsts else "") + "\n"
 
 
 def model_based_metrics(data: SweepData) -> str:

@@ -117,3 +117,55 @@ def test_cells_over_different_prompt_sets_are_not_paired(tmp_path):
     cmp = compare_sweeps(A, B, store=store, n_boot=200)
     assert cmp["paired_prompts"].isna().all() and cmp["rep_2_diff_p_holm"].isna().all()
     assert compare_table(cmp).endswith(COMPARE_NOTE)
+
+
+def one_model_sweeps(tmp_path, a_models=("x",), b_models=("y",)) -> FileStore:
+    """Sweeps A and B, each of greedy and top_p on its own models, on the same 16 prompts."""
+    store = FileStore(tmp_path)
+    for sweep_id, models in ((A, a_models), (B, b_models)):
+        cells = [(m, s, p) for m in models for s, p in (("greedy", {}), ("top_p", {"p": 0.9}))]
+        write_sweep(store, make_sweep(n_prompts=16, sweep_id=sweep_id, cells=cells))
+    return store
+
+
+def test_two_sweeps_of_one_model_each_pair_their_models(tmp_path):
+    """A sweep run again with another model: its cells are the other's, model x's against model y's. Before, no
+    cell matched (`present` a or b) and nothing was compared."""
+    store = one_model_sweeps(tmp_path)
+    cmp = compare_sweeps(A, B, store=store, n_boot=200)
+    cells = cmp[cmp["strategy"] != "reference"]
+    assert list(cells["present"]) == ["both", "both"] and list(cells["model"]) == ["x → y", "x → y"]
+    assert list(cells["cell_a"]) == ["x::greedy", "x::top_p(p=0.9)"] and (cells["paired_prompts"] == 16).all()
+    assert "| x → y | greedy | both |" in compare_table(cmp)
+
+
+def test_models_pairs_the_models_of_several_model_sweeps_as_told(tmp_path):
+    store = one_model_sweeps(tmp_path, ("x", "z"), ("y", "z"))
+    untold = compare_sweeps(A, B, store=store, n_boot=0)
+    assert sorted(untold["present"]) == ["a", "a", "b", "b", "both", "both", "both"]  # z's match, and the reference
+    told = compare_sweeps(A, B, store=store, n_boot=0, models=["x=y"])
+    assert sorted(told["present"]) == ["both"] * 5
+    assert sorted(set(told["model"].dropna())) == ["x → y", "z"]
+
+
+@pytest.mark.parametrize(
+    "given,expected",
+    [
+        (["x=nope"], "error: --models 'x=nope': not A_MODEL=B_MODEL with 'nope' a model of sweep B (sweep A's: x, z;"),
+        (["x"], "error: --models 'x': not A_MODEL=B_MODEL with 'x' a model of sweep A"),
+        (["x=z"], "error: --models: two of sweep A's models would be compared with 'z'; pair 'z' too"),
+        (["x=y", "z=y"], "error: --models 'z=y': each model is paired with one other at most"),
+    ],
+)
+def test_a_wrong_models_pair_is_one_line_before_anything_is_aggregated(tmp_path, given, expected):
+    one_model_sweeps(tmp_path, ("x", "z"), ("y", "z"))
+    argv = ["report", A, "--compare", B, "--store", str(tmp_path), "--no-progress"]
+    result = CliRunner().invoke(main, [*argv, *(f"--models={g}" for g in given)])
+    assert result.exit_code == 2 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1
+    assert not list(tmp_path.rglob("report/*"))  # nothing aggregated, nothing written
+
+
+def test_models_without_compare_is_refused(tmp_path):
+    one_model_sweeps(tmp_path)
+    result = CliRunner().invoke(main, ["report", A, "--store", str(tmp_path), "--models", "x=y"])
+    assert result.exit_code == 2 and "give it with --compare SWEEP_B" in result.stderr
