@@ -7,7 +7,7 @@
 The store holds `--cells` cells of `--gens` generations each (top-p variants of one model, 2
 seeds x gens/2 prompts, 8 prompts a job, synthetic texts from tests/support/report.py; every
 result.json carries its generations' SHA-256, as a worker writes it). Each measurement runs
-`controller.report.render.write.build` (what `decodebench report` runs) in a fresh subprocess and
+`controller.report.api.build` (what `decodebench report` runs) in a fresh subprocess and
 prints its wall time and peak RSS (the controller, and the largest pool process):
 
 - `memory`: the old path, every generation loaded into the controller, one process;
@@ -118,9 +118,9 @@ def measure(args: argparse.Namespace) -> None:
         return measure_plan(args)
     if args.mode == "held":
         return measure_held(args)
+    from controller.report.api import build
     from controller.report.compute.aggregate import summarize
     from controller.report.load.sweep import load_sweep
-    from controller.report.render.write import build
     from worker.store import FileStore
 
     store = FileStore(args.store)

@@ -146,10 +146,11 @@ def _report(store, tenant: str, sweep_id: str, flag: str = "") -> None:
     import shlex
 
     from controller.cli.table import echo_summary
+    from controller.report.api import with_extras
     from controller.report.compute.aggregate import summarize
     from controller.report.compute.columns import REFERENCE
     from controller.report.load.sweep import load_sweep
-    from controller.report.render.write import with_extras, write_reports
+    from controller.report.render.write import write_reports
     from worker.core import paths
 
     data = load_sweep(store, tenant, sweep_id)

@@ -131,9 +131,10 @@ def report(
         tenant = _token_tenant(api)
     remote = _dispatch(api, redis_url, store_url, tenant, wait_s) if distributed else None
     from controller.cli.table import echo_summary
+    from controller.report.api import build
     from controller.report.compute.compare import compare_sweeps
     from controller.report.render.format import compare_table
-    from controller.report.render.write import build, comparison_bytes, render, write_comparison, write_reports
+    from controller.report.render.write import comparison_bytes, render, write_comparison, write_reports
     from worker.store import open_store
 
     store = open_store(store_url)

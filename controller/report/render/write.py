@@ -7,9 +7,7 @@ import io
 
 import pandas as pd
 
-from controller.report.compute.aggregate import summarize
-from controller.report.compute.runner import Runner
-from controller.report.load.sweep import SweepData, load_sweep
+from controller.report.load.sweep import SweepData
 from controller.report.render.format import compare_table, summary_json, summary_markdown
 from worker.core import paths
 from worker.core.errors import UsageError
@@ -73,43 +71,6 @@ def write_comparison(store: Store, tenant: str, sweep_a: str, sweep_b: str, comp
         store.write_bytes(key, body)
         keys[name] = key
     return keys
-
-
-def build(
-    store: Store,
-    tenant: str,
-    sweep: str,
-    n_boot: int = 1000,
-    baseline: str | None = None,
-    workers: int = 1,
-    remote=None,
-    progress=None,
-) -> tuple[SweepData, pd.DataFrame]:
-    """Load SWEEP's results (not its generations: each cell streams its own) and summarise it;
-    `workers` cells at a time in a process pool, each cell's output cached in the store; `remote`
-    (controller.report.distribute.remote.ReportWorkers): the cells and pairs missing from the cache computed by
-    report workers;
-    `progress(what, done, total)`: the results read, the cells, the pairs (controller.cli.progress)."""
-    sweep_id = store.resolve_sweep(tenant, sweep)
-    data = load_sweep(store, tenant, sweep_id, with_generations=False, progress=progress)
-    if not data.results:
-        raise UsageError(f"sweep {sweep_id} has no complete jobs yet; see `decodebench status {sweep_id}`")
-    summary = summarize(
-        data, n_boot=n_boot, baseline=baseline, workers=workers, store=store, remote=remote, progress=progress
-    )
-    return data, with_extras(summary, store, data, n_boot, Runner(workers, remote, progress))
-
-
-def with_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int = 1000, runner=None) -> pd.DataFrame:
-    """The summary with what lives beside the jobs: imported human ratings and the sweep's judge (docs/judge.md),
-    its requests sent by `runner`'s backends (default: here)."""
-    from controller.judge.report import add_judge, judge_summary
-    from controller.report.ratings.scores import add_ratings, stored_ratings
-
-    tenant, sweep_id = data.tenant, data.sweep_id
-    spec, results, order = data.sweep_spec, data.results, data.cell_order
-    judged = judge_summary(store, tenant, sweep_id, spec, results, order, n_boot, runner=runner)
-    return add_judge(add_ratings(summary, stored_ratings(store, tenant, sweep_id)), judged)
 
 
 def comparison_bytes(fmt_name: str, comparison: pd.DataFrame) -> bytes:

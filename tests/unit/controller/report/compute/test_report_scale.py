@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from controller.report.api import build
 from controller.report.compute import celljob, cells
 from controller.report.compute.aggregate import summarize
 from controller.report.load.sweep import load_sweep
-from controller.report.render.write import build
 from tests.support.report import CELLS, make_sweep, write_with_hashes
 from worker.core import paths
 from worker.store import FileStore

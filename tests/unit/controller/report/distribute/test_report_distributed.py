@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as cli
+from controller.report.api import build
 from controller.report.compute import celljob
 from controller.report.compute.aggregate import summarize
 from controller.report.compute.cache import ReportCache
@@ -20,7 +21,6 @@ from controller.report.distribute.remote import ReportWorkers
 from controller.report.distribute.signer import Admission, enqueue, job_id_of
 from controller.report.load import snapshot
 from controller.report.load.sweep import load_sweep
-from controller.report.render.write import build
 from tests.support.report import CELLS, make_sweep, write_with_hashes
 from tests.support.reportworkers import operator, plant, report_workers
 from tests.support.services import SIGNING_KEY as KEY

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from controller.report.api import build
 from controller.report.compute import pairs
 from controller.report.compute.aggregate import summarize
 from controller.report.compute.cache import ReportCache
 from controller.report.compute.pairs import PairJob
 from controller.report.distribute.mapworker import report_worker
 from controller.report.distribute.remote import ReportWorkers
-from controller.report.render.write import build
 from tests.support.report import CELLS, make_sweep, write_with_hashes
 from tests.support.reportworkers import operator, plant, report_workers
 from tests.support.services import SIGNING_KEY as KEY

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from controller.report.api import build
 from controller.report.distribute.plancache import PlanMemo, fingerprint
 from controller.report.distribute.signer import plan_pairs
 from controller.report.load import snapshot
-from controller.report.render.write import build
 from controller.server import service
 from controller.server.tokens import Identity
 from tests.support.report import CELLS, make_sweep, write_with_hashes

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from controller.report.render.write import build, render
+from controller.report.api import build
+from controller.report.render.write import render
 from tests.support.ratings import export, fill, score
 from tests.support.report import make_sweep, write_sweep
 from worker.core import paths

@@ -64,9 +64,9 @@ def test_the_reports_interval_is_computed_by_the_map_and_equals_the_cells_own(tm
     """The controller plans each cell with its batches' units, no bootstrap; the map (in process, in a
     pool, from the cache) gives the interval speed_spread gives over the cell's results."""
     from controller.metrics import METRICS
+    from controller.report.api import build
     from controller.report.compute.aggregate import cell_tasks
     from controller.report.load.sweep import load_sweep
-    from controller.report.render.write import build
     from tests.support.report import write_with_hashes
     from worker.store import FileStore
 
