@@ -10,7 +10,8 @@
 `cell_labels(summary)` name each row as every view of the report does (`top_p(p=0.8)`,
 `austen-tiny · top_p(p=0.8)`; controller.report.render.labels).
 `compare_sweeps(a, b)` compares two sweeps cell by cell (`report A --compare B`), paired over the prompts they
-hold alike.
+hold alike. `build(store, tenant, sweep)` is the reduce as `decodebench report` runs it: the summary with its cells
+cached in the store, and the sweep's ratings and judge (`with_extras`).
 
 `store` is a Store, a URL (`./runs`, `file:///…`, `s3://bucket/prefix`) or None
 (DECODEBENCH_STORE, else ./runs).
