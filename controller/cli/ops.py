@@ -34,7 +34,8 @@ def doctor(tenant: str, require_gpu: bool, local: bool, api: str | None, redis_u
     for level, name, detail in results:
         click.echo(f"{level}  {name:<{width}}  {terminal(detail)}")
     failed = [name for level, name, _ in results if level == FAIL]
-    click.echo(f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "all required checks passed")
+    hint = " (`decodebench run` alone needs no Redis: doctor --local)" if "redis" in failed and not api else ""
+    click.echo(f"{len(failed)} check(s) failed: {', '.join(failed)}{hint}" if failed else "all required checks passed")
     if failed:
         sys.exit(1)
 

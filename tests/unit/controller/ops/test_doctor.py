@@ -41,6 +41,7 @@ def test_unreachable_redis_and_unwritable_store_fail(tmp_path):
     checks = lines(r.output)
     assert checks["redis"] == "FAIL" and checks["store"] == "FAIL"
     assert "2 check(s) failed: redis, store" in r.output and "Traceback" not in r.output
+    assert "`decodebench run` alone needs no Redis: doctor --local" in r.output  # a laptop's user is told
 
 
 def test_local_mode_does_not_need_redis(tmp_path):
