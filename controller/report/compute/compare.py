@@ -18,6 +18,7 @@ from controller.report.load.sweep import SweepData
 from controller.report.stats.intervals import cell_rng
 from controller.report.stats.paired import FIRSTS_COLUMN, SUFFIXES, compare_pair, holm, is_comparison_column
 from worker.core.contract import ModelSpec, PromptItem
+from worker.core.engines import OWN_ENGINE
 from worker.core.errors import CorruptRecordError, UsageError
 from worker.store import Store
 
@@ -40,9 +41,13 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame, models: Mapping[st
     # sweeps with several engines (docs/engines.md) match cells on the engine too; the own engine's label
     # stands for a summary without the column
     keys = list(KEY_COLUMNS)
+    engines: dict[str, str] = {}
     if "engine" in a.columns or "engine" in b.columns:
         for s in (a, b):
-            s["engine"] = s["engine"].fillna("decodebench") if "engine" in s.columns else "decodebench"
+            s["engine"] = s["engine"].fillna(OWN_ENGINE) if "engine" in s.columns else OWN_ENGINE
+        engines = engine_pair(a, b)
+        cells_a = a["model"] != ""  # the reference row, the prompts' own, ran on no engine: it stays as it is
+        a.loc[cells_a, "engine"] = a.loc[cells_a, "engine"].map(lambda e: engines.get(e, e))
         keys.append("engine")
     for column in SAMPLES_COLUMNS:  # a variant with samples is a cell of its own (docs/sweeps.md#samples)
         if column in a.columns or column in b.columns:
@@ -72,9 +77,19 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame, models: Mapping[st
     out = pd.concat([out, pd.DataFrame(deltas), pd.DataFrame(sides)], axis=1)
     for column in ["model", *(c for c in SAMPLES_COLUMNS if c in keys)]:  # the merge's blanks: None again
         out[column] = out[column].where(out[column] != "", None)
-    shown = {b_label: f"{a_label} → {b_label}" for a_label, b_label in models.items() if a_label != b_label}
-    out["model"] = out["model"].map(lambda m: shown.get(m, m) if isinstance(m, str) else m)
+    for column, pairs in (("model", models), ("engine", engines)):  # a paired row names both sides: `a → b`
+        shown = {b_label: f"{a_label} → {b_label}" for a_label, b_label in pairs.items() if a_label != b_label}
+        if shown:
+            out[column] = out[column].map(lambda v, shown=shown: shown.get(v, v) if isinstance(v, str) else v)
     return out.reset_index(drop=True)
+
+
+def engine_pair(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, str]:
+    """Where each sweep's cells ran on one engine and they differ (the same sweep run again on vLLM), A's engine ->
+    B's, so that their cells match; else none (cells match on their engines, docs/engines.md)."""
+    ran = [set(s.loc[s["model"] != "", "engine"]) for s in (a, b)]  # the cells', not the reference row's
+    one = all(len(engines) == 1 for engines in ran) and ran[0] != ran[1]
+    return {next(iter(ran[0])): next(iter(ran[1]))} if one else {}
 
 
 def sweep_models(store: Store, tenant: str, sweep_id: str) -> list[str]:

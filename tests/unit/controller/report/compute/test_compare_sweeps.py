@@ -169,3 +169,17 @@ def test_models_without_compare_is_refused(tmp_path):
     one_model_sweeps(tmp_path)
     result = CliRunner().invoke(main, ["report", A, "--store", str(tmp_path), "--models", "x=y"])
     assert result.exit_code == 2 and "give it with --compare SWEEP_B" in result.stderr
+
+
+def test_a_sweep_run_again_on_another_engine_pairs_the_engines(tmp_path):
+    """Sweep A on decodebench's engine, B the same on vLLM (`engines: [{name: vllm}]`): before, no cell matched (their
+    engines differ) and nothing was compared."""
+    store = FileStore(tmp_path)
+    write_sweep(store, make_sweep(n_prompts=16, sweep_id=A))
+    write_sweep(store, make_sweep(n_prompts=16, sweep_id=B, engines=("vllm",)))
+    cmp = compare_sweeps(A, B, store=store, n_boot=200)
+    assert list(cmp["present"]) == ["both"] * 3  # the reference row ran on no engine: it matches as it is
+    cells = cmp[cmp["strategy"] != "reference"]
+    assert list(cells["engine"]) == ["decodebench → vllm"] * 2 and (cells["paired_prompts"] == 16).all()
+    assert list(cells["cell_b"]) == ["austen-tiny::greedy::vllm", "austen-tiny::top_p(p=0.9,temperature=1.0)::vllm"]
+    assert "| austen-tiny | greedy @ decodebench → vllm | both |" in compare_table(cmp)
