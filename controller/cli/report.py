@@ -132,7 +132,7 @@ def report(
     remote = _dispatch(api, redis_url, store_url, tenant, wait_s) if distributed else None
     from controller.cli.table import echo_summary
     from controller.report.api import build
-    from controller.report.compute.compare import compare_sweeps
+    from controller.report.compute.compare import compare_sweeps, resolve_pairs
     from controller.report.render.format import compare_table
     from controller.report.render.write import comparison_bytes, render, write_comparison, write_reports
     from worker.store import open_store
@@ -141,7 +141,7 @@ def report(
     if dry_run:
         return _dry_run(store, tenant, sweep)
     if compare_to is not None:  # both sweeps and the model pairs checked before either is aggregated
-        sweep_b, pairs = _other_sweep(store, tenant, sweep, compare_to, model_pairs_given)
+        _, sweep_b, pairs = resolve_pairs(store, tenant, sweep, compare_to, model_pairs_given)
     if out is not None:  # a path that cannot be written fails now, in one line, not after the whole report
         out.parent.mkdir(parents=True, exist_ok=True)
     with ReportProgress(progress_mode(no_progress)) as tick:
@@ -162,15 +162,6 @@ def report(
     click.echo(f"report: {location(store, paths.report_key(tenant, data.sweep_id, 'report.html'))}", err=True)
     if data.damaged:  # the report is written without them; the exit code says it is incomplete
         raise SystemExit(1)
-
-
-def _other_sweep(store, tenant: str, sweep: str, compare_to: str, given: tuple[str, ...]) -> tuple[str, dict]:
-    """--compare's sweep id and which of its models each of ours is compared with (--models, checked)."""
-    from controller.report.compute.compare import model_pairs, sweep_models
-
-    sweep_b = store.resolve_sweep(tenant, compare_to)
-    labels = [sweep_models(store, tenant, store.resolve_sweep(tenant, s)) for s in (sweep, sweep_b)]
-    return sweep_b, model_pairs(*labels, given)
 
 
 def _output(

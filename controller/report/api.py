@@ -126,12 +126,11 @@ def compare_sweeps(
     aggregates both sweeps through the store's report cache (`report/cache/`, written as `report` does). `models`:
     `A_MODEL=B_MODEL` pairs, as `--models` (two sweeps of one model each are paired by themselves)."""
     from controller.report.compute.compare import compare_sweeps as compared
-    from controller.report.compute.compare import model_pairs, sweep_models
+    from controller.report.compute.compare import resolve_pairs
 
     st = _open(store)
-    ids = [st.resolve_sweep(tenant, sweep) for sweep in (sweep_a, sweep_b)]
-    pairs = model_pairs(*(sweep_models(st, tenant, sweep_id) for sweep_id in ids), models)
-    a, b = (build(st, tenant, sweep_id, n_boot) for sweep_id in ids)
+    id_a, id_b, pairs = resolve_pairs(st, tenant, sweep_a, sweep_b, models)
+    a, b = (build(st, tenant, sweep_id, n_boot) for sweep_id in (id_a, id_b))
     return compared(st, a, b, n_boot, pairs)
 
 

@@ -24,11 +24,12 @@ from worker.store import Store
 
 
 def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame, models: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Per-cell differences B - A, cells matched on (model, strategy, params).
+    """Per-cell differences B - A, cells matched on (model, strategy, params; engine, samples where a sweep has them).
 
     Columns: model, strategy, params, `present` (both, a, b), then `<col>_delta` for
     every numeric column the two share (CI and paired-comparison columns excepted), then `<col>_a`, `<col>_b`.
-    `models`: A's model label -> B's that its cells match (`model_pairs`); such a row's model is `a → b`.
+    `models`: A's model label -> B's that its cells match (`model_pairs`); the engines are paired by `engine_pair`;
+    a paired row's model or engine is `a → b`.
     """
     models = dict(models or {})
 
@@ -87,9 +88,20 @@ def compare(summary_a: pd.DataFrame, summary_b: pd.DataFrame, models: Mapping[st
 def engine_pair(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, str]:
     """Where each sweep's cells ran on one engine and they differ (the same sweep run again on vLLM), A's engine ->
     B's, so that their cells match; else none (cells match on their engines, docs/engines.md)."""
-    ran = [set(s.loc[s["model"] != "", "engine"]) for s in (a, b)]  # the cells', not the reference row's
-    one = all(len(engines) == 1 for engines in ran) and ran[0] != ran[1]
-    return {next(iter(ran[0])): next(iter(ran[1]))} if one else {}
+    ran_a, ran_b = (list(dict.fromkeys(s.loc[s["model"] != "", "engine"])) for s in (a, b))  # not the reference's
+    return one_each(ran_a, ran_b)
+
+
+def one_each(labels_a: Sequence[str], labels_b: Sequence[str]) -> dict[str, str]:
+    """{A's label: B's} where each side has one and they differ (a model's, an engine's); else none."""
+    return {labels_a[0]: labels_b[0]} if len(labels_a) == len(labels_b) == 1 and labels_a != labels_b else {}
+
+
+def resolve_pairs(store: Store, tenant: str, sweep_a: str, sweep_b: str, given: Sequence[str]) -> tuple:
+    """Both sweeps' ids and which of B's models each of A's is compared with (`model_pairs` of their specs'
+    models and `given`), checked before either sweep is aggregated: (id_a, id_b, pairs)."""
+    ids = [store.resolve_sweep(tenant, sweep) for sweep in (sweep_a, sweep_b)]
+    return *ids, model_pairs(*(sweep_models(store, tenant, sweep_id) for sweep_id in ids), given)
 
 
 def sweep_models(store: Store, tenant: str, sweep_id: str) -> list[str]:
@@ -108,8 +120,7 @@ def model_pairs(labels_a: Sequence[str], labels_b: Sequence[str], given: Sequenc
     that one with the other (a sweep run again with another model, or a new revision); else none (cells match on
     their own labels)."""
     if not given:
-        one = len(labels_a) == len(labels_b) == 1 and labels_a[0] != labels_b[0]
-        return {labels_a[0]: labels_b[0]} if one else {}
+        return one_each(labels_a, labels_b)
     pairs: dict[str, str] = {}
     for text in given:
         a_label, sep, b_label = text.partition("=")

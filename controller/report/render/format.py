@@ -22,7 +22,7 @@ from controller.report.compute.columns import (
     SPEED_COLUMNS,
 )
 from controller.report.compute.engines import ENGINE_COLUMN
-from controller.report.load.jobs import CALIBRATED_PROMPTS
+from controller.report.load.jobs import CALIBRATED_PROMPTS, MIN_CI_PROMPTS
 from controller.report.load.sweep import SweepData
 from controller.report.render.comparisons import FIRSTS, comparison_markdown, comparison_table
 from controller.report.render.labels import cell_labels, labeller, variant_labels
@@ -197,8 +197,8 @@ def markdown_table(
 
 COMPARE_NOTE = (
     "Δ: B − A, two sweeps' numbers with no interval or test: no two matched cells hold the same prompts (ids and "
-    "texts) in both sweeps with intervals (8 prompts or more, --n-boot not 0). To test a difference, run both sweeps "
-    "on the same prompts, or both sides in one sweep (docs/reports.md#comparing-sweeps).\n"
+    f"texts) in both sweeps with intervals ({MIN_CI_PROMPTS} prompts or more, --n-boot not 0). To test a difference, "
+    "run both sweeps on the same prompts, or both sides in one sweep (docs/reports.md#comparing-sweeps).\n"
 )
 PAIRED_NOTE = (
     "Δ: B − A. *: the paired test over the prompts both sweeps hold alike (paired_prompts; each prompt's generations "
@@ -225,8 +225,8 @@ def compare_table(comparison: pd.DataFrame) -> str:
         metric_of[f"Δ {SHORT.get(c, c)}"] = c
 
     def marks(row: pd.Series, column: str) -> str:
-        metric = metric_of.get(column)
-        p = row.get(f"{metric}_diff_p_holm")
+        metric = metric_of.get(column)  # None: model, strategy, present
+        p = row.get(f"{metric}_diff_p_holm") if metric else None
         found = "*" if p is not None and not pd.isna(p) and p < 0.05 else ""
         return found + (f" {FIRSTS}" if metric in on_first_generations(row) else "")
 
