@@ -312,3 +312,20 @@ def toy_metrics() -> Registry[Metric]:
 
 
 CELLS = [("m", "greedy", {}), ("m", "top_p", {"p": 0.9}), ("m", "top_k", {"k": 5}), ("n", "greedy", {})]
+
+
+def scored_cell(key: str, per_prompt: list[list[str]], names: Iterable[str]):
+    """`cells.score`'s statistics of a cell whose prompt g (`p{g}`) has the generations per_prompt[g] (its first one
+    first), scored on `names` with 200 replicates: a cell for the paired comparisons' tests."""
+    from controller.metrics import METRICS, cell_data
+    from controller.report.compute.cells import Settings, score
+    from controller.report.stats.intervals import prompt_groups
+
+    names = tuple(names)
+    records = [{"text": t, "prompt_id": f"p{g}"} for g, gens in enumerate(per_prompt) for t in gens]
+    data = cell_data(records)
+    settings = Settings(names, with_ci=True, n_boot=200, n_boot_corpus=200, seed=0, sample_size=None)
+    selected = [(n, METRICS.get(n)) for n in names]
+    prompts = [f"p{g}" for g in range(len(per_prompt))]
+    row = {"model": "m", "strategy": key}
+    return score(selected, settings, row, data, prompt_groups(data.prompt_ids), key, prompts=prompts)[1]

@@ -1,12 +1,17 @@
-"""The paired comparisons' table, as Markdown and HTML (the statistics: controller.report.stats.paired)."""
+"""The paired comparisons' table, as Markdown and HTML, and the notes of comparisons, a sweep's own and `report
+--compare`'s (the statistics: controller.report.stats.paired)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 
-from controller.report.stats.paired import BASELINE_COLUMN, on_first_generations
+from controller.report.compute.columns import PAIRED_COLUMN
+from controller.report.load.jobs import MIN_CI_PROMPTS
+from controller.report.stats.paired import BASELINE_COLUMN, least_p, on_first_generations
 
 COMPARED = [
     "exact_match",
@@ -31,6 +36,56 @@ FIRSTS_NOTE = (
     f" {FIRSTS} Of each prompt's first generation in both cells: a corpus metric (distinct-n, self-BLEU) moves with "
     "how many generations a cell has, and these two cells have different numbers a prompt."
 )
+COMPARE_NOTE = (
+    "Δ: B − A, two sweeps' numbers with no interval or test: no two matched cells hold the same prompts (ids and "
+    f"texts) in both sweeps with intervals ({MIN_CI_PROMPTS} prompts or more, --n-boot not 0). To test a difference, "
+    "run both sweeps on the same prompts, or both sides in one sweep (docs/reports.md#comparing-sweeps).\n"
+)
+PAIRED_NOTE = (
+    "Δ: B − A. *: the paired test over the prompts both sweeps hold alike (paired_prompts; each prompt's generations "
+    "in A against its generations in B, as a sweep compares its own cells) finds a difference, Holm-adjusted p below "
+    "0.05 over the whole table. Intervals and p-values are in the csv (<metric>_diff_ci_low, _ci_high, _p, _p_holm)."
+    " A row with an empty paired_prompts was not tested: its cells' prompts differ (docs/reports.md#comparing-sweeps)."
+)
+FIRSTS_TESTED = (
+    f" {FIRSTS}: tested on each prompt's first generation, as the two cells hold different numbers a prompt (a corpus"
+    " metric moves with that number, and so does its Δ)."
+)
+
+
+def across_note(firsts: bool, floor: str | None) -> str:
+    """`report --compare`'s note where its pairs were tested: what * means, † where a row has one (`firsts`), and
+    `floor_note`'s where it has one."""
+    return PAIRED_NOTE + (FIRSTS_TESTED if firsts else "") + (f" {floor}" if floor else "")
+
+
+def floor_note(frame: pd.DataFrame, level: float = 0.05) -> str | None:
+    """Why no difference of `frame`'s comparisons can be found at `level`, where that is so: with G prompts a
+    test that swaps them gives p >= 2 / 2^G (`paired.least_p`), and Holm multiplies the table's least p by its
+    number of p-values. G: the most prompts a row was compared over (`report --compare`: `paired_prompts`; a
+    sweep's own table: the fewer of its two cells' `n_prompts`, at least the prompts they share). None where a
+    row could reach `level`, or without p-values."""
+    tests = int(sum(np.isfinite(pd.to_numeric(frame[c], errors="coerce")).sum() for c in frame.columns
+                    if c.endswith("_diff_p")))  # fmt: skip
+    if PAIRED_COLUMN in frame.columns:
+        counts = pd.to_numeric(frame[PAIRED_COLUMN], errors="coerce").dropna()
+    elif {BASELINE_COLUMN, "cell", "n_prompts"} <= set(frame.columns):
+        n = dict(zip(frame["cell"], frame["n_prompts"]))
+        counts = pd.Series(
+            [min(n[c], n[b]) for c, b in zip(frame["cell"], frame[BASELINE_COLUMN]) if isinstance(b, str) and b in n]
+        )
+    else:
+        return None
+    if not tests or counts.empty or tests * least_p(G := int(counts.max())) < level:
+        return None
+    needed = math.floor(1 + math.log2(tests / level)) + 1  # the least G with tests * 2^(1 - G) < level
+    which = "no difference" if tests * least_p(G, mid=True) >= level else "no difference but a 0/1 share's"
+    return (
+        f"With {G} prompts {which} here can reach p < {level:g}, however clear its interval: the tests swap the two "
+        f"cells' generations prompt by prompt, 2^{G} arrangements, so a p is at least 2/2^{G} = {least_p(G):.2g} (a "
+        f"0/1 share's mid-p, half that), and Holm's adjustment multiplies the least by the table's {tests} p-values. "
+        f'{needed} prompts or more would let one through (docs/reports.md, "How few prompts can decide").'
+    )
 
 
 def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str, list[str]]] | None:
@@ -60,17 +115,17 @@ def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str,
     return table
 
 
-def note(table: list[tuple[str, list[str]]]) -> str:
-    """The table's note, with what † means where a cell of it has one."""
+def note(table: list[tuple[str, list[str]]], floor: str | None = None) -> str:
+    """The table's note, with what † means where a cell of it has one, and `floor_note`'s where it has one."""
     marked = any(v.endswith(FIRSTS) for _, cells in table[1:] for v in cells)
-    return NOTE + (FIRSTS_NOTE if marked else "")
+    return NOTE + (FIRSTS_NOTE if marked else "") + (f" {floor}" if floor else "")
 
 
-def comparison_markdown(table: list[tuple[str, list[str]]] | None) -> list[str]:
+def comparison_markdown(table: list[tuple[str, list[str]]] | None, floor: str | None = None) -> list[str]:
     if table is None:
         return []
     (_, header), *rows = table
-    lines = ["## Paired comparisons", "", note(table), "", "| cell | " + " | ".join(header) + " |"]
+    lines = ["## Paired comparisons", "", note(table, floor), "", "| cell | " + " | ".join(header) + " |"]
     lines.append("|---|---|" + "---:|" * (len(header) - 1))
     lines += ["| " + " | ".join(v.replace("|", "\\|") for v in [label, *cells]) + " |" for label, cells in rows]
     return [*lines, ""]
@@ -88,7 +143,7 @@ def labelled_table_html(table: list[tuple[str, list[str]]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def comparison_html(table: list[tuple[str, list[str]]] | None) -> str:
+def comparison_html(table: list[tuple[str, list[str]]] | None, floor: str | None = None) -> str:
     """The HTML report's section, collapsed behind a toggle (<details>); empty without comparisons."""
     from html import escape as e
 
@@ -96,6 +151,6 @@ def comparison_html(table: list[tuple[str, list[str]]] | None) -> str:
         return ""
     return (
         f'<details id="comparisons"><summary>Paired comparisons against each cell\'s baseline ({len(table) - 1} cells)'
-        f'</summary><p class="small">{e(note(table))}</p>'
+        f'</summary><p class="small">{e(note(table, floor))}</p>'
         f'<div class="scroll">{labelled_table_html(table)}</div></details>'
     )

@@ -22,9 +22,16 @@ from controller.report.compute.columns import (
     SPEED_COLUMNS,
 )
 from controller.report.compute.engines import ENGINE_COLUMN
-from controller.report.load.jobs import CALIBRATED_PROMPTS, MIN_CI_PROMPTS
+from controller.report.load.jobs import CALIBRATED_PROMPTS
 from controller.report.load.sweep import SweepData
-from controller.report.render.comparisons import FIRSTS, comparison_markdown, comparison_table
+from controller.report.render.comparisons import (
+    COMPARE_NOTE,
+    FIRSTS,
+    across_note,
+    comparison_markdown,
+    comparison_table,
+    floor_note,
+)
 from controller.report.render.labels import cell_labels, labeller, variant_labels
 from controller.report.render.ratings_table import RATINGS_NOTE, rating_table
 from controller.report.stats.paired import is_comparison_column, on_first_generations
@@ -195,23 +202,6 @@ def markdown_table(
     return "\n".join(lines) + "\n"
 
 
-COMPARE_NOTE = (
-    "Δ: B − A, two sweeps' numbers with no interval or test: no two matched cells hold the same prompts (ids and "
-    f"texts) in both sweeps with intervals ({MIN_CI_PROMPTS} prompts or more, --n-boot not 0). To test a difference, "
-    "run both sweeps on the same prompts, or both sides in one sweep (docs/reports.md#comparing-sweeps).\n"
-)
-PAIRED_NOTE = (
-    "Δ: B − A. *: the paired test over the prompts both sweeps hold alike (paired_prompts; each prompt's generations "
-    "in A against its generations in B, as a sweep compares its own cells) finds a difference, Holm-adjusted p below "
-    "0.05 over the whole table. Intervals and p-values are in the csv (<metric>_diff_ci_low, _ci_high, _p, _p_holm)."
-    " A row with an empty paired_prompts was not tested: its cells' prompts differ (docs/reports.md#comparing-sweeps)."
-)
-FIRSTS_TESTED = (
-    f" {FIRSTS}: tested on each prompt's first generation, as the two cells hold different numbers a prompt (a corpus"
-    " metric moves with that number, and so does its Δ)."
-)
-
-
 def compare_table(comparison: pd.DataFrame) -> str:
     """The terminal view of `compare`: the B - A differences of the overview's columns (a task sweep's accuracy
     among them), each marked where the sweeps' paired test finds it (`compare.paired_across`), and what they are."""
@@ -233,7 +223,7 @@ def compare_table(comparison: pd.DataFrame) -> str:
     if not (PAIRED_COLUMN in frame.columns and frame[PAIRED_COLUMN].notna().any()):
         return markdown_table(frame, cols, marks=marks) + "\n" + COMPARE_NOTE
     firsts = any(on_first_generations(row) for _, row in frame.iterrows())
-    return markdown_table(frame, cols, marks=marks) + "\n" + PAIRED_NOTE + (FIRSTS_TESTED if firsts else "") + "\n"
+    return markdown_table(frame, cols, marks=marks) + "\n" + across_note(firsts, floor_note(comparison)) + "\n"
 
 
 def model_based_metrics(data: SweepData) -> str:
@@ -298,7 +288,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         ),
         *ratings_markdown(summary),
         *judge_markdown(summary),
-        *comparison_markdown(comparison_table(summary, fmt, labeller(summary))),
+        *comparison_markdown(comparison_table(summary, fmt, labeller(summary)), floor_note(summary)),
     ]
     return "\n".join(lines)
 

@@ -30,7 +30,7 @@ from controller.metrics.tokenize import WORD_PATTERN
 from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
 from controller.report.load.jobs import MIN_CI_PROMPTS
 from controller.report.load.sweep import SweepData
-from controller.report.render.comparisons import comparison_html, comparison_table
+from controller.report.render.comparisons import comparison_html, comparison_table, floor_note
 from controller.report.render.format import fmt, metric_columns, model_based_metrics, small_sample_note
 from controller.report.render.html_tables import metrics_glossary, provenance
 from controller.report.render.labels import cell_labels, labeller, variant_labels
@@ -215,7 +215,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
 <p class="small"><span class="screen-only">Click a header to sort. Hover a value for its interval. </span>
 Empty: the metric does not apply; a column empty for every cell is left out. Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
-{comparison_html(comparison_table(summary, fmt, labeller(summary)))}
+{comparison_html(comparison_table(summary, fmt, labeller(summary)), floor_note(summary))}
 {ratings_html(rating_table(summary, fmt, labeller(summary)))}
 {judge_html(summary)}<h2 id="quality-speed">Quality vs speed</h2>
 <p class="small screen-only">Hover a point for its cell; click a legend entry to hide its variant; the menu picks

@@ -216,8 +216,14 @@ def tail_p(statistic: swaps.Statistic, G: int, *, n_draws: int, rng, mid: bool =
     if np.count_nonzero(hit) < TAIL_COUNT:
         return math.nan
     tail = weight * hit
-    least = 2.0**-G if mid else 2.0 ** (1 - G)  # the observed arrangement and its mirror, of 2^G
+    least = least_p(G, mid=mid)
     return float(min(1.0, max(least, 2 * (tail.mean() + 2 * tail.std(ddof=1) / math.sqrt(n_draws)))))
+
+
+def least_p(G: int, *, mid: bool = False) -> float:
+    """The least two-sided p a test that swaps G prompts can give: the observed arrangement and its mirror, of 2^G
+    (a mid-p counts them by half). McNemar's mid-p over G prompts is no smaller (its least, 2^-k of k ≤ G)."""
+    return 2.0**-G if mid else 2.0 ** (1 - G)
 
 
 def mid_p(null: np.ndarray, observed: float, *, exact: bool) -> float:

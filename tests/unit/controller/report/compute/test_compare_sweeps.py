@@ -10,7 +10,8 @@ from click.testing import CliRunner
 import tests.support.report as synthetic
 from controller.cli import main
 from controller.report.api import compare_sweeps
-from controller.report.render.format import COMPARE_NOTE, PAIRED_NOTE, compare_table
+from controller.report.render.comparisons import COMPARE_NOTE, PAIRED_NOTE
+from controller.report.render.format import compare_table
 from controller.report.stats.paired import SUFFIXES
 from tests.support.report import make_sweep, write_sweep
 from worker.store import FileStore

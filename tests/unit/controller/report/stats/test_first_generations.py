@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from controller.metrics import METRICS, cell_data
+from controller.metrics import METRICS
 from controller.metrics.selfbleu import self_bleu
 from controller.report.api import comparisons
-from controller.report.compute.cells import CellOutput, Settings, from_json, score, to_json
+from controller.report.compute.cells import CellOutput, from_json, to_json
 from controller.report.render.comparisons import (
     FIRSTS,
     FIRSTS_NOTE,
@@ -27,9 +27,8 @@ from controller.report.render.comparisons import (
     comparison_markdown,
     comparison_table,
 )
-from controller.report.stats.intervals import prompt_groups
 from controller.report.stats.paired import FIRSTS_COLUMN, compare_pair
-from tests.support.report import VOCAB
+from tests.support.report import VOCAB, scored_cell
 
 pytestmark = pytest.mark.pure
 
@@ -46,14 +45,7 @@ def texts(rng: random.Random, n: int) -> list[str]:
 
 
 def cell(key: str, per_prompt: list[list[str]]):
-    """`cells.score` of a cell whose prompt g has the generations per_prompt[g] (its first one first)."""
-    records = [{"text": t, "prompt_id": f"p{g}"} for g, gens in enumerate(per_prompt) for t in gens]
-    data = cell_data(records)
-    settings = Settings(NAMES, with_ci=True, n_boot=200, n_boot_corpus=200, seed=0, sample_size=None)
-    selected = [(n, METRICS.get(n)) for n in NAMES]
-    row = {"model": "m", "strategy": key}
-    prompts = [f"p{g}" for g in range(len(per_prompt))]
-    return score(selected, settings, row, data, prompt_groups(data.prompt_ids), key, prompts=prompts)[1]
+    return scored_cell(key, per_prompt, NAMES)
 
 
 def pair(G: int = 12, seed: int = 0):
