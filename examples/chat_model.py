@@ -11,7 +11,7 @@ the model answers in a turn and ends it with ``<|im_end|>``, which its generatio
 as an end of sequence beside ``<|endoftext|>``. ``austen-tiny`` itself is read, never written:
 its golden tokens stay as they are.
 
-Writes ``examples/models/austen-tiny-chat/`` and ``examples/prompts/austen-chat.jsonl`` (eight
+Writes ``examples/models/austen-tiny-chat/`` and ``examples/prompts/austen-chat.jsonl`` (32
 conversations from the held-out prompt set). Deterministic given ``--seed``, ``--threads`` and the
 library versions; needs what ``train_models.py`` needs (root for ``apt-get download``).
 """
@@ -121,7 +121,7 @@ def finetune(model, ids, steps, seed, log):
     return running
 
 
-def chat_prompts(count=8):
+def chat_prompts(count=32):
     """The first `count` held-out prompts as conversations (the user's turn; the reference kept)."""
     lines = (EXAMPLES / "prompts" / "austen-heldout.jsonl").read_text(encoding="utf-8").splitlines()[:count]
     items = [json.loads(line) for line in lines]
