@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import structlog
+
 from controller.judge.client import Reply, each_reply
 from controller.judge.run import (
     CACHE_VERSION,
@@ -332,4 +334,10 @@ def judge_sweep(store, tenant: str, sweep_id: str, judge, results, cell_order: l
         replies.update(out)
     records = verdicts(judge, template, items, replies)
     store.write_jsonl(paths.report_key(tenant, sweep_id, paths.JUDGE_VERDICTS_FILE), records)
+    failed = [r["failure"] for r in records if "failure" in r]
+    if failed:  # counted in the judge's table; the reason said once here, each in the verdicts file
+        structlog.get_logger("decodebench.report").warning(
+            f"judge: {len(failed)} of {len(records)} verdicts failed ({failed[0]}); report/"
+            f"{paths.JUDGE_VERDICTS_FILE} names each, and the next report asks for them again"
+        )
     return plan, records

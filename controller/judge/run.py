@@ -29,6 +29,9 @@ from controller.report.compute.cache import ReportCache
 from worker.core.errors import UsageError
 
 CACHE_VERSION = "1"
+# a local judge's replies depend on how its requests are rendered too: 2 since a chat model gets the turns through its
+# template (controller.judge.local), so replies cached when it got them flattened are asked again (an endpoint's keep)
+LOCAL_RENDERING = 2
 CHARS_PER_TOKEN = 4  # the budget's estimate of a request's tokens before it is sent
 
 
@@ -76,6 +79,7 @@ def make_request(judge, template: Template, criterion: str, prompt: str, answers
     if judge.seed is not None:
         body["seed"] = judge.seed
     doc = [CACHE_VERSION, template.sha256, judge_name(judge), judge.model_version, body]
+    doc += [LOCAL_RENDERING] if judge.local is not None else []
     return Request(hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32], body)
 
 
