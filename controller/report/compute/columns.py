@@ -40,3 +40,4 @@ KEY_COLUMNS = ["model", "strategy", "params"]
 SAMPLES_COLUMNS = ["samples", "best_of"]
 REFERENCE = "reference"
 PAIRED_COLUMN = "paired_prompts"  # `report --compare`: the prompts a pair of cells was compared over (empty: not)
+PROMPTS_ATTR = "prompts"  # `report --compare`'s frame.attrs: each sweep's prompts and how many they hold alike

@@ -11,7 +11,7 @@ import pandas as pd
 
 from controller.metrics import Metric
 from controller.report.compute.aggregate import cell_statistics
-from controller.report.compute.columns import KEY_COLUMNS, PAIRED_COLUMN, SAMPLES_COLUMNS
+from controller.report.compute.columns import KEY_COLUMNS, PAIRED_COLUMN, PROMPTS_ATTR, SAMPLES_COLUMNS
 from controller.report.compute.pairs import CellRef, Stats, read_stats
 from controller.report.load.jobs import MIN_CI_PROMPTS
 from controller.report.load.sweep import SweepData
@@ -197,14 +197,20 @@ def compare_sweeps(
     `store`: where their summaries cached their cells (`aggregate.summarize`), read back here."""
     comparison = compare(a[1], b[1], models)
     same = same_prompts(a[0].prompts, b[0].prompts)
+    shared = {"a": len(a[0].prompts), "b": len(b[0].prompts), "alike": len(same)}  # the table's note reads it
     if len(same) < MIN_CI_PROMPTS or n_boot == 0:
+        comparison.attrs[PROMPTS_ATTR] = shared
         return comparison
     (selected, stats_a), (other, stats_b) = (cell_statistics(d, n_boot=n_boot, store=store) for d, _ in (a, b))
-    if not stats_a or not stats_b:
-        return comparison
     names_b = {name for name, _ in other}
     metrics = {name: metric for name, metric in selected if name in names_b}
     try:
-        return paired_across(comparison, (stats_a, stats_b), metrics, same, n_boot=n_boot)
+        paired = (
+            paired_across(comparison, (stats_a, stats_b), metrics, same, n_boot=n_boot)
+            if stats_a and stats_b
+            else comparison
+        )
     finally:
         read_stats.cache_clear()  # the last cells read back: not kept past the comparison
+    paired.attrs[PROMPTS_ATTR] = shared
+    return paired

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,19 @@ FIRSTS_TESTED = (
     f" {FIRSTS}: tested on each prompt's first generation, as the two cells hold different numbers a prompt (a corpus"
     " metric moves with that number, and so does its Δ)."
 )
+
+
+def untested_note(shared: Mapping[str, int] | None) -> str:
+    """`report --compare`'s note where no pair was tested: COMPARE_NOTE, or where the sweeps hold enough prompts
+    alike but not the same set (`shared`: `compare.PROMPTS_ATTR`'s counts), why those were not paired."""
+    if not shared or shared["alike"] < MIN_CI_PROMPTS or shared["a"] == shared["b"] == shared["alike"]:
+        return COMPARE_NOTE
+    return (
+        f"Δ: B − A, two sweeps' numbers with no interval or test: the sweeps hold {shared['alike']} prompts alike, "
+        f"but A has {shared['a']} and B {shared['b']}, and a cell's metrics are over all its prompts, so a test on the "
+        f"{shared['alike']} would not be of the Δ shown. To test a difference, run both sweeps on the same prompts "
+        "(the same file and limit), or both sides in one sweep (docs/reports.md#comparing-sweeps).\n"
+    )
 
 
 def across_note(firsts: bool, floor: str | None) -> str:

@@ -18,6 +18,7 @@ from controller.report.compute.columns import (
     KEY_COLUMNS,
     MAUVE_COLUMNS,
     PAIRED_COLUMN,
+    PROMPTS_ATTR,
     SAMPLES_COLUMNS,
     SPEED_COLUMNS,
 )
@@ -25,12 +26,12 @@ from controller.report.compute.engines import ENGINE_COLUMN
 from controller.report.load.jobs import CALIBRATED_PROMPTS
 from controller.report.load.sweep import SweepData
 from controller.report.render.comparisons import (
-    COMPARE_NOTE,
     FIRSTS,
     across_note,
     comparison_markdown,
     comparison_table,
     floor_note,
+    untested_note,
 )
 from controller.report.render.labels import cell_labels, labeller, variant_labels
 from controller.report.render.ratings_table import RATINGS_NOTE, rating_table
@@ -221,7 +222,7 @@ def compare_table(comparison: pd.DataFrame) -> str:
         return found + (f" {FIRSTS}" if metric in on_first_generations(row) else "")
 
     if not (PAIRED_COLUMN in frame.columns and frame[PAIRED_COLUMN].notna().any()):
-        return markdown_table(frame, cols, marks=marks) + "\n" + COMPARE_NOTE
+        return markdown_table(frame, cols, marks=marks) + "\n" + untested_note(comparison.attrs.get(PROMPTS_ATTR))
     firsts = any(on_first_generations(row) for _, row in frame.iterrows())
     return markdown_table(frame, cols, marks=marks) + "\n" + across_note(firsts, floor_note(comparison)) + "\n"
 

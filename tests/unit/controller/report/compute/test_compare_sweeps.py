@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import tests.support.report as synthetic
 from controller.cli import main
 from controller.report.api import compare_sweeps
-from controller.report.render.comparisons import COMPARE_NOTE, PAIRED_NOTE
+from controller.report.render.comparisons import COMPARE_NOTE, PAIRED_NOTE, untested_note
 from controller.report.render.format import compare_table
 from controller.report.stats.paired import SUFFIXES
 from tests.support.report import make_sweep, write_sweep
@@ -117,7 +117,9 @@ def test_cells_over_different_prompt_sets_are_not_paired(tmp_path):
     write_sweep(store, make_sweep(n_prompts=24, sweep_id=B))
     cmp = compare_sweeps(A, B, store=store, n_boot=200)
     assert cmp["paired_prompts"].isna().all() and cmp["rep_2_diff_p_holm"].isna().all()
-    assert compare_table(cmp).endswith(COMPARE_NOTE)
+    table = compare_table(cmp)  # before, the note said no two cells held the same prompts: they hold 16 alike
+    assert "the sweeps hold 16 prompts alike, but A has 16 and B 24" in table and "same file and limit" in table
+    assert table.endswith(untested_note({"a": 16, "b": 24, "alike": 16})) and not table.endswith(COMPARE_NOTE)
 
 
 def one_model_sweeps(tmp_path, a_models=("x",), b_models=("y",)) -> FileStore:
