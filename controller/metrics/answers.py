@@ -116,6 +116,7 @@ def per_prompt(cell: CellData, value, *, min_n: int = 1, gold: bool = True) -> n
     higher_is_better=True,
     needs_answers=True,
     unit_interval=True,
+    outcomes=True,  # one right-or-wrong answer a generation: several a prompt, Korn and Graubard's interval
     citation="lm-evaluation-harness's exact_match after its filters",
 )
 def exact_match(cell: CellData) -> np.ndarray | None:

@@ -134,6 +134,10 @@ class Metric:
     # so a paired test exchanges two cells' prompts as they are, where a per-generation metric's sums are taken per
     # generation (controller.report.stats.swaps.additive)
     per_prompt: bool = False
+    # each generation's statistics one 0/1 outcome (v, 1), drawn independently given its prompt (exact_match's
+    # answers): a share of several a prompt takes Korn and Graubard's interval, Clopper-Pearson at its effective
+    # number of answers (controller.report.stats.shares.korn_graubard), not the bootstrap-t
+    outcomes: bool = False
     # the scale of a jackknife interval: "logit" (the default of a unit_interval metric) for a share of counted
     # things, whose spread shrinks towards 0 and 1 as p(1 - p) does (distinct-n); "linear" (the default otherwise)
     # for anything else, e.g. a mean of bounded scores (self-BLEU), whose spread is not tied to its level so
@@ -154,6 +158,10 @@ class Metric:
             raise ValueError(f"{where}: per_item and combine go together")
         if self.per_prompt and not self.additive:
             raise ValueError(f"{where}: per_prompt is an additive metric's (per_item rows that sum to one per prompt)")
+        if self.outcomes and not (
+            self.additive and self.unit_interval and self.combine is ratio and not self.per_prompt
+        ):
+            raise ValueError(f"{where}: outcomes is a share's of one (0 or 1, 1) row a generation (additive, ratio)")
         if self.swap_items is not None and (self.union_items is not None or self.additive):
             raise ValueError(f"{where}: swap_items is a plain metric's (a union or additive one swaps its own data)")
         if self.union_items is not None:
@@ -340,6 +348,7 @@ def additive_metric(
     unit_interval: bool = False,
     bounds: tuple[float | None, float | None] = (None, None),
     per_prompt: bool = False,
+    outcomes: bool = False,
     calibrated_prompts: int | None = None,
     registry: Registry[Metric] = METRICS,
 ):
@@ -352,7 +361,7 @@ def additive_metric(
                   needs_references=needs_references, needs_model=needs_model, interval=interval,
                   worker_computes=worker_computes, needs_answers=needs_answers,
                   citation=citation, unit=unit, unit_interval=unit_interval, bounds=bounds, per_prompt=per_prompt,
-                  calibrated_prompts=calibrated_prompts)  # fmt: skip
+                  outcomes=outcomes, calibrated_prompts=calibrated_prompts)  # fmt: skip
     return registry.decorator(name, lambda per_item: Metric(name=name, per_item=per_item, combine=combine, **fields))
 
 

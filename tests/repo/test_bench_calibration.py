@@ -159,5 +159,8 @@ def test_the_accuracy_benchmark_runs_and_its_wrong_answers_keep_the_gold_first_i
     run = bench("benchmarks/bench_accuracy.py", "--sims", "3", "--prompts", "8", "--samples", "3",
                 "--population", "300")  # fmt: skip
     assert run.returncode == 0, run.stderr
-    for name in ("exact_match", "pass@1", "pass@3", "maj@3"):
+    for name in ("exact_match", "pass@1", "pass@3", "maj@3", "betting", "kg-df"):
         assert f"  {name:12s} G=   8  covers" in run.stdout, name
+    second = bench("benchmarks/bench_accuracy.py", "--sims", "3", "--prompts", "8", "--samples", "3",
+                   "--population", "300", "--logit-normal", "3", "1.5")  # fmt: skip
+    assert second.returncode == 0 and second.stdout.startswith("logit-normal(3.0, 1.5), 3 answers"), second.stderr

@@ -266,9 +266,10 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
             "that sum per-generation statistics (never narrower than Student's t; the percentile interval where too "
             "many replicates have no spread; a share of one 0/1 outcome a prompt, e.g. greedy's exact_match or "
             "pass@k of k samples, or whose generations are all alike, e.g. no EOS: the exact binomial interval over "
-            "prompts); the delete-one-prompt jackknife (Student's t of its pseudo-values, widened on the side of "
-            "their skew) for the metrics that duplicated generations distort; every interval inside the values its "
-            "metric can take. "
+            "prompts; exact_match of several answers a prompt: Korn and Graubard's, the exact one at its effective "
+            "number of answers); the delete-one-prompt jackknife (Student's t of its pseudo-values, widened on the "
+            "side of their skew) for the metrics that duplicated generations distort; every interval inside the "
+            "values its metric can take. "
             "Methods: " + ", ".join(f"{k} {v}" for k, v in sorted(ci.get("methods", {}).items())) + ".",
             "",
         ]

@@ -100,7 +100,7 @@ def bootstrap(
     f, is_ratio = values_of(metric.combine), metric.combine is ratio
     interval = studentized(per_prompt, f, n_boot=n_boot, rng=rng, is_ratio=is_ratio, t_floor=True, smooth=True)
     if metric.unit_interval:  # a share: inside [0, 1]; exact where each prompt is a 0/1 outcome, or all are alike
-        return share_interval(interval, per_prompt, CI_LEVEL, of_ratio=is_ratio)
+        return share_interval(interval, per_prompt, CI_LEVEL, of_ratio=is_ratio, outcomes=metric.outcomes)
     return interval
 
 
