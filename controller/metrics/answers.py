@@ -165,13 +165,15 @@ def _pass_at(k: int) -> Metric:
 
     description = (f"The chance that at least one of {k} generations of a prompt is right (unbiased estimator from "
                    f"all n >= {k} generations of each prompt).")  # fmt: skip
-    return _accuracy(f"pass@{k}", description, per_item, CHEN)
+    return _accuracy(f"pass@{k}", description, per_item, CHEN, outcomes=k == 1)  # pass@1: c / n, exact_match's share
 
 
-def _accuracy(name: str, description: str, per_item, citation: str) -> Metric:
-    """A family member: an accuracy (a share, higher is better) of per-prompt values over the prompts' answers."""
+def _accuracy(name: str, description: str, per_item, citation: str, outcomes: bool = False) -> Metric:
+    """A family member: an accuracy (a share, higher is better) of per-prompt values over the prompts' answers;
+    `outcomes`: its value a prompt is the share of its right answers (pass@1), so its interval is exact_match's."""
     return Metric(name=name, description=description, level="corpus", higher_is_better=True, needs_answers=True,
-                  per_item=per_item, combine=ratio, unit_interval=True, per_prompt=True, citation=citation)  # fmt: skip
+                  per_item=per_item, combine=ratio, unit_interval=True, per_prompt=True, outcomes=outcomes,
+                  citation=citation)  # fmt: skip
 
 
 def _maj_at(k: int) -> Metric:

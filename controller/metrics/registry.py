@@ -134,9 +134,10 @@ class Metric:
     # so a paired test exchanges two cells' prompts as they are, where a per-generation metric's sums are taken per
     # generation (controller.report.stats.swaps.additive)
     per_prompt: bool = False
-    # each generation's statistics one 0/1 outcome (v, 1), drawn independently given its prompt (exact_match's
-    # answers): a share of several a prompt takes Korn and Graubard's interval, Clopper-Pearson at its effective
-    # number of answers (controller.report.stats.shares.korn_graubard), not the bootstrap-t
+    # a share of 0/1 outcomes, one a generation, drawn independently given its prompt: each generation's row (v, 1)
+    # (exact_match's answers), or a per_prompt metric's share of its prompt's (pass@1: c / n): with several a prompt
+    # its interval is Korn and Graubard's, Clopper-Pearson at its effective number of outcomes
+    # (controller.report.stats.shares.korn_graubard), not the bootstrap-t
     outcomes: bool = False
     # the scale of a jackknife interval: "logit" (the default of a unit_interval metric) for a share of counted
     # things, whose spread shrinks towards 0 and 1 as p(1 - p) does (distinct-n); "linear" (the default otherwise)
@@ -158,10 +159,8 @@ class Metric:
             raise ValueError(f"{where}: per_item and combine go together")
         if self.per_prompt and not self.additive:
             raise ValueError(f"{where}: per_prompt is an additive metric's (per_item rows that sum to one per prompt)")
-        if self.outcomes and not (
-            self.additive and self.unit_interval and self.combine is ratio and not self.per_prompt
-        ):
-            raise ValueError(f"{where}: outcomes is a share's of one (0 or 1, 1) row a generation (additive, ratio)")
+        if self.outcomes and not (self.additive and self.unit_interval and self.combine is ratio):
+            raise ValueError(f"{where}: outcomes is a share's of 0/1 outcomes (additive, ratio, unit_interval)")
         if self.swap_items is not None and (self.union_items is not None or self.additive):
             raise ValueError(f"{where}: swap_items is a plain metric's (a union or additive one swaps its own data)")
         if self.union_items is not None:

@@ -49,8 +49,9 @@ from worker.core.results import GenerationRecord
 # unit_interval share; 20: a share of one 0/1 outcome a prompt (pass@k of k samples, maj@k) the exact interval of its
 # prompts, `shares.binary_prompts`; 21: a share whose every prompt sits at one value inside (0, 1) the exact
 # interval of none seen off it, as at a bound, `shares.within_scale`; 22: exact_match of several answers a prompt
-# Korn and Graubard's interval, `shares.korn_graubard`)
-CACHE_VERSION = "22"
+# Korn and Graubard's interval, `shares.korn_graubard`; 23: pass@1 of n samples a prompt exact_match's interval,
+# `shares.outcome_counts`)
+CACHE_VERSION = "23"
 EXAMPLE_PROMPTS = 3
 
 

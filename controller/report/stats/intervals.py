@@ -40,7 +40,7 @@ from controller.report.stats.bootstrap_t import (
     studentized,
     values_of,
 )
-from controller.report.stats.shares import share_interval, within_scale
+from controller.report.stats.shares import outcome_counts, share_interval, within_scale
 
 # a union metric's items (or a plain one's swap_items) kept for its paired swap test, at most (2 MiB of hashes;
 # distinct-3 of 128 prompts x 3 seeds x 100 words holds ~38,000, self-BLEU's n-gram occurrences ~150,000): a larger
@@ -100,7 +100,12 @@ def bootstrap(
     f, is_ratio = values_of(metric.combine), metric.combine is ratio
     interval = studentized(per_prompt, f, n_boot=n_boot, rng=rng, is_ratio=is_ratio, t_floor=True, smooth=True)
     if metric.unit_interval:  # a share: inside [0, 1]; exact where each prompt is a 0/1 outcome, or all are alike
-        return share_interval(interval, per_prompt, CI_LEVEL, of_ratio=is_ratio, outcomes=metric.outcomes)
+        counts = per_prompt
+        if metric.outcomes and metric.per_prompt:  # pass@1: its prompts' shares as counts of their answers
+            counts = outcome_counts(per_prompt, [len(g) for g in groups])  # None: unequal samples a prompt
+        clustered = metric.outcomes and counts is not None
+        return share_interval(interval, per_prompt if counts is None else counts, CI_LEVEL, of_ratio=is_ratio,
+                              outcomes=clustered)  # fmt: skip
     return interval
 
 

@@ -22,6 +22,8 @@ bootstrap-t had covered pass@8 87.8% at 16 prompts and 91.8% at 32, and maj@8 as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy import stats as sps
 
@@ -59,6 +61,18 @@ def share_interval(
         return exact(*binary, level)
     clustered = korn_graubard(sums, level) if of_ratio and outcomes else None
     return clustered if clustered is not None else within_scale(interval, len(sums), level)
+
+
+def outcome_counts(sums: np.ndarray, sizes: Sequence[int]) -> np.ndarray | None:
+    """A per-prompt share's sums (v, 1), v a prompt's share of its n right outcomes (pass@1's c / n; `sizes`: each
+    prompt's generations), as the counts (v·n, n) of its outcomes, a prompt not counted (0, 0): exact_match's sums of
+    the same answers. None unless every counted prompt has the same n (else the value, a mean of shares, is not the
+    ratio of the counts)."""
+    n = np.asarray(sizes, dtype=float)
+    counted = sums[:, 1] > 0
+    if len(n) != len(sums) or not counted.any() or not np.all(n[counted] == n[counted][0]):
+        return None
+    return np.column_stack([np.where(counted, sums[:, 0] * n, 0.0), np.where(counted, n, 0.0)])
 
 
 def korn_graubard(sums: np.ndarray, level: float, *, df: bool = False) -> tuple[float, float] | None:

@@ -71,8 +71,7 @@ def test_a_metric_declares_one_consistent_aggregation():
         Metric(**meta, fn=lambda c: 1.0, per_prompt=True)
     assert Metric(**meta, per_item=rows, combine=ratio, per_prompt=True).per_prompt
     share = {"per_item": rows, "combine": ratio, "unit_interval": True}
-    for wrong in ({"fn": lambda c: 1.0}, {**share, "unit_interval": False}, {**share, "combine": sum},
-                  {**share, "per_prompt": True}):  # fmt: skip
+    for wrong in ({"fn": lambda c: 1.0}, {**share, "unit_interval": False}, {**share, "combine": sum}):
         with pytest.raises(ValueError, match="outcomes is a share's"):
             Metric(**meta, outcomes=True, **wrong)
     assert Metric(**meta, **share, outcomes=True).outcomes

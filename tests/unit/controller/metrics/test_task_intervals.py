@@ -97,3 +97,32 @@ def test_korn_and_graubards_interval_widens_with_the_prompts_spread_and_leaves_t
     row, _ = exact_match_interval(answers([3] * 10 + [0] * 6, 3))
     ci = sps.binomtest(10, 16).proportion_ci(confidence_level=0.95, method="exact")
     assert (row["exact_match_ci_low"], row["exact_match_ci_high"]) == pytest.approx((ci.low, ci.high))
+
+
+def test_pass_at_1_of_n_samples_a_prompt_takes_exact_matchs_interval_and_keeps_the_bootstrap_where_n_differs():
+    """pass@1 of n samples a prompt is exact_match's share of the same answers (c / n a prompt): its interval is the
+    same, Korn and Graubard's from the prompts' counts; before, the two showed one number with two intervals. Where
+    the prompts' samples differ in number, pass@1 (a mean of shares) is not the counts' ratio: the bootstrap-t."""
+    rng = np.random.default_rng(11)
+    rights = [int(r) for r in rng.binomial(8, rng.beta(4, 0.5, size=20))]
+    per_prompt = answers(rights, 8)
+    cell = task_cell(per_prompt)
+    names = ("exact_match", "pass@1")
+    settings = Settings(names, with_ci=True, n_boot=400, n_boot_corpus=2, seed=0, sample_size=None)
+    row = {"model": "m", "strategy": "top_p"}
+    score([(n, METRICS.get(n)) for n in names], settings, row, cell, prompt_groups(cell.prompt_ids), "top_p",
+          prompts=list(per_prompt))  # fmt: skip
+    assert 0 < sum(rights) < 160 and row["pass@1"] == pytest.approx(row["exact_match"])
+    assert (row["pass@1_ci_low"], row["pass@1_ci_high"]) == pytest.approx(
+        (row["exact_match_ci_low"], row["exact_match_ci_high"])
+    )
+    per_prompt["p0"] = (per_prompt["p0"][0][:3], per_prompt["p0"][1])  # 3 samples for one prompt, 8 for the others
+    cell = task_cell(per_prompt)
+    row = {"model": "m", "strategy": "top_p"}
+    score([(n, METRICS.get(n)) for n in names], settings, row, cell, prompt_groups(cell.prompt_ids), "top_p",
+          prompts=list(per_prompt))  # fmt: skip
+    assert row["pass@1"] != pytest.approx(row["exact_match"])  # a mean of shares, not the ratio of the counts
+    assert row["pass@1_ci_low"] < row["pass@1"] < row["pass@1_ci_high"]
+    assert (row["pass@1_ci_low"], row["pass@1_ci_high"]) != pytest.approx(
+        (row["exact_match_ci_low"], row["exact_match_ci_high"])
+    )
