@@ -55,7 +55,8 @@ FIRSTS_TESTED = (
 
 def untested_note(shared: Mapping[str, int] | None) -> str:
     """`report --compare`'s note where no pair was tested: COMPARE_NOTE, or where the sweeps hold enough prompts
-    alike but not the same set (`shared`: `compare.PROMPTS_ATTR`'s counts), why those were not paired."""
+    alike but not the same set (`shared`: the counts `compare_sweeps` keeps under `columns.PROMPTS_ATTR`), why those
+    were not paired."""
     if not shared or shared["alike"] < MIN_CI_PROMPTS or shared["a"] == shared["b"] == shared["alike"]:
         return COMPARE_NOTE
     return (
