@@ -33,10 +33,12 @@ def complete_local(judge, bodies: list[dict]) -> list[Reply]:
     prompts = [PromptItem(id=f"j{i:06d}", prompt=chat_text(b["messages"])) for i, b in enumerate(bodies)]
     runtime = Runtime(settings.get("device") or "cpu", EngineSettings.from_environment())
     lm = runtime.cache.get(judge.local, runtime.device)  # generate_job takes it from the same cache
-    if chat.is_chat(lm.tokenizer, _job(judge, prompts)):  # the messages through the model's template
+    job = _job(judge, prompts)
+    if chat.is_chat(lm.tokenizer, job):  # the messages through the model's template
         prompts = [PromptItem(id=p.id, prompt=p.prompt, messages=b["messages"]) for p, b in zip(prompts, bodies)]
+        job = _job(judge, prompts)
     positions = model_positions(lm.model.config.to_dict())
-    lengths = {i: len(ids) for i, ids in chat.encoded(lm.tokenizer, _job(judge, prompts)).ids.items()}
+    lengths = {i: len(ids) for i, ids in chat.encoded(lm.tokenizer, job).ids.items()}
     too_long = {
         i: f"too long for the judge: {n} tokens plus judge.max_new_tokens {judge.max_new_tokens} is over the "
         f"{positions} positions of model {judge.local.label!r} (a judge of a longer context, a shorter template or "

@@ -14,7 +14,7 @@ from controller.report.compute.aggregate import cell_statistics
 from controller.report.compute.columns import KEY_COLUMNS, PAIRED_COLUMN, PROMPTS_ATTR, SAMPLES_COLUMNS
 from controller.report.compute.pairs import CellRef, Stats, read_stats
 from controller.report.load.jobs import MIN_CI_PROMPTS
-from controller.report.load.sweep import SweepData
+from controller.report.load.sweep import SweepData, inner_spec
 from controller.report.stats.intervals import cell_rng
 from controller.report.stats.paired import FIRSTS_COLUMN, SUFFIXES, compare_pair, holm, is_comparison_column
 from worker.core.contract import ModelSpec, PromptItem
@@ -107,7 +107,7 @@ def resolve_pairs(store: Store, tenant: str, sweep_a: str, sweep_b: str, given: 
 def sweep_models(store: Store, tenant: str, sweep_id: str) -> list[str]:
     """The labels of a sweep's models, in its spec's order (none where its spec.json is missing or damaged)."""
     try:
-        spec = SweepData(tenant, sweep_id, store.load_spec(tenant, sweep_id), [], []).sweep_spec
+        spec = inner_spec(store.load_spec(tenant, sweep_id))
         models = [ModelSpec.model_validate(m).label for m in spec.get("models") or []]
     except (CorruptRecordError, KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
         return []
@@ -197,20 +197,18 @@ def compare_sweeps(
     `store`: where their summaries cached their cells (`aggregate.summarize`), read back here."""
     comparison = compare(a[1], b[1], models)
     same = same_prompts(a[0].prompts, b[0].prompts)
-    shared = {"a": len(a[0].prompts), "b": len(b[0].prompts), "alike": len(same)}  # the table's note reads it
+    counts = {"a": len(a[0].prompts), "b": len(b[0].prompts), "alike": len(same)}
+    comparison.attrs[PROMPTS_ATTR] = counts  # the table's note reads them (render.comparisons.untested_note)
     if len(same) < MIN_CI_PROMPTS or n_boot == 0:
-        comparison.attrs[PROMPTS_ATTR] = shared
         return comparison
     (selected, stats_a), (other, stats_b) = (cell_statistics(d, n_boot=n_boot, store=store) for d, _ in (a, b))
+    if not stats_a or not stats_b:
+        return comparison
     names_b = {name for name, _ in other}
     metrics = {name: metric for name, metric in selected if name in names_b}
     try:
-        paired = (
-            paired_across(comparison, (stats_a, stats_b), metrics, same, n_boot=n_boot)
-            if stats_a and stats_b
-            else comparison
-        )
+        paired = paired_across(comparison, (stats_a, stats_b), metrics, same, n_boot=n_boot)
     finally:
         read_stats.cache_clear()  # the last cells read back: not kept past the comparison
-    paired.attrs[PROMPTS_ATTR] = shared
+    paired.attrs = dict(comparison.attrs)  # not left to pd.concat, which keeps attrs only where all inputs agree
     return paired

@@ -23,6 +23,13 @@ from worker.store import Store
 Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
 
 
+def inner_spec(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """The sweep spec itself from a stored spec.json, which wraps it with the sweep's metadata (an older one is the
+    spec alone)."""
+    inner = (stored or {}).get("spec")
+    return inner if isinstance(inner, dict) else (stored or {})
+
+
 @dataclass
 class SweepData:
     """Everything the report needs of one sweep: its spec and its complete jobs (JobResults, or JobInfos)."""
@@ -46,8 +53,7 @@ class SweepData:
     @property
     def sweep_spec(self) -> dict[str, Any]:
         """The sweep spec itself (spec.json wraps it with the sweep's metadata)."""
-        inner = (self.spec or {}).get("spec")
-        return inner if isinstance(inner, dict) else (self.spec or {})
+        return inner_spec(self.spec)
 
     @property
     def n_generations(self) -> int:
