@@ -169,9 +169,24 @@ class Direct:
         return service.report_judges(ctx, self.who, sweep, service.ReportJudgesRequest.model_validate(body))
 
     def job_log(self, sweep: str | None, job: str) -> list[dict]:
-        from controller.server import service
+        """Without --sweep, the job's sweep is the one whose log of it a local store holds, else looked up in Redis
+        (a submitted job that has not run yet); a local run's jobs are in no Redis: where none answers, the store's
+        answer stands."""
+        from controller.server import joblog
+        from worker.core import paths
+        from worker.core.errors import ServiceError
 
-        return service.job_log(self._with(redis=sweep is None, store=True), self.who, sweep, job)
+        paths.check_id("job", job)
+        ctx = self._with(store=True)
+        local = ctx.store.url.startswith("file://")
+        sweep = sweep or (ctx.store.job_sweep(self.tenant, job) if local else None)
+        if sweep is None:
+            try:
+                ctx = self._with(redis=True)
+            except ServiceError:
+                if not local:
+                    raise
+        return joblog.job_log(ctx, self.who, sweep, job)
 
     def tenants(self) -> list[dict]:
         from controller.server import service

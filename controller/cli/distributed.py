@@ -17,7 +17,7 @@ import click
 
 from controller.cli import options
 from controller.cli.backend import backend
-from controller.cli.options import plural
+from controller.sweep.wording import plural
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal

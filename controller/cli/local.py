@@ -8,8 +8,9 @@ import sys
 import click
 
 from controller.cli import options
-from controller.cli.options import location, plural, store_flag
+from controller.cli.options import location, store_flag
 from controller.cli.progress import progress_mode
+from controller.sweep.wording import plural
 from worker.core import settings
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal
@@ -111,22 +112,24 @@ def run(
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted before the first job; {resume}", err=True)
         sys.exit(130)
-    n = len(outcome.ran)
+    n, skipped = len(outcome.ran), outcome.n_skipped
     click.echo(
         f"sweep {outcome.sweep_id}: {n} {plural(n, 'job')} run, {len(outcome.skipped)} already complete, "
-        f"{outcome.n_failed} failed"
+        f"{outcome.n_failed} failed" + (f", {skipped} skipped (model unavailable)" if skipped else "")
     )
     if outcome.interrupted:
         click.echo(f"interrupted (Ctrl-C); complete jobs are kept, {resume}", err=True)
         sys.exit(130)
     try:
-        _report(opened, tenant, outcome.sweep_id, store_flag(store))
+        judged = _report(opened, tenant, outcome.sweep_id, store_flag(store), spec.judge.limits if spec.judge else None)
     except KeyboardInterrupt:
         again = f"decodebench report {outcome.sweep_id}{store_flag(store)}"
         click.echo(f"\ninterrupted while writing the report; the jobs are kept, {again} writes it", err=True)
         sys.exit(130)
     _failures(outcome)
-    if outcome.n_failed:
+    if judged is not None:  # the report is written without the judge's verdicts: say why, as an error
+        raise UsageError(judged)
+    if outcome.n_failed or outcome.n_skipped:
         sys.exit(1)
 
 
@@ -141,11 +144,13 @@ def quiet_console(verbose: bool) -> None:
         configure(root.params.get("log_format"), "info" if verbose else "warning")
 
 
-def _report(store, tenant: str, sweep_id: str, flag: str = "") -> None:
-    """The table, the report's path and how to open it (nothing before the first complete job)."""
+def _report(store, tenant: str, sweep_id: str, flag: str = "", judge_limits=None) -> str | None:
+    """The table, the report's path and how to open it (nothing before the first complete job); why the sweep's
+    judge sent nothing, where it did not (over `judge_limits`, the sweep file's: `judge.report.not_judged`)."""
     import shlex
 
     from controller.cli.table import echo_summary
+    from controller.judge.report import not_judged
     from controller.report.api import with_extras
     from controller.report.compute.aggregate import summarize
     from controller.report.compute.columns import REFERENCE
@@ -155,8 +160,9 @@ def _report(store, tenant: str, sweep_id: str, flag: str = "") -> None:
 
     data = load_sweep(store, tenant, sweep_id)
     if not data.results:
-        return
-    summary = with_extras(summarize(data), store, data)  # ratings and the sweep's judge, as `report` adds them
+        return None
+    # ratings and the sweep's judge, as `report` adds them
+    summary = with_extras(summarize(data), store, data, judge_limits=judge_limits)
     keys = write_reports(store, tenant, sweep_id, summary, data)
     echo_summary(summary)
     where = location(store, keys.get("html", paths.report_key(tenant, sweep_id, "report.html")))
@@ -167,17 +173,22 @@ def _report(store, tenant: str, sweep_id: str, flag: str = "") -> None:
     cells = int((summary["strategy"] != REFERENCE).sum())
     click.echo(f"next: decodebench report {sweep_id}{flag} --format csv --output summary.csv")
     click.echo(f"      decodebench rate export {sweep_id}{flag} --items {10 * cells} --raters 3  (10 per cell)")
+    return not_judged(summary)
 
 
 def _failures(outcome) -> None:
-    """Each unavailable model once, with its skipped jobs counted; other failures grouped by reason."""
+    """Each unavailable model once, with the job that failed to load it and its skipped jobs counted; other
+    failures grouped by reason."""
     for path, reason in outcome.unavailable.items():
-        n = sum(1 for p in outcome.blocked.values() if p == path)
-        if n:  # (a model whose jobs were all complete already is not needed)
-            click.echo(f"{terminal(reason)}; {n} {plural(n, 'job')} skipped", err=True)
+        failed = sum(1 for r in outcome.failed.values() if r == reason)
+        skipped = sum(1 for p in outcome.blocked.values() if p == path)
+        counts = [f"{n} {plural(n, 'job')} {how}" for n, how in ((failed, "failed"), (skipped, "skipped")) if n]
+        if counts:  # (a model whose jobs were all complete already is not needed)
+            click.echo(f"{terminal(reason)}; {', '.join(counts)}", err=True)
     by_reason: dict[str, list[str]] = {}
     for job_id, reason in outcome.failed.items():
-        by_reason.setdefault(reason, []).append(job_id)
+        if reason not in outcome.unavailable.values():  # said once above
+            by_reason.setdefault(reason, []).append(job_id)
     for reason, jobs in by_reason.items():
         ids = ", ".join(jobs[:3]) + (", ..." if len(jobs) > 3 else "")
         click.echo(f"failed {len(jobs)} {plural(len(jobs), 'job')} ({ids}): {terminal(reason)}", err=True)

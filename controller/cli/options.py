@@ -26,11 +26,6 @@ api = settings.option(
 )
 
 
-def plural(n: int, word: str, words: str | None = None) -> str:
-    """`word` or its plural for `n` (`1 job`, `2 jobs`, `0 jobs`); `words` where it is not `word` + s."""
-    return word if n == 1 else (words or word + "s")
-
-
 def store_flag(url: str) -> str:
     """` --store URL` for a command to print as the next step, or nothing for the default store."""
     import shlex

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from controller.cli import options
-from controller.cli.options import plural, store_flag
+from controller.cli.options import store_flag
+from controller.sweep.wording import plural
 from worker.core import settings
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal

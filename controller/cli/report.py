@@ -160,7 +160,17 @@ def report(
             click.echo(compare_table(comparison), nl=False)
     _emit(body, out, to_stdout)
     click.echo(f"report: {location(store, paths.report_key(tenant, data.sweep_id, 'report.html'))}", err=True)
-    if data.damaged:  # the report is written without them; the exit code says it is incomplete
+    _incomplete(summary, data)
+
+
+def _incomplete(summary, data) -> None:
+    """A report written without the judge's verdicts (over its budget: `judge.report.not_judged`) ends on that line
+    as an error; one written without damaged records, exit status 1."""
+    from controller.judge.report import not_judged
+
+    if why := not_judged(summary):
+        raise UsageError(why)
+    if data.damaged:
         raise SystemExit(1)
 
 

@@ -5,7 +5,7 @@ and memory: `importance`); the least important go first when the terminal is nar
 how many it left out.
 A metric's column shares one number format (`format.ColumnFormat`, as in summary.md and the HTML
 report: decimals chosen by the column's magnitude, so `rep_4` never mixes `0.00`, `2.58e-04` and
-`0.786`), and an interval shows as `± half-width`.
+`0.786`), and an interval shows as `±h` where it is symmetric, else `+up/-down` from the value.
 On a pipe or in a file, `run` and `report` print the Markdown table instead (scripts parse it)."""
 
 from __future__ import annotations
@@ -45,12 +45,22 @@ def _column(summary: pd.DataFrame, c: str, with_ci: bool, num: ColumnFormat) -> 
     out = []
     for i, value in enumerate(summary[c]):
         text = num(c, value, thousands=",")
-        bounds = with_ci and text and lo is not None and hi is not None
-        half = (_num(hi.iloc[i]) - _num(lo.iloc[i])) / 2 if bounds else 0
-        if half > 0 and f"{half:.{d}f}".strip("0.") != "":  # a zero-width interval says nothing
-            text += f" ±{half:.{d}f}"
+        if with_ci and text and lo is not None and hi is not None:
+            text += _spread(_num(value), _num(lo.iloc[i]), _num(hi.iloc[i]), d)
         out.append(text)
     return out
+
+
+def _spread(value: float, low: float, high: float, d: int) -> str:
+    """An interval beside its value: ` ±h` where it is symmetric at the column's decimals, else ` +up/-down`
+    (rep_4 at 0 with [0, 0.369] read `±0.185`, as if it reached -0.185 and stopped at 0.185); nothing where
+    it has no width at those decimals, or is missing."""
+    if not all(map(math.isfinite, (value, low, high))):
+        return ""
+    up, down = f"{max(high - value, 0.0):.{d}f}", f"{max(value - low, 0.0):.{d}f}"
+    if up.strip("0.") == "" and down.strip("0.") == "":  # a zero-width interval says nothing
+        return ""
+    return f" ±{up}" if up == down else f" +{up}/-{down}"
 
 
 def summary_columns(summary: pd.DataFrame) -> dict[str, list[str]]:
@@ -116,7 +126,7 @@ def print_summary(summary: pd.DataFrame, console: Console | None = None) -> None
 
 def echo_summary(summary: pd.DataFrame, *, nl: bool = True) -> None:
     """At a terminal the fitted table; on a pipe or in a file the Markdown table. The intervals' small-sample
-    caution, where there is one for the columns it can show, on stderr."""
+    caution, where there is one for the columns it can show, or why there are no intervals, on stderr."""
     from controller.report.render.format import concise_columns, markdown_table, small_sample_note
 
     if click.get_text_stream("stdout").isatty():
@@ -125,5 +135,5 @@ def echo_summary(summary: pd.DataFrame, *, nl: bool = True) -> None:
     else:
         click.echo(markdown_table(summary), nl=nl)
         shown = concise_columns(summary)
-    if note := small_sample_note(summary.attrs.get("ci"), shown):
+    if note := small_sample_note(summary.attrs.get("ci"), shown) or summary.attrs.get("no_ci"):
         click.echo(note, err=True)

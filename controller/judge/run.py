@@ -1,11 +1,11 @@
 """A sweep's judge requests: built from its generations, cached by content, budgeted, read back as verdicts.
 
 The report's judge (`judge_sweep`, controller.judge.jobs) builds here every request the sweep's `judge:` asks for
-(pairwise: each variant's answer against its baseline's answer to the same prompt and seed, per criterion,
-in both orders; single: each answer, per criterion), keys each by the sha256 of its content (the chat
-messages, which hold the prompt, both texts and their order, and the criterion; the template's hash; the
-judge model and version; the sampling settings), and looks each key up in the report cache
-(`report/cache/judge-<digest>.json`, worker.core.paths, beside the cells' and pairs' outputs). Only
+(pairwise: each variant's answer, every sample of it, against its baseline's answer to the same prompt, seed and
+sample, per criterion, in both orders; single: each answer, per criterion), keys each by the sha256 of its content
+(the chat messages, which hold the prompt, both texts and their order, and the criterion; the template's hash; the
+judge model and version, and a local judge's model files; the sampling settings), and looks each key up in the
+report cache (`report/cache/judge-<digest>.json`, worker.core.paths, beside the cells' and pairs' outputs). Only
 the missing ones are sent, after the budget is checked: a report over `limits.max_requests` or
 `limits.max_tokens` stops before sending anything, naming what it would need. A reply is cached as
 the judge wrote it, parsable or not (an unparsed verdict is an outcome); a failed request is not
@@ -19,7 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from controller.judge.client import Endpoint, Reply, read_key
@@ -69,7 +71,21 @@ def judge_name(judge) -> str:
     return judge.model or f"local:{judge.local.path}@{judge.local.revision or ''}"
 
 
-def make_request(judge, template: Template, criterion: str, prompt: str, answers: tuple[str, ...]) -> Request:
+def judge_fingerprint(judge) -> str | None:
+    """A local judge's model files' hash (worker.engine.checkpoint.content_hash, the one the engine records in a
+    result's provenance: weights, config, tokenizer and its chat template), so that a judge retrained at the same
+    path, or given another template, is asked again; None for an endpoint's, or a hub model's (its `revision`)."""
+    if judge.local is None or not Path(judge.local.path).is_dir():
+        return None
+    from worker.engine.checkpoint import content_hash  # hashlib only: no torch here
+
+    return content_hash(Path(judge.local.path))
+
+
+def make_request(
+    judge, template: Template, criterion: str, prompt: str, answers: tuple[str, ...], model_hash: str | None = None
+) -> Request:
+    """One request and its digest; `model_hash`: a local judge's `judge_fingerprint`, part of the digest."""
     body: dict[str, Any] = {
         "model": judge_name(judge),
         "messages": template.messages(criterion, prompt, answers),
@@ -79,7 +95,7 @@ def make_request(judge, template: Template, criterion: str, prompt: str, answers
     if judge.seed is not None:
         body["seed"] = judge.seed
     doc = [CACHE_VERSION, template.sha256, judge_name(judge), judge.model_version, body]
-    doc += [LOCAL_RENDERING] if judge.local is not None else []
+    doc += [LOCAL_RENDERING, model_hash] if judge.local is not None else []
     return Request(hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32], body)
 
 
@@ -99,18 +115,34 @@ class Item:
     job_seed: int
     requests: tuple[Request, ...]
     len_diff: int = 0  # characters: the variant's answer minus the baseline's
+    sample: int = 0  # which of the prompt's samples in its job (GenerationRecord.sample)
+    against: tuple[int, int] | None = None  # pairwise: the baseline's answer's (job_seed, sample)
 
 
-def answers_of(store, tenant: str, sweep_id: str, results, cells=None) -> dict[str, dict[tuple[str, int], Any]]:
-    """cell -> (prompt_id, job_seed) -> its generation, from the complete jobs' generations (with `cells`: only
-    those cells' jobs' generations are read)."""
-    out: dict[str, dict[tuple[str, int], Any]] = defaultdict(dict)
+Key = tuple[str, int, int]  # a cell's answer: (prompt_id, job_seed, sample)
+
+
+def answers_of(store, tenant: str, sweep_id: str, results, cells=None) -> dict[str, dict[Key, Any]]:
+    """cell -> (prompt_id, job_seed, sample) -> its generation, every sample of a variant with `samples`, from the
+    complete jobs' generations (with `cells`: only those cells' jobs' generations are read)."""
+    out: dict[str, dict[Key, Any]] = defaultdict(dict)
     for r in results:
         if cells is not None and r.job.cell not in cells:
             continue
         for g in store.load_generations(tenant, sweep_id, r.job.job_id, r.generations_sha256):
-            out[g.cell].setdefault((g.prompt_id, g.job_seed), g)
+            out[g.cell].setdefault((g.prompt_id, g.job_seed, g.sample), g)
     return out
+
+
+def counterparts(base: dict[Key, Any]) -> Callable[[str, int, int], Any]:
+    """(prompt_id, job_seed, sample) -> the baseline's answer a variant's answer there is judged against: the
+    baseline's same sample of that prompt and seed, else its first sample of that prompt and seed, else (a
+    deterministic baseline, one seed) its first answer to that prompt; None where it has none."""
+    first: dict[Any, Any] = {}
+    for (pid, seed, _), g in sorted(base.items()):
+        first.setdefault((pid, seed), g)
+        first.setdefault(pid, g)
+    return lambda pid, seed, sample: base.get((pid, seed, sample)) or first.get((pid, seed)) or first.get(pid)
 
 
 def bases_of(judge, results, cell_order: list[str]) -> dict[str, str | None]:
@@ -130,30 +162,31 @@ def bases_of(judge, results, cell_order: list[str]) -> dict[str, str | None]:
 
 
 def items_of(judge, template: Template, answers: dict, bases: dict[str, str | None]) -> list[Item]:
-    """Every item the judge is asked about for the cells of `bases` (`bases_of`), in plan order."""
+    """Every item the judge is asked about for the cells of `bases` (`bases_of`), in plan order: every answer of
+    each cell, each sample of a variant with `samples` (pairwise: against its `counterparts` in the baseline)."""
+    model_hash = judge_fingerprint(judge)  # once per report: a local judge's files are read here only
     items = []
     for cell, base in bases.items():
         if cell not in answers:
             continue
         if judge.mode == "single":
-            for (pid, seed), g in sorted(answers[cell].items()):
+            for (pid, seed, sample), g in sorted(answers[cell].items()):
                 for c in judge.criteria:
-                    items.append(
-                        Item(cell, None, c, pid, seed, (make_request(judge, template, c, g.prompt, (g.text,)),))
-                    )
+                    asked = (make_request(judge, template, c, g.prompt, (g.text,), model_hash),)
+                    items.append(Item(cell, None, c, pid, seed, asked, sample=sample))
             continue
         if base is None or base not in answers:
             continue
-        for (pid, seed), g in sorted(answers[cell].items()):
-            b = answers[base].get((pid, seed)) or next(
-                (v for (p, _), v in sorted(answers[base].items()) if p == pid), None
-            )
+        against = counterparts(answers[base])
+        for (pid, seed, sample), g in sorted(answers[cell].items()):
+            b = against(pid, seed, sample)
             if b is None:
                 continue
             for c in judge.criteria:
-                first = make_request(judge, template, c, g.prompt, (g.text, b.text))
-                swapped = make_request(judge, template, c, g.prompt, (b.text, g.text))
-                items.append(Item(cell, base, c, pid, seed, (first, swapped), len(g.text) - len(b.text)))
+                first = make_request(judge, template, c, g.prompt, (g.text, b.text), model_hash)
+                swapped = make_request(judge, template, c, g.prompt, (b.text, g.text), model_hash)
+                diff = len(g.text) - len(b.text)
+                items.append(Item(cell, base, c, pid, seed, (first, swapped), diff, sample, (b.job_seed, b.sample)))
     return items
 
 
@@ -164,14 +197,18 @@ def plan_requests(store, tenant: str, sweep_id: str, items: list[Item]) -> Plan:
     return Plan(unique, [r for r in unique if r.digest not in cached], cached)
 
 
+class OverBudget(UsageError):
+    """The requests missing from the cache exceed a `judge.limits` budget: nothing is sent."""
+
+
 def check_budget(plan: Plan, limits) -> None:
-    """UsageError (one line, before anything is sent) where the requests missing from the cache exceed a limit."""
+    """OverBudget (one line, before anything is sent) where the requests missing from the cache exceed a limit."""
     if len(plan.missing) > limits.max_requests:
-        raise UsageError(
+        raise OverBudget(
             f"{plan.line()}: over judge.limits.max_requests {limits.max_requests:,}; raise it to {len(plan.missing):,}"
         )
     if plan.missing_tokens > limits.max_tokens:
-        raise UsageError(
+        raise OverBudget(
             f"{plan.line()}: over judge.limits.max_tokens {limits.max_tokens:,}; raise it to {plan.missing_tokens:,}"
         )
 
@@ -197,7 +234,7 @@ def verdicts(judge, template: Template, items: list[Item], replies: dict[str, Re
     out = []
     for it in items:
         rec: dict[str, Any] = {"cell": it.cell, "criterion": it.criterion, "prompt_id": it.prompt_id,
-                               "job_seed": it.job_seed, "template": template.name,
+                               "job_seed": it.job_seed, "sample": it.sample, "template": template.name,
                                "template_sha256": template.sha256, "judge": judge_name(judge)}  # fmt: skip
         if judge.mode == "single":
             reply = replies[it.requests[0].digest]
@@ -207,8 +244,9 @@ def verdicts(judge, template: Template, items: list[Item], replies: dict[str, Re
         else:
             first, swapped = (_verdict(replies[r.digest]) for r in it.requests)
             outcome = combine_orders(first, swapped)
+            base_seed, base_sample = it.against or (None, None)  # the baseline's answer, for the raters' ratings
             rec.update(baseline=it.baseline, first=first.value, swapped=swapped.value, outcome=outcome.value,
-                       len_diff=it.len_diff)  # fmt: skip
+                       len_diff=it.len_diff, baseline_job_seed=base_seed, baseline_sample=base_sample)  # fmt: skip
         failed = [replies[r.digest][1] for r in it.requests if replies[r.digest][0] is None]
         if failed:
             rec["failure"] = str(failed[0])

@@ -8,6 +8,9 @@ Length-controlled win rate (AlpacaEval 2.0, Dubois et al. 2024): the logistic mo
 P(win) = σ(β₀ + β₁·tanh(Δ/s)) fitted to the outcomes (ties ½, a quasi-binomial fit), with Δ the variant's
 answer length minus the baseline's in characters and s their standard deviation (ddof 0); the LC win
 rate is σ(β₀), the win rate read at zero length difference. Its interval: a percentile bootstrap over prompts.
+Where length separates the verdicts (every pair with a win in it at least as long as every pair with a loss in it,
+or every one at most as long) the fit has no maximum and the LC win rate is NaN with the reason (`lc_fit`), as is
+its interval where more than the tail share of resamples is so (`lc_interval`).
 
 Agreement with humans (where `decodebench rate import` brought ratings): single mode, Spearman's ρ between
 the judge's grade and the item's mean human rating (interval: percentile bootstrap over prompts); pairwise,
@@ -30,6 +33,8 @@ from controller.report.stats.shares import share_interval, within_scale
 
 SCORE = {"A": 1.0, "tie": 0.5, "B": 0.0}  # the variant's score of a pairwise outcome
 N_BOOT_REFIT = 200  # bootstrap draws of statistics refitted per draw (LC win rate, ρ)
+LC_SEPARATED = "LC not estimable: length separates the verdicts"
+LC_UNCONVERGED = "LC not estimable: the fit did not converge"
 
 
 def mean_interval(
@@ -53,15 +58,36 @@ def mean_interval(
     return (value, *ci) if ci is not None else (value, math.nan, math.nan)
 
 
-def lc_win_rate(scores: np.ndarray, len_diff: np.ndarray, iterations: int = 50) -> float:
-    """σ(β₀) of the quasi-binomial fit of `scores` (1, ½, 0) on tanh(Δ/s) (see the module doc); NaN if undefined."""
+def separated(scores: np.ndarray, x: np.ndarray | None) -> bool:
+    """Whether the outcomes are (quasi-)completely separated, so that the quasi-binomial fit has no maximum: every
+    pair won or every one lost (the intercept alone, `x` None), or, with the length term `x`, the pairs with a win in
+    them (a score over 0, a tie too) and those with a loss in them (under 1) overlapping in at most one length. With
+    one covariate this is exact (Albert and Anderson 1984): a line through that point puts the wins on one side and
+    the losses on the other, and the fit's slope runs off to infinity."""
+    won, lost = scores > 0, scores < 1
+    if not won.any() or not lost.any():
+        return True
+    if x is None:
+        return False
+    return bool(x[won].min() >= x[lost].max() or x[won].max() <= x[lost].min())
+
+
+def lc_fit(scores: np.ndarray, len_diff: np.ndarray, iterations: int = 50) -> tuple[float, str | None]:
+    """(σ(β₀), None) of the quasi-binomial fit of `scores` (1, ½, 0) on tanh(Δ/s) (see the module doc), or (NaN, why
+    not): no pairs, length separating the verdicts (`separated`: no maximum, the value would follow the number of
+    Newton steps to 0 or 1), or Newton not converging. Pairs that all went one way (or all tied): their win rate,
+    the length model has nothing to adjust."""
     if len(scores) == 0:
-        return math.nan
+        return math.nan, None
+    if np.all(scores == scores[0]):
+        return float(scores[0]), None
     s = float(np.std(len_diff))
     x = np.tanh(len_diff / s) if s > 0 else np.zeros_like(len_diff, dtype=float)
+    if separated(scores, x if s > 0 else None):
+        return math.nan, LC_SEPARATED
     design = np.column_stack([np.ones_like(x), x]) if s > 0 else np.ones((len(x), 1))
     beta = np.zeros(design.shape[1])
-    ridge = 1e-6 * np.eye(design.shape[1])  # keeps Newton's step defined where a side is all wins
+    ridge = 1e-6 * np.eye(design.shape[1])  # a steadier step; the gradient is not penalised, so the MLE is the same
     for _ in range(iterations):
         p = 1 / (1 + np.exp(-(design @ beta)))
         grad = design.T @ (scores - p)
@@ -69,14 +95,35 @@ def lc_win_rate(scores: np.ndarray, len_diff: np.ndarray, iterations: int = 50) 
         step = np.linalg.solve(hess, grad)
         beta += step
         if np.max(np.abs(step)) < 1e-10:
-            break
-    return float(1 / (1 + np.exp(-beta[0])))
+            return float(1 / (1 + np.exp(-beta[0]))), None
+    return math.nan, LC_UNCONVERGED
 
 
-def lc_of(records: list[dict]) -> float:
-    """The LC win rate of decided pairwise records."""
+def lc_win_rate(scores: np.ndarray, len_diff: np.ndarray, iterations: int = 50) -> float:
+    """σ(β₀) of the quasi-binomial fit (`lc_fit`); NaN where it is not estimable."""
+    return lc_fit(scores, len_diff, iterations)[0]
+
+
+def lc_of(records: list[dict]) -> tuple[float, str | None]:
+    """The LC win rate of decided pairwise records, and why it is not estimable (None: it is)."""
     scores = np.array([SCORE[r["outcome"]] for r in records])
-    return lc_win_rate(scores, np.array([r["len_diff"] for r in records], dtype=float))
+    return lc_fit(scores, np.array([r["len_diff"] for r in records], dtype=float))
+
+
+def lc_interval(decided: list[dict], rng: np.random.Generator, n_boot: int) -> tuple[float, float, int, str | None]:
+    """(low, high, resamples not estimable, why the interval is not) of the LC win rate: a percentile bootstrap
+    over prompts, refitting each draw. A draw whose fit is not estimable (`lc_fit`) is skipped and counted; with
+    more than the tail share ((1 − CI_LEVEL) / 2) of draws skipped the interval is NaN: where their values would
+    lie is unknown, so either end could be one of them."""
+    draws = np.array([lc_of(d)[0] for d in _resample(_by_prompt(decided), rng, n_boot)])
+    fitted = draws[~np.isnan(draws)]
+    skipped = len(draws) - len(fitted)
+    if skipped > (1 - CI_LEVEL) / 2 * len(draws):
+        why = (f"LC interval not estimable: {skipped} of {len(draws)} resamples could not be fitted (length separated"
+               " their verdicts, or the fit did not converge)")  # fmt: skip
+        return math.nan, math.nan, skipped, why
+    low, high = (float(v) for v in np.percentile(fitted, PERCENTILES))
+    return low, high, skipped, None
 
 
 def _by_prompt(records: list[dict]) -> dict[str, list[dict]]:
@@ -103,18 +150,19 @@ def pairwise_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]
         decided = [r for r in recs if r["outcome"] in SCORE]
         per_prompt = {p: [SCORE[r["outcome"]] for r in rs] for p, rs in _by_prompt(decided).items()}
         win, lo, hi = mean_interval(per_prompt, n_boot, rng)
-        lc = lc_of(decided)
+        lc, why = lc_of(decided)
         lc_lo = lc_hi = math.nan
+        skipped = 0
         if len({r["outcome"] for r in decided}) == 1:  # every pair won (or lost, or tied): the length model has
             lc_lo, lc_hi = lo, hi  # nothing to adjust and every resample fits the same; the win rate's interval
-        elif len(per_prompt) >= 2 and n_boot > 0:
-            draws = [lc_of(d) for d in _resample(_by_prompt(decided), rng, min(n_boot, N_BOOT_REFIT))]
-            lc_lo, lc_hi = (float(v) for v in np.nanpercentile(draws, PERCENTILES))
+        elif why is None and len(per_prompt) >= 2 and n_boot > 0:
+            lc_lo, lc_hi, skipped, why = lc_interval(decided, rng, min(n_boot, N_BOOT_REFIT))
         count = {o: sum(r["outcome"] == o for r in recs) for o in ("A", "B", "tie", "unparsed", "failed")}
         rows.append({"cell": cell, "criterion": crit, "baseline": recs[0]["baseline"], "win_rate": win,
                      "win_rate_ci_low": lo, "win_rate_ci_high": hi, "lc_win_rate": lc, "lc_win_rate_ci_low": lc_lo,
-                     "lc_win_rate_ci_high": lc_hi, "wins": count["A"], "losses": count["B"], "ties": count["tie"],
-                     "unparsed": count["unparsed"], "failed": count["failed"]})  # fmt: skip
+                     "lc_win_rate_ci_high": lc_hi, "lc_note": why or "", "lc_resamples_skipped": skipped,
+                     "wins": count["A"], "losses": count["B"], "ties": count["tie"], "unparsed": count["unparsed"],
+                     "failed": count["failed"]})  # fmt: skip
     return rows
 
 
@@ -134,8 +182,9 @@ def single_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def human_means(key: dict, sheets: dict) -> dict[tuple[str, str, int | None], dict[str, float]]:
-    """(cell, prompt_id, job_seed) -> {criterion: mean rating over raters, "all": mean over criteria}."""
+def human_means(key: dict, sheets: dict) -> dict[tuple[str, str, int | None, int | None], dict[str, float]]:
+    """(cell, prompt_id, job_seed, sample) -> {criterion: mean rating over raters, "all": mean over criteria}; a key
+    exported before samples were rated names none, its items sample 0 (the only one they drew from)."""
     out = {}
     for item, where in key["items"].items():
         scores: dict[str, list[int]] = defaultdict(list)
@@ -145,7 +194,8 @@ def human_means(key: dict, sheets: dict) -> dict[tuple[str, str, int | None], di
         if scores:
             means = {c: float(np.mean(v)) for c, v in scores.items()}
             means["all"] = float(np.mean(list(means.values())))
-            out[(where["cell"], where["prompt_id"], where.get("job_seed"))] = means  # a reference item: seed None
+            coords = (where.get("job_seed"), where.get("sample", 0))  # a reference item: seed and sample None
+            out[(where["cell"], where["prompt_id"], *coords)] = means
     return out
 
 
@@ -162,12 +212,12 @@ def agreement(records: list[dict], humans: dict, mode: str, n_boot: int, seed: i
         for r in records:
             if r["criterion"] != crit:
                 continue
-            mine = humans.get((r["cell"], r["prompt_id"], r["job_seed"]))
+            mine = humans.get((r["cell"], r["prompt_id"], r["job_seed"], r["sample"]))
             if mode == "single":
                 if mine is not None and r["grade"] is not None:
                     pts[r["prompt_id"]].append((r["grade"], _human(mine, crit)))  # type: ignore[arg-type]
                 continue
-            base = humans.get((r["baseline"], r["prompt_id"], r["job_seed"]))
+            base = humans.get((r["baseline"], r["prompt_id"], r["baseline_job_seed"], r["baseline_sample"]))
             if mine is None or base is None or r["outcome"] not in ("A", "B"):
                 continue
             h_mine, h_base = _human(mine, crit), _human(base, crit)

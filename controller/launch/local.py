@@ -5,8 +5,11 @@ have a complete result are skipped, so an interrupted run resumes where it stopp
 
 A model that cannot be had fails once: every model is resolved before any job runs
 (`controller.launch.models`), and a model that still fails to load marks itself unavailable
-(`ModelUnavailableError`); the other jobs that need it are skipped with that one reason.
+(`ModelUnavailableError`): that job failed, and the other jobs that need it are skipped with that one reason.
 Ctrl-C stops after the running job's interruption and returns what was done.
+
+A sweep resumed after a local model's files changed at the same path is refused before any job runs
+(`check_model_files`): its cells would mix two models' generations under one name.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from controller.sweep.plan import plan, summarize_plan
 from worker.core import paths
 from worker.core.contract import JobSpec
 from worker.core.engines import VLLM_ENGINE, VLLM_INSTALL, engine_refusal
-from worker.core.errors import DecodebenchError, ModelUnavailableError, UsageError
+from worker.core.errors import CorruptRecordError, DecodebenchError, ModelUnavailableError, UsageError, short, shown
 from worker.core.safetext import terminal
 from worker.store import Store
 
@@ -44,14 +47,20 @@ class RunOutcome:
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
-    # a model that cannot be had: its path -> the one reason; and the jobs skipped for it
+    # a model that cannot be had: its path -> the one reason; and the jobs skipped for it (not the job whose load
+    # failed: that one is in `failed`, with the same reason)
     unavailable: dict[str, str] = field(default_factory=dict)
     blocked: dict[str, str] = field(default_factory=dict)  # job id -> model path
     interrupted: bool = False  # Ctrl-C: the jobs not run are left for the next run
 
     @property
     def n_failed(self) -> int:
-        return len(self.failed) + len(self.blocked)
+        return len(self.failed)
+
+    @property
+    def n_skipped(self) -> int:
+        """Jobs not run because their model cannot be had (the jobs already complete are `skipped`)."""
+        return len(self.blocked)
 
     def state(self, job_id: str) -> str:
         """How a job of this run finished: done, skipped (its model unavailable) or failed."""
@@ -115,6 +124,7 @@ def run_sweep(
     outcome = RunOutcome(jobs[0].sweep_id)
     save_sweep(store, spec, jobs, tenant, mode="local")
     complete = store.complete_job_ids(tenant, outcome.sweep_id)
+    check_model_files(store, tenant, jobs, complete)
     todo = [j for j in jobs if j.job_id not in complete]
     outcome.skipped = [j.job_id for j in jobs if j.job_id in complete]
     summary = summarize_plan(jobs)
@@ -148,6 +158,37 @@ def check_engines(jobs: list[JobSpec]) -> None:
         raise UsageError(f"engine vllm: vLLM is not installed in this environment; install it with {VLLM_INSTALL}")
 
 
+def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: set[str]) -> None:
+    """A UsageError, before any job runs, where a local model that jobs still to run load has files other than
+    those the sweep's complete jobs of it recorded (their result.json's `content_hash`): resumed, its cells would
+    mix two models under one name. The hash is the engine's own, which keeps it for the load that follows."""
+    from worker.engine.checkpoint import content_hash  # the hash each result records (no torch)
+
+    pending = {j.model.path: j.model for j in jobs if j.job_id not in complete and Path(j.model.path).is_dir()}
+    for path, model in pending.items():
+        done = [j for j in jobs if j.job_id in complete and j.model.path == path]
+        recorded = next((h for h in (_recorded_hash(store, tenant, j) for j in done) if h), None)
+        if recorded is None:  # none of its jobs complete yet (or none recorded a hash): nothing to mix with
+            continue
+        now = content_hash(Path(path))
+        if now != recorded:
+            raise UsageError(
+                f"model {short(model.label)} ({shown(path)}): its files changed since this sweep's complete jobs of "
+                f"it ran (content hash {recorded[:12]}, now {now[:12]}); restore them, or run it as a new sweep "
+                "(change the sweep's name or the model's path)"
+            )
+
+
+def _recorded_hash(store: Store, tenant: str, job: JobSpec) -> str | None:
+    """The content hash of its model that a complete job's result.json records (None: none, or a damaged result,
+    which the report names)."""
+    try:
+        model = store.load_result(tenant, job.sweep_id, job.job_id).provenance.get("model") or {}
+    except CorruptRecordError:
+        return None
+    return model.get("content_hash") if isinstance(model, dict) else None
+
+
 def _run_one(job: JobSpec, store: Store, runtime, outcome: RunOutcome, run_job) -> None:
     down = next((m.path for m in models_of(job) if m.path in outcome.unavailable), None)
     if down is not None:  # its model failed once already: skipped, with that reason
@@ -158,9 +199,9 @@ def _run_one(job: JobSpec, store: Store, runtime, outcome: RunOutcome, run_job) 
         outcome.ran.append(job.job_id)
     except UsageError:
         raise
-    except ModelUnavailableError as err:
+    except ModelUnavailableError as err:  # this job failed; the model's other jobs are skipped with its reason
         outcome.unavailable[err.model or job.model.path] = str(err)
-        outcome.blocked[job.job_id] = err.model or job.model.path
+        outcome.failed[job.job_id] = str(err)
     except DecodebenchError as err:
         outcome.failed[job.job_id] = str(err)
     except Exception as err:  # a job's crash must not lose the other jobs

@@ -18,11 +18,14 @@ task:
 - `first_line`: the first line that is not blank.
 - `choice_letter`: a choice's letter, (B), B) or a lone B, among the prompt's `choices` (A, B, ...
   for as many as it has; any capital letter where it has none); else the letter of the one choice
-  whose text the generation contains.
+  whose text the generation contains. A gold letter is compared in the normal form (`b` is B where
+  `case` is on).
 
 Normalisation (each optional): `numbers` (a string that is one number, `1,000`, `+3.0`, `3.50`, `.5`,
-`$12`, becomes its canonical decimal: `1000`, `3`, `3.5`, `0.5`, `12`), `case` (casefold),
-`punctuation` (removed, but not from a number), `whitespace` (trimmed, runs collapsed to one space).
+`$12`, `1e16`, becomes its canonical decimal: `1000`, `3`, `3.5`, `0.5`, `12`, `10000000000000000`),
+`case` (casefold), `punctuation` (each punctuation character a space, but a number in the text kept
+whole: `-5`, `1,000.5`, canonical too where `numbers` is on), `whitespace` (trimmed, runs collapsed to
+one space).
 """
 
 from __future__ import annotations
@@ -45,7 +48,12 @@ NORMALIZERS = ("case", "whitespace", "punctuation", "numbers")
 NAMED = ("last_number", "first_number", "first_line", "choice_letter")
 
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
-_WHOLE_NUMBER = re.compile(rf"\$?(?:{_NUMBER.pattern})")
+# One number, as `numbers` reads a whole answer: a `$` before it, an exponent after it (1e16, 2.5E-3; at most
+# three digits, so that no text writes out a number of a billion digits).
+_WHOLE_NUMBER = re.compile(rf"\$?(?:{_NUMBER.pattern})(?:[eE][-+]?\d{{1,3}})?")
+# A number inside free text, which `punctuation` keeps whole: not part of a word or of a longer number (the
+# hyphen of `10-20` is no sign).
+_TEXT_NUMBER = re.compile(rf"(?<![\w.,$]){_WHOLE_NUMBER.pattern}(?![\w])")
 _LETTER = re.compile(r"(?<![A-Za-z0-9])\(?([A-Z])(?:\)|\.|:|(?![A-Za-z0-9]))")
 
 
@@ -56,7 +64,10 @@ class RegexFilter(BaseModel):
 
     regex: str = Field(min_length=1, max_length=REGEX_MAX_CHARS, description="An RE2 pattern (no look-around).")
     group: int | None = Field(
-        default=None, ge=0, description="The group to read (0: the whole match); default 1 where there is one, else 0."
+        default=None,
+        strict=True,
+        ge=0,
+        description="The group to read (0: the whole match); default 1 where there is one, else 0.",
     )
     occurrence: Literal["first", "last"] = Field(default="first", description="Read the first or the last match.")
 
@@ -187,7 +198,8 @@ def apply(filters: Sequence[Any], text: str, choices: Sequence[str] | None = Non
 
 
 def canonical_number(text: str) -> str | None:
-    """`1,000` -> `1000`, `+3.0` -> `3`, `3.50` -> `3.5`, `.5` -> `0.5`, `$12` -> `12`; None if not one number."""
+    """`1,000` -> `1000`, `+3.0` -> `3`, `3.50` -> `3.5`, `.5` -> `0.5`, `$12` -> `12`, `1e16` ->
+    `10000000000000000`; None if not one number."""
     s = text.strip().rstrip(".")
     if not _WHOLE_NUMBER.fullmatch(s):
         return None
@@ -206,10 +218,24 @@ def normalize(text: str, how: Sequence[str] = NORMALIZERS) -> str:
     if "case" in how:
         text = text.casefold()
     if "punctuation" in how:
-        text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
+        text = _unpunctuated(text, "numbers" in how)
     if "whitespace" in how or "punctuation" in how:
         text = " ".join(text.split())
     return text
+
+
+def _unpunctuated(text: str, canonical: bool) -> str:
+    """Every punctuation character a space, but a number's sign, point and thousands separators kept (`-5`,
+    `1,000.5`), the number canonical as `numbers` makes it where `canonical`."""
+    out, at = [], 0
+    for m in _TEXT_NUMBER.finditer(text):
+        out += [_spaces(text[at : m.start()]), (canonical_number(m.group()) if canonical else None) or m.group()]
+        at = m.end()
+    return "".join([*out, _spaces(text[at:])])
+
+
+def _spaces(text: str) -> str:
+    return "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
 
 
 # -- a compiled task ----------------------------------------------------------------------
@@ -236,8 +262,9 @@ class Task:
         out = {normalize(g, how) for g in gold}
         if choices:
             valid = letters(choices)
+            gold_letters = {normalize(g.strip().strip("()"), how) for g in gold}  # `b` is B where `case` is on
             for i, choice in enumerate(choices):
-                if normalize(choice, how) in out or any(g.strip().strip("()") == valid[i] for g in gold):
+                if normalize(choice, how) in out or normalize(valid[i], how) in gold_letters:
                     out |= {normalize(valid[i], how), normalize(choice, how)}
         return frozenset(x for x in out if x)
 

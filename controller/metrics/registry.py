@@ -248,9 +248,9 @@ class MetricRegistry(Registry[Metric]):
     def __contains__(self, name: object) -> bool:
         return super().__contains__(name) or (isinstance(name, str) and self.member(name) is not None)
 
-    def unknown_message(self, name: str) -> str:
-        found = super().unknown_message(name)
-        return found + "".join(f", {p}" for p, _ in self.families())
+    def valid_names(self) -> list[str]:
+        """The metrics' names, then the families' (`pass@<k>`)."""
+        return super().valid_names() + [p for p, _ in self.families()]
 
 
 METRICS: MetricRegistry = MetricRegistry("metric")

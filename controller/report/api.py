@@ -52,7 +52,8 @@ def load_summary(
     """The summary of a sweep: one row per (model, strategy variant) cell plus `reference`.
 
     Reads `report/summary.parquet` when it covers every complete job; otherwise (or with
-    `recompute=True`) aggregates the complete jobs now, without writing anything. `baseline`
+    `recompute=True`) aggregates the complete jobs now, without writing or sending anything: with the imported
+    human ratings and the judge's verdicts the last report stored (`stored_extras`). `baseline`
     (a strategy name or cell key) recomputes the paired comparisons against it.
     """
     st = _open(store)
@@ -65,7 +66,17 @@ def load_summary(
     data = load_sweep(st, tenant, sweep_id)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
-    return summarize(data, n_boot=n_boot, baseline=baseline)
+    return stored_extras(summarize(data, n_boot=n_boot, baseline=baseline), st, data, n_boot)
+
+
+def stored_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int) -> pd.DataFrame:
+    """`with_extras`, reading only: the imported human ratings and the judge's stored verdicts (the last report's),
+    nothing sent (a recomputed summary had neither: its rating and judge columns were gone)."""
+    from controller.judge.report import add_judge, stored_judge
+    from controller.report.ratings.scores import add_ratings, stored_ratings
+
+    judged = stored_judge(store, data.tenant, data.sweep_id, data.sweep_spec, n_boot)
+    return add_judge(add_ratings(summary, stored_ratings(store, data.tenant, data.sweep_id)), judged)
 
 
 def load_generations(sweep: str, store: Store | str | None = None, tenant: str = "default") -> pd.DataFrame:
@@ -152,20 +163,34 @@ def build(
     sweep_id = store.resolve_sweep(tenant, sweep)
     data = load_sweep(store, tenant, sweep_id, with_generations=False, progress=progress)
     if not data.results:
-        raise UsageError(f"sweep {sweep_id} has no complete jobs yet; see `decodebench status {sweep_id}`")
+        raise UsageError(f"sweep {sweep_id} has no complete jobs yet; {_where_jobs_are(data)}")
     summary = summarize(
         data, n_boot=n_boot, baseline=baseline, workers=workers, store=store, remote=remote, progress=progress
     )
     return data, with_extras(summary, store, data, n_boot, Runner(workers, remote, progress))
 
 
-def with_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int = 1000, runner=None) -> pd.DataFrame:
+def _where_jobs_are(data: SweepData) -> str:
+    """Where to see why a sweep has no complete job: a submitted sweep's state is in Redis (`status`); a local run's
+    is in no Redis: `run` named its failures, and each job's log is in the store."""
+    if (data.spec or {}).get("mode") == "local":
+        return (
+            "`decodebench run SPEC` names why its jobs failed (run again, it resumes); a job's log: "
+            f"`decodebench logs JOB --sweep {data.sweep_id}` (with the same --store)"
+        )
+    return f"see `decodebench status {data.sweep_id}`"
+
+
+def with_extras(
+    summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int = 1000, runner=None, judge_limits=None
+) -> pd.DataFrame:
     """The summary with what lives beside the jobs: imported human ratings and the sweep's judge (docs/judge.md),
-    its requests sent by `runner`'s backends (default: here)."""
+    its requests sent by `runner`'s backends (default: here), within `judge_limits` where given (`run`'s sweep
+    file's) or the stored spec's."""
     from controller.judge.report import add_judge, judge_summary
     from controller.report.ratings.scores import add_ratings, stored_ratings
 
     tenant, sweep_id = data.tenant, data.sweep_id
     spec, results, order = data.sweep_spec, data.results, data.cell_order
-    judged = judge_summary(store, tenant, sweep_id, spec, results, order, n_boot, runner=runner)
+    judged = judge_summary(store, tenant, sweep_id, spec, results, order, n_boot, runner=runner, limits=judge_limits)
     return add_judge(add_ratings(summary, stored_ratings(store, tenant, sweep_id)), judged)

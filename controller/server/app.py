@@ -29,9 +29,10 @@ from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from controller.server import service
+from controller.server import joblog, service
 from controller.server.errors import ApiError, OverQuota, TooLarge, Unauthorized
 from controller.server.tokens import Identity, TokenStore
+from controller.sweep.load import check_data
 from worker.core import settings
 from worker.core.errors import DecodebenchError, ServiceError, UsageError
 from worker.sweepstate import admission
@@ -74,12 +75,16 @@ def identify(request: Request) -> Identity:
     return who
 
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string (escapes included), matched in C
+# A JSON string (escapes included), matched in C. One that never closes runs to the end of the body: the
+# pattern never fails at a quote, so the scan never starts again from the next quote inside it (which made a
+# body of `"` and `\"` x 30,000 cost 15 s: each of its quotes a start, each start a scan to the end).
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 
 
 def json_values(body: bytes) -> int:
     """An upper bound of the values a JSON text holds (each object and array, and each member after the
-    first, counts one), from its bytes outside strings: what parsing it would build, counted before."""
+    first, counts one), from its bytes outside strings: what parsing it would build, counted before.
+    Linear in the body's length, whatever it holds."""
     bare = _STRING.sub(b"", body)
     return bare.count(b",") + bare.count(b"{") + bare.count(b"[")
 
@@ -95,8 +100,9 @@ async def _chunks(request: Request, limit: int, too_large: TooLarge) -> list[byt
 
 
 async def read_body(request: Request) -> dict:
-    """The JSON body, refused before parsing if it is larger than the limit, holds more values than the
-    limit, or is not sent within the body timeout."""
+    """The JSON body, refused before parsing if it is larger than the limit or is not sent within the body
+    timeout, then read by `parse_body` on the thread pool: a large body is CPU time that the event loop,
+    which answers every tenant's requests, must not spend."""
     state = request.app.state
     limit = state.max_request_bytes
     too_large = TooLarge(f"request body over the limit of {limit / 2**20:g} MiB (DECODEBENCH_API_MAX_REQUEST_MB)")
@@ -110,9 +116,16 @@ async def read_body(request: Request) -> dict:
         raise ApiError(
             f"request body not received within {state.body_timeout_s:g} s (DECODEBENCH_API_BODY_TIMEOUT_S)", 408
         ) from None
-    if (n := json_values(body)) > state.max_request_items:
+    return await run_in_threadpool(parse_body, body, state.max_request_items)
+
+
+def parse_body(body: bytes, max_items: int) -> dict:
+    """A body's JSON object: refused before parsing if it holds more values than `max_items`, and after
+    if it is not an object or breaks what a sweep file may hold (`check_data`: nested deeper, or text that
+    is not valid Unicode anywhere in it), in one line."""
+    if (n := json_values(body)) > max_items:
         raise TooLarge(
-            f"request body: {n:,} JSON values or more, over the limit of {state.max_request_items:,} "
+            f"request body: {n:,} JSON values or more, over the limit of {max_items:,} "
             "(DECODEBENCH_API_MAX_REQUEST_ITEMS)"
         )
     try:
@@ -121,14 +134,20 @@ async def read_body(request: Request) -> dict:
         raise UsageError(f"request body: not JSON ({str(err)[:80]})") from None
     if not isinstance(data, dict):
         raise UsageError("request body: must be a JSON object")
+    check_data(data, "request body", level=0)  # its members (the spec) count levels as a sweep file's root
     return data
 
 
 async def audit(request: Request, call_next):
-    """One audit line per request: who (token id, tenant), what, which sweep, the answer."""
+    """One audit line per request: who (token id, tenant), what, which sweep, the answer. A bug is answered
+    here (`on_bug`), inside this middleware: a handler registered for Exception runs outside every middleware,
+    after this line would have been lost, and uvicorn would log the traceback a second time."""
     started = time.perf_counter()
     request.state.request_id = uuid.uuid4().hex[:12]
-    response = await call_next(request)
+    try:
+        response = await call_next(request)
+    except Exception as err:
+        response = await on_bug(request, err)
     who: Identity | None = getattr(request.state, "who", None)
     audit_log.info(
         "audit",
@@ -188,7 +207,7 @@ async def on_other_error(request: Request, err: DecodebenchError):
 
 async def on_bug(request: Request, err: Exception):
     rid = getattr(request.state, "request_id", "?")
-    log.exception("server.internal_error", request_id=rid)
+    log.error("server.internal_error", request_id=rid, exc_info=err)  # its traceback once, without locals
     return _answer(request, 500, f"internal error (request {rid}); the server's log has the details")
 
 
@@ -208,8 +227,7 @@ HANDLERS = {
     RedisError: on_redis_error,
     ServiceError: on_service_error,
     DecodebenchError: on_other_error,
-    Exception: on_bug,
-}
+}  # and any other exception: `on_bug`, from `audit`
 router = APIRouter()
 
 
@@ -296,7 +314,7 @@ async def report_judges(sweep: str, request: Request, who: Caller) -> dict:
 def job_log(job: str, request: Request, who: Caller, sweep: str | None = None) -> JSONResponse:
     # JSONResponse: the lines as json.dumps writes them, not through FastAPI's per-value encoder (a log of
     # many short lines cost the server seconds of CPU there)
-    return JSONResponse(service.job_log(_ctx(request, "logs", sweep), who, sweep, job))
+    return JSONResponse(joblog.job_log(_ctx(request, "logs", sweep), who, sweep, job))
 
 
 @router.get("/v1/tenants")

@@ -18,12 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller.report.distribute.plancache import PlanMemo
 from controller.server import quota
-from controller.server.errors import Forbidden, NotFound, TooLarge
+from controller.server.errors import Forbidden, NotFound
 from controller.server.tokens import Identity
 from worker import sweepstate
-from worker.core import paths, settings
+from worker.core import paths
 from worker.core.contract import JobSpec, JobStatus
-from worker.core.errors import RecordTooLargeError, UsageError
+from worker.core.errors import UsageError
 from worker.core.settings import DEFAULT_TENANT
 from worker.core.tenants import Tenant, TenantsFile
 from worker.sweepstate import reads as state_reads
@@ -136,9 +136,12 @@ def client_spec(spec: dict, base_dir: Any, source: str):
 
 
 def stored_client_spec(stored: dict, sweep_id: str):
-    """A sweep's spec.json as `retry` plans it: with submit's checks (`client_spec`)."""
-    inner = stored.get("spec", stored)
-    return client_spec(inner, stored.get("base_dir") or None, f"stored spec of sweep {sweep_id}")
+    """A sweep's spec.json as `retry` plans it: with submit's checks (a request body's bounds, `client_spec`)."""
+    from controller.sweep.load import check_data
+
+    source, inner = f"stored spec of sweep {sweep_id}", stored.get("spec", stored)
+    check_data(stored, source, level=0 if inner is not stored else 1)  # as `read_body` checks a request's
+    return client_spec(inner, stored.get("base_dir") or None, source)
 
 
 def check_policy(ctx: Context, tenant: str, jobs: list[JobSpec]) -> None:
@@ -276,11 +279,7 @@ def report_judges(ctx: Context, who: Identity, sweep: str, req: ReportJudgesRequ
 
 def _report_jobs(ctx: Context, who: Identity, sweep: str, settings: dict) -> dict[str, Any]:
     tenant = tenant_of(who)
-    paths.check_id("sweep", sweep)
-    try:
-        sweep_id = ctx.store.resolve_sweep(tenant, sweep)
-    except UsageError as err:
-        raise NotFound(str(err)) from None
+    sweep_id = resolve(ctx, tenant, sweep, stored=True)
     # two reports of a tenant cannot both pass the same quota: the lock from reading which jobs are queued to
     # writing the new ones, not while the sweep is planned from the store (seconds for a large sweep)
     from controller.report.distribute.signer import Admission, enqueue_report
@@ -294,10 +293,12 @@ def _report_jobs(ctx: Context, who: Identity, sweep: str, settings: dict) -> dic
 # -- reads and cancel --------------------------------------------------------------------------
 
 
-def resolve(ctx: Context, tenant: str, sweep: str) -> str:
+def resolve(ctx: Context, tenant: str, sweep: str, stored: bool = False) -> str:
+    """A sweep id or a unique prefix of one, among the tenant's submitted sweeps (in Redis), or with `stored` among
+    its sweeps in the store (a local run's too); an ambiguous prefix is a UsageError, no such sweep NotFound."""
     paths.check_id("sweep", sweep)  # UsageError (400, exit 2) for what no sweep id looks like
     try:
-        return sweepstate.resolve_sweep(ctx.conn, tenant, sweep)
+        return ctx.store.resolve_sweep(tenant, sweep) if stored else sweepstate.resolve_sweep(ctx.conn, tenant, sweep)
     except UsageError as err:
         if "ambiguous" in str(err):
             raise
@@ -362,29 +363,6 @@ def cancel(ctx: Context, who: Identity, sweep: str) -> dict[str, Any]:
     sweep_id = resolve(ctx, tenant, sweep)
     out = sweepstate.cancel_sweep(ctx.conn, tenant, sweep_id)
     return {"sweep_id": sweep_id, "dropped": out.cancelled, "stopping": len(out.stopping)}
-
-
-def job_log(ctx: Context, who: Identity, sweep: str | None, job: str) -> list[dict[str, Any]]:
-    """A job's log lines from the store. Given its sweep, the store alone answers (logs outlive
-    a sweep's Redis keys); else the sweep is looked up among the tenant's submitted sweeps."""
-    tenant = tenant_of(who)
-    paths.check_id("job", job)
-    if sweep is None:
-        sweep = sweepstate.find_job_sweep(ctx.conn, tenant, job)
-        if sweep is None:
-            raise NotFound(f"job {job} is not in any submitted sweep of tenant {tenant!r}; give --sweep")
-    key = paths.log_key(tenant, sweep, job)  # both ids checked: the key stays in the tenant's prefix
-    if not ctx.store.exists(key):
-        state = sweepstate.job_state(ctx.conn, tenant, sweep, job) if ctx.conn is not None else None
-        raise NotFound(f"job {job} of sweep {sweep} has no log yet" + (f" (state: {state})" if state else ""))
-    limit = int(settings.get("api_max_log_mb") * 2**20)
-    try:
-        return list(ctx.store.read_jsonl(key, limit))
-    except RecordTooLargeError:
-        raise TooLarge(
-            f"job {job} of sweep {sweep}: its log is over the server's limit of {limit / 2**20:g} MiB "
-            "(DECODEBENCH_API_MAX_LOG_MB); read it from the store"
-        ) from None
 
 
 def tenants_overview(ctx: Context, who: Identity) -> list[dict[str, Any]]:

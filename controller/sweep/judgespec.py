@@ -33,12 +33,16 @@ class _Strict(BaseModel):
 class JudgeLimits(_Strict):
     """What a report may spend on the judge: checked before the first request is sent."""
 
-    concurrency: int = Field(default=4, ge=1, le=256, description="Requests in flight at once.")
+    concurrency: int = Field(default=4, strict=True, ge=1, le=256, description="Requests in flight at once.")
     max_requests: int = Field(
-        default=2000, ge=1, description="Requests a report may send (cached ones are free); more: refused before any."
+        default=2000,
+        strict=True,
+        ge=1,
+        description="Requests a report may send (cached ones are free); more: refused before any.",
     )
     max_tokens: int = Field(
         default=2_000_000,
+        strict=True,
         ge=1,
         description="Tokens (prompt + verdict, estimated at 4 characters a token before sending) a report may spend.",
     )
@@ -46,7 +50,9 @@ class JudgeLimits(_Strict):
         default=3600.0, gt=0, description="Wall-clock seconds the judge may take; what is left then stays unjudged."
     )
     timeout_s: float = Field(default=120.0, gt=0, description="Seconds one request may take.")
-    retries: int = Field(default=4, ge=0, le=20, description="Retries of a request after a 429, a 5xx or a timeout.")
+    retries: int = Field(
+        default=4, strict=True, ge=0, le=20, description="Retries of a request after a 429, a 5xx or a timeout."
+    )
 
 
 class JudgeSpec(_Strict):
@@ -93,8 +99,12 @@ class JudgeSpec(_Strict):
         description="A user prompt template file (relative to the spec); default: the bundled versioned one.",
     )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature of the judge.")
-    max_new_tokens: int = Field(default=512, ge=1, le=8192, description="Tokens the judge may write per verdict.")
-    seed: int | None = Field(default=None, description="Seed sent with each request where the endpoint honours it.")
+    max_new_tokens: int = Field(
+        default=512, strict=True, ge=1, le=8192, description="Tokens the judge may write per verdict."
+    )
+    seed: int | None = Field(
+        default=None, strict=True, description="Seed sent with each request where the endpoint honours it."
+    )
     limits: JudgeLimits = Field(default_factory=JudgeLimits, description="Concurrency and budget.")
 
     @model_validator(mode="after")
@@ -113,21 +123,21 @@ class JudgeSpec(_Strict):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, v: str | None) -> str | None:
-        if v is not None and not _NAME.match(v):
+        if v is not None and not _NAME.fullmatch(v):
             raise ValueError("must be an endpoint name (lower-case letters, digits, '-'), not a URL")
         return v
 
     @field_validator("url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", v):
+        if v is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
             raise ValueError("must be an http(s) URL such as http://127.0.0.1:8000/v1")
         return v
 
     @field_validator("api_key_env")
     @classmethod
     def _env(cls, v: str | None) -> str | None:
-        if v is not None and not _ENV.match(v):
+        if v is not None and not _ENV.fullmatch(v):
             raise ValueError("must name an environment variable (letters, digits, '_'), not hold a key")
         return v
 
@@ -135,7 +145,7 @@ class JudgeSpec(_Strict):
     @classmethod
     def _criteria(cls, v: list[str]) -> list[str]:
         for c in v:
-            if not re.match(r"^[a-z][a-z0-9_]{0,31}$", c):
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", c):
                 raise ValueError(f"{c[:40]!r}: a criterion is a lower-case name (letters, digits, '_')")
         if len(set(v)) != len(v):
             raise ValueError("criteria must be distinct")

@@ -50,6 +50,20 @@ class Locator:
         return f"{where}: {dotted(loc)}{note}: {message}" if loc else f"{where}: {message}"
 
 
+_SHOWN_LEVELS = 8  # of a path in a message: a refused nesting is 64 levels deep
+
+
+def check_data(value: Any, source: str, level: int = 1) -> None:
+    """Refuse, in one UsageError line naming the path, data that breaks what a sweep file may hold
+    (`yamlsafe.data_fault`: nested too deep, text that is not valid Unicode): a request's body and a stored
+    spec.json are held to the bounds a YAML file is, before they are validated."""
+    fault = yamlsafe.data_fault(value, level)
+    if fault is not None:
+        loc, why = fault
+        path = dotted(loc[:_SHOWN_LEVELS]) + ("..." if len(loc) > _SHOWN_LEVELS else "")
+        raise UsageError(f"{source}: {path}: {why}" if path else f"{source}: {why}")
+
+
 def _format_error(locate: Locator, err: ValidationError) -> str:
     # an unknown key first: a misspelt key is often why a required one is missing (`generaton:` beside no
     # `name:`), and its did-you-mean is the fix
@@ -59,6 +73,8 @@ def _format_error(locate: Locator, err: ValidationError) -> str:
     said = wording.explain({**first, "loc": loc}, errors, SweepSpec)
     msg = said or first["msg"].removeprefix("Value error, ")
     loc = wording.member_free(loc)
+    if first["type"] == "at":  # a rule that names the field it is about
+        loc = (*loc, *first["ctx"]["loc"])
     more = len({wording.member_free(tuple(e["loc"])) for e in errors}) - 1  # a union's members: one error
     extra = f" (and {more} more)" if more > 0 else ""
     # A rule over several parameters names the strategy entry: `strategies[2] (diverse_beam): ...`

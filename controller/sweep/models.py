@@ -11,7 +11,6 @@ import itertools
 import json
 import math
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +20,8 @@ from pydantic_core import PydanticCustomError
 from controller.metrics import METRICS
 from controller.metrics.extract import TaskSpec
 from controller.sweep.judgespec import JudgeSpec
+from controller.sweep.prompts import PromptSet
+from controller.sweep.wording import at, plural
 from worker.core import settings
 from worker.core.contract import (
     FEATURIZER_MAX_TOKENS,
@@ -33,14 +34,13 @@ from worker.core.contract import (
     GenerationSettings,
     JobTimeoutS,
     ModelSpec,
-    PromptItem,
 )
 from worker.core.engines import EngineSpec, OwnEngine, engine_label
 from worker.core.errors import short
 from worker.strategies import BROKEN_PLUGINS, STRATEGIES
 
-Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]
-Samples = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
+Seed = Annotated[int, Field(strict=True, ge=SEED_MIN, le=SEED_MAX)]
+Samples = Annotated[int, Field(strict=True, ge=1, le=MAX_SAMPLES)]
 
 
 def grid_size(params: dict[str, Any]) -> int:
@@ -58,7 +58,7 @@ def expand_grid(params: dict[str, Any]) -> list[dict[str, Any]]:
 def over_limit(count: int, what: str) -> str:
     """The message for a sweep of `count` jobs over DECODEBENCH_MAX_JOBS."""
     limit = settings.get("max_jobs")
-    return f"{what} {count:,} jobs, over the limit of {limit:,} (DECODEBENCH_MAX_JOBS)"
+    return f"{what} {count:,} {plural(count, 'job')}, over the limit of {limit:,} (DECODEBENCH_MAX_JOBS)"
 
 
 def _unusable_label(label: str) -> str | None:
@@ -71,31 +71,18 @@ def _unusable_label(label: str) -> str | None:
     return None
 
 
+def repeated(values: list[Any]) -> int | None:
+    """The index of the first value that came before, or None where all differ."""
+    seen = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            return i
+        seen.add(value)
+    return None
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class PromptSet(_Strict):
-    """Where the prompts come from: a JSONL/CSV file or an inline list."""
-
-    path: str | None = Field(
-        default=None,
-        description="JSONL or CSV file (relative to the spec file) with fields `prompt`, "
-        "optional `reference` and `id`; for chat models `messages` ([{role, content}]) or a `system` column.",
-    )
-    inline: list[str | PromptItem] | None = Field(
-        default=None, description="Prompts written in the spec: strings or {id, prompt, reference, messages} objects."
-    )
-    limit: int | None = Field(default=None, ge=1, description="Use only the first N prompts.")
-    shard_size: int = Field(
-        default=32, ge=1, description="Prompts per job: a cell's prompts are split into shards of this size."
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> PromptSet:
-        if (self.path is None) == (self.inline is None):
-            raise ValueError("give exactly one of `path` or `inline`")
-        return self
 
 
 class StrategyEntry(_Strict):
@@ -123,15 +110,17 @@ class StrategyEntry(_Strict):
             raise ValueError(BROKEN_PLUGINS.get(self.name) or STRATEGIES.unknown_message(self.name))
         strategy = STRATEGIES.get(self.name)
         if self.samples is not None and not strategy.stochastic:
-            raise ValueError(
-                f"samples: strategy {self.name!r} is deterministic, so every sample would be the same generation; "
-                "samples is for stochastic strategies"
+            raise at(
+                ("samples",),
+                f"strategy {self.name!r} is deterministic, so every sample would be the same generation; "
+                "samples is for stochastic strategies",
             )
         if self.best_of is not None and (self.samples or 1) < 2:
-            raise ValueError(f"best_of: strategy {self.name!r} needs samples of at least 2 to keep the best of")
+            raise at(("best_of",), f"strategy {self.name!r} needs samples of at least 2 to keep the best of")
         variants = grid_size(self.params)  # before any value is looked at: a grid can be huge
         if variants > settings.get("max_jobs"):
-            raise ValueError(over_limit(variants, f"params: the grid has {variants:,} variants, so at least"))
+            grid = f"the grid has {variants:,} {plural(variants, 'variant')}, so at least"
+            raise at(("params",), over_limit(variants, grid))
         for key, value in self.params.items():
             if key not in strategy.all_params:
                 raise ValueError(
@@ -172,9 +161,9 @@ class Generation(GenerationSettings):
     @model_validator(mode="after")
     def _min_le_max(self) -> Generation:
         if self.min_new_tokens > self.max_new_tokens:
-            raise ValueError("min_new_tokens must not exceed max_new_tokens")
+            raise at(("min_new_tokens",), "must not exceed max_new_tokens")
         if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError("seeds must be distinct")
+            raise at(("seeds", repeated(self.seeds)), "seeds must be distinct")
         return self
 
     def settings(self) -> GenerationSettings:
@@ -253,13 +242,14 @@ class SweepSpec(_Strict):
     @model_validator(mode="after")
     def _enough_generations(self) -> SweepSpec:
         """`pass@k` and `maj@k` need k generations of a prompt from some strategy: seeds × samples."""
-        for name in self.metrics or []:
+        for i, name in enumerate(self.metrics or []):
             prefix, _, k = name.partition("@")
             if prefix in ("pass", "maj") and k.isdigit() and int(k) > (most := self.generations_per_prompt()):
                 made = f"at most {most}" if most > 1 else "1 (a deterministic strategy, or one seed)"
-                raise ValueError(
-                    f"metrics: {name} needs {k} generations of each prompt, but the sweep's strategies make {made}; "
-                    f"give a sampling strategy at least {k} (seeds × samples)"
+                raise at(
+                    ("metrics", i),
+                    f"{name} needs {k} generations of each prompt, but the sweep's strategies make {made}; "
+                    f"give a sampling strategy at least {k} (seeds × samples)",
                 )
         return self
 
@@ -275,24 +265,26 @@ class SweepSpec(_Strict):
     def _unique_model_labels(self) -> SweepSpec:
         for i, model in enumerate(self.models):
             if why := _unusable_label(model.label):
-                raise ValueError(f"models[{i}]: label {short(model.label)} {why}; give the model another `name`")
-        dup = [label for label, n in Counter(m.label for m in self.models).items() if n > 1]
-        if dup:
-            raise ValueError(f"models: two models share the label {short(dup[0])}; give them distinct `name`s")
+                raise at(("models", i), f"label {short(model.label)} {why}; give the model another `name`")
+        labels = [m.label for m in self.models]
+        if (twice := repeated(labels)) is not None:
+            raise at(
+                ("models", twice), f"two models share the label {short(labels[twice])}; give them distinct `name`s"
+            )
         return self
 
     @model_validator(mode="after")
     def _best_of_scorer(self) -> SweepSpec:
         for i, entry in enumerate(self.strategies):
             if entry.best_of == "scorer" and self.scorer is None:
-                raise ValueError(f"strategies[{i}].best_of: scorer needs the sweep's `scorer` model; none is set")
+                raise at(("strategies", i, "best_of"), "scorer needs the sweep's `scorer` model; none is set")
         return self
 
     @model_validator(mode="after")
     def _unique_engine_labels(self) -> SweepSpec:
-        dup = [label for label, n in Counter(engine_label(e) for e in self.engines).items() if n > 1]
-        if dup:
-            raise ValueError(f"engines: two engines share the label {dup[0]}; give them distinct `label`s")
+        labels = [engine_label(e) for e in self.engines]
+        if (twice := repeated(labels)) is not None:
+            raise at(("engines", twice), f"two engines share the label {labels[twice]}; give them distinct `label`s")
         return self
 
     @model_validator(mode="after")

@@ -10,9 +10,11 @@ samples hashes as it did before samples existed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.metrics.registry import METRICS, worker_needs
+from controller.sweep.judgespec import JudgeLimits
 from controller.sweep.models import SweepSpec, expand_grid, over_limit, spec_hash
 from controller.sweep.prompts import load_prompts
 from worker.core import settings
@@ -78,11 +80,31 @@ def planned_size(spec: SweepSpec, prompts: list[PromptItem]) -> tuple[int, int]:
 
 
 def check_answers(spec: SweepSpec, prompts: list[PromptItem]) -> None:
-    """A UsageError where the sweep asks for a metric that needs gold answers and no prompt has one."""
-    needing = [n for n in spec.metrics or [] if METRICS.get(n).needs_answers]
-    if needing and not any(p.answer for p in prompts):
-        source = spec.prompts.path or "prompts.inline"
-        raise UsageError(f"metrics: {needing[0]} needs the prompts' gold `answer`, but no prompt of {source} has one")
+    """A UsageError where the sweep names a metric that could have no value: one that needs gold answers or
+    references and no prompt has one, or MAUVE's features and the sweep has no `featurizer:` (a sweep that named
+    only `mauve` without one got a report without a quality column, and no word why)."""
+    source = spec.prompts.path or "prompts.inline"
+    for n in spec.metrics or []:
+        metric = METRICS.get(n)
+        if metric.worker_computes == "featurize" and spec.featurizer is None:
+            raise UsageError(f"metrics: {n} needs a `featurizer:` model (docs/sweeps.md), and the sweep has none")
+        if metric.needs_answers and not any(p.answer for p in prompts):
+            raise UsageError(f"metrics: {n} needs the prompts' gold `answer`, but no prompt of {source} has one")
+        if metric.needs_references and not any(p.reference for p in prompts):
+            raise UsageError(f"metrics: {n} needs the prompts' `reference`, but no prompt of {source} has one")
+
+
+def check_baseline(option: str, baseline: str | None, cells: Sequence[tuple[str, str]]) -> None:
+    """A baseline (the report's `--baseline`, a sweep's `judge.baseline`) names a cell key or a strategy of the
+    sweep (controller.report.stats.paired.baselines): else one line naming what it has, not a report without
+    comparisons. `cells`: each cell's (key, strategy name)."""
+    if baseline is None or not cells or any(baseline in cell for cell in cells):
+        return
+    strategies = ", ".join(dict.fromkeys(strategy for _, strategy in cells))
+    raise UsageError(
+        f"{option} {baseline!r}: no strategy or cell of this sweep has that name (its strategies: {strategies};"
+        f" a cell is named model::variant, as in summary.csv's cell column, e.g. {cells[0][0]!r})"
+    )
 
 
 _LATER_DEFAULTS = [
@@ -126,6 +148,8 @@ def compute_sweep_id(
     }
     for model in normalised["models"] + _extra_models(normalised):
         model["path"] = spec.portable_path(model["path"])
+    if normalised.get("judge"):  # what a report may spend is not what the sweep is: raising a limit keeps the id
+        normalised["judge"]["limits"] = JudgeLimits().model_dump(mode="json")
     for name in ("template", "api_key_file"):  # a judge's local files, like the models' paths
         if (normalised.get("judge") or {}).get(name):
             normalised["judge"][name] = spec.portable_path(normalised["judge"][name])
@@ -154,6 +178,9 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
     check_size(spec, len(prompts))
     check_answers(spec, prompts)
     strategies = variants(spec)
+    if spec.judge is not None:  # else a report judging nothing, without a word
+        cells = [(cell_key(m.label, s, e), s.name) for m, e, s in _cells(spec, strategies)]
+        check_baseline("judge.baseline", spec.judge.baseline, cells)
     sweep_id = compute_sweep_id(spec, tenant, prompts, strategies)
     size = spec.prompts.shard_size
     shards = [prompts[i : i + size] for i in range(0, len(prompts), size)]

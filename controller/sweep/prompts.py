@@ -1,4 +1,5 @@
-"""Reading a prompt set: a JSONL or CSV file, or the spec's inline list, to `PromptItem`s.
+"""The prompt set: the spec's `prompts` section (`PromptSet`), and reading it, a JSONL or CSV file or
+the spec's inline list, to `PromptItem`s. An inline entry is checked as a file's line is, when the spec is.
 
 Files are streamed: read in chunks, decoded incrementally (UTF-8, UTF-8 with a BOM, or
 UTF-16 with a BOM, as spreadsheets export), split on "\\n" only (a JSON string may hold
@@ -13,15 +14,21 @@ import codecs
 import contextlib
 import csv
 import json
+import math
 import os
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from controller.sweep.models import PromptSet
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
+
+from controller.sweep import yamlsafe
+from controller.sweep.wording import at
 from worker.core import settings
+from worker.core.chat import NO_USER_TURN
 from worker.core.chatformat import CHAT_ROLES
-from worker.core.contract import PromptItem
+from worker.core.contract import PromptItem, Strict
 from worker.core.errors import UsageError, short, shown
 
 CHUNK = 1 << 16
@@ -29,6 +36,7 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs
 _ENCODINGS = "prompt files must be UTF-8, UTF-8 with a BOM or UTF-16 with a BOM"
 FIELDS = ("id", "prompt", "reference", "messages", "system", "answer", "choices")
 MAX_CHOICES = 26  # lettered A to Z
+MAX_EXPONENT = 1000  # an `answer` or a choice is written out in full: 1e1000 (1,001 digits) at most
 
 
 def sniff_encoding(head: bytes) -> tuple[str, int]:
@@ -92,12 +100,29 @@ def text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
             yield n + 1, pending.removesuffix("\r")
 
 
+class _TwiceError(ValueError):
+    """A JSON object that names a key twice (json.loads would keep the last)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _TwiceError(f"the key {short(key, 40)} is given twice in one object")
+        out[key] = value
+    return out
+
+
 def _jsonl(path: Path, name: str) -> Iterator[tuple[str, Any]]:
     for n, line in text_lines(path, name):
         if not line.strip():
             continue
         try:
-            yield f"{name}:{n}", json.loads(line)
+            # a number with a fraction or an exponent read exactly as written (Decimal), so that `_scalar` writes a
+            # gold answer of 1e16 as 10000000000000000 and 4.50 as 4.50, not as 1e+16 and 4.5
+            yield f"{name}:{n}", json.loads(line, object_pairs_hook=_unique_keys, parse_float=Decimal)
+        except _TwiceError as err:
+            raise UsageError(f"{name}:{n}: {err}") from None
         except RecursionError:  # the json scanner recurses once per level of nesting
             raise UsageError(f"{name}:{n}: the JSON is nested too deeply") from None
         except ValueError as err:  # JSONDecodeError, or an integer of more than 4300 digits
@@ -107,7 +132,15 @@ def _jsonl(path: Path, name: str) -> Iterator[tuple[str, Any]]:
 
 def _csv(path: Path, name: str) -> Iterator[tuple[str, Any]]:
     max_chars = settings.get("prompt_line_max_chars")
-    reader = csv.reader(line + "\n" for _, line in text_lines(path, name))
+    ended = False
+
+    def lines() -> Iterator[str]:
+        nonlocal ended
+        for _, line in text_lines(path, name):
+            yield line + "\n"
+        ended = True
+
+    reader = csv.reader(lines())
     old_limit = csv.field_size_limit(max_chars)
     try:
         header: list[str] | None = None
@@ -121,10 +154,17 @@ def _csv(path: Path, name: str) -> Iterator[tuple[str, Any]]:
                 if "field larger than field limit" in str(err):
                     err = f"a field longer than {max_chars:,} characters (DECODEBENCH_PROMPT_LINE_MAX_CHARS)"
                 raise UsageError(f"{name}:{reader.line_num}: row {row + 1}: {err}") from None
+            if ended and fields:  # every line ends in "\n": only a quoted field left open reads to the end
+                opened = reader.line_num - fields[-1].count("\n") + 1
+                raise UsageError(
+                    f"{name}:{opened}: a quoted field opened on this line is never closed (a missing '\"')"
+                )
             if not fields:
                 continue
             if header is None:
                 header = fields
+                if dup := next((k for k in header if header.count(k) > 1), None):
+                    raise UsageError(f"{name}:{reader.line_num}: the header names the column {short(dup, 40)} twice")
                 continue
             row += 1
             where = f"{name}:{reader.line_num}: row {row}"
@@ -139,7 +179,7 @@ def _messages(where: str, messages: Any, system: Any, prompt: Any) -> list[dict[
     """The item's conversation, checked: its `messages`, or a `system` column with the prompt as the user's
     turn; None for a plain prompt."""
     if system is not None and not isinstance(system, str):
-        raise UsageError(f"{where}: `system` must be a string, got {type(system).__name__}")
+        raise UsageError(f"{where}: `system` must be a string, got {_kind(system)}")
     if messages is None:
         if system is None:
             return None
@@ -149,7 +189,7 @@ def _messages(where: str, messages: Any, system: Any, prompt: Any) -> list[dict[
     if system is not None:
         raise UsageError(f"{where}: give `system` or `messages`, not both (put the system turn in `messages`)")
     if not isinstance(messages, list):
-        raise UsageError(f"{where}: `messages` must be a list of {{role, content}}, got {type(messages).__name__}")
+        raise UsageError(f"{where}: `messages` must be a list of {{role, content}}, got {_kind(messages)}")
     if not messages:
         raise UsageError(f"{where}: `messages` is an empty conversation")
     for k, m in enumerate(messages):
@@ -160,34 +200,36 @@ def _messages(where: str, messages: Any, system: Any, prompt: Any) -> list[dict[
                 f"{where}: messages[{k}]: unknown role {short(str(m['role']), 40)} (valid: {', '.join(CHAT_ROLES)})"
             )
         if not isinstance(m["content"], str):
-            raise UsageError(f"{where}: messages[{k}].content must be a string, got {type(m['content']).__name__}")
-    if prompt is None and not any(m["role"] == "user" for m in messages):
-        raise UsageError(f"{where}: `messages` has no user turn (and the item no `prompt`)")
+            raise UsageError(f"{where}: messages[{k}].content must be a string, got {_kind(m['content'])}")
+    if not any(m["role"] == "user" for m in messages):  # with a `prompt` too: the model would never see it
+        raise UsageError(f"{where}: {NO_USER_TURN}")
     return messages
 
 
-def _item(where: str, i: int, entry: Any) -> PromptItem:
+def prompt_item(where: str, i: int, entry: Any) -> PromptItem:
+    """Item `i` of a prompt set (a file's line or row, or an inline entry), checked: a UsageError naming `where`;
+    without an `id`, its id is `p` and `i` in five digits."""
     if isinstance(entry, PromptItem):
         entry = entry.model_dump()
     if isinstance(entry, str):
         entry = {"prompt": entry}
     if not isinstance(entry, dict):
-        raise UsageError(f"{where}: an item must be an object with `prompt` or a string, got {type(entry).__name__}")
+        raise UsageError(f"{where}: an item must be an object with `prompt` or a string, got {_kind(entry)}")
     extra = sorted((str(k) for k in set(entry) - set(FIELDS)), key=str)
     if extra:
         raise UsageError(f"{where}: unknown field {short(extra[0], 40)} (valid: {', '.join(FIELDS)})")
     prompt, ref, pid = entry.get("prompt"), entry.get("reference"), entry.get("id")
     if prompt is not None and not isinstance(prompt, str):
-        raise UsageError(f"{where}: `prompt` must be a string, got {type(prompt).__name__}")
+        raise UsageError(f"{where}: `prompt` must be a string, got {_kind(prompt)}")
     messages = _messages(where, entry.get("messages"), entry.get("system"), prompt)
     if prompt is None and messages is not None:
         prompt = next(m["content"] for m in reversed(messages) if m["role"] == "user")
     if not prompt or not prompt.strip():
         raise UsageError(f"{where}: item {i} has no `prompt`")
     if ref is not None and not isinstance(ref, str):
-        raise UsageError(f"{where}: `reference` must be a string or null, got {type(ref).__name__}")
+        raise UsageError(f"{where}: `reference` must be a string or null, got {_kind(ref)}")
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, (str, int))):
-        raise UsageError(f"{where}: `id` must be a string or an integer, got {type(pid).__name__}")
+        raise UsageError(f"{where}: `id` must be a string or an integer, got {_kind(pid)}")
     for field, text in (("id", pid), ("prompt", prompt), ("reference", ref)):
         _check_unicode(where, field, text)
     for k, m in enumerate(messages or []):
@@ -203,22 +245,27 @@ def _item(where: str, i: int, entry: Any) -> PromptItem:
 def _check_unicode(where: str, field: str, text: Any) -> None:
     """A text that is not valid Unicode (a lone surrogate, as JSON's "\\ud800" writes one) is refused here,
     naming where, not met later by a tokenizer or an encoder."""
-    if not isinstance(text, str):
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise UsageError(
-            f"{where}: `{field}` is not valid Unicode: a lone surrogate U+{ord(text[err.start]):04X} "
-            f"at character {err.start + 1}"
-        ) from None
+    if isinstance(text, str) and (why := yamlsafe.unicode_fault(text)):
+        raise UsageError(f"{where}: `{field}` is not valid Unicode: {why}")
+
+
+def _kind(value: Any) -> str:
+    """A value's type as an error names it: a JSON number with a fraction or an exponent (read as a Decimal) is a
+    float."""
+    return "float" if isinstance(value, Decimal) else type(value).__name__
 
 
 def _scalar(value: Any) -> str | None:
-    """A gold answer or a choice as text: a string, or a number as written (JSON's 42 and 4.5); None otherwise."""
+    """A gold answer or a choice as text: a string, or a number in positional notation as written (JSON's 42,
+    4.50 and 1e16 are "42", "4.50" and "10000000000000000"; YAML's floats as their shortest form); None
+    otherwise."""
     if isinstance(value, str):
         return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, float) and math.isfinite(value):
+        value = Decimal(repr(value))
+    if isinstance(value, Decimal):
+        return format(value, "f") if abs(value.adjusted()) <= MAX_EXPONENT else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # an integer, or YAML's .inf and .nan
         return str(value)
     return None
 
@@ -249,11 +296,69 @@ def _choices(where: str, value: Any) -> list[str] | None:
     return out
 
 
+def inline_where(i: int) -> str:
+    """How an error names the spec's inline prompt `i`."""
+    return f"prompts.inline[{i}]"
+
+
+# An inline prompt: a string, or an object of a prompt file's fields (made a PromptItem by PromptSet's validator).
+InlinePrompt = Annotated[
+    str | PromptItem,
+    WithJsonSchema(
+        {"anyOf": [{"type": "string"}, {"type": "object", "properties": {f: {} for f in FIELDS}, "required": []}]}
+    ),
+]
+
+
+class PromptSet(Strict):
+    """Where the prompts come from: a JSONL/CSV file or an inline list."""
+
+    path: str | None = Field(
+        default=None,
+        description="JSONL or CSV file (relative to the spec file) with fields `prompt`, "
+        "optional `reference` and `id`; for chat models `messages` ([{role, content}]) or a `system` column.",
+    )
+    inline: list[InlinePrompt] | None = Field(
+        default=None,
+        description="Prompts written in the spec: strings, or objects with the fields of a JSONL file's line "
+        "(`prompt`, `id`, `reference`, `messages`, `system`, `answer`, `choices`), checked the same way.",
+    )
+    limit: int | None = Field(default=None, strict=True, ge=1, description="Use only the first N prompts.")
+    shard_size: int = Field(
+        default=32,
+        strict=True,
+        ge=1,
+        description="Prompts per job: a cell's prompts are split into shards of this size.",
+    )
+
+    @field_validator("inline", mode="before")
+    @classmethod
+    def _inline_items(cls, v: Any) -> Any:
+        """Each entry checked as a file's line is, an object made its PromptItem: an error names the entry's line in
+        the spec."""
+        if not isinstance(v, list):
+            return v
+        out = []
+        for i, entry in enumerate(v):
+            try:
+                item = prompt_item(inline_where(i), i, entry)
+            except UsageError as err:
+                raise at((i,), str(err).removeprefix(f"{inline_where(i)}: ")) from None
+            out.append(entry if isinstance(entry, str) else item)
+        return out
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PromptSet:
+        if (self.path is None) == (self.inline is None):
+            raise ValueError("give exactly one of `path` or `inline`")
+        return self
+
+
 def load_prompts(prompts: PromptSet) -> list[PromptItem]:
     """The prompt set's items, in file order, with stable ids, cut to `limit`."""
     if prompts.inline is not None:
         source = "prompts.inline"
-        entries: Iterator[tuple[str, Any]] = ((f"prompts.inline[{i}]", e) for i, e in enumerate(prompts.inline))
+        entries: Iterator[tuple[str, Any]] = ((inline_where(i), e) for i, e in enumerate(prompts.inline))
     else:
         path = Path(prompts.path)
         source = shown(str(path))
@@ -262,7 +367,7 @@ def load_prompts(prompts: PromptSet) -> list[PromptItem]:
     seen: set[str] = set()
     with contextlib.closing(entries):
         for i, (where, entry) in enumerate(entries):
-            item = _item(where, i, entry)
+            item = prompt_item(where, i, entry)
             if item.id in seen:
                 raise UsageError(f"{where}: prompt id {short(item.id)} is used twice; prompt ids must be unique")
             seen.add(item.id)

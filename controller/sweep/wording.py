@@ -3,7 +3,8 @@
 pydantic says "Extra inputs are not permitted", "Input should be a valid dictionary or instance of
 ModelSpec" and, for a field that takes an integer or 'auto', two errors, one per member of the union.
 `explain(error, errors)` turns the first error into what to write instead: `unknown key; did you
-mean 'generation'?`, `a model is a mapping: write '- path: gpt2'`, `must be an integer or 'auto'`."""
+mean 'generation'?`, `a model is a mapping: write '- path: gpt2'`, `must be an integer or 'auto'`.
+A rule over a whole model raises `at(loc, message)`, which names the field it is about."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import PydanticCustomError
 
 # A union member's tag in an error's location (pydantic puts it after the field's name).
 _MEMBER = re.compile(r"^(int|float|str|bool|none|literal\[.*\]|list\[.*\]|dict\[.*\]|constrained-\w+|[A-Z]\w*)$")
@@ -48,7 +50,7 @@ def _fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> set[str]:
     """The field names valid at `loc` (list indices skipped) below `root`."""
     here = [root]
     for part in loc:
-        if isinstance(part, int) or (isinstance(part, str) and _MEMBER.match(part)):
+        if isinstance(part, int) or (isinstance(part, str) and _MEMBER.fullmatch(part)):
             continue
         here = [m for model in here if part in model.model_fields for m in _models(model.model_fields[part].annotation)]
     return {name for model in here for name in model.model_fields}
@@ -117,14 +119,27 @@ def explain(first: dict[str, Any], errors: list[dict[str, Any]], root: type[Base
         if loc[:1] == ("strategies",) and isinstance(value, str):
             return f"a strategy is a mapping: write `- name: {_clip(value)}`"
         return f"expected a mapping (key: value lines), {_got(value)}"
-    if loc and isinstance(loc[-1], str) and _MEMBER.match(loc[-1]):  # one error per member of a union
+    if loc and isinstance(loc[-1], str) and _MEMBER.fullmatch(loc[-1]):  # one error per member of a union
         base = loc[:-1]
         tags = [str(e["loc"][-1]) for e in errors if tuple(e["loc"][:-1]) == base and e["loc"][-1] != loc[-1]]
         kinds = list(dict.fromkeys(_member(t) for t in [loc[-1], *tags]))
         return f"must be {' or '.join(kinds)}, {_got(first.get('input'))}"
+    if first["type"] == "int_type":  # a strict integer field: true, 12.0 and "12" are not integers
+        return f"must be an integer, {_got(first.get('input'))}"
     return None
+
+
+def at(loc: tuple[Any, ...], message: str) -> PydanticCustomError:
+    """A rule's error placed at `loc` below the field or model that raises it, so that the message names the line
+    of what it is about (a `metrics` entry, not the spec's first line; controller.sweep.load)."""
+    return PydanticCustomError("at", "{message}", {"message": message, "loc": loc})
 
 
 def member_free(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """The location without a union member's tag at its end (`generation.batch_size`, not `.int`)."""
-    return loc[:-1] if loc and isinstance(loc[-1], str) and _MEMBER.match(loc[-1]) else loc
+    return loc[:-1] if loc and isinstance(loc[-1], str) and _MEMBER.fullmatch(loc[-1]) else loc
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`word` or its plural for `n` (`1 job`, `2 jobs`, `0 jobs`); `words` where it is not `word` + s."""
+    return word if n == 1 else (words or word + "s")

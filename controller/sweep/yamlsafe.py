@@ -4,6 +4,10 @@ error, and a tree bounded in depth and in size (aliases expanded) before anythin
 Every failure is a `yaml.MarkedYAMLError` with the line and column of the node at fault,
 so `controller.sweep.load` has one way to report it. `line_of` finds the line of a field
 path (`strategies[1].params.p`) in the composed tree, for the validation errors.
+
+A spec that arrives as data (a request's JSON, a stored spec.json) is held to the same depth by
+`data_fault`, which also refuses text that is not valid Unicode (JSON's "\\ud800" is a lone surrogate;
+YAML refuses such an escape itself): `unicode_fault` is the one test of that, prompt files' too.
 """
 
 from __future__ import annotations
@@ -31,7 +35,28 @@ _WHAT = {"int": "an integer", "float": "a number", "bool": "true or false", "tim
 
 
 class _Loader(_Base):  # type: ignore[misc, valid-type]
-    """The safe loader whose scalar constructors turn Python's errors into YAML errors."""
+    """The safe loader whose scalar constructors turn Python's errors into YAML errors, and that refuses a
+    key written twice in one mapping (YAML and JSON readers keep the last one, silently)."""
+
+    def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            seen: dict[Any, Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _TAG + "merge":  # `<<: *base`: the keys written beside it override its keys
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: the base constructor says so
+                    continue
+                if first is not key_node:
+                    raise ConstructorError(
+                        None,
+                        None,
+                        f"the key {short(key)} is given twice (first on line {first.start_mark.line + 1})",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep=deep)
 
 
 def _total(tag: str, construct: Any) -> Any:
@@ -106,6 +131,46 @@ def check_tree(root: Node) -> None:
         open_nodes.add(key)
         stack.append((node, True))
         stack.extend((kid, False) for kid in reversed(_children(node)) if not isinstance(kid, ScalarNode))
+
+
+def unicode_fault(text: str) -> str | None:
+    """Why `text` is not valid Unicode (a lone surrogate, and where), None where it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"a lone surrogate U+{ord(text[err.start]):04X} at character {err.start + 1}"
+    return None
+
+
+def data_fault(value: Any, level: int = 1) -> tuple[tuple[Any, ...], str] | None:
+    """The path and the reason of the first place where plain data (JSON's: dicts, lists, scalars) breaks
+    what a sweep file may hold: nested deeper than MAX_DEPTH levels, counted as `check_tree` counts them
+    (`value` at `level`; a scalar is a level), or a key or a text that is not valid Unicode. Iterative,
+    each value once."""
+    stack: list[tuple[Any, int, tuple | None]] = [(value, level, None)]  # trail: (key, parent's trail)
+    while stack:
+        node, depth, trail = stack.pop()
+        why = None
+        if depth > MAX_DEPTH:
+            why = f"nested deeper than {MAX_DEPTH} levels"
+        elif isinstance(node, str) and (bad := unicode_fault(node)):
+            why = f"not valid Unicode: {bad}"
+        elif isinstance(node, dict):
+            for key in node:
+                if isinstance(key, str) and (bad := unicode_fault(key)):
+                    why = f"a key is not valid Unicode: {bad}"
+                    break
+            else:
+                stack.extend((v, depth + 1, (k, trail)) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((node[i], depth + 1, (i, trail)) for i in range(len(node) - 1, -1, -1))
+        if why:
+            loc = []
+            while trail is not None:
+                loc.append(trail[0])
+                trail = trail[1]
+            return tuple(reversed(loc)), why
+    return None
 
 
 def load(text: str) -> tuple[Any, Node | None]:

@@ -142,7 +142,35 @@ def test_skipped_jobs_are_not_counted_as_done(tmp_path, monkeypatch, tiny_model,
     res = CliRunner().invoke(main, ["run", "sweep.yaml", "--no-check-models"])
     assert res.exit_code == 1, res.output
     last = [line for line in res.stderr.splitlines() if line.startswith("jobs ")][-1]
-    assert "jobs 4/4 finished: 0 done, 4 skipped, 0 failed" in last, res.stderr
+    # docs/sweeps.md: a model that fails to load fails its first job, and its other jobs are skipped; the progress
+    # line, the run's line and the reason's line count them alike
+    assert "jobs 4/4 finished: 0 done, 3 skipped, 1 failed" in last, res.stderr
+    assert "0 jobs run, 0 already complete, 1 failed, 3 skipped (model unavailable)" in res.stdout
+    assert res.stderr.rstrip().endswith("; 1 job failed, 3 jobs skipped"), res.stderr
+
+
+def test_a_local_run_s_logs_and_report_need_no_redis(tmp_path, monkeypatch, tiny_model, prompts_file):
+    """docs/sweeps.md, "Local mode": `decodebench logs JOB` reads a local run's log from the store (its sweep found
+    there, or given by a prefix), with no Redis to ask; `report` on a local sweep with no complete job points at
+    what works locally, not at `status` (which reads Redis)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DECODEBENCH_REDIS_URL", "redis://127.0.0.1:9/0")  # nothing listens there
+    bad = tmp_path / "no-weights"
+    bad.mkdir()
+    (bad / "config.json").write_text((Path(tiny_model) / "config.json").read_text())  # its jobs fail at once
+    (tmp_path / "sweep.yaml").write_text(SPEC.format(model=bad, prompts=prompts_file))
+    assert CliRunner().invoke(main, ["run", "sweep.yaml", "--store", "local", "--no-check-models"]).exit_code == 1
+    (sweep,) = (tmp_path / "local" / "default" / "sweeps").iterdir()
+    (job,) = [j.name for j in (sweep / "jobs").iterdir() if (j / "log.jsonl").is_file()]  # the one that failed
+    for extra in ([], ["--sweep", sweep.name[:6]]):
+        res = CliRunner().invoke(main, ["logs", job, "--store", "local", *extra])
+        assert res.exit_code == 0, res.output
+        assert "job.failed" in res.stdout and "Redis" not in res.output
+    res = CliRunner().invoke(main, ["logs", "f" * 16, "--store", "local"])
+    assert res.exit_code == 2 and res.stderr.startswith(f"error: no sweep of tenant 'default' in file://{tmp_path}")
+    res = CliRunner().invoke(main, ["report", sweep.name, "--store", "local"])
+    assert res.exit_code == 2 and "no complete jobs yet" in res.stderr, res.output
+    assert "decodebench status" not in res.stderr and f"decodebench logs JOB --sweep {sweep.name}" in res.stderr
 
 
 STATUS = {

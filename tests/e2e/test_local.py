@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,6 +98,41 @@ def test_second_run_skips_complete_jobs(tmp_path, tiny_model, prompts_file):
     again = CliRunner().invoke(main, ["run", str(spec), "--out", str(out)])
     assert again.exit_code == 0
     assert "0 jobs run, 3 already complete" in again.output
+
+
+def test_a_sweep_resumed_after_its_model_changed_is_refused(tmp_path, tiny_model, small_model, prompts_file):
+    """Another model's files at the same path, resumed, would mix two models in one cell: refused in one line before
+    any job runs (exit 2, nothing written or lost); with the files restored the sweep resumes. A sweep whose jobs did
+    mix (the old resume, or workers holding other files) is refused by the report."""
+    model = tmp_path / "mdl"
+    shutil.copytree(tiny_model, model)
+    spec = write_spec(tmp_path, model, prompts_file, limit=8, shard=4)
+    spec.write_text(spec.read_text().replace("  - name: top_p\n    params: {p: 0.9}\n", ""))  # greedy: 2 jobs
+    out = tmp_path / "runs"
+    run = ["--log-level", "warning", "run", str(spec), "--store", str(out), "--no-progress"]
+    assert CliRunner().invoke(main, run).exit_code == 0
+    kept, lost = sorted((sweep_dir(out) / "jobs").iterdir())
+    shutil.rmtree(lost)  # as if the run had been stopped before this job
+    shutil.rmtree(model)
+    shutil.copytree(small_model, model)
+    before = (kept / "result.json").read_bytes()
+    refused = CliRunner().invoke(main, run)
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert f"error: model 'tiny' ({model}): its files changed since this sweep's complete jobs" in refused.stderr
+    assert "restore them, or run it as a new sweep" in refused.stderr
+    assert not lost.exists() and (kept / "result.json").read_bytes() == before  # nothing run, nothing lost
+    shutil.rmtree(model)
+    shutil.copytree(tiny_model, model)
+    resumed = CliRunner().invoke(main, run)
+    assert resumed.exit_code == 0 and "1 job run, 1 already complete, 0 failed" in resumed.stdout, resumed.output
+    result = json.loads((kept / "result.json").read_text())  # a mixed sweep, as the old resume left it
+    result["provenance"]["model"]["content_hash"] = "0" * 64
+    (kept / "result.json").write_text(json.dumps(result))
+    report = CliRunner().invoke(main, ["report", sweep_dir(out).name, "--store", str(out), "--n-boot", "0"])
+    assert report.exit_code == 2, report.output
+    assert f"error: model 'tiny' ({model}): the sweep's complete jobs of it ran on different files" in report.stderr
+    assert f"000000000000: 1 job, e.g. {kept.name}" in report.stderr
 
 
 @pytest.mark.slow

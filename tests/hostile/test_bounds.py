@@ -304,6 +304,6 @@ def test_a_prompt_that_is_not_valid_unicode_is_refused_naming_where(dep, tmp_pat
         body = json.dumps({"spec": {**spec, "prompts": {"inline": ["fine", "bad \ud800 one"]}}})  # ASCII escapes
         r = http.post("/v1/sweeps", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 400
-    assert r.json()["error"] == (
-        "prompts.inline[1]: `prompt` is not valid Unicode: a lone surrogate U+D800 at character 5"
+    assert r.json()["error"] == (  # refused at the door, wherever in the body (tests/hostile/test_server_door.py)
+        "request body: spec.prompts.inline[1]: not valid Unicode: a lone surrogate U+D800 at character 5"
     ), r.json()

@@ -276,7 +276,7 @@ def test_a_grid_of_160k_variants_is_refused_before_expansion(tmp_path):
     path = spec_with(tmp_path, "{p: 0.9}", "{p: [" + ",".join(["1"] * 160_000) + "]}")  # 320 kB
     refused(
         validate(path, env={"DECODEBENCH_SPEC_MAX_KB": "400"}),
-        "strategies[1]: params: the grid has 160,000 variants",
+        "strategies[1].params: the grid has 160,000 variants",
         "(DECODEBENCH_MAX_JOBS)",
     )
 

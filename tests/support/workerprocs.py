@@ -29,10 +29,10 @@ def env_for(redis_url: str, store: Path, signing_key_file: str) -> dict[str, str
     return env
 
 
-def start_workers(n: int, env: dict[str, str], logs: Path) -> dict[str, subprocess.Popen]:
+def start_workers(n: int, env: dict[str, str], logs: Path, prefix: str = "w") -> dict[str, subprocess.Popen]:
     procs = {}
     for i in range(n):
-        name = f"w{i}-{os.getpid()}"
+        name = f"{prefix}{i}-{os.getpid()}"
         out = (logs / f"{name}.log").open("w")
         procs[name] = subprocess.Popen(
             [str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "default", "--burst", "--name", name],

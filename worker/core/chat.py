@@ -8,7 +8,8 @@ One home for the rules both planes apply (docs/tasks.md, "Chat models"): `decode
   `true` and `false` say so;
 - `chat_refusal(model, has_template, item)`: one line naming the prompt and the model, or None:
   `chat: true` for a model without a template, `messages` for a `chat: auto` model without one
-  (`chat: false` is the explicit choice of the raw `prompt`: the item's, or its last user turn);
+  (`chat: false` is the explicit choice of the raw `prompt`: the item's, or its last user turn),
+  `messages` without a user turn for a model that renders them (NO_USER_TURN, as prompt sets refuse it);
 - `conversation(item, model)`: the messages rendered: the item's own, or its prompt as the user's
   turn, the model's `system` first where the conversation has no system turn;
 - `template_sha256(template)`: the template's hash, recorded in result.json.
@@ -22,6 +23,9 @@ import hashlib
 
 from worker.core.contract import ModelSpec, PromptItem
 from worker.core.errors import short
+
+# A conversation the template renders without a user turn: the model would never see the item's `prompt`.
+NO_USER_TURN = "`messages` has no user turn; a conversation needs one (put the prompt in a user message)"
 
 
 def uses_chat(model: ModelSpec, has_template: bool) -> bool:
@@ -39,6 +43,8 @@ def chat_refusal(model: ModelSpec, has_template: bool, item: PromptItem) -> str 
             f"{where}: the prompt has `messages`, but the model's tokenizer has no chat template "
             "(chat: false feeds it the raw `prompt`)"
         )
+    if item.messages is not None and uses_chat(model, has_template) and all(m.role != "user" for m in item.messages):
+        return f"{where}: {NO_USER_TURN}"
     return None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_serializer, model_validator
 
 from worker.core.chatformat import ChatMessage, template_variables
 from worker.core.engines import EngineSpec
@@ -29,8 +29,8 @@ FEATURIZER_MAX_TOKENS = 1024
 FEATURIZER_MAX_TOKENS_LIMIT = 2**16
 JOB_TIMEOUT_DEFAULT = 3600
 # The bounds a sweep and a job share (each declares its field with its own description).
-FeaturizerMaxTokens = Annotated[int, Field(ge=1, le=FEATURIZER_MAX_TOKENS_LIMIT)]
-JobTimeoutS = Annotated[int, Field(ge=1, le=JOB_TIMEOUT_MAX)]
+FeaturizerMaxTokens = Annotated[int, Field(strict=True, ge=1, le=FEATURIZER_MAX_TOKENS_LIMIT)]
+JobTimeoutS = Annotated[int, Field(strict=True, ge=1, le=JOB_TIMEOUT_MAX)]
 # What a worker computes besides the generations, for the metrics that need a model.
 WorkerNeed = Literal["score", "featurize"]
 # What ranks a best_of variant's samples: the generating model's mean token log-probability, or the scorer's.
@@ -211,19 +211,28 @@ class GenerationSettings(Strict):
     """Settings shared by every strategy of a sweep."""
 
     max_new_tokens: int = Field(
-        default=64, ge=1, le=MAX_NEW_TOKENS, description="Tokens to generate at most per prompt (at most 2**20)."
+        default=64,
+        strict=True,
+        ge=1,
+        le=MAX_NEW_TOKENS,
+        description="Tokens to generate at most per prompt (at most 2**20).",
     )
     min_new_tokens: int = Field(
-        default=0, ge=0, le=MAX_NEW_TOKENS, description="Tokens to generate at least before EOS is allowed."
+        default=0,
+        strict=True,
+        ge=0,
+        le=MAX_NEW_TOKENS,
+        description="Tokens to generate at least before EOS is allowed.",
     )
-    batch_size: int | Literal["auto"] = Field(
+    batch_size: StrictInt | Literal["auto"] = Field(
         default=8,
         description="Prompts per batch (left-padded, sorted into length buckets; at most 2**16), or auto: the largest "
         "batch that fits the device (CUDA) or the fastest (CPU), probed once per model, device and lengths; the size "
         "used is recorded in the result.",
     )
     stop: list[str] = Field(
-        default_factory=list, description="Stop strings: generation ends after any of them; the text is cut before it."
+        default_factory=list,
+        description="Stop strings (none empty): generation ends after any of them; the text is cut before it.",
     )
     warmup: bool = Field(default=True, description="Run one untimed warm-up batch before measuring.")
     static_cache: bool = Field(
@@ -254,6 +263,14 @@ class GenerationSettings(Strict):
         """Settings without `decode_step` while it is auto serialise as before it: the same payloads and signatures
         for workers that predate it (and the sweep id: controller.sweep.plan._LATER_DEFAULTS)."""
         return _without_unset(handler(self), {"decode_step": "auto"})
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_not_empty(cls, v: list[str]) -> list[str]:
+        """An empty stop string is found at once: every generation would be empty."""
+        if "" in v:
+            raise ValueError(f"stop[{v.index('')}] is empty: an empty stop string would end every generation at once")
+        return v
 
     @field_validator("batch_size")
     @classmethod

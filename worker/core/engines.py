@@ -48,7 +48,10 @@ class VllmEngine(_Strict):
         default="auto", description="vLLM's dtype; auto: the model entry's dtype where set, else vLLM's own choice."
     )
     max_model_len: int | None = Field(
-        default=None, ge=1, description="Context length vLLM allocates for (at most the model's positions)."
+        default=None,
+        strict=True,
+        ge=1,
+        description="Context length vLLM allocates for (at most the model's positions).",
     )
     gpu_memory_utilization: float | None = Field(
         default=None, gt=0.0, le=1.0, description="Fraction of GPU memory vLLM may take (GPU only)."
@@ -56,9 +59,13 @@ class VllmEngine(_Strict):
     kv_cache_space_gb: float | None = Field(
         default=None, gt=0.0, le=4096, description="CPU KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE; CPU only)."
     )
-    max_num_seqs: int | None = Field(default=None, ge=1, le=65536, description="Sequences vLLM batches at most.")
+    max_num_seqs: int | None = Field(
+        default=None, strict=True, ge=1, le=65536, description="Sequences vLLM batches at most."
+    )
     enforce_eager: bool = Field(default=True, description="No CUDA graphs / compilation (faster start).")
-    block_size: int | None = Field(default=None, ge=1, le=1024, description="KV cache block size in tokens.")
+    block_size: int | None = Field(
+        default=None, strict=True, ge=1, le=1024, description="KV cache block size in tokens."
+    )
     enable_prefix_caching: bool = Field(default=False, description="vLLM's automatic prefix caching.")
 
     def llm_kwargs(self) -> dict[str, Any]:

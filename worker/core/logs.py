@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 
 import structlog
+import structlog.tracebacks
 
 from worker.core import settings
 from worker.core.safetext import terminal, terminal_lines
@@ -58,6 +59,21 @@ class _Stderr:
         sys.stderr.flush()
 
 
+# An exception's traceback, in both formats, without its frames' locals: they hold request bodies, specs
+# and payloads (megabytes a line) and may hold secrets.
+_TRACEBACK_DICT = structlog.processors.ExceptionRenderer(
+    structlog.tracebacks.ExceptionDictTransformer(show_locals=False, use_rich=False)
+)
+
+
+def _traceback_text(tty: bool):
+    """The console's exception formatter: rich's (structlog's default, less the locals) for a person at a
+    terminal, else the standard library's (a log file gets no colour codes, and no second of rendering)."""
+    if not tty or getattr(structlog.dev, "rich", None) is None:
+        return structlog.dev.plain_traceback
+    return structlog.dev.RichTracebackFormatter(show_locals=False)
+
+
 def configure(fmt: str | None = None, level: str | None = None) -> None:
     """Configure structlog once per process. fmt: console|json (env DECODEBENCH_LOG_FORMAT)."""
     fmt = settings.get("log_format", fmt)
@@ -70,10 +86,11 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
             raise structlog.DropEvent
         return event
 
+    tty = sys.stderr.isatty()
     renderer = (
-        [structlog.processors.JSONRenderer()]
+        [_TRACEBACK_DICT, structlog.processors.JSONRenderer()]
         if fmt == "json"
-        else [_visible, structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
+        else [_visible, structlog.dev.ConsoleRenderer(colors=tty, exception_formatter=_traceback_text(tty))]
     )
     structlog.configure(
         processors=[

@@ -25,7 +25,7 @@ REPORT_FILES = {
 def check_id(kind: str, value: str) -> str:
     """A sweep or job id (or a prefix of one) as given by a user: up to 64 letters, digits, '_'
     or '-'; else a UsageError (one line, exit 2)."""
-    if not isinstance(value, str) or not _ID.match(value):
+    if not isinstance(value, str) or not _ID.fullmatch(value):  # fullmatch: `$` would pass "3f2a\n"
         raise UsageError(f"{kind} {quote(str(value), 40)} is not a {kind} id (up to 64 letters, digits, '_', '-')")
     return value
 

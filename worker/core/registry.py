@@ -48,7 +48,11 @@ class Registry(Generic[T]):
         alias = self.aliases.get(name.lower().replace("-", "_")) if isinstance(name, str) else None
         close = [alias] if alias else difflib.get_close_matches(name, self._entries, n=1) if len(name) <= 100 else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"unknown {self.kind} {short(name)}{hint} valid: {', '.join(sorted(self._entries))}"
+        return f"unknown {self.kind} {short(name)}{hint} (valid: {', '.join(self.valid_names())})"
+
+    def valid_names(self) -> list[str]:
+        """The names an unknown name's message lists."""
+        return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -51,13 +51,13 @@ class _Strict(BaseModel):
 
 
 def _env_name(value: str | None) -> str | None:
-    if value is not None and not _ENV.match(value):
+    if value is not None and not _ENV.fullmatch(value):
         raise ValueError("must name an environment variable (letters, digits, '_'), not hold a password")
     return value
 
 
 def _secret_name(value: str | None) -> str | None:
-    if value is not None and not _SECRET.match(value):
+    if value is not None and not _SECRET.fullmatch(value):
         raise ValueError("must be a Kubernetes Secret name (lower-case letters, digits, '-', '.')")
     return value
 
@@ -157,14 +157,14 @@ class JudgeEndpoint(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", value):
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
             raise ValueError("must be lower-case letters, digits and '-' (at most 63)")
         return value
 
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
             raise ValueError("must be an http(s) URL")
         return value
 

@@ -1,13 +1,15 @@
 """Lost jobs: the reaper every worker runs on a timer, and RQ's due retries.
 
 `reap(...)` finds jobs whose worker stopped heartbeating (killed, OOM, lost node) and
-requeues them, at most `max_lost` times per job. Reaping is the workers' duty alone:
+requeues them, at most `max_lost` times per job; a lost job of a cancelled sweep is cancelled
+instead, as cancel cancels a queued one, and never runs again. Reaping is the workers' duty alone:
 reading a sweep's status never changes it. `Timing` holds the failure-detection
 timings; docs/distributed.md derives the bounds they give.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,12 +80,16 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
     status = job.get_status()
     losses = sweepstate.record_loss(conn, tenant, sweep_id, job_id)
     log.warning("job.lost", job_id=job_id, sweep_id=sweep_id, rq_status=str(status), times=losses)
-    if status in (RQStatus.QUEUED, RQStatus.SCHEDULED):  # RQ's own cleanup requeued it
-        sweepstate.transition(conn, *ids, JobStatus.QUEUED, allowed=running)
-    elif status == RQStatus.FINISHED:
+    if status == RQStatus.FINISHED:
         sweepstate.transition(conn, *ids, JobStatus.DONE, allowed=running)
     elif status in (RQStatus.STOPPED, RQStatus.CANCELED):
         sweepstate.transition(conn, *ids, JobStatus.CANCELLED, allowed=running)
+    elif sweepstate.is_cancelled(conn, tenant, sweep_id):  # cancelled while its worker was dead: never rerun
+        slots.drop_run(conn, tenant, job_id)
+        rqadapter.cancel_lost(conn, tenant, job, keys.FAILURE_TTL, time.time())
+        sweepstate.transition(conn, *ids, JobStatus.CANCELLED, allowed=running)
+    elif status in (RQStatus.QUEUED, RQStatus.SCHEDULED):  # RQ's own cleanup requeued it
+        sweepstate.transition(conn, *ids, JobStatus.QUEUED, allowed=running)
     elif losses > timing.max_lost:
         reason = (
             f"lost {losses} times: its worker died or stopped heartbeating while running it (killed? out of memory?)"

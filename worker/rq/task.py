@@ -173,6 +173,10 @@ def run_queued_job(job: dict) -> dict[str, Any]:
     conn = rq_job.connection
     ref = spec.ref
     startable = ("none", JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED)
+    if sweepstate.is_cancelled(conn, ref.tenant, ref.sweep_id):  # however it came back to a queue: never started
+        sweepstate.transition(conn, *ref, JobStatus.CANCELLED, allowed=(JobStatus.QUEUED, JobStatus.RUNNING))
+        log.info("job.not_run", job_id=spec.job_id, state=JobStatus.CANCELLED.value, why="its sweep is cancelled")
+        return {"job_id": spec.job_id, "status": JobStatus.CANCELLED.value}
     applied, old = sweepstate.transition(conn, *ref, JobStatus.RUNNING, allowed=startable)
     if not applied and old != JobStatus.RUNNING:
         log.info("job.not_run", job_id=spec.job_id, state=old)

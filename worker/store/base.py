@@ -212,6 +212,10 @@ class Store:
         prefix = paths.sweeps_prefix(tenant)
         return sorted({k[len(prefix) :].split("/")[0] for k in self.list(prefix) if k.endswith("/spec.json")})
 
+    def job_sweep(self, tenant: str, job_id: str) -> str | None:
+        """The tenant's sweep in this store that holds a log of `job_id` (None: none does)."""
+        return next((s for s in self.list_sweeps(tenant) if self.exists(paths.log_key(tenant, s, job_id))), None)
+
     def resolve_sweep(self, tenant: str, sweep: str) -> str:
         """A sweep id or a unique prefix of one."""
         paths.check_id("sweep", sweep)

@@ -88,7 +88,7 @@ class _Refused(Exception):
 
 def _checked(ep: Any, registry: Registry[Strategy]) -> Strategy:
     """The entry point's strategy once it passes every check; _Refused (or the import's error) if not."""
-    if not NAME.match(ep.name):
+    if not NAME.fullmatch(ep.name):
         raise _Refused(f"entry point name {short(ep.name)} is not a strategy name (lower case, digits, _)")
     if ep.name in registry:
         owner = registry.get(ep.name).plugin
@@ -114,7 +114,7 @@ def _check_kind(strategy: Strategy) -> None:
         valid = ", ".join(k.value for k in Kind)
         raise _Refused(f"unknown kind {short(strategy.kind)}; valid: worker.strategies.Kind ({valid})")
     if strategy.kind is Kind.CUSTOM:
-        if not isinstance(strategy.step, str) or not STEP_REF.match(strategy.step):
+        if not isinstance(strategy.step, str) or not STEP_REF.fullmatch(strategy.step):
             raise _Refused(f"kind custom needs step='module:Class' (its Step subclass), got {short(strategy.step)}")
         module = strategy.step.partition(":")[0]
         if importlib.util.find_spec(module) is None:

@@ -47,7 +47,7 @@ from controller.report.compute.engines import (
 )
 from controller.report.compute.pairs import CellRef, check_options, compare, held
 from controller.report.compute.runner import Runner
-from controller.report.load.jobs import JobInfo, enough_prompts, fewest_prompts, smallest_cell
+from controller.report.load.jobs import MIN_CI_PROMPTS, JobInfo, enough_prompts, fewest_prompts, smallest_cell
 from controller.report.load.sweep import SweepData, Tick
 from controller.report.stats.bootstrap_t import CI_LEVEL
 from controller.report.stats.cellstats import CellStats
@@ -291,8 +291,19 @@ def _attrs(
     mauve = {"n": settings.sample_size, "seed": settings.seed, "draw": "numpy default_rng(crc32('<seed>:<cell>'))"}
     return {
         "ci": ci if settings.with_ci else None,
+        "no_ci": None if settings.with_ci else no_interval_note(prompts, settings.n_boot),
         "mauve": mauve if "mauve" in frame.columns and frame["mauve"].notna().any() else None,
     }
+
+
+def no_interval_note(prompts: int, n_boot: int) -> str:
+    """Why a summary has no intervals and no comparisons: what its Markdown, HTML and terminal say instead."""
+    if prompts < MIN_CI_PROMPTS:
+        plural = "s" if prompts != 1 else ""
+        why = f"the smallest cell has {prompts} prompt{plural}, fewer than the {MIN_CI_PROMPTS} they need"
+    else:
+        why = "the report ran with --n-boot 0"
+    return f'No intervals and no paired comparisons: {why} (docs/reports.md, "Confidence intervals").'
 
 
 def _agreement(rows: list[dict[str, Any]], tasks: list[CellTask]) -> None:

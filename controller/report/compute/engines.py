@@ -3,7 +3,7 @@ than the own one, so that every other sweep's report keeps its columns.
 
 - `engine`: the cell's engine label (decodebench, vllm, ...);
 - `engine_agreement`: for a deterministic strategy (greedy, beam) on another engine, the fraction of
-  generations whose tokens equal the own engine's for the same model, variant, prompt and seed.
+  generations whose tokens equal the own engine's for the same model, variant, prompt, seed and sample.
   Sampled strategies are compared by distribution, not text (`worker.engine.vllm.agreement`): empty here;
 - `engine_gtest_p`: for a sampled strategy on vLLM, the p-value of the G-test its worker ran (the first
   token of the first prompt against the strategy's definition on vLLM's logits, result.json's
@@ -34,9 +34,9 @@ def has_engines(rows: list[dict[str, Any]]) -> bool:
 
 
 def token_agreement(a: list[GenerationRecord], b: list[GenerationRecord]) -> float | None:
-    """Fraction of the (prompt, seed) pairs both cells generated whose token ids are identical."""
-    theirs = {(g.prompt_id, g.job_seed): g.token_ids for g in b}
-    pairs = [(g.token_ids, theirs[(g.prompt_id, g.job_seed)]) for g in a if (g.prompt_id, g.job_seed) in theirs]
+    """Fraction of the (prompt, seed, sample) generations both cells made whose token ids are identical."""
+    theirs = {(g.prompt_id, g.job_seed, g.sample): g.token_ids for g in b}
+    pairs = [(g.token_ids, theirs[k]) for g in a if (k := (g.prompt_id, g.job_seed, g.sample)) in theirs]
     return sum(x == y for x, y in pairs) / len(pairs) if pairs else None
 
 

@@ -29,6 +29,7 @@ from controller.report.compute.tasks import DIGEST, bounded, plain
 from controller.report.stats.cellstats import CellStats
 from controller.report.stats.intervals import cell_rng
 from controller.report.stats.paired import TAIL_COUNT, baselines, compare_pair, with_holm
+from controller.sweep.plan import check_baseline
 from worker.core.errors import CorruptRecordError, PermanentJobError, UsageError
 
 KEPT = 8  # whole cells' statistics kept read (a model's baseline is read once, not per cell)
@@ -251,17 +252,11 @@ def compare(
 def check_options(n_boot: int, baseline: str | None, cells: Sequence[tuple[str, str]]) -> None:
     """The report's options, each wrong one a line before any cell is computed. `--n-boot`: 0 (no intervals) or
     enough replicates for a p-value (TAIL_COUNT: below it a p could not go under 1 / (n + 1), 0.25 from 3, for any
-    difference). `--baseline` names a cell key or a strategy of the sweep: else one line naming what it has, not a
-    report without comparisons. `cells`: each cell's (key, strategy name)."""
+    difference). `--baseline` names a cell key or a strategy of the sweep (`check_baseline`). `cells`: each cell's
+    (key, strategy name)."""
     if 0 < n_boot < TAIL_COUNT:
         raise UsageError(
             f"--n-boot {n_boot}: too few bootstrap replicates for an interval or a p-value (at least {TAIL_COUNT};"
             " the default is 1000), or 0 for none"
         )
-    if baseline is None or not cells or any(baseline in cell for cell in cells):
-        return
-    strategies = ", ".join(dict.fromkeys(strategy for _, strategy in cells))
-    raise UsageError(
-        f"--baseline {baseline!r}: no strategy or cell of this sweep has that name (its strategies: {strategies};"
-        f" a cell is named model::variant, as in summary.csv's cell column, e.g. {cells[0][0]!r})"
-    )
+    check_baseline("--baseline", baseline, cells)

@@ -25,7 +25,7 @@ from typing import Any
 
 from controller.report.stats.speed import MEMORY_KEYS
 from worker.core.contract import EngineSpec, ModelSpec, PromptItem, StrategySpec
-from worker.core.errors import CorruptRecordError
+from worker.core.errors import CorruptRecordError, UsageError, short, shown
 from worker.core.results import BatchTiming, JobResult
 
 READ_WINDOW = 512  # reads handed to the threads at a time: what is held before the reader takes it
@@ -61,6 +61,30 @@ def job_reader(store, tenant: str, sweep_id: str, with_generations: bool) -> Cal
             return err
 
     return read
+
+
+def check_model_files(results: Iterable[JobResult | JobInfo]) -> None:
+    """A UsageError naming the first model whose complete jobs recorded different content hashes of its files (they
+    changed at the same path between runs of the sweep, or differ between workers): its cells would mix two models
+    under one name. Jobs that recorded none (a hub id) are not compared."""
+    hashes: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # path -> hash -> job ids
+    models: dict[str, ModelSpec] = {}
+    for r in results:
+        recorded = r.provenance.get("model")
+        digest = recorded.get("content_hash") if isinstance(recorded, Mapping) else None
+        if isinstance(digest, str):
+            hashes[r.job.model.path][digest].append(r.job.job_id)
+            models.setdefault(r.job.model.path, r.job.model)
+    for path, by_hash in hashes.items():
+        if len(by_hash) > 1:
+            seen = "; ".join(
+                f"{h[:12]}: {len(ids)} job{'s' * (len(ids) > 1)}, e.g. {ids[0]}" for h, ids in by_hash.items()
+            )
+            raise UsageError(
+                f"model {short(models[path].label)} ({shown(path)}): the sweep's complete jobs of it ran on different "
+                f"files (content hash {seen}), so its cells would mix two models; delete the result.json of the jobs "
+                "of the files you do not want and run the sweep again with the others, or run it as a new sweep"
+            )
 
 
 def generations_reader(store, tenant: str, sweep_id: str, shas: Mapping[str, str | None]) -> Callable[[str], Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from controller.report.load import snapshot
-from controller.report.load.jobs import Compactor, JobInfo, prompts_of
+from controller.report.load.jobs import Compactor, JobInfo, check_model_files, prompts_of
 from worker.core.contract import PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.results import GenerationRecord, JobResult
@@ -85,7 +85,8 @@ def load_sweep(
 
     A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
     and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
-    is then built from the jobs' own specs, in the spec's or the jobs' order)."""
+    is then built from the jobs' own specs, in the spec's or the jobs' order). A model whose complete jobs ran on
+    different files is a UsageError (`jobs.check_model_files`)."""
     log = structlog.get_logger("decodebench.report")
     damaged: list[str] = []
     try:
@@ -113,6 +114,7 @@ def load_sweep(
             if key not in seen:
                 seen.add(key)
                 generations.append(record)
+    check_model_files(results)  # before any cell is computed from them
     try:
         jobs = store.load_plan(tenant, sweep_id)
     except CorruptRecordError as err:

@@ -79,7 +79,7 @@ def parse_sheet(name: str, body: bytes, key: dict[str, Any]) -> dict[str, dict[s
     if not rows or rows[0][: len(FIXED_COLUMNS)] != FIXED_COLUMNS or not set(criteria) <= set(rows[0]):
         raise UsageError(f"{name}: row 1: the header must be {','.join(FIXED_COLUMNS + criteria)}")
     header = rows[0]
-    named = _FILE_RATER.match(Path(name).name)
+    named = _FILE_RATER.fullmatch(Path(name).name)
     file_rater = named.group(1) if named and named.group(1) in key["raters"] else None
     rater_row = 0
     scores: dict[str, dict[str, int]] = {}

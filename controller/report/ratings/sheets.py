@@ -69,7 +69,7 @@ def instructions(criteria: list[str], definitions: dict[str, str], n_items: int)
 
 @dataclass
 class Sheets:
-    """An export: the key (item id -> {cell, prompt_id, job_seed}) and each rater's items in their order."""
+    """An export: the key (item id -> {cell, prompt_id, job_seed, sample}) and each rater's items in their order."""
 
     key: dict[str, Any]
     items: dict[str, list[dict[str, str]]]  # rater -> [{"item", "prompt", "text"}]
@@ -77,7 +77,7 @@ class Sheets:
 
 def check_names(kind: str, names: list[str]) -> list[str]:
     """Raters and criteria: short names of letters, digits, '-' and '_', each once."""
-    bad = [n for n in names if not NAME.match(n)]
+    bad = [n for n in names if not NAME.fullmatch(n)]
     if bad or not names or len(set(names)) != len(names):
         raise UsageError(f"{kind}: give distinct names of letters, digits, '-' and '_' (got {', '.join(names)!r})")
     return names
@@ -109,9 +109,16 @@ def sample_items(data: SweepData, n_items: int, seed: int | None = None) -> list
     rng = _rng(seed)
     drawn = []
     for cell, quota in _quotas(n_items, cells).items():
-        records = sorted(by_cell[cell], key=lambda g: (g.prompt_id, g.job_seed))
+        records = sorted(by_cell[cell], key=lambda g: (g.prompt_id, g.job_seed, g.sample))
         drawn += [
-            {"cell": cell, "prompt_id": g.prompt_id, "job_seed": g.job_seed, "prompt": g.prompt, "text": g.text}
+            {
+                "cell": cell,
+                "prompt_id": g.prompt_id,
+                "job_seed": g.job_seed,
+                "sample": g.sample,
+                "prompt": g.prompt,
+                "text": g.text,
+            }
             for g in rng.sample(records, min(quota, len(records)))
         ]
     prompts = {p.id: p for p in data.prompts}
@@ -119,7 +126,14 @@ def sample_items(data: SweepData, n_items: int, seed: int | None = None) -> list
         if pid in prompts and prompts[pid].reference:
             p = prompts[pid]
             drawn.append(
-                {"cell": REFERENCE, "prompt_id": pid, "job_seed": None, "prompt": p.prompt, "text": p.reference}
+                {
+                    "cell": REFERENCE,
+                    "prompt_id": pid,
+                    "job_seed": None,
+                    "sample": None,
+                    "prompt": p.prompt,
+                    "text": p.reference,
+                }
             )
     rng.shuffle(drawn)
     ids = set()
@@ -148,7 +162,7 @@ def export_sheets(
         "n_controls": sum(d["cell"] == REFERENCE for d in drawn),
         "criteria": criteria,
         "raters": raters,
-        "items": {d["item"]: {k: d[k] for k in ("cell", "prompt_id", "job_seed")} for d in drawn},
+        "items": {d["item"]: {k: d[k] for k in ("cell", "prompt_id", "job_seed", "sample")} for d in drawn},
     }
     items: dict[str, list[dict[str, str]]] = {}
     for rater in raters:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,8 +34,8 @@ NOTE = (
 )
 FIRSTS = "†"
 FIRSTS_NOTE = (
-    f" {FIRSTS} Of each prompt's first generation in both cells: a corpus metric (distinct-n, self-BLEU) moves with "
-    "how many generations a cell has, and these two cells have different numbers a prompt."
+    f" {FIRSTS} Of each prompt's first generation in both cells: a corpus metric (distinct-n, self-BLEU, Zipf) moves "
+    "with how many generations a cell has, and these two cells have different numbers a prompt."
 )
 COMPARE_NOTE = (
     "Δ: B − A, two sweeps' numbers with no interval or test: no two matched cells hold the same prompts (ids and "
@@ -102,15 +103,24 @@ def floor_note(frame: pd.DataFrame, level: float = 0.05) -> str | None:
     )
 
 
-def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str, list[str]]] | None:
+def comparison_table(
+    summary, fmt: Callable, label: Callable, column_format: Callable[[list], Callable[[Any], str]]
+) -> list[tuple[str, list[str]]] | None:
     """("cell", headers), then (row label, cells) for the rows with a baseline; None without comparisons.
 
-    `fmt` and `label` come from the caller (controller.report.render.format), as for the ratings table."""
+    `fmt`, `label` and `column_format` come from the caller (controller.report.render.format), as for the ratings
+    table: each Δ column's differences and interval ends in one format, `column_format`'s of the column's values
+    (as the summary's columns: not `1.56e-04` beside `-0.057`); the p-values with `fmt`."""
     if BASELINE_COLUMN not in summary.columns or not summary[BASELINE_COLUMN].notna().any():
         return None
     metrics = [m for m in COMPARED if f"{m}_diff" in summary.columns and summary[f"{m}_diff"].notna().any()]
     labels = {row["cell"]: label(row) for _, row in summary.iterrows()}
     table: list[tuple[str, list[str]]] = [("cell", ["baseline", *[f"Δ {m}" for m in metrics]])]
+    ends = ("_diff", "_diff_ci_low", "_diff_ci_high")
+    column = {
+        m: column_format([v for e in ends if f"{m}{e}" in summary for v in summary[f"{m}{e}"].tolist()])
+        for m in metrics
+    }
     for _, row in summary.iterrows():
         if row.get(BASELINE_COLUMN) is None or not isinstance(row[BASELINE_COLUMN], str):
             continue
@@ -121,7 +131,8 @@ def comparison_table(summary, fmt: Callable, label: Callable) -> list[tuple[str,
             if not np.isfinite(diff):
                 cells.append("")
                 continue
-            text = f"{fmt(diff)} [{fmt(row[f'{m}_diff_ci_low'])}, {fmt(row[f'{m}_diff_ci_high'])}]"
+            low, high = (column[m](row.get(f"{m}{e}")) for e in ends[1:])
+            text = f"{column[m](diff)} [{low}, {high}]"
             if np.isfinite(p):
                 text += f" p={fmt(p)}" + ("*" if p < 0.05 else "")
             cells.append(text + (f" {FIRSTS}" if m in firsts else ""))

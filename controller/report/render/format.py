@@ -1,4 +1,4 @@
-"""Formatting a summary for people: numbers, the Markdown tables, summary.md and summary.json."""
+"""Formatting a summary for people: numbers, the Markdown tables and summary.md (summary.json: write.py)."""
 
 from __future__ import annotations
 
@@ -107,6 +107,13 @@ def decimals(values, *, count: bool = False) -> int:
     if top >= 0.01 or top == 0:
         return 3
     return min(6, 2 - math.floor(math.log10(top)))
+
+
+def column_format(values: list) -> Callable[[Any], str]:
+    """One column's formatter: its values' `decimals`, "" for a missing one (the comparisons' Δ columns; a
+    difference that rounds to zero keeps its sign, `-0.000`: an interval's end below zero stays below it)."""
+    places = decimals(values)
+    return lambda v: f"{float(v):.{places}f}" if _number(v) and not math.isnan(float(v)) else ""
 
 
 def _number(v) -> bool:
@@ -275,6 +282,8 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         ]
         note = small_sample_note(ci)
         lines += [f"**{note}**", ""] if note else []
+    elif summary.attrs.get("no_ci"):
+        lines += [f"**{summary.attrs['no_ci']}**", ""]
     lines += [
         "## Overview",
         "",
@@ -290,7 +299,7 @@ def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
         ),
         *ratings_markdown(summary),
         *judge_markdown(summary),
-        *comparison_markdown(comparison_table(summary, fmt, labeller(summary)), floor_note(summary)),
+        *comparison_markdown(comparison_table(summary, fmt, labeller(summary), column_format), floor_note(summary)),
     ]
     return "\n".join(lines)
 
@@ -347,22 +356,6 @@ def speed_markdown(summary: pd.DataFrame) -> list[str]:
     ]
     note = unresolved_note(unresolved_speed(rows))
     return [note, ""] if note else []
-
-
-def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
-    rows = json.loads(summary.to_json(orient="records", double_precision=15))
-    return json.dumps(
-        {
-            "sweep_id": data.sweep_id,
-            "tenant": data.tenant,
-            "name": data.name,
-            "ci": summary.attrs.get("ci"),
-            "mauve": summary.attrs.get("mauve"),
-            "columns": list(summary.columns),
-            "rows": rows,
-        },
-        indent=2,
-    )
 
 
 def ratings_markdown(summary: pd.DataFrame) -> list[str]:

@@ -31,7 +31,7 @@ from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
 from controller.report.load.jobs import MIN_CI_PROMPTS
 from controller.report.load.sweep import SweepData
 from controller.report.render.comparisons import comparison_html, comparison_table, floor_note
-from controller.report.render.format import fmt, metric_columns, model_based_metrics, small_sample_note
+from controller.report.render.format import column_format, fmt, metric_columns, model_based_metrics, small_sample_note
 from controller.report.render.html_tables import metrics_glossary, provenance
 from controller.report.render.labels import cell_labels, labeller, variant_labels
 from controller.report.render.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
@@ -168,12 +168,13 @@ def print_toggle(print_samples: bool) -> str:
     )
 
 
-def interval_note(ci: dict | None) -> str:
-    """The metrics section's line on intervals, with the small-sample caution where it applies."""
+def interval_note(ci: dict | None, no_ci: str | None = None) -> str:
+    """The metrics section's line on intervals, with the small-sample caution where it applies (`no_ci`: why there
+    are none, the summary's own words)."""
     text = (
         "Bars show 95% intervals over prompt resamples (see docs/reports.md)."
         if ci
-        else f"No intervals: a cell has fewer than {MIN_CI_PROMPTS} prompts."
+        else no_ci or f"No intervals: a cell has fewer than {MIN_CI_PROMPTS} prompts."
     )
     note = small_sample_note(ci)
     return f"{text} {note}" if note else text
@@ -192,7 +193,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
     chart_js = to_json_plotly([{"id": i, "fig": f} for i, f in charts])
     template = to_json_plotly(pio.templates["plotly_white"].to_plotly_json())
     bar_divs = "".join(f'<div id="{e(i)}" class="chart"></div>' for i, _ in charts if i != "chart-quality-speed")
-    ci_text = interval_note(summary.attrs.get("ci"))
+    ci_text = interval_note(summary.attrs.get("ci"), summary.attrs.get("no_ci"))
     name = data.name
     done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
     columns = ", ".join(DESIGN_COLUMNS)
@@ -215,7 +216,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
 <p class="small"><span class="screen-only">Click a header to sort. Hover a value for its interval. </span>
 Empty: the metric does not apply; a column empty for every cell is left out. Columns: {e(columns)}; then extras.</p>
 {summary_table(summary)}
-{comparison_html(comparison_table(summary, fmt, labeller(summary)), floor_note(summary))}
+{comparison_html(comparison_table(summary, fmt, labeller(summary), column_format), floor_note(summary))}
 {ratings_html(rating_table(summary, fmt, labeller(summary)))}
 {judge_html(summary)}<h2 id="quality-speed">Quality vs speed</h2>
 <p class="small screen-only">Hover a point for its cell; click a legend entry to hide its variant; the menu picks

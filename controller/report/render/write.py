@@ -4,11 +4,14 @@ under `report/`, and the comparison of two sweeps."""
 from __future__ import annotations
 
 import io
+import json
+import math
+from typing import Any
 
 import pandas as pd
 
 from controller.report.load.sweep import SweepData
-from controller.report.render.format import compare_table, summary_json, summary_markdown
+from controller.report.render.format import compare_table, summary_markdown
 from worker.core import paths
 from worker.core.errors import UsageError
 from worker.core.safetext import csv_cell
@@ -25,6 +28,39 @@ def csv_bytes(frame: pd.DataFrame) -> bytes:
         if not pd.api.types.is_numeric_dtype(safe[col]):
             safe[col] = safe[col].map(csv_cell)
     return safe.to_csv(index=False).encode()
+
+
+def json_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A DataFrame's rows for JSON at full precision: each float as Python's repr writes it (the shortest text that
+    reads back to the same double), NaN and infinities as null. pandas' `to_json` rounds to at most 15 decimal
+    *places*, which wrote a p-value of 4.696894622322827e-10 as 4.69689e-10 (and so Holm's adjustments no longer
+    followed from the file's own p-values)."""
+
+    def plain(v: Any) -> Any:
+        if hasattr(v, "item") and not isinstance(v, (list, dict, str)):
+            v = v.item()  # a numpy scalar
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if v is pd.NA or v is pd.NaT:
+            return None
+        return v
+
+    return [{str(k): plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+
+
+def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
+    return json.dumps(
+        {
+            "sweep_id": data.sweep_id,
+            "tenant": data.tenant,
+            "name": data.name,
+            "ci": summary.attrs.get("ci"),
+            "mauve": summary.attrs.get("mauve"),
+            "columns": list(summary.columns),
+            "rows": json_records(summary),
+        },
+        indent=2,
+    )
 
 
 def render(fmt_name: str, summary: pd.DataFrame, data: SweepData, print_samples: bool | None = None) -> bytes:
@@ -77,7 +113,7 @@ def comparison_bytes(fmt_name: str, comparison: pd.DataFrame) -> bytes:
     if fmt_name == "csv":
         return csv_bytes(comparison)
     if fmt_name == "json":
-        return comparison.to_json(orient="records", indent=2, double_precision=15).encode()
+        return json.dumps(json_records(comparison), indent=2).encode()
     if fmt_name == "parquet":
         buf = io.BytesIO()
         comparison.to_parquet(buf, index=False)

@@ -142,8 +142,8 @@ def studentized(
     `scipy.stats.bootstrap` resamples the unit indices (vectorised); each replicate gives
     t* = (f(S*) − f(S)) / se*, se* its delta-method standard error; the interval is
     [θ − q(0.975) · se, θ − q(0.025) · se] with q the quantiles of t*, θ = `center` or f(S).
-    Where every unit is equal (se 0) the interval is [θ, θ]; where fewer than half of the
-    replicates are finite (too few units), θ ± t(G−1) · se. A replicate with no spread (se* 0, or
+    Where every unit is equal (se 0) the interval is [θ, θ]; with three units or fewer, or where fewer than
+    half of the replicates are finite, θ ± t(G−1) · se (`from_replicates`). A replicate with no spread (se* 0, or
     within floating-point noise of it where the gradient is numerical) has no t; where more than
     2.5% of them have none (a rare event: rep-4 with one repeating prompt among 32), the t quantile
     on that side would be infinite, and the interval is the percentile bootstrap's, moved to θ (the
@@ -209,7 +209,14 @@ def from_replicates(
     """`studentized`'s interval from its replicates' estimates and delta-method SEs (see there).
 
     `smooth`: t* = (θ* − θ̂) / s(θ*) and the interval θ − q · s(θ̂), s the replicates' `spread_curve`; the
-    floor stays Student's t(G − 1) times the sample's own SE."""
+    floor stays Student's t(G − 1) times the sample's own SE.
+
+    With G ≤ 3 units a replicate draws one unit alone G^(1 − G) of the time (2: half, 3: a ninth), more than a
+    tail's 2.5%: the replicates would be flat by construction, and their percentiles the range of the units (a
+    tokens/s interval of two batches covered 50% of the time, of three 73%). Student's t(G − 1) instead."""
+    q_t = float(sps.t.ppf((1 + CI_LEVEL) / 2, G - 1))
+    if float(G) ** (1 - G) > (1 - CI_LEVEL) / 2:
+        return theta - q_t * se, theta + q_t * se
     flat = ~(spreads > NO_SPREAD * se)  # no t: se* is 0 or floating-point noise (NaN counts too)
     if np.mean(flat & np.isfinite(estimates)) > (1 - CI_LEVEL) / 2:
         low, high = np.percentile(estimates[np.isfinite(estimates)], PERCENTILES)
@@ -222,7 +229,6 @@ def from_replicates(
     else:
         ok = (estimates[~flat] - value) / spreads[~flat]
     ok = ok[np.isfinite(ok)]
-    q_t = float(sps.t.ppf((1 + CI_LEVEL) / 2, G - 1))
     if len(ok) < len(estimates) / 2:  # too few units for a bootstrap-t (e.g. 2): Student's t instead
         return theta - q_t * se, theta + q_t * se
     q_low, q_high = (float(q) * scale for q in np.percentile(ok, PERCENTILES))

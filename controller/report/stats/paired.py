@@ -268,15 +268,17 @@ def one_outcome(metric: Metric, sums_a: np.ndarray, sums_b: np.ndarray) -> bool:
 
 def mcnemar_p(sums_a: np.ndarray, sums_b: np.ndarray) -> float:
     """McNemar's mid-p test of paired 0/1 outcomes (Fagerland, Lydersen and Laake 2013): of the n prompts right
-    in one cell only, b right in a is Binomial(n, 1/2) under the null; the exact two-sided binomial p less
-    the probability of b itself. The exact p rejects a true null far less often than its level with few
-    discordant prompts (1.0% at 16 prompts, docs/reports.md); 1 where no prompt is discordant."""
+    in one cell only, b right in a is Binomial(n, 1/2) under the null; with k the smaller of b and n − b, the
+    mid-p is 2 · P(X < k) + P(X = k): the exact p, 2 · P(X ≤ k), less the probability of k, and 1 where b = n / 2
+    (no difference; the exact p is capped at 1 there, so the mid-p cannot be had from it). The exact p rejects a
+    true null far less often than its level with few discordant prompts (1.0% at 16 prompts, docs/reports.md);
+    1 where no prompt is discordant."""
     a, b = sums_a[:, 0] > 0.5, sums_b[:, 0] > 0.5
     only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
     if only_a + only_b == 0:
         return 1.0
-    n = only_a + only_b
-    return float(sps.binomtest(only_a, n, 0.5).pvalue - sps.binom.pmf(only_a, n, 0.5))
+    n, k = only_a + only_b, min(only_a, only_b)
+    return float(min(1.0, 2 * sps.binom.cdf(k - 1, n, 0.5) + sps.binom.pmf(k, n, 0.5)))
 
 
 def pseudo_interval(pseudo: np.ndarray, center: float, *, n_boot: int, rng: np.random.Generator):

@@ -267,6 +267,17 @@ def mark_canceled(pipe, tenant: str, queue_name: str, job_ids: list[str], ttl: i
     pipe.zadd(keys.rq_registry_key("canceled", queue_name), {job_id: at + ttl for job_id in job_ids})
 
 
+def cancel_lost(conn, tenant: str, job: Job, ttl: int, at: float) -> None:
+    """A lost job of a cancelled sweep out of its queue and of RQ's started, scheduled and failed registries
+    (wherever RQ's own cleanup may have put it), then marked canceled as `mark_canceled` marks a queued one."""
+    drop_started(conn, job.origin, job.id)
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.lrem(keys.rq_queue_key(job.origin), 0, job.id)
+        drop_from_registries(pipe, [job.origin], [job.id], kinds=("scheduled", "failed"))
+        mark_canceled(pipe, tenant, job.origin, [job.id], ttl, at)
+        pipe.execute()
+
+
 def send_stop_job(conn, tenant: str, job_id: str) -> None:
     """RQ's stop-job command to the worker its hash names (raises where the user may not publish)."""
     worker_name = conn.hget(keys.rq_job_key(tenant, job_id), "worker_name")

@@ -89,3 +89,42 @@ def test_a_chat_model_judges_the_messages_through_its_template(monkeypatch):
             assert [m.model_dump() for m in item.messages] == body["messages"]
         else:
             assert item.messages is None
+
+
+def test_a_local_judges_cache_key_holds_its_files_hashed_once_per_report(tmp_path, monkeypatch):
+    """Retraining the judge at the same path, or editing its chat template, asks its requests again: before, the key
+    named only the path and revision and the stale verdicts were read from the cache."""
+    import shutil
+    from types import SimpleNamespace
+
+    from controller.judge.run import items_of
+    from controller.judge.templates import load_template
+    from controller.sweep.judgespec import JudgeSpec
+    from worker.engine import checkpoint
+
+    model = tmp_path / "judge"
+    shutil.copytree(REPO / "examples" / "models" / "austen-tiny-chat", model)
+    judge = JudgeSpec.model_validate({"local": {"path": str(model)}})
+    template = load_template("pairwise", None)
+    answers = {c: {(f"p{i}", 0, 0): SimpleNamespace(prompt=f"prompt {i}", text=f"{c} {i}", job_seed=0, sample=0)
+                   for i in range(3)} for c in ("b", "v")}  # fmt: skip
+    hashed, real = [], checkpoint.content_hash  # the engine's own hasher, counted
+    monkeypatch.setattr(checkpoint, "content_hash", lambda path: hashed.append(path) or real(path))
+
+    def digests() -> set[str]:
+        return {r.digest for it in items_of(judge, template, answers, {"b": None, "v": "b"}) for r in it.requests}
+
+    before = digests()
+    assert len(before) == 6 and len(hashed) == 1  # six requests, the model's files read once
+    assert digests() == before  # the same files: the same keys, the cached replies
+    config = model / "tokenizer_config.json"
+    config.write_text(config.read_text().replace("{% for message in messages %}", "{% for message in messages %} "))
+    edited = digests()
+    assert edited.isdisjoint(before)  # the chat template changed
+    (model / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")  # a template in a file of its own
+    jinja = digests()
+    assert jinja.isdisjoint(edited)
+    weights = model / "model.safetensors"
+    raw = weights.read_bytes()
+    weights.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))  # retrained at the same path: other weights
+    assert digests().isdisjoint(before | edited | jinja)

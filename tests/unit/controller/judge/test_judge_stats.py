@@ -13,9 +13,9 @@ from controller.judge import stats
 pytestmark = pytest.mark.pure
 
 
-def rec(cell, pid, outcome, len_diff=0, seed=0, base="base", crit="overall"):
-    return {"cell": cell, "baseline": base, "criterion": crit, "prompt_id": pid, "job_seed": seed,
-            "outcome": outcome, "len_diff": len_diff}  # fmt: skip
+def rec(cell, pid, outcome, len_diff=0, seed=0, base="base", crit="overall", sample=0):
+    return {"cell": cell, "baseline": base, "criterion": crit, "prompt_id": pid, "job_seed": seed, "sample": sample,
+            "outcome": outcome, "len_diff": len_diff, "baseline_job_seed": seed, "baseline_sample": 0}  # fmt: skip
 
 
 def test_win_rate_counts_ties_half_and_leaves_unparsed_and_failed_out():
@@ -28,24 +28,102 @@ def test_win_rate_counts_ties_half_and_leaves_unparsed_and_failed_out():
 
 
 def test_length_controlled_win_rate_matches_a_hand_computation():
-    # Half the pairs with the variant longer by d, winning 8 of 10; half shorter by d, winning 5 of 10.
+    # Half the pairs with the variant longer by d, winning 40 of 50; half shorter by d, winning 25 of 50.
     # Δ/s = ±1, so x = ±tanh(1) and the two-parameter logistic model fits both groups exactly:
     # σ(β0 + β1 x) = 0.8, σ(β0 − β1 x) = 0.5  =>  β0 = (logit 0.8 + logit 0.5) / 2 = ln 2, LC = σ(ln 2) = 2/3.
-    records = [rec("v", f"p{i}", "A" if i < 8 else "B", len_diff=30) for i in range(10)]
-    records += [rec("v", f"q{i}", "A" if i < 5 else "B", len_diff=-30) for i in range(10)]
+    # (50 a side, not 10: a resample of 10 longer ones all won, length separating it, is drawn one time in nine)
+    records = _two_groups()
     (row,) = stats.pairwise_rows(records, n_boot=100)
-    assert row["win_rate"] == pytest.approx(13 / 20)
+    assert row["win_rate"] == pytest.approx(65 / 100)
     assert row["lc_win_rate"] == pytest.approx(2 / 3, abs=1e-6)
     assert row["lc_win_rate_ci_low"] < 2 / 3 < row["lc_win_rate_ci_high"]
+
+
+def _two_groups(n: int = 50) -> list[dict]:
+    records = [rec("v", f"p{i}", "A" if i < 0.8 * n else "B", len_diff=30) for i in range(n)]
+    return records + [rec("v", f"q{i}", "A" if i < 0.5 * n else "B", len_diff=-30) for i in range(n)]
 
 
 def test_lc_with_ties_as_halves_and_without_length_variation():
     # no length variation: the model is the intercept only, LC = the raw win rate
     scores = np.array([1, 1, 0.5, 0])
     assert stats.lc_win_rate(scores, np.zeros(4)) == pytest.approx(0.625)
-    # a longer answer winning everything and a shorter one losing: at zero difference, even
+    # a longer answer winning everything and a shorter one losing: length separates the verdicts, no fit exists
+    # (before: 0.5, where the symmetric data happened to hold the drifting fit)
     scores = np.array([1.0, 1.0, 0.0, 0.0])
-    assert stats.lc_win_rate(scores, np.array([10.0, 10.0, -10.0, -10.0])) == pytest.approx(0.5, abs=1e-3)
+    assert stats.lc_fit(scores, np.array([10.0, 10.0, -10.0, -10.0])) == (pytest.approx(math.nan, nan_ok=True),
+                                                                          stats.LC_SEPARATED)  # fmt: skip
+
+
+# the reviewer's example: twelve pairs, every longer answer winning, every shorter one losing
+SEPARATED = np.array([9, 10, -7, 10, 8, 13, -3, 18, 2, 12, -8, 8], dtype=float)
+
+
+def test_lc_is_not_estimable_where_length_separates_the_verdicts_whatever_the_steps():
+    # before: 0.949 here, and 0.051 with a loss moved from -3 to -2 and a win from 2 to 3 (the fit's slope runs off
+    # to infinity and σ(β₀) followed the number of Newton steps)
+    moved = SEPARATED.copy()
+    moved[[6, 8]] = [-2, 3]
+    for diff in (SEPARATED, moved, -SEPARATED):
+        for steps in (20, 50, 200):
+            value, why = stats.lc_fit((SEPARATED > 0) * 1.0, diff, steps)
+            assert math.isnan(value) and why == stats.LC_SEPARATED
+    # quasi-complete: a tie (half a win, half a loss) at the boundary length, the others apart, separates too
+    scores = np.array([0.0, 0.0, 0.5, 1.0, 1.0])
+    assert stats.lc_fit(scores, np.array([-5.0, -3.0, 0.0, 3.0, 5.0]))[1] == stats.LC_SEPARATED
+    # one loss among the longer answers: the sets overlap, the fit exists (scipy's maximum likelihood)
+    scores = (SEPARATED > 0) * 1.0
+    scores[7] = 0.0
+    value, why = stats.lc_fit(scores, SEPARATED)
+    x = np.tanh(SEPARATED / SEPARATED.std())
+    mle = sps.logistic.cdf(_mle(scores, x)[0])
+    assert why is None and value == pytest.approx(mle, abs=1e-6)
+
+
+def _mle(scores: np.ndarray, x: np.ndarray) -> np.ndarray:
+    from scipy.optimize import minimize
+
+    def nll(b):
+        z = b[0] + b[1] * x
+        return float(np.sum(np.logaddexp(0, z) - scores * z))
+
+    return minimize(nll, np.zeros(2), method="BFGS", options={"gtol": 1e-10}).x
+
+
+def test_a_separated_judge_row_says_why_its_lc_is_missing_and_the_report_shows_it():
+    import pandas as pd
+
+    from controller.judge.report import add_judge, judge_markdown
+
+    records = [rec("m::v", f"p{i}", "A" if d > 0 else "B", len_diff=int(d)) for i, d in enumerate(SEPARATED)]
+    (row,) = stats.pairwise_rows(records, n_boot=200)
+    assert row["win_rate"] == pytest.approx(9 / 12)
+    assert math.isnan(row["lc_win_rate"]) and math.isnan(row["lc_win_rate_ci_low"])
+    assert row["lc_note"] == stats.LC_SEPARATED
+    summary = pd.DataFrame([{"cell": "m::v", "strategy": "v"}])
+    doc = {"mode": "pairwise", "rows": [row], "judge": "j", "template": "t", "template_sha256": "0" * 64}
+    md = "\n".join(judge_markdown(add_judge(summary, doc)))
+    assert "– [–, –] (LC not estimable: length separates the verdicts)" in md
+
+
+def test_lc_resamples_that_separate_are_skipped_and_counted_and_too_many_leave_no_interval():
+    # 16 prompts, two losses: one among the shortest answers, one in the middle. The full fit exists; a resample
+    # holding the shortest loss and not the other is separated, and so are about a fifth of them: too many to place
+    # the interval's ends (before: their drifting values were percentiles like any other)
+    diffs = np.arange(-8.0, 8.0)
+    outcomes = ["B" if i in (0, 9) else "A" for i in range(16)]
+    records = [rec("v", f"p{i}", o, len_diff=int(d)) for i, (o, d) in enumerate(zip(outcomes, diffs))]
+    (row,) = stats.pairwise_rows(records, n_boot=200)
+    assert not math.isnan(row["lc_win_rate"]) and row["lc_resamples_skipped"] > 0.025 * 200
+    assert math.isnan(row["lc_win_rate_ci_low"]) and math.isnan(row["lc_win_rate_ci_high"])
+    assert row["lc_note"].startswith(f"LC interval not estimable: {row['lc_resamples_skipped']} of 200 resamples")
+    # the hand computation's pairs, 50 a side: no resample separates, the interval is the percentiles of every refit;
+    # 10 a side: one resample in nine has every longer answer winning, and the interval is not given
+    (row,) = stats.pairwise_rows(_two_groups(), n_boot=100)
+    assert row["lc_resamples_skipped"] == 0 and row["lc_note"] == ""
+    (row,) = stats.pairwise_rows(_two_groups(10), n_boot=100)
+    assert row["lc_win_rate"] == pytest.approx(2 / 3, abs=1e-6) and math.isnan(row["lc_win_rate_ci_low"])
+    assert row["lc_resamples_skipped"] > 2.5
 
 
 def test_single_grades_with_an_interval():
@@ -57,7 +135,8 @@ def test_single_grades_with_an_interval():
 
 
 def _key_and_sheets():
-    items = {f"i{i}": {"cell": "v" if i < 6 else "base", "prompt_id": f"p{i % 6}", "job_seed": 0} for i in range(12)}
+    items = {f"i{i}": {"cell": "v" if i < 6 else "base", "prompt_id": f"p{i % 6}", "job_seed": 0, "sample": 0}
+             for i in range(12)}  # fmt: skip
     r1 = {f"i{i}": {"overall": 1 + (i * 7) % 5} for i in range(12)}
     r2 = {f"i{i}": {"overall": 1 + (i * 3) % 5} for i in range(12)}
     return {"items": items, "criteria": ["overall"]}, {"r1": r1, "r2": r2}
@@ -67,7 +146,7 @@ def test_spearman_agreement_matches_scipy_on_fixed_data():
     key, sheets = _key_and_sheets()
     humans = stats.human_means(key, sheets)
     grades = [3, 9, 4, 7, 2, 8]
-    records = [{"cell": "v", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "grade": g}
+    records = [{"cell": "v", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "sample": 0, "grade": g}
                for i, g in enumerate(grades)]  # fmt: skip
     (row,) = stats.agreement(records, humans, "single", n_boot=200)
     means = [(sheets["r1"][f"i{i}"]["overall"] + sheets["r2"][f"i{i}"]["overall"]) / 2 for i in range(6)]
@@ -85,10 +164,28 @@ def test_pairwise_agreement_is_the_share_preferring_the_raters_choice():
     (row,) = stats.agreement(records, humans, "pairwise", n_boot=200)
     expect = []
     for i, o in enumerate(outcomes):
-        mine, base = humans[("v", f"p{i}", 0)]["overall"], humans[("base", f"p{i}", 0)]["overall"]
+        mine, base = humans[("v", f"p{i}", 0, 0)]["overall"], humans[("base", f"p{i}", 0, 0)]["overall"]
         if o in ("A", "B") and mine != base:
             expect.append((o == "A") == (mine > base))
     assert row["n"] == len(expect) and row["value"] == pytest.approx(sum(expect) / len(expect))
     assert stats.spearman(np.array([[1, 2], [2, 2], [3, 2]])) is math.nan or math.isnan(
         stats.spearman(np.array([[1, 2], [2, 2], [3, 2]]))
     )
+
+
+def test_human_agreement_matches_each_sample_to_its_own_ratings():
+    # one prompt and seed, two samples of the variant, each rated apart: the judge's verdict on sample k is
+    # compared with sample k's ratings (before: the key had no sample, so one sample's ratings stood for both)
+    items = {"a": {"cell": "v", "prompt_id": "p0", "job_seed": 0, "sample": 0},
+             "b": {"cell": "v", "prompt_id": "p0", "job_seed": 0, "sample": 1},
+             "c": {"cell": "base", "prompt_id": "p0", "job_seed": 0, "sample": 0}}  # fmt: skip
+    sheets = {"r1": {"a": {"overall": 5}, "b": {"overall": 1}, "c": {"overall": 3}}}
+    humans = stats.human_means({"items": items}, sheets)
+    assert humans[("v", "p0", 0, 1)]["overall"] == 1 and humans[("v", "p0", 0, 0)]["overall"] == 5
+    # the judge prefers sample 0 to the baseline and the baseline to sample 1: as the rater did, both times
+    records = [rec("v", "p0", "A", sample=0), rec("v", "p0", "B", sample=1)]
+    (row,) = stats.agreement(records, humans, "pairwise", n_boot=0)
+    assert (row["n"], row["value"]) == (2, 1.0)
+    # a key exported before samples were rated names none: its items are sample 0
+    old = stats.human_means({"items": {"a": {"cell": "v", "prompt_id": "p0", "job_seed": 0}}}, sheets)
+    assert list(old) == [("v", "p0", 0, 0)]

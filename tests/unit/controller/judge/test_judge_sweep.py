@@ -95,9 +95,14 @@ def test_the_budget_refuses_before_sending_and_dry_run_prints_the_count(tmp_path
         assert dry.exit_code == 0 and "16 to send" in dry.output and "max_requests 5" in dry.output
         over = report(store, data)
         assert over.exit_code == 2, over.output
-        assert "16 to send" in over.output and "raise it to 16" in over.output
-        assert len(over.output.strip().splitlines()) == 1
+        error = over.output.strip().splitlines()[-1]  # one line, after the report it did write
+        assert error.startswith("error: ") and "16 to send" in error and "raise it to 16" in error
         assert srv.hits == 0
+    # the rest of the report is written (it was not: a budget stopped everything), its judge section says why
+    md = md_of(store, data)
+    assert "## Overview" in md and "**Not judged: judge: 16 requests" in md and "raise it to 16" in md
+    html = store.read_bytes(paths.report_key(data.tenant, data.sweep_id, "report.html")).decode()
+    assert "Not judged: judge: 16 requests" in html
 
 
 def test_failed_requests_are_counted_and_asked_again_by_the_next_report(tmp_path):
@@ -150,6 +155,45 @@ def test_the_report_shows_the_judges_agreement_with_imported_human_ratings(tmp_p
     line = next(x for x in md.splitlines() if x.startswith("| fluency | Spearman"))
     n = int(line.rstrip(" |").rsplit("|", 1)[1])
     assert n >= 3  # the rated items the judge graded too
+    # a summary recomputed in Python keeps both, reading what the report stored and sending nothing (they were gone)
+    from controller.report.api import load_summary
+
+    stored = load_summary(data.sweep_id, store=store)
+    again = load_summary(data.sweep_id, store=store, recompute=True, n_boot=200)  # as the report was made
+    kept = [c for c in stored.columns if c.startswith(("rating_", "judge_"))]
+    assert "judge_fluency_grade" in kept and any(c.startswith("rating_") for c in kept)
+    pd.testing.assert_frame_equal(again[["cell", *kept]], stored[["cell", *kept]], check_dtype=False)
+    assert srv.hits == N_PROMPTS * 2  # the server's count when the report was made: nothing sent since
+
+
+@pytest.mark.slow
+def test_run_over_the_judge_budget_writes_the_report_and_a_raised_limit_reports_the_same_sweep(tmp_path, tiny_model):
+    """A run stopped by judge.limits wrote no report, and raising the limit as the error said made a new sweep id:
+    every generation ran again. Now the report is written without the verdicts, the run exits 2 on the line, and the
+    raised limit reports the same sweep, its jobs kept."""
+    spec = {
+        "name": "judged-budget",
+        "models": [{"path": tiny_model, "name": "tiny"}],
+        "prompts": {"inline": ["It was the best of times", "Call me", "The house stood"]},
+        "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 20}}],
+        "generation": {"max_new_tokens": 6, "batch_size": 4},
+        "metrics": ["mean_length"],
+    }
+    runs = str(tmp_path / "runs")
+    with JudgeServer() as srv:
+        spec["judge"] = {"url": srv.url, "model": "stand-in", "baseline": "greedy", "limits": {"max_requests": 4}}
+        (tmp_path / "s.json").write_text(json.dumps(spec))
+        over = CliRunner().invoke(main, ["run", str(tmp_path / "s.json"), "--out", runs])
+        assert over.exit_code == 2, over.output
+        assert over.output.strip().splitlines()[-1].startswith("error: judge: 6 requests") and srv.hits == 0
+        (md,) = (tmp_path / "runs").rglob("summary.md")
+        assert "## Overview" in md.read_text() and "Not judged" in md.read_text()
+        spec["judge"]["limits"]["max_requests"] = 6
+        (tmp_path / "s.json").write_text(json.dumps(spec))
+        again = CliRunner().invoke(main, ["run", str(tmp_path / "s.json"), "--out", runs])
+        assert again.exit_code == 0, again.output
+        assert "0 jobs run, 2 already complete" in again.output and srv.hits == 6
+    assert "Not judged" not in md.read_text() and "## LLM judge" in md.read_text()
 
 
 @pytest.mark.slow
@@ -184,3 +228,25 @@ def test_an_endpoint_not_declared_where_the_report_runs_leaves_failures_not_a_br
     assert {r["outcome"] for r in recs} == {"failed"} and "'big-judge' is not declared here" in recs[0]["failure"]
     line = next(x for x in md_of(store, data).splitlines() if "top_p" in x and "| overall |" in x)
     assert line.rstrip(" |").endswith(f"| 0 | {N_PROMPTS}")
+
+
+def test_every_sample_of_a_sampled_variant_is_judged_and_rated_by_its_own_key(tmp_path):
+    from tests.support.ratings import export
+
+    with JudgeServer() as srv:
+        store = FileStore(tmp_path / "store")
+        data = make_sweep(n_prompts=N_PROMPTS, cells=CELLS)
+        data.spec["judge"] = {"url": srv.url, "model": "stand-in", "baseline": "greedy"}
+        twice = [g for g in data.generations if "top_p" in g.cell]  # top_p with samples: 2, a second sample each
+        data.generations += [g.model_copy(update={"sample": 1, "text": g.text + " once more, other words"})
+                             for g in twice]  # fmt: skip
+        write_with_hashes(store, data)
+        assert report(store, data).exit_code == 0
+        assert srv.hits == N_PROMPTS * 2 * 2  # before: N_PROMPTS * 2, the second samples never asked
+        key = export(store, data, tmp_path / "sheets", items=30, raters=1, seed=1)
+    recs = verdicts(store, data)
+    assert sorted(r["sample"] for r in recs) == [0] * N_PROMPTS + [1] * N_PROMPTS
+    assert {(r["baseline_job_seed"], r["baseline_sample"]) for r in recs} == {(0, 0)}  # greedy's only answer
+    # the rating key names each item's sample, so a rating meets the answer the judge saw
+    drawn = [w for w in key["items"].values() if "top_p" in w["cell"]]
+    assert {w["sample"] for w in drawn} == {0, 1}

@@ -74,7 +74,7 @@ def test_choice_letter(text, choices, expected):
 @pytest.mark.parametrize(
     "raw, expected",
     [("1,000", "1000"), ("3.0", "3"), ("+3.50", "3.5"), (".5", "0.5"), ("$12.", "12"), ("-0", "0"),
-     ("1,00", None), ("12a", None), ("1e5", None)],
+     ("1,00", None), ("12a", None), ("1e5", "100000"), ("2.5E-3", "0.0025"), ("1e1000", None)],
 )  # fmt: skip
 def test_number_formats(raw, expected):
     assert canonical_number(raw) == expected
@@ -82,7 +82,7 @@ def test_number_formats(raw, expected):
 
 def test_normalisation_steps_are_optional():
     assert normalize("  The  Answer, 1,000! ", ["case"]) == "  the  answer, 1,000! "
-    assert normalize("The  Answer, 1,000!", ["punctuation"]) == "The Answer 1 000"
+    assert normalize("The  Answer, 1,000!", ["punctuation"]) == "The Answer 1,000"  # a number kept whole
     assert normalize("1,000", ["numbers", "punctuation"]) == "1000"  # a number keeps its comma's meaning
     assert normalize("Ünïcode CASE", ["case", "whitespace"]) == "ünïcode case"
 
@@ -92,6 +92,27 @@ def test_gold_answers_letters_and_choice_texts():
     assert task.accepted(["1,000", "one thousand"]) == {"1000", "one thousand"}
     assert task.accepted(["green"], ["red", "green"]) == {"green", "b"}
     assert task.accepted(["B"], ["red", "green"]) == {"green", "b"}
+
+
+def test_numbers_in_free_text_keep_their_sign_and_separators():
+    task = task_of(None)
+    assert task.answer("-5 degrees") not in task.accepted(["5 degrees"])
+    assert task.answer("1,000 apples.") in task.accepted(["1000 apples"])
+    assert task.answer("It is (-3.50)!") == "it is -3.5" and task.answer("pages 10-20") == "pages 10 20"
+    assert normalize("-5 degrees, 1,000 apples", ["punctuation"]) == "-5 degrees 1,000 apples"
+
+
+def test_a_gold_number_in_exponent_notation_matches_its_digits():
+    task = task_of(None)
+    assert task.answer("10000000000000000") in task.accepted(["1e16"])
+    assert task.answer("1e16") in task.accepted(["10000000000000000"])
+    assert task.answer("0.00001") in task.accepted(["1E-5"])
+
+
+def test_a_lowercase_gold_letter_accepts_its_choice_where_case_is_normalised():
+    assert task_of(None).accepted(["b"], ["shark", "whale", "trout"]) == {"b", "whale"}
+    assert task_of(None).accepted(["(b)"], ["shark", "whale", "trout"]) == {"b", "whale"}
+    assert task_of({"normalize": ["whitespace"]}).accepted(["b"], ["shark", "whale"]) == {"b"}  # case kept
 
 
 def test_prompt_items_take_one_or_several_answers():
@@ -209,6 +230,15 @@ def test_mcnemar_is_the_mid_p_of_scipys_binomial_test_on_discordant_pairs():
     other = np.array([[0, 1]] + [[1, 1]] * 9 + [[1, 1]] * 5, dtype=float)
     assert mcnemar_p(one, other) == pytest.approx(12 / 1024)
     assert mcnemar_p(one[:2], one[:2]) == 1.0  # no discordant prompt
+    # as many discordant prompts each way: no difference, p 1 (binomtest caps its exact p at 1 there, so the
+    # exact p less the probability of the count was 0.5, 0.625, 0.6875 at 1, 2, 3 a way)
+    for k in (1, 2, 3, 5):
+        a_right = np.array([[1, 1]] * k + [[0, 1]] * k + [[1, 1]] * 4, dtype=float)
+        b_right = np.array([[0, 1]] * k + [[1, 1]] * k + [[1, 1]] * 4, dtype=float)
+        assert mcnemar_p(a_right, b_right) == pytest.approx(1.0)
+    # 3 against 1: 2 · P(X < 1) + P(X = 1) of Binomial(4, ½) = (2 + 4) / 16
+    three, one_way = np.array([[1, 1]] * 3 + [[0, 1]], dtype=float), np.array([[0, 1]] * 3 + [[1, 1]], dtype=float)
+    assert mcnemar_p(three, one_way) == pytest.approx(6 / 16)
 
 
 def test_exact_match_of_single_generations_is_compared_by_mcnemar():
@@ -323,9 +353,9 @@ metrics: [exact_match, maj@2]
 @pytest.mark.parametrize(
     "old, new, expected",
     [
-        ("maj@2]", "pass@4]", "metrics: pass@4 needs 4 generations of each prompt, but the sweep's strategies "
+        ("maj@2]", "pass@4]", "metrics[1]: pass@4 needs 4 generations of each prompt, but the sweep's strategies "
          "make at most 2"),
-        ("  - name: top_p\n", "", "metrics: maj@2 needs 2 generations of each prompt, but the sweep's strategies "
+        ("  - name: top_p\n", "", "metrics[1]: maj@2 needs 2 generations of each prompt, but the sweep's strategies "
          "make 1"),
         (', answer: 2}, {id: b, prompt: "2+2=?", answer: "4"}', '}, {id: b, prompt: "2+2=?"}',
          "metrics: exact_match needs the prompts' gold `answer`, but no prompt of prompts.inline has one"),
@@ -334,9 +364,11 @@ metrics: [exact_match, maj@2]
         ("maj@2]", "pass@0]", "unknown metric 'pass@0'"),
         ('answer: "4"', "answer: []", "`answer` must be a non-empty string or number"),
         ('answer: "4"', 'answer: "4", choices: [only]', "`choices` must be a list of 2 to 26"),
+        ("maj@2]", "bleu]", "metrics: bleu needs the prompts' `reference`, but no prompt of prompts.inline has one"),
+        ("maj@2]", "mauve]", "metrics: mauve needs a `featurizer:` model (docs/sweeps.md), and the sweep has none"),
     ],
     ids=["k>n", "maj without sampling", "no answer", "re2 refuses", "unknown filter", "pass@0", "empty answer",
-         "one choice"],
+         "one choice", "no reference", "no featurizer"],
 )  # fmt: skip
 def test_bad_task_input_is_one_line_and_exit_2(tmp_path, old, new, expected):
     (tmp_path / "config.json").write_text("{}")

@@ -150,6 +150,23 @@ def test_greedy_agreement_between_engines_per_cell():
     assert rows[1]["engine_agreement"] == 0.5 and "engine_agreement" not in rows[0]
 
 
+def test_engine_agreement_compares_each_sample_with_the_same_sample():
+    from controller.report.compute.engines import token_agreement
+    from worker.core.results import GenerationRecord
+
+    def rec(cell, sample, ids):
+        return GenerationRecord(
+            job_id="j", cell=cell, model="m", strategy="greedy", params={}, seed=0, job_seed=0, prompt_id="a",
+            prompt="p", text="t", token_ids=ids, n_new_tokens=len(ids), stop_reason="length", batch=0, sample=sample,
+        )  # fmt: skip
+
+    # two samples of one prompt and seed, each the same on both engines (before: each compared with the last, 0.5)
+    own = [rec("m::greedy", 0, [1, 2]), rec("m::greedy", 1, [3, 4])]
+    other = [rec("m::greedy::vllm", 0, [1, 2]), rec("m::greedy::vllm", 1, [3, 4])]
+    assert token_agreement(other, own) == 1.0
+    assert token_agreement(other, own[:1]) == 1.0  # a sample the other cell does not have is not compared
+
+
 def test_the_distribution_checks_p_value_is_the_lowest_seeds_and_empty_without_one():
     from types import SimpleNamespace
 

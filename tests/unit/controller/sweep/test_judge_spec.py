@@ -35,6 +35,15 @@ def test_a_judge_is_part_of_the_sweep_id_and_a_sweep_without_one_keeps_its_id():
     assert len({plain, judged, single}) == 3
 
 
+def test_the_judges_limits_are_not_part_of_the_sweep_id():
+    """What a report may spend is not what the sweep is: raising judge.limits as the budget's error says made a new
+    sweep, whose every job ran again. A sweep with the default limits keeps the id it had."""
+    judge = {"url": "http://127.0.0.1:8000/v1", "model": "m"}
+    default = plan(spec(**judge))[0].sweep_id
+    assert plan(spec(**judge, limits={"max_requests": 4, "max_tokens": 10, "concurrency": 1}))[0].sweep_id == default
+    assert plan(spec(**judge, limits={"max_requests": 2000}))[0].sweep_id == default
+
+
 def test_defaults_are_pairwise_at_temperature_zero_with_limits():
     j = spec(endpoint="big-judge", model="m").judge
     assert (j.mode, j.temperature, j.criteria, j.limits.concurrency) == ("pairwise", 0.0, ["overall"], 4)
@@ -51,6 +60,30 @@ def test_bad_judges_are_refused_in_one_line_naming_the_field():
     refused("judge.limits.concurrency", url="http://h/v1", model="m", limits={"concurrency": 0})
     refused("judge.criteria", url="http://h/v1", model="m", criteria=["Fluency!"])
     refused("judge.limits", url="http://h/v1", model="m", limits={"max_request": 3})  # extra=forbid
+
+
+def test_a_judge_baseline_naming_no_cell_is_refused_at_plan_time_in_one_line():
+    # before: accepted, and the report had no judge section, without a word
+    with pytest.raises(UsageError) as err:
+        plan(spec(url="http://127.0.0.1:8000/v1", model="m", baseline="gredy"))
+    assert str(err.value).startswith("judge.baseline 'gredy': no strategy or cell of this sweep has that name")
+    assert "its strategies: greedy, top_p" in str(err.value) and "'gpt2::greedy'" in str(err.value)
+    assert "\n" not in str(err.value)
+    for named in ("greedy", "top_p", "gpt2::top_p(p=0.9,temperature=1.0)", None):  # strategy, cell key, default
+        assert plan(spec(url="http://127.0.0.1:8000/v1", model="m", baseline=named))
+
+
+def test_decodebench_validate_refuses_a_judge_baseline_naming_no_cell(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from controller.cli import main
+
+    (tmp_path / "s.json").write_text(json.dumps({**BASE, "judge": {"url": "http://h/v1", "model": "m",
+                                                                   "baseline": "beam"}}))  # fmt: skip
+    out = CliRunner().invoke(main, ["validate", str(tmp_path / "s.json")])
+    assert out.exit_code == 2 and "judge.baseline 'beam': no strategy or cell" in out.output
 
 
 TENANTS = {

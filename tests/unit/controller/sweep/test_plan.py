@@ -122,7 +122,9 @@ def test_the_planner_writes_what_the_metrics_need_the_worker_to_compute_and_ids_
     assert {tuple(j.compute) for j in everything} == {("featurize", "score")}  # no metrics listed: all of them
     assert plan(spec(metrics=["distinct_1", "rep_2"]))[0].compute == []
     assert plan(spec(metrics=["coherence", "distinct_1"]))[0].compute == ["score"]
-    assert plan(spec(metrics=["mauve"]))[0].compute == ["featurize"]
+    referenced = {"inline": [{"id": f"p{i}", "prompt": f"prompt {i}", "reference": "r"} for i in range(10)]}
+    mauve = spec(metrics=["mauve"], featurizer={"path": "org/featurizer"}, prompts=referenced)
+    assert plan(mauve)[0].compute == ["featurize"]
     assert [j.job_id for j in everything] == [j.job_id for j in plan(spec())]  # ids hash coordinates, not compute
 
 

@@ -81,7 +81,7 @@ BAD = [
     ("{name: beam, params: {num_beams: 2}, samples: 2}", "strategy 'beam' is deterministic"),
     ("{name: top_p, params: {p: 0.9}, samples: 0}", "samples: Input should be greater than or equal to 1"),
     ("{name: top_p, params: {p: 0.9}, samples: -3}", "samples: Input should be greater than or equal to 1"),
-    ("{name: top_p, params: {p: 0.9}, samples: 2.5}", "samples: Input should be a valid integer"),
+    ("{name: top_p, params: {p: 0.9}, samples: 2.5}", "samples: must be an integer, got float"),
     ("{name: top_p, params: {p: 0.9}, samples: 65}", "samples=65 is over the limit of 64 (DECODEBENCH_MAX_SAMPLES)"),
     ("{name: top_p, params: {p: 0.9}, samples: 1000000}", "samples: Input should be less than or equal to 65536"),
     ("{name: top_p, params: {p: 0.9}, best_of: model}", "best_of: strategy 'top_p' needs samples of at least 2"),

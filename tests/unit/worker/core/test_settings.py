@@ -54,6 +54,48 @@ def test_a_malformed_variable_is_one_line_naming_it(monkeypatch):
         settings.get("max_lost")
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("max_jobs", "-5", "must be 1 or more"),
+        ("prompt_line_max_chars", "-1", "must be 1 or more"),
+        ("max_num_beams", "0", "must be 1 or more"),
+        ("log_level", "bogus", "must be one of debug, info, warning, error, critical"),
+    ],
+)
+def test_a_value_out_of_range_is_one_line_naming_it(monkeypatch, name, value, why):
+    """docs/settings.md: a malformed value exits 2. A limit of -5 is not a limit, and an unknown log level is not
+    a level: both were taken (the level fell back to info in silence)."""
+    var = settings.SETTINGS[name].envvar
+    monkeypatch.setenv(var, value)
+    with pytest.raises(UsageError, match=f"^{var}={re.escape(repr(value))}: {why}"):
+        settings.get(name)
+
+
+def test_a_log_level_is_taken_in_any_case(monkeypatch):
+    monkeypatch.setenv("DECODEBENCH_LOG_LEVEL", "WARNING")
+    assert settings.get("log_level") == "warning"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [
+        (["--log-level", "bogus", "strategies"], {}, "'--log-level'"),
+        (["strategies"], {"DECODEBENCH_LOG_LEVEL": "bogus"}, "DECODEBENCH_LOG_LEVEL"),
+        (["validate", "examples/quickstart.yaml"], {"DECODEBENCH_MAX_JOBS": "-5"}, "DECODEBENCH_MAX_JOBS='-5'"),
+        (
+            ["validate", "examples/quickstart.yaml"],
+            {"DECODEBENCH_PROMPT_LINE_MAX_CHARS": "-1"},
+            "DECODEBENCH_PROMPT_LINE_MAX_CHARS='-1'",
+        ),
+    ],
+)
+def test_the_command_line_refuses_them_in_one_line_and_exit_2(argv, env, named):
+    result = CliRunner().invoke(main, argv, env=env, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ") and named in result.stderr
+
+
 def test_help_shows_each_option_s_variable_and_default():
     out = CliRunner().invoke(main, ["run", "--help"], terminal_width=200).output
     assert "--store" in out and "--out " not in out and "DECODEBENCH_STORE" in out and "default: ./runs" in out

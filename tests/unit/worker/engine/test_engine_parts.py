@@ -100,3 +100,23 @@ def test_the_decode_outputs_carry_no_kv_cache_string():
 
     for kind in (decode.DecodeOutput, gen.RawBatch, gen.BatchOutput):
         assert "kv_cache" not in {f.name for f in dataclasses.fields(kind)}, kind
+
+
+def test_a_checkpoint_s_content_hash_is_read_once_while_its_files_are_unchanged(tmp_path, tiny_model, monkeypatch):
+    """A resumed local sweep hashes its model before the jobs load it (controller.launch.local.check_model_files):
+    the load's own hash, recorded in result.json, reads no weights again; a file written since is hashed afresh."""
+    import pathlib
+    import shutil
+
+    from worker.engine import checkpoint
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model, model)
+    first = checkpoint.content_hash(model)
+    opened = []
+    real = pathlib.Path.open
+    monkeypatch.setattr(pathlib.Path, "open", lambda self, *a, **k: opened.append(self.name) or real(self, *a, **k))
+    assert checkpoint.content_hash(model) == first and opened == []
+    with real(model / "config.json", "a") as f:
+        f.write(" ")
+    assert checkpoint.content_hash(model) != first and "model.safetensors" in opened

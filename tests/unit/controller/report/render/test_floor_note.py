@@ -21,6 +21,7 @@ from controller.report.render.comparisons import (
     comparison_table,
     floor_note,
 )
+from controller.report.render.format import column_format
 from controller.report.stats.paired import compare_cells, least_p
 from tests.support.report import VOCAB, scored_cell
 
@@ -52,7 +53,7 @@ def test_a_table_that_holm_keeps_below_the_level_says_why():
     note = floor_note(frame)
     assert note.startswith("With 6 prompts no difference here can reach p < 0.05")
     assert "2/2^6 = 0.031" in note and "the table's 9 p-values" in note and "9 prompts or more" in note
-    table = comparison_table(frame, lambda v: f"{v:.3g}", lambda row: row["cell"])
+    table = comparison_table(frame, lambda v: f"{v:.3g}", lambda row: row["cell"], column_format)
     assert note in "\n".join(comparison_markdown(table, note)) and "With 6 prompts" in comparison_html(table, note)
     assert "With 6 prompts" not in "\n".join(comparison_markdown(table))
 

@@ -57,7 +57,7 @@ def test_the_terminal_markdown_and_html_tables_format_a_column_alike():
     md = markdown_table(summary)
     html = summary_table(summary)
     for header, column in (("rep_4", "rep_4"), ("tok/s", "tokens_per_s"), ("perplexity", "perplexity")):
-        plain = [re.sub(r" ±.*", "", t).replace(",", "") for t in terminal[header]]
+        plain = [re.sub(r" (±|\+).*", "", t).replace(",", "") for t in terminal[header]]
         assert plain == _column(md, header), header
         for value in plain:
             assert f">{value}</td>" in html, (column, value)
@@ -89,3 +89,26 @@ def test_a_task_sweeps_accuracy_is_in_the_overview_the_pipe_and_the_terminal():
     assert _column(markdown_table(summary), "exact_match") == ["0.984", "0.414", "0.500"]
     terminal = list(summary_columns(summary))
     assert terminal.index("exact_match") < terminal.index("rep_4")  # the terminal's: accuracy first, as before
+
+
+def test_a_comparisons_delta_column_has_one_format_whatever_its_magnitudes():
+    """The paired comparisons' table formatted each value alone: `1.56e-04 [-0.020, 0.021]` beside
+    `-0.057 [-0.083, -0.029]` in one column, `-0.093 [-0.177, -3.74e-04]` in one cell."""
+    from controller.report.render.comparisons import comparison_table
+    from controller.report.render.format import column_format, fmt
+
+    frame = pd.DataFrame(
+        {
+            "cell": ["a", "b", "c"],
+            "baseline": [None, "a", "a"],
+            "rouge_l_diff": [math.nan, 1.56e-4, -0.057],
+            "rouge_l_diff_ci_low": [math.nan, -0.020, -0.083],
+            "rouge_l_diff_ci_high": [math.nan, 0.021, -3.74e-4],
+            "rouge_l_diff_p_holm": [math.nan, 1.0, 0.009],
+        }
+    )
+    table = comparison_table(frame, fmt, lambda row: row["cell"], column_format)
+    assert table is not None
+    (_, header), *rows = table
+    assert header == ["baseline", "Δ rouge_l"]
+    assert [cells[1] for _, cells in rows] == ["0.000 [-0.020, 0.021] p=1.00", "-0.057 [-0.083, -0.000] p=0.009*"]

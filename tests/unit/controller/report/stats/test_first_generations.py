@@ -27,6 +27,7 @@ from controller.report.render.comparisons import (
     comparison_markdown,
     comparison_table,
 )
+from controller.report.render.format import column_format
 from controller.report.stats.paired import FIRSTS_COLUMN, compare_pair
 from tests.support.report import VOCAB, scored_cell
 
@@ -130,7 +131,7 @@ def test_the_tables_mark_what_was_compared_on_first_generations():
     for name in NAMES:
         rows[1][f"{name}_diff_p_holm"] = out[f"{name}_diff_p"]
     summary = pd.DataFrame(rows)
-    table = comparison_table(summary, lambda v: f"{v:.3g}", lambda row: row["cell"])
+    table = comparison_table(summary, lambda v: f"{v:.3g}", lambda row: row["cell"], column_format)
     (_, header), (_, cells) = table
     marked = {h for h, v in zip(header, cells) if v.endswith(FIRSTS)}
     assert marked == {"Δ distinct_2", "Δ self_bleu_4"}
@@ -139,5 +140,5 @@ def test_the_tables_mark_what_was_compared_on_first_generations():
     long = comparisons(summary).set_index("metric").first_generations
     assert long["distinct_2"] and long["self_bleu_4"] and not long["mean_length"]
     rows[1][FIRSTS_COLUMN] = None
-    plain = comparison_table(pd.DataFrame(rows), lambda v: f"{v:.3g}", lambda row: row["cell"])
+    plain = comparison_table(pd.DataFrame(rows), lambda v: f"{v:.3g}", lambda row: row["cell"], column_format)
     assert FIRSTS_NOTE.strip() not in "\n".join(comparison_markdown(plain))

@@ -84,3 +84,19 @@ def test_the_reports_interval_is_computed_by_the_map_and_equals_the_cells_own(tm
             assert (row["tokens_per_s_ci_low"], row["tokens_per_s_ci_high"]) == pytest.approx(
                 (want["tokens_per_s_ci_low"], want["tokens_per_s_ci_high"]), rel=1e-12
             )
+
+
+@pytest.mark.parametrize("batches", [[[768, 0.1268], [768, 0.1190]], [[768, 0.1268], [768, 0.1190], [700, 0.1201]]])
+def test_two_or_three_batches_get_students_t_not_their_range(batches):
+    """With two batches half the bootstrap's replicates draw one batch twice, so its percentiles were the two
+    batches' rates (a "95%" interval that covered 50% of the time); three, 73%. Student's t(G − 1) of the ratio."""
+    from scipy import stats as sps
+
+    units = np.array(batches, dtype=float)
+    out = rate_interval(batches, "c", n_boot=1000, seed=0)
+    rate = units[:, 0].sum() / units[:, 1].sum()
+    d = (units[:, 0] - rate * units[:, 1]) / units[:, 1].sum()  # the ratio's linearised values
+    half = sps.t.ppf(0.975, len(units) - 1) * np.sqrt(len(units) * d.var(ddof=1))
+    assert out["tokens_per_s_ci_low"] == pytest.approx(max(0.0, rate - half))
+    assert out["tokens_per_s_ci_high"] == pytest.approx(rate + half)
+    assert out["tokens_per_s_ci_high"] > (units[:, 0] / units[:, 1]).max()
