@@ -79,7 +79,7 @@ def judge_fingerprint(judge) -> str | None:
         return None
     from worker.engine.checkpoint import content_hash  # hashlib only: no torch here
 
-    return content_hash(Path(judge.local.path))
+    return content_hash(Path(judge.local.path), templates=True)
 
 
 def make_request(
@@ -95,7 +95,8 @@ def make_request(
     if judge.seed is not None:
         body["seed"] = judge.seed
     doc = [CACHE_VERSION, template.sha256, judge_name(judge), judge.model_version, body]
-    doc += [LOCAL_RENDERING, model_hash] if judge.local is not None else []
+    doc += [LOCAL_RENDERING] if judge.local is not None else []
+    doc += [model_hash] if model_hash is not None else []  # a hub judge's keys stay as they were (its revision)
     return Request(hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32], body)
 
 

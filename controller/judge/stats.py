@@ -184,7 +184,8 @@ def single_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]:
 
 def human_means(key: dict, sheets: dict) -> dict[tuple[str, str, int | None, int | None], dict[str, float]]:
     """(cell, prompt_id, job_seed, sample) -> {criterion: mean rating over raters, "all": mean over criteria}; a key
-    exported before samples were rated names none, its items sample 0 (the only one they drew from)."""
+    exported before keys named the sample names none: its items count as sample 0 (they may have been drawn from
+    any sample; such a key's ratings of a variant with samples can meet the wrong sample's verdict)."""
     out = {}
     for item, where in key["items"].items():
         scores: dict[str, list[int]] = defaultdict(list)
@@ -212,12 +213,14 @@ def agreement(records: list[dict], humans: dict, mode: str, n_boot: int, seed: i
         for r in records:
             if r["criterion"] != crit:
                 continue
-            mine = humans.get((r["cell"], r["prompt_id"], r["job_seed"], r["sample"]))
+            # verdicts stored before samples were judged name none: sample 0, the baseline's answer at the same seed
+            mine = humans.get((r["cell"], r["prompt_id"], r["job_seed"], r.get("sample", 0)))
             if mode == "single":
                 if mine is not None and r["grade"] is not None:
                     pts[r["prompt_id"]].append((r["grade"], _human(mine, crit)))  # type: ignore[arg-type]
                 continue
-            base = humans.get((r["baseline"], r["prompt_id"], r["baseline_job_seed"], r["baseline_sample"]))
+            seen = (r.get("baseline_job_seed", r["job_seed"]), r.get("baseline_sample", 0))
+            base = humans.get((r["baseline"], r["prompt_id"], *seen))
             if mine is None or base is None or r["outcome"] not in ("A", "B"):
                 continue
             h_mine, h_base = _human(mine, crit), _human(base, crit)

@@ -262,7 +262,9 @@ class Task:
         out = {normalize(g, how) for g in gold}
         if choices:
             valid = letters(choices)
-            gold_letters = {normalize(g.strip().strip("()"), how) for g in gold}  # `b` is B where `case` is on
+            texts = {normalize(c, how) for c in choices}
+            # `b` is B where `case` is on, unless it is a choice's text: gold `a` of choices [b, a] is not letter A
+            gold_letters = {normalize(g.strip().strip("()"), how) for g in gold if normalize(g, how) not in texts}
             for i, choice in enumerate(choices):
                 if normalize(choice, how) in out or normalize(valid[i], how) in gold_letters:
                     out |= {normalize(valid[i], how), normalize(choice, how)}

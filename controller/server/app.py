@@ -33,6 +33,7 @@ from controller.server import joblog, service
 from controller.server.errors import ApiError, OverQuota, TooLarge, Unauthorized
 from controller.server.tokens import Identity, TokenStore
 from controller.sweep.load import check_data
+from controller.sweep.yamlsafe import DuplicateKey, unique_keys
 from worker.core import settings
 from worker.core.errors import DecodebenchError, ServiceError, UsageError
 from worker.sweepstate import admission
@@ -129,7 +130,9 @@ def parse_body(body: bytes, max_items: int) -> dict:
             "(DECODEBENCH_API_MAX_REQUEST_ITEMS)"
         )
     try:
-        data = json.loads(body or b"{}")
+        data = json.loads(body or b"{}", object_pairs_hook=unique_keys)
+    except DuplicateKey as err:  # the last one kept in silence: refused as in a sweep file
+        raise UsageError(f"request body: {err}") from None
     except (ValueError, RecursionError) as err:
         raise UsageError(f"request body: not JSON ({str(err)[:80]})") from None
     if not isinstance(data, dict):
@@ -157,10 +160,13 @@ async def audit(request: Request, call_next):
         user=who.token_id if who else None,
         sweep_id=getattr(request.state, "sweep_id", None),
         status=response.status_code,
-        result=getattr(request.state, "error", "ok"),
+        result=getattr(request.state, "error", "ok")[:AUDIT_RESULT_CHARS],
         ms=round((time.perf_counter() - started) * 1000, 1),
     )
     return response
+
+
+AUDIT_RESULT_CHARS = 500  # an error's first characters in its audit line: a client's text never fills the log
 
 
 def _answer(request: Request, status: int, message: str, retry_after: float | None = None, **headers: str):

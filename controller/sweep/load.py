@@ -33,7 +33,8 @@ def dotted(loc: tuple[Any, ...]) -> str:
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
-            text = part if isinstance(part, str) and part.isidentifier() else short(part, 40)
+            # an identifier as it is, unless long (a path of 1 MB keys made an 8 MB error line): shortened too
+            text = part if isinstance(part, str) and part.isidentifier() and len(part) <= 40 else short(part, 40)
             out += f".{text}" if out else text
     return out
 

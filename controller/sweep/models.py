@@ -21,7 +21,7 @@ from controller.metrics import METRICS
 from controller.metrics.extract import TaskSpec
 from controller.sweep.judgespec import JudgeSpec
 from controller.sweep.prompts import PromptSet
-from controller.sweep.wording import at, plural
+from controller.sweep.wording import at, plural, repeated
 from worker.core import settings
 from worker.core.contract import (
     FEATURIZER_MAX_TOKENS,
@@ -68,16 +68,6 @@ def _unusable_label(label: str) -> str | None:
         return "is empty"
     if "::" in label:
         return "holds '::', which separates a cell key's parts"
-    return None
-
-
-def repeated(values: list[Any]) -> int | None:
-    """The index of the first value that came before, or None where all differ."""
-    seen = set()
-    for i, value in enumerate(values):
-        if value in seen:
-            return i
-        seen.add(value)
     return None
 
 
@@ -157,6 +147,15 @@ class Generation(GenerationSettings):
         min_length=1,
         description="Seeds; stochastic strategies run once per seed, deterministic ones once.",
     )
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_not_empty(cls, v: list[str]) -> list[str]:
+        """An empty stop string is found at once: every generation would be empty. Checked on the sweep, not on
+        the job (worker.core.contract), so that a job or result written before the check still loads."""
+        if "" in v:
+            raise ValueError(f"stop[{v.index('')}] is empty: an empty stop string would end every generation at once")
+        return v
 
     @model_validator(mode="after")
     def _min_le_max(self) -> Generation:

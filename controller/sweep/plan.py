@@ -178,7 +178,7 @@ def plan(spec: SweepSpec, tenant: str = "default", prompts: list[PromptItem] | N
     check_size(spec, len(prompts))
     check_answers(spec, prompts)
     strategies = variants(spec)
-    if spec.judge is not None:  # else a report judging nothing, without a word
+    if spec.judge is not None and spec.judge.mode == "pairwise":  # else a report judging nothing, without a word
         cells = [(cell_key(m.label, s, e), s.name) for m, e, s in _cells(spec, strategies)]
         check_baseline("judge.baseline", spec.judge.baseline, cells)
     sweep_id = compute_sweep_id(spec, tenant, prompts, strategies)

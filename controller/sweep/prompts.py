@@ -24,7 +24,7 @@ from typing import Annotated, Any
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from controller.sweep import yamlsafe
-from controller.sweep.wording import at
+from controller.sweep.wording import at, repeated
 from worker.core import settings
 from worker.core.chat import NO_USER_TURN
 from worker.core.chatformat import CHAT_ROLES
@@ -100,28 +100,13 @@ def text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
             yield n + 1, pending.removesuffix("\r")
 
 
-class _TwiceError(ValueError):
-    """A JSON object that names a key twice (json.loads would keep the last)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _TwiceError(f"the key {short(key, 40)} is given twice in one object")
-        out[key] = value
-    return out
-
-
 def _jsonl(path: Path, name: str) -> Iterator[tuple[str, Any]]:
     for n, line in text_lines(path, name):
         if not line.strip():
             continue
         try:
-            # a number with a fraction or an exponent read exactly as written (Decimal), so that `_scalar` writes a
-            # gold answer of 1e16 as 10000000000000000 and 4.50 as 4.50, not as 1e+16 and 4.5
-            yield f"{name}:{n}", json.loads(line, object_pairs_hook=_unique_keys, parse_float=Decimal)
-        except _TwiceError as err:
+            yield f"{name}:{n}", json.loads(line, object_pairs_hook=yamlsafe.unique_keys)
+        except yamlsafe.DuplicateKey as err:
             raise UsageError(f"{name}:{n}: {err}") from None
         except RecursionError:  # the json scanner recurses once per level of nesting
             raise UsageError(f"{name}:{n}: the JSON is nested too deeply") from None
@@ -163,8 +148,10 @@ def _csv(path: Path, name: str) -> Iterator[tuple[str, Any]]:
                 continue
             if header is None:
                 header = fields
-                if dup := next((k for k in header if header.count(k) > 1), None):
-                    raise UsageError(f"{name}:{reader.line_num}: the header names the column {short(dup, 40)} twice")
+                if (i := repeated(header)) is not None:
+                    raise UsageError(
+                        f"{name}:{reader.line_num}: the header names the column {short(header[i], 40)} twice"
+                    )
                 continue
             row += 1
             where = f"{name}:{reader.line_num}: row {row}"
@@ -179,7 +166,7 @@ def _messages(where: str, messages: Any, system: Any, prompt: Any) -> list[dict[
     """The item's conversation, checked: its `messages`, or a `system` column with the prompt as the user's
     turn; None for a plain prompt."""
     if system is not None and not isinstance(system, str):
-        raise UsageError(f"{where}: `system` must be a string, got {_kind(system)}")
+        raise UsageError(f"{where}: `system` must be a string, got {type(system).__name__}")
     if messages is None:
         if system is None:
             return None
@@ -189,7 +176,7 @@ def _messages(where: str, messages: Any, system: Any, prompt: Any) -> list[dict[
     if system is not None:
         raise UsageError(f"{where}: give `system` or `messages`, not both (put the system turn in `messages`)")
     if not isinstance(messages, list):
-        raise UsageError(f"{where}: `messages` must be a list of {{role, content}}, got {_kind(messages)}")
+        raise UsageError(f"{where}: `messages` must be a list of {{role, content}}, got {type(messages).__name__}")
     if not messages:
         raise UsageError(f"{where}: `messages` is an empty conversation")
     for k, m in enumerate(messages):
@@ -200,7 +187,7 @@ def _messages(where: str, messages: Any, system: Any, prompt: Any) -> list[dict[
                 f"{where}: messages[{k}]: unknown role {short(str(m['role']), 40)} (valid: {', '.join(CHAT_ROLES)})"
             )
         if not isinstance(m["content"], str):
-            raise UsageError(f"{where}: messages[{k}].content must be a string, got {_kind(m['content'])}")
+            raise UsageError(f"{where}: messages[{k}].content must be a string, got {type(m['content']).__name__}")
     if not any(m["role"] == "user" for m in messages):  # with a `prompt` too: the model would never see it
         raise UsageError(f"{where}: {NO_USER_TURN}")
     return messages
@@ -214,22 +201,22 @@ def prompt_item(where: str, i: int, entry: Any) -> PromptItem:
     if isinstance(entry, str):
         entry = {"prompt": entry}
     if not isinstance(entry, dict):
-        raise UsageError(f"{where}: an item must be an object with `prompt` or a string, got {_kind(entry)}")
+        raise UsageError(f"{where}: an item must be an object with `prompt` or a string, got {type(entry).__name__}")
     extra = sorted((str(k) for k in set(entry) - set(FIELDS)), key=str)
     if extra:
         raise UsageError(f"{where}: unknown field {short(extra[0], 40)} (valid: {', '.join(FIELDS)})")
     prompt, ref, pid = entry.get("prompt"), entry.get("reference"), entry.get("id")
     if prompt is not None and not isinstance(prompt, str):
-        raise UsageError(f"{where}: `prompt` must be a string, got {_kind(prompt)}")
+        raise UsageError(f"{where}: `prompt` must be a string, got {type(prompt).__name__}")
     messages = _messages(where, entry.get("messages"), entry.get("system"), prompt)
     if prompt is None and messages is not None:
         prompt = next(m["content"] for m in reversed(messages) if m["role"] == "user")
     if not prompt or not prompt.strip():
         raise UsageError(f"{where}: item {i} has no `prompt`")
     if ref is not None and not isinstance(ref, str):
-        raise UsageError(f"{where}: `reference` must be a string or null, got {_kind(ref)}")
+        raise UsageError(f"{where}: `reference` must be a string or null, got {type(ref).__name__}")
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, (str, int))):
-        raise UsageError(f"{where}: `id` must be a string or an integer, got {_kind(pid)}")
+        raise UsageError(f"{where}: `id` must be a string or an integer, got {type(pid).__name__}")
     for field, text in (("id", pid), ("prompt", prompt), ("reference", ref)):
         _check_unicode(where, field, text)
     for k, m in enumerate(messages or []):
@@ -249,25 +236,19 @@ def _check_unicode(where: str, field: str, text: Any) -> None:
         raise UsageError(f"{where}: `{field}` is not valid Unicode: {why}")
 
 
-def _kind(value: Any) -> str:
-    """A value's type as an error names it: a JSON number with a fraction or an exponent (read as a Decimal) is a
-    float."""
-    return "float" if isinstance(value, Decimal) else type(value).__name__
-
-
 def _scalar(value: Any) -> str | None:
-    """A gold answer or a choice as text: a string, or a number in positional notation as written (JSON's 42,
-    4.50 and 1e16 are "42", "4.50" and "10000000000000000"; YAML's floats as their shortest form); None
-    otherwise."""
+    """A gold answer or a choice as text: a string, or a number as Python writes it, in positional notation (42,
+    4.5; 1e16 and 1e-05, which the answer filters do not read as numbers, as 10000000000000000 and 0.00001: the
+    only texts that changed, so every other prompt set keeps its sweep id); None otherwise."""
     if isinstance(value, str):
         return value
-    if isinstance(value, float) and math.isfinite(value):
-        value = Decimal(repr(value))
-    if isinstance(value, Decimal):
-        return format(value, "f") if abs(value.adjusted()) <= MAX_EXPONENT else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):  # an integer, or YAML's .inf and .nan
-        return str(value)
-    return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    text = str(value)  # an integer, 4.5, or YAML's .inf and .nan
+    if isinstance(value, float) and math.isfinite(value) and "e" in text:
+        exact = Decimal(repr(value))
+        return format(exact, "f") if abs(exact.adjusted()) <= MAX_EXPONENT else None
+    return text
 
 
 def _answer(where: str, value: Any) -> list[str] | None:

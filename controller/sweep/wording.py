@@ -143,3 +143,14 @@ def member_free(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 def plural(n: int, word: str, words: str | None = None) -> str:
     """`word` or its plural for `n` (`1 job`, `2 jobs`, `0 jobs`); `words` where it is not `word` + s."""
     return word if n == 1 else (words or word + "s")
+
+
+def repeated(values: list[Any]) -> int | None:
+    """The index of the first value that came before, or None where all differ (linear: a CSV header of 10^5
+    columns is one pass)."""
+    seen = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            return i
+        seen.add(value)
+    return None

@@ -133,6 +133,21 @@ def check_tree(root: Node) -> None:
         stack.extend((kid, False) for kid in reversed(_children(node)) if not isinstance(kid, ScalarNode))
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that names a key twice (json.loads would keep the last)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads's `object_pairs_hook` for what a client wrote (a JSONL prompt line, a request body): a key given
+    twice is a DuplicateKey, as in a sweep file, not the last one kept in silence."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"the key {short(key, 40)} is given twice in one object")
+        out[key] = value
+    return out
+
+
 def unicode_fault(text: str) -> str | None:
     """Why `text` is not valid Unicode (a lone surrogate, and where), None where it is."""
     try:

@@ -264,14 +264,6 @@ class GenerationSettings(Strict):
         for workers that predate it (and the sweep id: controller.sweep.plan._LATER_DEFAULTS)."""
         return _without_unset(handler(self), {"decode_step": "auto"})
 
-    @field_validator("stop")
-    @classmethod
-    def _stop_not_empty(cls, v: list[str]) -> list[str]:
-        """An empty stop string is found at once: every generation would be empty."""
-        if "" in v:
-            raise ValueError(f"stop[{v.index('')}] is empty: an empty stop string would end every generation at once")
-        return v
-
     @field_validator("batch_size")
     @classmethod
     def _positive_batch(cls, v: int | str) -> int | str:

@@ -8,6 +8,7 @@ it takes are written once; library code reads a setting with `get(...)`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any
@@ -51,8 +52,10 @@ def get(name: str, flag: Any = None) -> Any:
         value = setting.parse(raw)
     except ValueError:
         raise UsageError(f"{setting.envvar}={raw!r}: not a valid value ({setting.help})") from None
-    if setting.low is not None and value < setting.low:
-        raise UsageError(f"{setting.envvar}={raw!r}: must be {setting.low} or more ({setting.help})")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # a count, size or time: none is negative
+        low = setting.low if setting.low is not None else 0
+        if not math.isfinite(value) or value < low:
+            raise UsageError(f"{setting.envvar}={raw!r}: must be {low} or more ({setting.help})")
     if setting.choices and value.lower() not in setting.choices:
         raise UsageError(f"{setting.envvar}={raw!r}: must be one of {', '.join(setting.choices)}")
     return value.lower() if setting.choices else value

@@ -36,7 +36,8 @@ class Setting:
     parse: Callable[[str], Any] = str
     scope: str = "both"  # "controller", "worker", "both" or "chart" (read by the chart's launcher only)
     env: str | None = None  # a variable named otherwise than DECODEBENCH_<NAME> (Kubernetes' downward API)
-    low: int | None = None  # the least value it takes (a limit of -5 would refuse everything, or nothing)
+    low: int | None = None  # the least value it takes (a limit of -5 would refuse everything, or nothing); 0
+    # where unset for a number: no count, size or time is negative (settings.get)
     choices: tuple[str, ...] = ()  # the only values it takes (any case)
 
     @property
@@ -106,7 +107,9 @@ _SETTINGS = [
         float,
         scope="worker",
     ),
-    Setting("heartbeat_ttl", 60.0, "Seconds without a heartbeat after which a running job counts as lost.", float),
+    Setting(
+        "heartbeat_ttl", 60.0, "Seconds without a heartbeat after which a running job counts as lost.", float, low=1
+    ),
     Setting("reaper_interval", 15.0, "Seconds between a worker's searches for lost jobs.", float, scope="worker"),
     Setting(
         "max_lost",

@@ -16,27 +16,31 @@ from pathlib import Path
 from worker.core.contract import ModelSpec
 from worker.core.errors import ModelUnavailableError, short, shown
 
-# .jinja: a chat template saved as its own file (chat_template.jinja: how recent transformers save one)
-_HASHED_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt", ".jinja")
+_HASHED_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")
+# a chat template saved as its own file (chat_template.jinja: how recent transformers save one); not in the
+# provenance's hash, which results recorded before it existed and a resumed sweep is checked against
+_TEMPLATE_SUFFIXES = (".jinja",)
 
 
 # a directory -> (its hashed files' names, inodes, sizes and modification times; their hash): its last hash
 _HASHED: dict[str, tuple[tuple, str]] = {}
 
 
-def content_hash(path: Path) -> str:
+def content_hash(path: Path, *, templates: bool = False) -> str:
     """sha256 over the names and bytes of a local checkpoint's weight, config and tokenizer files (its chat template
-    too, in tokenizer_config.json or a .jinja file).
+    where tokenizer_config.json holds it); with `templates`, its .jinja chat template files too (a local judge's
+    cache key, controller.judge.run).
 
     Kept per directory with the files' inodes, sizes and modification times: a second call on files unchanged since
     (local mode checks a resumed sweep's model before its jobs load it, controller.launch.local; a local judge's
     requests are keyed by it, controller.judge.run) reads no weights again; a file written since, or added or
     removed, is hashed afresh."""
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _HASHED_SUFFIXES)
+    suffixes = _HASHED_SUFFIXES + (_TEMPLATE_SUFFIXES if templates else ())
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in suffixes)
     stamp = tuple(
         (f.relative_to(path).as_posix(), s.st_ino, s.st_size, s.st_mtime_ns) for f in files for s in [f.stat()]
     )
-    key = str(path.resolve())
+    key = f"{path.resolve()}{'+templates' if templates else ''}"
     if key in _HASHED and _HASHED[key][0] == stamp:
         return _HASHED[key][1]
     h = hashlib.sha256()

@@ -55,6 +55,7 @@ def summary_json(summary: pd.DataFrame, data: SweepData) -> str:
             "tenant": data.tenant,
             "name": data.name,
             "ci": summary.attrs.get("ci"),
+            "no_ci": summary.attrs.get("no_ci"),  # why there are no intervals, where there are none
             "mauve": summary.attrs.get("mauve"),
             "columns": list(summary.columns),
             "rows": json_records(summary),

@@ -158,6 +158,8 @@ def studentized(
         return None
     if se == 0:
         return theta, theta
+    if too_few(len(units)):  # Student's t, no replicates drawn
+        return from_replicates(np.empty(0), np.empty(0), value, theta, se, len(units), t_floor=t_floor)
     # the gradient at each replicate's sums (exact for a ratio, numerical for a few statistics); for a
     # combine of many statistics (BLEU's 11) once, at the sample's sums, which costs 2k + 1 calls, not B(2k + 1)
     per_replicate = is_ratio or grad is not None or units.shape[1] <= MAX_K_PER_REPLICATE
@@ -195,6 +197,12 @@ def spread_curve(estimates: np.ndarray, spreads: np.ndarray) -> Callable[[Any], 
     return lambda x: np.exp(np.interp(x, at, level))
 
 
+def too_few(G: int) -> bool:
+    """Whether G units are too few for a bootstrap-t: a replicate draws one unit alone G^(1 − G) of the time, more
+    than a tail's share (G ≤ 3), so its replicates would be flat by construction (`from_replicates`)."""
+    return float(G) ** (1 - G) > (1 - CI_LEVEL) / 2
+
+
 def from_replicates(
     estimates: np.ndarray,
     spreads: np.ndarray,
@@ -215,7 +223,7 @@ def from_replicates(
     tail's 2.5%: the replicates would be flat by construction, and their percentiles the range of the units (a
     tokens/s interval of two batches covered 50% of the time, of three 73%). Student's t(G − 1) instead."""
     q_t = float(sps.t.ppf((1 + CI_LEVEL) / 2, G - 1))
-    if float(G) ** (1 - G) > (1 - CI_LEVEL) / 2:
+    if too_few(G):
         return theta - q_t * se, theta + q_t * se
     flat = ~(spreads > NO_SPREAD * se)  # no t: se* is 0 or floating-point noise (NaN counts too)
     if np.mean(flat & np.isfinite(estimates)) > (1 - CI_LEVEL) / 2:

@@ -109,7 +109,7 @@ def test_a_local_judges_cache_key_holds_its_files_hashed_once_per_report(tmp_pat
     answers = {c: {(f"p{i}", 0, 0): SimpleNamespace(prompt=f"prompt {i}", text=f"{c} {i}", job_seed=0, sample=0)
                    for i in range(3)} for c in ("b", "v")}  # fmt: skip
     hashed, real = [], checkpoint.content_hash  # the engine's own hasher, counted
-    monkeypatch.setattr(checkpoint, "content_hash", lambda path: hashed.append(path) or real(path))
+    monkeypatch.setattr(checkpoint, "content_hash", lambda path, **how: hashed.append(path) or real(path, **how))
 
     def digests() -> set[str]:
         return {r.digest for it in items_of(judge, template, answers, {"b": None, "v": "b"}) for r in it.requests}

@@ -189,3 +189,17 @@ def test_human_agreement_matches_each_sample_to_its_own_ratings():
     # a key exported before samples were rated names none: its items are sample 0
     old = stats.human_means({"items": {"a": {"cell": "v", "prompt_id": "p0", "job_seed": 0}}}, sheets)
     assert list(old) == [("v", "p0", 0, 0)]
+
+
+def test_verdicts_stored_before_samples_were_judged_still_meet_their_ratings():
+    """A judge-verdicts.jsonl line written before a verdict named its sample and the baseline's answer (what a
+    recomputed summary reads back, controller.judge.report.stored_judge) raised KeyError: it is sample 0 against
+    the baseline's answer at the same seed."""
+    items = {
+        "a": {"cell": "v", "prompt_id": "p0", "job_seed": 0},
+        "c": {"cell": "base", "prompt_id": "p0", "job_seed": 0},
+    }
+    humans = stats.human_means({"items": items}, {"r1": {"a": {"overall": 5}, "c": {"overall": 3}}})
+    old = {"cell": "v", "criterion": "overall", "prompt_id": "p0", "job_seed": 0, "outcome": "A", "baseline": "base"}
+    (row,) = stats.agreement([old], humans, "pairwise", n_boot=0)
+    assert (row["n"], row["value"]) == (1, 1.0)

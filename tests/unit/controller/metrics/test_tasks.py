@@ -113,6 +113,8 @@ def test_a_lowercase_gold_letter_accepts_its_choice_where_case_is_normalised():
     assert task_of(None).accepted(["b"], ["shark", "whale", "trout"]) == {"b", "whale"}
     assert task_of(None).accepted(["(b)"], ["shark", "whale", "trout"]) == {"b", "whale"}
     assert task_of({"normalize": ["whitespace"]}).accepted(["b"], ["shark", "whale"]) == {"b"}  # case kept
+    # a gold that is a choice's text is that choice, not also a letter: gold `a` of [x, a, y] is B, never A's x
+    assert task_of(None).accepted(["a"], ["x", "a", "y"]) == {"a", "b"}
 
 
 def test_prompt_items_take_one_or_several_answers():

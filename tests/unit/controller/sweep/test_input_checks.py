@@ -82,7 +82,7 @@ def test_a_jsonl_key_given_twice_is_refused(tmp_path):
 def test_jsonl_gold_numbers_keep_their_digits_in_positional_notation(tmp_path):
     lines = ['{"prompt": "a", "answer": 1e16}', '{"prompt": "b", "answer": [0.00001, 4.50, 7]}']
     items = load_prompts(load_spec(prompt_file(tmp_path, "p.jsonl", "\n".join(lines))).prompts)
-    assert [i.answer for i in items] == [["10000000000000000"], ["0.00001", "4.50", "7"]]
+    assert [i.answer for i in items] == [["10000000000000000"], ["0.00001", "4.5", "7"]]  # 4.5: as before (ids)
     refused(validate(prompt_file(tmp_path, "p.jsonl", '{"prompt": 4.5}\n')), "`prompt` must be a string, got float")
 
 
@@ -131,7 +131,7 @@ def test_bad_sweep_input_is_one_line_naming_its_line(tmp_path, old, new, expecte
 
 
 def test_a_grid_over_the_job_limit_counts_its_variants_and_jobs_in_words(tmp_path):
-    """"the grid has 1 variants, so at least 1 jobs": the counts' words follow them (`plural`)."""
+    """The counts' words follow them (`plural`): it said "the grid has 1 variants, so at least 1 jobs"."""
     from controller.sweep.wording import plural
 
     grid = spec_with(tmp_path, "  - name: greedy", "  - name: top_p\n    params: {p: [0.8, 0.9]}")

@@ -40,6 +40,7 @@ def test_the_judges_limits_are_not_part_of_the_sweep_id():
     sweep, whose every job ran again. A sweep with the default limits keeps the id it had."""
     judge = {"url": "http://127.0.0.1:8000/v1", "model": "m"}
     default = plan(spec(**judge))[0].sweep_id
+    assert plan(spec(**judge, baseline="greedy"))[0].sweep_id == "10ea9d1472fa50a7"  # as a9afecb planned it
     assert plan(spec(**judge, limits={"max_requests": 4, "max_tokens": 10, "concurrency": 1}))[0].sweep_id == default
     assert plan(spec(**judge, limits={"max_requests": 2000}))[0].sweep_id == default
 

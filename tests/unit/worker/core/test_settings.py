@@ -155,3 +155,20 @@ def test_engine_settings_read_the_cudnn_attention_switch(monkeypatch):
     assert EngineSettings.from_environment().sdpa_cudnn is False
     monkeypatch.setenv("DECODEBENCH_SDPA_CUDNN", "1")
     assert EngineSettings.from_environment().sdpa_cudnn is True
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "least"),
+    [("DECODEBENCH_HEARTBEAT_TTL", "-1", 1), ("DECODEBENCH_API_MAX_REQUEST_MB", "-64", 0),
+     ("DECODEBENCH_S3_RETRY_S", "nan", 0), ("DECODEBENCH_API_RETRIES", "-2", 0),
+     ("DECODEBENCH_SWEEP_TTL_DAYS", "inf", 0)],
+)  # fmt: skip
+def test_no_number_setting_is_negative_or_not_finite(monkeypatch, variable, value, least):
+    """Only some integers had a floor: a heartbeat TTL of -1 made every running job lost at once (requeued, then
+    failed), a negative request limit refused every body, NaN passed every comparison."""
+    from worker.core.errors import UsageError
+
+    monkeypatch.setenv(variable, value)
+    name = variable.removeprefix("DECODEBENCH_").lower()
+    with pytest.raises(UsageError, match=rf"^{variable}='{value}': must be {least} or more"):
+        settings.get(name)

@@ -120,3 +120,19 @@ def test_a_checkpoint_s_content_hash_is_read_once_while_its_files_are_unchanged(
     with real(model / "config.json", "a") as f:
         f.write(" ")
     assert checkpoint.content_hash(model) != first and "model.safetensors" in opened
+
+
+def test_the_provenance_hash_leaves_a_jinja_template_out_and_the_judges_takes_it(tmp_path, tiny_model):
+    """result.json's content_hash is what a resumed sweep is checked against: a chat_template.jinja (which
+    transformers 5 writes beside a tokenizer with a template) counted in it would have refused every resume of a
+    sweep run before, files unchanged. A local judge's key (`templates=True`) counts it."""
+    import shutil
+
+    from worker.engine import checkpoint
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model, model)
+    plain, judged = checkpoint.content_hash(model), checkpoint.content_hash(model, templates=True)
+    (model / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    assert checkpoint.content_hash(model) == plain
+    assert checkpoint.content_hash(model, templates=True) != judged

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from controller.cli.table import echo_summary
 from controller.report.compute.aggregate import summarize
 from controller.report.render.format import summary_markdown
 from controller.report.render.html import render_html
+from controller.report.render.write import render
 from tests.support.report import make_sweep
 
 
@@ -25,6 +28,7 @@ def test_a_summary_without_intervals_says_why_in_markdown_html_and_the_terminal(
         summary, data
     )
     assert why in render_html(summary, data)
+    assert why in json.loads(render("json", summary, data))["no_ci"]
     echo_summary(summary)
     assert why in capsys.readouterr().err
 
