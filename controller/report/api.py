@@ -62,11 +62,20 @@ def load_summary(
     if not recompute and baseline is None and st.exists(key):
         frame = pd.read_parquet(io.BytesIO(st.read_bytes(key)))
         if int(frame["n_jobs"].fillna(0).sum()) == len(st.complete_job_ids(tenant, sweep_id)):
-            return frame
+            return current_ratings(frame, st, tenant, sweep_id)
     data = load_sweep(st, tenant, sweep_id)
     if not data.results:
         raise UsageError(f"sweep {sweep_id} has no complete jobs yet")
     return stored_extras(summarize(data, n_boot=n_boot, baseline=baseline), st, data, n_boot)
+
+
+def current_ratings(frame: pd.DataFrame, store: Store, tenant: str, sweep_id: str) -> pd.DataFrame:
+    """A stored summary with the ratings imported now, not those of the report that wrote it (a `rate import`
+    after the report changed nothing here until the next report)."""
+    from controller.report.ratings.scores import add_ratings, stored_ratings
+
+    kept = frame[[c for c in frame.columns if not c.startswith("rating_")]]
+    return add_ratings(kept, stored_ratings(store, tenant, sweep_id))
 
 
 def stored_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: int) -> pd.DataFrame:

@@ -70,6 +70,19 @@ def tenant(flag: str | None = None) -> str:
         raise UsageError(str(err)) from None
 
 
+def _finite(click: Any, low: float) -> Any:
+    """A float option's type: at least `low`, and finite (click's FloatRange lets NaN through every bound)."""
+
+    class Finite(click.FloatRange):
+        def convert(self, value, param, ctx):
+            out = super().convert(value, param, ctx)
+            if not math.isfinite(out):
+                self.fail(f"{value!r} is not a finite number.", param, ctx)
+            return out
+
+    return Finite(min=low)
+
+
 def option(name: str, *decls: str, **kwargs: Any):
     """A click option for setting `name`: help, environment variable and default from the table.
 
@@ -81,7 +94,8 @@ def option(name: str, *decls: str, **kwargs: Any):
 
     setting = SETTINGS[name]
     decls = decls or (f"--{name.replace('_', '-')}",)
-    types = {float: click.FloatRange(min=setting.low), int: click.IntRange(min=setting.low)}
+    low = setting.low if setting.low is not None else 0  # as `get`: no count, size or time is negative
+    types = {float: _finite(click, low), int: click.IntRange(min=low)}
     choice = click.Choice(setting.choices, case_sensitive=False) if setting.choices else None
     kwargs.setdefault("type", choice or types.get(setting.parse))
     kwargs.setdefault("help", setting.help)

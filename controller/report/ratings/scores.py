@@ -28,6 +28,7 @@ import pandas as pd
 
 from controller.report.ratings.sheets import FIXED_COLUMNS, SCORES
 from controller.sweep.prompts import sniff_encoding
+from controller.sweep.wording import repeated
 from worker.core import paths, settings
 from worker.core.errors import UsageError, short
 from worker.store import Store
@@ -79,6 +80,8 @@ def parse_sheet(name: str, body: bytes, key: dict[str, Any]) -> dict[str, dict[s
     if not rows or rows[0][: len(FIXED_COLUMNS)] != FIXED_COLUMNS or not set(criteria) <= set(rows[0]):
         raise UsageError(f"{name}: row 1: the header must be {','.join(FIXED_COLUMNS + criteria)}")
     header = rows[0]
+    if (i := repeated(header)) is not None:  # the last copy's scores would be kept in silence
+        raise UsageError(f"{name}: row 1, column {i + 1}: the header names {short(header[i], 40)} twice")
     named = _FILE_RATER.fullmatch(Path(name).name)
     file_rater = named.group(1) if named and named.group(1) in key["raters"] else None
     rater_row = 0
@@ -167,7 +170,9 @@ def round_of(name: str, body: bytes, keys: dict[str, dict], sweep_id: str) -> st
     rows = _rows(name, sheet_text(name, body))
     column = rows[0].index("item") if rows and "item" in rows[0] else None
     items = [r[column].strip() for r in rows[1:] if column is not None and len(r) > column and r[column].strip()]
-    named = [item.split("-", 1)[0] if "-" in item else paths.LEGACY_ROUND for item in items] or [paths.LEGACY_ROUND]
+    if not items:
+        raise UsageError(f"{name}: no rated rows (a sheet holds its header and one row per item)")
+    named = [item.split("-", 1)[0] if "-" in item else paths.LEGACY_ROUND for item in items]
     round_id = next((r for r in named if r in keys), named[0])
     if round_id not in keys:
         exported = ", ".join(keys) or "none"
@@ -179,16 +184,22 @@ def round_of(name: str, body: bytes, keys: dict[str, dict], sweep_id: str) -> st
 
 
 def read_sheet_file(path: Path) -> tuple[str, bytes]:
-    """(name, bytes) of a returned sheet on disk, its size checked before it is read."""
+    """(name, bytes) of a returned sheet on disk, its size checked before it is read and the read itself capped
+    (a pipe or a device reports size 0: /dev/zero was read until memory ran out)."""
     limit_mb = settings.get("rating_sheet_max_mb")
+    limit = int(limit_mb * 2**20)
     try:
         size = path.stat().st_size
-        if size > limit_mb * 2**20:
-            raise UsageError(
-                f"{path}: {size:,} bytes, over the limit of {limit_mb} MiB for a rating sheet "
-                "(DECODEBENCH_RATING_SHEET_MAX_MB)"
-            )
-        return str(path), path.read_bytes()
+        if size <= limit:
+            with path.open("rb") as f:
+                body = f.read(limit + 1)
+            if len(body) <= limit:
+                return str(path), body
+            size = len(body)
+        raise UsageError(
+            f"{path}: {'more than ' if size == limit + 1 else ''}{size:,} bytes, over the limit of {limit_mb} MiB "
+            "for a rating sheet (DECODEBENCH_RATING_SHEET_MAX_MB)"
+        )
     except OSError as err:
         raise UsageError(f"{path}: cannot read the rating sheet ({err.strerror or err})") from None
 

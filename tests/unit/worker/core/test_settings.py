@@ -172,3 +172,12 @@ def test_no_number_setting_is_negative_or_not_finite(monkeypatch, variable, valu
     name = variable.removeprefix("DECODEBENCH_").lower()
     with pytest.raises(UsageError, match=rf"^{variable}='{value}': must be {least} or more"):
         settings.get(name)
+
+
+@pytest.mark.parametrize(("argv", "env"), [(["--reaper-interval", "-5"], {}), (["--reaper-interval", "nan"], {}),
+                                           ([], {"DECODEBENCH_STOP_GRACE": "-3"})])  # fmt: skip
+def test_a_flags_number_is_held_to_the_same_floor_as_the_environments(argv, env):
+    """A float option without a declared floor took -5 and NaN (click's FloatRange with no minimum), from the flag
+    and from its variable alike: the worker started with a negative reaper interval."""
+    res = CliRunner().invoke(worker_main, [*argv, "--device", "cpu"], env=env)
+    assert res.exit_code == 2 and ("not in the range x>=0" in res.output or "not a finite number" in res.output)

@@ -140,8 +140,20 @@ def test_perfect_agreement_gives_alpha_one(sweep):
             lambda rows: rows[3].__setitem__(1, "r1"),
             "row 4, column rater: rater 'r1', but this file is r2's sheet (row 2)",
         ),
+        (lambda rows: [r.append(r[4]) for r in rows], "row 1, column 7: the header names 'fluency' twice"),
     ],
-    ids=["item", "six", "zero", "superscript", "arabic-digit", "decimal", "duplicate", "no-rater", "other-rater"],
+    ids=[
+        "item",
+        "six",
+        "zero",
+        "superscript",
+        "arabic-digit",
+        "decimal",
+        "duplicate",
+        "no-rater",
+        "other-rater",
+        "column-twice",
+    ],
 )
 def test_bad_sheets_are_refused_and_nothing_imported_is_lost(sweep, edit, message):
     store, data, tmp = sweep
@@ -242,6 +254,40 @@ def test_a_sheet_over_the_size_limit_is_refused_before_it_is_read(sweep, monkeyp
     monkeypatch.setenv("DECODEBENCH_RATING_SHEET_MAX_MB", "2")
     res = import_(store, data, big)
     assert res.exit_code == 2 and "over the limit of 2 MiB for a rating sheet" in res.output, res.output
+
+
+def test_a_pipe_or_device_over_the_limit_is_refused_without_reading_it_whole(sweep, monkeypatch):
+    """A device or pipe reports size 0: /dev/zero passed the size check and was read until memory ran out."""
+    store, data, _ = sweep
+    monkeypatch.setenv("DECODEBENCH_RATING_SHEET_MAX_MB", "1")
+    res = import_(store, data, Path("/dev/zero"))
+    assert res.exit_code == 2 and "more than 1,048,577 bytes, over the limit of 1 MiB" in res.output, res.output
+
+
+def test_a_sheet_of_its_header_alone_says_it_has_no_rows(sweep):
+    store, data, tmp = sweep
+    export(store, data, tmp / "s")
+    empty = tmp / "sheet-r1.csv"
+    empty.write_text((tmp / "s" / "sheet-r1.csv").read_text().splitlines()[0] + "\n")
+    res = import_(store, data, empty)
+    assert res.exit_code == 2 and "no rated rows" in res.output and "round" not in res.output, res.output
+
+
+def test_the_python_summary_shows_the_ratings_imported_since_the_report(sweep):
+    """load_summary read the stored summary.parquet while its jobs were all counted: ratings imported after the
+    report were missing from it, or stale, until the next report."""
+    from controller.report.api import load_summary
+
+    store, data, tmp = sweep
+    assert run(store, "report", data.sweep_id, "--no-progress", "--n-boot", "200").exit_code == 0
+    assert not any(c.startswith("rating_") for c in load_summary(data.sweep_id, store=store).columns)
+    export(store, data, tmp / "s")
+    for rater in ("r1", "r2", "r3"):
+        (tmp / f"sheet-{rater}.csv").write_bytes(fill(tmp / "s" / f"sheet-{rater}.csv", rater))
+        assert import_(store, data, tmp / f"sheet-{rater}.csv").exit_code == 0
+    cached = load_summary(data.sweep_id, store=store)
+    fresh = load_summary(data.sweep_id, store=store, recompute=True, n_boot=200)
+    assert cached["rating_fluency"].tolist() == pytest.approx(fresh["rating_fluency"].tolist(), nan_ok=True)
 
 
 def test_export_says_what_was_added_and_defines_each_criterion(sweep):
