@@ -35,6 +35,7 @@ from worker.core import paths
 from worker.core.contract import JobSpec
 from worker.core.engines import VLLM_ENGINE, VLLM_INSTALL, engine_refusal
 from worker.core.errors import CorruptRecordError, DecodebenchError, ModelUnavailableError, UsageError, short, shown
+from worker.core.results import model_hash
 from worker.core.safetext import terminal
 from worker.store import Store
 
@@ -183,10 +184,9 @@ def _recorded_hash(store: Store, tenant: str, job: JobSpec) -> str | None:
     """The content hash of its model that a complete job's result.json records (None: none, or a damaged result,
     which the report names)."""
     try:
-        model = store.load_result(tenant, job.sweep_id, job.job_id).provenance.get("model") or {}
+        return model_hash(store.load_result(tenant, job.sweep_id, job.job_id).provenance)
     except CorruptRecordError:
         return None
-    return model.get("content_hash") if isinstance(model, dict) else None
 
 
 def _run_one(job: JobSpec, store: Store, runtime, outcome: RunOutcome, run_job) -> None:

@@ -82,10 +82,9 @@ def stored_extras(summary: pd.DataFrame, store: Store, data: SweepData, n_boot: 
     """`with_extras`, reading only: the imported human ratings and the judge's stored verdicts (the last report's),
     nothing sent (a recomputed summary had neither: its rating and judge columns were gone)."""
     from controller.judge.report import add_judge, stored_judge
-    from controller.report.ratings.scores import add_ratings, stored_ratings
 
     judged = stored_judge(store, data.tenant, data.sweep_id, data.sweep_spec, n_boot)
-    return add_judge(add_ratings(summary, stored_ratings(store, data.tenant, data.sweep_id)), judged)
+    return add_judge(current_ratings(summary, store, data.tenant, data.sweep_id), judged)
 
 
 def load_generations(sweep: str, store: Store | str | None = None, tenant: str = "default") -> pd.DataFrame:

@@ -164,3 +164,11 @@ class JobResult(Strict):
         "warm-up, rows per prompt), decoding loop, batch size (requested, used, how chosen), "
         "bucketing, dtype, attention kernels, KV cache and compilation, sampler, compactions, energy source.",
     )
+
+
+def model_hash(provenance: Any) -> str | None:
+    """The content hash of its model's files that a result's provenance records (worker.engine.checkpoint's), or
+    None (a hub model, or a provenance not of that shape): what a resumed sweep and a report compare."""
+    model = provenance.get("model") if isinstance(provenance, dict) else None
+    digest = model.get("content_hash") if isinstance(model, dict) else None
+    return digest if isinstance(digest, str) else None

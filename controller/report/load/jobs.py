@@ -26,7 +26,7 @@ from typing import Any
 from controller.report.stats.speed import MEMORY_KEYS
 from worker.core.contract import EngineSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.errors import CorruptRecordError, UsageError, short, shown
-from worker.core.results import BatchTiming, JobResult
+from worker.core.results import BatchTiming, JobResult, model_hash
 
 READ_WINDOW = 512  # reads handed to the threads at a time: what is held before the reader takes it
 
@@ -70,9 +70,7 @@ def check_model_files(results: Iterable[JobResult | JobInfo]) -> None:
     hashes: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # path -> hash -> job ids
     models: dict[str, ModelSpec] = {}
     for r in results:
-        recorded = r.provenance.get("model")
-        digest = recorded.get("content_hash") if isinstance(recorded, Mapping) else None
-        if isinstance(digest, str):
+        if (digest := model_hash(r.provenance)) is not None:
             hashes[r.job.model.path][digest].append(r.job.job_id)
             models.setdefault(r.job.model.path, r.job.model)
     for path, by_hash in hashes.items():

@@ -219,9 +219,8 @@ def from_replicates(
     `smooth`: t* = (θ* − θ̂) / s(θ*) and the interval θ − q · s(θ̂), s the replicates' `spread_curve`; the
     floor stays Student's t(G − 1) times the sample's own SE.
 
-    With G ≤ 3 units a replicate draws one unit alone G^(1 − G) of the time (2: half, 3: a ninth), more than a
-    tail's 2.5%: the replicates would be flat by construction, and their percentiles the range of the units (a
-    tokens/s interval of two batches covered 50% of the time, of three 73%). Student's t(G − 1) instead."""
+    With too few units (`too_few`: G ≤ 3) the replicates' percentiles would be the range of the units (a tokens/s
+    interval of two batches covered 50% of the time, of three 73%): Student's t(G − 1) instead."""
     q_t = float(sps.t.ppf((1 + CI_LEVEL) / 2, G - 1))
     if too_few(G):
         return theta - q_t * se, theta + q_t * se
