@@ -52,8 +52,8 @@ def judge_summary(store, tenant: str, sweep_id: str, spec: dict, results, cell_o
         plan, records = judge_sweep(store, tenant, sweep_id, judge, results, cell_order, runner=runner, dry_run=dry_run)
     except OverBudget as err:
         again = (
-            "raise it in the sweep file and `decodebench run` it again (a local sweep's jobs are kept: only the report "
-            "is made; a submitted sweep keeps the limits it was submitted with)"
+            "raise it in the sweep file and `decodebench run` or `submit` it again (its jobs are kept: a run makes "
+            "only the report; after a submission, `decodebench report` it)"
         )
         return {"mode": judge.mode, "plan": str(err), "sent": 0, "rows": [], "not_judged": f"{err}; {again}"}
     doc: dict[str, Any] = {"mode": judge.mode, "plan": plan.line(), "sent": 0 if dry_run else len(plan.missing)}

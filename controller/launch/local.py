@@ -35,7 +35,7 @@ from worker.core import paths
 from worker.core.contract import JobSpec
 from worker.core.engines import VLLM_ENGINE, VLLM_INSTALL, engine_refusal
 from worker.core.errors import CorruptRecordError, DecodebenchError, ModelUnavailableError, UsageError, short, shown
-from worker.core.results import model_hash
+from worker.core.results import model_hashes
 from worker.core.safetext import terminal
 from worker.store import Store
 
@@ -69,9 +69,10 @@ class RunOutcome:
 
 
 def save_sweep(store: Store, spec: SweepSpec, jobs: list[JobSpec], tenant: str, mode: str) -> None:
-    """spec.json (the validated spec) and plan.json (job ids per cell); written once per sweep."""
+    """spec.json (the validated spec) and plan.json (job ids per cell); written once per sweep, but for the
+    judge's limits: not part of the sweep id, the last run's or submission's are kept (`report SWEEP` reads them)."""
     sweep_id = jobs[0].sweep_id
-    store.write_json(
+    written = store.write_json(
         paths.spec_key(tenant, sweep_id),
         {
             "sweep_id": sweep_id,
@@ -84,6 +85,8 @@ def save_sweep(store: Store, spec: SweepSpec, jobs: list[JobSpec], tenant: str, 
         },
         create_only=True,
     )
+    if not written and spec.judge is not None:
+        _keep_judge_limits(store, paths.spec_key(tenant, sweep_id), spec.judge.limits.model_dump(mode="json"))
     store.write_json(
         paths.plan_key(tenant, sweep_id),
         {
@@ -95,6 +98,16 @@ def save_sweep(store: Store, spec: SweepSpec, jobs: list[JobSpec], tenant: str, 
         },
         create_only=True,
     )
+
+
+def _keep_judge_limits(store: Store, key: str, limits: dict) -> None:
+    """The stored spec's judge limits replaced by `limits` where they differ (a raised budget, run or submitted
+    again); the rest of spec.json as it was written first."""
+    stored = store.read_json(key)
+    judge = (stored.get("spec") or {}).get("judge") if isinstance(stored, dict) else None
+    if isinstance(judge, dict) and judge.get("limits") != limits:
+        judge["limits"] = limits
+        store.write_json(key, stored)
 
 
 def run_sweep(
@@ -160,15 +173,17 @@ def check_engines(jobs: list[JobSpec]) -> None:
 
 
 def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: set[str]) -> None:
-    """A UsageError, before any job runs, where a local model that jobs still to run load has files other than
-    those the sweep's complete jobs of it recorded (their result.json's `content_hash`): resumed, its cells would
-    mix two models under one name. The hash is the engine's own, which keeps it for the load that follows."""
+    """A UsageError, before any job runs, where a local model that jobs still to run load (their own, the scorer,
+    the featurizer, an assisted strategy's draft) has files other than those the sweep's complete jobs loading it
+    recorded (their result.json's `content_hash`): resumed, its cells would mix two models under one name. The
+    hash is the engine's own, which keeps it for the load that follows."""
     from worker.engine.checkpoint import content_hash  # the hash each result records (no torch)
 
-    pending = {j.model.path: j.model for j in jobs if j.job_id not in complete and Path(j.model.path).is_dir()}
+    pending = {m.path: m for j in jobs if j.job_id not in complete for m in models_of(j) if Path(m.path).is_dir()}
+    read: dict[str, dict[str, tuple[str, str]]] = {}  # job id -> its result's recorded hashes, read once
     for path, model in pending.items():
-        done = [j for j in jobs if j.job_id in complete and j.model.path == path]
-        recorded = next((h for h in (_recorded_hash(store, tenant, j) for j in done) if h), None)
+        done = (j for j in jobs if j.job_id in complete and any(m.path == path for m in models_of(j)))
+        recorded = next((h[path][1] for h in (_recorded(store, tenant, j, read) for j in done) if path in h), None)
         if recorded is None:  # none of its jobs complete yet (or none recorded a hash): nothing to mix with
             continue
         now = content_hash(Path(path))
@@ -180,13 +195,15 @@ def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: 
             )
 
 
-def _recorded_hash(store: Store, tenant: str, job: JobSpec) -> str | None:
-    """The content hash of its model that a complete job's result.json records (None: none, or a damaged result,
-    which the report names)."""
-    try:
-        return model_hash(store.load_result(tenant, job.sweep_id, job.job_id).provenance)
-    except CorruptRecordError:
-        return None
+def _recorded(store: Store, tenant: str, job: JobSpec, read: dict) -> dict[str, tuple[str, str]]:
+    """The content hashes of its models that a complete job's result.json records (none for a damaged result,
+    which the report names), read once per job into `read`."""
+    if job.job_id not in read:
+        try:
+            read[job.job_id] = model_hashes(store.load_result(tenant, job.sweep_id, job.job_id).provenance)
+        except CorruptRecordError:
+            read[job.job_id] = {}
+    return read[job.job_id]
 
 
 def _run_one(job: JobSpec, store: Store, runtime, outcome: RunOutcome, run_job) -> None:

@@ -135,6 +135,49 @@ def test_a_sweep_resumed_after_its_model_changed_is_refused(tmp_path, tiny_model
     assert f"000000000000: 1 job, e.g. {kept.name}" in report.stderr
 
 
+def test_a_sweep_resumed_after_its_scorer_or_draft_changed_is_refused(tmp_path, tiny_model, small_model, prompts_file):
+    """Only the generating model's files were compared: a scorer replaced between runs mixed two scorers' perplexities
+    in one column, and an assisted strategy's draft was not even recorded in the provenance. Now every model a job
+    loads is recorded and compared, on resume and in the report."""
+    scorer, draft = tmp_path / "scorer", tmp_path / "draft"
+    shutil.copytree(tiny_model, scorer)
+    shutil.copytree(tiny_model, draft)
+    spec = write_spec(tmp_path, tiny_model, prompts_file, limit=8, shard=4)
+    spec.write_text(
+        spec.read_text().replace(
+            "  - name: top_p\n    params: {p: 0.9}\n", f"  - name: assisted\n    params: {{assistant: {draft}}}\n"
+        )
+        + f"scorer:\n  path: {scorer}\n  name: judge-lm\nmetrics: [perplexity, mean_length]\n"
+    )
+    out = tmp_path / "runs"
+    run = ["--log-level", "warning", "run", str(spec), "--store", str(out), "--no-progress"]
+    assert CliRunner().invoke(main, run).exit_code == 0
+    jobs = sorted((sweep_dir(out) / "jobs").iterdir())
+    records = [json.loads((j / "result.json").read_text()) for j in jobs]
+    assisted = [r for r in records if r["job"]["strategy"]["name"] == "assisted"]
+    assert assisted and all(r["provenance"]["assistant"]["path"] == str(draft) for r in assisted)
+    assert all(len(r["provenance"]["assistant"]["content_hash"]) == 64 for r in assisted)
+    shutil.rmtree(jobs[0])  # as if the run had been stopped before this job
+    for changed in (scorer, draft):
+        shutil.rmtree(changed)
+        shutil.copytree(small_model, changed)
+        refused = CliRunner().invoke(main, run)
+        assert refused.exit_code == 2, refused.output
+        assert f"({changed}): its files changed since this sweep's complete jobs" in refused.stderr
+        shutil.rmtree(changed)
+        shutil.copytree(tiny_model, changed)
+    assert CliRunner().invoke(main, run).exit_code == 0
+    kept = next(j for j in jobs[1:] if "scorer" in json.loads((j / "result.json").read_text())["provenance"])
+    result = json.loads((kept / "result.json").read_text())  # a sweep mixing two scorers, as the old resume left it
+    result["provenance"]["scorer"]["content_hash"] = "0" * 64
+    (kept / "result.json").write_text(json.dumps(result))
+    report = CliRunner().invoke(main, ["report", sweep_dir(out).name, "--store", str(out), "--n-boot", "0"])
+    assert report.exit_code == 2, report.output
+    assert (
+        f"error: model 'judge-lm' ({scorer}): the sweep's complete jobs of it ran on different files" in report.stderr
+    )
+
+
 @pytest.mark.slow
 def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, tiny_model, prompts_file):
     spec = write_spec(tmp_path, tiny_model, prompts_file, limit=16, shard=2)

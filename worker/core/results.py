@@ -166,9 +166,17 @@ class JobResult(Strict):
     )
 
 
-def model_hash(provenance: Any) -> str | None:
-    """The content hash of its model's files that a result's provenance records (worker.engine.checkpoint's), or
-    None (a hub model, or a provenance not of that shape): what a resumed sweep and a report compare."""
-    model = provenance.get("model") if isinstance(provenance, dict) else None
-    digest = model.get("content_hash") if isinstance(model, dict) else None
-    return digest if isinstance(digest, str) else None
+MODEL_ROLES = ("model", "scorer", "featurizer", "assistant")  # the models a result's provenance may record
+
+
+def model_hashes(provenance: Any) -> dict[str, tuple[str, str]]:
+    """path -> (label, content hash of its files) of each local model a result's provenance records (worker.engine.
+    checkpoint's hash): its own, the scorer, the featurizer, an assisted strategy's draft; a hub model (no hash) or
+    an entry not of that shape left out. What a resumed sweep and a report compare."""
+    out: dict[str, tuple[str, str]] = {}
+    for role in MODEL_ROLES:
+        info = provenance.get(role) if isinstance(provenance, dict) else None
+        if isinstance(info, dict) and isinstance(info.get("content_hash"), str) and isinstance(info.get("path"), str):
+            label = info.get("label")
+            out.setdefault(info["path"], (label if isinstance(label, str) else info["path"], info["content_hash"]))
+    return out

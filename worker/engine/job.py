@@ -281,6 +281,13 @@ def _records(job: JobSpec, items: list[Generated], scores: dict, features: dict,
     return records
 
 
+def _models_info(lm: LoadedModel, plan: Plan, scorer_info, featurizer_info) -> dict[str, Any]:
+    """The provenance's models: the generating model, the scorer and the featurizer (None where the job has none),
+    and an assisted strategy's draft where it has one."""
+    info = {"model": lm.info, "scorer": scorer_info, "featurizer": featurizer_info}
+    return info | ({"assistant": plan.assistant.info} if plan.assistant is not None else {})
+
+
 def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[GenerationRecord]]:
     """Generate and measure one job; touches no store."""
     started = _now()
@@ -314,7 +321,7 @@ def generate_job(job: JobSpec, runtime: Runtime) -> tuple[JobResult, list[Genera
         n_generations=len(records),
         new_tokens=sum(r.n_new_tokens for r in records),
         memory=memory,
-        provenance=provenance(job, runtime, {"model": lm.info, "scorer": scorer_info, "featurizer": featurizer_info}),
+        provenance=provenance(job, runtime, _models_info(lm, plan, scorer_info, featurizer_info)),
         notes=notes,
         engine=engine_record(lm, plan, batches, runtime, [part for _, part in outputs]),
     )

@@ -28,8 +28,8 @@ def provenance(
     job: JobSpec, runtime: Any, models: Mapping[str, Any], engine: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """result.json's provenance. `runtime`: the worker's (worker.engine.job.Runtime: its settings and device
-    info); `models`: {"model": ..., and where the job has them "scorer", "featurizer"}; `engine`: an engine's
-    own entries, which take the place of the own engine's (its seeding)."""
+    info); `models`: {"model": ..., and where the job has them "scorer", "featurizer", "assistant"}; `engine`: an
+    engine's own entries, which take the place of the own engine's (its seeding)."""
     import transformers
 
     samples = {}

@@ -26,7 +26,7 @@ from typing import Any
 from controller.report.stats.speed import MEMORY_KEYS
 from worker.core.contract import EngineSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.errors import CorruptRecordError, UsageError, short, shown
-from worker.core.results import BatchTiming, JobResult, model_hash
+from worker.core.results import BatchTiming, JobResult, model_hashes
 
 READ_WINDOW = 512  # reads handed to the threads at a time: what is held before the reader takes it
 
@@ -66,20 +66,21 @@ def job_reader(store, tenant: str, sweep_id: str, with_generations: bool) -> Cal
 def check_model_files(results: Iterable[JobResult | JobInfo]) -> None:
     """A UsageError naming the first model whose complete jobs recorded different content hashes of its files (they
     changed at the same path between runs of the sweep, or differ between workers): its cells would mix two models
-    under one name. Jobs that recorded none (a hub id) are not compared."""
+    under one name. Every model a job loads counts (its own, the scorer, the featurizer, an assisted strategy's
+    draft); jobs that recorded none (a hub id) are not compared."""
     hashes: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # path -> hash -> job ids
-    models: dict[str, ModelSpec] = {}
+    labels: dict[str, str] = {}
     for r in results:
-        if (digest := model_hash(r.provenance)) is not None:
-            hashes[r.job.model.path][digest].append(r.job.job_id)
-            models.setdefault(r.job.model.path, r.job.model)
+        for path, (label, digest) in model_hashes(r.provenance).items():
+            hashes[path][digest].append(r.job.job_id)
+            labels.setdefault(path, label)
     for path, by_hash in hashes.items():
         if len(by_hash) > 1:
             seen = "; ".join(
                 f"{h[:12]}: {len(ids)} job{'s' * (len(ids) > 1)}, e.g. {ids[0]}" for h, ids in by_hash.items()
             )
             raise UsageError(
-                f"model {short(models[path].label)} ({shown(path)}): the sweep's complete jobs of it ran on different "
+                f"model {short(labels[path])} ({shown(path)}): the sweep's complete jobs of it ran on different "
                 f"files (content hash {seen}), so its cells would mix two models; delete the result.json of the jobs "
                 "of the files you do not want and run the sweep again with the others, or run it as a new sweep"
             )

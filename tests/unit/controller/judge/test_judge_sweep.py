@@ -196,6 +196,37 @@ def test_run_over_the_judge_budget_writes_the_report_and_a_raised_limit_reports_
     assert "Not judged" not in md.read_text() and "## LLM judge" in md.read_text()
 
 
+def test_a_sweep_submitted_again_with_a_raised_limit_is_reported_with_it(tmp_path, tiny_model, conn):
+    """spec.json is written once, and the judge's limits are not part of the sweep id: a sweep submitted again with a
+    raised limit kept its first limits, so `report SWEEP` stayed over budget for ever. Now the last run's or
+    submission's limits are stored, and the report reads them."""
+    from controller.launch.submit import submit
+    from controller.sweep.load import load_spec
+    from worker.store import open_store
+
+    spec = {
+        "name": "judged-resubmit",
+        "models": [{"path": tiny_model, "name": "tiny"}],
+        "prompts": {"inline": ["It was the best of times", "Call me", "The house stood"]},
+        "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 20}}],
+        "generation": {"max_new_tokens": 6, "batch_size": 4},
+        "metrics": ["mean_length"],
+    }
+    runs = str(tmp_path / "runs")
+    with JudgeServer() as srv:
+        spec["judge"] = {"url": srv.url, "model": "stand-in", "baseline": "greedy", "limits": {"max_requests": 4}}
+        (tmp_path / "s.json").write_text(json.dumps(spec))
+        assert CliRunner().invoke(main, ["run", str(tmp_path / "s.json"), "--out", runs]).exit_code == 2
+        spec["judge"]["limits"]["max_requests"] = 6
+        (tmp_path / "s.json").write_text(json.dumps(spec))
+        store = open_store(runs)
+        out = submit(conn, store, load_spec(tmp_path / "s.json"), "default", key=b"k" * 32)
+        again = CliRunner().invoke(main, ["report", out.sweep_id, "--store", runs, "--no-progress"])
+        assert again.exit_code == 0, again.output
+        assert srv.hits == 6
+        assert store.load_spec("default", out.sweep_id)["spec"]["judge"]["limits"]["max_requests"] == 6
+
+
 @pytest.mark.slow
 def test_decodebench_run_with_a_judge_url_reports_its_win_rates(tmp_path, tiny_model):
     spec = {
