@@ -157,6 +157,9 @@ def judge_table(summary: pd.DataFrame) -> tuple[str, list[str], list[list[str]],
                  _ci(r, "win_rate"), _lc(r), f"{r['wins']}/{r['ties']}/{r['losses']}",
                  str(r["unparsed"]), str(r["failed"])] for r in doc["rows"]]  # fmt: skip
         note = NOTE.format(**fmt)
+    few = min(r["prompts"] for r in [*doc["rows"], *doc.get("agreement", [])])
+    if few < stats.MIN_CI_PROMPTS:
+        note += f" No interval where fewer than {stats.MIN_CI_PROMPTS} prompts were judged (here as few as {few})."
     agree = [[a["criterion"], "Spearman ρ (grade vs mean rating)" if a["statistic"] == "spearman_rho" else
               "share of pairs preferring the raters' choice", f"{_f(a['value'])} [{_f(a['ci_low'])}, "
               f"{_f(a['ci_high'])}]", str(a["n"])] for a in doc.get("agreement", [])]  # fmt: skip

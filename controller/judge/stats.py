@@ -12,6 +12,10 @@ Where length separates the verdicts (every pair with a win in it at least as lon
 or every one at most as long) the fit has no maximum and the LC win rate is NaN with the reason (`lc_fit`), as is
 its interval where more than the tail share of resamples is so (`lc_interval`).
 
+Every interval needs the report's minimum of prompts judged (`MIN_CI_PROMPTS`, 8; one seed or many): below it the
+interval is NaN and the section says why (a bootstrap over 2 or 3 prompts draws one prompt alone too often to mean
+anything).
+
 Agreement with humans (where `decodebench rate import` brought ratings): single mode, Spearman's ρ between
 the judge's grade and the item's mean human rating (interval: percentile bootstrap over prompts); pairwise,
 the share of pairs, with both answers rated and the raters' means not equal, where the judge's decisive
@@ -28,6 +32,7 @@ from scipy import stats as sps
 
 from controller.judge.verdicts import GRADES
 from controller.metrics import ratio
+from controller.report.load.jobs import MIN_CI_PROMPTS
 from controller.report.stats.bootstrap_t import CI_LEVEL, PERCENTILES, studentized, values_of
 from controller.report.stats.shares import share_interval, within_scale
 
@@ -48,7 +53,7 @@ def mean_interval(
     if len(sums) == 0:
         return math.nan, math.nan, math.nan
     value = float(sums[:, 0].sum() / sums[:, 1].sum())
-    if len(sums) < 2 or n_boot <= 0:
+    if len(sums) < MIN_CI_PROMPTS or n_boot <= 0:  # the report's own minimum (docs/reports.md)
         return value, math.nan, math.nan
     ci = studentized(sums, values_of(ratio), n_boot=n_boot, rng=rng, is_ratio=True)
     if scale == (0.0, 1.0):
@@ -155,12 +160,13 @@ def pairwise_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]
         skipped = 0
         if len({r["outcome"] for r in decided}) == 1:  # every pair won (or lost, or tied): the length model has
             lc_lo, lc_hi = lo, hi  # nothing to adjust and every resample fits the same; the win rate's interval
-        elif why is None and len(per_prompt) >= 2 and n_boot > 0:
+        elif why is None and len(per_prompt) >= MIN_CI_PROMPTS and n_boot > 0:
             lc_lo, lc_hi, skipped, why = lc_interval(decided, rng, min(n_boot, N_BOOT_REFIT))
         count = {o: sum(r["outcome"] == o for r in recs) for o in ("A", "B", "tie", "unparsed", "failed")}
         rows.append({"cell": cell, "criterion": crit, "baseline": recs[0]["baseline"], "win_rate": win,
                      "win_rate_ci_low": lo, "win_rate_ci_high": hi, "lc_win_rate": lc, "lc_win_rate_ci_low": lc_lo,
                      "lc_win_rate_ci_high": lc_hi, "lc_note": why or "", "lc_resamples_skipped": skipped,
+                     "prompts": len(per_prompt),
                      "wins": count["A"], "losses": count["B"], "ties": count["tie"], "unparsed": count["unparsed"],
                      "failed": count["failed"]})  # fmt: skip
     return rows
@@ -177,6 +183,7 @@ def single_rows(records: list[dict], n_boot: int, seed: int = 0) -> list[dict]:
         per_prompt = {p: [r["grade"] for r in rs] for p, rs in _by_prompt(graded).items()}
         grade, lo, hi = mean_interval(per_prompt, n_boot, np.random.default_rng([seed, i]), GRADES)
         rows.append({"cell": cell, "criterion": crit, "grade": grade, "grade_ci_low": lo, "grade_ci_high": hi,
+                     "prompts": len(per_prompt),
                      "graded": len(graded), "unparsed": sum(r["outcome"] == "unparsed" for r in recs),
                      "failed": sum(r["outcome"] == "failed" for r in recs)})  # fmt: skip
     return rows
@@ -232,16 +239,24 @@ def agreement(records: list[dict], humans: dict, mode: str, n_boot: int, seed: i
             flat = np.array([p for v in pts.values() for p in v]).reshape(-1, 2)
             rho = spearman(flat)
             lo = hi = math.nan
-            if len(pts) >= 2 and n_boot > 0 and not math.isnan(rho):
+            if len(pts) >= MIN_CI_PROMPTS and n_boot > 0 and not math.isnan(rho):
                 draws = [spearman(np.array(d).reshape(-1, 2)) for d in _resample(pts, rng, min(n_boot, N_BOOT_REFIT))]
                 lo, hi = (float(v) for v in np.nanpercentile(draws, PERCENTILES))
             rows.append(
-                {"criterion": crit, "statistic": "spearman_rho", "value": rho, "ci_low": lo, "ci_high": hi, "n": n}
+                {
+                    "criterion": crit,
+                    "statistic": "spearman_rho",
+                    "value": rho,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "n": n,
+                    "prompts": len(pts),
+                }
             )
         else:
             share, lo, hi = mean_interval({p: [a for a, _ in v] for p, v in pts.items()}, n_boot, rng)
             rows.append({"criterion": crit, "statistic": "pair_agreement", "value": share, "ci_low": lo,
-                         "ci_high": hi, "n": n})  # fmt: skip
+                         "ci_high": hi, "n": n, "prompts": len(pts)})  # fmt: skip
     return rows
 
 

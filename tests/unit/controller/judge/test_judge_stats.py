@@ -24,7 +24,38 @@ def test_win_rate_counts_ties_half_and_leaves_unparsed_and_failed_out():
     (row,) = stats.pairwise_rows(records, n_boot=200)
     assert row["win_rate"] == pytest.approx((1 + 1 + 0.5 + 0) / 4)
     assert (row["wins"], row["ties"], row["losses"], row["unparsed"], row["failed"]) == (2, 1, 1, 1, 1)
-    assert 0 <= row["win_rate_ci_low"] <= row["win_rate"] <= row["win_rate_ci_high"] <= 1
+    assert row["prompts"] == 4 and math.isnan(row["win_rate_ci_low"])  # fewer than the report's 8 prompts
+    (row,) = stats.pairwise_rows(records + [{**r, "prompt_id": r["prompt_id"] + "b"} for r in records], n_boot=200)
+    assert row["prompts"] == 8 and 0 <= row["win_rate_ci_low"] <= row["win_rate"] <= row["win_rate_ci_high"] <= 1
+
+
+def test_no_judge_interval_from_fewer_prompts_than_the_report_needs():
+    """With 2 or 3 prompts the win rate, the LC win rate, the grade and Spearman's ρ had bootstrap intervals (a
+    resample of 3 prompts draws one prompt alone 1 time in 9: a percentile interval of such draws means nothing).
+    Now every judge interval needs the report's 8 prompts, as the report's own do, and the section says so."""
+    import pandas as pd
+
+    from controller.judge.report import judge_markdown
+
+    lengths = [30, -20, 10, 25, -5, 40, -30, 15, 20]
+    outcomes = ["A", "B", "A", "tie", "A", "B", "B", "A", "A"]
+    pairs = [rec("v", f"p{i % 3}", o, len_diff=d, seed=i // 3) for i, (o, d) in enumerate(zip(outcomes, lengths))]
+    (row,) = stats.pairwise_rows(pairs, n_boot=200)
+    assert row["prompts"] == 3 and not math.isnan(row["win_rate"]) and not math.isnan(row["lc_win_rate"])
+    assert all(math.isnan(row[k]) for k in ("win_rate_ci_low", "win_rate_ci_high", "lc_win_rate_ci_low"))
+    graded = [{"cell": "v", "criterion": "overall", "prompt_id": f"p{i % 3}", "job_seed": i // 3, "grade": g,
+               "outcome": "graded"} for i, g in enumerate([4, 6, 8, 5, 7, 3])]  # fmt: skip
+    (grade,) = stats.single_rows(graded, n_boot=200)
+    assert math.isnan(grade["grade_ci_low"]) and grade["prompts"] == 3
+    key, sheets = _key_and_sheets(3)
+    rho = stats.agreement([{**g, "sample": 0} for g in graded[:3]], stats.human_means(key, sheets), "single", 200)
+    assert math.isnan(rho[0]["ci_low"])
+    summary = pd.DataFrame({"cell": ["v"], "strategy": ["top_k"]})
+    summary.attrs["judge"] = {"mode": "pairwise", "judge": "j", "template": "t", "template_sha256": "0" * 64,
+                              "rows": [row], "agreement": []}  # fmt: skip
+    assert "No interval where fewer than 8 prompts were judged (here as few as 3)." in "\n".join(
+        judge_markdown(summary)
+    )
 
 
 def test_length_controlled_win_rate_matches_a_hand_computation():
@@ -127,31 +158,32 @@ def test_lc_resamples_that_separate_are_skipped_and_counted_and_too_many_leave_n
 
 
 def test_single_grades_with_an_interval():
+    grades = [4, 6, 8, None, 5, 7, 3, 6, 4]
     records = [{"cell": "v", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "grade": g,
-                "outcome": "graded" if g else "unparsed"} for i, g in enumerate([4, 6, 8, None, 5])]  # fmt: skip
+                "outcome": "graded" if g else "unparsed"} for i, g in enumerate(grades)]  # fmt: skip
     (row,) = stats.single_rows(records, n_boot=200)
-    assert row["grade"] == pytest.approx(23 / 4) and row["graded"] == 4 and row["unparsed"] == 1
+    assert row["grade"] == pytest.approx(43 / 8) and row["graded"] == 8 and row["unparsed"] == 1
     assert row["grade_ci_low"] < row["grade"] < row["grade_ci_high"]
 
 
-def _key_and_sheets():
-    items = {f"i{i}": {"cell": "v" if i < 6 else "base", "prompt_id": f"p{i % 6}", "job_seed": 0, "sample": 0}
-             for i in range(12)}  # fmt: skip
-    r1 = {f"i{i}": {"overall": 1 + (i * 7) % 5} for i in range(12)}
-    r2 = {f"i{i}": {"overall": 1 + (i * 3) % 5} for i in range(12)}
+def _key_and_sheets(n: int = 6):
+    items = {f"i{i}": {"cell": "v" if i < n else "base", "prompt_id": f"p{i % n}", "job_seed": 0, "sample": 0}
+             for i in range(2 * n)}  # fmt: skip
+    r1 = {f"i{i}": {"overall": 1 + (i * 7) % 5} for i in range(2 * n)}
+    r2 = {f"i{i}": {"overall": 1 + (i * 3) % 5} for i in range(2 * n)}
     return {"items": items, "criteria": ["overall"]}, {"r1": r1, "r2": r2}
 
 
 def test_spearman_agreement_matches_scipy_on_fixed_data():
-    key, sheets = _key_and_sheets()
+    key, sheets = _key_and_sheets(8)
     humans = stats.human_means(key, sheets)
-    grades = [3, 9, 4, 7, 2, 8]
+    grades = [3, 9, 4, 7, 2, 8, 5, 6]
     records = [{"cell": "v", "criterion": "overall", "prompt_id": f"p{i}", "job_seed": 0, "sample": 0, "grade": g}
                for i, g in enumerate(grades)]  # fmt: skip
     (row,) = stats.agreement(records, humans, "single", n_boot=200)
-    means = [(sheets["r1"][f"i{i}"]["overall"] + sheets["r2"][f"i{i}"]["overall"]) / 2 for i in range(6)]
+    means = [(sheets["r1"][f"i{i}"]["overall"] + sheets["r2"][f"i{i}"]["overall"]) / 2 for i in range(8)]
     assert row["value"] == pytest.approx(sps.spearmanr(grades, means).statistic)
-    assert row["n"] == 6 and row["ci_low"] <= row["value"] <= row["ci_high"]
+    assert row["n"] == 8 and row["ci_low"] <= row["value"] <= row["ci_high"]
 
 
 def test_pairwise_agreement_is_the_share_preferring_the_raters_choice():
