@@ -65,10 +65,12 @@ def submit(
     store: str,
 ) -> None:
     """Plan a sweep and enqueue its jobs for workers (idempotent)."""
+    from controller.cli.local import repeated_notes
     from controller.server.client import submission
     from controller.sweep.load import load_spec
 
     spec = load_spec(spec_path, check_paths=not remote_paths)
+    repeated_notes(spec)
     to = backend(api, redis_url, store, tenant)
     body = submission(spec, priority, retry_failed, retries)
     out = to.submit(body)

@@ -55,6 +55,7 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, 
         f"up to {s.tokens_to_generate:,} {plural(s.tokens_to_generate, 'token')} to generate"
     )
     click.echo(f"limit: {settings.get('max_jobs'):,} jobs per sweep (DECODEBENCH_MAX_JOBS)")
+    repeated_notes(spec)
     cells: dict[str, list] = {}
     for j in jobs:
         cells.setdefault(j.cell, []).append(j)
@@ -104,6 +105,7 @@ def run(
     quiet_console(verbose)
     settings.parse_device(device)
     spec = load_spec(spec_path)
+    repeated_notes(spec)
     opened = open_store(store)
     bar = progress_mode(no_progress)  # None: a line per tenth of the jobs
     resume = f"run the same command again to resume: decodebench run {terminal(spec_path)}{store_flag(store)}"
@@ -131,6 +133,14 @@ def run(
         raise UsageError(judged)
     if outcome.n_failed or outcome.n_skipped:
         sys.exit(1)
+
+
+def repeated_notes(spec) -> None:
+    """A note on stderr for each strategy variant the spec lists twice (`plan.repeated_variants`): one cell."""
+    from controller.sweep.plan import repeated_variants
+
+    for line in repeated_variants(spec):
+        click.echo(f"note: {terminal(line)}", err=True)
 
 
 def quiet_console(verbose: bool) -> None:

@@ -31,20 +31,35 @@ __all__ = ["expand_grid", "plan", "summarize_plan", "variants"]
 
 
 def variants(spec: SweepSpec) -> list[StrategySpec]:
-    """Every concrete strategy variant, defaults filled in, duplicates dropped, spec order kept."""
-    out: list[StrategySpec] = []
-    seen = set()
-    for entry in spec.strategies:
+    """Every concrete strategy variant, defaults filled in, duplicates dropped (`repeated_variants` names them),
+    spec order kept."""
+    return [variant for variant, _, first in _entries(spec) if first is None]
+
+
+def repeated_variants(spec: SweepSpec) -> list[str]:
+    """A line for each variant an entry of `strategies` repeats (the same strategy and parameters, defaults filled
+    in, as an earlier entry's or its own grid's): planned once, one cell, which `validate` and `run` say."""
+    lines = []
+    for variant, i, first in _entries(spec):
+        if first is not None:
+            where = "an earlier value of its own grid" if first == i else f"strategies[{first}]"
+            label = variant_label(variant.name, variant.params)
+            lines.append(f"strategies[{i}]: {label} repeats {where} (with defaults filled in): planned once")
+    return lines
+
+
+def _entries(spec: SweepSpec):
+    """(variant, the index of its entry in `strategies`, the index of the entry that had it first or None)."""
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(spec.strategies):
         strategy = get_strategy(entry.name)
         for combo in expand_grid(entry.params):
             variant = StrategySpec(
                 name=entry.name, params=strategy.validate(combo), samples=entry.samples, best_of=entry.best_of
             )
             key = spec_hash(_identity(variant))
-            if key not in seen:
-                seen.add(key)
-                out.append(variant)
-    return out
+            yield variant, i, seen.get(key)
+            seen.setdefault(key, i)
 
 
 def _identity(variant: StrategySpec) -> list:

@@ -70,9 +70,32 @@ def test_expand_grid_is_sorted_product():
     assert expand_grid({}) == [{}]
 
 
-def test_duplicate_variants_are_planned_once():
-    jobs = plan(spec(strategies=[{"name": "top_k", "params": {"k": [5, 5]}}, {"name": "top_k", "params": {"k": 5}}]))
-    assert summarize_plan(jobs).cells == 2
+def test_duplicate_variants_are_planned_once_and_named(tmp_path):
+    """A variant listed twice was merged into one cell without a word (a copy-pasted entry whose parameter the user
+    forgot to change looked like a sweep of two); now each repeat is named, and `validate`, `run` and `submit`
+    print it."""
+    from click.testing import CliRunner
+
+    from controller.cli import main
+    from controller.sweep.plan import repeated_variants
+
+    entries = [{"name": "top_k", "params": {"k": [5, 5]}}, {"name": "top_k", "params": {"k": 5, "temperature": 1.0}}]
+    s = spec(strategies=[{"name": "greedy"}, *entries])
+    assert summarize_plan(plan(s)).cells == 2 * 2
+    assert repeated_variants(s) == [
+        "strategies[1]: top_k(k=5,temperature=1.0) repeats an earlier value of its own grid (with defaults filled in): "
+        "planned once",
+        "strategies[2]: top_k(k=5,temperature=1.0) repeats strategies[1] (with defaults filled in): planned once",
+    ]
+    assert repeated_variants(spec()) == []
+    (tmp_path / "s.yaml").write_text(
+        "name: s\nmodels: [{path: org/m}]\nprompts: {inline: [hi]}\nstrategies: [{name: greedy}, {name: greedy}]\n"
+    )
+    out = CliRunner().invoke(main, ["validate", str(tmp_path / "s.yaml")])
+    assert out.exit_code == 0 and "1 cell," in out.stdout
+    assert "note: strategies[1]: greedy repeats strategies[0] (with defaults filled in): planned once" in out.stderr
+    out = CliRunner().invoke(main, ["validate", str(REPO / "examples" / "quickstart.yaml")])
+    assert out.exit_code == 0 and "note:" not in out.stderr  # the quickstart repeats nothing
 
 
 def test_the_same_sweep_in_two_checkouts_has_one_id(tmp_path):
