@@ -164,10 +164,13 @@ def report(
 
 
 def _incomplete(summary, data) -> None:
-    """A report written without the judge's verdicts (over its budget: `judge.report.not_judged`) ends on that line
-    as an error; one written without damaged records, exit status 1."""
+    """A report missing planned jobs says so (a cell with no complete job is in no table); one written without the
+    judge's verdicts (over its budget: `judge.report.not_judged`) ends on that line as an error; one written
+    without damaged records, exit status 1."""
     from controller.judge.report import not_judged
 
+    if note := data.incomplete_note():
+        click.echo(terminal(note), err=True)
     if why := not_judged(summary):
         raise UsageError(why)
     if data.damaged:

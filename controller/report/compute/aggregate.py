@@ -350,4 +350,4 @@ def _frame(rows: list[dict], metric_names: list[str], with_ci: bool, engines: bo
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
         else:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
-    return frame
+    return frame.copy()  # one block per dtype: a column the reader adds (a notebook's label) warns of no fragments

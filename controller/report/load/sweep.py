@@ -15,11 +15,13 @@ import structlog
 
 from controller.report.load import snapshot
 from controller.report.load.jobs import Compactor, JobInfo, check_model_files, prompts_of
+from controller.sweep.labels import key_labels
 from worker.core.contract import PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.results import GenerationRecord, JobResult
 from worker.store import Store
 
+MISSING_SHOWN = 8  # missing cells named in a header; the rest counted
 Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
 
 
@@ -63,6 +65,36 @@ class SweepData:
     @property
     def name(self) -> str:
         return str((self.spec or {}).get("name") or self.sweep_spec.get("name") or "")
+
+    @property
+    def missing_cells(self) -> list[str]:
+        """The planned cells without one complete job, in plan order: not in the report at all."""
+        done = {r.job.cell for r in self.results}
+        return [cell for cell in self.cell_order if cell not in done]
+
+    def completeness(self) -> str:
+        """'N complete job(s) of M' (every format's header)."""
+        return f"{len(self.results)} complete job(s)" + (f" of {self.planned_jobs}" if self.planned_jobs else "")
+
+    def missing_note(self) -> str:
+        """The sentence naming the planned cells without one complete job, which no table shows ('' if none)."""
+        missing = self.missing_cells
+        if not missing:
+            return ""
+        labels = dict(zip(self.cell_order, key_labels(self.cell_order)))  # as every other view names them
+        more = len(missing) - MISSING_SHOWN
+        shown = ", ".join(labels[c] for c in missing[:MISSING_SHOWN]) + (f" and {more} more" if more > 0 else "")
+        return f"Not in this report (no complete job yet): {shown}."
+
+    def incomplete_note(self) -> str | None:
+        """The terminal's line where jobs of the plan have no result yet (running, failed or never run), else None."""
+        if not self.planned_jobs or len(self.results) >= self.planned_jobs:
+            return None
+        return (
+            f"note: {self.completeness()}: the others are still running, failed or were never run (a local run: "
+            f"`decodebench run SPEC` again resumes and names failures; submitted: `decodebench status "
+            f"{self.sweep_id}`). {self.missing_note()}"
+        ).rstrip()
 
 
 def load_sweep(

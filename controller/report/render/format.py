@@ -256,13 +256,15 @@ def model_based_metrics(data: SweepData) -> str:
 def summary_markdown(summary: pd.DataFrame, data: SweepData) -> str:
     name = data.name
     ci = summary.attrs.get("ci")
-    done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
+    done = markdown(data.completeness())
+    missing = data.missing_note()
     lines = [
         f"# decodebench report: {markdown(name)} ({data.sweep_id})",
         "",
         f"Tenant `{data.tenant}`, {done}, {data.n_generations} generation(s). "
         f"Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
         "",
+        *([f"**{markdown(missing)}**", ""] if missing else []),
         model_based_metrics(data),
         "",
     ]

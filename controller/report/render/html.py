@@ -195,7 +195,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
     bar_divs = "".join(f'<div id="{e(i)}" class="chart"></div>' for i, _ in charts if i != "chart-quality-speed")
     ci_text = interval_note(summary.attrs.get("ci"), summary.attrs.get("no_ci"))
     name = data.name
-    done = f"{len(data.results)} complete job(s)" + (f" of {data.planned_jobs}" if data.planned_jobs else "")
+    done = data.completeness()
     columns = ", ".join(DESIGN_COLUMNS)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
@@ -209,6 +209,7 @@ def render_html(summary: pd.DataFrame, data: SweepData, print_samples: bool | No
 <h1>decodebench report: {e(str(name))}</h1>
 <div class="meta">sweep <code>{e(data.sweep_id)}</code> · tenant <code>{e(data.tenant)}</code> · {e(done)} ·
 {data.n_generations} generations · written {e(datetime.now(UTC).isoformat(timespec="seconds"))}</div>
+{f'<p class="missing"><b>{e(data.missing_note())}</b></p>' if data.missing_cells else ""}
 <nav><a href="#summary">Summary</a><a href="#quality-speed">Quality vs speed</a><a href="#metrics">Metrics</a>
 <a href="#examples">Examples</a><a href="#glossary">Glossary</a><a href="#provenance">Spec and provenance</a>
 {print_toggle(print_samples)}</nav>

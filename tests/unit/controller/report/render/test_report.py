@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import warnings
 
 import pandas as pd
 import pytest
@@ -247,6 +248,21 @@ def test_api_loads_summary_and_generations(tmp_path):
     # ... and recomputed when a job completed since.
     store.delete(paths.result_key(data.tenant, data.sweep_id, data.results[0].job.job_id))
     assert (load_summary(data.sweep_id, store=store, n_boot=0)["tokens_per_s"].dropna() > 0).all()
+
+
+def test_a_column_added_to_a_loaded_summary_raises_no_fragmentation_warning(tmp_path):
+    """The notebook's first cell adds a label to `load_summary`'s frame: pandas warned that the frame was "highly
+    fragmented" (one block per column, 200 of them, from the summary's dtypes set column by column)."""
+    from controller.report.api import load_summary
+
+    store = FileStore(tmp_path)
+    data = make_sweep(n_prompts=8)
+    write_sweep(store, data)
+    summary = load_summary(data.sweep_id, store=store, n_boot=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)
+        summary["label"] = summary["strategy"]
+    assert summary.attrs["ci"]["n_boot"] == 20  # the copy keeps what the summary says of itself
 
 
 def test_the_report_names_the_models_behind_model_based_metrics():
