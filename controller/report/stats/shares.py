@@ -22,12 +22,15 @@ bootstrap-t had covered pass@8 87.8% at 16 prompts and 91.8% at 32, and maj@8 as
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats as sps
 
 from controller.report.stats.bootstrap_t import bounded
+
+WIDTH_TOL = 1e-9  # an interval narrower than this share of its scale has no width: the replicates' float noise
 
 
 def binary_prompts(sums: np.ndarray) -> tuple[int, int] | None:
@@ -120,9 +123,10 @@ def within_scale(
         return None
     bottom, top = scale
     low, high = bounded(interval, scale)
-    if n_prompts >= 1 and low == high:
+    if n_prompts >= 1 and math.isclose(low, high, rel_tol=0, abs_tol=WIDTH_TOL * (top - bottom)):
+        v = next((end for end in (low, high) if end in scale), (low + high) / 2)  # a bound, where one end is it
         off = exact(0, n_prompts, level)[1]  # none of n_prompts seen off the value: up to this share could be
-        return low - (low - bottom) * off, high + (top - high) * off
+        return v - (v - bottom) * off, v + (top - v) * off
     return low, high
 
 

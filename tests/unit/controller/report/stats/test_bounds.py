@@ -158,3 +158,24 @@ def test_a_share_whose_every_prompt_sits_at_one_value_inside_is_not_certain_of_i
     assert within_scale((0.0, 0.0), 16, 0.95) == pytest.approx((0.0, u))  # the bounds' case, as before
     assert within_scale((3.0, 3.0), 16, 0.95, (1.0, 5.0)) == pytest.approx((3 - 2 * u, 3 + 2 * u))
     assert within_scale((0.2, 0.3), 16, 0.95) == (0.2, 0.3)  # an interval with a width: as it is
+
+
+def test_a_product_of_shares_with_no_repeat_anywhere_is_not_certain_of_it():
+    """Diversity = Π (1 − rep-n) of 8 generations with no repeated n-gram: each rep-n got the exact interval of none
+    seen, [0, 0.369], but diversity [1.000, 1.000]: its bootstrap's replicates, each a product of three ratios of 1,
+    came out 1 − 5e-12 at the low end, and an interval of that width was taken for one with a width. Now an interval
+    narrower than float noise is one without: [1 − u, 1], as its rep-n's."""
+    from controller.report.stats.shares import within_scale
+
+    u = 1 - 0.025 ** (1 / 8)
+    names = ("rep_2", "diversity")
+    records = [{"text": words(f"m{g}_", n), "prompt_id": f"p{g}"} for g, n in enumerate([7, 9, 6, 12, 8, 5, 10, 11])]
+    data = cell_data(records)
+    settings = Settings(names, with_ci=True, n_boot=1000, n_boot_corpus=200, seed=0, sample_size=None)
+    row = {"model": "m", "strategy": "k"}
+    selected = [(n, METRICS.get(n)) for n in names]
+    score(selected, settings, row, data, prompt_groups(data.prompt_ids), "k", prompts=[f"p{g}" for g in range(8)])
+    assert (row["rep_2"], row["rep_2_ci_low"], row["rep_2_ci_high"]) == pytest.approx((0, 0, u))
+    assert (row["diversity"], row["diversity_ci_low"], row["diversity_ci_high"]) == pytest.approx((1, 1 - u, 1))
+    assert within_scale((1 - 5e-12, 1.0), 8, 0.95) == pytest.approx((1 - u, 1))
+    assert within_scale((0.5 - 1e-12, 0.5), 8, 0.95) == pytest.approx((0.5 - u / 2, 0.5 + u / 2))
