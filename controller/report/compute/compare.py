@@ -101,6 +101,8 @@ def resolve_pairs(store: Store, tenant: str, sweep_a: str, sweep_b: str, given: 
     """Both sweeps' ids and which of B's models each of A's is compared with (`model_pairs` of their specs'
     models and `given`), checked before either sweep is aggregated: (id_a, id_b, pairs)."""
     ids = [store.resolve_sweep(tenant, sweep) for sweep in (sweep_a, sweep_b)]
+    if ids[0] == ids[1]:  # every difference 0, every p 1: a comparison that says nothing
+        raise UsageError(f"--compare {sweep_b}: that is sweep {ids[0]} itself; compare it with another sweep")
     return *ids, model_pairs(*(sweep_models(store, tenant, sweep_id) for sweep_id in ids), given)
 
 

@@ -97,8 +97,8 @@ def mark_repeats(text: str, n: int = MARK_N) -> str:
 
 def examples(summary: pd.DataFrame, data: SweepData) -> str:
     by_key: dict[tuple[str, str], Any] = {k: SimpleNamespace(**v) for k, v in data.examples.items()}
-    for g in sorted(data.generations, key=lambda g: g.job_seed, reverse=True) if not by_key else ():
-        by_key[(g.cell, g.prompt_id)] = g  # the lowest seed wins
+    for g in sorted(data.generations, key=lambda g: (g.job_seed, g.sample), reverse=True) if not by_key else ():
+        by_key[(g.cell, g.prompt_id)] = g  # the lowest seed's first sample wins, as the cells' examples
     cells = [r for _, r in summary.iterrows() if r["strategy"] != REFERENCE]
     variant = dict(zip(summary.index, variant_labels(summary)))
     models = list(dict.fromkeys(r["model"] for r in cells))

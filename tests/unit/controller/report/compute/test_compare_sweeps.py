@@ -168,6 +168,15 @@ def test_a_wrong_models_pair_is_one_line_before_anything_is_aggregated(tmp_path,
     assert not list(tmp_path.rglob("report/*"))  # nothing aggregated, nothing written
 
 
+def test_a_sweep_compared_with_itself_is_refused_in_one_line(tmp_path):
+    """`report A --compare A` (or a prefix of A) printed a table of zero differences with p = 1 without a word."""
+    sweeps(tmp_path)
+    result = CliRunner().invoke(main, ["report", A, "--compare", A[:8], "--store", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: --compare {A[:8]}: that is sweep {A} itself")
+    assert not list(tmp_path.rglob("report/*"))  # nothing aggregated, nothing written
+
+
 def test_models_without_compare_is_refused(tmp_path):
     one_model_sweeps(tmp_path)
     result = CliRunner().invoke(main, ["report", A, "--store", str(tmp_path), "--models", "x=y"])

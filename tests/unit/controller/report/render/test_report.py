@@ -303,3 +303,18 @@ def test_sweeps_with_samples_compare_and_label_their_cells():
     without = a.iloc[:1].drop(columns=["samples", "best_of"])  # B a sweep without samples: its greedy matches A's
     one_sided = compare(a, without)
     assert list(one_sided["present"]) == ["both", "a", "a"] and "| sample[samples=8] | a |" in compare_table(one_sided)
+
+
+def test_an_example_card_without_cached_examples_shows_the_first_sample():
+    """The cards built from the generations (no cell examples) kept a prompt's last sample: sorted by seed alone,
+    the later samples of the lowest seed overwrote its first. Now the lowest seed's first sample, as the cells' own
+    examples."""
+    from controller.report.render.html import examples
+
+    data = make_sweep(n_prompts=8)
+    summary = summarize(data)
+    data.examples = {}
+    first = data.generations[0]
+    data.generations.append(first.model_copy(update={"sample": 1, "text": "a later sample's words"}))
+    html = examples(summary, data)
+    assert "a later sample" not in html and first.text.split()[0] in html
