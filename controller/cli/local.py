@@ -22,11 +22,18 @@ from worker.core.safetext import terminal
 @options.tenant
 @click.option("--jobs", "show_jobs", is_flag=True, help="List every job.")
 @click.option(
+    "--show-prompt",
+    is_flag=True,
+    help="Print the first prompt as each model is fed it: its chat template rendered, or the raw text.",
+)
+@click.option(
     "--check-models",
     is_flag=True,
     help="Also resolve every model (a hub id: in the local cache or on the hub) without loading weights.",
 )
-def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, check_models: bool) -> None:
+def validate(
+    spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, show_prompt: bool, check_models: bool
+) -> None:
     """Check a sweep spec and print its job plan."""
     from controller.sweep.load import load_spec
     from controller.sweep.models import json_schema
@@ -65,8 +72,23 @@ def validate(spec_path: str | None, schema: bool, tenant: str, show_jobs: bool, 
         if show_jobs:
             for j in cjobs:
                 click.echo(f"    {j.job_id}  seed={j.seed} shard={j.shard}/{j.n_shards} prompts={len(j.prompts)}")
+    if show_prompt:
+        _show_prompt(jobs)
     if check_models:
         _check_models(jobs)
+
+
+def _show_prompt(jobs) -> None:
+    """The sweep's first prompt as each model is fed it, one line each (newlines and control characters shown
+    as escapes: a template's whitespace is part of what the model sees)."""
+    from controller.sweep.chat import sent_text
+
+    item = jobs[0].prompts[0]
+    for model in {j.model.label: j.model for j in jobs}.values():
+        how, text = sent_text(model, item)
+        click.echo(f"prompt {terminal(item.id)} as model {terminal(model.label)} is fed it ({how}):")
+        if text is not None:
+            click.echo(f"  {terminal(text)}")
 
 
 def _check_models(jobs) -> None:

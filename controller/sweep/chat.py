@@ -4,7 +4,7 @@ can be read, so that a bad conversation is refused before any job exists (docs/t
 A local model directory's template is read as transformers reads it (`chat_template.jinja`, else
 `tokenizer_config.json`'s `chat_template`), and rendered in a jinja sandbox with the variables and
 helpers transformers gives a template (its special tokens, `raise_exception`, `tojson`,
-`strftime_now`), `add_generation_prompt` on. The worker renders with transformers'
+`strftime_now`, the `{% generation %}` tag), `add_generation_prompt` on. The worker renders with transformers'
 `apply_chat_template` itself (worker.engine.chat) and applies the same rules again; a hub id, or a path
 only the workers see, is checked there. The rules themselves live in worker.core.chat.
 """
@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.core.chat import chat_refusal, conversation, uses_chat
+from worker.core.chat import chat_refusal, conversation, settings_refusal, uses_chat
 from worker.core.contract import ModelSpec, PromptItem
 from worker.core.errors import UsageError, short, shown
 
@@ -58,6 +58,21 @@ def local_template(path: str) -> LocalTemplate | None:
     return LocalTemplate(template if isinstance(template, str) and template else None, special)
 
 
+def _generation_tag():
+    """transformers' `{% generation %}` ... `{% endgeneration %}` (it marks the assistant's tokens for a training
+    mask; apply_chat_template compiles it): rendered as its body."""
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    return Generation
+
+
 def _environment():
     from jinja2.exceptions import TemplateError
     from jinja2.ext import loopcontrols
@@ -69,7 +84,9 @@ def _environment():
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _generation_tag()]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: dt.datetime.now().strftime(fmt)
@@ -80,6 +97,8 @@ def rendered_prompts(model: ModelSpec, prompts: list[PromptItem]) -> list[str] |
     """The texts `model`'s template renders for `prompts` (None: the model takes raw prompts, or its files
     are not readable here); a UsageError naming the prompt and the model for one it cannot take."""
     local = local_template(model.path)
+    if why := settings_refusal(model, None if local is None else local.template is not None):
+        raise UsageError(why)
     if local is None:
         return None
     has_template = local.template is not None
@@ -108,3 +127,15 @@ def rendered_prompts(model: ModelSpec, prompts: list[PromptItem]) -> list[str] |
             where = f"prompt {short(item.id)}, model {short(model.label)}"
             raise UsageError(f"{where}: the chat template fails to render: {shown(str(err), 160)}") from None
     return texts
+
+
+def sent_text(model: ModelSpec, item: PromptItem) -> tuple[str, str | None]:
+    """What `model` is fed for `item`, as `validate --show-prompt` prints it: (how, text); the text None where
+    the worker renders it (the model's files are not readable here: a hub id)."""
+    rendered = rendered_prompts(model, [item])
+    if rendered is not None:
+        return "its chat template", rendered[0]
+    local = local_template(model.path)
+    if local is None and model.chat is not False:
+        return "rendered by the worker: its tokenizer files are not readable here", None
+    return "the raw prompt text, tokenised with the tokenizer's special tokens", item.prompt

@@ -63,9 +63,11 @@ def _audit(dep) -> list[dict]:
     return [line for line in lines if line.get("event") == "audit"]
 
 
-def test_a_crafted_spec_is_one_line_400_naming_the_path_never_a_500(tmp_path, redis_url, signing_key_file, tiny_model):
+def test_a_crafted_spec_is_one_line_400_naming_the_path_never_a_500(tmp_path, redis_url, signing_key_file):
+    # template variables on a model with a chat template: on one without, they are refused as never sent
+    chat_model = str(REPO / "examples" / "models" / "austen-tiny-chat")
     # chat_template_kwargs: a spec's levels (the spec, models, [0], the kwargs: 4) and the value's
-    deep = _spec(tiny_model, models=[{"path": tiny_model, "name": "tiny", "chat_template_kwargs": {"x": {}}}])
+    deep = _spec(chat_model, models=[{"path": chat_model, "name": "tiny", "chat_template_kwargs": {"x": {}}}])
     deep["models"][0]["chat_template_kwargs"]["x"] = _nested(LIMIT - 3)  # 65 levels: one too many
     deeper = json.loads(json.dumps(deep))
     deeper["models"][0]["chat_template_kwargs"]["x"] = _nested(300)  # 2 KB: pydantic's serialiser gave up (500)
@@ -74,19 +76,19 @@ def test_a_crafted_spec_is_one_line_400_naming_the_path_never_a_500(tmp_path, re
         "deep": (deep, too_deep),
         "deeper": (deeper, too_deep),
         "stop": (
-            _spec(tiny_model, generation={"max_new_tokens": 4, "stop": ["\ud800"]}),
+            _spec(chat_model, generation={"max_new_tokens": 4, "stop": ["\ud800"]}),
             "request body: spec.generation.stop[0]: not valid Unicode: a lone surrogate U+D800 at character 1",
         ),
         "system": (
-            _spec(tiny_model, models=[{"path": tiny_model, "name": "tiny", "system": "be \udfff"}]),
+            _spec(chat_model, models=[{"path": chat_model, "name": "tiny", "system": "be \udfff"}]),
             "request body: spec.models[0].system: not valid Unicode: a lone surrogate U+DFFF at character 4",
         ),
         "key": (
-            _spec(tiny_model, generation={"max_new_tokens": 4, "\ud800": 1}),
+            _spec(chat_model, generation={"max_new_tokens": 4, "\ud800": 1}),
             "request body: spec.generation: a key is not valid Unicode: a lone surrogate U+D800 at character 1",
         ),
     }
-    with deployment(tmp_path / "d", redis_url, signing_key_file, tiny_model) as dep, dep.client("alice") as http:
+    with deployment(tmp_path / "d", redis_url, signing_key_file, chat_model) as dep, dep.client("alice") as http:
         for name, (spec, error) in cases.items():
             body = json.dumps({"spec": spec})  # ASCII: a lone surrogate travels as "\ud800"
             r = http.post("/v1/sweeps", content=body, headers={"Content-Type": "application/json"})

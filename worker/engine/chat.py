@@ -13,8 +13,8 @@ readable there: controller.sweep.chat).
 whether the model chats.
 
 `stop_ids(tok, eos)`: a chat model's generation ends at its template's end of turn as well as at EOS:
-the generation config's EOS list (e.g. Llama 3's `<|eot_id|>`, ChatML's `<|im_end|>`) and the
-tokenizer's EOS token together.
+the generation config's EOS list (e.g. Llama 3's `<|eot_id|>`, ChatML's `<|im_end|>`), the
+tokenizer's EOS token and the added token the template writes after a reply (`turn_end`) together.
 
 `chat_record(tok, job, ids)`: what result.json's `engine.chat` records: the template's sha256, the
 system prompt and template variables, and each rendered prompt's token count.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from worker.core.chat import chat_refusal, conversation, template_sha256, uses_chat
+from worker.core.chat import chat_refusal, conversation, settings_refusal, template_sha256, uses_chat
 from worker.core.contract import JobSpec
 from worker.core.errors import PermanentJobError, short
 
@@ -46,6 +46,8 @@ def prompt_ids(tok, job: JobSpec) -> list[list[int]]:
     """Each of the shard's prompts as the token ids the model is fed, in the shard's order (`tok`: the model's
     tokenizer, transformers' own or the one vLLM holds)."""
     has_template = _template(tok) is not None
+    if why := settings_refusal(job.model, has_template):
+        raise PermanentJobError(why)
     for item in job.prompts:
         if why := chat_refusal(job.model, has_template, item):
             raise PermanentJobError(why)
@@ -83,11 +85,38 @@ def encoded(tok, job: JobSpec) -> Prompts:
     return Prompts({p.id: row for p, row in zip(job.prompts, rows)}, is_chat(tok, job))
 
 
+REPLY = "decodebench-reply"  # an assistant turn's text, to find what the template writes after it
+
+
+def turn_end(tok) -> int | None:
+    """The token the chat template writes right after an assistant's reply (Llama 3's <|eot_id|>, ChatML's
+    <|im_end|>, Gemma's <end_of_turn>), where it is one of the tokenizer's added tokens; None where the template
+    writes plain text there, or cannot render a user turn and a reply."""
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": REPLY}]
+    try:
+        text = tok.apply_chat_template(turns, tokenize=False)
+    except Exception:  # a template that refuses this conversation: the generation config's ends only
+        return None
+    at = text.find(REPLY) if isinstance(text, str) else -1
+    if at < 0:
+        return None
+    added = set(getattr(tok, "added_tokens_decoder", None) or ())  # a tokenizer without them: no token to find
+    for token in tok(text[at + len(REPLY) :], add_special_tokens=False)["input_ids"]:
+        if token in added:
+            return token
+        if tok.decode([token]).strip():  # plain text closes the turn: no token to stop at
+            return None
+    return None
+
+
 def stop_ids(tok, eos: int | list[int] | None) -> list[int]:
-    """The generation config's EOS list (`eos`) with the tokenizer's EOS token: every end of a chat model's turn."""
+    """The generation config's EOS list (`eos`) with the tokenizer's EOS token and the template's end of turn
+    (`turn_end`, which a checkpoint's generation config may not list): every end of a chat model's turn."""
     ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    extra = tok.eos_token_id
-    return ids + [extra] if isinstance(extra, int) and extra not in ids else ids
+    for extra in (tok.eos_token_id, turn_end(tok)):
+        if isinstance(extra, int) and extra not in ids:
+            ids.append(extra)
+    return ids
 
 
 def chat_record(tok, job: JobSpec, ids: dict[str, list[int]]) -> dict[str, Any] | None:

@@ -62,7 +62,9 @@ def _finish(tok, plan: Plan, new: list[list[int]], recorder: FinishRecorder | No
             first_eos = next((i for i, t in enumerate(seq) if t in eos), None)
             n, reason = (first_eos + 1, "eos") if first_eos is not None else (len(seq), "length")
         seq = seq[:n]
-        text = tok.decode(seq, skip_special_tokens=True)
+        # the text is the reply alone: the end token (EOS, a chat model's end of turn) stays in the ids, out of the
+        # text even where the tokenizer does not mark it special
+        text = tok.decode(seq[:-1] if reason == "eos" and seq and seq[-1] in eos else seq, skip_special_tokens=True)
         cut = min((text.find(s) for s in plan.stop if s in text), default=-1)
         if cut >= 0:
             text, reason = text[:cut], "stop_string"

@@ -55,6 +55,13 @@ def test_messages_and_a_system_column_load_as_conversations(tmp_path):
     items = load_prompts(load_spec(spec_file(tmp_path, csv, suffix=".csv")).prompts)
     assert [m.model_dump() for m in items[0].messages] == turns and items[0].reference == "a girl"
     assert items[1].messages is None and items[1].prompt == "She said"
+    res = validate(spec_file(tmp_path, csv, {"path": str(TINY)}, suffix=".csv"))  # no template: named as given
+    assert (
+        res.exit_code == 2
+        and "prompt 'b', model 'austen-tiny': the prompt is a conversation (`messages`, or a "
+        "`system` field), but the model's tokenizer has no chat template"
+        in res.output
+    ), res.output
 
 
 def test_a_chat_sweep_validates_and_its_jobs_carry_the_conversation(tmp_path):
@@ -91,7 +98,7 @@ def test_sweeps_and_jobs_without_chat_fields_keep_their_ids_and_payloads(tmp_pat
         (
             [{"id": "q1", "messages": [{"role": "user", "content": "Hi"}]}],
             {"path": str(TINY)},
-            "prompt 'q1', model 'austen-tiny': the prompt has `messages`, but the model's tokenizer has no chat",
+            "prompt 'q1', model 'austen-tiny': the prompt is a conversation (`messages`, or a `system` field), but",
         ),
         (
             [{"id": "q1", "prompt": "Hi"}],
@@ -119,8 +126,45 @@ def test_sweeps_and_jobs_without_chat_fields_keep_their_ids_and_payloads(tmp_pat
             {"path": str(CHAT), "chat_template_kwargs": {"add_generation_prompt": False}},
             "'add_generation_prompt' cannot be a template variable",
         ),
+        (
+            [{"id": "q7", "prompt": "Hi"}],
+            {"path": str(TINY), "system": "Answer in French."},
+            "model 'austen-tiny': `system` is set, but its tokenizer has no chat template, so the model would never",
+        ),
+        (
+            [{"id": "q8", "prompt": "Hi"}],
+            {"path": str(CHAT), "chat": False, "chat_template_kwargs": {"enable_thinking": False}},
+            "model 'austen-tiny-chat': `chat_template_kwargs` is set, but chat: false feeds it the raw prompt, so",
+        ),
+        (
+            [{"id": "q9", "prompt": "Hi"}],
+            {"path": "nobody/hub-model", "chat": False, "system": "Be brief."},
+            "model 'hub-model': `system` is set, but chat: false feeds it the raw prompt, so the model would never",
+        ),
+        (
+            [
+                {
+                    "id": "q10",
+                    "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "It is"}],
+                }
+            ],
+            None,
+            "prompt 'q10', model 'austen-tiny-chat': `messages` ends with an assistant turn, which the template closes",
+        ),
     ],
-    ids=["no-template", "chat-true", "fails-to-render", "unknown-role", "empty", "content-type", "reserved-kwarg"],
+    ids=[
+        "no-template",
+        "chat-true",
+        "fails-to-render",
+        "unknown-role",
+        "empty",
+        "content-type",
+        "reserved-kwarg",
+        "system-without-template",
+        "kwargs-with-chat-false",
+        "hub-id-chat-false",
+        "assistant-last",
+    ],
 )
 def test_bad_chat_input_is_one_line_exit_2(tmp_path, prompts, model, expected):
     res = validate(spec_file(tmp_path, prompts, model))
@@ -149,3 +193,54 @@ def test_chat_false_feeds_the_raw_prompt_even_with_messages(tmp_path):
 def test_an_empty_conversation_is_refused_by_the_contract():
     with pytest.raises(ValueError, match="an empty conversation"):
         PromptItem(id="a", prompt="x", messages=[])
+
+
+def test_a_template_with_transformers_generation_tag_validates_and_renders_its_body(tmp_path):
+    """`{% generation %}` (a training mask's marker, which apply_chat_template compiles) was refused as a template
+    that does not compile."""
+    from controller.sweep.chat import rendered_prompts
+    from worker.core.contract import ModelSpec
+
+    tagged = tmp_path / "tagged-chat"
+    tagged.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (tagged / name).write_bytes((CHAT / name).read_bytes())
+    config = json.loads((CHAT / "tokenizer_config.json").read_text())
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
+        "{{ m['content'] }}<|im_end|>{% endgeneration %}{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    (tagged / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    turns = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Yes."},
+        {"role": "user", "content": "Go"},
+    ]
+    res = validate(spec_file(tmp_path, [{"id": "a", "messages": turns}], {"path": str(tagged)}))
+    assert res.exit_code == 0, res.output
+    item = PromptItem(id="a", prompt="Go", messages=turns)
+    assert rendered_prompts(ModelSpec(path=str(tagged)), [item]) == [
+        "<|im_start|>user\nHi<|im_end|><|im_start|>assistant\nYes.<|im_end|><|im_start|>user\nGo<|im_end|>"
+        "<|im_start|>assistant\n"
+    ]  # apply_chat_template's text: jinja's trim_blocks takes the newline after a block tag, as transformers sets it
+
+
+def test_validate_show_prompt_prints_what_each_model_is_fed(tmp_path):
+    """The rendered template (its newlines shown as escapes, one line), the model's system prompt first; the raw
+    text for the same model with chat: false."""
+    path = spec_file(tmp_path, [{"id": "a", "prompt": "Anne was"}], {"path": str(CHAT), "system": "Be brief."})
+    spec = json.loads(path.read_text())
+    spec["models"].append({"path": str(CHAT), "name": "raw", "chat": False})
+    path.write_text(json.dumps(spec))
+    res = CliRunner().invoke(main, ["validate", "--show-prompt", str(path)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    at = lines.index("prompt a as model austen-tiny-chat is fed it (its chat template):")
+    assert lines[at + 1] == (
+        "  <|im_start|>system\\nBe brief.<|im_end|>\\n<|im_start|>user\\nAnne was<|im_end|>\\n<|im_start|>assistant\\n"
+    )
+    at = lines.index(
+        "prompt a as model raw is fed it (the raw prompt text, tokenised with the tokenizer's special tokens):"
+    )
+    assert lines[at + 1] == "  Anne was"

@@ -105,9 +105,82 @@ def test_a_prompt_the_model_cannot_take_fails_the_job_in_one_line(runtime, tiny_
     turn = {"role": "user", "content": "Anne"}
     bad = job(tiny_model, prompts=["Anne"])
     bad = bad.model_copy(update={"prompts": [PromptItem(id="x1", prompt="Anne", messages=[turn])]})
-    with pytest.raises(PermanentJobError, match="^prompt 'x1', model 'austen-tiny': the prompt has `messages`"):
+    with pytest.raises(PermanentJobError, match="^prompt 'x1', model 'austen-tiny': the prompt is a conversation"):
         generate_job(bad, runtime)
     late = chat_job().model_copy(update={"prompts": [PromptItem(id="x2", prompt="Hi", messages=[
         {"role": "user", "content": "Hi"}, {"role": "system", "content": "Late"}])]})  # fmt: skip
     with pytest.raises(PermanentJobError, match="^prompt 'x2', model 'austen-tiny-chat': the chat template fails"):
         generate_job(late, runtime)
+    answer = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "It was"}]  # to continue: no
+    prefilled = chat_job().model_copy(update={"prompts": [PromptItem(id="x3", prompt="Hi", messages=answer)]})
+    with pytest.raises(PermanentJobError, match="^prompt 'x3', model 'austen-tiny-chat': `messages` ends with an"):
+        generate_job(prefilled, runtime)
+
+
+def test_an_end_of_turn_the_tokenizer_does_not_mark_special_stays_out_of_the_text(runtime, tmp_path):
+    """A chat model whose end-of-turn token is an ordinary added token (not `special`) ends its turn there all
+    the same, and the reply's text holds no `<|im_end|>` (it leaked into BLEU, lengths and answers)."""
+    import json
+    import shutil
+
+    model = tmp_path / "plain-end-chat"
+    shutil.copytree(CHAT, model)
+    tokens = json.loads((model / "tokenizer.json").read_text())
+    for added in tokens["added_tokens"]:
+        added["special"] = added["content"] == "<|endoftext|>"
+    (model / "tokenizer.json").write_text(json.dumps(tokens))
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    del config["extra_special_tokens"]
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    for strategy, params in (("greedy", None), ("beam", {"num_beams": 2})):  # the decode loop and generate()
+        _, records = generate_job(job(model, strategy, params, max_new=40, prompts=OPENINGS), runtime)
+        ended = [r for r in records if r.stop_reason == "eos"]
+        assert ended, strategy
+        assert all(r.token_ids[-1] == 4097 for r in ended)  # <|im_end|>: the turn ended there
+        assert not [r.text for r in records if "<|im" in r.text], strategy
+
+
+def test_a_system_prompt_the_model_would_never_see_fails_the_job_in_one_line(lm, tiny_model):
+    """`system` (or template variables) on a model fed raw prompts was dropped in silence; the worker refuses it,
+    as validation does, for a job that skipped validation (a hub id)."""
+    for spec, has in (
+        (job(CHAT, chat=False, system=SYSTEM), "chat: false"),
+        (job(tiny_model, system=SYSTEM), "no chat"),
+    ):
+        with pytest.raises(PermanentJobError, match=f"^model '[a-z-]+': `system` is set, but .*{has}"):
+            chat.prompt_ids(lm.tokenizer if spec.model.chat is False else _tokenizer(tiny_model), spec)
+
+
+def _tokenizer(path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def test_a_turn_ends_at_the_templates_end_of_turn_where_the_generation_config_omits_it(runtime, lm, tmp_path):
+    """A checkpoint whose generation_config.json lists only the tokenizer's EOS (a fine-tune that kept its base
+    model's) still ends its reply at the template's <|im_end|>: the reply ran on into turns the model made up
+    ("system\\nYou continue ..."), its markup stripped from a text that read as one reply."""
+    import json
+    import shutil
+
+    model = tmp_path / "eos-only-chat"
+    shutil.copytree(CHAT, model)
+    config = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**config, "eos_token_id": 0}))
+    for strategy, params in (("greedy", None), ("beam", {"num_beams": 2})):  # the decode loop and generate()
+        result, records = generate_job(job(model, strategy, params, max_new=40, prompts=OPENINGS), runtime)
+        assert 4097 in result.generation_config["eos_token_id"], strategy
+        assert not [r.token_ids for r in records if 4096 in r.token_ids], strategy  # no <|im_start|>: no new turn
+        assert [r for r in records if r.stop_reason == "eos" and r.token_ids[-1] == 4097], strategy
+    assert chat.turn_end(lm.tokenizer) == 4097  # <|im_end|>, what the template writes after a reply
+
+
+def test_a_template_that_closes_a_turn_with_plain_text_adds_no_stop(tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(CHAT)
+    tok.chat_template = "{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}\n\n{% endfor %}### assistant:"
+    assert chat.turn_end(tok) is None
+    tok.chat_template = "{{ raise_exception('no') }}"
+    assert chat.turn_end(tok) is None
