@@ -120,13 +120,17 @@ def stop_ids(tok, eos: int | list[int] | None) -> list[int]:
 
 
 def chat_record(tok, job: JobSpec, ids: dict[str, list[int]]) -> dict[str, Any] | None:
-    """result.json's `engine.chat` for a chat job (None for raw prompts)."""
+    """result.json's `engine.chat` for a chat job (None for raw prompts): `system` the model's, which the prompts
+    in `own_system` (their own system turn) did not get."""
     template = _template(tok)
     if not uses_chat(job.model, template is not None):
         return None
     return {
         "template_sha256": template_sha256(template),
         "system": job.model.system,
+        "own_system": [
+            p.id for p in job.prompts if p.messages is not None and any(m.role == "system" for m in p.messages)
+        ],
         "template_kwargs": job.model.chat_template_kwargs,
         "prompt_tokens": {p.id: len(ids[p.id]) for p in job.prompts},
     }

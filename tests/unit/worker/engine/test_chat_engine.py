@@ -184,3 +184,16 @@ def test_a_template_that_closes_a_turn_with_plain_text_adds_no_stop(tmp_path):
     assert chat.turn_end(tok) is None
     tok.chat_template = "{{ raise_exception('no') }}"
     assert chat.turn_end(tok) is None
+
+
+def test_the_chat_record_names_the_prompts_whose_own_system_turn_took_the_models_place(runtime, lm):
+    """engine.chat.system recorded the model's system prompt for every prompt, also those whose own system turn the
+    template rendered in its place."""
+    from worker.engine.chat import chat_record
+
+    spec = chat_job(system=SYSTEM)
+    own = PromptItem(id="own", prompt="Hi", messages=[ChatMessage(role="system", content="Be terse."),
+                                                      ChatMessage(role="user", content="Hi")])  # fmt: skip
+    spec = spec.model_copy(update={"prompts": [*spec.prompts, own]})
+    record = chat_record(lm.tokenizer, spec, plan_job(spec, runtime, lm)[0].prompt_ids)
+    assert record["system"] == SYSTEM and record["own_system"] == ["own"]
