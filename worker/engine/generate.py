@@ -23,7 +23,7 @@ from worker.engine import decode
 from worker.engine.models import LoadedModel
 from worker.engine.plan import Plan
 from worker.engine.sampling import SeededSampler
-from worker.engine.stops import FinishRecorder
+from worker.engine.stops import FinishRecorder, NewTokens, first_holding
 from worker.engine.timing import StepClock, StepTimes, synchronize
 
 log = structlog.get_logger("decodebench.engine")
@@ -70,6 +70,8 @@ def _finish(tok, plan: Plan, new: list[list[int]], recorder: FinishRecorder | No
             text, reason = text[:cut], "stop_string"
             if recorder is None and seq and seq[-1] in eos:  # generate() padded after the stop string: not a token
                 seq = seq[:-1]
+            if plan.assistant is not None:  # a verification step may have accepted tokens past the stop string
+                seq = seq[: first_holding(lambda ids: tok.decode(ids, skip_special_tokens=True), seq, plan.stop)]
         texts.append(text)
         ids.append(seq)
         reasons.append(reason)
@@ -194,6 +196,8 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
         if plan.config.num_beams == 1 and plan.assistant is None:
             recorder = FinishRecorder(prompt_len, plan.rules.ends.eos, plan.rules.stop, len(seeds), device)
             criteria.append(recorder)
+        elif plan.assistant is not None and plan.rules.stop is not None:
+            criteria.append(NewTokens(plan.rules.stop, prompt_len))
         clock.start()
         out = _generate(lm, plan, enc, processors, criteria)
         times = clock.stop()

@@ -174,14 +174,14 @@ def configure(
     """The plan of a strategy variant on a loaded model for the job's `prompts` (tokenised once: the
     job's worker.engine.chat.encoded; none: each batch tokenises its own), with its draft model."""
     registered = get_strategy(strategy.name)
-    kind, params = registered.kind, registered.validate(strategy.params)
+    kind, params = registered.kind, checked_params(lm, registered, strategy.params)
     if strategy.samples is not None and not registered.stochastic:  # a job the planner would never have made
         raise PermanentJobError(f"samples: strategy {strategy.name} is deterministic; samples is for stochastic ones")
     cfg = generation_config(lm, registered.generation_kwargs(strategy.params), settings)
     if prompts.chat:  # a turn ends at the template's end of turn as well as at EOS
         cfg.eos_token_id = chat.stop_ids(lm.tokenizer, cfg.eos_token_id)
     sampler = _take_sampling(cfg)
-    if (cfg.num_beams > 1 or kind is Kind.ASSISTED) and settings.stop:
+    if cfg.num_beams > 1 and settings.stop:  # assisted decoding: stops.NewTokens (its draft's generate() refuses them)
         cfg.stop_strings = list(settings.stop)
     notes = []
     if settings.static_cache:
@@ -224,6 +224,18 @@ def configure(
         decode_step=decode_step,
         decode_step_why=why,
     )
+
+
+def checked_params(lm: LoadedModel, registered: Strategy, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The strategy's validated parameters, and those the model's vocabulary bounds: contrastive search's k
+    candidates are k of its tokens (more failed mid-batch in `topk`, "selected index k out of range")."""
+    checked = registered.validate(dict(params))
+    vocab = lm.model.config.get_text_config().vocab_size
+    if registered.kind is Kind.CONTRASTIVE and vocab and checked["k"] > vocab:
+        raise PermanentJobError(
+            f"{registered.name}: k ({checked['k']}) is more candidates than the model has tokens ({vocab})"
+        )
+    return checked
 
 
 # `decode_step: auto` takes CUDA graphs on CUDA once a device run has checked the capture on a real GPU

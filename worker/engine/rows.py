@@ -111,7 +111,7 @@ class Rows:
         column = torch.where(was, self.steps, self.max_new)
         self.steps += was.long()
         is_eos = torch.isin(nxt, self.eos)
-        ends = is_eos | stop(self.ids, scores) if stop is not None else is_eos
+        ends = is_eos | stop(self.ids, scores, own=self.steps) if stop is not None else is_eos
         newly = ends & was
         self.n_new[self.live] = torch.where(newly, self.steps, self.n_new[self.live])
         self.at_eos[self.live] |= newly & is_eos

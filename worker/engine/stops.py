@@ -19,6 +19,13 @@ exact, one gather per step. Otherwise transformers' check runs; on the CPU only 
 row's last token may end a match (there the branch costs no synchronisation). A test runs
 both over every token of the vocabulary as the last one, with several stop-string sets.
 
+A stop string is matched in a row's own new tokens only (`own`: how many it has), as vLLM matches
+it in the output text and as the record's text is cut: transformers' check, given the whole row,
+also matches one that begins in the prompt (a prompt ending "the" with the stop string "the same"
+ended at the first token " same", whose text holds no stop string). The columns before a row's new
+tokens are handed to the check as an id past its table, its dummy row, which overlaps nothing; a
+token that holds a whole stop string is a new token, so the lookup needs no such mask.
+
 `FinishRecorder` is the stopping criterion that records, per row, the step at which it
 ended (EOS or a stop string), on the device, read once after the batch.
 """
@@ -42,7 +49,9 @@ class StopStrings(StoppingCriteria):
         self.maybe = (ends > 0).any(-1).any(-1)
         self.exact = not bool((self.maybe & ~self.alone).any())
 
-    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, scores, own: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        """Per row, whether its tokens end with a stop string; `own`: per row, how many of its last tokens are
+        its new ones, where a match may lie (None: every column of `input_ids`)."""
         if self.alone.device != input_ids.device:
             device = input_ids.device  # once; not a blocking copy (a host sync) inside the loop
             self.alone, self.maybe = self.alone.to(device, non_blocking=True), self.maybe.to(device, non_blocking=True)
@@ -51,7 +60,36 @@ class StopStrings(StoppingCriteria):
             return self.alone[last]
         if input_ids.device.type == "cpu" and not bool(self.maybe[last].any()):
             return torch.zeros(input_ids.shape[0], dtype=torch.bool)
-        return self.criteria(input_ids, scores)
+        return self.criteria(input_ids if own is None else self._own_tail(input_ids, own), scores)
+
+    def _own_tail(self, input_ids: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+        """The last columns the check reads, those before each row's `own` new tokens made the dummy id."""
+        width = min(input_ids.shape[1], self.criteria.maximum_token_len)
+        mine = torch.arange(width, device=input_ids.device) >= width - own[:, None]
+        return torch.where(mine, input_ids[:, -width:], self.criteria.embedding_vec.shape[0])
+
+
+class NewTokens(StoppingCriteria):
+    """Stop strings as generate()'s criterion over the new tokens only (assisted decoding, whose draft model's
+    generate() is handed the main config and refuses its `stop_strings` without a tokenizer). A verification
+    step accepts several tokens and this reads the last: a stop string that ends before it is cut on the host
+    (worker.engine.generate._finish, `first_holding`)."""
+
+    def __init__(self, stop: StopStrings, prompt_len: int) -> None:
+        self.stop, self.prompt_len = stop, prompt_len
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+        return self.stop(input_ids[:, self.prompt_len :], scores)
+
+
+def first_holding(decode, seq: list[int], stops: tuple[str, ...]) -> int:
+    """The fewest of `seq`'s tokens whose text holds a stop string (`decode`: token ids -> text), given that the
+    whole of `seq`'s does: a binary search, as a prefix's text holds one whenever a shorter prefix's does."""
+    lo, hi = 1, len(seq)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if any(s in decode(seq[:mid]) for s in stops) else (mid + 1, hi)
+    return hi
 
 
 class FinishRecorder(StoppingCriteria):
@@ -71,7 +109,7 @@ class FinishRecorder(StoppingCriteria):
 
     def __call__(self, input_ids, scores, **kwargs):
         is_eos = torch.isin(input_ids[:, -1], self.eos)
-        ends = is_eos | self.stop(input_ids, scores) if self.stop is not None else is_eos
+        ends = is_eos | self.stop(input_ids[:, self.prompt_len :], scores) if self.stop is not None else is_eos
         newly = ends & (self._n_new < 0)
         self._n_new = torch.where(newly, input_ids.shape[1] - self.prompt_len, self._n_new)
         self._at_eos = torch.where(newly, is_eos, self._at_eos)

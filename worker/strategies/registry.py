@@ -96,10 +96,26 @@ class Kind(str, Enum):
     CUSTOM = "custom"  # the strategy's own step of the decode loop (`Strategy.step`: a plugin's, docs/sweeps.md)
 
 
-# Modifiers every strategy accepts.
+# The least temperature or repetition penalty: the float32 scores are divided by it, and below it they can overflow to
+# inf, whose softmax is NaN (transformers' multinomial raises on it; the engine's inverse-CDF draw returned the
+# vocabulary's last token at every step). A temperature's limit towards 0 is greedy search.
+MIN_DIVISOR = 1e-5
+# Every warper transformers builds for sampling, off: a sampling config takes these where it sets no other value, so
+# that a checkpoint's generation_config (top_k 50, min_p, typical_p ...) never adds a filter the variant does not name.
+WARPERS_OFF: dict[str, Any] = {
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+# Modifiers every strategy accepts, and the GenerationConfig value of each when a variant leaves it off (a
+# checkpoint's generation_config, e.g. repetition_penalty 1.05, never applies to a variant that does not ask).
+MODIFIERS_OFF: dict[str, Any] = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
 MODIFIERS: dict[str, Param] = {
     "repetition_penalty": Param(
-        float, None, "CTRL repetition penalty (>1 discourages repeats)", min=0.0, min_exclusive=True, optional=True
+        float, None, "CTRL repetition penalty (>1 discourages repeats)", min=MIN_DIVISOR, optional=True
     ),
     "no_repeat_ngram_size": Param(int, None, "forbid repeating any n-gram of this size", min=1, optional=True),
 }
@@ -152,12 +168,17 @@ class Strategy:
         return type(self).check_together is not Strategy.check_together
 
     def generation_kwargs(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The GenerationConfig settings of params (validated, defaults filled, modifiers included)."""
+        """The GenerationConfig settings of params (validated, defaults filled, modifiers included), with every
+        warper of a sampling config and every modifier it does not set turned off (`WARPERS_OFF`, `MODIFIERS_OFF`)."""
         params = self.validate(params)
         kwargs = self.to_config(params)
+        if kwargs.get("do_sample"):
+            kwargs = {**WARPERS_OFF, **kwargs}
         for name in MODIFIERS:
             if params.get(name) is not None:
                 kwargs[name] = params[name]
+            else:
+                kwargs.setdefault(name, MODIFIERS_OFF[name])
         return kwargs
 
 

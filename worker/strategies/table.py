@@ -1,15 +1,17 @@
 """The plain strategies: each is a table row of transformers GenerationConfig settings.
 
-Sampling rows reset `top_k`/`top_p` explicitly so that a checkpoint's own
-generation_config defaults (many ship top_k=50) never leak into another strategy.
+Sampling rows reset every warper (`top_k`, `top_p`, `min_p`, `typical_p`, `epsilon_cutoff`, `eta_cutoff`)
+explicitly (`registry.WARPERS_OFF`) so that a checkpoint's own generation_config defaults (many ship top_k=50, some
+min_p or typical_p) never leak into another strategy; `registry.Strategy.generation_kwargs` resets the modifiers the
+same way, and the warpers of a plugin's sampling config.
 """
 
 from __future__ import annotations
 
-from worker.strategies.registry import Kind, Param, Strategy, register
+from worker.strategies.registry import MIN_DIVISOR, WARPERS_OFF, Kind, Param, Strategy, register
 
-TEMPERATURE = Param(float, 1.0, "softmax temperature", min=0.0, min_exclusive=True)
-SAMPLE_BASE = {"do_sample": True, "num_beams": 1, "top_k": 0, "top_p": 1.0}
+TEMPERATURE = Param(float, 1.0, "softmax temperature (towards 0: use greedy)", min=MIN_DIVISOR)
+SAMPLE_BASE = {"do_sample": True, "num_beams": 1, **WARPERS_OFF}
 
 
 def _sampling(**extra):

@@ -110,7 +110,8 @@ class BeamStep(Chooser):
             stops = torch.isin(cand_tok, self.eos_ids)
             if self.stop is not None:
                 cand_ids = torch.cat([rows.ids[cand_rows.reshape(-1)], cand_tok.reshape(-1, 1)], dim=-1)
-                stops = stops | self.stop(cand_ids, None).view(p, n_cand)
+                own = rows.steps[cand_rows.reshape(-1)] + 1  # a match lies in the new tokens only (stops.py)
+                stops = stops | self.stop(cand_ids, None, own=own).view(p, n_cand)
             all_stop &= stops.all(dim=-1)
             best[:, g] = cand_scores[:, 0]
             kept, keep = (cand_scores - 1e9 * stops.float()).topk(k, dim=-1)  # the k best that run on

@@ -112,11 +112,30 @@ def test_a_temperature_past_vllms_range_is_refused_on_vllm_only():
     assert job_refusal(mild, None, Limits()) is None
     why = job_refusal(too_hot, None, Limits())
     assert (
-        why == "refused: min_p with temperature 4.0 on engine vllm: vLLM's SamplingParams takes temperature in [0, 2]"
+        why == "refused: min_p with temperature 4.0 on engine vllm: vLLM's SamplingParams takes temperature in"
+        " [0.01, 2] (it samples a lower one at 0.01)"
     )
     with pytest.raises(UsageError, match="temperature 4.0 on engine vllm"):
         check_engines([mild, too_hot])
     assert all(job_refusal(j, None, Limits()) is None for j in plan(spec(strategies=hot)))
+
+
+def test_a_temperature_vllm_would_raise_to_its_floor_is_refused_on_vllm_only():
+    """vllm.SamplingParams runs a temperature in (0, 0.01) at 0.01 (a log line, no error): the vLLM cell would
+    sample another distribution than the own engine's cell of the same variant. Refused there, in one line."""
+    cold = [{"name": "top_k", "params": {"k": 5, "temperature": [0.01, 0.001]}}]
+    jobs = plan(spec(strategies=cold, engines=[{"name": "vllm"}]))
+    floor = next(j for j in jobs if j.strategy.params["temperature"] == 0.01)
+    too_cold = next(j for j in jobs if j.strategy.params["temperature"] == 0.001)
+    assert job_refusal(floor, None, Limits()) is None
+    assert job_refusal(too_cold, None, Limits()) == (
+        "refused: top_k with temperature 0.001 on engine vllm: vLLM's SamplingParams takes temperature in"
+        " [0.01, 2] (it samples a lower one at 0.01)"
+    )
+    with pytest.raises(UsageError, match="temperature 0.001 on engine vllm"):
+        check_engines([floor, too_cold])
+    assert all(job_refusal(j, None, Limits()) is None for j in plan(spec(strategies=cold)))
+    assert job_refusal(plan(spec(engines=[{"name": "vllm"}]))[0], None, Limits()) is None  # greedy: no temperature
 
 
 def test_vllm_not_installed_fails_with_how_to_install(monkeypatch):

@@ -12,6 +12,7 @@ from controller.cli import main
 from controller.sweep.load import load_spec
 from controller.sweep.prompts import load_prompts
 from tests.support.repo import REPO
+from worker.core.errors import UsageError
 
 pytestmark = pytest.mark.pure
 
@@ -167,3 +168,15 @@ def test_assisted_strategy_errors(tmp_path, params, expected):
     )
     result = CliRunner().invoke(main, ["validate", str(write(tmp_path, text))])
     assert result.exit_code == 2 and expected in result.output, result.output
+
+
+def test_e_notation_without_a_dot_is_a_number_as_in_json(tmp_path):
+    """`epsilon: 3e-4` (the value docs/sweeps.md shows) was the text '3e-4' under YAML 1.1's rules, refused as
+    "params.epsilon must be a number, got '3e-4'"; the same spec as JSON had it as a number. Now both agree."""
+    text = GOOD.replace("MODEL", str(tmp_path)).replace(
+        "  - name: greedy\n", "  - name: epsilon\n    params: {epsilon: 3e-4, temperature: [1E-5, 2e0]}\n"
+    )
+    spec = load_spec(write(tmp_path, text))
+    assert spec.strategies[0].params == {"epsilon": 3e-4, "temperature": [1e-5, 2.0]}
+    with pytest.raises(UsageError, match=r"params.epsilon must be a number, got '3e-4'"):  # text where quoted
+        load_spec(write(tmp_path, text.replace("{epsilon: 3e-4", "{epsilon: '3e-4'"), "quoted.yaml"))

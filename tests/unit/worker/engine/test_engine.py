@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.support.engine import job, texts
+from tests.support.engine import MIXED, job, texts
 from tests.support.services import AUSTEN_PROMPTS
 from worker.core.contract import ModelSpec
 from worker.core.errors import PermanentJobError, UsageError
@@ -58,6 +58,21 @@ def test_every_registered_strategy_runs(tiny_model, runtime):
         out, records, result = texts(runtime, job(tiny_model, name, params, prompts=PROMPTS[:2], max_new=6))
         assert len(records) == 2 and all(r.n_new_tokens >= 1 for r in records), name
         assert result.generation_config["max_new_tokens"] == 6
+
+
+@pytest.mark.parametrize("param", ["temperature", "repetition_penalty"])
+def test_a_divisor_whose_scores_overflow_is_refused_and_the_floor_is_greedy(tiny_model, runtime, param):
+    """Scores divided by a temperature or repetition penalty of 1e-300 are inf in float32, their softmax NaN:
+    the draw returned the vocabulary's last token at every step ("independent independent ..."), silently.
+    Such a value is refused in one line naming it; the lowest temperature taken samples the greedy text."""
+    from controller.sweep.load import parse_spec
+
+    spec = {"name": "t", "models": [{"path": tiny_model}], "prompts": {"inline": ["Anne"]}}
+    with pytest.raises(UsageError, match=rf"strategies\[0\]: params.{param} must be >= 1e-05, got 1e-300$"):
+        parse_spec({**spec, "strategies": [{"name": "sample", "params": {param: 1e-300}}]})
+    greedy, _, _ = texts(runtime, job(tiny_model, "greedy", max_new=12))
+    coldest, _, _ = texts(runtime, job(tiny_model, "top_k", {"k": 10, "temperature": 1e-5}, seed=4, max_new=12))
+    assert coldest == greedy
 
 
 def test_stop_strings_and_stop_reasons(tiny_model, runtime):
@@ -181,6 +196,17 @@ def test_contrastive_search_matches_the_paper_and_reduces_to_greedy(tiny_model, 
     assert alpha0 == greedy
 
 
+def test_contrastive_k_past_the_vocabulary_is_refused_in_one_line(tiny_model, runtime):
+    """k = 5000 over 4096 tokens failed mid-batch with torch's "selected index k out of range"; the whole
+    vocabulary as candidates still runs (alpha 0: greedy search)."""
+    with pytest.raises(PermanentJobError, match=r"^contrastive: k \(5000\) is more candidates than the model has "):
+        generate_job(job(tiny_model, "contrastive", {"k": 5000}, max_new=2, prompts=PROMPTS[:2]), runtime)
+    greedy, _, _ = texts(runtime, job(tiny_model, "greedy", max_new=3, prompts=PROMPTS[:2]))
+    whole = job(tiny_model, "contrastive", {"k": 4096, "alpha": 0.0}, max_new=3, prompts=PROMPTS[:2])
+    every, _, _ = texts(runtime, whole)
+    assert every == greedy
+
+
 def test_assisted_decoding_equals_greedy(tiny_model, small_model, runtime):
     greedy, _, _ = texts(runtime, job(small_model, "greedy", max_new=12, prompts=PROMPTS[:3]))
     assisted, records, result = texts(
@@ -197,6 +223,20 @@ def test_assisted_decoding_equals_greedy(tiny_model, small_model, runtime):
     assert result.generation_config["decodebench_assistant"]["path"] == tiny_model
     assert any("batch_size 4 -> 1" in n for n in result.notes)
     assert all(b.n == 1 for b in result.batches)
+
+
+@pytest.mark.parametrize("stop", [["the same"], [","]], ids=repr)
+def test_assisted_decoding_with_stop_strings_equals_greedy(tiny_model, small_model, runtime, stop):
+    """Every assisted job with a stop string failed: its draft model's generate() was handed the config's
+    stop_strings without a tokenizer (transformers' ValueError). Now its texts, tokens and stop reasons are
+    greedy search's, a stop string inside a verification step's accepted tokens included."""
+    greedy, expected, _ = texts(runtime, job(small_model, "greedy", max_new=16, prompts=MIXED[:4], stop=stop))
+    assisted, records, _ = texts(
+        runtime, job(small_model, "assisted", {"assistant": tiny_model}, max_new=16, prompts=MIXED[:4], stop=stop)
+    )
+    assert assisted == greedy
+    assert [(r.token_ids, r.stop_reason) for r in records] == [(r.token_ids, r.stop_reason) for r in expected]
+    assert any(r.stop_reason == "stop_string" for r in records)
 
 
 def test_cuda_oom_halves_the_batch_and_says_so(tiny_model, runtime, monkeypatch):

@@ -3,6 +3,9 @@ token of the vocabulary as a row's last token, after random prefixes and after t
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -46,3 +49,48 @@ def test_the_lookup_answers_exactly_what_transformers_criteria_answers(tok, stop
 def test_single_character_stop_strings_are_one_lookup_and_longer_ones_keep_the_full_check(tok):
     assert StopStrings(tok, ["."]).exact and StopStrings(tok, ["!", "?", ";"]).exact
     assert not StopStrings(tok, [" the"]).exact and not StopStrings(tok, ["\n\n"]).exact
+
+
+@pytest.mark.parametrize("stop", [[" the"], ["\n\n"], [".", " and"], ["the same", "he s"]], ids=repr)
+def test_a_match_lies_in_the_rows_own_new_tokens(tok, stop):
+    """`own`: the check answers what transformers' criteria answers on each row's new tokens alone."""
+    ids = rows(tok, stop)
+    own = torch.arange(ids.shape[0]) % ids.shape[1] + 1
+    theirs = StopStringCriteria(tok, stop)
+    expected = torch.tensor([bool(theirs(ids[i : i + 1, ids.shape[1] - n :], None)[0]) for i, n in enumerate(own)])
+    assert torch.equal(StopStrings(tok, stop)(ids, None, own=own), expected)
+    across = tok("I said the same")["input_ids"]  # "the" and " same" the two last tokens: a match over both
+    assert bool(StopStringCriteria(tok, ["the same"])(torch.tensor([across]), None)[0])
+    assert not StopStrings(tok, ["the same"])(torch.tensor([across]), None, own=torch.tensor([1]))[0]
+
+
+@pytest.fixture(scope="module")
+def generate_path_model(tiny_model, tmp_path_factory):
+    """The tiny model with a processor the decode loop does not rebuild: transformers' generate() runs its jobs."""
+    path = tmp_path_factory.mktemp("suppress") / "austen-tiny"
+    shutil.copytree(tiny_model, path)
+    config = json.loads((path / "generation_config.json").read_text())
+    (path / "generation_config.json").write_text(json.dumps({**config, "suppress_tokens": [4095]}))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params", "path"),
+    [("greedy", {}, "decode"), ("top_k", {"k": 1}, "decode"), ("contrastive", {"alpha": 0.0}, "decode"),
+     ("greedy", {}, "generate")],
+)  # fmt: skip
+def test_a_stop_string_begun_in_the_prompt_does_not_end_the_generation(
+    tiny_model, generate_path_model, runtime, strategy, params, path
+):
+    """A prompt ending "the" with the stop string "the same": the generation went on past " same" (it ended
+    there, with a text that holds no stop string, as `stop_string`); vLLM matches in the output only too."""
+    from tests.support.engine import job, texts
+
+    model = tiny_model if path == "decode" else generate_path_model
+    prompts = ["It was a truth universally acknowledged, and the", "She had never seen the"]
+    free, _, _ = texts(runtime, job(tiny_model, "greedy", prompts=prompts, max_new=10))
+    assert all(text.startswith(" same") for text in free)  # each prompt's "the" and its first token: "the same"
+    cut, records, result = texts(runtime, job(model, strategy, params, prompts=prompts, max_new=10, stop=["the same"]))
+    assert result.engine["plan"]["path"] == path
+    assert cut == [text.split("the same")[0] for text in free]
+    assert [r.stop_reason for r in records] == ["stop_string" if "the same" in t else "length" for t in free]
