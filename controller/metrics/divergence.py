@@ -2,8 +2,9 @@
 
 Computed with mauve-text's `compute_mauve(p_features=..., q_features=...)` from features the
 worker stored with each generation (worker.engine.features): p = the features of prompt +
-generated text, q = the features of prompt + reference, one each per generation (so a
-prompt counts once per seed on both sides). The features are the sweep-wide `featurizer`'s
+generated text, one per generation (the cell's sample: `sample`), q = the features of prompt +
+reference, one per prompt (each reference once, however many generations its prompt has, as in
+the paper; docs/metrics.md#mauve). The features are the sweep-wide `featurizer`'s
 final hidden state at the last token of the text cut to `featurizer_max_tokens` tokens;
 both are recorded in each job (result.json: job and provenance.featurizer).
 

@@ -52,8 +52,9 @@ from worker.core.results import GenerationRecord
 # Korn and Graubard's interval, `shares.korn_graubard`; 23: pass@1 of n samples a prompt exact_match's interval,
 # `shares.outcome_counts`; 24: McNemar's mid-p 1 where the discordant prompts split evenly, `paired.mcnemar_p`;
 # tokens/s's interval over three batches or fewer Student's t, not their range, `bootstrap_t.from_replicates`; 25:
-# an interval narrower than float noise one without width (diversity at 1 was [1, 1]), `shares.within_scale`)
-CACHE_VERSION = "25"
+# an interval narrower than float noise one without width (diversity at 1 was [1, 1]), `shares.within_scale`; 26:
+# the word tokenizer keeps combining marks inside their word and splits CJK into characters, `metrics.tokenize`)
+CACHE_VERSION = "26"
 EXAMPLE_PROMPTS = 3
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
@@ -26,7 +25,7 @@ import plotly.io as pio
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
-from controller.metrics.tokenize import WORD_PATTERN
+from controller.metrics.tokenize import WORD_RE
 from controller.report.compute.columns import DESIGN_COLUMNS, REFERENCE
 from controller.report.load.jobs import MIN_CI_PROMPTS
 from controller.report.load.sweep import SweepData
@@ -42,7 +41,7 @@ from controller.report.stats.speed import unresolved_note, unresolved_speed
 EXAMPLE_PROMPTS = 3
 PRINT_SAMPLES_MAX_CELLS = 16  # above this many cells the printout leaves the examples out by default
 MARK_N = 3  # a word n-gram of this size seen earlier in the same text is marked
-_WORD = re.compile(WORD_PATTERN)
+_WORD = WORD_RE
 e = html.escape
 
 ASSETS = "assets"  # report.css, error_trap.js, report.js: package data of controller.report.render

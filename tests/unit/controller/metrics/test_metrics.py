@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import unicodedata
 
 import pytest
 
@@ -24,6 +25,26 @@ def test_word_tokenize_lowercases_and_splits_punctuation():
         "hello", ",", "world", "!", "it's", "3", ".", "5", "km", "-", "-", "don’t", ".",
     ]  # fmt: skip
     assert word_tokenize("") == [] and word_tokenize("  \n\t ") == []
+
+
+def test_word_tokenize_keeps_combining_marks_inside_their_word():
+    # Python re's \w has no combining mark: a Devanagari vowel sign or virama, a decomposed accent, a Persian
+    # zero-width non-joiner split the word and were each counted as a punctuation token
+    assert word_tokenize("हिन्दी भाषा") == ["हिन्दी", "भाषा"]
+    decomposed = unicodedata.normalize("NFD", "café résumé")  # no normalisation: each word as written
+    assert word_tokenize(decomposed.upper()) == decomposed.split()
+    assert word_tokenize("می\u200cخواهم") == ["می\u200cخواهم"]
+    c = cell("हिन्दी भाषा बोलते हैं", "हिन्दी भाषा")
+    assert value("mean_length", c) == 3.0 and value("distinct_1", c) == 4 / 6
+
+
+def test_word_tokenize_splits_cjk_into_characters():
+    # Chinese and Japanese are written without spaces: a whole sentence was one "word" (rep-n and distinct-2
+    # empty, a mean length of one word a sentence); each character is a token, as BERT's and sacrebleu's zh
+    assert word_tokenize("我爱北京。東京は日本") == ["我", "爱", "北", "京", "。", "東", "京", "は", "日", "本"]
+    assert word_tokenize("foo北京bar コーヒー") == ["foo", "北", "京", "bar", "コ", "ー", "ヒ", "ー"]
+    c = cell("北京北京北京", "我爱北京")
+    assert value("mean_length", c) == 5.0 and value("rep_2", c) == 1 - (2 + 3) / (5 + 3)
 
 
 def test_ngrams_never_longer_than_the_sequence():
