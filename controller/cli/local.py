@@ -267,6 +267,18 @@ def _values(bounds: tuple[float | None, float | None]) -> str:
     return f"; in {'(-inf' if low is None else f'[{low:g}'}, {'inf)' if high is None else f'{high:g}]'}"
 
 
+def _interval(m) -> str:
+    """How the report's interval of a metric is made, as `metrics` lists it: a share of 0/1 outcomes is exact
+    where a prompt holds one (controller.report.stats.shares), Korn and Graubard's where it holds several."""
+    if m.outcomes:
+        return "interval exact (Clopper-Pearson) with one answer a prompt, Korn-Graubard's with several"
+    from controller.metrics import ratio
+
+    if m.interval == "bootstrap" and m.unit_interval and m.combine is ratio:
+        return "bootstrap interval; exact (Clopper-Pearson) where each prompt holds one 0/1 outcome"
+    return f"{m.interval} interval"
+
+
 @click.command()
 def metrics() -> None:
     """List the registered quality metrics with their metadata and interval method."""
@@ -276,7 +288,7 @@ def metrics() -> None:
         direction = {True: "higher is better", False: "lower is better", None: "no direction"}[m.higher_is_better]
         needs = [w for w, f in (("references", m.needs_references), ("model", m.needs_model),
                                 ("answers", m.needs_answers)) if f]  # fmt: skip
-        extra = (f"; needs {' and '.join(needs)}" if needs else "") + f"{_values(m.bounds)}; {m.interval} interval"
+        extra = (f"; needs {' and '.join(needs)}" if needs else "") + f"{_values(m.bounds)}; {_interval(m)}"
         cite = f", {m.citation}" if m.citation else ""
         _wrapped(f"{name}  ({m.level}, {direction}{extra}{cite}): {m.description}", "", "    ")
     for name, description in METRICS.families():

@@ -388,4 +388,7 @@ def test_bad_task_input_is_one_line_and_exit_2(tmp_path, old, new, expected):
 def test_the_metrics_command_lists_the_task_metrics_and_families():
     out = CliRunner().invoke(main, ["metrics"]).output
     assert "exact_match  (sequence, higher is better; needs answers" in out
+    # the interval the report gives it (it said "bootstrap interval", which a share of answers never gets)
+    flat = " ".join(out.split())
+    assert "one answer a prompt, Korn-Graubard's with several" in flat.split("exact_match (", 1)[1].split("):")[0]
     assert "pass@<k>" in out and "Chen et al. 2021" in out and "maj@<k>" in out and "Wang et al. 2023" in out
