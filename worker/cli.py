@@ -174,7 +174,7 @@ def _log_start(worker, queues: tuple[str, ...], store_url: str, burst: bool, tim
 )
 @settings.option("engine", type=click.Choice(ENGINE_NAMES))
 @click.option("--burst", is_flag=True, help="Exit once no job of the queues is queued, running or waiting to retry.")
-@click.option("--max-jobs", type=int, default=None, help="Exit after this many jobs.")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Exit after this many jobs.")
 @settings.option("redis_url")
 @settings.option("store")
 @click.option("--name", default=None, help="Worker name in RQ (default decodebench-<host>-<pid>-<device>-<random>).")

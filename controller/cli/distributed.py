@@ -18,11 +18,13 @@ import click
 from controller.cli import options
 from controller.cli.backend import backend
 from controller.sweep.wording import plural
+from worker.core import settings
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError
 from worker.core.safetext import terminal
 
 STATES = tuple(s.value for s in JobStatus)
+MIN_INTERVAL_S = 0.5  # status --watch: 0 asked the server (or Redis) without a pause, a negative one crashed
 
 
 def _duration(seconds: float | None) -> str:
@@ -218,7 +220,13 @@ def render_tenants(rows: list[dict]) -> str:
 @options.tenant
 @click.option("--all-tenants", is_flag=True, help="Per tenant: queued, running, done, share of worker time (1 h).")
 @click.option("--watch", is_flag=True, help="Refresh until no job is queued or running.")
-@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between refreshes with --watch.")
+@click.option(
+    "--interval",
+    type=settings.finite_float(MIN_INTERVAL_S),
+    default=2.0,
+    show_default=True,
+    help=f"Seconds between refreshes with --watch (at least {MIN_INTERVAL_S:g}: each is a request to the server).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @options.api
 @options.redis_url
@@ -284,11 +292,14 @@ def cancel(sweep: str, tenant: str, api: str | None, redis_url: str) -> None:
     to = backend(api, redis_url, "", tenant)
     out = to.cancel(sweep)
     sweep_id = out["sweep_id"]
-    click.echo(
-        f"sweep {sweep_id} cancelled: {out['dropped']} queued jobs dropped, "
-        f"{out['stopping']} running jobs asked to stop; "
-        f"resume with `decodebench retry {sweep_id} --failed`"
-    )
+    if out.get("idle"):  # (a server before it answered no `idle`)
+        click.echo(f"sweep {sweep_id}: nothing queued or running, nothing to cancel")
+    else:
+        click.echo(
+            f"sweep {sweep_id} cancelled: {out['dropped']} queued jobs dropped, "
+            f"{out['stopping']} running jobs asked to stop; "
+            f"resume with `decodebench retry {sweep_id} --failed`"
+        )
     to.audit("cancel", out)
 
 

@@ -87,7 +87,7 @@ FORMATS = tuple(paths.REPORT_FILES)
 )
 @click.option(
     "--wait-s",
-    type=click.FloatRange(min=0),
+    type=settings.finite_float(0),
     default=300.0,
     show_default=True,
     help="With --distributed: cells or pairs still missing after this many seconds without one are computed here.",
@@ -206,7 +206,7 @@ def _emit(body: bytes | None, out: Path | None, to_stdout: bool) -> None:
 @click.command("report-worker")
 @click.argument("tenants", nargs=-1)
 @click.option("--burst", is_flag=True, help="Exit once no report job of the queues is queued.")
-@click.option("--max-jobs", type=int, default=None, help="Exit after this many jobs.")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Exit after this many jobs.")
 @settings.option("store", "--store", "store_url")
 @options.redis_url
 @settings.option("log_format", type=click.Choice(["console", "json"]))

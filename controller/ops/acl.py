@@ -4,9 +4,9 @@ Tenants hold no Redis credentials: the submission server (`decodebench serve`) i
 door. The users are the deployment's own:
 
 - `server`: decodebench's keys and RQ's keys of decodebench's queues (`worker.core.keys.
-  server_acl_keys`; the workers' marks of models that cannot load read-only, `%R~`, so that no
-  server can forge one), only the commands submit, status, cancel, retry, failures, logs and list
-  send (`SERVER_COMMANDS`; a test runs those code paths as this user), no pub/sub channel
+  server_acl_keys`; the workers' marks of models that cannot load and their running jobs' heartbeat
+  TTLs read-only, `%R~`, so that no server can forge one), only the commands submit, status, cancel,
+  retry, failures, logs and list send (`SERVER_COMMANDS`; a test runs those code paths as this user), no pub/sub channel
   (cancel reaches running jobs through the sweep's flag). The server's code is trusted: it
   may load its own Lua scripts;
 - `worker`: every key and channel, every command but the dangerous ones (FLUSHALL, KEYS,

@@ -362,7 +362,7 @@ def cancel(ctx: Context, who: Identity, sweep: str) -> dict[str, Any]:
     tenant = tenant_of(who)
     sweep_id = resolve(ctx, tenant, sweep)
     out = sweepstate.cancel_sweep(ctx.conn, tenant, sweep_id)
-    return {"sweep_id": sweep_id, "dropped": out.cancelled, "stopping": len(out.stopping)}
+    return {"sweep_id": sweep_id, "dropped": out.cancelled, "stopping": len(out.stopping), "idle": out.idle}
 
 
 def tenants_overview(ctx: Context, who: Identity) -> list[dict[str, Any]]:

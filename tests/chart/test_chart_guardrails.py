@@ -291,3 +291,24 @@ def test_extra_objects_are_released_with_the_chart():
     text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-extra'}\n"
     docs = render({"extraObjects": [sealed, text]})
     assert find(docs, "SealedSecret", "db-tokens") and find(docs, "ConfigMap", "db-extra")
+
+
+def test_an_extra_env_may_not_name_a_variable_the_chart_sets_in_its_container():
+    """Two env entries of one name (a pool's extraEnv overriding the chart's DECODEBENCH_STOP_GRACE, HF_HOME,
+    ...) rendered without a word: server-side apply (Helm 4, Argo CD, Flux) refuses the Deployment, a
+    client-side apply silently keeps the last one. A variable the chart leaves alone stays the pool's to set."""
+    own = {"worker": {"pools": [{"name": "gpu"}, {"name": "cpu", "gpus": 0, "extraEnv": [{"name": "HF_HOME"}]}]}}
+    message = render_error(own)
+    assert "worker.pools[cpu].extraEnv: HF_HOME is set by the chart in this container" in message, message
+    stop = {"worker": {"poolDefaults": {"extraEnv": [{"name": "DECODEBENCH_STOP_GRACE", "value": "60"}]}}}
+    assert "worker.pools[gpu].extraEnv: DECODEBENCH_STOP_GRACE is set by the chart" in render_error(stop)
+    ttl = {"worker": {"poolDefaults": {"extraEnv": [{"name": "DECODEBENCH_HEARTBEAT_TTL", "value": "20"}]}}}
+    env = workers(render(ttl))["gpu"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    assert names.count("DECODEBENCH_HEARTBEAT_TTL") == 1 and len(names) == len(set(names))
+    report = {"reportWorkers": {"enabled": True, "extraEnv": [{"name": "DECODEBENCH_STOP_GRACE", "value": "5"}]}}
+    assert "reportWorkers.extraEnv: DECODEBENCH_STOP_GRACE is set by the chart" in render_error(report)
+    server = {"server": {"extraEnv": [{"name": "DECODEBENCH_TOKENS_FILE", "value": "/x"}]}}
+    assert "server.extraEnv: DECODEBENCH_TOKENS_FILE is set by the chart" in render_error(server)
+    controller = {"controller": {"extraEnv": [{"name": "DECODEBENCH_API_URL", "value": "http://x"}]}}
+    assert "controller.extraEnv: DECODEBENCH_API_URL is set by the chart" in render_error(controller)

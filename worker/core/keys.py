@@ -66,6 +66,12 @@ def running(tenant: str) -> str:
     return f"{_t(tenant)}:running"
 
 
+def running_ttls(tenant: str) -> str:
+    """The heartbeat TTL of each running job's worker: running member -> seconds (status judges a job stale by
+    its own worker's TTL, which may differ from the reader's)."""
+    return f"{_t(tenant)}:running_ttl"
+
+
 def lost(tenant: str) -> str:
     return f"{_t(tenant)}:lost"
 
@@ -273,8 +279,9 @@ def server_acl_keys() -> list[str]:
 
 
 def server_acl_read_keys() -> list[str]:
-    """Key patterns the server's Redis user may read only: the workers' marks of models that cannot load."""
-    return [f"{PREFIX}:*:sweep:*:unavailable"]
+    """Key patterns the server's Redis user may read only: the workers' marks of models that cannot load, and
+    the heartbeat TTLs of their running jobs (`running_ttl`)."""
+    return [f"{PREFIX}:*:sweep:*:unavailable", f"{PREFIX}:*:running_ttl"]
 
 
 def keda_acl_keys() -> list[str]:

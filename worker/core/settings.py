@@ -70,8 +70,15 @@ def tenant(flag: str | None = None) -> str:
         raise UsageError(str(err)) from None
 
 
+def finite_float(low: float) -> Any:
+    """A float option's type: at least `low`, and finite (click's FloatRange lets NaN through every bound); for
+    every float flag, of the table or not."""
+    import click
+
+    return _finite(click, low)
+
+
 def _finite(click: Any, low: float) -> Any:
-    """A float option's type: at least `low`, and finite (click's FloatRange lets NaN through every bound)."""
 
     class Finite(click.FloatRange):
         def convert(self, value, param, ctx):

@@ -202,14 +202,25 @@ def read_unavailable(conn, tenant: str, sweep_id: str, epoch: str) -> list[tuple
 
 
 def stale_runs(conn, tenant: str, sweep_id: str) -> int:
-    """The sweep's running jobs whose worker has not beaten for half the heartbeat TTL (three
-    beats): their worker may be gone; the reaper requeues them once the TTL has passed."""
-    horizon = time.time() + float(settings.get("heartbeat_ttl")) / 2
+    """The sweep's running jobs whose worker has not beaten for half its heartbeat TTL (three beats): their
+    worker may be gone; the reaper requeues them once the TTL has passed. Each job by its own worker's TTL
+    (`running_ttl`, written when it started), the reader's DECODEBENCH_HEARTBEAT_TTL where none is recorded."""
+    now, fallback = time.time(), float(settings.get("heartbeat_ttl"))
     try:
-        members = conn.zrangebyscore(keys.running(tenant), 0, horizon)
+        running = conn.zrange(keys.running(tenant), 0, -1, withscores=True)
+        mine = [(m, deadline) for m, deadline in running if _text(m).startswith(f"{sweep_id} ")]
+        ttls = conn.hmget(keys.running_ttls(tenant), [m for m, _ in mine]) if mine else []
     except Exception:  # a damaged key: status still answers
         return 0
-    return sum(1 for m in members if _text(m).startswith(f"{sweep_id} "))
+    return sum(1 for (_, deadline), ttl in zip(mine, ttls) if deadline - now < _seconds(ttl, fallback) / 2)
+
+
+def _seconds(raw, fallback: float) -> float:
+    try:
+        value = float(_text(raw)) if raw is not None else fallback
+    except ValueError:
+        return fallback
+    return value if math.isfinite(value) and value > 0 else fallback
 
 
 def _hmget(conn, key: str, fields: list[str]):

@@ -238,24 +238,34 @@ def forget_sweep(conn, tenant: str, sweep_id: str) -> int:
 def heartbeat_job(
     conn, tenant: str, sweep_id: str, job_id: str, cell: str, ttl: float, *, create: bool = False
 ) -> None:
-    """Push the job's deadline in `decodebench:<t>:running` (create: when the job starts)."""
+    """Push the job's deadline in `decodebench:<t>:running` (create: when the job starts, with the worker's TTL
+    beside it, `running_ttl`, by which status judges the job's beats)."""
     member = keys.running_member(sweep_id, job_id, cell)
-    conn.zadd(keys.running(tenant), {member: time.time() + ttl}, xx=not create)
+    if not create:
+        conn.zadd(keys.running(tenant), {member: time.time() + ttl}, xx=True)
+        return
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.zadd(keys.running(tenant), {member: time.time() + ttl})
+        pipe.hset(keys.running_ttls(tenant), member, f"{ttl:g}")
+        pipe.execute()
 
 
 def forget_job(conn, tenant: str, sweep_id: str, job_id: str, cell: str) -> None:
-    conn.zrem(keys.running(tenant), keys.running_member(sweep_id, job_id, cell))
+    member = keys.running_member(sweep_id, job_id, cell)
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.zrem(keys.running(tenant), member)
+        pipe.hdel(keys.running_ttls(tenant), member)
+        pipe.execute()
 
 
 def claim_lost(conn, tenant: str) -> list[tuple[str, str, str]]:
     """(sweep id, job id, cell) of the running jobs past their deadline, each claimed by
     exactly one caller (ZREM decides between concurrent reapers)."""
     zkey = keys.running(tenant)
-    return [
-        keys.split_running_member(raw.decode())
-        for raw in conn.zrangebyscore(zkey, 0, time.time())
-        if conn.zrem(zkey, raw)
-    ]
+    claimed = [raw for raw in conn.zrangebyscore(zkey, 0, time.time()) if conn.zrem(zkey, raw)]
+    if claimed:
+        conn.hdel(keys.running_ttls(tenant), *claimed)
+    return [keys.split_running_member(raw.decode()) for raw in claimed]
 
 
 def record_loss(conn, tenant: str, sweep_id: str, job_id: str) -> int:
@@ -278,13 +288,17 @@ def forget_losses(pipe, tenant: str, job_ids: list[str]) -> None:
 class CancelOutcome:
     cancelled: int
     stopping: list[str]
+    idle: bool = False  # nothing was queued or running: the sweep was left as it ended, not marked cancelled
 
 
 def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
-    """Stop the sweep's queued jobs (removed from the queues) and ask running ones to stop."""
+    """Stop the sweep's queued jobs (removed from the queues) and ask running ones to stop. A sweep with no
+    job queued or running is left as it ended (its mark would have kept a finished sweep `[CANCELLED]`)."""
     from worker.core import rqadapter
 
     k = keys.sweep_keys(tenant, sweep_id)
+    if not _has_live_jobs(conn, k["counts"]):
+        return CancelOutcome(0, [], idle=True)
     conn.hset(k["meta"], "cancelled", f"{time.time():.3f}")
     ids = [i.decode() for i in _CANCEL_QUEUED(conn, [k["state"], k["counts"], k["cells"]])]
     for name in keys.tenant_queues(tenant):
@@ -307,6 +321,13 @@ def cancel_sweep(conn, tenant: str, sweep_id: str) -> CancelOutcome:
             _send_stop(conn, tenant, job_id)
             stopping.append(job_id)
     return CancelOutcome(len(ids), stopping)
+
+
+def _has_live_jobs(conn, counts_key: str) -> bool:
+    """Whether a cell counts a queued or running job (`...:counts`: `<cell>|<state>` -> n)."""
+    live = (f"|{JobStatus.QUEUED.value}", f"|{JobStatus.RUNNING.value}")
+    counts = conn.hgetall(counts_key)
+    return any(f.decode(errors="replace").endswith(live) and n.isdigit() and int(n) > 0 for f, n in counts.items())
 
 
 def _send_stop(conn, tenant: str, job_id: str) -> None:

@@ -97,3 +97,18 @@ drops spec.replicas when a pool switches from manual replicas to KEDA (Kubernete
 {{- if and $live $live.spec (hasKey $live.spec "replicas") }}{{ int $live.spec.replicas }}{{ end }}
 {{- end }}
 {{- end }}
+
+{{/*
+An extraEnv that names a variable the chart already sets in that container: two entries of one name, which
+server-side apply (Helm 4, Argo CD, Flux) refuses and a client-side apply resolves by silently keeping the last.
+Renders nothing; fails in one line naming the variable. `own`: the chart's env list (YAML), `extra`: the values'.
+*/}}
+{{- define "decodebench.extraEnvChecked" -}}
+{{- $own := list }}
+{{- range (fromYamlArray .own) }}{{ $own = append $own .name }}{{ end }}
+{{- range .extra }}
+{{- if has .name $own }}
+{{- fail (printf "%s: %s is set by the chart in this container; set the chart's own value for it (docs/settings.md, docs/deploy.md) instead of a second entry" $.where .name) }}
+{{- end }}
+{{- end }}
+{{- end }}

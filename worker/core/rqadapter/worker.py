@@ -25,6 +25,7 @@ to the constructor: worker.core never imports worker.rq; the base class and its 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import threading
@@ -36,14 +37,14 @@ import structlog
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
-from rq import SimpleWorker
+from rq import SimpleWorker, worker_registration
 from rq.exceptions import StopRequested
 from rq.job_lifecycle import call_exception_handlers
-from rq.utils import now
+from rq.utils import now, utcparse
 from rq.worker import WorkerStatus
 
 from worker.core.contract import JobRef
-from worker.core.errors import DecodebenchError, Interrupted, PermanentJobError
+from worker.core.errors import DecodebenchError, Interrupted, PermanentJobError, UsageError
 from worker.core.rqadapter.job import SealedJob
 from worker.core.rqadapter.logic import WorkerLogic
 from worker.core.rqadapter.persistence import SERIALIZER, DeserializationError, Status
@@ -71,6 +72,9 @@ class HookedWorker(SimpleWorker):
 
     def __init__(self, logic: WorkerLogic, **kwargs) -> None:
         self.logic = logic  # before RQ's __init__, which reads the hooks
+        # A dead worker's record outlives its last heartbeat by worker_ttl + 60 s: by RQ's default (420 s) a
+        # killed worker stayed `busy` in `rq info` and `cluster status` for 8 minutes after its job was requeued.
+        kwargs.setdefault("worker_ttl", max(1, math.ceil(logic.heartbeat_ttl)))
         super().__init__([], serializer=SERIALIZER, job_monitoring_interval=max(1, int(logic.beat_s)), **kwargs)
         self._born: float | None = None
         self._jobs_ok = self._jobs_failed = 0
@@ -100,6 +104,27 @@ class HookedWorker(SimpleWorker):
     def dequeue_timeout(self) -> int:
         # Short blocking pops so that new tenants (with `*`) and stop requests are seen soon.
         return max(1, min(self.worker_ttl - 15, int(self.logic.reaper_interval)))
+
+    def heartbeat(self, timeout: int | None = None, pipeline=None) -> None:
+        """RQ's heartbeat, with the worker's registration renewed: RQ registers a worker once, at its birth, so
+        after Redis restarted without its data (or another worker's maintenance dropped a hash that expired) a
+        live worker was in no worker set, out of `rq info` and `cluster status`, until it restarted."""
+        if self.birth_date is None:  # not registered yet (or used without `work`): nothing to renew
+            return super().heartbeat(timeout, pipeline=pipeline)
+        pipe = pipeline if pipeline is not None else self.connection.pipeline()
+        super().heartbeat(timeout, pipeline=pipe)  # its HSET of last_heartbeat comes first
+        worker_registration.register(self, pipe)  # SADDs: the worker set and each of its queues' sets
+        pipe.hsetnx(self.key, "state", self.get_state())  # only where it was lost: never over a newer one
+        if pipeline is not None:  # RQ's maintain_heartbeats writes the whole hash again where it was gone
+            return
+        with pipe:
+            created = pipe.execute()[0]
+        if created:  # the hash was gone: RQ's HSET wrote last_heartbeat alone
+            with self.connection.pipeline() as again:
+                again.hset(self.key, mapping=self.serialize())
+                again.expire(self.key, timeout or self.worker_ttl + 60)
+                again.execute()
+            log.warning("worker.registered_again", worker=self.name, why="its Redis record was gone")
 
     def get_heartbeat_ttl(self, job, working_time: float = 0.0) -> int:
         # SimpleWorker would use the job timeout + 60 s: a killed worker's job would wait that long.
@@ -279,6 +304,25 @@ class HookedWorker(SimpleWorker):
         signal.signal(INTERRUPT_SIGNAL, self._on_interrupt_signal)  # the heartbeat thread's interrupts
         self._beat_thread = threading.Thread(target=self._beat_loop, name="decodebench-heartbeat", daemon=True)
         self._beat_thread.start()
+
+    def register_birth(self) -> None:
+        """RQ's, where a worker of the same name (a fixed `--name`) left a record: RQ refused the name, with a
+        traceback, until the record expired. A record whose last heartbeat is older than the heartbeat TTL is a
+        worker that died without deregistering (its jobs are the reaper's): taken over. A live one: one line."""
+        last, dead = self.connection.hmget(self.key, ["last_heartbeat", "death"])
+        if last is not None and dead is None:
+            try:
+                age = (now() - utcparse(last.decode())).total_seconds()
+            except ValueError:  # not RQ's timestamp: no live worker wrote it
+                age = math.inf
+            if age < self.logic.heartbeat_ttl:
+                raise UsageError(
+                    f"--name {self.name}: a worker of that name is running (its last heartbeat {age:.0f} s ago); "
+                    "give another name, or none"
+                )
+            self.connection.delete(self.key)
+            log.warning("worker.name_taken_over", name=self.name, last_heartbeat_s_ago=round(age))
+        super().register_birth()
 
     def unsubscribe(self) -> None:
         thread = getattr(self, "pubsub_thread", None)

@@ -77,3 +77,23 @@ def test_watch_redraws_one_block_in_place_at_a_terminal():
     text = out.decode()
     assert "\x1b[1A" in text and "\x1b[2K" in text  # cursor up, erase line: the block is redrawn
     assert "3/3 jobs done" in text
+
+
+def test_staleness_is_judged_by_each_job_workers_own_heartbeat_ttl(redis_url, monkeypatch):
+    """A worker's heartbeat TTL is its own (`decodebench-worker --heartbeat-ttl`, a pool's extraEnv): status,
+    which reads its own DECODEBENCH_HEARTBEAT_TTL, flagged every job of a worker with a shorter TTL the moment
+    it started, and a silent worker with a longer one only long after it had missed its beats."""
+    import redis
+
+    monkeypatch.setenv("DECODEBENCH_HEARTBEAT_TTL", "60")  # the reader's (the server's) own
+    conn = redis.Redis.from_url(redis_url)
+    sweep = "sweep0000000000a"
+    sweepstate.heartbeat_job(conn, "default", sweep, "job-quick", "m::greedy", 12, create=True)  # beat just now
+    sweepstate.heartbeat_job(conn, "default", sweep, "job-patient", "m::greedy", 300, create=True)
+    assert sweepstate.stale_runs(conn, "default", sweep) == 0
+    # job-patient's worker (TTL 300) last beat 200 s ago: its deadline is 100 s away, and it missed 4 beats
+    conn.zadd(keys.running("default"), {keys.running_member(sweep, "job-patient", "m::greedy"): time.time() + 100})
+    assert sweepstate.stale_runs(conn, "default", sweep) == 1
+    sweepstate.forget_job(conn, "default", sweep, "job-patient", "m::greedy")
+    sweepstate.forget_job(conn, "default", sweep, "job-quick", "m::greedy")
+    assert sweepstate.stale_runs(conn, "default", sweep) == 0 and not conn.exists(keys.running_ttls("default"))

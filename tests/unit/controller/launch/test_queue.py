@@ -183,7 +183,7 @@ def test_cli_submit_status_cancel_retry_logs(conn, redis_url, tmp_path, monkeypa
 
     r = runner.invoke(cli, ["cancel", sweep_id])
     assert r.exit_code == 0 and "8 queued jobs dropped" in r.output
-    r = runner.invoke(cli, ["status", sweep_id, "--watch", "--interval", "0.1"])
+    r = runner.invoke(cli, ["status", sweep_id, "--watch", "--interval", "0.5"])
     assert r.exit_code == 1 and "[CANCELLED]" in r.output and "8 jobs cancelled" in r.output  # not "complete"
     r = runner.invoke(cli, ["retry", sweep_id, "--failed"])
     assert r.exit_code == 0 and "9 failed or cancelled jobs enqueued again" in r.output

@@ -33,6 +33,11 @@ def one_line_usage_error(result, *expected: str) -> str:
         (["report", "x", "--format", "zzz"], ["Invalid value for '--format'", "'zzz' is not one of"]),
         (["validate", "a.yaml", "--nope"], ["No such option '--nope'"]),
         (["status", "abc", "--interval", "soon"], ["Invalid value for '--interval'"]),
+        (["status", "abc", "--watch", "--interval", "-1"], ["Invalid value for '--interval'", ">=0.5"]),
+        (["status", "abc", "--watch", "--interval", "0"], ["Invalid value for '--interval'"]),
+        (["status", "abc", "--watch", "--interval", "nan"], ["Invalid value for '--interval'"]),
+        (["report", "x", "--distributed", "--wait-s", "nan"], ["Invalid value for '--wait-s'", "not a finite"]),
+        (["report-worker", "--max-jobs", "-1"], ["Invalid value for '--max-jobs'", ">=1"]),
         (["tenants", "nosuch"], ["No such command 'nosuch'", "decodebench tenants --help"]),
         (["cluster", "scale"], ["decodebench cluster scale --help"]),
     ],
@@ -46,6 +51,7 @@ def test_a_usage_error_of_decodebench_is_one_line_and_exit_2(argv, expected):
     [
         (["--bogus"], ["No such option '--bogus'", "(see 'decodebench-worker --help')"]),
         (["--max-jobs", "many"], ["Invalid value for '--max-jobs'"]),
+        (["--max-jobs", "0"], ["Invalid value for '--max-jobs'", ">=1"]),  # 0 and -1 ran one job, then left
         (["--log-format", "xml"], ["Invalid value for '--log-format'"]),
     ],
 )
