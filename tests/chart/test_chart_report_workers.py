@@ -385,3 +385,16 @@ def test_the_rendered_report_worker_computes_the_cells_of_a_distributed_report(
     assert not any(j["refused"] for j in jobs) and {j["tenant"] for j in jobs} == {"team-a"}
     assert [x["jobs_run"] for x in lines if x.get("event") == "report_worker.stopped"] == [len(jobs)]
     assert acl["admin"].acl_log() == []  # the `worker` user was refused nothing
+
+
+@pytest.mark.parametrize("ttl", ["60", "90.5", "1e2"])
+def test_the_heartbeat_probe_reads_any_ttl_the_worker_takes(tmp_path, ttl):
+    """The worker takes any float TTL; the probe cut it at the dot, so `1e2` was a bash arithmetic error and the
+    pod never ready."""
+    from tests.support.repo import REPO
+
+    script = (REPO / "charts" / "decodebench" / "files" / "probe-heartbeats.sh").read_text()
+    (tmp_path / "worker-0").touch()
+    env = {"DECODEBENCH_HEARTBEAT_DIR": str(tmp_path), "DECODEBENCH_HEARTBEAT_TTL": ttl, "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(["/bin/bash", "-c", script, "probe", "all"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == "1/1 worker processes beating\n" and not proc.stderr, proc
