@@ -241,10 +241,16 @@ class DecodebenchLogic(WorkerLogic):
         """Every reaper interval, busy or idle: a changed tenants file, new tenants, lost jobs, due retries."""
         reload_tenants(self)
         self.refresh_queues()
-        requeued = reap(self.connection, self.tenants, self.timing)
+        requeued = reap(self.connection, self.reaped_tenants(), self.timing)
         if requeued:
             log.warning("worker.requeued_lost_jobs", jobs=requeued)
         enqueue_due_retries(self.connection, self.queues)
 
     def reap(self) -> None:
-        reap(self.connection, self.tenants, self.timing)
+        reap(self.connection, self.reaped_tenants(), self.timing)
+
+    def reaped_tenants(self) -> list[str]:
+        """The tenants whose lost jobs this worker requeues: every tenant with a queue, not only those it serves. A
+        pool of one tenant scaled to zero would never find its own lost jobs (they are in no queue, so nothing
+        scales it up again); requeued by any worker, they are, and the pool wakes for them."""
+        return sorted(set(self.tenants) | set(sweepstate.known_tenants(self.connection)))

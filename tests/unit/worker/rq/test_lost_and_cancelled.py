@@ -78,3 +78,38 @@ def test_a_worker_handed_a_job_of_a_cancelled_sweep_does_not_start_it(conn, stor
     run_worker(conn)
     assert started == []
     assert conn.hget(keys.sweep("default", out.sweep_id, "state"), job.id) == JobStatus.CANCELLED.value.encode()
+
+
+def test_a_job_lost_with_its_worker_is_requeued_by_a_worker_of_another_tenant(
+    redis_url, tmp_path, tiny_model, signing_key_file
+):
+    """Workers reaped only the tenants they serve: a lost job of a tenant whose own pool was gone (scaled to zero,
+    its one pod killed) stayed `running` for ever, in no queue, so nothing scaled the pool up again. Now any worker
+    requeues it, into its own tenant's queue."""
+    import subprocess
+
+    from tests.support.workerprocs import BIN
+
+    conn = redis.Redis.from_url(redis_url)
+    store = FileStore(tmp_path / "runs")
+    out = cq.submit(conn, store, parse_spec(spec_dict(tiny_model, seeds=(1,))), "default", key=KEY)
+    env = env_for(redis_url, tmp_path / "runs", signing_key_file)  # heartbeat TTL 5 s, reaper every 0.5 s
+    victim = start_workers(1, env, tmp_path)
+    try:
+        job_id = first_running_job(conn, out.sweep_id)
+        next(iter(victim.values())).send_signal(signal.SIGKILL)  # mid-job: its heartbeat stops
+    finally:
+        wait_all(victim, tmp_path)
+    log = (tmp_path / "other.log").open("w")
+    other = subprocess.Popen([str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "team-b", "--name",
+                              f"other-{job_id}"], env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while conn.hget(keys.sweep("default", out.sweep_id, "state"), job_id) == b"running":
+            assert time.monotonic() < deadline, (tmp_path / "other.log").read_text()[-2000:]
+            time.sleep(0.2)
+    finally:
+        other.terminate()
+        other.wait(30)
+    assert conn.hget(keys.sweep("default", out.sweep_id, "state"), job_id) == b"queued"
+    assert job_id in rq_queue(conn).job_ids  # the front of its own tenant's queue
