@@ -21,7 +21,7 @@ from controller.sweep.wording import plural
 from worker.core import settings
 from worker.core.contract import JobStatus
 from worker.core.errors import UsageError
-from worker.core.safetext import terminal
+from worker.core.safetext import terminal, terminal_lines
 
 STATES = tuple(s.value for s in JobStatus)
 MIN_INTERVAL_S = 0.5  # status --watch: 0 asked the server (or Redis) without a pause, a negative one crashed
@@ -323,9 +323,12 @@ def retry(sweep: str, failed: bool, tenant: str, priority: str, api: str | None,
 
 
 def format_log_line(row: dict) -> str:
-    skip = {"timestamp", "level", "event", "tenant", "sweep_id", "job_id", "model", "strategy"}
+    """One line a row; a traceback (`exception`, a job's crash) follows it on lines of its own."""
+    skip = {"timestamp", "level", "event", "tenant", "sweep_id", "job_id", "model", "strategy", "exception"}
     extra = " ".join(f"{k}={v}" for k, v in row.items() if k not in skip)
-    return terminal(f"{row.get('timestamp', '')} {row.get('level', ''):<7} {row.get('event', '')} {extra}".rstrip())
+    line = terminal(f"{row.get('timestamp', '')} {row.get('level', ''):<7} {row.get('event', '')} {extra}".rstrip())
+    trace = row.get("exception")
+    return f"{line}\n{terminal_lines(trace.rstrip())}" if isinstance(trace, str) and trace.strip() else line
 
 
 @click.command()

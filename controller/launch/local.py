@@ -8,8 +8,9 @@ A model that cannot be had fails once: every model is resolved before any job ru
 (`ModelUnavailableError`): that job failed, and the other jobs that need it are skipped with that one reason.
 Ctrl-C stops after the running job's interruption and returns what was done.
 
-A sweep resumed after a local model's files changed at the same path is refused before any job runs
-(`check_model_files`): its cells would mix two models' generations under one name.
+A sweep resumed after a local model's files changed at the same path, or after a plugin strategy's distribution
+changed version, is refused before any job runs (`check_model_files`, `check_plugins`): its cells would mix two
+models' (or two plugin versions') generations under one name.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from worker.core import paths
 from worker.core.contract import JobSpec
 from worker.core.engines import VLLM_ENGINE, VLLM_INSTALL, engine_refusal
 from worker.core.errors import CorruptRecordError, DecodebenchError, ModelUnavailableError, UsageError, short, shown
-from worker.core.results import model_hashes
+from worker.core.results import model_hashes, plugin_of
 from worker.core.safetext import terminal
 from worker.store import Store
+from worker.strategies import get_strategy
 
 log = structlog.get_logger("decodebench.local")
 
@@ -138,7 +140,9 @@ def run_sweep(
     outcome = RunOutcome(jobs[0].sweep_id)
     save_sweep(store, spec, jobs, tenant, mode="local")
     complete = store.complete_job_ids(tenant, outcome.sweep_id)
-    check_model_files(store, tenant, jobs, complete)
+    read: dict[str, dict] = {}  # job id -> its result's provenance, read once for both checks
+    check_model_files(store, tenant, jobs, complete, read)
+    check_plugins(store, tenant, jobs, complete, read)
     todo = [j for j in jobs if j.job_id not in complete]
     outcome.skipped = [j.job_id for j in jobs if j.job_id in complete]
     summary = summarize_plan(jobs)
@@ -172,7 +176,7 @@ def check_engines(jobs: list[JobSpec]) -> None:
         raise UsageError(f"engine vllm: vLLM is not installed in this environment; install it with {VLLM_INSTALL}")
 
 
-def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: set[str]) -> None:
+def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: set[str], read: dict) -> None:
     """A UsageError, before any job runs, where a local model that jobs still to run load (their own, the scorer,
     the featurizer, an assisted strategy's draft) has files other than those the sweep's complete jobs loading it
     recorded (their result.json's `content_hash`): resumed, its cells would mix two models under one name. The
@@ -180,10 +184,10 @@ def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: 
     from worker.engine.checkpoint import content_hash  # the hash each result records (no torch)
 
     pending = {m.path: m for j in jobs if j.job_id not in complete for m in models_of(j) if Path(m.path).is_dir()}
-    read: dict[str, dict[str, tuple[str, str]]] = {}  # job id -> its result's recorded hashes, read once
     for path, model in pending.items():
         done = (j for j in jobs if j.job_id in complete and any(m.path == path for m in models_of(j)))
-        recorded = next((h[path][1] for h in (_recorded(store, tenant, j, read) for j in done) if path in h), None)
+        hashes = (model_hashes(_recorded(store, tenant, j, read)) for j in done)
+        recorded = next((h[path][1] for h in hashes if path in h), None)
         if recorded is None:  # none of its jobs complete yet (or none recorded a hash): nothing to mix with
             continue
         now = content_hash(Path(path))
@@ -195,12 +199,30 @@ def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: 
             )
 
 
-def _recorded(store: Store, tenant: str, job: JobSpec, read: dict) -> dict[str, tuple[str, str]]:
-    """The content hashes of its models that a complete job's result.json records (none for a damaged result,
-    which the report names), read once per job into `read`."""
+def check_plugins(store: Store, tenant: str, jobs: list[JobSpec], complete: set[str], read: dict) -> None:
+    """A UsageError, before any job runs, where a plugin strategy that jobs still to run use comes from another
+    distribution or version than the one the sweep's complete jobs of it recorded (`provenance.strategy_plugin`):
+    resumed, its cells would mix two versions of the strategy under one name. The sweep id leaves the plugin's
+    version out, as it does decodebench's own (docs/sweeps.md, "Write your own strategy")."""
+    pending = {j.strategy.name for j in jobs if j.job_id not in complete}
+    for name in sorted(pending):
+        done = (j for j in jobs if j.job_id in complete and j.strategy.name == name)
+        recorded = next((p for p in (plugin_of(_recorded(store, tenant, j, read)) for j in done) if p), None)
+        now = get_strategy(name).plugin
+        if recorded is not None and recorded != now:
+            raise UsageError(
+                f"strategy {short(name)}: this sweep's complete jobs of it ran plugin {shown(recorded)}, now "
+                f"{shown(now) if now else 'the built-in strategy'}; install that version again, or run it as a new "
+                "sweep (change the sweep's name)"
+            )
+
+
+def _recorded(store: Store, tenant: str, job: JobSpec, read: dict) -> dict:
+    """The provenance a complete job's result.json records (empty for a damaged result, which the report names),
+    read once per job into `read`."""
     if job.job_id not in read:
         try:
-            read[job.job_id] = model_hashes(store.load_result(tenant, job.sweep_id, job.job_id).provenance)
+            read[job.job_id] = store.load_result(tenant, job.sweep_id, job.job_id).provenance
         except CorruptRecordError:
             read[job.job_id] = {}
     return read[job.job_id]

@@ -157,7 +157,10 @@ def test_a_sweep_resumed_after_its_scorer_or_draft_changed_is_refused(tmp_path, 
     assisted = [r for r in records if r["job"]["strategy"]["name"] == "assisted"]
     assert assisted and all(r["provenance"]["assistant"]["path"] == str(draft) for r in assisted)
     assert all(len(r["provenance"]["assistant"]["content_hash"]) == 64 for r in assisted)
-    shutil.rmtree(jobs[0])  # as if the run had been stopped before this job
+    # as if the run had been stopped before an assisted job, which loads both (a greedy job's order among the job ids,
+    # which the test's temporary paths decide, would leave the draft out of the resume)
+    lost = next(j for j, r in zip(jobs, records) if r["job"]["strategy"]["name"] == "assisted")
+    shutil.rmtree(lost)
     for changed in (scorer, draft):
         shutil.rmtree(changed)
         shutil.copytree(small_model, changed)
@@ -167,7 +170,7 @@ def test_a_sweep_resumed_after_its_scorer_or_draft_changed_is_refused(tmp_path, 
         shutil.rmtree(changed)
         shutil.copytree(tiny_model, changed)
     assert CliRunner().invoke(main, run).exit_code == 0
-    kept = next(j for j in jobs[1:] if "scorer" in json.loads((j / "result.json").read_text())["provenance"])
+    kept = next(j for j in jobs if j != lost and "scorer" in json.loads((j / "result.json").read_text())["provenance"])
     result = json.loads((kept / "result.json").read_text())  # a sweep mixing two scorers, as the old resume left it
     result["provenance"]["scorer"]["content_hash"] = "0" * 64
     (kept / "result.json").write_text(json.dumps(result))

@@ -36,7 +36,8 @@ def _redact(logger, method, event: dict) -> dict:
 def _tee_to_job(logger, method, event: dict) -> dict:
     buf = _capture.get()
     if buf is not None:
-        buf.append(json.loads(json.dumps(event, default=str)))
+        line = _TRACEBACK_TEXT(logger, method, dict(event)) if event.get("exc_info") else event  # its text, kept
+        buf.append(json.loads(json.dumps(line, default=str)))
     return event
 
 
@@ -64,6 +65,10 @@ class _Stderr:
 _TRACEBACK_DICT = structlog.processors.ExceptionRenderer(
     structlog.tracebacks.ExceptionDictTransformer(show_locals=False, use_rich=False)
 )
+
+
+# A job's log.jsonl: the traceback as plain text (`exception`), without its frames' locals.
+_TRACEBACK_TEXT = structlog.processors.ExceptionRenderer()
 
 
 def _traceback_text(tty: bool):

@@ -180,3 +180,11 @@ def model_hashes(provenance: Any) -> dict[str, tuple[str, str]]:
             label = info.get("label")
             out.setdefault(info["path"], (label if isinstance(label, str) else info["path"], info["content_hash"]))
     return out
+
+
+def plugin_of(provenance: Any) -> str | None:
+    """The plugin a result's strategy came from, as its provenance records it (`strategy_plugin`: "<entry point>
+    (<distribution> <version>)", worker.strategies.plugins); None for a built-in strategy or a result recorded before
+    it was. What a resumed sweep and a report compare."""
+    plugin = provenance.get("strategy_plugin") if isinstance(provenance, dict) else None
+    return plugin if isinstance(plugin, str) else None

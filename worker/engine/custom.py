@@ -60,8 +60,9 @@ def _load(strategy: str, ref: str) -> type[Chooser]:
     module, _, name = ref.partition(":")
     try:
         found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as err:
-        raise PermanentJobError(f"strategy {strategy}: its step {ref} cannot be loaded: {err}") from None
+    except Exception as err:  # a missing module or class, or a module that fails as it runs: the same on every retry
+        why = str(err) if isinstance(err, (ImportError, AttributeError)) else f"{type(err).__name__}: {err}"
+        raise PermanentJobError(f"strategy {strategy}: its step {ref} cannot be loaded: {why}") from None
     if not (isinstance(found, type) and issubclass(found, Chooser)):
         raise PermanentJobError(f"strategy {strategy}: its step {ref} is not a worker.engine.choose.Chooser")
     return found

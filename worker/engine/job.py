@@ -23,7 +23,7 @@ import torch
 
 from worker.core import paths, settings
 from worker.core.contract import JobSpec, ModelSpec
-from worker.core.errors import PermanentJobError
+from worker.core.errors import DecodebenchError, PermanentJobError
 from worker.core.logs import job_context
 from worker.core.policy import context_refusal, model_positions
 from worker.core.results import GenerationRecord, JobResult
@@ -352,6 +352,8 @@ def run_job(spec: JobSpec, *, store: Store, runtime: Runtime) -> dict[str, Any]:
             result, records = engine_generate(spec, runtime)
         except Exception as err:
             log.error("job.failed", error=f"{type(err).__name__}: {err}")
+            if not isinstance(err, DecodebenchError):  # a crash (a plugin's step, a bug): where, in the job's log
+                log.info("job.traceback", exc_info=err)
             store.write_jsonl(paths.log_key(t, s, j), lines)
             raise
         log.info(

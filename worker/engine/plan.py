@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cache
 from typing import Any
 
 import torch
@@ -144,6 +145,10 @@ class Plan:
 def generation_config(lm: LoadedModel, kwargs: dict[str, Any], settings: GenerationSettings) -> GenerationConfig:
     """The model's generation config with the strategy's settings, the lengths and its tokenizer's pad and EOS."""
     cfg = GenerationConfig(**{**lm.model.generation_config.to_dict(), **kwargs})
+    # transformers 5 leaves these None where neither the checkpoint nor the strategy sets them (a plugin's to_config
+    # may not); generate() reads them as greedy search, one beam: so does the plan
+    cfg.num_beams = 1 if cfg.num_beams is None else cfg.num_beams
+    cfg.do_sample = False if cfg.do_sample is None else cfg.do_sample
     cfg.max_new_tokens = settings.max_new_tokens
     cfg.min_new_tokens = settings.min_new_tokens or None
     cfg.max_length = None
@@ -151,6 +156,39 @@ def generation_config(lm: LoadedModel, kwargs: dict[str, Any], settings: Generat
     if cfg.eos_token_id is None:
         cfg.eos_token_id = lm.tokenizer.eos_token_id
     return cfg
+
+
+def _params_of(registered: Strategy, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's parameters, checked by this worker's strategy. The sweep was checked where it was submitted: a
+    refusal here is another version of the strategy (a plugin's, or decodebench's) than the submitter's, which no
+    retry mends."""
+    try:
+        return registered.validate(dict(params))
+    except ValueError as err:
+        whose = f"from plugin {registered.plugin}" if registered.plugin else "a built-in"
+        raise PermanentJobError(
+            f"strategy {registered.name}: {err} (this worker's strategy, {whose}, differs from the one the sweep "
+            "was checked with: install the same version on both)"
+        ) from None
+
+
+def _settings_of(registered: Strategy, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The strategy's GenerationConfig settings; one that transformers does not have (a plugin's `to_config` with a
+    misspelt key) is refused: GenerationConfig would keep it as an attribute nothing reads, and the job would run
+    without it."""
+    kwargs = registered.generation_kwargs(dict(params))
+    unknown = sorted(set(kwargs) - _known_settings())
+    if unknown:
+        raise PermanentJobError(
+            f"strategy {registered.name}: its to_config gives {unknown[0]!r}, which is not a setting of transformers' "
+            "GenerationConfig (a misspelt key would be ignored)"
+        )
+    return kwargs
+
+
+@cache
+def _known_settings() -> frozenset[str]:
+    return frozenset(GenerationConfig().to_dict())
 
 
 def _take_sampling(cfg: GenerationConfig) -> dict[str, Any] | None:
@@ -177,7 +215,7 @@ def configure(
     kind, params = registered.kind, checked_params(lm, registered, strategy.params)
     if strategy.samples is not None and not registered.stochastic:  # a job the planner would never have made
         raise PermanentJobError(f"samples: strategy {strategy.name} is deterministic; samples is for stochastic ones")
-    cfg = generation_config(lm, registered.generation_kwargs(strategy.params), settings)
+    cfg = generation_config(lm, _settings_of(registered, strategy.params), settings)
     if prompts.chat:  # a turn ends at the template's end of turn as well as at EOS
         cfg.eos_token_id = chat.stop_ids(lm.tokenizer, cfg.eos_token_id)
     sampler = _take_sampling(cfg)
@@ -191,9 +229,10 @@ def configure(
             notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
     if kind is Kind.BEAM:
         params = beam.beam_params(cfg)
+    if registered.plugin or kind is Kind.CUSTOM:  # a plugin's, whatever its kind: its distribution and version
+        notes.append(f"strategy {registered.name}: plugin {registered.plugin or registered.step}")
     if kind is Kind.CUSTOM:  # the strategy's own step, always on the decode loop
         path, step = Path.DECODE, _custom_step(registered, cfg)
-        notes.append(f"strategy {registered.name}: plugin {registered.plugin or registered.step}")
     else:
         path, step = _path(lm, kind, cfg, strategy.name)
     samples = strategy.n_samples
@@ -227,9 +266,9 @@ def configure(
 
 
 def checked_params(lm: LoadedModel, registered: Strategy, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The strategy's validated parameters, and those the model's vocabulary bounds: contrastive search's k
-    candidates are k of its tokens (more failed mid-batch in `topk`, "selected index k out of range")."""
-    checked = registered.validate(dict(params))
+    """The strategy's validated parameters (`_params_of`), and those the model's vocabulary bounds: contrastive
+    search's k candidates are k of its tokens (more failed mid-batch in `topk`, "selected index k out of range")."""
+    checked = _params_of(registered, params)
     vocab = lm.model.config.get_text_config().vocab_size
     if registered.kind is Kind.CONTRASTIVE and vocab and checked["k"] > vocab:
         raise PermanentJobError(

@@ -1,4 +1,5 @@
-"""result.json's `provenance`, for both engines: versions, host, image, pod and node, device, models, seeding.
+"""result.json's `provenance`, for both engines: versions, host, image, pod and node, device, models, seeding, and
+a plugin strategy's entry point, distribution and version (`strategy_plugin`).
 
 `provenance(job, runtime, models, engine)`: the image, pod and node are the runtime's settings (given at
 the edge: worker.engine.job.EngineSettings, from the settings table), the device its device info;
@@ -19,6 +20,7 @@ import torch
 
 import worker
 from worker.core.contract import JobSpec
+from worker.strategies import get_strategy
 
 SEEDING = "each generation's seed = sha256(job seed, prompt id); see worker.engine.sampling"
 SAMPLE_SEEDING = "sample 0: the generation's seed; sample i >= 1: sha256 of JSON [job seed, prompt id, i]"
@@ -35,6 +37,7 @@ def provenance(
     samples = {}
     if job.strategy.samples is not None:
         samples = {"samples": job.strategy.samples, "best_of": job.strategy.best_of, "sample_seeding": SAMPLE_SEEDING}
+    plugin = get_strategy(job.strategy.name).plugin  # what a resumed sweep and a report compare (results.plugin_of)
     return {
         "decodebench": worker.__version__,
         "host": socket.gethostname(),
@@ -51,5 +54,6 @@ def provenance(
         "seed": job.seed,
         "seeding": SEEDING,
         **samples,
+        **({"strategy_plugin": plugin} if plugin else {}),
         **(engine or {}),
     }

@@ -153,3 +153,8 @@ def _check_defaults(strategy: Strategy) -> None:
         raise _Refused(f"its defaults fail validation: {err}") from None
     if not isinstance(kwargs, dict):
         raise _Refused(f"to_config returned {type(kwargs).__name__}, not a dict of GenerationConfig settings")
+    if kwargs.get("do_sample") is True and not strategy.stochastic:
+        raise _Refused(
+            "to_config samples (do_sample: true) but stochastic is false: it would run with the first seed only, "
+            "its variation over seeds never measured; declare stochastic=True"
+        )

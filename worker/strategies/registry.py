@@ -135,7 +135,7 @@ class Strategy:
     # Kind.CUSTOM: "module:Class" of the step (a worker.engine.custom.TokenStep or choose.Chooser subclass) in
     # the installed package that declares the strategy; imported by the engine only, never named by a sweep
     step: str = ""
-    plugin: str = ""  # where a plugin's strategy comes from: "<entry point> from <distribution> <version>"
+    plugin: str = ""  # where a plugin's strategy comes from: "<name> = <module:attr> (<distribution> <version>)"
     all_params: dict[str, Param] = field(init=False)
 
     def __post_init__(self) -> None:

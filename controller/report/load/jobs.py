@@ -26,7 +26,7 @@ from typing import Any
 from controller.report.stats.speed import MEMORY_KEYS
 from worker.core.contract import EngineSpec, ModelSpec, PromptItem, StrategySpec
 from worker.core.errors import CorruptRecordError, UsageError, short, shown
-from worker.core.results import BatchTiming, JobResult, model_hashes
+from worker.core.results import BatchTiming, JobResult, model_hashes, plugin_of
 
 READ_WINDOW = 512  # reads handed to the threads at a time: what is held before the reader takes it
 
@@ -83,6 +83,26 @@ def check_model_files(results: Iterable[JobResult | JobInfo]) -> None:
                 f"model {short(labels[path])} ({shown(path)}): the sweep's complete jobs of it ran on different "
                 f"files (content hash {seen}), so its cells would mix two models; delete the result.json of the jobs "
                 "of the files you do not want and run the sweep again with the others, or run it as a new sweep"
+            )
+
+
+def check_plugins(results: Iterable[JobResult | JobInfo]) -> None:
+    """A UsageError naming the first plugin strategy whose complete jobs recorded different plugins (another version
+    of its distribution installed between runs of the sweep, or on another worker): its cells would mix two versions
+    of the strategy under one name. Jobs that recorded none (a built-in, a result from before) are not compared."""
+    plugins: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # strategy -> plugin -> jobs
+    for r in results:
+        if (plugin := plugin_of(r.provenance)) is not None:
+            plugins[r.job.strategy.name][plugin].append(r.job.job_id)
+    for name, by_plugin in plugins.items():
+        if len(by_plugin) > 1:
+            seen = "; ".join(
+                f"{shown(p)}: {len(ids)} job{'s' * (len(ids) > 1)}, e.g. {ids[0]}" for p, ids in by_plugin.items()
+            )
+            raise UsageError(
+                f"strategy {short(name)}: the sweep's complete jobs of it ran different plugins ({seen}), so its cells "
+                "would mix two versions of it; delete the result.json of the jobs of the version you do not want and "
+                "run the sweep again with the other, or run it as a new sweep"
             )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from controller.report.load import snapshot
-from controller.report.load.jobs import Compactor, JobInfo, check_model_files, prompts_of
+from controller.report.load.jobs import Compactor, JobInfo, check_model_files, check_plugins, prompts_of
 from controller.sweep.labels import key_labels
 from worker.core.contract import PromptItem
 from worker.core.errors import CorruptRecordError
@@ -118,7 +118,8 @@ def load_sweep(
     A damaged record (a worker killed mid-write, a hand edit) is named in one warning line
     and left out, as if missing: a job's, or the sweep's spec.json or plan.json (the report
     is then built from the jobs' own specs, in the spec's or the jobs' order). A model whose complete jobs ran on
-    different files is a UsageError (`jobs.check_model_files`)."""
+    different files, or a plugin strategy whose complete jobs ran different versions of its plugin, is a UsageError
+    (`jobs.check_model_files`, `jobs.check_plugins`)."""
     log = structlog.get_logger("decodebench.report")
     damaged: list[str] = []
     try:
@@ -147,6 +148,7 @@ def load_sweep(
                 seen.add(key)
                 generations.append(record)
     check_model_files(results)  # before any cell is computed from them
+    check_plugins(results)
     try:
         jobs = store.load_plan(tenant, sweep_id)
     except CorruptRecordError as err:

@@ -271,3 +271,20 @@ def test_broken_plugins_are_one_line_each_in_strategies_and_validate(tmp_path, t
     bad = run("validate", str(spec))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "plugin crashes = broken_plugins.crashes:STRATEGY (broken-plugins 0.1): not loaded" in bad.stderr
+
+
+SAMPLES_BUT_DETERMINISTIC = Strategy(
+    "notseeded", "samples, declared deterministic", {}, False, lambda p: {"do_sample": True, "num_beams": 1}
+)
+
+
+@pytest.mark.pure
+def test_a_plugin_that_samples_but_is_declared_deterministic_is_refused():
+    """A plugin whose to_config samples but that says `stochastic=False` was registered: the planner ran it with the
+    first seed only and refused `samples`, so a sampling method was reported as deterministic, its variation over
+    seeds never measured. Now it is refused with its line, as the other bad declarations are."""
+    registry: Registry[Strategy] = Registry("strategy")
+    problems = load_plugins([entry("notseeded", "SAMPLES_BUT_DETERMINISTIC")], registry, {}, sink=None)
+    (problem,) = problems
+    assert "to_config samples (do_sample: true) but stochastic is false" in problem.reason
+    assert "notseeded" not in registry
