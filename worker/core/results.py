@@ -146,8 +146,11 @@ class JobResult(Strict):
     )
     batches: list[BatchTiming]
     load_s: float
-    n_generations: int
-    new_tokens: int
+    n_generations: int = Field(description="The generations written (best_of: the kept sample of each prompt).")
+    new_tokens: int = Field(
+        description="The written generations' new tokens: the batches' `new_tokens` sum to it, except under best_of, "
+        "whose batches count every sample generated (what tokens/s counts) and this the kept ones."
+    )
     generations_sha256: str | None = Field(
         default=None, description="sha256 of the generations.jsonl this result describes."
     )

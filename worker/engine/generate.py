@@ -11,6 +11,8 @@ short untimed batch on the plan's own path.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import structlog
@@ -40,7 +42,7 @@ class BatchOutput:
 
 def _generate(lm: LoadedModel, plan: Plan, enc, processors, criteria):
     """transformers' generate() on one encoded batch (Path.GENERATE)."""
-    with torch.inference_mode():
+    with torch.inference_mode(), _draft_settings(plan) if plan.assistant is not None else nullcontext():
         return lm.model.generate(
             **enc,
             generation_config=plan.config,
@@ -49,6 +51,42 @@ def _generate(lm: LoadedModel, plan: Plan, enc, processors, criteria):
             tokenizer=lm.tokenizer if plan.config.stop_strings else None,
             assistant_model=plan.assistant.model if plan.assistant is not None else None,
         )
+
+
+@contextmanager
+def _draft_settings(plan: Plan) -> Iterator[None]:
+    """The draft length and its schedule, set for one batch where transformers reads them: the draft model's own
+    generation config (generate() never takes them from the config it is given, so the strategy's
+    `num_assistant_tokens` and `schedule` did nothing). Put back after it: the heuristic schedule writes its state
+    there after each call, and the draft model is shared by every job that loads it (a job of its own included,
+    whose recorded generation config starts from it)."""
+    draft = plan.assistant.model.generation_config
+    keys = ("num_assistant_tokens", "num_assistant_tokens_schedule")
+    before = {key: getattr(draft, key) for key in keys}
+    for key in keys:
+        setattr(draft, key, getattr(plan.config, key))
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            setattr(draft, key, value)
+
+
+@contextmanager
+def _first_forward_stamped(model, clock: StepClock) -> Iterator[None]:
+    """Assisted decoding's first logits: the end of the model's first forward pass (its prefill, with the first
+    draft), stamped once. Its logits processors cannot stamp it: generate() hands them to the draft model's own
+    generate() too, whose first logits come before any of the model's."""
+
+    def stamp(module, args, output) -> None:
+        clock.tick()
+        handle.remove()
+
+    handle = model.register_forward_hook(stamp)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _finish(tok, plan: Plan, new: list[list[int]], recorder: FinishRecorder | None):
@@ -187,7 +225,8 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
     else:
         if plan.samples > 1:  # generate() has no prefill to share: each sample its own row from the start
             enc = {k: v.repeat_interleave(plan.samples, dim=0) for k, v in enc.items()}
-        processors = LogitsProcessorList([clock])
+        assisted = plan.assistant is not None  # the first logits stamped by the model itself, not the draft
+        processors = LogitsProcessorList([] if assisted else [clock])
         if plan.rules.warpers is not None:
             processors.extend(plan.rules.warpers)
             processors.append(SeededSampler(seeds, device, max_steps=plan.config.max_new_tokens))
@@ -199,7 +238,8 @@ def run_batch(lm: LoadedModel, plan: Plan, prompts: list[PromptItem], seeds: lis
         elif plan.assistant is not None and plan.rules.stop is not None:
             criteria.append(NewTokens(plan.rules.stop, prompt_len))
         clock.start()
-        out = _generate(lm, plan, enc, processors, criteria)
+        with _first_forward_stamped(lm.model, clock) if assisted else nullcontext():
+            out = _generate(lm, plan, enc, processors, criteria)
         times = clock.stop()
         new, steps, compactions = out[:, prompt_len:].cpu(), out.shape[1] - prompt_len, None
     ids, mask = enc["input_ids"].cpu(), enc["attention_mask"].cpu()
@@ -262,12 +302,25 @@ def run_with_oom_retry(lm: LoadedModel, plan: Plan, prompts, seeds, notes: list[
 
 def warm_up(lm: LoadedModel, plan: Plan, prompts: list[PromptItem]) -> None:
     """One short untimed batch on the plan's own path (its loop, chooser and cache, or generate() with its
-    draft model): kernels, allocator, caches; once per loaded model."""
-    models = [lm] if plan.assistant is None else [lm, plan.assistant]
-    if all(m.warmed for m in models):
+    draft model): kernels, allocator, caches; once per loaded model and code its batches run (`Plan.warm_key`, the
+    draft model among it). An assisted plan's lazy imports every time."""
+    if plan.assistant is not None:
+        _assisted_imports()
+    models = [lm] if plan.assistant is None else [lm, plan.assistant]  # a draft loaded again is cold again
+    if all(plan.warm_key in m.warmed for m in models):
         return
     seeds = [0] * len(prompts) * plan.samples
     run_batch(lm, plan.shortened(2, None), prompts, seeds)
     synchronize(lm.device)
     for m in models:
-        m.warmed = True
+        m.warmed.add(plan.warm_key)
+
+
+def _assisted_imports() -> None:
+    """What transformers' assisted decoding imports in its first call that tunes the draft's confidence threshold
+    (scikit-learn's ROC curve, over a second on the CPU): the short warm-up never gets that far, so it fell in the
+    job's first timed batch (which took 1.2 s against the next ones' 0.2 s)."""
+    from transformers.utils import is_sklearn_available
+
+    if is_sklearn_available():
+        import sklearn.metrics  # noqa: F401

@@ -41,7 +41,7 @@ class LoadedModel:
     tokenizer: Any
     device: Any
     info: dict[str, Any]
-    warmed: bool = False
+    warmed: set[tuple] = field(default_factory=set)  # the plans' `warm_key`s warmed on it (generate.warm_up)
     nbytes: int = 0
     uses: int = field(default=0)
 

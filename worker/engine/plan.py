@@ -97,7 +97,7 @@ class Plan:
     cache: Cache
     mask: bool  # decode steps (and contrastive search's candidates) pass SDPA a prepared 4D mask
     refill: bool  # a job of several batches runs as one stream of batch_size rows
-    warmup: bool  # one untimed short batch per loaded model before anything is timed
+    warmup: bool  # one untimed short batch per loaded model and `warm_key` before anything is timed
     sampler: Mapping[str, Any] | None  # the seeded sampler's warper settings (sampling strategies), else None
     stop: tuple[str, ...]
     rules: Rules  # what every token choice obeys (processors, warpers, stop strings, ends), built once
@@ -112,6 +112,17 @@ class Plan:
     def path(self) -> Path:
         """Which code runs the job's batches: the decode loop where the plan has a chooser."""
         return Path.DECODE if self.step is not None else Path.GENERATE
+
+    @property
+    def warm_key(self) -> tuple:
+        """What a warm-up warms: the code a batch runs (the path, chooser, cache, mask, decode step, generate()'s
+        cache and compile, the draft model), so that a job whose batches run other code than an earlier job's on
+        the same model is warmed too (else generate()'s compile of a static cache on CUDA falls in its first timed
+        batch)."""
+        step = self.step.__name__ if self.step is not None else None
+        draft = self.assistant.spec.label if self.assistant is not None else None
+        code = (self.cache.value, self.mask, self.decode_step.value, self.config.cache_implementation)
+        return (self.path.value, step, self.sampler is not None, *code, draft)
 
     @property
     def rows_each(self) -> int:

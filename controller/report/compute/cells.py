@@ -53,8 +53,10 @@ from worker.core.results import GenerationRecord
 # `shares.outcome_counts`; 24: McNemar's mid-p 1 where the discordant prompts split evenly, `paired.mcnemar_p`;
 # tokens/s's interval over three batches or fewer Student's t, not their range, `bootstrap_t.from_replicates`; 25:
 # an interval narrower than float noise one without width (diversity at 1 was [1, 1]), `shares.within_scale`; 26:
-# the word tokenizer keeps combining marks inside their word and splits CJK into characters, `metrics.tokenize`)
-CACHE_VERSION = "26"
+# the word tokenizer keeps combining marks inside their word and splits CJK into characters, `metrics.tokenize`;
+# 27: a plain batch's latency, TTFT and TPOT counted once for each of its generations, every sample of a prompt, as
+# a stream's, `speed._per_generation`)
+CACHE_VERSION = "27"
 EXAMPLE_PROMPTS = 3
 
 

@@ -345,8 +345,9 @@ def small_sample_note(ci: dict | None, shown: Iterable[str] | None = None) -> st
 
 
 def speed_markdown(summary: pd.DataFrame) -> list[str]:
-    """The note naming neighbouring cells whose tokens/s intervals overlap; nothing when all are resolved."""
-    from controller.report.stats.speed import unresolved_note, unresolved_speed
+    """The note naming neighbouring cells whose tokens/s intervals overlap, and cells without one; nothing when
+    all are resolved."""
+    from controller.report.stats.speed import speed_note
 
     if "tokens_per_s_ci_low" not in summary.columns:
         return []
@@ -356,7 +357,7 @@ def speed_markdown(summary: pd.DataFrame) -> list[str]:
         (label, *(float(r[c]) if pd.notna(r[c]) else math.nan for c in cols))
         for label, (_, r) in zip(labels, summary.iterrows())
     ]
-    note = unresolved_note(unresolved_speed(rows))
+    note = speed_note(rows)
     return [note, ""] if note else []
 
 

@@ -36,7 +36,7 @@ from controller.report.render.labels import cell_labels, labeller, variant_label
 from controller.report.render.plots import SPEED, SPEED_CI, metric_figure, pareto_front, quality_speed_figure  # noqa: F401
 from controller.report.render.summary_table import summary_table
 from controller.report.render.temperature import accuracy_temperature_figure
-from controller.report.stats.speed import unresolved_note, unresolved_speed
+from controller.report.stats import speed
 
 EXAMPLE_PROMPTS = 3
 PRINT_SAMPLES_MAX_CELLS = 16  # above this many cells the printout leaves the examples out by default
@@ -62,14 +62,15 @@ def _f(value: Any) -> float:
 
 
 def speed_note(summary: pd.DataFrame) -> str:
-    """The sentence naming neighbouring cells whose tokens/s intervals overlap (empty if none)."""
+    """The sentences naming neighbouring cells whose tokens/s intervals overlap, and cells without one (empty if
+    none)."""
     if not set(SPEED_CI) <= set(summary.columns):
         return ""
     rows = [
         (label, _f(r["tokens_per_s"]), _f(r[SPEED_CI[0]]), _f(r[SPEED_CI[1]]))
         for label, (_, r) in zip(cell_labels(summary, with_model=True), summary.iterrows())
     ]
-    return unresolved_note(unresolved_speed(rows))
+    return speed.speed_note(rows)
 
 
 def mark_repeats(text: str, n: int = MARK_N) -> str:

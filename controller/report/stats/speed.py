@@ -41,18 +41,29 @@ def _percentiles(values: list[float], qs: list[float]) -> list[float]:
     return [float(v) for v in np.percentile(np.asarray(values, dtype=float), qs)]
 
 
-def _tpot_ms(batches) -> float | None:
+def _batches(results) -> list[tuple[Any, int]]:
+    """Every batch of the results with its generations: n prompts of `samples` generations each."""
+    return [(b, b.n * r.job.strategy.n_samples) for r in results for b in r.batches]
+
+
+def _per_generation(batches: list[tuple[Any, int]], own: str, whole: str) -> list[float]:
+    """Milliseconds a generation: its own `own` where its batch recorded one a generation (a stream), else its
+    batch's `whole` once for each of the batch's generations (every sample of a prompt counts, as in a stream)."""
+    return [1000.0 * s for b, gens in batches for s in (getattr(b, own) or [getattr(b, whole)] * gens)]
+
+
+def _tpot_ms(batches: list[tuple[Any, int]]) -> float | None:
     """The mean over generations of their own TPOT where a stream recorded it (None: no stream).
 
-    A plain batch's rows each count its per-step time (decode_s / (steps - 1))."""
-    if not any(b.tpot_s for b in batches):
+    A plain batch's generations each count its per-step time (decode_s / (steps - 1))."""
+    if not any(b.tpot_s for b, _ in batches):
         return None
     per_row = []
-    for b in batches:
+    for b, gens in batches:
         if b.tpot_s is not None:
             per_row += [t for t in b.tpot_s if t is not None]
         elif b.steps and b.steps > 1:
-            per_row += [b.decode_s / (b.steps - 1)] * b.n
+            per_row += [b.decode_s / (b.steps - 1)] * gens
     return 1000.0 * float(np.mean(per_row)) if per_row else math.nan
 
 
@@ -63,12 +74,13 @@ def speed_columns(results: list[JobResult]) -> dict[str, Any]:
     total_s = sum(b.total_s for b in batches)
     decode_s = sum(b.decode_s for b in batches)
     decode_steps = sum(max(b.steps - 1, 0) for b in batches if b.steps is not None)
-    tpot_ms = _tpot_ms(batches)
+    counted = _batches(results)
+    tpot_ms = _tpot_ms(counted)
     if tpot_ms is None:  # batches only: every row advances one token per decoding step
         tpot_ms = decode_s * 1000.0 / decode_steps if decode_steps > 0 else math.nan
     # per generation: its own times where the batch recorded them (continuous refill), else the batch's
-    latency = [s * 1000.0 for b in batches for s in (b.latency_s or [b.total_s] * b.n)]
-    ttft = [s * 1000.0 for b in batches for s in (b.ttft_s or [b.prefill_s] * b.n)]
+    latency = _per_generation(counted, "latency_s", "total_s")
+    ttft = _per_generation(counted, "ttft_s", "prefill_s")
     p50, p95 = _percentiles(latency, [50, 95])
     (ttft50,) = _percentiles(ttft, [50])
 
@@ -177,3 +189,26 @@ def unresolved_note(pairs: list[tuple[str, str]]) -> str:
         f"Speed ordering not resolved: the 95% tokens/s intervals (over batches) overlap for {shown}. "
         "Their order on the speed axis may be noise; rerun on a quiet machine or with more batches."
     )
+
+
+def untested_note(rows: list[tuple[str, float, float, float]]) -> str:
+    """The sentence naming the cells whose tokens/s has no interval beside others' speed (empty where every timed
+    cell has one, or only one cell is timed), of which the unresolved note can say nothing: most often a cell timed
+    as one continuous-refill stream (the default for a job of several batches), which is one unit of the interval."""
+    timed = [r for r in rows if math.isfinite(r[1])]
+    bare = [r[0] for r in timed if not (math.isfinite(r[2]) and math.isfinite(r[3]))]
+    if len(timed) < 2 or not bare:
+        return ""
+    shown = "; ".join(bare[:8]) + (f"; and {len(bare) - 8} more" if len(bare) > 8 else "")
+    return (
+        f"Speed ordering untested for {shown}: no tokens/s interval, from fewer than two timed units (a batch, or a "
+        "whole continuous-refill stream: one a job by default) or no bootstrap (--n-boot 0). More seeds or shards "
+        "give a unit each, refill: false one a batch."
+    )
+
+
+def speed_note(rows: list[tuple[str, float, float, float]]) -> str:
+    """What the report says of the cells' speed ordering: `unresolved_note` and `untested_note`.
+
+    `rows`: (label, tokens/s, ci low, ci high) of each cell."""
+    return " ".join(n for n in (unresolved_note(unresolved_speed(rows)), untested_note(rows)) if n)

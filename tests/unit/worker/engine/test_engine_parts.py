@@ -61,6 +61,30 @@ def test_the_warm_up_runs_on_the_plans_own_path(tiny_model, monkeypatch):
     assert [size for size, _ in batches.groups] == [2]
 
 
+def test_a_job_on_other_code_of_a_warmed_model_is_warmed_too(tiny_model):
+    """The warm-up ran once per loaded model: a job whose batches run other code (transformers' generate() with a
+    static cache, which compiles the forward pass on CUDA) after a decode-loop job on the same model had none, and
+    its first timed batch paid for what a warm-up pays. The same code again is not warmed twice."""
+    from tests.support.engine import with_generation
+
+    fresh = Runtime("cpu")
+    lm = fresh.cache.get(ModelSpec(path=tiny_model), fresh.device)
+    passes = []
+    handle = lm.model.register_forward_hook(lambda *_: passes.append(1))
+    try:
+        warmed = []
+        for static in (False, True, True):
+            spec = with_generation(
+                job(tiny_model, "greedy", batch_size=2, prompts=["Anne", "Emma"]), static_cache=static
+            )
+            passes.clear()
+            plan, _ = plan_job(spec, fresh, lm)
+            warmed.append((plan.path, bool(passes)))
+    finally:
+        handle.remove()
+    assert warmed == [(Path.DECODE, True), (Path.GENERATE, True), (Path.GENERATE, False)]
+
+
 def test_the_plan_holds_the_sampler_settings_only_and_its_rules_once(tiny_model, runtime):
     lm = runtime.cache.get(ModelSpec(path=tiny_model), runtime.device)
     plan = configure(lm, StrategySpec(name="top_p", params={"p": 0.9}), GenerationSettings(stop=["."]))

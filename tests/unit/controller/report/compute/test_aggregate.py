@@ -249,6 +249,23 @@ def test_speed_merges_raw_batches_then_takes_percentiles():
     assert speed_columns([r0, r1])["memory_kind"] == "torch"
 
 
+def test_speed_counts_every_sample_of_a_plain_batch_as_a_stream_does():
+    """A job of 2 prompts of 3 samples streamed (6 generations, each its own latency) beside one run as a plain
+    batch: the batch's 6 generations count 6 times, not once a prompt (the median was the stream's 1000 ms)."""
+    data = make_sweep(n_prompts=4, shard_size=2, batch_size=2, cells=[("m", "top_p", {})])
+    r0, r1 = data.results
+    for r in (r0, r1):
+        r.job = r.job.model_copy(update={"strategy": r.job.strategy.model_copy(update={"samples": 3})})
+    stream = dict(n=2, batch_size=1, input_tokens=4, new_tokens=60, prefill_s=0.1, total_s=1.5, decode_s=1.4)
+    r0.batches[:] = [BatchTiming(**stream, steps=20, latency_s=[1.0] * 6, ttft_s=[0.1] * 6, tpot_s=[0.01] * 6)]
+    plain = dict(n=2, batch_size=2, input_tokens=4, new_tokens=60, prefill_s=0.3, total_s=3.0, decode_s=2.7)
+    r1.batches[:] = [BatchTiming(**plain, steps=10)]
+    speed = speed_columns([r0, r1])
+    assert speed["latency_ms_p50"] == pytest.approx(np.percentile([1000.0] * 6 + [3000.0] * 6, 50))
+    assert speed["ttft_ms_p50"] == pytest.approx(200.0)
+    assert speed["decode_ms_per_token"] == pytest.approx((6 * 10.0 + 6 * 300.0) / 12)
+
+
 def test_load_sweep_reads_complete_jobs_once(tmp_path):
     store = FileStore(tmp_path)
     data = make_sweep(n_prompts=4, shard_size=2)

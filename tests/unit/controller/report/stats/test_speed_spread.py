@@ -8,7 +8,7 @@ import pytest
 from controller.report.compute.aggregate import summarize
 from controller.report.render.format import summary_markdown
 from controller.report.render.html import quality_speed_figure
-from controller.report.stats.speed import batch_units, rate_interval, speed_ranges, unresolved_speed
+from controller.report.stats.speed import batch_units, rate_interval, speed_ranges, unresolved_speed, untested_note
 from tests.support.intervals import bootstrap_t
 from tests.support.report import make_sweep
 
@@ -57,6 +57,27 @@ def test_overlapping_speed_intervals_are_named_and_drawn_as_error_bars():
     scatter = quality_speed_figure(summary)["data"][0]
     x = np.array(scatter["x"])
     assert np.allclose(np.array(scatter["error_x"]["array"]), x * 0 + summary.loc[cells, "tokens_per_s"].max() * 2 - x)
+
+
+def test_cells_without_a_speed_interval_are_named_not_passed_over():
+    """By default a job of several batches is one continuous-refill stream, one unit of the tokens/s interval: a
+    sweep of one seed and one shard had no interval in any cell, and the report said nothing of the cells' speed
+    ordering (the unresolved note leaves cells without an interval out), as if it were resolved."""
+    data = make_sweep(seeds=(0,), n_prompts=8, batch_size=8)
+    summary = summarize(data, n_boot=200)
+    cells = summary[summary["strategy"] != "reference"]
+    assert len(cells) >= 2 and cells["tokens_per_s_ci_low"].isna().all()
+    note = summary_markdown(summary, data)
+    assert "Speed ordering untested for" in note and "Speed ordering not resolved" not in note
+    from controller.report.render.html import speed_note
+
+    assert speed_note(summary).startswith("Speed ordering untested for")
+    assert speed_note(summary.iloc[:1]) == ""  # one cell timed: no ordering to test
+    resolved = [("a", 10.0, 9.0, 11.0), ("b", 20.0, 19.0, 21.0), ("ref", float("nan"), float("nan"), float("nan"))]
+    assert untested_note(resolved) == ""
+    assert untested_note([*resolved, ("c", 30.0, float("nan"), float("nan"))]).startswith(
+        "Speed ordering untested for c:"
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
