@@ -234,6 +234,8 @@ def submit(ctx: Context, who: Identity, req: SubmitRequest) -> dict[str, Any]:
             key=ctx.signing_key,
             admit=admit,
         )
+        if out.cancelled and not req.retry_failed:  # nothing enqueued (resumed only on purpose); its limits taken
+            save_sweep(ctx.store, spec, jobs, tenant, mode="distributed")
     return {"tenant": tenant, **outcome(out)}
 
 

@@ -31,7 +31,10 @@ class _Strict(BaseModel):
 
 
 class JudgeLimits(_Strict):
-    """What a report may spend on the judge: checked before the first request is sent."""
+    """What a report may spend on the judge: checked before the first request is sent. Finite numbers only: an
+    infinite time budget gave a deadline no judge job takes (`1e999` in YAML is infinity)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     concurrency: int = Field(default=4, strict=True, ge=1, le=256, description="Requests in flight at once.")
     max_requests: int = Field(

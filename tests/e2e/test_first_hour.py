@@ -96,7 +96,10 @@ def test_the_printed_next_commands_and_the_readmes_work_as_written(ran):
         if "<sweep-id>" in line and " rate " not in line  # the rating ones are sized for the quickstart
     ]
     assert len(lines) >= 3
-    here = [line.replace("<sweep-id>", sweep_id).replace("<other-id>", sweep_id) for line in lines]  # --compare
+    (tmp_path / "other.yaml").write_text((tmp_path / "sweep.yaml").read_text().replace("first-hour", "other-hour"))
+    other = cli("run", "other.yaml")  # --compare's other sweep (a sweep compared with itself is refused)
+    other_id = re.search(r"sweep (\w+): 4 jobs run", other.stdout).group(1)
+    here = [line.replace("<sweep-id>", sweep_id).replace("<other-id>", other_id) for line in lines]
     for command in nexts + here:
         argv = shlex.split(command)
         assert argv[0] == "decodebench" and "--store" not in argv, command  # the default store finds it

@@ -21,6 +21,7 @@ from worker.core import settings
 from worker.core.safetext import terminal, terminal_lines
 
 _capture: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar("decodebench_log_capture", default=None)
+JOB_LOG_VALUE_CHARS = 64 * 1024  # one value of a job's log line (an error, a traceback): head and tail kept
 _SECRET_KEYS = ("password", "secret", "token", "access_key", "credentials", "authorization")
 
 
@@ -37,8 +38,19 @@ def _tee_to_job(logger, method, event: dict) -> dict:
     buf = _capture.get()
     if buf is not None:
         line = _TRACEBACK_TEXT(logger, method, dict(event)) if event.get("exc_info") else event  # its text, kept
+        line = {k: _bounded(v) if isinstance(v, str) else v for k, v in line.items()}
         buf.append(json.loads(json.dumps(line, default=str)))
     return event
+
+
+def _bounded(text: str) -> str:
+    """A log.jsonl value of at most about JOB_LOG_VALUE_CHARS characters: its head and its tail (a traceback's
+    last lines name the error), the middle's length said. A crash whose message holds a tensor's repr, twice in
+    the job's log (`job.failed`, `job.traceback`), made a log the server refuses (DECODEBENCH_API_MAX_LOG_MB)."""
+    if len(text) <= JOB_LOG_VALUE_CHARS:
+        return text
+    half = JOB_LOG_VALUE_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half:,} characters left out ...]\n{text[-half:]}"
 
 
 def _visible(logger, method, event: dict) -> dict:

@@ -232,12 +232,7 @@ def configure(
     sampler = _take_sampling(cfg)
     if cfg.num_beams > 1 and settings.stop:  # assisted decoding: stops.NewTokens (its draft's generate() refuses them)
         cfg.stop_strings = list(settings.stop)
-    notes = []
-    if settings.static_cache:
-        if getattr(lm.model, "_can_compile_fullgraph", False) and kind not in ONLY_THE_ENGINE:
-            cfg.cache_implementation = "static"  # generate() compiles the forward pass on CUDA for it
-        else:
-            notes.append("static_cache: not supported for this model or strategy; dynamic cache used")
+    notes = _static_cache(lm, kind, cfg) if settings.static_cache else []
     if kind is Kind.BEAM:
         params = beam.beam_params(cfg)
     if registered.plugin or kind is Kind.CUSTOM:  # a plugin's, whatever its kind: its distribution and version
@@ -274,6 +269,15 @@ def configure(
         decode_step=decode_step,
         decode_step_why=why,
     )
+
+
+def _static_cache(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> list[str]:
+    """`static_cache: true`: transformers' static cache set in `cfg` where the model and the strategy take it
+    (generate() compiles the forward pass on CUDA for it), else the note saying the dynamic cache is used."""
+    if getattr(lm.model, "_can_compile_fullgraph", False) and kind not in ONLY_THE_ENGINE:
+        cfg.cache_implementation = "static"
+        return []
+    return ["static_cache: not supported for this model or strategy; dynamic cache used"]
 
 
 def checked_params(lm: LoadedModel, registered: Strategy, params: Mapping[str, Any]) -> dict[str, Any]:

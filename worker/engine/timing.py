@@ -2,7 +2,9 @@
 
 `StepClock` is a logits processor: generate() calls it once per decoding step, so the
 first stamp marks the first logits (time to first token, i.e. prefill) and the number
-of stamps is the number of steps. Decode time is derived, total - prefill, not guessed.
+of stamps is the number of steps. Decode time is derived, total - prefill, not guessed. Assisted
+decoding stamps once, at the end of the model's first forward (worker.engine.generate), not per step:
+its draft's generate() runs the same logits processors before the model's first logits.
 
 - On CUDA every stamp is a CUDA event recorded on the current stream: recording is
   asynchronous, so timing adds no host synchronisation per token. `stop()` records the

@@ -79,7 +79,8 @@ def _recover(conn, tenant: str, member: tuple[str, str, str], timing: Timing) ->
         return False
     status = job.get_status()
     losses = sweepstate.record_loss(conn, tenant, sweep_id, job_id)
-    log.warning("job.lost", job_id=job_id, sweep_id=sweep_id, rq_status=str(status), times=losses)
+    # every worker reaps every tenant (worker.rq.worker.reaped_tenants): the line names whose job it was
+    log.warning("job.lost", tenant=tenant, job_id=job_id, sweep_id=sweep_id, rq_status=str(status), times=losses)
     if status == RQStatus.FINISHED:
         sweepstate.transition(conn, *ids, JobStatus.DONE, allowed=running)
     elif status in (RQStatus.STOPPED, RQStatus.CANCELED):
@@ -115,7 +116,7 @@ def _reap_taken_not_started(conn, tenant: str, timing: Timing) -> list[str]:
             conn, queue, timing.heartbeat_ttl, lambda job_id: slots.drop_run(conn, tenant, job_id)
         )
         for job_id in taken:
-            log.warning("job.lost_before_start", job_id=job_id, queue=name)
+            log.warning("job.lost_before_start", tenant=tenant, job_id=job_id, queue=name)
         out += taken
     return out
 

@@ -74,16 +74,13 @@ def check_model_files(results: Iterable[JobResult | JobInfo]) -> None:
         for path, (label, digest) in model_hashes(r.provenance).items():
             hashes[path][digest].append(r.job.job_id)
             labels.setdefault(path, label)
-    for path, by_hash in hashes.items():
-        if len(by_hash) > 1:
-            seen = "; ".join(
-                f"{h[:12]}: {len(ids)} job{'s' * (len(ids) > 1)}, e.g. {ids[0]}" for h, ids in by_hash.items()
-            )
-            raise UsageError(
-                f"model {short(labels[path])} ({shown(path)}): the sweep's complete jobs of it ran on different "
-                f"files (content hash {seen}), so its cells would mix two models; delete the result.json of the jobs "
-                "of the files you do not want and run the sweep again with the others, or run it as a new sweep"
-            )
+    if mixed := _first_mixed(hashes, lambda h: h[:12]):
+        path, seen = mixed
+        raise UsageError(
+            f"model {short(labels[path])} ({shown(path)}): the sweep's complete jobs of it ran on different "
+            f"files (content hash {seen}), so its cells would mix two models; delete the result.json of the jobs "
+            "of the files you do not want and run the sweep again with the others, or run it as a new sweep"
+        )
 
 
 def check_plugins(results: Iterable[JobResult | JobInfo]) -> None:
@@ -94,16 +91,24 @@ def check_plugins(results: Iterable[JobResult | JobInfo]) -> None:
     for r in results:
         if (plugin := plugin_of(r.provenance)) is not None:
             plugins[r.job.strategy.name][plugin].append(r.job.job_id)
-    for name, by_plugin in plugins.items():
-        if len(by_plugin) > 1:
-            seen = "; ".join(
-                f"{shown(p)}: {len(ids)} job{'s' * (len(ids) > 1)}, e.g. {ids[0]}" for p, ids in by_plugin.items()
+    if mixed := _first_mixed(plugins, shown):
+        name, seen = mixed
+        raise UsageError(
+            f"strategy {short(name)}: the sweep's complete jobs of it ran different plugins ({seen}), so its cells "
+            "would mix two versions of it; delete the result.json of the jobs of the version you do not want and "
+            "run the sweep again with the other, or run it as a new sweep"
+        )
+
+
+def _first_mixed(recorded: Mapping[str, Mapping[str, list[str]]], show: Callable[[str], str]) -> tuple[str, str] | None:
+    """The first key whose complete jobs recorded more than one value (key -> value -> job ids), with each value
+    `show`n beside its count of jobs and one of them; None where every key has one."""
+    for key, by_value in recorded.items():
+        if len(by_value) > 1:
+            return key, "; ".join(
+                f"{show(v)}: {len(ids)} job{'s' * (len(ids) > 1)}, e.g. {ids[0]}" for v, ids in by_value.items()
             )
-            raise UsageError(
-                f"strategy {short(name)}: the sweep's complete jobs of it ran different plugins ({seen}), so its cells "
-                "would mix two versions of it; delete the result.json of the jobs of the version you do not want and "
-                "run the sweep again with the other, or run it as a new sweep"
-            )
+    return None
 
 
 def generations_reader(store, tenant: str, sweep_id: str, shas: Mapping[str, str | None]) -> Callable[[str], Any]:

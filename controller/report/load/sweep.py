@@ -122,12 +122,7 @@ def load_sweep(
     (`jobs.check_model_files`, `jobs.check_plugins`)."""
     log = structlog.get_logger("decodebench.report")
     damaged: list[str] = []
-    try:
-        spec = store.load_spec(tenant, sweep_id)
-    except CorruptRecordError as err:
-        log.warning(f"{err}; the report goes on without the sweep's spec")
-        damaged.append(str(err))
-        spec = {}
+    spec = _or_damaged(lambda: store.load_spec(tenant, sweep_id), "the sweep's spec", damaged, {})
     results: list[JobResult | JobInfo] = []
     generations: list[GenerationRecord] = []
     seen: set[tuple[str, str, int]] = set()
@@ -149,13 +144,18 @@ def load_sweep(
                 generations.append(record)
     check_model_files(results)  # before any cell is computed from them
     check_plugins(results)
-    try:
-        jobs = store.load_plan(tenant, sweep_id)
-    except CorruptRecordError as err:
-        log.warning(f"{err}; the report goes on without the plan (planned jobs, cell order)")
-        damaged.append(str(err))
-        jobs = None
+    jobs = _or_damaged(lambda: store.load_plan(tenant, sweep_id), "the plan (planned jobs, cell order)", damaged, None)
     planned = len(jobs) if jobs is not None else None
     order = list(dict.fromkeys(j["cell"] for j in jobs or []))
     kept = {"cell_order": order, "damaged": damaged, "loaded": with_generations}
     return SweepData(tenant, sweep_id, spec, results, generations, planned, **kept)
+
+
+def _or_damaged(read: Callable[[], Any], what: str, damaged: list[str], default: Any) -> Any:
+    """What `read` returns, or `default` where the record is damaged: named in one warning line and in `damaged`."""
+    try:
+        return read()
+    except CorruptRecordError as err:
+        structlog.get_logger("decodebench.report").warning(f"{err}; the report goes on without {what}")
+        damaged.append(str(err))
+        return default

@@ -352,7 +352,7 @@ def speed_markdown(summary: pd.DataFrame) -> list[str]:
     if "tokens_per_s_ci_low" not in summary.columns:
         return []
     cols = ["tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high"]
-    labels = cell_labels(summary, with_model=True)
+    labels = [markdown(label) for label in cell_labels(summary, with_model=True)]  # a label is a model's name
     rows = [
         (label, *(float(r[c]) if pd.notna(r[c]) else math.nan for c in cols))
         for label, (_, r) in zip(labels, summary.iterrows())

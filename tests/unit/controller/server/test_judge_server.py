@@ -94,3 +94,27 @@ def test_a_tenant_asks_the_server_for_its_judge_shares_within_the_budget(
             r = alice.post("/v1/sweeps/sweepaaaaaaaaaaa/report-judges", json={})
             assert r.status_code == 200 and r.json()["enqueued"] == 2 and len(r.json()["names"]) == 2, r.text
         assert conn.llen(queue) == 2  # 2 compared cells, 24 requests: a share of whole cells each, one signed job each
+
+
+def test_a_cancelled_sweep_submitted_again_takes_its_raised_judge_limits(
+    tmp_path, redis_url, signing_key_file, tiny_model
+):
+    """docs/judge.md: a submitted sweep over the judge's budget is submitted again with the raised limits, then
+    reported. Through the server, a cancelled sweep's submission returned before anything was written (it resumes
+    only with --retry-failed), so its spec.json kept the old limits and `report SWEEP` stayed over budget for ever;
+    `decodebench submit` without --api took them."""
+    from worker.store import open_store
+
+    with deployment(tmp_path / "dep", redis_url, signing_key_file, tiny_model, tenants=TENANTS) as dep:
+        judge = {"endpoint": "big-judge", "limits": {"max_requests": 2}}
+        out = submit(dep, "alice", tmp_path, tiny_model, judge)
+        assert out.exit_code == 0, out.output
+        sweep_id = out.output.split()[1]
+        env = {"DECODEBENCH_API_URL": dep.url, "DECODEBENCH_TOKEN": dep.tokens["alice"]}
+        cancel = CliRunner().invoke(cli, ["cancel", sweep_id], env=env)
+        assert cancel.exit_code == 0, cancel.output
+        again = submit(dep, "alice", tmp_path, tiny_model, {**judge, "limits": {"max_requests": 50}})
+        assert again.exit_code == 0 and "cancelled" in again.output, again.output
+        assert queued(redis_url, "team-a") == 0  # still not resumed
+        stored = open_store(dep.extra["store"]).load_spec("team-a", sweep_id)
+        assert stored["spec"]["judge"]["limits"]["max_requests"] == 50

@@ -124,3 +124,21 @@ def test_the_server_refuses_undeclared_or_unlisted_endpoints_and_urls():
     bare = Context(conn=None, store=None, signing_key=b"", tenants=None, limits=None)
     with pytest.raises(Forbidden, match="not a judge endpoint declared"):
         check_judge(bare, "default", spec(endpoint="big-judge", model="m").judge)
+
+
+def test_judge_limits_refuse_an_infinite_time_budget_or_timeout(tmp_path):
+    """`time_budget_s: 1e999` reads as infinity: it was taken, and every share of `report --distributed` was then
+    refused by its report worker ("the judge job's deadline is not a time"), the budget never spent or checked."""
+    from controller.sweep.load import load_spec
+
+    for field in ("time_budget_s", "timeout_s"):
+        path = tmp_path / f"{field}.yaml"
+        path.write_text(
+            "name: j\nmodels: [{path: gpt2}]\nprompts: {inline: [a, b]}\nstrategies: [{name: greedy}]\n"
+            f"judge: {{url: 'http://h/v1', model: m, limits: {{{field}: 1e999}}}}\n"
+        )
+        with pytest.raises(UsageError, match=f"judge.limits.{field}: .*finite") as err:
+            load_spec(path)
+        assert "\n" not in str(err.value)
+        refused(f"judge.limits.{field}", url="http://h/v1", model="m", limits={field: float("inf")})
+    assert spec(url="http://h/v1", model="m", limits={"time_budget_s": 1e9}).judge.limits.time_budget_s == 1e9

@@ -19,7 +19,7 @@ from rq import Worker
 
 from tests.support.services import free_port, redis_server
 from tests.support.worker import wait_for
-from tests.unit.worker.rq.test_worker_stop import BIN, wait_for_line, worker_env
+from tests.support.workerprocs import BIN, wait_for_line, worker_env
 
 QUEUE = "decodebench.default.normal"
 

@@ -7,40 +7,11 @@ helper threads, SIGTERM could land in one of them and the worker slept out the b
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-BIN = Path(sys.executable).parent
-GRACE_S = 10  # the worker's stop grace in this test; an idle worker must be gone well before
-
-
-def wait_for_line(log: Path, event: str, proc: subprocess.Popen, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in log.read_text().splitlines():
-            if line.startswith("{") and json.loads(line).get("event", "").startswith(event):
-                return json.loads(line)
-        assert proc.poll() is None, f"worker exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-        time.sleep(0.2)
-    raise AssertionError(f"no {event} line within {timeout}s:\n{log.read_text()[-3000:]}")
-
-
-def worker_env(redis_url: str, tmp_path: Path, signing_key_file: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEBENCH_")}
-    env.update(
-        DECODEBENCH_REDIS_URL=redis_url,
-        DECODEBENCH_STORE=str(tmp_path / "store"),
-        DECODEBENCH_SIGNING_KEY_FILE=signing_key_file,
-        DECODEBENCH_LOG_FORMAT="json",
-        DECODEBENCH_REAPER_INTERVAL="60",
-        DECODEBENCH_STOP_GRACE=str(GRACE_S),
-        CUDA_VISIBLE_DEVICES="",
-    )
-    return env
+from tests.support.workerprocs import BIN, GRACE_S, wait_for_line, worker_env
 
 
 def test_idle_worker_stops_within_its_grace_and_logs_a_final_line(redis_url, tmp_path, signing_key_file):

@@ -136,6 +136,39 @@ def test_a_plugin_step_that_crashes_fails_its_job_with_the_traceback_in_the_job_
     assert shown[0].endswith("job.traceback") and shown[-1].startswith("IndexError: index")
 
 
+class CrashesLoudly(TokenStep):
+    """A plugin's step whose error holds a large repr (a tensor's, a list of scores)."""
+
+    def choose(self, scores, rows):
+        raise ValueError("bad scores: " + "0.123456, " * 300_000)  # 3 MB of message
+
+
+def test_a_crash_with_a_huge_message_leaves_a_job_log_the_server_reads(tmp_path, tiny_model, runtime, monkeypatch):
+    """The message was in the job's log twice, whole (`job.failed`, then `job.traceback`): a 3 MB message made a
+    6 MB log.jsonl, over the server's 4 MiB read limit, and `decodebench logs` answered 413 for the one job whose
+    log says what went wrong. Now each value keeps its head and its tail (the traceback's last line names the error)."""
+    from tests.support.engine import job
+    from worker.core import paths, settings
+    from worker.core.logs import configure
+    from worker.engine.job import run_job
+    from worker.store import FileStore
+
+    loud = Strategy("loud", "d", {}, False, lambda p: {}, kind=Kind.CUSTOM, step=f"{__name__}:CrashesLoudly")
+    monkeypatch.setitem(STRATEGIES._entries, "loud", replace(loud, plugin="loud = x:S (x 1.0)"))
+    configure(level="warning")
+    store = FileStore(str(tmp_path))
+    spec = job(tiny_model, "loud", max_new=4)
+    with pytest.raises(ValueError, match="bad scores"):
+        run_job(spec, store=store, runtime=runtime)
+    key = paths.log_key(spec.tenant, spec.sweep_id, spec.job_id)
+    lines = list(store.read_jsonl(key, int(settings.get("api_max_log_mb") * 2**20)))  # as the server reads it
+    (failed,) = [row for row in lines if row["event"] == "job.failed"]
+    (trace,) = [row for row in lines if row["event"] == "job.traceback"]
+    assert failed["error"].startswith("ValueError: bad scores: 0.123456") and "characters left out" in failed["error"]
+    assert "in choose" in trace["exception"] and trace["exception"].rstrip().endswith("0.123456,")
+    assert (tmp_path / key).stat().st_size < 2**18
+
+
 def test_a_to_config_without_num_beams_or_do_sample_runs_as_generate_reads_it(tiny_model, runtime, monkeypatch):
     """transformers 5 leaves `num_beams` and `do_sample` None where neither the checkpoint nor the strategy sets them:
     a plugin whose to_config left them out (valid, by the docs) failed every job with "TypeError: '>' not supported
