@@ -106,7 +106,7 @@ def _keep_judge_limits(store: Store, key: str, limits: dict) -> None:
     """The stored spec's judge limits replaced by `limits` where they differ (a raised budget, run or submitted
     again); the rest of spec.json as it was written first, whether it wraps the spec or is an older one, the spec
     alone (`inner_spec`, as the report reads it)."""
-    from controller.report.load.sweep import inner_spec
+    from controller.sweep.load import inner_spec
 
     stored = store.read_json(key)
     judge = inner_spec(stored).get("judge") if isinstance(stored, dict) else None

@@ -210,6 +210,13 @@ def _prompt_file(path: str, base: Path, locate: Locator) -> str:
     return str(resolved)
 
 
+def inner_spec(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """The sweep spec itself from a stored spec.json, which wraps it with the sweep's metadata (an older one is the
+    spec alone)."""
+    inner = (stored or {}).get("spec")
+    return inner if isinstance(inner, dict) else (stored or {})
+
+
 def stored_spec(stored: dict, source: str) -> SweepSpec:
     """The spec as `save_sweep` wrote it to spec.json, with its directory, so it plans to the same ids."""
     spec = parse_spec(stored["spec"], source)

@@ -14,9 +14,10 @@ from controller.report.compute.aggregate import cell_statistics
 from controller.report.compute.columns import KEY_COLUMNS, PAIRED_COLUMN, PROMPTS_ATTR, SAMPLES_COLUMNS
 from controller.report.compute.pairs import CellRef, Stats, read_stats
 from controller.report.load.jobs import MIN_CI_PROMPTS
-from controller.report.load.sweep import SweepData, inner_spec
+from controller.report.load.sweep import SweepData
 from controller.report.stats.intervals import cell_rng
 from controller.report.stats.paired import FIRSTS_COLUMN, SUFFIXES, compare_pair, holm, is_comparison_column
+from controller.sweep.load import inner_spec
 from worker.core.contract import ModelSpec, PromptItem
 from worker.core.engines import OWN_ENGINE
 from worker.core.errors import CorruptRecordError, UsageError

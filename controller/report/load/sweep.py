@@ -16,6 +16,7 @@ import structlog
 from controller.report.load import snapshot
 from controller.report.load.jobs import Compactor, JobInfo, check_model_files, check_plugins, prompts_of
 from controller.sweep.labels import key_labels
+from controller.sweep.load import inner_spec
 from worker.core.contract import PromptItem
 from worker.core.errors import CorruptRecordError
 from worker.core.results import GenerationRecord, JobResult
@@ -23,13 +24,6 @@ from worker.store import Store
 
 MISSING_SHOWN = 8  # missing cells named in a header; the rest counted
 Tick = Callable[[str, int, int], None]  # progress(what, done, total): "results", "cells", "pairs"
-
-
-def inner_spec(stored: dict[str, Any] | None) -> dict[str, Any]:
-    """The sweep spec itself from a stored spec.json, which wraps it with the sweep's metadata (an older one is the
-    spec alone)."""
-    inner = (stored or {}).get("spec")
-    return inner if isinstance(inner, dict) else (stored or {})
 
 
 @dataclass
