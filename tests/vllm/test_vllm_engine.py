@@ -115,16 +115,20 @@ def test_seeded_sampling_is_reproducible_across_runs_and_batch_compositions(runt
     assert len({tuple(r.token_ids) for r in first.values()}) > 1
 
 
-def test_samples_are_vllms_parallel_sampling_each_with_its_seed(runtime):
-    """`samples: 3` is SamplingParams(n=3): three records a prompt, sample i seeded with the prompt's seed + i (as
-    vLLM seeds its child requests), sample 0 the generation of the same job without samples, reproducible with
-    other prompts beside it."""
+def test_samples_are_vllms_parallel_sampling_each_with_its_seed_and_clock(runtime):
+    """`samples: 3` is three requests a prompt, as SamplingParams(n=3) makes them: three records a prompt, sample i
+    seeded with the prompt's seed + i (as vLLM seeds its child requests), sample 0 the generation of the same job
+    without samples, reproducible with other prompts beside it. Each sample has its own latency, TTFT and TPOT, as
+    on the own engine: SamplingParams(n) gave one a prompt, its last sample's."""
     few = HELD_OUT[:4]
     (plain,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}}], prompts=few)
     (sampled,) = jobs_of([{"name": "top_p", "params": {"p": 0.9}, "samples": 3}], prompts=few)
-    _, alone = texts(plain, runtime, check=False)
+    unsampled, alone = texts(plain, runtime, check=False)
     result, records = generate_job(sampled, runtime, check=False)
-    assert result.engine["sampling_params"]["n"] == 3 and result.provenance["samples"] == 3
+    (batch,) = result.batches
+    assert batch.n == len(few) and len(batch.latency_s) == len(batch.ttft_s) == len(batch.tpot_s) == len(records)
+    assert "n" not in result.engine["sampling_params"] and result.provenance["samples"] == 3
+    assert batch.input_tokens == unsampled.batches[0].input_tokens  # a prompt's tokens once, as on the own engine
     assert [(r.prompt_id, r.sample) for r in records] == [(p["id"], i) for p in few for i in range(3)]
     for r in records:
         assert r.seed == alone[r.prompt_id].seed + r.sample
@@ -359,33 +363,3 @@ def test_a_model_vllm_loads_but_cannot_run_is_one_permanent_reason_and_the_next_
     (greedy,) = jobs_of([{"name": "greedy"}], prompts=HELD_OUT[:2], max_new_tokens=8)
     _, records = generate_job(greedy, runtime, check=False)
     assert len(records) == 2 and all(r.token_ids for r in records)
-
-
-def test_a_chat_job_feeds_vllm_the_template_ids_the_own_engine_feeds(runtime):
-    """issue 38: vLLM gets apply_chat_template's ids as token-id prompts (not its own rendering of the text), stops
-    at the end of the turn, and writes the own engine's greedy tokens. Last: it loads the chat model's LLM."""
-    from worker.core.chat import conversation
-    from worker.engine.job import generate_job as own_generate_job
-
-    model = TINY_MODEL.parent / "austen-tiny-chat"
-    data = {
-        "name": "vllm-chat",
-        "models": [{"path": str(model), "system": "You continue passages in the manner of Jane Austen."}],
-        "prompts": {"inline": [{"id": "a", "messages": [{"role": "user", "content": "Anne had been"}]}, "She was"]},
-        "strategies": [{"name": "greedy"}],
-        "generation": {"max_new_tokens": 24, "warmup": False},
-        "engines": [ENGINE],
-    }
-    (job,) = plan(parse_spec(data))
-    result, records = generate_job(job, runtime, check=False)
-    tok = AutoTokenizer.from_pretrained(model)
-    rendered = {
-        p.id: tok.apply_chat_template(conversation(p, job.model), add_generation_prompt=True, return_dict=False)
-        for p in job.prompts
-    }
-    assert result.engine["chat"]["prompt_tokens"] == {k: len(v) for k, v in rendered.items()}
-    assert result.batches[0].input_tokens == sum(len(v) for v in rendered.values())
-    _, own = own_generate_job(job.model_copy(update={"engine": None}), runtime)
-    assert [r.token_ids for r in records] == [r.token_ids for r in own]
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    assert all(r.token_ids[-1] == im_end for r in records if r.stop_reason == "eos") and "<|im" not in records[0].text

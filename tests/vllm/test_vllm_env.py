@@ -19,6 +19,7 @@ from tests.support.services import SIGNING_KEY, s3_env
 
 pytestmark = pytest.mark.slow
 VENV = REPO / ".venv-vllm"
+ENGINE_TESTS = ("tests/vllm/test_vllm_engine.py", "tests/vllm/test_vllm_parity.py")  # in .venv-vllm, one pytest
 ENGINE = {"name": "vllm", "dtype": "float32", "max_model_len": 256, "kv_cache_space_gb": 1, "max_num_seqs": 16}
 
 
@@ -38,7 +39,7 @@ def vllm_python() -> Path:
 @pytest.mark.timeout(1500)  # past the suite's 600 s per test: the second pytest takes about 4 minutes, more under load
 def test_the_vllm_engine_passes_its_tests_in_its_own_environment():
     run = subprocess.run(
-        [str(vllm_python()), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/vllm/test_vllm_engine.py"],
+        [str(vllm_python()), "-m", "pytest", "-q", "-p", "no:cacheprovider", *ENGINE_TESTS],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -12,8 +12,9 @@ readable there: controller.sweep.chat).
 `encoded(tok, job)`: both at once for the plan (worker.engine.plan.configure): the ids by prompt id and
 whether the model chats.
 
-`stop_ids(tok, eos)`: a chat model's generation ends at its template's end of turn as well as at EOS:
-the generation config's EOS list (e.g. Llama 3's `<|eot_id|>`, ChatML's `<|im_end|>`), the
+`end_ids(tok, eos)`: where a raw prompt's generation ends (the generation config's EOS list, else the
+tokenizer's EOS). `stop_ids(tok, eos)`: a chat model's generation ends at its template's end of turn as well
+as at EOS: the generation config's EOS list (e.g. Llama 3's `<|eot_id|>`, ChatML's `<|im_end|>`), the
 tokenizer's EOS token and the added token the template writes after a reply (`turn_end`) together.
 
 `chat_record(tok, job, ids)`: what result.json's `engine.chat` records: the template's sha256, the
@@ -109,10 +110,18 @@ def turn_end(tok) -> int | None:
     return None
 
 
+def end_ids(tok, eos: int | list[int] | None) -> list[int]:
+    """Where a raw prompt's generation ends: the generation config's EOS list (`eos`), the tokenizer's EOS token
+    where it has none (as worker.engine.plan.generation_config reads them)."""
+    if eos is None:
+        return [] if tok.eos_token_id is None else [tok.eos_token_id]
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
 def stop_ids(tok, eos: int | list[int] | None) -> list[int]:
     """The generation config's EOS list (`eos`) with the tokenizer's EOS token and the template's end of turn
     (`turn_end`, which a checkpoint's generation config may not list): every end of a chat model's turn."""
-    ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    ids = [] if eos is None else end_ids(tok, eos)
     for extra in (tok.eos_token_id, turn_end(tok)):
         if isinstance(extra, int) and extra not in ids:
             ids.append(extra)

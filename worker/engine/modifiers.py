@@ -35,6 +35,17 @@ _UNSUPPORTED_IF_SET = (
 )
 
 
+# Every GenerationConfig field of a processor the engine does not build (worker.engine.plan resets a checkpoint's).
+PROCESSORS = (
+    *_UNSUPPORTED_IF_SET,
+    "guidance_scale",
+    "encoder_repetition_penalty",
+    "min_length",
+    "encoder_no_repeat_ngram_size",
+    "remove_invalid_values",
+)
+
+
 def only_modifiers(config) -> bool:
     """Whether generate() would apply no processor to this configuration beyond the repetition
     penalty, the no-repeat n-gram ban and the minimum new tokens (what the engine rebuilds)."""

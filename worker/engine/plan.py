@@ -42,7 +42,7 @@ from worker.engine.graphs import DecodeStep
 from worker.engine.loops import beam, contrastive
 from worker.engine.loops.beam_step import BeamStep
 from worker.engine.models import LoadedModel, prepared_mask, probes
-from worker.engine.modifiers import RowModifiers, only_modifiers
+from worker.engine.modifiers import PROCESSORS, RowModifiers, only_modifiers
 from worker.engine.sampling import SAMPLING_KEYS, SeededSampler
 from worker.strategies import Kind, Strategy, get_strategy
 
@@ -153,9 +153,17 @@ class Plan:
         return dataclasses.replace(self, config=config, rules=short)
 
 
+# What a checkpoint's generation_config.json may set that no built-in strategy names: the processors the engine does
+# not build (a BART-style min_length, Whisper-style suppress_tokens, forced ends, a sequence bias) and generate()'s
+# own ends (max_time, stop_strings). Each takes transformers' default unless the strategy sets it: a variant runs
+# what its label says, as on vLLM, which reads none of them (the warpers and penalties: registry.WARPERS_OFF).
+CHECKPOINT_ONLY = (*PROCESSORS, "max_time", "stop_strings")
+
+
 def generation_config(lm: LoadedModel, kwargs: dict[str, Any], settings: GenerationSettings) -> GenerationConfig:
     """The model's generation config with the strategy's settings, the lengths and its tokenizer's pad and EOS."""
-    cfg = GenerationConfig(**{**lm.model.generation_config.to_dict(), **kwargs})
+    off = {key: value for key, value in _defaults().items() if key in CHECKPOINT_ONLY}
+    cfg = GenerationConfig(**{**lm.model.generation_config.to_dict(), **off, **kwargs})
     # transformers 5 leaves these None where neither the checkpoint nor the strategy sets them (a plugin's to_config
     # may not); generate() reads them as greedy search, one beam: so does the plan
     cfg.num_beams = 1 if cfg.num_beams is None else cfg.num_beams
@@ -198,8 +206,13 @@ def _settings_of(registered: Strategy, params: Mapping[str, Any]) -> dict[str, A
 
 
 @cache
+def _defaults() -> dict[str, Any]:
+    return GenerationConfig().to_dict()
+
+
+@cache
 def _known_settings() -> frozenset[str]:
-    return frozenset(GenerationConfig().to_dict())
+    return frozenset(_defaults())
 
 
 def _take_sampling(cfg: GenerationConfig) -> dict[str, Any] | None:

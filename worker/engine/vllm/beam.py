@@ -24,8 +24,7 @@ def beam_outputs(llm, prompts: list[dict], num_beams: int, max_tokens: int, leng
         prompt_ids = list(prompt["prompt_token_ids"])
         best = result.sequences[0]
         ids = list(best.tokens)[len(prompt_ids) :]
-        eos = tokenizer.eos_token_id
-        ended = bool(ids) and ids[-1] == eos and len(ids) < max_tokens
+        ended = bool(ids) and ids[-1] == tokenizer.eos_token_id  # on its last allowed token too, as generate()'s
         completion = SimpleNamespace(
             index=0,  # the one completion of its request, as a RequestOutput's first (run._records orders by it)
             token_ids=ids,

@@ -29,7 +29,6 @@ def sampling_settings(strategy: StrategySpec, generation: GenerationSettings) ->
         return {"beam_width": p["num_beams"], "max_tokens": generation.max_new_tokens, "temperature": 0.0,
                 "length_penalty": p["length_penalty"]}  # fmt: skip
     out: dict[str, Any] = {
-        "n": strategy.n_samples,  # a variant's samples: vLLM's parallel sampling, child i seeded seed + i
         "max_tokens": generation.max_new_tokens,
         "min_tokens": generation.min_new_tokens,
         "stop": list(generation.stop),

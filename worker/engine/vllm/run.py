@@ -6,9 +6,11 @@ max_num_seqs), each prompt with its own `SamplingParams` carrying its own seed
 depend on which prompts it ran beside. Speed comes from vLLM's own request clocks: each request's
 arrival, first token and last token give its latency, TTFT and TPOT in the own engine's columns.
 
-A variant's `samples: n` is `SamplingParams(n=n)`: vLLM runs a prompt's n samples as child requests of
-one, child i seeded with the request's seed + i (vllm/v1/engine/parallel_sampling.py), which each record
-says (`seed`, `sample`); sample 0 is the generation of the same job without samples. `best_of: model`
+A variant's `samples: n` is n requests a prompt, sample i seeded with the prompt's seed + i: the requests and
+seeds of vLLM's `SamplingParams(n=n)`, whose child i is a request seeded seed + i
+(vllm/v1/engine/parallel_sampling.py), each with its own request clock (`SamplingParams(n)` returns only its last
+child's), so that every sample counts its own latency, TTFT and TPOT, as the own engine's do. Each record says its
+`seed` and `sample`; sample 0 is the generation of the same job without samples. `best_of: model`
 keeps a prompt's sample with the highest mean token log-probability, as the own engine does, from vLLM's
 log-probabilities of the sampled tokens (`best_of: scorer` runs on the own engine only).
 """
@@ -36,6 +38,7 @@ from worker.engine.vllm.beam import beam_outputs
 from worker.engine.vllm.llm import LLMCache, LoadedLLM, one_line
 from worker.engine.vllm.logitsprocs import KINDS
 from worker.engine.vllm.params import sampling_params, sampling_settings
+from worker.engine.vllm.scoring import score_nll
 from worker.engine.vllm.selfcheck import distribution_check
 
 log = structlog.get_logger("decodebench.vllm")
@@ -73,20 +76,21 @@ def request_times(output, submitted: float, returned: float) -> tuple[float, flo
     return returned - submitted, returned - submitted
 
 
-def _timing(outputs, submitted: float, returned: float, n_seqs: int) -> BatchTiming:
+def _timing(outputs, submitted: float, returned: float, n_seqs: int, samples: int = 1) -> BatchTiming:
+    """The batch of `outputs`, one request a generation (`samples` a prompt, in a row)."""
     ttft, latency, tpot = [], [], []
     for out in outputs:
         t, lat = request_times(out, submitted, returned)
-        n = max(len(c.token_ids) for c in out.outputs)  # a request's samples run side by side
+        n = max(len(c.token_ids) for c in out.outputs)
         ttft.append(round(t, 6))
         latency.append(round(lat, 6))
         tpot.append(round((lat - t) / (n - 1), 6) if n > 1 else None)
     total = returned - submitted
     prefill = min(ttft, default=0.0)
     return BatchTiming(
-        n=len(outputs),
+        n=len(outputs) // samples,
         batch_size=n_seqs,
-        input_tokens=sum(len(o.prompt_token_ids or []) for o in outputs),
+        input_tokens=sum(len(o.prompt_token_ids or []) for o in outputs[::samples]),  # a prompt's, once
         new_tokens=sum(len(c.token_ids) for o in outputs for c in o.outputs),
         prefill_s=prefill,
         total_s=total,
@@ -116,16 +120,21 @@ def _generation_eos(job: JobSpec) -> int | list[int] | None:
         return None
 
 
-def _end_of_turn(job: JobSpec, tokenizer, settings_: dict) -> None:
-    """A chat job's stop ids in its SamplingParams; LLM.beam_search ends only at the tokenizer's EOS, so beam
-    search is refused for a model whose turn ends elsewhere."""
-    stops = chat.stop_ids(tokenizer, _generation_eos(job))
+def _ends(job: JobSpec, tokenizer, settings_: dict) -> None:
+    """A chat job's stop ids in its SamplingParams (every end of its turn, `chat.stop_ids`). LLM.beam_search ends
+    only at the tokenizer's EOS: beam search is refused for a model whose generation ends elsewhere as well (a chat
+    model's end of turn, a generation config's EOS list), where the own engine's beams end and vLLM's run on."""
+    eos = _generation_eos(job)
+    chats = chat.is_chat(tokenizer, job)
+    stops = chat.stop_ids(tokenizer, eos) if chats else chat.end_ids(tokenizer, eos)
     if job.strategy.name != "beam":
-        settings_["stop_token_ids"] = stops
-    elif set(stops) != {tokenizer.eos_token_id}:
+        if chats:
+            settings_["stop_token_ids"] = stops
+    elif others := sorted(set(stops) - {tokenizer.eos_token_id}):
+        where = "the template's end of turn" if chats else "the generation config's EOS ids"
         raise PermanentJobError(
-            f"refused: beam on engine vllm for chat model {job.model.label}: vLLM's beam search ends only at the "
-            "tokenizer's EOS, not at the template's end of turn"
+            f"refused: beam on engine vllm for {'chat ' if chats else ''}model {job.model.label}: vLLM's beam search "
+            f"ends only at the tokenizer's EOS, not at {where} {others}"
         )
 
 
@@ -135,8 +144,11 @@ def _caller(job: JobSpec, loaded: LoadedLLM, settings_: dict, seeds: list[int | 
     if job.strategy.name == "beam":
         beams, length_penalty = settings_["beam_width"], settings_["length_penalty"]
         return lambda prompts, n: beam_outputs(loaded.llm, prompts, beams, settings_["max_tokens"], length_penalty)
-    params = [sampling_params(settings_, seed) for seed in seeds]
-    return lambda prompts, n: loaded.llm.generate(prompts, params[:n], use_tqdm=False)
+    k = job.strategy.n_samples  # a prompt's samples: k requests, sample i seeded seed + i (the module's docstring)
+    params = [sampling_params(settings_, None if seed is None else seed + i) for seed in seeds for i in range(k)]
+    return lambda prompts, n: loaded.llm.generate(
+        [p for p in prompts for _ in range(k)], params[: n * k], use_tqdm=False
+    )
 
 
 def _generate(job: JobSpec, loaded: LoadedLLM, call, device, ids):
@@ -153,7 +165,7 @@ def _generate(job: JobSpec, loaded: LoadedLLM, call, device, ids):
         returned = time.perf_counter()
         joules = energy.joules(before, energy.read())
     n_seqs = loaded.kwargs.get("max_num_seqs") or loaded.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
-    timing = _timing(outputs, submitted, returned, min(n_seqs, len(prompts)))
+    timing = _timing(outputs, submitted, returned, min(n_seqs, len(prompts)), job.strategy.n_samples)
     timing.energy_j = None if joules is None else round(joules, 4)
     return outputs, timing, {"torch_peak_mb": None, **sampler.summary()}
 
@@ -174,14 +186,16 @@ def _run(job: JobSpec, runtime, loaded: LoadedLLM, settings_: dict, seeds: list[
     return out
 
 
-def _records(job: JobSpec, outputs, seeds: list[int | None], ids: list[list[int]]) -> list[GenerationRecord]:
+def _records(job: JobSpec, llm, outputs, seeds: list[int | None], ids: list[list[int]]) -> list[GenerationRecord]:
     """The job's records in the shard's order, a prompt's samples in sample order; a best_of variant keeps per
     prompt the sample with the highest mean token log-probability (vLLM's sampled-token log-probabilities of
-    the raw model, `logprobs=0`), chosen as the own engine chooses (worker.engine.samples.keep_best)."""
-    items, nlls = [], []
-    for p, out, seed, row in zip(job.prompts, outputs, seeds, ids, strict=True):
-        for completion in sorted(out.outputs, key=lambda c: c.index):  # sample i: vLLM's child i, seed + i
-            sample, tokens = completion.index, list(completion.token_ids)
+    the raw model, `logprobs=0`), chosen as the own engine chooses (worker.engine.samples.keep_best). Scored
+    (`nll_sum`, `nll_count`) under the generating model where the job asks for scores (worker.engine.vllm.scoring)."""
+    items, nlls, k = [], [], job.strategy.n_samples
+    for at, (p, seed, row) in enumerate(zip(job.prompts, seeds, ids, strict=True)):
+        for sample, out in enumerate(outputs[at * k : (at + 1) * k]):  # sample i: the prompt's request i, seed + i
+            completion = out.outputs[0]
+            tokens = list(completion.token_ids)
             own_seed = seed + sample if seed is not None else generation_seed(job.seed, p.id)
             items.append(Generated(p, sample, own_seed, 0, row, tokens, completion.text, _stop_reason(completion)))
             total = getattr(completion, "cumulative_logprob", None)
@@ -190,7 +204,25 @@ def _records(job: JobSpec, outputs, seeds: list[int | None], ids: list[list[int]
     if job.strategy.best_of is not None:
         kept = keep_best(items, nlls)
         items, ranks = [g for g, _, _ in kept], {g.prompt.id: scores for g, _, scores in kept}
-    return [g.record(job, ranks[g.prompt.id] if ranks is not None else None) for g in items]
+    scored = "score" in job.compute and job.scorer is None  # a sweep's scorer: the own engine's (`_unscored`)
+    nlls = score_nll(llm, [(g.prompt_ids, g.token_ids) for g in items]) if scored else [(None, None)] * len(items)
+    return [
+        g.record(job, ranks[g.prompt.id] if ranks is not None else None, nll_sum=nll[0], nll_count=nll[1])
+        for g, nll in zip(items, nlls, strict=True)
+    ]
+
+
+def _unscored(job: JobSpec) -> list[str]:
+    """The notes of what the job asks for that its vLLM worker cannot compute: a sweep scorer's scores, features."""
+    notes = []
+    if "score" in job.compute and job.scorer is not None:
+        notes.append(
+            "no scores (perplexity, coherence): the sweep's scorer is a transformers model, run by the own "
+            "engine only; a vLLM cell is scored under its generating model only where the sweep has no scorer"
+        )
+    if "featurize" in job.compute and job.featurizer is not None:
+        notes.append("no features (MAUVE): the featurizer is a transformers model, run by the own engine only")
+    return notes
 
 
 def _provenance(job: JobSpec, runtime, loaded: LoadedLLM) -> dict[str, Any]:
@@ -200,7 +232,7 @@ def _provenance(job: JobSpec, runtime, loaded: LoadedLLM) -> dict[str, Any]:
     own = {"engine": "vllm", "vllm": vllm.__version__}
     own["seeding"] = "each generation's seed = sha256(job seed, prompt id), passed as SamplingParams.seed"
     if job.strategy.samples is not None:
-        own["sample_seeding"] = "SamplingParams(n): sample i is vLLM's child i, seed + i"
+        own["sample_seeding"] = "sample i: a request of its own seeded seed + i, as SamplingParams(n) seeds child i"
     model = {"path": job.model.path, "revision": job.model.revision, "load_s": loaded.info["load_s"]}
     return provenance(job, runtime, {"model": model}, own)
 
@@ -238,13 +270,12 @@ def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResul
     ids = chat.prompt_ids(tokenizer, job)
     _check_lengths(job, loaded, ids)
     settings_ = sampling_settings(job.strategy, job.generation)
-    if chat.is_chat(tokenizer, job):  # a turn ends at the template's end of turn as well as at EOS
-        _end_of_turn(job, tokenizer, settings_)
+    _ends(job, tokenizer, settings_)  # a chat turn ends at the template's end of turn as well as at EOS
     stochastic = settings_["temperature"] > 0 and job.strategy.name != "beam"
     seeds = [generation_seed(job.seed, p.id) if stochastic else None for p in job.prompts]
     outputs, timing, memory = _run(job, runtime, loaded, settings_, seeds, ids)
-    records = _records(job, outputs, seeds, ids)
-    notes = []
+    records = _records(job, loaded.llm, outputs, seeds, ids)
+    notes = _unscored(job)
     if job.generation.batch_size != "auto" and job.generation.batch_size != timing.batch_size:
         notes.append(f"vllm schedules its own batch: the shard's {len(job.prompts)} prompts at once")
     if job.strategy.best_of is not None:
@@ -268,6 +299,6 @@ def generate_job(job: JobSpec, runtime, *, check: bool = True) -> tuple[JobResul
     )
     if (rendered := chat.chat_record(tokenizer, job, {p.id: row for p, row in zip(job.prompts, ids)})) is not None:
         result.engine["chat"] = rendered
-    checked = distribution_check(job, loaded.llm, settings_) if check else None  # after the timing
+    checked = distribution_check(job, loaded.llm, settings_, ids[0]) if check else None  # after the timing
     result.engine["distribution_check"] = checked
     return result, records

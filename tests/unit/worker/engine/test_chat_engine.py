@@ -1,7 +1,7 @@
 """Chat models on the own engine (issue 38, part 1), on the bundled chat model austen-tiny-chat: the ids the
 engine feeds are apply_chat_template's (every strategy the same), a turn ends at <|im_end|>, the text is the
 reply alone, result.json records the template's hash and the rendered prompts' lengths; a prompt the model
-cannot take fails the job in one line. The vLLM side is tests/vllm/test_vllm_engine.py's, the distributed round trip
+cannot take fails the job in one line. The vLLM side is tests/vllm/test_vllm_parity.py's, the distributed round trip
 is tests/e2e/test_chat_distributed.py's."""
 
 from __future__ import annotations

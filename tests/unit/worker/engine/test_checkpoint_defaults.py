@@ -74,3 +74,23 @@ def test_a_plugins_sampling_config_gets_every_other_warper_off():
     )
     assert plugin.generation_kwargs({}) == {"do_sample": True, "num_beams": 1, "temperature": 1.0,
                                             **WARPERS_OFF, **MODIFIERS_OFF}  # fmt: skip
+
+
+PROCESSORS = {"min_length": 60, "suppress_tokens": [267], "begin_suppress_tokens": [12], "bad_words_ids": [[14]]}
+
+
+@pytest.mark.parametrize(("strategy", "params"), [("greedy", {}), ("beam", {"num_beams": 3}), ("top_p", {"p": 0.9})])
+def test_a_checkpoints_processors_do_not_leak_into_a_variant(tiny_model, runtime, tmp_path, strategy, params):
+    """A generation_config.json with processors no strategy names (a BART-style min_length, Whisper-style
+    suppress_tokens, bad words): generate() applied them (' the', ',' and '.' never written, EOS held back), where
+    vLLM reads none of them and the variant's label says nothing of them."""
+    path = tmp_path / "austen-tiny"
+    shutil.copytree(tiny_model, path)
+    config = json.loads((path / "generation_config.json").read_text())
+    (path / "generation_config.json").write_text(json.dumps({**config, **PROCESSORS}))
+    plain, _, _ = texts(runtime, job(tiny_model, strategy, params, seed=3, prompts=AUSTEN_PROMPTS[:4], max_new=12))
+    shipped, _, result = texts(
+        runtime, job(str(path), strategy, params, seed=3, prompts=AUSTEN_PROMPTS[:4], max_new=12)
+    )
+    assert shipped == plain
+    assert [result.generation_config[key] for key in PROCESSORS] == [None] * len(PROCESSORS)
