@@ -18,7 +18,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from controller.sweep.load import parse_spec  # noqa: E402
 from controller.sweep.plan import plan  # noqa: E402
-from tests.support.services import PROMPTS, TINY_MODEL  # noqa: E402
+from tests.support.services import TINY_MODEL  # noqa: E402
+from tests.support.vllmjobs import ENGINE, HELD_OUT, jobs_of  # noqa: E402
 from worker.core.contract import StrategySpec  # noqa: E402
 from worker.core.errors import PermanentJobError  # noqa: E402
 from worker.engine.job import Runtime, run_job  # noqa: E402
@@ -36,8 +37,6 @@ from worker.engine.vllm.run import generate_job  # noqa: E402
 from worker.store import open_store  # noqa: E402
 
 pytestmark = pytest.mark.slow
-ENGINE = {"name": "vllm", "dtype": "float32", "max_model_len": 256, "kv_cache_space_gb": 1, "max_num_seqs": 16}
-HELD_OUT = [json.loads(line) for line in PROMPTS.read_text().splitlines()[:16]]
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +49,6 @@ def hf():
     tok = AutoTokenizer.from_pretrained(TINY_MODEL)
     model = AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.float32).eval()
     return model, tok
-
-
-def jobs_of(strategies, prompts=HELD_OUT, engines=(ENGINE,), scorer=None, **generation):
-    data = {
-        **({"scorer": {"path": scorer}} if scorer else {}),
-        "name": "vllm-test",
-        "models": [{"path": str(TINY_MODEL)}],
-        "prompts": {"inline": prompts, "shard_size": 64},
-        "strategies": strategies,
-        "generation": {"max_new_tokens": 32, "warmup": False, **generation},
-        "engines": list(engines),
-    }
-    return plan(parse_spec(data))
 
 
 def llm_for(runtime, job, strategy: str):

@@ -5,8 +5,6 @@ and run in the order of the LLM they need: austen-tiny's, the chat model's, then
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 vllm = pytest.importorskip("vllm")
@@ -15,31 +13,18 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from controller.sweep.load import parse_spec  # noqa: E402
 from controller.sweep.plan import plan  # noqa: E402
-from tests.support.services import PROMPTS, TINY_MODEL  # noqa: E402
+from tests.support.services import TINY_MODEL  # noqa: E402
+from tests.support.vllmjobs import ENGINE, HELD_OUT, jobs_of  # noqa: E402
 from worker.core.errors import PermanentJobError  # noqa: E402
 from worker.engine.job import Runtime  # noqa: E402
 from worker.engine.vllm.run import generate_job  # noqa: E402
 
 pytestmark = pytest.mark.slow
-ENGINE = {"name": "vllm", "dtype": "float32", "max_model_len": 256, "kv_cache_space_gb": 1, "max_num_seqs": 16}
-HELD_OUT = [json.loads(line) for line in PROMPTS.read_text().splitlines()[:16]]
 
 
 @pytest.fixture(scope="module")
 def runtime():
     return Runtime("cpu")
-
-
-def jobs_of(strategies, prompts=HELD_OUT, **generation):
-    data = {
-        "name": "vllm-parity",
-        "models": [{"path": str(TINY_MODEL)}],
-        "prompts": {"inline": prompts, "shard_size": 64},
-        "strategies": strategies,
-        "generation": {"max_new_tokens": 32, "warmup": False, **generation},
-        "engines": [ENGINE],
-    }
-    return plan(parse_spec(data))
 
 
 def test_generations_are_scored_under_the_generating_model_as_on_the_own_engine(runtime):

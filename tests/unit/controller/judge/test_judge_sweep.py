@@ -167,18 +167,24 @@ def test_the_report_shows_the_judges_agreement_with_imported_human_ratings(tmp_p
 
 
 @pytest.mark.slow
-def test_run_over_the_judge_budget_writes_the_report_and_a_raised_limit_reports_the_same_sweep(tmp_path, tiny_model):
-    """A run stopped by judge.limits wrote no report, and raising the limit as the error said made a new sweep id:
-    every generation ran again. Now the report is written without the verdicts, the run exits 2 on the line, and the
-    raised limit reports the same sweep, its jobs kept."""
-    spec = {
-        "name": "judged-budget",
+def run_spec(tiny_model: str, name: str) -> dict:
+    """A sweep `decodebench run` judges: the tiny model's greedy and top_k cells on three prompts (the judge added by
+    each test)."""
+    return {
+        "name": name,
         "models": [{"path": tiny_model, "name": "tiny"}],
         "prompts": {"inline": ["It was the best of times", "Call me", "The house stood"]},
         "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 20}}],
         "generation": {"max_new_tokens": 6, "batch_size": 4},
         "metrics": ["mean_length"],
     }
+
+
+def test_run_over_the_judge_budget_writes_the_report_and_a_raised_limit_reports_the_same_sweep(tmp_path, tiny_model):
+    """A run stopped by judge.limits wrote no report, and raising the limit as the error said made a new sweep id:
+    every generation ran again. Now the report is written without the verdicts, the run exits 2 on the line, and the
+    raised limit reports the same sweep, its jobs kept."""
+    spec = run_spec(tiny_model, "judged-budget")
     runs = str(tmp_path / "runs")
     with JudgeServer() as srv:
         spec["judge"] = {"url": srv.url, "model": "stand-in", "baseline": "greedy", "limits": {"max_requests": 4}}
@@ -204,14 +210,7 @@ def test_a_sweep_submitted_again_with_a_raised_limit_is_reported_with_it(tmp_pat
     from controller.sweep.load import load_spec
     from worker.store import open_store
 
-    spec = {
-        "name": "judged-resubmit",
-        "models": [{"path": tiny_model, "name": "tiny"}],
-        "prompts": {"inline": ["It was the best of times", "Call me", "The house stood"]},
-        "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 20}}],
-        "generation": {"max_new_tokens": 6, "batch_size": 4},
-        "metrics": ["mean_length"],
-    }
+    spec = run_spec(tiny_model, "judged-resubmit")
     runs = str(tmp_path / "runs")
     with JudgeServer() as srv:
         spec["judge"] = {"url": srv.url, "model": "stand-in", "baseline": "greedy", "limits": {"max_requests": 4}}
@@ -229,14 +228,7 @@ def test_a_sweep_submitted_again_with_a_raised_limit_is_reported_with_it(tmp_pat
 
 @pytest.mark.slow
 def test_decodebench_run_with_a_judge_url_reports_its_win_rates(tmp_path, tiny_model):
-    spec = {
-        "name": "judged-run",
-        "models": [{"path": tiny_model, "name": "tiny"}],
-        "prompts": {"inline": ["It was the best of times", "Call me", "The house stood"]},
-        "strategies": [{"name": "greedy"}, {"name": "top_k", "params": {"k": 20}}],
-        "generation": {"max_new_tokens": 6, "batch_size": 4},
-        "metrics": ["mean_length"],
-    }
+    spec = run_spec(tiny_model, "judged-run")
     with JudgeServer() as srv:
         spec["judge"] = {"url": srv.url, "model": "stand-in", "baseline": "greedy"}
         (tmp_path / "s.json").write_text(json.dumps(spec))

@@ -35,9 +35,9 @@ def first_running_job(conn, sweep_id: str, timeout: float = 180) -> str:
     raise AssertionError("no job started")
 
 
-def test_a_job_lost_with_its_worker_in_a_cancelled_sweep_is_cancelled_not_run_again(
-    redis_url, tmp_path, tiny_model, signing_key_file
-):
+def lost_job(redis_url, tmp_path, tiny_model, signing_key_file):
+    """A sweep of tenant `default` whose first running job's worker was SIGKILLed mid-job (its heartbeat stops):
+    (the client, the submit's outcome, that job's id, the workers' environment)."""
     conn = redis.Redis.from_url(redis_url)
     store = FileStore(tmp_path / "runs")
     out = cq.submit(conn, store, parse_spec(spec_dict(tiny_model, seeds=(1,))), "default", key=KEY)
@@ -45,9 +45,16 @@ def test_a_job_lost_with_its_worker_in_a_cancelled_sweep_is_cancelled_not_run_ag
     victim = start_workers(1, env, tmp_path)
     try:
         job_id = first_running_job(conn, out.sweep_id)
-        next(iter(victim.values())).send_signal(signal.SIGKILL)  # mid-job: its heartbeat stops
+        next(iter(victim.values())).send_signal(signal.SIGKILL)
     finally:
         wait_all(victim, tmp_path)
+    return conn, out, job_id, env
+
+
+def test_a_job_lost_with_its_worker_in_a_cancelled_sweep_is_cancelled_not_run_again(
+    redis_url, tmp_path, tiny_model, signing_key_file
+):
+    conn, out, job_id, env = lost_job(redis_url, tmp_path, tiny_model, signing_key_file)
     sweepstate.cancel_sweep(conn, "default", out.sweep_id)  # the stop it sends reaches no one
     assert conn.hget(keys.sweep("default", out.sweep_id, "state"), job_id) == b"running"
     reaper = start_workers(1, env, tmp_path, prefix="reaper")  # burst: it stays until the lost job is settled
@@ -90,16 +97,7 @@ def test_a_job_lost_with_its_worker_is_requeued_by_a_worker_of_another_tenant(
 
     from tests.support.workerprocs import BIN
 
-    conn = redis.Redis.from_url(redis_url)
-    store = FileStore(tmp_path / "runs")
-    out = cq.submit(conn, store, parse_spec(spec_dict(tiny_model, seeds=(1,))), "default", key=KEY)
-    env = env_for(redis_url, tmp_path / "runs", signing_key_file)  # heartbeat TTL 5 s, reaper every 0.5 s
-    victim = start_workers(1, env, tmp_path)
-    try:
-        job_id = first_running_job(conn, out.sweep_id)
-        next(iter(victim.values())).send_signal(signal.SIGKILL)  # mid-job: its heartbeat stops
-    finally:
-        wait_all(victim, tmp_path)
+    conn, out, job_id, env = lost_job(redis_url, tmp_path, tiny_model, signing_key_file)
     log = (tmp_path / "other.log").open("w")
     other = subprocess.Popen([str(BIN / "decodebench-worker"), "--device", "cpu", "--queues", "team-b", "--name",
                               f"other-{job_id}"], env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
