@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import structlog
@@ -143,9 +144,9 @@ def run_sweep(
     outcome = RunOutcome(jobs[0].sweep_id)
     save_sweep(store, spec, jobs, tenant, mode="local")
     complete = store.complete_job_ids(tenant, outcome.sweep_id)
-    read: dict[str, dict] = {}  # job id -> its result's provenance, read once for both checks
-    check_model_files(store, tenant, jobs, complete, read)
-    check_plugins(store, tenant, jobs, complete, read)
+    recorded = recorded_provenance(store, tenant)  # each complete job's result read once, for both checks
+    check_model_files(jobs, complete, recorded)
+    check_plugins(jobs, complete, recorded)
     todo = [j for j in jobs if j.job_id not in complete]
     outcome.skipped = [j.job_id for j in jobs if j.job_id in complete]
     summary = summarize_plan(jobs)
@@ -179,7 +180,7 @@ def check_engines(jobs: list[JobSpec]) -> None:
         raise UsageError(f"engine vllm: vLLM is not installed in this environment; install it with {VLLM_INSTALL}")
 
 
-def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: set[str], read: dict) -> None:
+def check_model_files(jobs: list[JobSpec], complete: set[str], recorded: Callable[[JobSpec], dict]) -> None:
     """A UsageError, before any job runs, where a local model that jobs still to run load (their own, the scorer,
     the featurizer, an assisted strategy's draft) has files other than those the sweep's complete jobs loading it
     recorded (their result.json's `content_hash`): resumed, its cells would mix two models under one name. The
@@ -189,20 +190,20 @@ def check_model_files(store: Store, tenant: str, jobs: list[JobSpec], complete: 
     pending = {m.path: m for j in jobs if j.job_id not in complete for m in models_of(j) if Path(m.path).is_dir()}
     for path, model in pending.items():
         done = (j for j in jobs if j.job_id in complete and any(m.path == path for m in models_of(j)))
-        hashes = (model_hashes(_recorded(store, tenant, j, read)) for j in done)
-        recorded = next((h[path][1] for h in hashes if path in h), None)
-        if recorded is None:  # none of its jobs complete yet (or none recorded a hash): nothing to mix with
+        hashes = (model_hashes(recorded(j)) for j in done)
+        then = next((h[path][1] for h in hashes if path in h), None)
+        if then is None:  # none of its jobs complete yet (or none recorded a hash): nothing to mix with
             continue
         now = content_hash(Path(path))
-        if now != recorded:
+        if now != then:
             raise UsageError(
                 f"model {short(model.label)} ({shown(path)}): its files changed since this sweep's complete jobs of "
-                f"it ran (content hash {recorded[:12]}, now {now[:12]}); restore them, or run it as a new sweep "
+                f"it ran (content hash {then[:12]}, now {now[:12]}); restore them, or run it as a new sweep "
                 "(change the sweep's name or the model's path)"
             )
 
 
-def check_plugins(store: Store, tenant: str, jobs: list[JobSpec], complete: set[str], read: dict) -> None:
+def check_plugins(jobs: list[JobSpec], complete: set[str], recorded: Callable[[JobSpec], dict]) -> None:
     """A UsageError, before any job runs, where a plugin strategy that jobs still to run use comes from another
     distribution or version than the one the sweep's complete jobs of it recorded (`provenance.strategy_plugin`):
     resumed, its cells would mix two versions of the strategy under one name. The sweep id leaves the plugin's
@@ -210,25 +211,28 @@ def check_plugins(store: Store, tenant: str, jobs: list[JobSpec], complete: set[
     pending = {j.strategy.name for j in jobs if j.job_id not in complete}
     for name in sorted(pending):
         done = (j for j in jobs if j.job_id in complete and j.strategy.name == name)
-        recorded = next((p for p in (plugin_of(_recorded(store, tenant, j, read)) for j in done) if p), None)
+        then = next((p for p in (plugin_of(recorded(j)) for j in done) if p), None)
         now = get_strategy(name).plugin
-        if recorded is not None and recorded != now:
+        if then is not None and then != now:
             raise UsageError(
-                f"strategy {short(name)}: this sweep's complete jobs of it ran plugin {shown(recorded)}, now "
+                f"strategy {short(name)}: this sweep's complete jobs of it ran plugin {shown(then)}, now "
                 f"{shown(now) if now else 'the built-in strategy'}; install that version again, or run it as a new "
                 "sweep (change the sweep's name)"
             )
 
 
-def _recorded(store: Store, tenant: str, job: JobSpec, read: dict) -> dict:
-    """The provenance a complete job's result.json records (empty for a damaged result, which the report names),
-    read once per job into `read`."""
-    if job.job_id not in read:
+def recorded_provenance(store: Store, tenant: str) -> Callable[[JobSpec], dict]:
+    """`recorded(job)`: the provenance a complete job's result.json records (empty for a damaged result, which the
+    report names), each read once."""
+
+    @cache
+    def read(sweep_id: str, job_id: str) -> dict:
         try:
-            read[job.job_id] = store.load_result(tenant, job.sweep_id, job.job_id).provenance
+            return store.load_result(tenant, sweep_id, job_id).provenance
         except CorruptRecordError:
-            read[job.job_id] = {}
-    return read[job.job_id]
+            return {}
+
+    return lambda job: read(job.sweep_id, job.job_id)
 
 
 def _run_one(job: JobSpec, store: Store, runtime, outcome: RunOutcome, run_job) -> None:

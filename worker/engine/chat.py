@@ -121,7 +121,7 @@ def end_ids(tok, eos: int | list[int] | None) -> list[int]:
 def stop_ids(tok, eos: int | list[int] | None) -> list[int]:
     """The generation config's EOS list (`eos`) with the tokenizer's EOS token and the template's end of turn
     (`turn_end`, which a checkpoint's generation config may not list): every end of a chat model's turn."""
-    ids = [] if eos is None else end_ids(tok, eos)
+    ids = end_ids(tok, eos)
     for extra in (tok.eos_token_id, turn_end(tok)):
         if isinstance(extra, int) and extra not in ids:
             ids.append(extra)

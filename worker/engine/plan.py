@@ -177,20 +177,6 @@ def generation_config(lm: LoadedModel, kwargs: dict[str, Any], settings: Generat
     return cfg
 
 
-def _params_of(registered: Strategy, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The job's parameters, checked by this worker's strategy. The sweep was checked where it was submitted: a
-    refusal here is another version of the strategy (a plugin's, or decodebench's) than the submitter's, which no
-    retry mends."""
-    try:
-        return registered.validate(dict(params))
-    except ValueError as err:
-        whose = f"from plugin {registered.plugin}" if registered.plugin else "a built-in"
-        raise PermanentJobError(
-            f"strategy {registered.name}: {err} (this worker's strategy, {whose}, differs from the one the sweep "
-            "was checked with: install the same version on both)"
-        ) from None
-
-
 def _settings_of(registered: Strategy, params: Mapping[str, Any]) -> dict[str, Any]:
     """The strategy's GenerationConfig settings; one that transformers does not have (a plugin's `to_config` with a
     misspelt key) is refused: GenerationConfig would keep it as an attribute nothing reads, and the job would run
@@ -294,9 +280,18 @@ def _static_cache(lm: LoadedModel, kind: Kind, cfg: GenerationConfig) -> list[st
 
 
 def checked_params(lm: LoadedModel, registered: Strategy, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The strategy's validated parameters (`_params_of`), and those the model's vocabulary bounds: contrastive
-    search's k candidates are k of its tokens (more failed mid-batch in `topk`, "selected index k out of range")."""
-    checked = _params_of(registered, params)
+    """The job's parameters, checked by this worker's strategy, and those the model's vocabulary bounds. The sweep
+    was checked where it was submitted: a refusal of the strategy's own is another version of it (a plugin's, or
+    decodebench's) than the submitter's, which no retry mends. Contrastive search's k candidates are k of the
+    model's tokens (more failed mid-batch in `topk`, "selected index k out of range")."""
+    try:
+        checked = registered.validate(dict(params))
+    except ValueError as err:
+        whose = f"from plugin {registered.plugin}" if registered.plugin else "a built-in"
+        raise PermanentJobError(
+            f"strategy {registered.name}: {err} (this worker's strategy, {whose}, differs from the one the sweep "
+            "was checked with: install the same version on both)"
+        ) from None
     vocab = lm.model.config.get_text_config().vocab_size
     if registered.kind is Kind.CONTRASTIVE and vocab and checked["k"] > vocab:
         raise PermanentJobError(
